@@ -1,0 +1,211 @@
+"""The daemon: owns the event loop, the signals and the lifecycle of llmd's parts.
+
+serve() → startup() → main_loop() → shutdown(), as uvicorn's Server reads. Signal handlers only
+queue the signal; the main loop acts on it. uvicorn runs embedded with its own signal capture
+disabled, so signals are handled here alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Literal
+
+import structlog
+import uvicorn
+
+from llmd.admin.server import AdminApp
+from llmd.config import Config, config_path, load_config
+from llmd.errors import ConfigError, EngineGaveUp
+from llmd.proxy.app import build_app
+from llmd.proxy.context import ProxyContext
+from llmd.runtime import RuntimePaths
+from llmd.status import take_snapshot
+from llmd.supervisor.state import EngineState
+from llmd.supervisor.supervisor import Supervisor
+
+log = structlog.get_logger("llmd.daemon")
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+# The engine failed to boot `supervisor.max_failed_boots` times within the window. Listed in the
+# unit's RestartPreventExitStatus: restarting llmd would not fix a broken model or a full GPU.
+EXIT_ENGINE_GAVE_UP = 79
+TICK_S = 1.0
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """uvicorn without its own signal handlers: the daemon stops it through `should_exit`."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class Daemon:
+    """One llmd instance: the public proxy, the admin API and the supervised engine."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.paths = RuntimePaths(Path(config.server.runtime_dir))
+        self.ctx = ProxyContext(config=config, paths=self.paths, engine=EngineState())
+        self.supervisor = Supervisor(config, self.paths, self.ctx.engine)
+        self.exit_code = EXIT_OK
+        self._signals: asyncio.Queue[signal.Signals] = asyncio.Queue()
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._servers: list[_EmbeddedServer] = []
+
+    async def serve(self) -> int:
+        """Run until SIGTERM/SIGINT or until the engine is given up; the process exit code."""
+        await self.startup()
+        try:
+            await self.main_loop()
+        finally:
+            await self.shutdown()
+        return self.exit_code
+
+    async def startup(self) -> None:
+        """Bind the sockets, start the proxy, the admin API and the engine. Raises OSError."""
+        self.paths.create()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.add_signal_handler(sig, self._signals.put_nowait, sig)
+        public = _bind_tcp(self.config.server.host, self.config.server.port)
+        admin = _bind_unix(self.paths.admin_socket, mode=0o660)
+        self._start_server("proxy", build_app(self.ctx), public, lifespan="on")
+        self._start_server(
+            "admin", AdminApp(lambda: take_snapshot(self.ctx)), admin, lifespan="off"
+        )
+        self._tasks["engine"] = asyncio.create_task(self.supervisor.run(), name="supervisor")
+        log.info(
+            "llmd_started",
+            listen=self.config.server.listen,
+            runtime_dir=str(self.paths.root),
+            engine=self.config.engine.kind,
+            model=self.config.engine.model_name,
+        )
+
+    async def main_loop(self) -> None:
+        """Wait for a signal, a dead part, or the next housekeeping tick."""
+        while True:
+            next_signal = asyncio.create_task(self._signals.get())
+            done, _ = await asyncio.wait(
+                {next_signal, *self._tasks.values()},
+                timeout=TICK_S,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            if next_signal not in done:
+                next_signal.cancel()
+            for name, task in self._tasks.items():
+                if task in done:
+                    self.exit_code = _part_exit_code(name, task)
+                    return
+            if next_signal in done:
+                sig = next_signal.result()
+                if sig is signal.SIGHUP:
+                    self._check_reload()
+                    continue
+                log.info("stop_requested", signal=sig.name)
+                return
+
+    async def shutdown(self) -> None:
+        """Stop in order; every step runs even if the one before it failed."""
+        # 1. Refuse new admissions (503 `draining`): the listener stays open so that clients get
+        #    an answer with Retry-After rather than a refused connection.
+        self.ctx.draining = True
+        # 2. Let in-flight requests finish, up to the drain deadline; a second signal cuts it
+        #    short. What remains then is ended with an in-band error.
+        in_flight = len(self.ctx.inflight)
+        if in_flight:
+            log.info(
+                "drain_started", in_flight=in_flight, deadline_s=self.config.server.drain_timeout_s
+            )
+            await self._drain(self.config.server.drain_timeout_s)
+        # 3. Stop accepting: close the listeners and the idle keep-alive connections.
+        for server in self._servers:
+            server.should_exit = True
+        for name in ("proxy", "admin"):
+            if name in self._tasks:
+                await asyncio.wait({self._tasks[name]})
+        # 4. Stop the engine: SIGTERM the group, SIGKILL it after the timeout, reap.
+        await self.supervisor.stop()
+        if "engine" in self._tasks:
+            await asyncio.wait({self._tasks["engine"]})
+        # 5. Remove the sockets and the signal handlers; the log is written as it goes.
+        for path in (self.paths.admin_socket, self.paths.engine_socket):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.remove_signal_handler(sig)
+        log.info("llmd_stopped", exit_code=self.exit_code)
+
+    async def _drain(self, deadline_s: float) -> None:
+        idle = asyncio.create_task(self.ctx.inflight.wait_idle(deadline_s))
+        hurry = asyncio.create_task(self._signals.get())
+        await asyncio.wait({idle, hurry}, return_when=asyncio.FIRST_COMPLETED)
+        hurry.cancel()
+        if not (idle.done() and idle.result()):
+            idle.cancel()
+            ended = self.ctx.inflight.abort_all("llmd is shutting down")
+            log.warning("drain_deadline_passed", ended=ended)
+            await self.ctx.inflight.wait_idle(5.0)
+
+    def _start_server(
+        self, name: str, app: object, sock: socket.socket, lifespan: Literal["on", "off"]
+    ) -> None:
+        config = uvicorn.Config(
+            app,  # type: ignore[arg-type]
+            lifespan=lifespan,
+            log_config=None,
+            access_log=False,
+            http="httptools",
+            timeout_graceful_shutdown=5,
+        )
+        server = _EmbeddedServer(config)
+        self._servers.append(server)
+        self._tasks[name] = asyncio.create_task(server.serve(sockets=[sock]), name=name)
+
+    def _check_reload(self) -> None:
+        """SIGHUP: re-read and validate the config file; changes apply at the next start."""
+        try:
+            load_config(config_path(self.config.source))
+        except ConfigError as exc:
+            log.error("reload_rejected", error=str(exc))
+            return
+        log.warning("reload_checked", detail="config is valid; changes apply at the next restart")
+
+
+def _part_exit_code(name: str, task: asyncio.Task[None]) -> int:
+    """The exit code when part `name` ended on its own (it should run until shutdown)."""
+    if task.cancelled():
+        return EXIT_FAILURE
+    exc = task.exception()
+    if isinstance(exc, EngineGaveUp):
+        log.error("engine_given_up", detail=str(exc), exit_code=EXIT_ENGINE_GAVE_UP)
+        return EXIT_ENGINE_GAVE_UP
+    log.error("part_stopped", part=name, error=repr(exc) if exc else "ended without error")
+    return EXIT_FAILURE
+
+
+def _bind_tcp(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(False)
+    return sock
+
+
+def _bind_unix(path: Path, mode: int) -> socket.socket:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    os.chmod(path, mode)
+    return sock

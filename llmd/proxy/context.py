@@ -1,0 +1,21 @@
+"""What the proxy needs from the rest of llmd, passed as one typed object (no `app.state` bag)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from llmd.config import Config
+from llmd.proxy.inflight import InFlight
+from llmd.runtime import RuntimePaths
+from llmd.supervisor.state import EngineState
+
+
+@dataclasses.dataclass
+class ProxyContext:
+    """Config, the engine's published state, the drain flag and the in-flight registry."""
+
+    config: Config
+    paths: RuntimePaths
+    engine: EngineState
+    inflight: InFlight = dataclasses.field(default_factory=lambda: InFlight())
+    draining: bool = False

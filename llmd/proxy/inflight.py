@@ -1,0 +1,63 @@
+"""The requests currently being relayed, so a drain can wait for them or end them in-band."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+
+
+@dataclasses.dataclass(eq=False)
+class Exchange:
+    """One client request relayed to the engine.
+
+    `task` does the upstream work; `abort_reason` is set (before cancelling `task`) when llmd,
+    not the client, ends the request, so the client gets an error rather than silence.
+    `response_started` tells whether the error must go in-band.
+    """
+
+    request_id: str
+    stream: bool
+    started_at: float = dataclasses.field(default_factory=time.monotonic)
+    task: asyncio.Task[None] | None = None
+    response_started: bool = False
+    abort_reason: str | None = None
+
+
+class InFlight:
+    """The set of live exchanges, with drain helpers."""
+
+    def __init__(self) -> None:
+        self._exchanges: set[Exchange] = set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def __len__(self) -> int:
+        return len(self._exchanges)
+
+    def add(self, exchange: Exchange) -> None:
+        self._exchanges.add(exchange)
+        self._idle.clear()
+
+    def remove(self, exchange: Exchange) -> None:
+        self._exchanges.discard(exchange)
+        if not self._exchanges:
+            self._idle.set()
+
+    async def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no exchange is live, at most `timeout_s` seconds; True when idle."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout=timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    def abort_all(self, reason: str) -> int:
+        """End every live exchange with `reason` (in-band error or 503); how many were ended."""
+        count = 0
+        for exchange in list(self._exchanges):
+            if exchange.task is not None and not exchange.task.done():
+                exchange.abort_reason = reason
+                exchange.task.cancel()
+                count += 1
+        return count

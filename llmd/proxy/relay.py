@@ -1,0 +1,210 @@
+"""The relay: one client request becomes one upstream request to the engine, streamed through.
+
+Pure ASGI. The upstream body is forwarded chunk by chunk as it arrives (`iter_any`: whatever the
+socket has, never waiting to fill a buffer). A watcher awaits the client's `http.disconnect`;
+when it comes, the upstream task is cancelled and its connection closed, which is what makes vLLM
+abort the sequence (ENGINE.md: a relay that keeps the upstream open lets sequences run on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+import aiohttp
+import structlog
+from starlette.types import Receive, Scope, Send
+
+from llmd.errors import ApiError, Draining, EngineError, EngineUnavailable
+from llmd.proxy.body import ClientGone, parse_object, read_body
+from llmd.proxy.context import ProxyContext
+from llmd.proxy.inflight import Exchange
+from llmd.proxy.middleware import REQUEST_ID_KEY
+
+log = structlog.get_logger("llmd.proxy")
+
+_UPSTREAM_LOST = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+_SSE_BOUNDARY = b"\n\n"
+
+
+async def send_error(send: Send, error: ApiError) -> None:
+    """Answer `error` as a complete OpenAI-shaped JSON response."""
+    body = error.body()
+    headers = [*error.headers(), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+class Relay:
+    """ASGI endpoint relaying `method path` to the engine (chat, completions, models)."""
+
+    def __init__(
+        self,
+        ctx: ProxyContext,
+        session: Callable[[], aiohttp.ClientSession],
+        path: str,
+        method: str = "POST",
+    ) -> None:
+        self.ctx = ctx
+        self.session = session
+        self.path = path
+        self.method = method
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request_id: str = scope[REQUEST_ID_KEY]
+        try:
+            self._check_available()
+            body = b""
+            stream = False
+            if self.method == "POST":
+                body = await read_body(receive, self.ctx.config.server.max_body_bytes)
+                stream = bool(parse_object(body).get("stream"))
+        except ClientGone:
+            return
+        except ApiError as error:
+            await send_error(send, error)
+            return
+        exchange = Exchange(request_id=request_id, stream=stream)
+        await self._run(exchange, body, receive, send)
+
+    def _check_available(self) -> None:
+        if self.ctx.draining:
+            raise Draining(
+                "llmd is draining and admits no new requests",
+                retry_after_s=self.ctx.config.server.drain_timeout_s,
+            )
+        if not self.ctx.engine.serving:
+            raise EngineUnavailable(
+                f"the engine is {self.ctx.engine.phase.value}; retry later",
+                retry_after_s=self.ctx.engine.retry_after_s(),
+            )
+
+    async def _run(self, exchange: Exchange, body: bytes, receive: Receive, send: Send) -> None:
+        """Run the upstream work until it ends or the client leaves, whichever comes first."""
+        work = asyncio.create_task(self._exchange(exchange, body, send))
+        exchange.task = work
+        watcher = asyncio.create_task(_wait_disconnect(receive))
+        self.ctx.inflight.add(exchange)
+        try:
+            await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if not work.done():
+                log.debug("client_disconnected", request_id=exchange.request_id)
+        finally:
+            work.cancel()
+            watcher.cancel()
+            await asyncio.wait({work})
+            self.ctx.inflight.remove(exchange)
+        if not work.cancelled() and (exc := work.exception()) is not None:
+            log.error("relay_failed", request_id=exchange.request_id, error=repr(exc))
+
+    async def _exchange(self, exchange: Exchange, body: bytes, send: Send) -> None:
+        """One upstream request; errors become OpenAI-shaped answers (in-band once started)."""
+        started = _StartTracker(send, exchange)
+        try:
+            await self._forward(exchange, body, started)
+        except asyncio.CancelledError:
+            if exchange.abort_reason is None:
+                raise  # the client left: nothing to answer
+            error: ApiError = Draining(
+                f"request ended by llmd: {exchange.abort_reason}", retry_after_s=1
+            )
+            await _answer_error(started, error)
+        except ApiError as error:
+            await _answer_error(started, error)
+
+    async def _forward(self, exchange: Exchange, body: bytes, send: _StartTracker) -> None:
+        headers = {"x-request-id": exchange.request_id}
+        if body:
+            headers["content-type"] = "application/json"
+        try:
+            response = await self.session().request(
+                self.method, "http://engine" + self.path, data=body or None, headers=headers
+            )
+        except _UPSTREAM_LOST as exc:
+            raise self._upstream_error(exc) from exc
+        try:
+            if response.status >= 500:
+                raise _engine_status_error(response.status, await response.read())
+            content_type = response.headers.get("content-type", "application/json").encode()
+            response_headers = [(b"content-type", content_type), (b"x-llmd-queue-ms", b"0")]
+            if not (exchange.stream and response.status == 200):
+                payload = await response.read()
+                response_headers.append((b"content-length", str(len(payload)).encode()))
+                await send.start(response.status, response_headers)
+                await send.body(payload, more=False)
+                return
+            await send.start(200, [*response_headers, (b"cache-control", b"no-cache")])
+            await _relay_stream(response, send)
+        except _UPSTREAM_LOST as exc:
+            raise self._upstream_error(exc) from exc
+        finally:
+            response.close()  # never back to the pool mid-body: closing aborts the sequence
+
+    def _upstream_error(self, exc: BaseException) -> ApiError:
+        if not self.ctx.engine.serving:
+            return EngineUnavailable(
+                f"the engine is {self.ctx.engine.phase.value}; retry later",
+                retry_after_s=self.ctx.engine.retry_after_s(),
+            )
+        return EngineError(
+            f"the engine connection failed: {type(exc).__name__}: {exc}".rstrip(": ")
+        )
+
+
+async def _relay_stream(response: aiohttp.ClientResponse, send: _StartTracker) -> None:
+    """Forward SSE bytes as they arrive; an upstream failure ends the stream with an error event."""
+    async for chunk in response.content.iter_any():
+        await send.body(chunk, more=True)
+    if send.tail != _SSE_BOUNDARY:  # the engine ended mid-event: that is a failure, not an ending
+        raise EngineError("the engine closed the stream mid-event")
+    await send.body(b"", more=False)
+
+
+class _StartTracker:
+    """Wraps ASGI `send`, remembering whether the response has started (for in-band errors)."""
+
+    def __init__(self, send: Send, exchange: Exchange) -> None:
+        self._send = send
+        self.exchange = exchange
+        self.tail = _SSE_BOUNDARY
+
+    async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        self.exchange.response_started = True
+        await self._send({"type": "http.response.start", "status": status, "headers": headers})
+
+    async def body(self, chunk: bytes, *, more: bool) -> None:
+        if chunk:
+            self.tail = chunk[-2:]
+        await self._send({"type": "http.response.body", "body": chunk, "more_body": more})
+
+
+async def _answer_error(send: _StartTracker, error: ApiError) -> None:
+    """Send `error` as a response, or in-band as an SSE event when the stream has started."""
+    exchange = send.exchange
+    with contextlib.suppress(OSError):
+        if not exchange.response_started:
+            await send_error(send._send, error)
+        elif exchange.stream:
+            prefix = b"" if send.tail == _SSE_BOUNDARY else _SSE_BOUNDARY
+            await send.body(prefix + error.sse_event(), more=False)
+        else:
+            await send.body(b"", more=False)
+    log.warning(
+        "request_failed", request_id=exchange.request_id, code=error.code, error=error.message
+    )
+
+
+def _engine_status_error(status: int, body: bytes) -> ApiError:
+    """Translate an engine 5xx: 503 is 'unavailable, retry', anything else an engine error."""
+    detail = body.decode(errors="replace")[:300]
+    if status == 503:
+        return EngineUnavailable(
+            f"the engine is overloaded or not ready: {detail}", retry_after_s=1
+        )
+    return EngineError(f"the engine failed with HTTP {status}: {detail}")
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass

@@ -1,0 +1,5 @@
+"""Engine supervision: spawn vLLM in its own process group, watch it, restart it with backoff.
+
+`policy` and `exits` are pure (numbers and lines in, decisions out); `process` is the only module
+in llmd that touches subprocesses and signals to them.
+"""

@@ -1,0 +1,116 @@
+"""One engine process group: spawn in a new session, pump its output, stop the whole group.
+
+vLLM makes no process group of its own, and if its API server is SIGKILLed the engine-core and
+worker processes survive, reparented to PID 1 but still in the group (vllm#55510, ENGINE.md). So
+llmd starts the engine as a session leader and always signals, and checks, the whole group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from llmd.engine.launch import EngineLaunch
+from llmd.supervisor.output import EngineOutput
+
+OutputSink = Callable[[str, str], None]
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) PIDs in process group `pgid`, read from /proc (Linux)."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # Fields after the parenthesised command: state, ppid, pgrp, ...
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(entry.name))
+    return members
+
+
+class EngineProcess:
+    """A running engine: its leader process, its process group and its parsed output."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, output: EngineOutput, sink: OutputSink):
+        self.proc = proc
+        self.pid = proc.pid
+        self.pgid = proc.pid  # session leader: pgid == pid
+        self.output = output
+        self._pump = asyncio.create_task(self._pump_output(sink), name=f"engine-output-{self.pid}")
+
+    @classmethod
+    async def spawn(cls, launch: EngineLaunch, sink: OutputSink) -> EngineProcess:
+        """Start `launch` in a new session with stdout and stderr piped together.
+
+        `sink(level, message)` receives each forwarded line. Raises OSError if it cannot start.
+        """
+        with contextlib.suppress(FileNotFoundError):
+            launch.socket_path.unlink()
+        proc = await asyncio.create_subprocess_exec(
+            *launch.argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, **launch.env},
+            start_new_session=True,
+            limit=1024 * 1024,
+        )
+        return cls(proc, EngineOutput(), sink)
+
+    async def wait(self) -> int:
+        """Wait for the leader to exit; its return code (negative: killed by that signal)."""
+        code = await self.proc.wait()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._pump), timeout=2.0)
+        return code
+
+    @property
+    def running(self) -> bool:
+        return self.proc.returncode is None
+
+    async def stop_group(self, timeout_s: float) -> None:
+        """SIGTERM the group, SIGKILL it after `timeout_s`, reap the leader.
+
+        Returns when no live process of the group is left (the leader reaped, orphans gone).
+        """
+        self._signal_group(signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and (self.running or group_members(self.pgid)):
+            await asyncio.sleep(0.1)
+        if self.running or group_members(self.pgid):
+            self._signal_group(signal.SIGKILL)
+        await self.proc.wait()
+        kill_deadline = time.monotonic() + 10.0
+        while group_members(self.pgid) and time.monotonic() < kill_deadline:
+            self._signal_group(signal.SIGKILL)
+            await asyncio.sleep(0.05)
+        self._pump.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._pump
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pgid, sig)
+
+    async def _pump_output(self, sink: OutputSink) -> None:
+        assert self.proc.stdout is not None
+        while True:
+            try:
+                raw = await self.proc.stdout.readline()
+            except ValueError:  # a line over the limit: take what is buffered
+                raw = await self.proc.stdout.read(64 * 1024)
+            if not raw:
+                return
+            forwarded = self.output.feed(raw.decode(errors="replace"))
+            if forwarded is not None:
+                sink(*forwarded)

@@ -1,0 +1,197 @@
+"""The supervisor: keeps one engine serving, restarting it by policy, and stops it cleanly.
+
+Lifecycle of one engine: spawn → wait for `/health` 200 (or exit, or start timeout) → serve,
+probing `/health` → exit (classified) → restart after backoff, or give up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import aiohttp
+import structlog
+
+from llmd.config import Config
+from llmd.engine.launch import engine_launch, installed_engine_build
+from llmd.errors import EngineGaveUp
+from llmd.runtime import RuntimePaths
+from llmd.supervisor.exits import ExitReason, classify_exit
+from llmd.supervisor.policy import ExitRecord, GiveUp, decide_restart
+from llmd.supervisor.process import EngineProcess
+from llmd.supervisor.state import EnginePhase, EngineState
+
+log = structlog.get_logger("llmd.supervisor")
+
+# Consecutive failed health probes (engine dead while HTTP stays up, vLLM answers 503) before
+# llmd stops the engine itself: one probe can fail under a heavy prefill on a CPU engine.
+UNHEALTHY_PROBES = 3
+_LEVELS = {"WARNING": log.warning, "ERROR": log.error, "CRITICAL": log.critical}
+
+
+class Supervisor:
+    """Runs the engine described by `config.engine` and publishes its state into `state`."""
+
+    def __init__(self, config: Config, paths: RuntimePaths, state: EngineState) -> None:
+        self.config = config
+        self.paths = paths
+        self.state = state
+        self._stopping = asyncio.Event()
+        self._process: EngineProcess | None = None
+        self._history: list[ExitRecord] = []
+
+    async def run(self) -> None:
+        """Keep the engine up until `stop()`. Raises `EngineGaveUp` when the policy gives up."""
+        connector = aiohttp.UnixConnector(path=str(self.paths.engine_socket))
+        async with aiohttp.ClientSession(connector=connector) as probe:
+            while not self._stopping.is_set():
+                reason, was_ready = await self._run_once(probe)
+                if self._stopping.is_set():
+                    break
+                now = time.monotonic()
+                self._history.append(ExitRecord(at=now, was_ready=was_ready))
+                decision = decide_restart(self.config.supervisor, self._history, now)
+                if isinstance(decision, GiveUp):
+                    self.state.phase = EnginePhase.FAILED
+                    log.error(
+                        "engine_gave_up", failed_boots=decision.failed_boots, reason=reason.kind
+                    )
+                    raise EngineGaveUp(
+                        f"engine failed to boot {decision.failed_boots} times within "
+                        f"{self.config.supervisor.failure_window_s:g}s; last: {reason.detail}"
+                    )
+                self.state.phase = EnginePhase.RESTARTING
+                self.state.restart_at = now + decision.delay_s
+                log.warning(
+                    "engine_restart_scheduled",
+                    delay_s=decision.delay_s,
+                    attempt=decision.attempt,
+                    reason=reason.kind,
+                )
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), timeout=decision.delay_s)
+                self.state.restart_at = None
+                self.state.restarts += 1
+        self.state.phase = EnginePhase.STOPPED
+
+    async def stop(self) -> None:
+        """Stop the engine group: SIGTERM, SIGKILL after `engine.stop_timeout_s`, reap."""
+        self._stopping.set()
+        if self._process is not None and (
+            self._process.running or self.state.phase is not EnginePhase.STOPPED
+        ):
+            self.state.phase = EnginePhase.STOPPING
+            await self._process.stop_group(self.config.engine.stop_timeout_s)
+        self.state.phase = EnginePhase.STOPPED
+
+    async def _run_once(self, probe: aiohttp.ClientSession) -> tuple[ExitReason, bool]:
+        """Boot one engine and serve until it exits; return why, and whether it became ready."""
+        launch = engine_launch(self.config.engine, self.paths.engine_socket)
+        self.state.boot_started_at = time.monotonic()
+        self.state.ready_at = None
+        self.state.phase = (
+            EnginePhase.STARTING if not self.state.restarts else EnginePhase.RESTARTING
+        )
+        try:
+            process = await EngineProcess.spawn(launch, self._forward_output)
+        except OSError as exc:
+            reason = ExitReason("exit_code", f"cannot start {launch.argv[0]}: {exc.strerror}")
+            self._record_exit(reason)
+            return reason, False
+        self._process = process
+        self.state.pid = process.pid
+        log.info("engine_started", pid=process.pid, argv=" ".join(launch.argv))
+        exited = asyncio.create_task(process.wait(), name="engine-wait")
+        ready = await self._wait_ready(probe, exited)
+        forced: ExitReason | None = None
+        if ready:
+            await self._mark_serving(probe)
+            forced = await self._watch_health(probe, exited)
+        elif not exited.done() and not self._stopping.is_set():
+            forced = ExitReason(
+                "start_timeout", f"not ready after {self.config.engine.start_timeout_s:g}s"
+            )
+        if self._stopping.is_set():
+            returncode = await exited  # stop() is taking the group down
+        elif forced is not None:
+            await process.stop_group(self.config.engine.stop_timeout_s)
+            returncode = await exited
+        else:
+            returncode = await exited
+            # The leader died on its own: its engine-core and workers may survive it (vllm#55510).
+            await process.stop_group(timeout_s=5.0)
+        reason = forced or classify_exit(
+            returncode,
+            stop_requested=self._stopping.is_set(),
+            was_ready=ready,
+            recent_lines=list(process.output.recent),
+        )
+        self.state.pid = None
+        self._record_exit(reason)
+        return reason, ready
+
+    async def _wait_ready(self, probe: aiohttp.ClientSession, exited: asyncio.Task[int]) -> bool:
+        deadline = time.monotonic() + self.config.engine.start_timeout_s
+        while time.monotonic() < deadline and not exited.done() and not self._stopping.is_set():
+            if await self._healthy(probe):
+                return True
+            await asyncio.wait({exited}, timeout=0.5)
+        return False
+
+    async def _watch_health(
+        self, probe: aiohttp.ClientSession, exited: asyncio.Task[int]
+    ) -> ExitReason | None:
+        failures = 0
+        while not self._stopping.is_set():
+            await asyncio.wait({exited}, timeout=self.config.engine.health_interval_s)
+            if exited.done() or self._stopping.is_set():
+                return None
+            failures = 0 if await self._healthy(probe) else failures + 1
+            if failures >= UNHEALTHY_PROBES:
+                log.error("engine_unhealthy", probes=failures)
+                self.state.phase = EnginePhase.RESTARTING
+                return ExitReason("engine_dead", f"/health failed {failures} times in a row")
+        return None
+
+    async def _healthy(self, probe: aiohttp.ClientSession) -> bool:
+        try:
+            async with probe.get(
+                "http://engine/health", timeout=aiohttp.ClientTimeout(total=5)
+            ) as r:
+                return r.status == 200
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            return False
+
+    async def _mark_serving(self, probe: aiohttp.ClientSession) -> None:
+        now = time.monotonic()
+        assert self.state.boot_started_at is not None
+        self.state.boot_s = now - self.state.boot_started_at
+        self.state.ready_at = now
+        self.state.model = self.config.engine.model_name
+        self.state.engine_version = (
+            installed_engine_build() if self.config.engine.kind == "vllm" else "sim"
+        )
+        with contextlib.suppress(
+            aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, KeyError, IndexError
+        ):
+            async with probe.get(
+                "http://engine/v1/models", timeout=aiohttp.ClientTimeout(total=5)
+            ) as r:
+                models = await r.json()
+            self.state.max_model_len = int(models["data"][0]["max_model_len"])
+        self.state.phase = EnginePhase.SERVING
+        log.info(
+            "engine_ready",
+            pid=self.state.pid,
+            boot_s=round(self.state.boot_s, 1),
+            max_model_len=self.state.max_model_len,
+        )
+
+    def _record_exit(self, reason: ExitReason) -> None:
+        self.state.last_exit = reason
+        level = log.info if reason.kind == "stopped" else log.error
+        level("engine_exited", reason=reason.kind, detail=reason.detail)
+
+    def _forward_output(self, level: str, message: str) -> None:
+        _LEVELS.get(level, log.warning)("engine_output", level=level.lower(), line=message)
