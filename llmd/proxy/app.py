@@ -30,7 +30,7 @@ log = structlog.get_logger("llmd.proxy")
 
 def build_app(ctx: ProxyContext) -> Starlette:
     """The proxy app for `ctx`. One aiohttp session to the engine's Unix socket lives in the
-    app's lifespan; connections to the engine are not reused across a cancelled request.
+    app's lifespan.
     """
     sessions: list[aiohttp.ClientSession] = []
 
@@ -39,7 +39,12 @@ def build_app(ctx: ProxyContext) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        connector = aiohttp.UnixConnector(path=str(ctx.paths.engine_socket), limit=0)
+        # One connection per request (force_close): a Unix-socket connect costs microseconds,
+        # and a pooled keep-alive connection that the engine's uvicorn has just timed out fails
+        # the next request with "Can not write request body" (seen here under load).
+        connector = aiohttp.UnixConnector(
+            path=str(ctx.paths.engine_socket), limit=0, force_close=True
+        )
         # No total timeout: a long generation is legitimate; drain and disconnects end requests.
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
         async with aiohttp.ClientSession(
