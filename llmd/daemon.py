@@ -12,6 +12,7 @@ import contextlib
 import os
 import signal
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
@@ -20,14 +21,19 @@ import structlog
 import uvicorn
 
 from llmd.admin.server import AdminApp
-from llmd.config import Config, config_path, load_config
+from llmd.config import Config, config_path, load_config, reload_config
+from llmd.engine.launch import installed_engine_build
 from llmd.errors import ConfigError, EngineGaveUp
+from llmd.gpu.preflight import GpuReport, PreflightError, run_preflight
+from llmd.logs import configure_logging
 from llmd.proxy.app import build_app
 from llmd.proxy.context import ProxyContext
 from llmd.runtime import RuntimePaths
 from llmd.status import take_snapshot
 from llmd.supervisor.state import EngineState
 from llmd.supervisor.supervisor import Supervisor
+from llmd.systemd.notify import Notifier
+from llmd.systemd.reporter import ServiceReporter
 
 log = structlog.get_logger("llmd.daemon")
 
@@ -36,6 +42,8 @@ EXIT_FAILURE = 1
 # The engine failed to boot `supervisor.max_failed_boots` times within the window. Listed in the
 # unit's RestartPreventExitStatus: restarting llmd would not fix a broken model or a full GPU.
 EXIT_ENGINE_GAVE_UP = 79
+# sysexits.h EX_CONFIG: the configuration cannot work (also: a GPU engine on a host without one).
+EXIT_CONFIG = 78
 TICK_S = 1.0
 
 
@@ -56,12 +64,29 @@ class Daemon:
         self.ctx = ProxyContext(config=config, paths=self.paths, engine=EngineState())
         self.supervisor = Supervisor(config, self.paths, self.ctx.engine)
         self.exit_code = EXIT_OK
+        self.gpu: GpuReport | None = None
+        self.reporter = ServiceReporter(Notifier(), config.supervisor.max_failed_boots)
         self._signals: asyncio.Queue[signal.Signals] = asyncio.Queue()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._servers: list[_EmbeddedServer] = []
 
     async def serve(self) -> int:
         """Run until SIGTERM/SIGINT or until the engine is given up; the process exit code."""
+        try:
+            self.gpu = await asyncio.to_thread(
+                run_preflight, self.config.engine, installed_engine_build()
+            )
+        except PreflightError as exc:
+            log.error("gpu_preflight_failed", error=str(exc))
+            self.reporter.stopping(f"GPU preflight failed: {exc}")
+            return EXIT_CONFIG if exc.permanent else EXIT_FAILURE
+        log.info(
+            "gpu_preflight_passed",
+            driver=self.gpu.driver_version,
+            cuda=self.gpu.cuda_version,
+            devices=list(self.gpu.devices),
+            note=self.gpu.note,
+        )
         await self.startup()
         try:
             await self.main_loop()
@@ -101,6 +126,7 @@ class Daemon:
             )
             if next_signal not in done:
                 next_signal.cancel()
+            self._tick()
             for name, task in self._tasks.items():
                 if task in done:
                     self.exit_code = _part_exit_code(name, task)
@@ -108,7 +134,7 @@ class Daemon:
             if next_signal in done:
                 sig = next_signal.result()
                 if sig is signal.SIGHUP:
-                    self._check_reload()
+                    self._reload()
                     continue
                 log.info("stop_requested", signal=sig.name)
                 return
@@ -118,6 +144,7 @@ class Daemon:
         # 1. Refuse new admissions (503 `draining`): the listener stays open so that clients get
         #    an answer with Retry-After rather than a refused connection.
         self.ctx.draining = True
+        self.reporter.stopping(f"draining: {len(self.ctx.inflight)} in flight")
         # 2. Let in-flight requests finish, up to the drain deadline; a second signal cuts it
         #    short. What remains then is ended with an in-band error.
         in_flight = len(self.ctx.inflight)
@@ -144,6 +171,7 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
         log.info("llmd_stopped", exit_code=self.exit_code)
+        self.reporter.notifier.close()
 
     async def _drain(self, deadline_s: float) -> None:
         idle = asyncio.create_task(self.ctx.inflight.wait_idle(deadline_s))
@@ -171,14 +199,38 @@ class Daemon:
         self._servers.append(server)
         self._tasks[name] = asyncio.create_task(server.serve(sockets=[sock]), name=name)
 
-    def _check_reload(self) -> None:
-        """SIGHUP: re-read and validate the config file; changes apply at the next start."""
+    def _tick(self) -> None:
+        """Housekeeping once a tick: the service state to systemd, the watchdog ping."""
+        stall_limit = self.config.engine.stop_timeout_s + 15.0
+        self.reporter.tick(
+            self.ctx.engine,
+            draining=self.ctx.draining,
+            in_flight=len(self.ctx.inflight),
+            making_progress=_age(self.supervisor.last_progress) < stall_limit,
+        )
+
+    def _reload(self) -> None:
+        """SIGHUP: re-read the config; what can change live applies now, the rest is reported."""
+        self.reporter.reloading()
         try:
-            load_config(config_path(self.config.source))
+            new = load_config(
+                config_path(self.config.source),
+                listen=self.config.server.listen,
+                runtime_dir=self.config.server.runtime_dir,
+            )
         except ConfigError as exc:
             log.error("reload_rejected", error=str(exc))
-            return
-        log.warning("reload_checked", detail="config is valid; changes apply at the next restart")
+        else:
+            applied, pending = reload_config(self.config, new)
+            self.config = self.ctx.config = self.supervisor.config = applied
+            self.reporter.max_failed_boots = applied.supervisor.max_failed_boots
+            configure_logging(applied.logging)
+            log.info("config_reloaded", needs_restart=pending)
+        self.reporter.reloaded()
+
+
+def _age(monotonic_s: float) -> float:
+    return time.monotonic() - monotonic_s
 
 
 def _part_exit_code(name: str, task: asyncio.Task[None]) -> int:

@@ -25,7 +25,8 @@ class EngineState:
     """Mutable, single-writer (the supervisor) view of the engine.
 
     Times are `time.monotonic()` seconds; `boot_s` is how long the last successful boot took,
-    used to estimate `Retry-After` while a boot is under way.
+    used to estimate `Retry-After` while a boot is under way. `failed_boots` counts boots that
+    never became ready within the supervisor's failure window.
     """
 
     phase: EnginePhase = EnginePhase.STARTING
@@ -37,6 +38,7 @@ class EngineState:
     ready_at: float | None = None
     boot_s: float | None = None
     restarts: int = 0
+    failed_boots: int = 0
     last_exit: ExitReason | None = None
     restart_at: float | None = None
 

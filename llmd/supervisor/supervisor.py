@@ -39,6 +39,9 @@ class Supervisor:
         self._stopping = asyncio.Event()
         self._process: EngineProcess | None = None
         self._history: list[ExitRecord] = []
+        # Monotonic time of the supervisor's last loop turn: the daemon pings systemd's
+        # watchdog only while this moves.
+        self.last_progress = time.monotonic()
 
     async def run(self) -> None:
         """Keep the engine up until `stop()`. Raises `EngineGaveUp` when the policy gives up."""
@@ -51,6 +54,12 @@ class Supervisor:
                 now = time.monotonic()
                 self._history.append(ExitRecord(at=now, was_ready=was_ready))
                 decision = decide_restart(self.config.supervisor, self._history, now)
+                self.state.failed_boots = sum(
+                    1
+                    for record in self._history
+                    if not record.was_ready
+                    and now - record.at <= self.config.supervisor.failure_window_s
+                )
                 if isinstance(decision, GiveUp):
                     self.state.phase = EnginePhase.FAILED
                     log.error(
@@ -61,15 +70,17 @@ class Supervisor:
                         f"{self.config.supervisor.failure_window_s:g}s; last: {reason.detail}"
                     )
                 self.state.phase = EnginePhase.RESTARTING
-                self.state.restart_at = now + decision.delay_s
+                restart_at = self.state.restart_at = now + decision.delay_s
                 log.warning(
                     "engine_restart_scheduled",
                     delay_s=decision.delay_s,
                     attempt=decision.attempt,
                     reason=reason.kind,
                 )
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), timeout=decision.delay_s)
+                while time.monotonic() < restart_at and not self._stopping.is_set():
+                    self.last_progress = time.monotonic()
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(self._stopping.wait(), timeout=1.0)
                 self.state.restart_at = None
                 self.state.restarts += 1
         self.state.phase = EnginePhase.STOPPED
@@ -134,6 +145,7 @@ class Supervisor:
     async def _wait_ready(self, probe: aiohttp.ClientSession, exited: asyncio.Task[int]) -> bool:
         deadline = time.monotonic() + self.config.engine.start_timeout_s
         while time.monotonic() < deadline and not exited.done() and not self._stopping.is_set():
+            self.last_progress = time.monotonic()
             if await self._healthy(probe):
                 return True
             await asyncio.wait({exited}, timeout=0.5)
@@ -144,6 +156,7 @@ class Supervisor:
     ) -> ExitReason | None:
         failures = 0
         while not self._stopping.is_set():
+            self.last_progress = time.monotonic()
             await asyncio.wait({exited}, timeout=self.config.engine.health_interval_s)
             if exited.done() or self._stopping.is_set():
                 return None

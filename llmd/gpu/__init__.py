@@ -1,0 +1,1 @@
+"""The GPU through NVML (pynvml): the preflight check before vLLM starts."""

@@ -1,0 +1,1 @@
+"""systemd integration without libsystemd: the sd_notify protocol and the watchdog interval."""

