@@ -12,7 +12,9 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 import jinja2
+import jinja2.ext
 import jinja2.nodes as nodes
+import jinja2.parser
 
 from llmd.validation.fields import TEXT_PARTS
 
@@ -38,7 +40,7 @@ def build_conversation(
 def _message(message: dict[str, Any], content_format: ContentFormat) -> dict[str, Any]:
     role = message["role"]
     content = message.get("content")
-    parts: list[Any] = [] if content is None else [content] if isinstance(content, str) else content
+    parts: list[Any] = [content] if isinstance(content, str) else content or []
     if role == "system":
         parts = _strip_billing_header(parts)
     texts = [_part_text(p) for p in parts]

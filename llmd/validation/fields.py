@@ -152,22 +152,26 @@ def _check_message(index: int, message: object) -> bool:
         raise InvalidRequest(f"{where} must be an object", param="messages")
     if not isinstance(message.get("role"), str):
         raise InvalidRequest(f"{where}.role must be a string", param="messages")
+    if "name" in message and not isinstance(message["name"], str):
+        raise InvalidRequest(f"{where}.name must be a string", param="messages")
     content = message.get("content")
     local = message.get("tool_calls") is None and message.get("reasoning") is None
-    if content is None or isinstance(content, str):
+    # vLLM 0.32 accepts a missing content for any role, null only for an assistant's.
+    if isinstance(content, str) or "content" not in message:
+        return local
+    if content is None and message["role"] == "assistant":
         return local
     if not isinstance(content, list):
         raise InvalidRequest(
-            f"{where}.content must be a string, an array of content parts, or null",
+            f"{where}.content must be a string or an array of content parts"
+            + (" (null only for an assistant message)" if content is None else ""),
             param="messages",
         )
     for part_index, part in enumerate(content):
         part_where = f"{where}.content[{part_index}]"
-        if isinstance(part, str):
-            continue
         if not isinstance(part, dict) or not isinstance(part.get("type"), str):
             raise InvalidRequest(
-                f"{part_where} must be a string or an object with a 'type'", param="messages"
+                f"{part_where} must be an object with a string 'type'", param="messages"
             )
         key = TEXT_PARTS.get(part["type"])
         if key is None:
