@@ -50,7 +50,8 @@ def _message(message: dict[str, Any], content_format: ContentFormat) -> dict[str
         if role == "tool":
             result["content"] = "\n".join(texts)
     else:
-        result["content"] = "\n".join(texts)
+        # vLLM keeps only truthy parsed parts: an empty text part adds no separator.
+        result["content"] = "\n".join(t for t in texts if t)
     if role == "tool" and "tool_call_id" in message:
         result["tool_call_id"] = message["tool_call_id"]
     for key in ("name", "task"):

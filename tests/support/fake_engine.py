@@ -74,9 +74,18 @@ class ProxyStack:
     @classmethod
     @contextlib.contextmanager
     def run(
-        cls, model_dir: Path, runtime_dir: Path, max_model_len: int, **validation: Any
+        cls,
+        model_dir: Path,
+        runtime_dir: Path,
+        max_model_len: int,
+        real_engine: Path | None = None,
+        **validation: Any,
     ) -> Iterator[ProxyStack]:
-        """Start the stack; stop it on exit. `validation` sets ValidationConfig fields."""
+        """Start the stack; stop it on exit. `validation` sets ValidationConfig fields.
+
+        With `real_engine` (a running engine's Unix socket) the proxy relays to it instead of
+        to the fake engine (whose `received` then stays empty).
+        """
         config = Config(
             server=ServerConfig(runtime_dir=str(runtime_dir), max_body_bytes=1024 * 1024),
             engine=EngineConfig(model=str(model_dir), served_model_name="tiny"),
@@ -95,7 +104,10 @@ class ProxyStack:
         async def main() -> None:
             runner = web.AppRunner(engine.app())
             await runner.setup()
-            await web.UnixSite(runner, str(ctx.paths.engine_socket)).start()
+            if real_engine is None:
+                await web.UnixSite(runner, str(ctx.paths.engine_socket)).start()
+            else:
+                ctx.paths.engine_socket.symlink_to(real_engine)
             server = _Server(uvicorn.Config(build_app(ctx), log_config=None, access_log=False))
             serving = asyncio.create_task(server.serve(sockets=[sock]))
             while not server.started:

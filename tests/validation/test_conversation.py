@@ -97,3 +97,10 @@ def test_name_is_kept_and_billing_header_dropped() -> None:
     conversation = build_conversation(messages, "string", STRING_TEMPLATE)
     assert conversation[0]["content"] == "be brief"
     assert conversation[1]["name"] == "ann"
+
+
+def test_empty_text_parts_add_no_separator_in_string_format() -> None:
+    """vLLM drops empty parsed parts before joining: ['', 'a'] renders as 'a', not '\\na'."""
+    parts = [{"type": "text", "text": ""}, {"type": "text", "text": "a"}]
+    (message,) = build_conversation([{"role": "user", "content": parts}], "string", STRING_TEMPLATE)
+    assert message["content"] == "a"
