@@ -13,6 +13,7 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -45,6 +46,21 @@ def tiny_model() -> Path:
     return TINY_MODEL
 
 
+def healthy(sock: Path) -> bool:
+    """Whether the engine on `sock` accepts connections and answers /health with 200."""
+    with socket.socket(socket.AF_UNIX) as probe:
+        try:
+            probe.connect(str(sock))
+        except OSError:
+            return False
+    transport = httpx.HTTPTransport(uds=str(sock))
+    with httpx.Client(transport=transport, base_url="http://engine", timeout=5) as client:
+        try:
+            return client.get("/health").status_code == 200
+        except httpx.TransportError:
+            return False
+
+
 @pytest.fixture(scope="session")
 def engine_socket() -> Iterator[Path]:
     """A real vLLM (CPU build) serving the tiny model on a Unix socket."""
@@ -64,17 +80,12 @@ def engine_socket() -> Iterator[Path]:
     process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 300
-        transport = httpx.HTTPTransport(uds=str(sock))
-        with httpx.Client(transport=transport, base_url="http://engine") as client:
-            while time.monotonic() < deadline and process.poll() is None:
-                try:
-                    if client.get("/health").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                time.sleep(1)
-            else:
-                pytest.fail(f"engine did not start; see {workdir / 'engine.log'}")
+        while time.monotonic() < deadline and process.poll() is None:
+            if healthy(sock):
+                break
+            time.sleep(1)
+        else:
+            pytest.fail(f"engine did not start; see {workdir / 'engine.log'}")
         yield sock
     finally:
         os.killpg(process.pid, signal.SIGTERM)
