@@ -26,6 +26,15 @@ from llmd.validation.fields import CompletionPrompt, Endpoint, Prompt, read_fiel
 
 log = structlog.get_logger("llmd.validation")
 
+# Engine arguments that change how vLLM renders or tokenizes prompts: with any of them the local
+# tokenizer would count differently, so llmd counts through the engine instead.
+ENGINE_RENDERING_ARGS = (
+    "--tokenizer",
+    "--tokenizer-mode",
+    "--chat-template",
+    "--chat-template-content-format",
+    "--default-chat-template-kwargs",
+)
 POLICY_HEADER = b"x-llmd-context-policy"
 CLAMPED_HEADER = b"x-llmd-max-tokens-clamped"
 
@@ -54,6 +63,7 @@ class Validator:
         self.engine = engine
         self.served_models = [config.engine.model_name]
         self.tokenizer_path = config.validation.tokenizer_path or config.engine.model
+        self.engine_args = config.engine.args
         self.local: LocalCounter | None = None
         self.remote = EngineCounter(session)
         self._warned_no_limit = False
@@ -62,6 +72,10 @@ class Validator:
         """Load the local tokenizer on a thread; on failure, count through the engine (logged)."""
         if self.config.tokenizer == "engine":
             log.info("tokenizer_engine", reason="validation.tokenizer = engine")
+            return
+        given = [a for a in self.engine_args if a.split("=")[0] in ENGINE_RENDERING_ARGS]
+        if given and not self.config.tokenizer_path:
+            log.warning("tokenizer_fallback_engine", reason="engine.args set " + ", ".join(given))
             return
         started = time.monotonic()
         try:
