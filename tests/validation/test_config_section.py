@@ -56,13 +56,15 @@ def test_bad_validation_values_name_the_key(tmp_path: Path, line: str, key: str)
         load_config(path)
 
 
-async def test_engine_rendering_args_make_llmd_count_through_the_engine() -> None:
+async def test_engine_rendering_args_make_llmd_count_through_the_engine(
+    tokenizer_dir: Path,
+) -> None:
     """With --chat-template (or --tokenizer...) in engine.args, no local tokenizer is loaded."""
     from llmd.config import Config, EngineConfig
     from llmd.supervisor.state import EngineState
     from llmd.validation.validator import Validator
 
-    engine = EngineConfig(model="/nonexistent", args=("--chat-template=/t.jinja",))
+    engine = EngineConfig(model=str(tokenizer_dir), args=("--chat-template=/t.jinja",))
     validator = Validator(Config(engine=engine), EngineState(), session=lambda: None)  # type: ignore[arg-type,return-value]
     await validator.load_tokenizer()
     assert validator.local is None
