@@ -76,6 +76,25 @@ class LoggingConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class ValidationConfig:
+    """Request validation: the context-length policy, output-token defaults, the tokenizer.
+
+    `context_policy`: what to do when prompt + max_tokens does not fit the context (`reject`: 400
+    `context_length_exceeded`; `clamp`: lower max_tokens to what fits). `default_max_tokens`:
+    written into requests that omit max_tokens (0: the engine's own default). `max_tokens_limit`:
+    the most output tokens one request may ask for (0: only the context limits it).
+    `tokenizer`: `auto` (local if it loads, else the engine's /tokenize) or `engine` (always ask).
+    `tokenizer_path`: where the local tokenizer is loaded from (default: `engine.model`).
+    """
+
+    context_policy: Literal["reject", "clamp"] = "reject"
+    default_max_tokens: int = 0
+    max_tokens_limit: int = 0
+    tokenizer: Literal["auto", "engine"] = "auto"
+    tokenizer_path: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class Config:
     """The whole configuration, as loaded from one TOML file."""
 
@@ -83,6 +102,7 @@ class Config:
     engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
     supervisor: SupervisorConfig = dataclasses.field(default_factory=SupervisorConfig)
     logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
+    validation: ValidationConfig = dataclasses.field(default_factory=ValidationConfig)
     source: str = ""
 
 

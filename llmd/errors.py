@@ -8,6 +8,7 @@
         ├── BodyTooLarge             413 body_too_large
         ├── ContextLengthExceeded    400 context_length_exceeded
         ├── NotFound                 404 not_found
+        ├── ModelNotFound            404, shaped as vLLM answers an unknown model
         ├── MethodNotAllowed         405 method_not_allowed
         ├── EngineUnavailable        503 engine_unavailable (+ Retry-After)
         ├── Draining                 503 draining (+ Retry-After)
@@ -44,7 +45,7 @@ class ApiError(LlmdError):
     """
 
     status = 500
-    code = "internal_error"
+    code: str | int = "internal_error"
     type = "server_error"
 
     def __init__(
@@ -103,6 +104,24 @@ class NotFound(ApiError):
     status = 404
     code = "not_found"
     type = "invalid_request_error"
+
+
+class ModelNotFound(ApiError):
+    """The request names a model the engine does not serve.
+
+    Shaped as vLLM 0.32 answers it (`_check_model`): type `NotFoundError`, `param` "model",
+    `code` 404 (a number, as vLLM sends it), so clients see the same error with or without llmd.
+    """
+
+    status = 404
+    code = 404
+    type = "NotFoundError"
+
+    def __init__(self, model: str, served: list[str]) -> None:
+        super().__init__(
+            f"The model `{model}` does not exist. Valid aliases: {', '.join(served)}.",
+            param="model",
+        )
 
 
 class MethodNotAllowed(ApiError):

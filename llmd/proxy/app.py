@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
@@ -24,6 +25,7 @@ from llmd.errors import (
 from llmd.proxy.context import ProxyContext
 from llmd.proxy.middleware import RequestIdMiddleware
 from llmd.proxy.relay import Relay
+from llmd.validation.validator import Validator
 
 log = structlog.get_logger("llmd.proxy")
 
@@ -36,6 +38,8 @@ def build_app(ctx: ProxyContext) -> Starlette:
 
     def session() -> aiohttp.ClientSession:
         return sessions[0]
+
+    validator = Validator(ctx.config, ctx.engine, session)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -54,7 +58,10 @@ def build_app(ctx: ProxyContext) -> Starlette:
             skip_auto_headers=("User-Agent",),
         ) as client:
             sessions.append(client)
+            loading = asyncio.create_task(validator.load_tokenizer(), name="tokenizer-load")
             yield
+            loading.cancel()
+            validator.close()
             sessions.clear()
 
     async def health(request: Request) -> Response:
@@ -75,9 +82,15 @@ def build_app(ctx: ProxyContext) -> Starlette:
 
     routes = [
         Route(
-            "/v1/chat/completions", Relay(ctx, session, "/v1/chat/completions"), methods=["POST"]
+            "/v1/chat/completions",
+            Relay(ctx, session, "/v1/chat/completions", validator=validator),
+            methods=["POST"],
         ),
-        Route("/v1/completions", Relay(ctx, session, "/v1/completions"), methods=["POST"]),
+        Route(
+            "/v1/completions",
+            Relay(ctx, session, "/v1/completions", validator=validator),
+            methods=["POST"],
+        ),
         Route("/v1/models", Relay(ctx, session, "/v1/models", method="GET"), methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/ready", ready, methods=["GET"]),

@@ -14,18 +14,21 @@ from collections.abc import Callable
 
 import aiohttp
 import structlog
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from llmd.errors import ApiError, Draining, EngineError, EngineUnavailable
 from llmd.proxy.body import ClientGone, parse_object, read_body
 from llmd.proxy.context import ProxyContext
 from llmd.proxy.inflight import Exchange
 from llmd.proxy.middleware import REQUEST_ID_KEY
+from llmd.validation.fields import Endpoint
+from llmd.validation.validator import Validator
 
 log = structlog.get_logger("llmd.proxy")
 
 _UPSTREAM_LOST = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 _SSE_BOUNDARY = b"\n\n"
+_ENDPOINTS = {"/v1/chat/completions": Endpoint.CHAT, "/v1/completions": Endpoint.COMPLETIONS}
 
 
 async def send_error(send: Send, error: ApiError) -> None:
@@ -45,11 +48,14 @@ class Relay:
         session: Callable[[], aiohttp.ClientSession],
         path: str,
         method: str = "POST",
+        validator: Validator | None = None,
     ) -> None:
         self.ctx = ctx
         self.session = session
         self.path = path
         self.method = method
+        self.validator = validator
+        self.endpoint = _ENDPOINTS.get(path)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request_id: str = scope[REQUEST_ID_KEY]
@@ -59,7 +65,14 @@ class Relay:
             stream = False
             if self.method == "POST":
                 body = await read_body(receive, self.ctx.config.server.max_body_bytes)
-                stream = bool(parse_object(body).get("stream"))
+                payload = parse_object(body)
+                stream = bool(payload.get("stream"))
+                if self.validator is not None and self.endpoint is not None:
+                    valid = await self.validator.check(
+                        self.endpoint, payload, body, scope["headers"]
+                    )
+                    body = valid.body
+                    send = _with_headers(send, valid.response_headers)
         except ClientGone:
             return
         except ApiError as error:
@@ -205,6 +218,19 @@ def _engine_status_error(status: int, body: bytes) -> ApiError:
             f"the engine is overloaded or not ready: {detail}", retry_after_s=1
         )
     return EngineError(f"the engine failed with HTTP {status}: {detail}")
+
+
+def _with_headers(send: Send, headers: list[tuple[bytes, bytes]]) -> Send:
+    """`send`, adding `headers` to the response start (validation's notes to the client)."""
+    if not headers:
+        return send
+
+    async def send_with_headers(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), *headers]}
+        await send(message)
+
+    return send_with_headers
 
 
 async def _wait_disconnect(receive: Receive) -> None:

@@ -1,0 +1,3 @@
+"""Request validation before a request costs anything: field types, the model name, exact prompt
+token counts and the context-length policy (reject or clamp), and output-token defaults.
+"""

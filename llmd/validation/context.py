@@ -1,0 +1,110 @@
+"""The context-length check: pure, over numbers. Does prompt + requested output fit?
+
+Each sequence of a request needs its prompt plus its output within the engine's
+`max_model_len`. With `n` > 1, vLLM 0.32 runs n sequences of the same prompt, each checked on its
+own (`get_max_tokens` per prompt), so `n` does not shrink the room for one sequence; with several
+completion prompts, the longest one decides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from llmd.config import ValidationConfig
+from llmd.errors import ContextLengthExceeded, InvalidRequest
+from llmd.validation.fields import Endpoint, OutputRequest
+
+Policy = Literal["reject", "clamp"]
+# vLLM's max_tokens when a completions request omits it (CompletionRequest.max_tokens default).
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class ContextDecision:
+    """What to change in the request: `max_tokens` to write into `field` (None: nothing), and
+    `clamped_from` (the client's own value, when llmd lowered it).
+    """
+
+    max_tokens: int | None = None
+    field: str = "max_tokens"
+    clamped_from: int | None = None
+
+
+def check_context(
+    endpoint: Endpoint,
+    prompt_tokens: list[int],
+    output: OutputRequest,
+    max_model_len: int,
+    config: ValidationConfig,
+    policy: Policy,
+    truncate_prompt_tokens: int | None = None,
+) -> ContextDecision:
+    """Decide the output budget of a request whose sequences have `prompt_tokens` each.
+
+    A prompt that leaves no room for one output token is always refused. Over the room (or
+    over `config.max_tokens_limit`), `reject` raises and `clamp` lowers max_tokens. An omitted
+    max_tokens gets `config.default_max_tokens`, fitted to the room.
+    Raises ContextLengthExceeded (the context) or InvalidRequest (the operator's limit).
+    """
+    prompt = _effective_prompt(max(prompt_tokens), max_model_len, truncate_prompt_tokens)
+    room = max_model_len - prompt
+    prompt_param = "messages" if endpoint is Endpoint.CHAT else "prompt"
+    if room < 1:
+        raise ContextLengthExceeded(
+            f"This model's maximum context length is {max_model_len} tokens. However, your "
+            f"prompt is {prompt} tokens, which leaves no room for output. Reduce the prompt "
+            f"to at most {max_model_len - 1} tokens.",
+            param=prompt_param,
+        )
+    ceiling = min(room, config.max_tokens_limit) if config.max_tokens_limit else room
+    requested = output.max_tokens
+    if requested is None:
+        return _default(endpoint, output.field, ceiling, config)
+    if requested <= ceiling:
+        return ContextDecision()
+    if policy == "clamp":
+        return ContextDecision(max_tokens=ceiling, field=output.field, clamped_from=requested)
+    if requested > room:
+        raise ContextLengthExceeded(
+            f"This model's maximum context length is {max_model_len} tokens. However, you "
+            f"requested {prompt + requested} tokens ({prompt} in the prompt, {requested} for "
+            f"the output). Set {output.field} to at most {ceiling}, or shorten the prompt.",
+            param=output.field,
+        )
+    raise InvalidRequest(
+        f"{output.field}={requested} is over this server's limit of "
+        f"{config.max_tokens_limit} output tokens; set {output.field} to at most {ceiling}.",
+        param=output.field,
+    )
+
+
+def _effective_prompt(prompt: int, max_model_len: int, truncate: int | None) -> int:
+    """The prompt length after vLLM's `truncate_prompt_tokens` (-1: the context less one)."""
+    if truncate is None:
+        return prompt
+    if truncate > max_model_len:
+        raise InvalidRequest(
+            f"truncate_prompt_tokens={truncate} cannot be greater than max_model_len "
+            f"= {max_model_len}. Please request a smaller truncation size.",
+            param="truncate_prompt_tokens",
+        )
+    return min(prompt, max_model_len - 1 if truncate == -1 else truncate)
+
+
+def _default(
+    endpoint: Endpoint, field: str, ceiling: int, config: ValidationConfig
+) -> ContextDecision:
+    """max_tokens for a request that omits it: the configured default, fitted to `ceiling`.
+
+    Without a configured default the engine's own applies (vLLM 0.32: the rest of the context
+    for chat, 16 for completions); llmd writes a value only when that would not fit.
+    """
+    if config.default_max_tokens:
+        return ContextDecision(max_tokens=min(config.default_max_tokens, ceiling), field=field)
+    engine_default = COMPLETIONS_DEFAULT_MAX_TOKENS if endpoint is Endpoint.COMPLETIONS else None
+    if engine_default is None and config.max_tokens_limit:
+        return ContextDecision(max_tokens=ceiling, field=field)
+    if engine_default is not None and engine_default > ceiling:
+        return ContextDecision(max_tokens=ceiling, field=field)
+    return ContextDecision()

@@ -1,0 +1,237 @@
+"""Prompt token counts, as the engine will count them: locally, or by asking the engine.
+
+`LocalCounter` loads the model's tokenizer with transformers (what vLLM 0.32 itself uses for
+Hugging Face models: `AutoTokenizer.from_pretrained`, `apply_chat_template(tokenize=False)`, then
+the tokenizer on the text) and counts on one worker thread, off the event loop. `EngineCounter`
+asks the engine's `POST /tokenize`: exact by construction, one round trip per request. It counts
+what the local one cannot render (tools, request templates, images) and stands in when no local
+tokenizer loads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from llmd.errors import ApiError, EngineError, EngineUnavailable, InvalidRequest
+from llmd.validation.conversation import (
+    ContentFormat,
+    build_conversation,
+    detect_content_format,
+    parse_template,
+)
+from llmd.validation.fields import ChatPrompt, CompletionPrompt, Prompt
+
+# apply_chat_template's own parameters: taken from the request's fields (or meaningless with
+# tokenize=False), never from its chat_template_kwargs.
+_HF_PARAMS = frozenset(
+    {
+        "conversation", "tools", "documents", "chat_template", "add_generation_prompt",
+        "continue_final_message", "tokenize", "padding", "truncation", "max_length",
+        "return_tensors", "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs",
+    }
+)  # fmt: skip
+
+
+class TokenizerUnavailable(Exception):
+    """No local tokenizer could be loaded from the given path."""
+
+
+class LocalCounter:
+    """A model's tokenizer, loaded locally; counting runs on one dedicated thread.
+
+    One thread, because Hugging Face fast tokenizers are not safe to share across threads
+    (vLLM wraps them in a pool for the same reason) and because on a small machine counting
+    should not take more than one core from the engine.
+    """
+
+    def __init__(self, tokenizer: Any, template: str | None, max_token_id: int) -> None:
+        self._tokenizer = tokenizer
+        self._template = template
+        self._format: ContentFormat = (
+            detect_content_format(parse_template(template)) if template else "string"
+        )
+        self.max_token_id = max_token_id
+        self.max_chars_per_token = max(len(t) for t in tokenizer.get_vocab())
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, "llmd-tokenizer")
+
+    @classmethod
+    def load(cls, path: str) -> LocalCounter:
+        """Load the tokenizer in directory `path` (or a cached hub name, offline only).
+
+        Blocking (imports transformers: seconds); call it from a thread.
+        Raises TokenizerUnavailable with the reason.
+        """
+        try:
+            from transformers import AutoTokenizer
+        except ImportError as exc:
+            raise TokenizerUnavailable(f"transformers is not installed: {exc}") from exc
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        except (OSError, ValueError, KeyError) as exc:
+            raise TokenizerUnavailable(f"cannot load a tokenizer from {path}: {exc}") from exc
+        if not hasattr(tokenizer, "apply_chat_template"):
+            raise TokenizerUnavailable(f"{type(tokenizer).__name__} has no chat template support")
+        template: str | None
+        try:
+            template = tokenizer.get_chat_template()
+        except ValueError:
+            template = None  # completions still count locally; chat asks the engine
+        if template is not None and _has_processor_files(path):
+            template = None  # vLLM prefers a processor's chat template: let the engine render
+        vocab_size = _config_vocab_size(path)
+        max_token_id = max(max(tokenizer.get_vocab().values()), vocab_size - 1)
+        return cls(tokenizer, template, max_token_id)
+
+    @property
+    def has_template(self) -> bool:
+        """Whether chat prompts can be rendered here (the tokenizer has a chat template)."""
+        return self._template is not None
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def can_count(self, prompt: Prompt) -> bool:
+        """Whether this counter renders `prompt` exactly as the engine does."""
+        if isinstance(prompt, CompletionPrompt):
+            return True
+        return prompt.local and self._template is not None
+
+    async def count(self, prompt: Prompt, limit: int | None = None) -> list[int]:
+        """Prompt tokens per sequence (one per completion prompt), on the tokenizer thread.
+
+        A text longer than `limit` tokens could possibly be is not tokenized: it counts as
+        `limit + 1` (vLLM 0.32 refuses it the same way, `TokenizeParams._text_len_check`).
+        """
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self.count_now, prompt, limit)
+
+    def count_now(self, prompt: Prompt, limit: int | None = None) -> list[int]:
+        """Prompt tokens per sequence, on the calling thread (blocking); see `count`."""
+        if isinstance(prompt, CompletionPrompt):
+            return [
+                len(p) if isinstance(p, list) else self._encode(p, prompt.add_special_tokens, limit)
+                for p in prompt.prompts
+            ]
+        return [self._encode(self.render(prompt), prompt.add_special_tokens, limit)]
+
+    def render(self, prompt: ChatPrompt) -> str:
+        """The chat template applied to `prompt`, as text (vLLM 0.32 `safe_apply_chat_template`)."""
+        assert self._template is not None
+        conversation = build_conversation(prompt.messages, self._format, self._template)
+        extra = {k: v for k, v in prompt.template_kwargs.items() if k not in _HF_PARAMS}
+        try:
+            text: str = self._tokenizer.apply_chat_template(
+                conversation,
+                chat_template=self._template,
+                tokenize=False,
+                add_generation_prompt=prompt.add_generation_prompt,
+                continue_final_message=prompt.continue_final_message,
+                **extra,
+            )
+        except Exception as exc:  # the template rejects the input: vLLM answers 400 too
+            raise InvalidRequest(f"the chat template rejected the messages: {exc}") from exc
+        return text
+
+    def _encode(self, text: str, add_special_tokens: bool, limit: int | None) -> int:
+        if limit is not None and len(text) > limit * self.max_chars_per_token:
+            return limit + 1  # every token is at most max_chars_per_token characters long
+        ids = self._tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"]
+        return len(ids)
+
+
+class EngineCounter:
+    """Counts through the engine's `POST /tokenize` (vLLM 0.32; counts but does not check
+    the context length). `session` gives the proxy's shared client on the engine's socket.
+    """
+
+    def __init__(self, session: Callable[[], aiohttp.ClientSession]) -> None:
+        self._session = session
+
+    async def count(self, prompt: Prompt, model: str | None) -> list[int]:
+        if isinstance(prompt, CompletionPrompt):
+            counts = []
+            for p in prompt.prompts:
+                if isinstance(p, list):
+                    counts.append(len(p))
+                else:
+                    body = {"prompt": p, "add_special_tokens": prompt.add_special_tokens}
+                    counts.append(await self._tokenize(body, model))
+            return counts
+        return [await self._tokenize(_chat_tokenize_body(prompt), model)]
+
+    async def _tokenize(self, body: dict[str, Any], model: str | None) -> int:
+        if model is not None:
+            body["model"] = model
+        try:
+            async with self._session().post(
+                "http://engine/tokenize",
+                data=json.dumps(body),
+                timeout=_TOKENIZE_TIMEOUT,
+                headers={"content-type": "application/json"},
+            ) as response:
+                payload = await response.read()
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise EngineUnavailable(
+                f"cannot count prompt tokens: the engine's /tokenize failed: {exc!r}",
+                retry_after_s=1,
+            ) from exc
+        return _tokenize_count(status, payload)
+
+
+_TOKENIZE_TIMEOUT = aiohttp.ClientTimeout(total=30)
+
+
+def _chat_tokenize_body(prompt: ChatPrompt) -> dict[str, Any]:
+    return {
+        "messages": prompt.messages,
+        "add_generation_prompt": prompt.add_generation_prompt,
+        "continue_final_message": prompt.continue_final_message,
+        "add_special_tokens": prompt.add_special_tokens,
+        "chat_template_kwargs": prompt.template_kwargs or None,
+        **prompt.engine_extras,
+    }
+
+
+def _tokenize_count(status: int, payload: bytes) -> int:
+    """The `count` of a /tokenize answer; a 4xx becomes the client's 400 with vLLM's message."""
+    try:
+        answer = json.loads(payload)
+    except ValueError:
+        answer = None
+    if status == 200 and isinstance(answer, dict) and isinstance(answer.get("count"), int):
+        count: int = answer["count"]
+        return count
+    message = payload.decode(errors="replace")[:300]
+    if isinstance(answer, dict) and isinstance(answer.get("error"), dict):
+        message = str(answer["error"].get("message", message))
+    error: ApiError
+    if 400 <= status < 500:
+        error = InvalidRequest(message)
+    else:
+        error = EngineError(f"the engine's /tokenize failed with HTTP {status}: {message}")
+    raise error
+
+
+def _has_processor_files(path: str) -> bool:
+    root = Path(path)
+    return any(
+        (root / name).exists() for name in ("processor_config.json", "preprocessor_config.json")
+    )
+
+
+def _config_vocab_size(path: str) -> int:
+    """The model's `vocab_size` from config.json (vLLM accepts ids below it), or 0."""
+    try:
+        config = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return 0
+    size = config.get("vocab_size") or config.get("text_config", {}).get("vocab_size")
+    return size if isinstance(size, int) else 0

@@ -1,0 +1,155 @@
+"""The validation step of the proxy: one parsed body in, the body to relay (or an error) out.
+
+Order: the fields llmd reads (400 `invalid_request`) → the model name (404) → prompt tokens,
+counted as the engine will → the context check (400 `context_length_exceeded`, or a clamp).
+The body is re-serialised only when llmd changed it (a clamp or a default max_tokens).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import structlog
+
+from llmd.config import Config
+from llmd.errors import InvalidRequest, ModelNotFound
+from llmd.supervisor.state import EngineState
+from llmd.validation.context import ContextDecision, Policy, check_context
+from llmd.validation.counter import EngineCounter, LocalCounter, TokenizerUnavailable
+from llmd.validation.fields import CompletionPrompt, Endpoint, Prompt, read_fields
+
+log = structlog.get_logger("llmd.validation")
+
+# Engine arguments that change how vLLM renders or tokenizes prompts: with any of them the local
+# tokenizer would count differently, so llmd counts through the engine instead.
+ENGINE_RENDERING_ARGS = (
+    "--tokenizer",
+    "--tokenizer-mode",
+    "--chat-template",
+    "--chat-template-content-format",
+    "--default-chat-template-kwargs",
+)
+POLICY_HEADER = b"x-llmd-context-policy"
+CLAMPED_HEADER = b"x-llmd-max-tokens-clamped"
+
+
+@dataclasses.dataclass(frozen=True)
+class Validated:
+    """A request that may go to the engine: `body` (the client's bytes unless llmd changed
+    them), `prompt_tokens` (longest sequence; None when not counted), the effective
+    `max_tokens` (None: the engine's default), `n`, and headers for the client's response.
+    """
+
+    body: bytes
+    prompt_tokens: int | None
+    max_tokens: int | None
+    n: int
+    response_headers: list[tuple[bytes, bytes]]
+
+
+class Validator:
+    """Validates generation requests for one engine; owns the prompt token counters."""
+
+    def __init__(
+        self, config: Config, engine: EngineState, session: Callable[[], aiohttp.ClientSession]
+    ) -> None:
+        self.config = config.validation
+        self.engine = engine
+        self.served_models = [config.engine.model_name]
+        self.tokenizer_path = config.validation.tokenizer_path or config.engine.model
+        self.engine_args = config.engine.args
+        self.local: LocalCounter | None = None
+        self.remote = EngineCounter(session)
+        self._warned_no_limit = False
+
+    async def load_tokenizer(self) -> None:
+        """Load the local tokenizer on a thread; on failure, count through the engine (logged)."""
+        if self.config.tokenizer == "engine":
+            log.info("tokenizer_engine", reason="validation.tokenizer = engine")
+            return
+        given = [a for a in self.engine_args if a.split("=")[0] in ENGINE_RENDERING_ARGS]
+        if given and not self.config.tokenizer_path:
+            log.warning("tokenizer_fallback_engine", reason="engine.args set " + ", ".join(given))
+            return
+        started = time.monotonic()
+        try:
+            self.local = await asyncio.to_thread(LocalCounter.load, self.tokenizer_path)
+        except TokenizerUnavailable as exc:
+            log.warning("tokenizer_fallback_engine", path=self.tokenizer_path, reason=str(exc))
+            return
+        log.info(
+            "tokenizer_loaded",
+            path=self.tokenizer_path,
+            seconds=round(time.monotonic() - started, 2),
+            chat_template=self.local.has_template,
+        )
+
+    def close(self) -> None:
+        if self.local is not None:
+            self.local.close()
+
+    async def check(
+        self, endpoint: Endpoint, body: dict[str, Any], raw: bytes, headers: list[Any]
+    ) -> Validated:
+        """Validate parsed `body` (bytes `raw`) sent with ASGI `headers`. Raises ApiError."""
+        policy = _policy(headers, self.config.context_policy)
+        fields = read_fields(endpoint, body)
+        if fields.model is not None and fields.model not in self.served_models:
+            raise ModelNotFound(fields.model, self.served_models)
+        max_model_len = self.engine.max_model_len
+        self._check_token_ids(fields.prompt)
+        counts = await self._count(fields.prompt, fields.model, max_model_len)
+        if max_model_len is None:
+            if not self._warned_no_limit:
+                log.warning("context_check_skipped", reason="max_model_len unknown")
+                self._warned_no_limit = True
+            decision = ContextDecision()
+        else:
+            decision = check_context(
+                endpoint, counts, fields.output, max_model_len, self.config, policy,
+                fields.truncate_prompt_tokens,
+            )  # fmt: skip
+        response_headers: list[tuple[bytes, bytes]] = []
+        max_tokens = fields.output.max_tokens
+        if decision.max_tokens is not None:
+            body[decision.field] = max_tokens = decision.max_tokens
+            raw = json.dumps(body, separators=(",", ":")).encode()
+        if decision.clamped_from is not None:
+            response_headers.append(
+                (CLAMPED_HEADER, f"{decision.clamped_from}->{decision.max_tokens}".encode())
+            )
+        return Validated(raw, max(counts), max_tokens, fields.output.n, response_headers)
+
+    async def _count(self, prompt: Prompt, model: str | None, limit: int | None) -> list[int]:
+        local = self.local
+        if local is not None and local.can_count(prompt):
+            return await local.count(prompt, limit)
+        return await self.remote.count(prompt, model)
+
+    def _check_token_ids(self, prompt: Prompt) -> None:
+        """Token ids past the vocabulary: 400, as vLLM 0.32 answers (`renderers/base.py`)."""
+        if self.local is None or not isinstance(prompt, CompletionPrompt):
+            return
+        for p in prompt.prompts:
+            if isinstance(p, list) and max(p) > self.local.max_token_id:
+                raise InvalidRequest(f"Token id {max(p)} is out of vocabulary", param="prompt")
+
+
+def _policy(headers: list[Any], default: Policy) -> Policy:
+    """The context policy: the request's `x-llmd-context-policy` header, else the config's."""
+    for name, value in headers:
+        if name == POLICY_HEADER:
+            if value == b"reject":
+                return "reject"
+            if value == b"clamp":
+                return "clamp"
+            raise InvalidRequest(
+                f"header x-llmd-context-policy must be 'reject' or 'clamp', got {value!r}"
+            )
+    return default

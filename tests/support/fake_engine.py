@@ -1,0 +1,141 @@
+"""A fake engine you can observe, and llmd's proxy in front of it, both on real sockets.
+
+`ProxyStack` runs, on a thread with its own event loop: an aiohttp app on a Unix socket that
+answers the generation routes and records every body it receives, and llmd's proxy app under
+uvicorn on a free TCP port. Tests talk to it with any HTTP client (streaming works).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from aiohttp import web
+
+from llmd.config import Config, EngineConfig, ServerConfig, ValidationConfig
+from llmd.proxy.app import build_app
+from llmd.proxy.context import ProxyContext
+from llmd.runtime import RuntimePaths
+from llmd.supervisor.state import EnginePhase, EngineState
+
+
+@dataclasses.dataclass
+class FakeEngine:
+    """What the fake engine saw: (path, parsed body) for each generation request."""
+
+    received: list[tuple[str, Any]] = dataclasses.field(default_factory=list)
+
+    def app(self) -> web.Application:
+        async def generate(request: web.Request) -> web.Response:
+            body = await request.json()
+            self.received.append((request.path, body))
+            if body.get("stream"):
+                response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+                await response.prepare(request)
+                await response.write(b'data: {"choices": []}\n\ndata: [DONE]\n\n')
+                await response.write_eof()
+                return response
+            return web.json_response({"object": "fake", "choices": [], "echo": body})
+
+        async def tokenize(request: web.Request) -> web.Response:
+            body = await request.json()
+            return web.json_response({"count": len(json.dumps(body)), "max_model_len": 0})
+
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", generate)
+        app.router.add_post("/v1/completions", generate)
+        app.router.add_post("/tokenize", tokenize)
+        return app
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+@dataclasses.dataclass
+class ProxyStack:
+    """llmd's proxy in front of a FakeEngine; `engine_state` and `config` are live objects."""
+
+    base_url: str
+    engine: FakeEngine
+    engine_state: EngineState
+    ctx: ProxyContext
+
+    @classmethod
+    @contextlib.contextmanager
+    def run(
+        cls,
+        model_dir: Path,
+        runtime_dir: Path,
+        max_model_len: int,
+        real_engine: Path | None = None,
+        **validation: Any,
+    ) -> Iterator[ProxyStack]:
+        """Start the stack; stop it on exit. `validation` sets ValidationConfig fields.
+
+        With `real_engine` (a running engine's Unix socket) the proxy relays to it instead of
+        to the fake engine (whose `received` then stays empty).
+        """
+        config = Config(
+            server=ServerConfig(runtime_dir=str(runtime_dir), max_body_bytes=1024 * 1024),
+            engine=EngineConfig(model=str(model_dir), served_model_name="tiny"),
+            validation=ValidationConfig(**validation),
+        )
+        state = EngineState(phase=EnginePhase.SERVING, max_model_len=max_model_len)
+        ctx = ProxyContext(config=config, paths=RuntimePaths(runtime_dir), engine=state)
+        engine = FakeEngine()
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        ready = threading.Event()
+        stop: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+        errors: list[BaseException] = []
+
+        async def main() -> None:
+            runner = web.AppRunner(engine.app())
+            await runner.setup()
+            if real_engine is None:
+                await web.UnixSite(runner, str(ctx.paths.engine_socket)).start()
+            else:
+                ctx.paths.engine_socket.symlink_to(real_engine)
+            server = _Server(uvicorn.Config(build_app(ctx), log_config=None, access_log=False))
+            serving = asyncio.create_task(server.serve(sockets=[sock]))
+            while not server.started:
+                await asyncio.sleep(0.01)
+            loading = [t for t in asyncio.all_tasks() if t.get_name() == "tokenizer-load"]
+            await asyncio.gather(*loading)
+            stop.append((asyncio.get_running_loop(), asyncio.Event()))
+            ready.set()
+            await stop[0][1].wait()
+            server.should_exit = True
+            await serving
+            await runner.cleanup()
+
+        def thread_main() -> None:
+            try:
+                asyncio.run(main())
+            except BaseException as exc:  # surfaced to the test below
+                errors.append(exc)
+                ready.set()
+
+        thread = threading.Thread(target=thread_main, name="proxy-stack", daemon=True)
+        thread.start()
+        ready.wait(60)
+        if errors:
+            raise errors[0]
+        loop, stopping = stop[0]
+        try:
+            yield cls(f"http://127.0.0.1:{port}", engine, state, ctx)
+        finally:
+            loop.call_soon_threadsafe(stopping.set)
+            thread.join(10)

@@ -1,0 +1,111 @@
+"""The pure context check: reject or clamp, the prompt-alone rule, output defaults."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmd.config import ValidationConfig
+from llmd.errors import ContextLengthExceeded, InvalidRequest
+from llmd.validation.context import check_context
+from llmd.validation.fields import Endpoint, OutputRequest
+
+CHAT, COMPLETIONS = Endpoint.CHAT, Endpoint.COMPLETIONS
+DEFAULTS = ValidationConfig()
+
+
+def out(max_tokens: int | None, field: str = "max_tokens", n: int = 1) -> OutputRequest:
+    return OutputRequest(max_tokens=max_tokens, field=field, n=n)
+
+
+def test_exact_fit_passes_unchanged() -> None:
+    """prompt + max_tokens == max_model_len fits and changes nothing."""
+    decision = check_context(CHAT, [1000], out(24), 1024, DEFAULTS, "reject")
+    assert decision.max_tokens is None and decision.clamped_from is None
+
+
+def test_one_token_over_is_rejected_with_the_numbers() -> None:
+    """One token over: 400 context_length_exceeded giving prompt, request, limit and what fits."""
+    with pytest.raises(ContextLengthExceeded) as caught:
+        check_context(CHAT, [1000], out(25), 1024, DEFAULTS, "reject")
+    error = caught.value
+    assert (error.status, error.code, error.param) == (400, "context_length_exceeded", "max_tokens")
+    for number in ("1024", "1000", "25", "1025", "at most 24"):
+        assert number in error.message
+
+
+def test_clamp_lowers_max_tokens_and_remembers_the_original() -> None:
+    """Under `clamp` the request is fitted: max_tokens lowered to the room left."""
+    decision = check_context(CHAT, [1000], out(500), 1024, DEFAULTS, "clamp")
+    assert (decision.max_tokens, decision.clamped_from, decision.field) == (24, 500, "max_tokens")
+
+
+def test_clamp_keeps_the_field_the_client_used() -> None:
+    """A clamp of max_completion_tokens writes max_completion_tokens."""
+    decision = check_context(
+        CHAT, [10], out(2000, "max_completion_tokens"), 1024, DEFAULTS, "clamp"
+    )
+    assert (decision.field, decision.max_tokens) == ("max_completion_tokens", 1014)
+
+
+@pytest.mark.parametrize("policy", ["reject", "clamp"])
+@pytest.mark.parametrize("prompt", [1024, 1025, 5000])
+def test_prompt_too_long_on_its_own_is_always_400(policy: str, prompt: int) -> None:
+    """A prompt that leaves no room for one output token is refused under either policy."""
+    with pytest.raises(ContextLengthExceeded) as caught:
+        check_context(COMPLETIONS, [prompt], out(None), 1024, DEFAULTS, policy)  # type: ignore[arg-type]
+    assert caught.value.param == "prompt"
+    assert "1023" in caught.value.message
+
+
+def test_longest_prompt_decides_for_several_prompts() -> None:
+    """With several completion prompts, each is its own sequence: the longest must fit."""
+    check_context(COMPLETIONS, [10, 1000], out(24), 1024, DEFAULTS, "reject")
+    with pytest.raises(ContextLengthExceeded):
+        check_context(COMPLETIONS, [10, 1001], out(24), 1024, DEFAULTS, "reject")
+
+
+def test_n_does_not_shrink_the_room() -> None:
+    """n sequences of one prompt are each checked alone (vLLM 0.32), so n does not matter."""
+    check_context(CHAT, [1000], out(24, n=8), 1024, DEFAULTS, "reject")
+
+
+def test_omitted_max_tokens_gets_the_configured_default_fitted() -> None:
+    """An omitted max_tokens gets default_max_tokens, lowered to the room when needed."""
+    config = ValidationConfig(default_max_tokens=256)
+    assert check_context(CHAT, [10], out(None), 1024, config, "reject").max_tokens == 256
+    assert check_context(CHAT, [900], out(None), 1024, config, "reject").max_tokens == 124
+
+
+def test_omitted_max_tokens_without_default_is_left_to_the_engine() -> None:
+    """Without a default, chat leaves max_tokens out (vLLM uses the rest of the context)."""
+    assert check_context(CHAT, [10], out(None), 1024, DEFAULTS, "reject").max_tokens is None
+
+
+def test_completions_engine_default_that_does_not_fit_is_fitted() -> None:
+    """Completions default to 16 tokens in vLLM; when 16 do not fit llmd writes what does."""
+    assert (
+        check_context(COMPLETIONS, [1000], out(None), 1024, DEFAULTS, "reject").max_tokens is None
+    )
+    assert check_context(COMPLETIONS, [1020], out(None), 1024, DEFAULTS, "reject").max_tokens == 4
+
+
+def test_max_tokens_limit_caps_requests() -> None:
+    """Over max_tokens_limit: 400 invalid_request under reject, lowered under clamp."""
+    config = ValidationConfig(max_tokens_limit=100)
+    with pytest.raises(InvalidRequest) as caught:
+        check_context(CHAT, [10], out(500), 1024, config, "reject")
+    assert caught.value.code == "invalid_request" and "100" in caught.value.message
+    assert check_context(CHAT, [10], out(500), 1024, config, "clamp").max_tokens == 100
+    assert check_context(CHAT, [10], out(None), 1024, config, "reject").max_tokens == 100
+
+
+def test_truncate_prompt_tokens_counts_the_truncated_prompt() -> None:
+    """truncate_prompt_tokens shortens the prompt first, as vLLM does (-1: context less one)."""
+    check_context(
+        COMPLETIONS, [5000], out(24), 1024, DEFAULTS, "reject", truncate_prompt_tokens=1000
+    )
+    check_context(COMPLETIONS, [5000], out(1), 1024, DEFAULTS, "reject", truncate_prompt_tokens=-1)
+    with pytest.raises(InvalidRequest):
+        check_context(
+            COMPLETIONS, [5], out(1), 1024, DEFAULTS, "reject", truncate_prompt_tokens=2000
+        )

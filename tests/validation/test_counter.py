@@ -1,0 +1,171 @@
+"""Prompt token counts: locally with the model's tokenizer, or through the engine's /tokenize."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from llmd.errors import InvalidRequest
+from llmd.validation.counter import EngineCounter, LocalCounter, TokenizerUnavailable
+from llmd.validation.fields import Endpoint, Prompt, read_fields
+
+
+def chat(messages: list[dict[str, Any]], **extra: Any) -> Prompt:
+    return read_fields(Endpoint.CHAT, {"messages": messages, **extra}).prompt
+
+
+def completion(prompt: Any, **extra: Any) -> Prompt:
+    return read_fields(Endpoint.COMPLETIONS, {"prompt": prompt, **extra}).prompt
+
+
+def test_chat_count_is_the_rendered_template_tokenized(counter: LocalCounter) -> None:
+    """Chat: the template's text (BOS included by it) tokenized without adding special tokens."""
+    tokenizer = counter._tokenizer
+    text = "<s><|user|>\nhello 😀 你好</s>\n<|assistant|>\n"
+    expected = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    assert counter.count_now(chat([{"role": "user", "content": "hello 😀 你好"}])) == [expected]
+
+
+def test_chat_add_special_tokens_adds_bos(counter: LocalCounter) -> None:
+    """add_special_tokens=true on chat adds the tokenizer's own BOS on top of the template's."""
+    messages = [{"role": "user", "content": "hi"}]
+    plain = counter.count_now(chat(messages))[0]
+    assert counter.count_now(chat(messages, add_special_tokens=True)) == [plain + 1]
+
+
+def test_generation_prompt_is_counted(counter: LocalCounter) -> None:
+    """add_generation_prompt=false leaves the assistant header out of the count."""
+    messages = [{"role": "user", "content": "hi"}]
+    with_prompt = counter.count_now(chat(messages))[0]
+    assert counter.count_now(chat(messages, add_generation_prompt=False))[0] < with_prompt
+
+
+def test_completions_count_each_prompt_with_bos(counter: LocalCounter) -> None:
+    """Completions: one count per prompt, BOS added by default; token ids count as given."""
+    tokenizer = counter._tokenizer
+    a = len(tokenizer("fox", add_special_tokens=True)["input_ids"])
+    assert counter.count_now(completion(["fox", "fox"])) == [a, a]
+    assert counter.count_now(completion("fox", add_special_tokens=False)) == [a - 1]
+    assert counter.count_now(completion([[5, 6, 7], [8]])) == [3, 1]
+
+
+def test_overlong_text_is_not_tokenized(counter: LocalCounter) -> None:
+    """Text longer than `limit` tokens could be counts as limit+1 without tokenizing it."""
+    text = "x" * (counter.max_chars_per_token * 100 + 1)
+    assert counter.count_now(completion(text), limit=100) == [101]
+
+
+def test_openai_format_template_sees_parts(parts_tokenizer_dir: Path) -> None:
+    """A part-looping template renders each text part on its own."""
+    counter = LocalCounter.load(str(parts_tokenizer_dir))
+    prompt = chat(
+        [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+            }
+        ]
+    )
+    assert counter.render(prompt) == "<s><|user|>\n[a][b]</s>\n<|assistant|>\n"  # type: ignore[arg-type]
+
+
+def test_template_errors_are_400(counter: LocalCounter) -> None:
+    """A template that raises on the input is the client's error, as in vLLM."""
+    failing = LocalCounter(counter._tokenizer, "{{ raise_exception('no system role') }}", 10)
+    with pytest.raises(InvalidRequest, match="no system role"):
+        failing.count_now(chat([{"role": "system", "content": "x"}]))
+
+
+def test_no_tokenizer_is_reported(tmp_path: Path) -> None:
+    """A directory without a tokenizer raises TokenizerUnavailable (llmd falls back)."""
+    with pytest.raises(TokenizerUnavailable):
+        LocalCounter.load(str(tmp_path))
+
+
+async def test_counting_runs_off_the_event_loop(
+    counter: LocalCounter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """count() runs the tokenizer on its own thread, not the loop's."""
+    seen: list[str] = []
+    original = counter._encode
+
+    def spy(*args: Any) -> int:
+        seen.append(threading.current_thread().name)
+        return original(*args)
+
+    monkeypatch.setattr(counter, "_encode", spy)
+    await counter.count(completion("fox"))
+    assert seen and all(name.startswith("llmd-tokenizer") for name in seen)
+
+
+@pytest.fixture
+async def tokenize_engine(tmp_path: Path) -> AsyncIterator[tuple[aiohttp.ClientSession, list[Any]]]:
+    """A fake engine whose /tokenize counts characters, on a Unix socket; records bodies."""
+    bodies: list[Any] = []
+
+    async def tokenize(request: web.Request) -> web.Response:
+        body = await request.json()
+        bodies.append(body)
+        if "messages" in body and body["messages"][0].get("role") == "bad":
+            return web.json_response({"error": {"message": "bad role", "code": 400}}, status=400)
+        text = body.get("prompt") or json.dumps(body["messages"])
+        return web.json_response({"count": len(text), "max_model_len": 1024, "tokens": []})
+
+    app = web.Application()
+    app.router.add_post("/tokenize", tokenize)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    socket = str(tmp_path / "e.sock")
+    await web.UnixSite(runner, socket).start()
+    session = aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=socket))
+    yield session, bodies
+    await session.close()
+    await runner.cleanup()
+
+
+async def test_engine_counter_asks_tokenize(tokenize_engine: Any) -> None:
+    """The engine counter sends each text prompt to /tokenize; token ids are counted locally."""
+    session, bodies = tokenize_engine
+    engine = EngineCounter(lambda: session)
+    assert await engine.count(completion(["abc", "de"]), "tiny") == [3, 2]
+    assert await engine.count(completion([1, 2, 3]), None) == [3]
+    assert bodies == [
+        {"prompt": "abc", "add_special_tokens": True, "model": "tiny"},
+        {"prompt": "de", "add_special_tokens": True, "model": "tiny"},
+    ]
+
+
+async def test_engine_counter_sends_chat_fields_and_tools(tokenize_engine: Any) -> None:
+    """Chat requests go to /tokenize with the fields that change the rendering."""
+    session, bodies = tokenize_engine
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    await EngineCounter(lambda: session).count(
+        chat([{"role": "user", "content": "x"}], tools=tools), None
+    )
+    assert bodies[0]["tools"] == tools
+    assert bodies[0]["add_generation_prompt"] is True
+
+
+async def test_engine_counter_relays_engine_400(tokenize_engine: Any) -> None:
+    """An engine 400 on /tokenize becomes the client's 400 with the engine's message."""
+    session, _ = tokenize_engine
+    with pytest.raises(InvalidRequest, match="bad role"):
+        await EngineCounter(lambda: session).count(chat([{"role": "bad", "content": "x"}]), None)
+
+
+async def test_engine_counter_unreachable_is_503(tmp_path: Path) -> None:
+    """No engine on the socket: 503 engine_unavailable (retry), never a 500."""
+    connector = aiohttp.UnixConnector(path=str(tmp_path / "missing.sock"))
+    async with aiohttp.ClientSession(connector=connector) as session:
+        with pytest.raises(Exception) as caught:
+            await EngineCounter(lambda: session).count(completion("abc"), None)
+    assert getattr(caught.value, "status", None) == 503
+    await asyncio.sleep(0)
