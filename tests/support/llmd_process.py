@@ -1,0 +1,105 @@
+"""Run a real `llmd serve` process for tests: real sockets, a real engine child, real signals."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def short_tmpdir(prefix: str) -> Path:
+    """A fresh directory under /tmp: Unix socket paths must stay under 108 bytes."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+
+
+@dataclasses.dataclass
+class LlmdProcess:
+    """One `llmd serve` child. `log_path` collects its stderr (JSON lines)."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    runtime_dir: Path
+    log_path: Path
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def engine_socket(self) -> Path:
+        return self.runtime_dir / "engine.sock"
+
+    @classmethod
+    def start(cls, config_text: str, workdir: Path | None = None) -> LlmdProcess:
+        """Write `config_text` to a file and start `llmd serve` on a free port."""
+        workdir = workdir or short_tmpdir("llmd-test-")
+        config = workdir / "llmd.toml"
+        config.write_text(config_text)
+        runtime_dir = workdir / "run"
+        port = free_port()
+        log_path = workdir / "llmd.log"
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "llmd.cli",
+                    "serve",
+                    "--config",
+                    str(config),
+                    "--listen",
+                    f"127.0.0.1:{port}",
+                    "--runtime-dir",
+                    str(runtime_dir),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        return cls(process=process, port=port, runtime_dir=runtime_dir, log_path=log_path)
+
+    def wait_ready(self, timeout_s: float = 400.0) -> None:
+        """Poll GET /ready until 200. Raises RuntimeError (with the log tail) on exit or timeout."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"llmd exited with {self.process.returncode}:\n{self.log_tail()}"
+                )
+            try:
+                if httpx.get(self.base_url + "/ready", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"llmd not ready after {timeout_s}s:\n{self.log_tail()}")
+
+    def stop(self, timeout_s: float = 90.0) -> int:
+        """SIGTERM llmd and wait for it; its exit status (SIGKILL after `timeout_s`)."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])

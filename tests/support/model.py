@@ -1,0 +1,23 @@
+"""The tiny test model, generated once per checkout by scripts/make_tiny_model.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.llmd_process import REPO
+
+# The demo and the tests share one generated model: generating it is deterministic.
+TINY_MODEL = Path(os.environ.get("LLMD_TINY_MODEL", REPO / "var" / "models" / "tiny"))
+
+
+def ensure_tiny_model() -> Path:
+    """Generate the tiny model if it is missing (idempotent); its directory."""
+    subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "make_tiny_model.py"), str(TINY_MODEL)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    return TINY_MODEL

@@ -1,0 +1,88 @@
+"""Run the simulator engine as its own process on a Unix socket, as the supervisor runs it."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+
+from tests.support.llmd_process import REPO, short_tmpdir
+
+
+@dataclasses.dataclass
+class SimProcess:
+    """One `python -m llmd.engine.sim` child serving `socket`; its output goes to `log_path`."""
+
+    process: subprocess.Popen[bytes]
+    socket: Path
+    log_path: Path
+
+    @classmethod
+    def start(cls, model: Path, *args: str, name: str = "tiny") -> SimProcess:
+        """Start the simulator on a fresh socket with extra `args` (flags of llmd.engine.sim)."""
+        workdir = short_tmpdir("llmd-sim-")
+        socket = workdir / "engine.sock"
+        log_path = workdir / "sim.log"
+        argv: Sequence[str] = (
+            sys.executable,
+            "-m",
+            "llmd.engine.sim",
+            "--model",
+            str(model),
+            "--uds",
+            str(socket),
+            "--served-model-name",
+            name,
+            *args,
+        )
+        env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        process = subprocess.Popen(
+            argv,
+            stdout=log_path.open("wb"),
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        return cls(process=process, socket=socket, log_path=log_path)
+
+    def client(self, timeout_s: float = 30.0) -> httpx.Client:
+        return httpx.Client(
+            transport=httpx.HTTPTransport(uds=str(self.socket)),
+            base_url="http://engine",
+            timeout=timeout_s,
+        )
+
+    def wait_ready(self, timeout_s: float = 20.0) -> float:
+        """Poll /health until 200; seconds waited. Raises RuntimeError on exit or timeout."""
+        start = time.monotonic()
+        while time.monotonic() - start < timeout_s:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"sim exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                with self.client(timeout_s=2) as client:
+                    if client.get("/health").status_code == 200:
+                        return time.monotonic() - start
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.02)
+        raise RuntimeError(f"sim not ready after {timeout_s}s:\n{self.log()}")
+
+    def stop(self, timeout_s: float = 10.0) -> int:
+        """SIGTERM, then SIGKILL after `timeout_s`; the exit status."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
