@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,6 +15,22 @@ from pathlib import Path
 import httpx
 
 from tests.support.llmd_process import REPO, short_tmpdir
+
+
+def health_status(path: Path, timeout_s: float = 5.0) -> int | None:
+    """GET /health over the Unix socket `path`: the HTTP status, or None when nobody answers.
+
+    A raw socket, because httpx's Unix transport leaks its socket when the connect fails.
+    """
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout_s)
+            sock.connect(str(path))
+            sock.sendall(b"GET /health HTTP/1.0\r\nHost: engine\r\n\r\n")
+            status_line = sock.recv(64).split(b"\r\n", 1)[0]
+        return int(status_line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 @dataclasses.dataclass
@@ -28,7 +45,7 @@ class SimProcess:
     def start(cls, model: Path, *args: str, name: str = "tiny") -> SimProcess:
         """Start the simulator on a fresh socket with extra `args` (flags of llmd.engine.sim)."""
         workdir = short_tmpdir("llmd-sim-")
-        socket = workdir / "engine.sock"
+        engine_socket = workdir / "engine.sock"
         log_path = workdir / "sim.log"
         argv: Sequence[str] = (
             sys.executable,
@@ -37,20 +54,17 @@ class SimProcess:
             "--model",
             str(model),
             "--uds",
-            str(socket),
+            str(engine_socket),
             "--served-model-name",
             name,
             *args,
         )
         env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-        process = subprocess.Popen(
-            argv,
-            stdout=log_path.open("wb"),
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-        return cls(process=process, socket=socket, log_path=log_path)
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        return cls(process=process, socket=engine_socket, log_path=log_path)
 
     def client(self, timeout_s: float = 30.0) -> httpx.Client:
         return httpx.Client(
@@ -65,12 +79,8 @@ class SimProcess:
         while time.monotonic() - start < timeout_s:
             if self.process.poll() is not None:
                 raise RuntimeError(f"sim exited with {self.process.returncode}:\n{self.log()}")
-            try:
-                with self.client(timeout_s=2) as client:
-                    if client.get("/health").status_code == 200:
-                        return time.monotonic() - start
-            except httpx.HTTPError:
-                pass
+            if health_status(self.socket) == 200:
+                return time.monotonic() - start
             time.sleep(0.02)
         raise RuntimeError(f"sim not ready after {timeout_s}s:\n{self.log()}")
 
