@@ -137,3 +137,7 @@ def _run(coro: Coroutine[Any, Any, Any]) -> Any:
         return asyncio.run(coro)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(coro)
+
+
+if __name__ == "__main__":
+    main()

@@ -142,7 +142,9 @@ class Relay:
             response.close()  # never back to the pool mid-body: closing aborts the sequence
 
     def _upstream_error(self, exc: BaseException) -> ApiError:
-        if not self.ctx.engine.serving:
+        # Refused or missing socket: the engine is not accepting (it died a moment ago, or is
+        # between boots) and nothing was sent, so the client may simply retry.
+        if not self.ctx.engine.serving or isinstance(exc, aiohttp.ClientConnectorError):
             return EngineUnavailable(
                 f"the engine is {self.ctx.engine.phase.value}; retry later",
                 retry_after_s=self.ctx.engine.retry_after_s(),

@@ -27,7 +27,6 @@ log = structlog.get_logger("llmd.supervisor")
 # Consecutive failed health probes (engine dead while HTTP stays up, vLLM answers 503) before
 # llmd stops the engine itself: one probe can fail under a heavy prefill on a CPU engine.
 UNHEALTHY_PROBES = 3
-_LEVELS = {"WARNING": log.warning, "ERROR": log.error, "CRITICAL": log.critical}
 
 
 class Supervisor:
@@ -119,6 +118,7 @@ class Supervisor:
             returncode = await exited
         else:
             returncode = await exited
+            self.state.phase = EnginePhase.RESTARTING  # stop routing to it before the cleanup
             # The leader died on its own: its engine-core and workers may survive it (vllm#55510).
             await process.stop_group(timeout_s=5.0)
         reason = forced or classify_exit(
@@ -194,4 +194,9 @@ class Supervisor:
         level("engine_exited", reason=reason.kind, detail=reason.detail)
 
     def _forward_output(self, level: str, message: str) -> None:
-        _LEVELS.get(level, log.warning)("engine_output", level=level.lower(), line=message)
+        if self.state.phase is EnginePhase.STOPPING:
+            # vLLM logs an EngineDeadError traceback even on a shutdown llmd asked for.
+            log.info("engine_output", level=level.lower(), line=message)
+            return
+        method = {"CRITICAL": log.critical, "ERROR": log.error}.get(level, log.warning)
+        method("engine_output", level=level.lower(), line=message)

@@ -1,0 +1,171 @@
+"""End to end through llmd to a real vLLM child: OpenAI client, streaming, disconnects, errors."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import openai
+import pytest
+
+from tests.support.engine_metrics import wait_for_gauge
+from tests.support.llmd_process import LlmdProcess
+
+pytestmark = pytest.mark.e2e
+
+RUNNING = "vllm:num_requests_running"
+
+
+def client(llmd: LlmdProcess) -> openai.OpenAI:
+    return openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="unused", max_retries=0)
+
+
+def test_chat_completion_with_openai_client(real_llmd: LlmdProcess) -> None:
+    """A non-streaming chat completion made with the official client returns text and usage."""
+    reply = client(real_llmd).chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "Hello there"}], max_tokens=12
+    )
+    assert reply.object == "chat.completion"
+    assert reply.choices[0].message.role == "assistant"
+    assert reply.usage is not None and 0 < reply.usage.completion_tokens <= 12
+
+
+def test_chat_stream_keeps_usage_chunk_and_done(real_llmd: LlmdProcess) -> None:
+    """A streamed chat passes every chunk through, the include_usage chunk last, then [DONE]."""
+    with httpx.stream(
+        "POST",
+        real_llmd.base_url + "/v1/chat/completions",
+        json={
+            "model": "tiny",
+            "messages": [{"role": "user", "content": "Count"}],
+            "max_tokens": 20,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "ignore_eos": True,
+        },
+        timeout=60,
+    ) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.headers["x-llmd-queue-ms"] == "0"
+        events = [line for line in response.iter_lines() if line]
+    assert events[-1] == "data: [DONE]"
+    chunks = [json.loads(e.removeprefix("data: ")) for e in events[:-1]]
+    usage = chunks[-1]["usage"]
+    assert chunks[-1]["choices"] == [] and usage["completion_tokens"] == 20
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+
+
+def test_openai_client_stream_and_completions(real_llmd: LlmdProcess) -> None:
+    """The official client streams chat and completions through llmd."""
+    oai = client(real_llmd)
+    stream = oai.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": "Hi"}],
+        max_tokens=8,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens <= 8
+    completion = oai.completions.create(model="tiny", prompt="Once upon a time", max_tokens=5)
+    assert completion.object == "text_completion" and completion.usage is not None
+    pieces = list(oai.completions.create(model="tiny", prompt="abc", max_tokens=5, stream=True))
+    assert pieces and all(p.object == "text_completion" for p in pieces)
+
+
+def test_models_lists_the_served_model(real_llmd: LlmdProcess) -> None:
+    """GET /v1/models is relayed: the served name and vLLM's max_model_len."""
+    models = client(real_llmd).models.list()
+    assert [m.id for m in models.data] == ["tiny"]
+    assert (
+        models.data[0].model_extra is not None
+        and models.data[0].model_extra["max_model_len"] == 1024
+    )
+
+
+def open_raw_request(llmd: LlmdProcess, body: dict[str, object]) -> socket.socket:
+    """Send a POST /v1/completions over a plain socket and leave it open (the client waits)."""
+    payload = json.dumps(body).encode()
+    sock = socket.create_connection(("127.0.0.1", llmd.port))
+    sock.sendall(
+        b"POST /v1/completions HTTP/1.1\r\nhost: llmd\r\ncontent-type: application/json\r\n"
+        b"content-length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload
+    )
+    return sock
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streaming", "non-streaming"])
+def test_clients_leaving_abort_their_sequences(real_llmd: LlmdProcess, stream: bool) -> None:
+    """16 clients leave mid-request: the engine's running count is back to 0 within 1 s."""
+    # 16 at once keep each sequence running for seconds (one alone does ~900 tokens/s here).
+    body = {
+        "model": "tiny",
+        "prompt": "Long story:",
+        "max_tokens": 1000,
+        "ignore_eos": True,
+        "stream": stream,
+    }
+    clients = [open_raw_request(real_llmd, body) for _ in range(16)]
+    if stream:
+        for sock in clients:
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+    held, _ = wait_for_gauge(real_llmd.engine_socket, RUNNING, lambda v: v == 16, timeout_s=10)
+    assert held, "the requests never all ran in the engine"
+    for sock in clients:
+        sock.close()
+    held, waited = wait_for_gauge(real_llmd.engine_socket, RUNNING, lambda v: v == 0, timeout_s=1.0)
+    assert held, f"sequences still running {waited:.2f}s after their clients left"
+
+
+@pytest.mark.parametrize(
+    ("content", "status", "code"),
+    [
+        (b"{not json", 400, "invalid_request"),
+        (b"[1, 2]", 400, "invalid_request"),
+        (b'{"stream": "yes"}', 400, "invalid_request"),
+    ],
+)
+def test_bad_bodies_get_openai_errors(
+    real_llmd: LlmdProcess, content: bytes, status: int, code: str
+) -> None:
+    """Malformed bodies are refused by llmd with an OpenAI-shaped error, never a 500."""
+    response = httpx.post(real_llmd.base_url + "/v1/chat/completions", content=content, timeout=10)
+    assert response.status_code == status
+    assert response.json()["error"]["code"] == code
+    assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_engine_errors_pass_through_in_shape(real_llmd: LlmdProcess) -> None:
+    """vLLM's own 4xx (a prompt longer than the context) reaches the client in OpenAI shape."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        client(real_llmd).completions.create(model="tiny", prompt="word " * 3000, max_tokens=5)
+    assert caught.value.status_code == 400
+    assert isinstance(caught.value.body, dict) and "message" in caught.value.body
+
+
+def test_unknown_route_and_request_id(real_llmd: LlmdProcess) -> None:
+    """Unknown routes get an OpenAI-shaped 404; x-request-id is kept or generated."""
+    response = httpx.get(real_llmd.base_url + "/v2/nothing", headers={"x-request-id": "abc-123"})
+    assert response.status_code == 404 and response.json()["error"]["code"] == "not_found"
+    assert response.headers["x-request-id"] == "abc-123"
+    generated = httpx.get(real_llmd.base_url + "/health").headers["x-request-id"]
+    assert len(generated) == 32
+
+
+def test_status_cli_reports_the_engine(real_llmd: LlmdProcess) -> None:
+    """`llmd status` shows the serving engine; `--json` gives the Status snapshot."""
+    run = [sys.executable, "-m", "llmd.cli", "status", "--runtime-dir", str(real_llmd.runtime_dir)]
+    human = subprocess.run(run, capture_output=True, text=True, check=True).stdout
+    assert "serving" in human and "tiny" in human
+    status = json.loads(
+        subprocess.run([*run, "--json"], capture_output=True, text=True, check=True).stdout
+    )
+    assert status["engine"]["state"] == "serving"
+    assert status["engine"]["pid"] > 0 and status["engine"]["max_model_len"] == 1024
+    assert status["engine"]["version"].startswith("vllm")
+    assert time.time() - status["taken_at"] < 10
