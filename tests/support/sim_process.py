@@ -9,10 +9,13 @@ import socket
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
+import tomli_w
 
 from tests.support.llmd_process import REPO, short_tmpdir
 
@@ -96,3 +99,14 @@ class SimProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+
+def sim_config(model: Path, args: Sequence[str] = (), **sections: dict[str, Any]) -> str:
+    """etc/sim.toml with an absolute model path, `args` appended to the simulator's flags and
+    `sections` merged over it: the config text for `LlmdProcess.start`."""
+    raw = tomllib.loads((REPO / "etc" / "sim.toml").read_text())
+    raw["engine"]["model"] = str(model)
+    raw["engine"]["args"] = [*raw["engine"].get("args", []), *args]
+    for name, values in sections.items():
+        raw.setdefault(name, {}).update(values)
+    return tomli_w.dumps(raw)
