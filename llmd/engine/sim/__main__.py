@@ -1,0 +1,61 @@
+"""Entry point: `python -m llmd.engine.sim --model DIR --uds SOCKET [...]` (see options.py).
+
+Boots like vLLM as llmd sees it: nothing listens until the model is "loaded" (after any
+`--fault-boot-delay`), then `/health` is 200; SIGTERM or SIGINT stops it with status 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+from llmd.engine.sim.options import SimOptions, parse_options
+
+log = logging.getLogger("vllm.entrypoints.openai.api_server")
+
+
+def main() -> None:
+    from llmd.engine.sim.logs import configure_logging
+
+    options = parse_options()
+    configure_logging()
+    sys.exit(asyncio.run(serve(options)))
+
+
+async def serve(options: SimOptions) -> int:
+    """Boot, serve until a stop signal, stop; the process exit status."""
+    from llmd.engine.sim.app import BootError, build_server, start
+    from llmd.engine.sim.logs import log_stats
+
+    log.info("vLLM API server version 0.32.0 (llmd simulator)")
+    log.info("non-default args: %s", options)
+    faults = options.faults
+    if faults.boot_delay_s:
+        await asyncio.sleep(faults.boot_delay_s)
+    if faults.boot_exit_code is not None:
+        log.error("Simulated boot failure: exiting with status %d", faults.boot_exit_code)
+        return faults.boot_exit_code
+    try:
+        server = build_server(options)
+    except BootError as exc:
+        log.error("%s", exc)
+        return 1
+    runner = await start(server, options)
+    log.info("Application startup complete.")
+    stats = asyncio.create_task(log_stats(server.engine, options.stats_interval_s))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("Shutting down the API server.")
+    stats.cancel()
+    await runner.cleanup()
+    await server.engine.close()
+    return 0
+
+
+if __name__ == "__main__":
+    main()

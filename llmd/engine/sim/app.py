@@ -1,0 +1,98 @@
+"""Assemble one simulator (tokenizer, metrics, engine, HTTP server) from `SimOptions`, and
+start it listening: used by `__main__` and by in-process tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from pathlib import Path
+
+from aiohttp import web
+
+from llmd.engine.sim.core import SimEngine
+from llmd.engine.sim.logs import AccessLogger
+from llmd.engine.sim.metrics import SimMetrics
+from llmd.engine.sim.options import SimOptions
+from llmd.engine.sim.server import SimServer
+from llmd.engine.sim.tokenizer import SimTokenizer
+
+log = logging.getLogger("vllm.entrypoints.openai.api_server")
+
+
+class BootError(Exception):
+    """The simulator cannot start with these options (model directory, KV size)."""
+
+
+def build_server(options: SimOptions) -> SimServer:
+    """A ready-to-start server for `options`. Raises `BootError`."""
+    model_dir = Path(options.model)
+    if not (model_dir / "tokenizer.json").is_file():
+        raise BootError(f"OSError: {options.model} is not a local folder with a tokenizer.json")
+    tokenizer = SimTokenizer(model_dir)
+    max_model_len = options.max_model_len or model_max_len(model_dir)
+    capacity = options.num_gpu_blocks * options.block_size
+    if capacity < max_model_len:
+        raise BootError(
+            f"ValueError: the KV cache holds {capacity} tokens, less than max_model_len "
+            f"{max_model_len}"
+        )
+    metrics = SimMetrics(
+        options.served_model_name,
+        block_size=options.block_size,
+        num_gpu_blocks=options.num_gpu_blocks,
+        max_model_len=max_model_len,
+    )
+    engine = SimEngine.build(
+        tokenizer=tokenizer,
+        metrics=metrics,
+        timing=options.timing,
+        max_num_seqs=options.max_num_seqs,
+        max_num_batched_tokens=options.max_num_batched_tokens,
+        block_size=options.block_size,
+        num_gpu_blocks=options.num_gpu_blocks,
+        policy=options.scheduling_policy,
+        seed=options.seed,
+    )
+    return SimServer(
+        engine=engine,
+        tokenizer=tokenizer,
+        metrics=metrics,
+        model_name=options.served_model_name,
+        model_root=str(model_dir),
+        max_model_len=max_model_len,
+        faults=options.faults,
+        request_overhead_s=options.timing.request_overhead_s,
+    )
+
+
+async def start(server: SimServer, options: SimOptions) -> web.AppRunner:
+    """Start the engine loop and listen on `options.uds` and/or `options.port`; the runner
+    (`await runner.cleanup()` stops listening; then `await server.engine.close()`)."""
+    server.engine.start()
+    runner = web.AppRunner(
+        server.app(),
+        handler_cancellation=True,
+        access_log_class=AccessLogger,
+        access_log=logging.getLogger("uvicorn.access"),
+    )
+    await runner.setup()
+    if options.uds:
+        with contextlib.suppress(FileNotFoundError):
+            Path(options.uds).unlink()
+        await web.UnixSite(runner, options.uds).start()
+        log.info("Starting vLLM API server 0 on unix:%s", options.uds)
+    if options.port:
+        await web.TCPSite(runner, options.host, options.port).start()
+        log.info("Starting vLLM API server 0 on http://%s:%d", options.host, options.port)
+    return runner
+
+
+def model_max_len(model_dir: Path) -> int:
+    """vLLM's default max_model_len: the model config's `max_position_embeddings`."""
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+        return int(config.get("max_position_embeddings", 2048))
+    except (OSError, ValueError):
+        return 2048

@@ -1,0 +1,301 @@
+"""The engine core: drives the scheduler in simulated time and turns steps into tokens.
+
+One task runs steps back to back while there is work: plan a step, wait the time the timing
+model gives it, apply it, hand each request its new tokens. Requests wait on their own
+`RequestState` (tokens so far, finish reason, or the error that ended them). Aborting a request
+frees its seat and blocks at once. The engine can also die (fault injection): every request in
+flight ends with EngineDeadError and new ones are refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import itertools
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Callable
+
+from llmd.engine.sim.errors import SimHTTPError, engine_dead
+from llmd.engine.sim.faults import RequestFault
+from llmd.engine.sim.kv import BlockPool
+from llmd.engine.sim.metrics import SimMetrics
+from llmd.engine.sim.requests import GenerationRequest
+from llmd.engine.sim.scheduler import FinishReason, Scheduler, SeqStatus, Sequence, Step
+from llmd.engine.sim.timing import TimingModel
+from llmd.engine.sim.tokenizer import SimTokenizer
+
+log = logging.getLogger("vllm.v1.engine.core")
+
+
+@dataclasses.dataclass(eq=False)
+class RequestState:
+    """One request in the engine: what it has produced so far and how it ended.
+
+    `pieces` are the texts of `token_ids` (the last one cut at a stop string). Times are
+    `time.monotonic()` seconds.
+    """
+
+    request_id: str
+    request: GenerationRequest
+    seq: Sequence
+    rng: random.Random
+    fault: RequestFault
+    arrival: float
+    token_ids: list[int] = dataclasses.field(default_factory=list)
+    pieces: list[str] = dataclasses.field(default_factory=list)
+    finish_reason: FinishReason | None = None
+    stop_reason: str | None = None
+    error: SimHTTPError | None = None
+    scheduled_at: float | None = None
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    changed: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None or self.error is not None
+
+    async def updates(self) -> AsyncIterator[tuple[int, int]]:
+        """Yield `(start, end)` index ranges of new tokens until the request ends.
+
+        Raises the request's `SimHTTPError` if the engine died under it.
+        """
+        sent = 0
+        while True:
+            await self.changed.wait()
+            self.changed.clear()
+            if self.error is not None:
+                raise self.error
+            end = len(self.token_ids)
+            if end > sent or self.finish_reason is not None:
+                yield sent, end
+                sent = end
+            if self.finish_reason is not None:
+                return
+
+
+class SimEngine:
+    """The simulated engine: submit requests, get tokens, abort, die."""
+
+    def __init__(
+        self,
+        *,
+        tokenizer: SimTokenizer,
+        metrics: SimMetrics,
+        timing: TimingModel,
+        scheduler: Scheduler,
+        seed: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.metrics = metrics
+        self.timing = timing
+        self.scheduler = scheduler
+        self.seed = seed
+        self.clock = clock
+        self.dead = False
+        self._states: dict[Sequence, RequestState] = {}
+        self._wake = asyncio.Event()
+        self._ids = itertools.count()
+        self._task: asyncio.Task[None] | None = None
+        self.prompt_tokens_done = 0
+        self.generation_tokens_done = 0
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        tokenizer: SimTokenizer,
+        metrics: SimMetrics,
+        timing: TimingModel,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        block_size: int,
+        num_gpu_blocks: int,
+        policy: str = "fcfs",
+        seed: int = 0,
+    ) -> SimEngine:
+        """An engine with a fresh scheduler and KV pool of the given shape."""
+        scheduler = Scheduler(
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            pool=BlockPool(num_gpu_blocks, block_size),
+            policy="priority" if policy == "priority" else "fcfs",
+        )
+        return cls(
+            tokenizer=tokenizer, metrics=metrics, timing=timing, scheduler=scheduler, seed=seed
+        )
+
+    def start(self) -> None:
+        """Start the step loop on the running event loop."""
+        self._task = asyncio.create_task(self._run(), name="sim-engine-core")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    # --- requests ------------------------------------------------------------------------------
+
+    def submit(
+        self, request: GenerationRequest, fault: RequestFault, request_id: str = ""
+    ) -> RequestState:
+        """Queue `request`; its state, updated as steps complete. Raises EngineDeadError's
+        `SimHTTPError` when the engine is dead."""
+        if self.dead:
+            raise engine_dead()
+        now = self.clock()
+        seq = Sequence(
+            request_id=request_id or f"sim-{next(self._ids)}",
+            prompt_tokens=len(request.prompt_ids),
+            max_tokens=request.max_tokens,
+            priority=request.priority,
+            arrival=now,
+        )
+        digest = hashlib.blake2b(
+            repr((self.seed, request.seed, request.prompt_ids)).encode(), digest_size=8
+        ).digest()
+        state = RequestState(
+            request_id=seq.request_id,
+            request=request,
+            seq=seq,
+            fault=fault,
+            arrival=now,
+            rng=random.Random(int.from_bytes(digest, "big")),
+        )
+        if not fault.hang:  # a hung request is accepted and never scheduled
+            self._states[seq] = state
+            self.scheduler.add(seq)
+            self._changed()
+        return state
+
+    def abort(self, state: RequestState) -> None:
+        """End `state` now (the client left): its seat and KV blocks are free at once."""
+        if state.done:
+            return
+        if self._states.pop(state.seq, None) is not None:  # hung requests were never queued
+            self.scheduler.abort(state.seq)
+        state.finish_reason = "abort"
+        self._record_finished(state, self.clock())
+        self._changed()
+
+    def die(self) -> None:
+        """The engine core dies: requests in flight end with EngineDeadError, new ones too."""
+        if self.dead:
+            return
+        self.dead = True
+        log.error("EngineCore encountered a fatal error (simulated).")
+        for state in list(self._states.values()):
+            state.error = engine_dead()
+            state.changed.set()
+            self.metrics.success["error"].inc()
+        self._states.clear()
+        if self._task is not None:
+            self._task.cancel()
+
+    @property
+    def num_running(self) -> int:
+        return len(self.scheduler.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return self.scheduler.num_waiting
+
+    # --- the step loop -------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            if not self.scheduler.has_work:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            started = self.clock()
+            step = self.scheduler.schedule()
+            if not step:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            self._on_scheduled(step, started)
+            duration = self.timing.step_s(step.prefill_tokens, step.decode_seqs)
+            await asyncio.sleep(max(0.0, started + duration - self.clock()))
+            self._on_completed(step)
+
+    def _on_scheduled(self, step: Step, now: float) -> None:
+        if step.preempted:
+            self.metrics.preemptions.inc(len(step.preempted))
+        for item in step.scheduled:
+            state = self._states.get(item.seq)
+            if state is not None and state.scheduled_at is None:
+                state.scheduled_at = now
+        self._update_gauges()
+
+    def _on_completed(self, step: Step) -> None:
+        now = self.clock()
+        for emitted in self.scheduler.complete(step):
+            state = self._states.get(emitted.seq)
+            if state is None:
+                continue
+            self._emit_token(state, now)
+            if emitted.finished and state.finish_reason is None:
+                state.finish_reason = emitted.finished
+            if state.finish_reason is not None:
+                self._states.pop(state.seq, None)
+                self._record_finished(state, now)
+            state.changed.set()
+        self._update_gauges()
+
+    def _emit_token(self, state: RequestState, now: float) -> None:
+        token_id = self.tokenizer.sample_id(state.rng)
+        piece = self.tokenizer.piece(token_id)
+        if state.first_token_at is None:
+            state.first_token_at = now
+            self.metrics.ttft.observe(now - state.arrival)
+            self.metrics.prompt_tokens.inc(state.seq.prompt_tokens)
+            self.metrics.prefix_queries.inc(state.seq.prompt_tokens)
+            self.prompt_tokens_done += state.seq.prompt_tokens
+        elif state.last_token_at is not None:
+            self.metrics.itl.observe(now - state.last_token_at)
+        state.last_token_at = now
+        self.metrics.generation_tokens.inc()
+        self.generation_tokens_done += 1
+        if state.request.stop:
+            tail = "".join(state.pieces[-8:]) + piece
+            for stop in state.request.stop:
+                at = tail.find(stop)
+                if at >= 0:
+                    keep = at - (len(tail) - len(piece))
+                    piece = piece[: max(0, keep)]
+                    state.stop_reason = stop
+                    state.finish_reason = "stop"
+                    self.scheduler.stop(state.seq)
+                    break
+        state.token_ids.append(token_id)
+        state.pieces.append(piece)
+
+    def _record_finished(self, state: RequestState, now: float) -> None:
+        m = self.metrics
+        assert state.finish_reason is not None
+        m.success[state.finish_reason].inc()
+        m.e2e.observe(now - state.arrival)
+        if state.scheduled_at is not None:
+            m.queue_time.observe(state.scheduled_at - state.arrival)
+            if state.first_token_at is not None:
+                m.prefill_time.observe(state.first_token_at - state.scheduled_at)
+                m.decode_time.observe(now - state.first_token_at)
+        m.request_prompt_tokens.observe(state.seq.prompt_tokens)
+        m.request_generation_tokens.observe(len(state.token_ids))
+
+    def _update_gauges(self) -> None:
+        self.metrics.running.set(len(self.scheduler.running))
+        self.metrics.waiting.set(self.scheduler.num_waiting)
+        self.metrics.kv_usage.set(self.scheduler.pool.usage)
+
+    def _changed(self) -> None:
+        self._update_gauges()
+        self._wake.set()
+
+
+__all__ = ["RequestState", "SeqStatus", "SimEngine"]

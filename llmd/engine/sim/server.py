@@ -1,0 +1,290 @@
+"""The HTTP surface: vLLM 0.32's OpenAI server routes over the simulated engine (aiohttp).
+
+Handlers are cancelled when their client disconnects (`handler_cancellation`), and a cancelled
+generation aborts its engine request at once, as vLLM does. Faults armed by flag, header
+(`x-sim-fault`) or body field (`sim_fault`) are applied here, on the request's way in and out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import secrets
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Literal
+
+from aiohttp import web
+
+from llmd.engine.sim import errors
+from llmd.engine.sim.core import RequestState, SimEngine
+from llmd.engine.sim.errors import SimHTTPError
+from llmd.engine.sim.faults import FaultOptions, FaultSpecError, RequestFault
+from llmd.engine.sim.metrics import CONTENT_TYPE, SimMetrics
+from llmd.engine.sim.requests import parse_generation, parse_json_object, parse_tokenize
+from llmd.engine.sim.responses import DONE, ResponseWriter, dumps
+from llmd.engine.sim.tokenizer import SimTokenizer
+
+log = logging.getLogger("vllm.entrypoints.openai.api_server")
+SSE_HEADERS = {"content-type": "text/event-stream; charset=utf-8"}
+JSON = "application/json"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class SimServer:
+    """Routes and per-request fault handling around one `SimEngine`."""
+
+    def __init__(
+        self,
+        *,
+        engine: SimEngine,
+        tokenizer: SimTokenizer,
+        metrics: SimMetrics,
+        model_name: str,
+        model_root: str,
+        max_model_len: int,
+        faults: FaultOptions,
+        request_overhead_s: float = 0.0,
+        on_exit: Callable[[int], None] | None = None,
+    ) -> None:
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.metrics = metrics
+        self.model_name = model_name
+        self.model_root = model_root
+        self.max_model_len = max_model_len
+        self.faults = faults
+        self.request_fault = RequestFault.parse(faults.request)
+        self.request_overhead_s = request_overhead_s
+        self.on_exit = on_exit or _hard_exit
+        self.generation_requests = 0
+        self.created = int(time.time())
+        self._rng = random.Random(0)
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[_fastapi_errors], client_max_size=64 * 1024 * 1024)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/version", self.version)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/metrics", self.metrics_text)
+        app.router.add_post("/tokenize", self.tokenize)
+        app.router.add_post("/v1/chat/completions", self._generation("chat"))
+        app.router.add_post("/v1/completions", self._generation("completion"))
+        return app
+
+    async def health(self, request: web.Request) -> web.Response:
+        """200 with an empty body while the engine lives; 503 once it is dead (vLLM 0.32)."""
+        return web.Response(status=503 if self.engine.dead else 200)
+
+    async def version(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": "0.32.0"})
+
+    async def models(self, request: web.Request) -> web.Response:
+        card = {
+            "id": self.model_name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "vllm",
+            "root": self.model_root,
+            "parent": None,
+            "max_model_len": self.max_model_len,
+            "permission": [
+                {
+                    "id": f"modelperm-{secrets.token_hex(8)}",
+                    "object": "model_permission",
+                    "created": self.created,
+                    "allow_create_engine": False,
+                    "allow_sampling": True,
+                    "allow_logprobs": True,
+                    "allow_search_indices": False,
+                    "allow_view": True,
+                    "allow_fine_tuning": False,
+                    "organization": "*",
+                    "group": None,
+                    "is_blocking": False,
+                }
+            ],
+        }
+        return _json(dumps({"object": "list", "data": [card]}))
+
+    async def metrics_text(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.metrics.render(), headers={"content-type": CONTENT_TYPE})
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        """`{"count", "max_model_len", "tokens", "token_strs"}`; no context-length check."""
+        try:
+            body = parse_json_object(await request.read())
+            self._check_model(body.get("model"))
+            ids = parse_tokenize(body, self.tokenizer)
+        except SimHTTPError as error:
+            return _error(error)
+        strs = self.tokenizer.token_strs(ids) if body.get("return_token_strs") else None
+        return _json(
+            dumps(
+                {
+                    "count": len(ids),
+                    "max_model_len": self.max_model_len,
+                    "tokens": ids,
+                    "token_strs": strs,
+                }
+            )
+        )
+
+    def _generation(self, kind: Literal["chat", "completion"]) -> Handler:
+        async def handler(request: web.Request) -> web.StreamResponse:
+            return await self._generate(kind, request)
+
+        return handler
+
+    async def _generate(
+        self, kind: Literal["chat", "completion"], request: web.Request
+    ) -> web.StreamResponse:
+        try:
+            body = parse_json_object(await request.read())
+            self._check_model(body.get("model"))
+            parsed = parse_generation(kind, body, self.tokenizer, self.max_model_len)
+            fault = self.request_fault.merged(
+                RequestFault.parse(request.headers.get("x-sim-fault", "") or parsed.sim_fault)
+            )
+        except FaultSpecError as exc:
+            return _error(errors.bad_request(str(exc), "x-sim-fault"))
+        except SimHTTPError as error:
+            return _error(error)
+        try:
+            self._process_faults(fault)
+        except SimHTTPError as error:
+            return _error(error)
+        if fault.die_after == 0:
+            _drop_connection(request)
+            return web.Response(status=500)
+        delay = self.request_overhead_s + fault.delay_s
+        if delay:
+            await asyncio.sleep(delay)
+        try:
+            state = self.engine.submit(parsed, fault, request.headers.get("x-request-id", ""))
+        except SimHTTPError as error:
+            return _error(error)
+        request_id = request.headers.get("x-request-id") or secrets.token_hex(8)
+        writer = ResponseWriter(state, self.model_name, request_id)
+        try:
+            if parsed.stream:
+                return await self._stream(request, state, writer)
+            return await self._complete(request, state, writer)
+        finally:
+            self.engine.abort(state)  # no-op when it finished; frees seat and blocks otherwise
+
+    def _process_faults(self, fault: RequestFault) -> None:
+        """Faults that strike as the request arrives; raises the error to answer, if any."""
+        self.generation_requests += 1
+        f = self.faults
+        if fault.crash or (f.crash_after is not None and self.generation_requests > f.crash_after):
+            log.error("Simulated crash after %d requests.", self.generation_requests - 1)
+            self.on_exit(f.crash_exit_code)
+        if fault.dead or (f.dead_after is not None and self.generation_requests > f.dead_after):
+            self.kill_engine()
+        if self.engine.dead:
+            raise errors.engine_dead()
+        if fault.error_status is not None:
+            raise errors.injected(fault.error_status)
+        if f.error_rate and self._rng.random() < f.error_rate:
+            raise errors.injected(f.error_status)
+
+    def kill_engine(self) -> None:
+        """The engine dies; with `--fault-exit-on-death S` the process exits 0 after S seconds,
+        as vLLM's watchdog ends the API server (vllm#48966)."""
+        if self.engine.dead:
+            return
+        self.engine.die()
+        if self.faults.exit_on_death is not None:
+            loop = asyncio.get_running_loop()
+            loop.call_later(self.faults.exit_on_death, self._watchdog_exit)
+
+    def _watchdog_exit(self) -> None:
+        log.error("Engine core is dead; shutting down the API server.")
+        self.on_exit(0)
+
+    async def _complete(
+        self, request: web.Request, state: RequestState, writer: ResponseWriter
+    ) -> web.StreamResponse:
+        try:
+            async for _ in state.updates():
+                pass
+        except SimHTTPError as error:
+            return _error(error)
+        if state.fault.die_after is not None:
+            _drop_connection(request)
+            return web.Response(status=500)
+        return _json(writer.full_body())
+
+    async def _stream(
+        self, request: web.Request, state: RequestState, writer: ResponseWriter
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(status=200, headers=SSE_HEADERS)
+        die_after = state.fault.die_after
+        started = False
+        try:
+            async for start, end in state.updates():
+                if not started:
+                    await response.prepare(request)
+                    started = True
+                    if writer.chat:
+                        await response.write(writer.role_chunk())
+                if die_after is not None and end >= die_after:
+                    end = min(end, start + max(0, die_after - start))
+                    if end > start:
+                        await response.write(writer.token_chunk(start, end))
+                    _drop_connection(request)
+                    return response
+                await response.write(writer.token_chunk(start, end))
+        except SimHTTPError as error:
+            if not started:
+                return _error(error)
+            await response.write(b"data: " + error.json_bytes() + b"\n\n" + DONE)
+            await response.write_eof()
+            return response
+        except ConnectionResetError:
+            return response
+        if state.request.include_usage:
+            await response.write(writer.usage_chunk())
+        await response.write(DONE)
+        await response.write_eof()
+        return response
+
+    def _check_model(self, name: object) -> None:
+        if name is not None and name != self.model_name:
+            raise errors.model_not_found(str(name), self.model_name)
+
+
+def _json(body: bytes, status: int = 200) -> web.Response:
+    return web.Response(body=body, status=status, content_type=JSON)
+
+
+def _error(error: SimHTTPError) -> web.Response:
+    return _json(error.json_bytes(), status=error.status)
+
+
+def _drop_connection(request: web.Request) -> None:
+    """Cut the connection mid-response, as a dying engine process does."""
+    transport = request.transport
+    if transport is not None:
+        transport.abort()
+
+
+def _hard_exit(code: int) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+@web.middleware
+async def _fastapi_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Unknown routes and methods answered as FastAPI does: `{"detail": ...}`."""
+    try:
+        return await handler(request)
+    except web.HTTPNotFound:
+        return web.json_response({"detail": "Not Found"}, status=404)
+    except web.HTTPMethodNotAllowed:
+        return web.json_response({"detail": "Method Not Allowed"}, status=405)

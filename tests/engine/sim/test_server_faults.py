@@ -1,0 +1,117 @@
+"""Fault injection in the simulator: per request (x-sim-fault, sim_fault) and by flag."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from tests.engine.sim.conftest import RunningSim, SimFactory
+
+CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 8}
+
+
+async def test_error_fault_answers_that_status(sim: RunningSim) -> None:
+    """`error:503` answers 503 in vLLM's error shape."""
+    response = await sim.client.post(
+        "/v1/chat/completions", json=CHAT, headers={"x-sim-fault": "error:503"}
+    )
+    assert response.status_code == 503 and response.json()["error"]["code"] == 503
+
+
+async def test_body_field_arms_a_fault_too(sim: RunningSim) -> None:
+    """The `sim_fault` body field works like the header (it survives proxies)."""
+    response = await sim.client.post(
+        "/v1/chat/completions", json={**CHAT, "sim_fault": "error:500"}
+    )
+    assert response.status_code == 500
+
+
+async def test_bad_fault_spec_is_a_400(sim: RunningSim) -> None:
+    """A spec that does not parse is the client's error."""
+    response = await sim.client.post(
+        "/v1/chat/completions", json=CHAT, headers={"x-sim-fault": "explode"}
+    )
+    assert response.status_code == 400
+
+
+async def test_die_after_drops_the_stream_after_k_tokens(sim: RunningSim) -> None:
+    """`die-after:2` sends the role and two tokens, then drops the connection (no [DONE])."""
+    received = b""
+    with pytest.raises(httpx.RemoteProtocolError):
+        async with sim.client.stream(
+            "POST",
+            "/v1/chat/completions",
+            json={**CHAT, "stream": True},
+            headers={"x-sim-fault": "die-after:2"},
+        ) as response:
+            async for chunk in response.aiter_bytes():
+                received += chunk
+    assert received.count(b"data: ") == 3 and b"[DONE]" not in received
+    assert sim.server.engine.num_running == 0
+
+
+async def test_hang_sends_nothing_until_the_client_leaves(sim: RunningSim) -> None:
+    """`hang` accepts the request and never answers."""
+    with pytest.raises(httpx.ReadTimeout):
+        await sim.client.post(
+            "/v1/chat/completions", json=CHAT, headers={"x-sim-fault": "hang"}, timeout=0.3
+        )
+
+
+async def test_dead_engine_keeps_http_up(sim: RunningSim) -> None:
+    """`dead`: /health turns 503 and generation answers 500 EngineDeadError, HTTP still up."""
+    response = await sim.client.post(
+        "/v1/chat/completions", json=CHAT, headers={"x-sim-fault": "dead"}
+    )
+    assert response.status_code == 500
+    assert response.json()["error"]["type"] == "InternalServerError"
+    assert "EngineCore encountered an issue" in response.json()["error"]["message"]
+    assert (await sim.client.get("/health")).status_code == 503
+    assert (await sim.client.post("/v1/chat/completions", json=CHAT)).status_code == 500
+    assert (await sim.client.get("/v1/models")).status_code == 200
+
+
+async def test_engine_death_mid_stream_is_an_in_band_error(make_sim: SimFactory) -> None:
+    """A stream in flight when the engine dies ends with an error event and [DONE]."""
+    sim: RunningSim = await make_sim("--step-base-ms", "5")
+    body = {**CHAT, "max_tokens": 500, "stream": True}
+    async with sim.client.stream("POST", "/v1/chat/completions", json=body) as response:
+        chunks = response.aiter_bytes()
+        await chunks.__anext__()
+        await sim.client.post(
+            "/v1/completions", json={"prompt": "x"}, headers={"x-sim-fault": "dead"}
+        )
+        rest = b"".join([chunk async for chunk in chunks])
+    assert rest.endswith(b"data: [DONE]\n\n")
+    assert b'"type":"InternalServerError"' in rest.replace(b" ", b"")
+
+
+async def test_crash_after_n_requests(make_sim: SimFactory) -> None:
+    """--fault-crash-after 2: two requests served, the process exits non-zero on the third."""
+    sim: RunningSim = await make_sim("--fault-crash-after", "2", "--fault-crash-code", "3")
+    for _ in range(2):
+        assert (await sim.client.post("/v1/chat/completions", json=CHAT)).status_code == 200
+    assert sim.exits == []
+    await sim.client.post("/v1/chat/completions", json=CHAT)
+    assert sim.exits[0] == 3
+
+
+async def test_exit_zero_after_engine_death(make_sim: SimFactory) -> None:
+    """--fault-dead-after 0 --fault-exit-on-death S: the engine dies on the first request and
+    the process exits with status 0 S seconds later (vllm#48966)."""
+    sim: RunningSim = await make_sim("--fault-dead-after", "0", "--fault-exit-on-death", "0.05")
+    assert (await sim.client.post("/v1/chat/completions", json=CHAT)).status_code == 500
+    await asyncio.sleep(0.2)
+    assert sim.exits == [0]
+
+
+async def test_error_rate_one_fails_every_request(make_sim: SimFactory) -> None:
+    """--fault-error-rate 1 --fault-error-status 502 answers every generation with 502."""
+    sim: RunningSim = await make_sim("--fault-error-rate", "1", "--fault-error-status", "502")
+    statuses = {
+        (await sim.client.post("/v1/completions", json={"prompt": "x"})).status_code
+        for _ in range(5)
+    }
+    assert statuses == {502}
