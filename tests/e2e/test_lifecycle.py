@@ -32,10 +32,8 @@ def llmd() -> Iterator[LlmdProcess]:
 
 
 def engine_status(llmd: LlmdProcess) -> dict[str, object]:
-    transport = httpx.HTTPTransport(uds=str(llmd.runtime_dir / "admin.sock"))
-    with httpx.Client(transport=transport, timeout=5) as admin:
-        status: dict[str, object] = admin.get("http://llmd/status").json()["engine"]
-        return status
+    engine: dict[str, object] = llmd.admin_status()["engine"]
+    return engine
 
 
 def stream_body(max_tokens: int) -> dict[str, object]:

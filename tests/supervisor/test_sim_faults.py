@@ -38,10 +38,8 @@ def start_llmd() -> Iterator[Start]:
 
 
 def engine_status(llmd: LlmdProcess) -> dict[str, Any]:
-    transport = httpx.HTTPTransport(uds=str(llmd.runtime_dir / "admin.sock"))
-    with httpx.Client(transport=transport, timeout=5) as admin:
-        status: dict[str, Any] = admin.get("http://llmd/status").json()["engine"]
-        return status
+    engine: dict[str, Any] = llmd.admin_status()["engine"]
+    return engine
 
 
 def wait_for(predicate: Callable[[], bool], timeout_s: float) -> bool:

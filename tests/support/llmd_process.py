@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -47,8 +48,11 @@ class LlmdProcess:
         return self.runtime_dir / "engine.sock"
 
     @classmethod
-    def start(cls, config_text: str, workdir: Path | None = None) -> LlmdProcess:
-        """Write `config_text` to a file and start `llmd serve` on a free port."""
+    def start(
+        cls, config_text: str, workdir: Path | None = None, env: dict[str, str] | None = None
+    ) -> LlmdProcess:
+        """Write `config_text` to a file and start `llmd serve` on a free port, with `env`
+        added to the environment."""
         workdir = workdir or short_tmpdir("llmd-test-")
         config = workdir / "llmd.toml"
         config.write_text(config_text)
@@ -71,7 +75,7 @@ class LlmdProcess:
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=log,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
             )
         return cls(process=process, port=port, runtime_dir=runtime_dir, log_path=log_path)
 
@@ -100,6 +104,13 @@ class LlmdProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             return self.process.wait()
+
+    def admin_status(self) -> dict[str, Any]:
+        """GET /status on the admin socket: the Status snapshot as JSON."""
+        transport = httpx.HTTPTransport(uds=str(self.runtime_dir / "admin.sock"))
+        with httpx.Client(transport=transport, timeout=5) as admin:
+            status: dict[str, Any] = admin.get("http://llmd/status").json()
+            return status
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
