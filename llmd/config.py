@@ -81,14 +81,15 @@ class ValidationConfig:
 
     `context_policy`: what to do when prompt + max_tokens does not fit the context (`reject`: 400
     `context_length_exceeded`; `clamp`: lower max_tokens to what fits). `default_max_tokens`:
-    written into requests that omit max_tokens (0: the engine's own default). `max_tokens_limit`:
+    written into chat requests that omit max_tokens (0: the engine's own default, the rest of
+    the context). `max_tokens_limit`:
     the most output tokens one request may ask for (0: only the context limits it).
     `tokenizer`: `auto` (local if it loads, else the engine's /tokenize) or `engine` (always ask).
     `tokenizer_path`: where the local tokenizer is loaded from (default: `engine.model`).
     """
 
     context_policy: Literal["reject", "clamp"] = "reject"
-    default_max_tokens: int = 0
+    default_max_tokens: int = 2048
     max_tokens_limit: int = 0
     tokenizer: Literal["auto", "engine"] = "auto"
     tokenizer_path: str = ""

@@ -60,7 +60,7 @@ def check_context(
     ceiling = min(room, config.max_tokens_limit) if config.max_tokens_limit else room
     requested = output.max_tokens
     if requested is None:
-        return _default(endpoint, output.field, ceiling, config)
+        return _default(endpoint, output, ceiling, config)
     if requested <= ceiling:
         return ContextDecision()
     if policy == "clamp":
@@ -93,16 +93,20 @@ def _effective_prompt(prompt: int, max_model_len: int, truncate: int | None) -> 
 
 
 def _default(
-    endpoint: Endpoint, field: str, ceiling: int, config: ValidationConfig
+    endpoint: Endpoint, output: OutputRequest, ceiling: int, config: ValidationConfig
 ) -> ContextDecision:
-    """max_tokens for a request that omits it: the configured default, fitted to `ceiling`.
+    """max_tokens for a request that omits it (or sends null), fitted to `ceiling`.
 
-    Without a configured default the engine's own applies (vLLM 0.32: the rest of the context
-    for chat, 16 for completions); llmd writes a value only when that would not fit.
+    Completions that omit it keep the OpenAI and vLLM default of 16. Where vLLM 0.32 would take
+    the rest of the context (chat, or an explicit null), the configured default applies;
+    without one the engine's does. llmd writes a value only when it differs from what the
+    engine would do, or when that would not fit.
     """
-    if config.default_max_tokens:
+    field = output.field
+    omitted_completion = endpoint is Endpoint.COMPLETIONS and output.omitted
+    engine_default = COMPLETIONS_DEFAULT_MAX_TOKENS if omitted_completion else None
+    if engine_default is None and config.default_max_tokens:
         return ContextDecision(max_tokens=min(config.default_max_tokens, ceiling), field=field)
-    engine_default = COMPLETIONS_DEFAULT_MAX_TOKENS if endpoint is Endpoint.COMPLETIONS else None
     if engine_default is None and config.max_tokens_limit:
         return ContextDecision(max_tokens=ceiling, field=field)
     if engine_default is not None and engine_default > ceiling:

@@ -32,11 +32,14 @@ TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text", "refu
 class OutputRequest:
     """The output a request asks for: `max_tokens` (None: omitted or null), under `field`
     (`max_completion_tokens` wins over `max_tokens` when both are set, as in vLLM 0.32).
+    `omitted` tells an absent field from an explicit null: vLLM 0.32 completions default an
+    absent max_tokens to 16 but treat null as "the rest of the context".
     """
 
     max_tokens: int | None
     field: str
     n: int
+    omitted: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +108,10 @@ def _output(endpoint: Endpoint, body: dict[str, Any]) -> OutputRequest:
         if completion is not None:
             max_tokens, field = completion, "max_completion_tokens"
     n = _optional_int(body, "n", minimum=1)
-    return OutputRequest(max_tokens=max_tokens, field=field, n=1 if n is None else n)
+    omitted = field not in body
+    return OutputRequest(
+        max_tokens=max_tokens, field=field, n=1 if n is None else n, omitted=omitted
+    )
 
 
 def _chat_prompt(body: dict[str, Any]) -> ChatPrompt:

@@ -18,7 +18,7 @@ def test_example_config_documents_the_defaults() -> None:
     documented = tomllib.loads((REPO / "etc" / "llmd.toml").read_text())["validation"]
     assert documented == {
         "context_policy": "reject",
-        "default_max_tokens": 0,
+        "default_max_tokens": 2048,
         "max_tokens_limit": 0,
         "tokenizer": "auto",
         "tokenizer_path": "",

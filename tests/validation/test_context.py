@@ -13,8 +13,13 @@ CHAT, COMPLETIONS = Endpoint.CHAT, Endpoint.COMPLETIONS
 DEFAULTS = ValidationConfig()
 
 
-def out(max_tokens: int | None, field: str = "max_tokens", n: int = 1) -> OutputRequest:
-    return OutputRequest(max_tokens=max_tokens, field=field, n=n)
+def out(
+    max_tokens: int | None, field: str = "max_tokens", n: int = 1, *, null: bool = False
+) -> OutputRequest:
+    """The output request; `out(None)` is an omitted field, `out(None, null=True)` a null."""
+    return OutputRequest(
+        max_tokens=max_tokens, field=field, n=n, omitted=max_tokens is None and not null
+    )
 
 
 def test_exact_fit_passes_unchanged() -> None:
@@ -74,11 +79,22 @@ def test_omitted_max_tokens_gets_the_configured_default_fitted() -> None:
     config = ValidationConfig(default_max_tokens=256)
     assert check_context(CHAT, [10], out(None), 1024, config, "reject").max_tokens == 256
     assert check_context(CHAT, [900], out(None), 1024, config, "reject").max_tokens == 124
+    assert check_context(COMPLETIONS, [10], out(None), 1024, config, "reject").max_tokens is None
+    null = out(None, null=True)  # vLLM 0.32 completions read null as the rest of the context
+    assert check_context(COMPLETIONS, [10], null, 1024, config, "reject").max_tokens == 256
 
 
 def test_omitted_max_tokens_without_default_is_left_to_the_engine() -> None:
     """Without a default, chat leaves max_tokens out (vLLM uses the rest of the context)."""
-    assert check_context(CHAT, [10], out(None), 1024, DEFAULTS, "reject").max_tokens is None
+    config = ValidationConfig(default_max_tokens=0)
+    assert check_context(CHAT, [10], out(None), 1024, config, "reject").max_tokens is None
+
+
+def test_shipped_default_bounds_chat_output() -> None:
+    """By default an omitted chat max_tokens is 2048, fitted to the room: never the whole
+    context of a long-context model."""
+    assert check_context(CHAT, [10], out(None), 32768, DEFAULTS, "reject").max_tokens == 2048
+    assert check_context(CHAT, [10], out(None), 1024, DEFAULTS, "reject").max_tokens == 1014
 
 
 def test_completions_engine_default_that_does_not_fit_is_fitted() -> None:
