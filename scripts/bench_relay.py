@@ -74,24 +74,27 @@ def session_for(path: str, target: str) -> aiohttp.ClientSession:
 async def one_request(
     session: aiohttp.ClientSession, url: str, max_tokens: int, stream: bool
 ) -> tuple[float, int]:
-    """One completion; (seconds, streamed tokens). Streamed tokens are counted per SSE event."""
-    body = {
+    """One completion; (seconds, generated tokens from the usage the engine reports)."""
+    body: dict[str, Any] = {
         "model": "tiny",
         "prompt": "The quick brown fox",
         "max_tokens": max_tokens,
         "ignore_eos": True,
         "stream": stream,
     }
+    if stream:
+        body["stream_options"] = {"include_usage": True}
     start = time.perf_counter()
     tokens = 0
     async with session.post(url + "/v1/completions", json=body) as response:
         assert response.status == 200, await response.text()
         if stream:
             async for line in response.content:
-                if line.startswith(b"data: {"):
-                    tokens += 1
+                if line.startswith(b"data: {") and b'"usage"' in line:
+                    usage = json.loads(line[6:]).get("usage")
+                    tokens = usage["completion_tokens"] if usage else tokens
         else:
-            await response.read()
+            tokens = (await response.json())["usage"]["completion_tokens"]
     return time.perf_counter() - start, tokens
 
 
