@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,20 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="print the Status snapshot as JSON")
     status.add_argument("--runtime-dir", default=ServerConfig.runtime_dir)
     status.set_defaults(func=_status)
+
+    drain = verbs.add_parser("drain", help="stop admitting; in-flight requests finish")
+    drain.add_argument("--wait", action="store_true", help="return when nothing is in flight")
+    drain.add_argument("--timeout", type=float, help="end what is still in flight after S seconds")
+    drain.add_argument("--runtime-dir", default=ServerConfig.runtime_dir)
+    drain.set_defaults(func=_drain)
+    for verb, help_text in (
+        ("resume", "admit requests again after a drain"),
+        ("restart", "drain, restart the engine, resume"),
+        ("reload", "re-read the config (limits apply now; engine changes need a restart)"),
+    ):
+        sub = verbs.add_parser(verb, help=help_text)
+        sub.add_argument("--runtime-dir", default=ServerConfig.runtime_dir)
+        sub.set_defaults(func=_simple_verb)
     return parser
 
 
@@ -81,18 +96,56 @@ def _check_config(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from llmd.admin.client import AdminUnreachable, admin_request
-
-    socket = RuntimePaths(Path(args.runtime_dir)).admin_socket
-    try:
-        status = _run(admin_request(socket, "GET", "/status"))
-    except AdminUnreachable as exc:
-        print(f"llmd: {exc}", file=sys.stderr)
-        return 3  # LSB: program is not running
+    status = _call(args, "GET", "/status")
     if args.json:
         print(json.dumps(status, indent=2))
     else:
         print(format_status(status))
+    return 0
+
+
+def _call(
+    args: argparse.Namespace,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None = None,
+    timeout_s: float = 10.0,
+) -> Any:
+    """One admin call; prints the daemon's error and raises SystemExit(3) / (1) on failure."""
+    from llmd.admin.client import AdminRefused, AdminUnreachable, admin_request
+
+    socket = RuntimePaths(Path(args.runtime_dir)).admin_socket
+    try:
+        return _run(admin_request(socket, method, path, body, timeout_s))
+    except AdminUnreachable as exc:
+        print(f"llmd: {exc}", file=sys.stderr)
+        raise SystemExit(3) from exc  # LSB: program is not running
+    except AdminRefused as exc:
+        print(f"llmd: {exc}", file=sys.stderr)
+        raise SystemExit(1) from exc
+
+
+def _drain(args: argparse.Namespace) -> int:
+    answer = _call(args, "POST", "/drain", {"deadline_s": args.timeout})
+    print(f"draining: {answer['in_flight']} in flight")
+    if not args.wait:
+        return 0
+    deadline = time.monotonic() + (args.timeout + 5 if args.timeout is not None else 3600)
+    while (in_flight := _call(args, "GET", "/status")["in_flight"]) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    print("drained" if not in_flight else f"still {in_flight} in flight")
+    return 0 if not in_flight else 1
+
+
+def _simple_verb(args: argparse.Namespace) -> int:
+    answer = _call(args, "POST", "/" + args.verb, timeout_s=600.0)
+    if args.verb == "reload":
+        pending = answer["needs_restart"]
+        print("reloaded" + (f"; needs a restart: {', '.join(pending)}" if pending else ""))
+    elif args.verb == "restart":
+        print("engine restarted" if answer["restarted"] else "no engine was running")
+    else:
+        print(f"admitting requests; engine {answer['engine']}")
     return 0
 
 

@@ -22,6 +22,7 @@ import uvicorn
 
 from llmd.admin.server import AdminApp
 from llmd.config import Config, config_path, load_config, reload_config
+from llmd.control import Controller
 from llmd.engine.launch import installed_engine_build
 from llmd.errors import ConfigError, EngineGaveUp
 from llmd.gpu.preflight import GpuReport, PreflightError, run_preflight
@@ -63,6 +64,7 @@ class Daemon:
         self.paths = RuntimePaths(Path(config.server.runtime_dir))
         self.ctx = ProxyContext(config=config, paths=self.paths, engine=EngineState())
         self.supervisor = Supervisor(config, self.paths, self.ctx.engine)
+        self.control = Controller(self.ctx, self.supervisor, self._reload)
         self.exit_code = EXIT_OK
         self.gpu: GpuReport | None = None
         self.reporter = ServiceReporter(Notifier(), config.supervisor.max_failed_boots)
@@ -104,7 +106,7 @@ class Daemon:
         admin = _bind_unix(self.paths.admin_socket, mode=0o660)
         self._start_server("proxy", build_app(self.ctx), public, lifespan="on")
         self._start_server(
-            "admin", AdminApp(lambda: take_snapshot(self.ctx)), admin, lifespan="off"
+            "admin", AdminApp(lambda: take_snapshot(self.ctx), self.control), admin, lifespan="off"
         )
         self._tasks["engine"] = asyncio.create_task(self.supervisor.run(), name="supervisor")
         log.info(
@@ -134,7 +136,8 @@ class Daemon:
             if next_signal in done:
                 sig = next_signal.result()
                 if sig is signal.SIGHUP:
-                    self._reload()
+                    with contextlib.suppress(ConfigError):  # logged; the old config stays
+                        self._reload()
                     continue
                 log.info("stop_requested", signal=sig.name)
                 return
@@ -147,12 +150,13 @@ class Daemon:
         self.reporter.stopping(f"draining: {len(self.ctx.inflight)} in flight")
         # 2. Let in-flight requests finish, up to the drain deadline; a second signal cuts it
         #    short. What remains then is ended with an in-band error.
-        in_flight = len(self.ctx.inflight)
-        if in_flight:
-            log.info(
-                "drain_started", in_flight=in_flight, deadline_s=self.config.server.drain_timeout_s
-            )
-            await self._drain(self.config.server.drain_timeout_s)
+        if len(self.ctx.inflight):
+            self.control.drain()
+            hurry = asyncio.Event()
+            second_signal = asyncio.create_task(self._signals.get())
+            second_signal.add_done_callback(lambda _: hurry.set())
+            await self.control.wait_drained(self.config.server.drain_timeout_s, hurry)
+            second_signal.cancel()
         # 3. Stop accepting: close the listeners and the idle keep-alive connections.
         for server in self._servers:
             server.should_exit = True
@@ -172,17 +176,6 @@ class Daemon:
             loop.remove_signal_handler(sig)
         log.info("llmd_stopped", exit_code=self.exit_code)
         self.reporter.notifier.close()
-
-    async def _drain(self, deadline_s: float) -> None:
-        idle = asyncio.create_task(self.ctx.inflight.wait_idle(deadline_s))
-        hurry = asyncio.create_task(self._signals.get())
-        await asyncio.wait({idle, hurry}, return_when=asyncio.FIRST_COMPLETED)
-        hurry.cancel()
-        if not (idle.done() and idle.result()):
-            idle.cancel()
-            ended = self.ctx.inflight.abort_all("llmd is shutting down")
-            log.warning("drain_deadline_passed", ended=ended)
-            await self.ctx.inflight.wait_idle(5.0)
 
     def _start_server(
         self, name: str, app: object, sock: socket.socket, lifespan: Literal["on", "off"]
@@ -209,8 +202,10 @@ class Daemon:
             making_progress=_age(self.supervisor.last_progress) < stall_limit,
         )
 
-    def _reload(self) -> None:
-        """SIGHUP: re-read the config; what can change live applies now, the rest is reported."""
+    def _reload(self) -> list[str]:
+        """SIGHUP or the admin API: re-read the config; what can change live applies now. The
+        changed keys that need a restart (reported, not applied). Raises ConfigError, logged,
+        when the file is invalid: then nothing changes."""
         self.reporter.reloading()
         try:
             new = load_config(
@@ -220,13 +215,15 @@ class Daemon:
             )
         except ConfigError as exc:
             log.error("reload_rejected", error=str(exc))
-        else:
-            applied, pending = reload_config(self.config, new)
-            self.config = self.ctx.config = self.supervisor.config = applied
-            self.reporter.max_failed_boots = applied.supervisor.max_failed_boots
-            configure_logging(applied.logging)
-            log.info("config_reloaded", needs_restart=pending)
-        self.reporter.reloaded()
+            raise
+        finally:
+            self.reporter.reloaded()
+        applied, pending = reload_config(self.config, new)
+        self.config = self.ctx.config = self.supervisor.config = applied
+        self.reporter.max_failed_boots = applied.supervisor.max_failed_boots
+        configure_logging(applied.logging)
+        log.info("config_reloaded", needs_restart=pending)
+        return pending
 
 
 def _age(monotonic_s: float) -> float:

@@ -12,6 +12,7 @@
         ├── MethodNotAllowed         405 method_not_allowed
         ├── EngineUnavailable        503 engine_unavailable (+ Retry-After)
         ├── Draining                 503 draining (+ Retry-After)
+        ├── RequestCancelled         503 cancelled (an operator ended it)
         └── EngineError              502 engine_error (engine failed mid-request)
 
 Library and OS errors are translated into these at the boundary that meets them (config loading,
@@ -145,6 +146,14 @@ class Draining(ApiError):
 
     status = 503
     code = "draining"
+    type = "server_error"
+
+
+class RequestCancelled(ApiError):
+    """An operator cancelled this request (`POST /requests/{id}/cancel` on the admin API)."""
+
+    status = 503
+    code = "cancelled"
     type = "server_error"
 
 

@@ -12,19 +12,31 @@ class AdminUnreachable(Exception):
     """The daemon's admin socket is missing or refused the connection."""
 
 
-async def admin_request(socket: Path, method: str, path: str, timeout_s: float = 10.0) -> Any:
-    """Call the admin API at `socket`; the decoded JSON answer.
+class AdminRefused(Exception):
+    """The daemon answered with an error; the message is the daemon's."""
 
-    Raises AdminUnreachable when no daemon answers on `socket`.
+
+async def admin_request(
+    socket: Path,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None = None,
+    timeout_s: float = 10.0,
+) -> Any:
+    """Call the admin API at `socket` (`body` sent as JSON); the decoded JSON answer.
+
+    Raises AdminUnreachable when no daemon answers on `socket`, AdminRefused on an error answer.
     """
     connector = aiohttp.UnixConnector(path=str(socket))
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
     try:
         async with (
             aiohttp.ClientSession(connector=connector) as session,
-            session.request(
-                method, "http://llmd" + path, timeout=aiohttp.ClientTimeout(total=timeout_s)
-            ) as response,
+            session.request(method, "http://llmd" + path, json=body, timeout=timeout) as response,
         ):
-            return await response.json()
+            answer = await response.json()
     except (aiohttp.ClientConnectionError, FileNotFoundError, PermissionError) as exc:
         raise AdminUnreachable(f"no llmd daemon answers on {socket}: {exc}") from exc
+    if response.status >= 400:
+        raise AdminRefused(answer["error"]["message"])
+    return answer

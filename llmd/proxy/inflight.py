@@ -6,13 +6,15 @@ import asyncio
 import dataclasses
 import time
 
+from llmd.errors import ApiError
+
 
 @dataclasses.dataclass(eq=False)
 class Exchange:
     """One client request relayed to the engine.
 
-    `task` does the upstream work; `abort_reason` is set (before cancelling `task`) when llmd,
-    not the client, ends the request, so the client gets an error rather than silence.
+    `task` does the upstream work; `abort_error` is set (before cancelling `task`) when llmd,
+    not the client, ends the request, so the client gets that error rather than silence.
     `response_started` tells whether the error must go in-band.
     """
 
@@ -21,7 +23,7 @@ class Exchange:
     started_at: float = dataclasses.field(default_factory=time.monotonic)
     task: asyncio.Task[None] | None = None
     response_started: bool = False
-    abort_reason: str | None = None
+    abort_error: ApiError | None = None
 
 
 class InFlight:
@@ -39,6 +41,10 @@ class InFlight:
         self._exchanges.add(exchange)
         self._idle.clear()
 
+    def find(self, request_id: str) -> Exchange | None:
+        """The live exchange with `request_id`, if any."""
+        return next((e for e in self._exchanges if e.request_id == request_id), None)
+
     def remove(self, exchange: Exchange) -> None:
         self._exchanges.discard(exchange)
         if not self._exchanges:
@@ -52,12 +58,14 @@ class InFlight:
             return False
         return True
 
-    def abort_all(self, reason: str) -> int:
-        """End every live exchange with `reason` (in-band error or 503); how many were ended."""
-        count = 0
-        for exchange in list(self._exchanges):
-            if exchange.task is not None and not exchange.task.done():
-                exchange.abort_reason = reason
-                exchange.task.cancel()
-                count += 1
-        return count
+    def abort(self, exchange: Exchange, error: ApiError) -> bool:
+        """End `exchange` with `error` (in-band once its response started); False if done."""
+        if exchange.task is None or exchange.task.done():
+            return False
+        exchange.abort_error = error
+        exchange.task.cancel()
+        return True
+
+    def abort_all(self, error: ApiError) -> int:
+        """End every live exchange with `error`; how many were ended."""
+        return sum(self.abort(exchange, error) for exchange in list(self._exchanges))

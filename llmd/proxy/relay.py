@@ -117,12 +117,9 @@ class Relay:
         try:
             await self._forward(exchange, body, started)
         except asyncio.CancelledError:
-            if exchange.abort_reason is None:
+            if exchange.abort_error is None:
                 raise  # the client left: nothing to answer
-            error: ApiError = Draining(
-                f"request ended by llmd: {exchange.abort_reason}", retry_after_s=1
-            )
-            await _answer_error(started, error)
+            await _answer_error(started, exchange.abort_error)
         except ApiError as error:
             await _answer_error(started, error)
 

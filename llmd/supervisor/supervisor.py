@@ -39,6 +39,7 @@ class Supervisor:
         self._stopping = asyncio.Event()
         self._process: EngineProcess | None = None
         self._history: list[ExitRecord] = []
+        self._restart_requested = False
         # Monotonic time of the supervisor's last loop turn: the daemon pings systemd's
         # watchdog only while this moves.
         self.last_progress = time.monotonic()
@@ -51,39 +52,54 @@ class Supervisor:
                 reason, was_ready = await self._run_once(probe)
                 if self._stopping.is_set():
                     break
-                now = time.monotonic()
-                self._history.append(ExitRecord(at=now, was_ready=was_ready))
-                decision = decide_restart(self.config.supervisor, self._history, now)
-                self.state.failed_boots = sum(
-                    1
-                    for record in self._history
-                    if not record.was_ready
-                    and now - record.at <= self.config.supervisor.failure_window_s
-                )
-                if isinstance(decision, GiveUp):
-                    self.state.phase = EnginePhase.FAILED
-                    log.error(
-                        "engine_gave_up", failed_boots=decision.failed_boots, reason=reason.kind
-                    )
-                    raise EngineGaveUp(
-                        f"engine failed to boot {decision.failed_boots} times within "
-                        f"{self.config.supervisor.failure_window_s:g}s; last: {reason.detail}"
-                    )
-                self.state.phase = EnginePhase.RESTARTING
-                restart_at = self.state.restart_at = now + decision.delay_s
-                log.warning(
-                    "engine_restart_scheduled",
-                    delay_s=decision.delay_s,
-                    attempt=decision.attempt,
-                    reason=reason.kind,
-                )
-                while time.monotonic() < restart_at and not self._stopping.is_set():
-                    self.last_progress = time.monotonic()
-                    with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(self._stopping.wait(), timeout=1.0)
-                self.state.restart_at = None
-                self.state.restarts += 1
+                if reason.kind == "restart_requested":
+                    self.state.restarts += 1
+                    continue
+                await self._back_off(reason, was_ready)
         self.state.phase = EnginePhase.STOPPED
+
+    async def _back_off(self, reason: ExitReason, was_ready: bool) -> None:
+        """Wait as the restart policy says after an unrequested exit. Raises EngineGaveUp."""
+        now = time.monotonic()
+        self._history.append(ExitRecord(at=now, was_ready=was_ready))
+        window = self.config.supervisor.failure_window_s
+        self.state.failed_boots = sum(
+            1 for record in self._history if not record.was_ready and now - record.at <= window
+        )
+        decision = decide_restart(self.config.supervisor, self._history, now)
+        if isinstance(decision, GiveUp):
+            self.state.phase = EnginePhase.FAILED
+            log.error("engine_gave_up", failed_boots=decision.failed_boots, reason=reason.kind)
+            raise EngineGaveUp(
+                f"engine failed to boot {decision.failed_boots} times within {window:g}s; "
+                f"last: {reason.detail}"
+            )
+        self.state.phase = EnginePhase.RESTARTING
+        restart_at = self.state.restart_at = now + decision.delay_s
+        log.warning(
+            "engine_restart_scheduled",
+            delay_s=decision.delay_s,
+            attempt=decision.attempt,
+            reason=reason.kind,
+        )
+        while time.monotonic() < restart_at and not self._stopping.is_set():
+            self.last_progress = time.monotonic()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout=1.0)
+        self.state.restart_at = None
+        self.state.restarts += 1
+
+    async def restart(self) -> bool:
+        """Stop the serving engine's group and boot a fresh one at once (no backoff, not counted
+        as a failure). False when no engine is running to restart."""
+        process = self._process
+        if process is None or not process.running or self._stopping.is_set():
+            return False
+        self._restart_requested = True
+        self.state.phase = EnginePhase.RESTARTING
+        log.warning("engine_restart_requested", pid=process.pid)
+        await process.stop_group(self.config.engine.stop_timeout_s)
+        return True
 
     async def stop(self) -> None:
         """Stop the engine group: SIGTERM, SIGKILL after `engine.stop_timeout_s`, reap."""
@@ -106,9 +122,9 @@ class Supervisor:
         try:
             process = await EngineProcess.spawn(launch, self._forward_output)
         except OSError as exc:
-            reason = ExitReason("exit_code", f"cannot start {launch.argv[0]}: {exc.strerror}")
-            self._record_exit(reason)
-            return reason, False
+            failed = ExitReason("exit_code", f"cannot start {launch.argv[0]}: {exc.strerror}")
+            self._record_exit(failed)
+            return failed, False
         self._process = process
         self.state.pid = process.pid
         log.info("engine_started", pid=process.pid, argv=" ".join(launch.argv))
@@ -122,8 +138,8 @@ class Supervisor:
             forced = ExitReason(
                 "start_timeout", f"not ready after {self.config.engine.start_timeout_s:g}s"
             )
-        if self._stopping.is_set():
-            returncode = await exited  # stop() is taking the group down
+        if self._stopping.is_set() or self._restart_requested:
+            returncode = await exited  # stop() or restart() is taking the group down
         elif forced is not None:
             await process.stop_group(self.config.engine.stop_timeout_s)
             returncode = await exited
@@ -132,12 +148,16 @@ class Supervisor:
             self.state.phase = EnginePhase.RESTARTING  # stop routing to it before the cleanup
             # The leader died on its own: its engine-core and workers may survive it (vllm#55510).
             await process.stop_group(timeout_s=5.0)
-        reason = forced or classify_exit(
-            returncode,
-            stop_requested=self._stopping.is_set(),
-            was_ready=ready,
-            recent_lines=list(process.output.recent),
-        )
+        if self._restart_requested:
+            self._restart_requested = False
+            reason = ExitReason("restart_requested", "restarted by the operator")
+        else:
+            reason = forced or classify_exit(
+                returncode,
+                stop_requested=self._stopping.is_set(),
+                was_ready=ready,
+                recent_lines=list(process.output.recent),
+            )
         self.state.pid = None
         self._record_exit(reason)
         return reason, ready
