@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 
@@ -88,24 +89,38 @@ def test_sigkill_of_the_api_server_under_load_restarts_it(llmd: LlmdProcess) -> 
     ENGINE_PGIDS.append(status["pid"])
 
 
+def read_stream(url: str, lines: list[str], first: threading.Event) -> None:
+    """Read one long streamed completion into `lines`; set `first` at its first event."""
+    with httpx.stream("POST", url, json=stream_body(1000), timeout=60) as response:
+        for line in response.iter_lines():
+            if line:
+                lines.append(line)
+                first.set()
+
+
 def test_stop_ends_streams_and_leaves_no_engine_process(llmd: LlmdProcess) -> None:
-    """SIGTERM with a stream in flight: the stream finishes, llmd exits 0, the group is gone."""
+    """SIGTERM with 16 streams in flight: they finish, new requests get 503 draining, llmd
+    exits 0 and no process of any engine group it ran is left."""
     pgid = engine_status(llmd)["pid"]
     assert isinstance(pgid, int)
-    with httpx.stream(
-        "POST", llmd.base_url + "/v1/completions", json=stream_body(200), timeout=60
-    ) as response:
-        lines = response.iter_lines()
-        assert next(lines).startswith("data: ")
-        llmd.process.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
-        refused = httpx.post(
-            llmd.base_url + "/v1/completions", json={"model": "tiny", "prompt": "x"}
-        )
-        rest = [line for line in lines if line]
+    url = llmd.base_url + "/v1/completions"
+    # 16 sequences of 1,000 tokens keep the tiny engine busy for seconds (one alone: ~1 s).
+    streams: list[tuple[list[str], threading.Event]] = [([], threading.Event()) for _ in range(16)]
+    readers = [threading.Thread(target=read_stream, args=(url, *s)) for s in streams]
+    for reader in readers:
+        reader.start()
+    assert all(first.wait(30) for _, first in streams)
+    llmd.process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while httpx.get(llmd.base_url + "/ready").status_code == 200 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    refused = httpx.post(url, json={"model": "tiny", "prompt": "x"})
+    for reader in readers:
+        reader.join(60)
     assert refused.status_code == 503 and refused.json()["error"]["code"] == "draining"
     assert "retry-after" in refused.headers
-    assert rest[-1] == "data: [DONE]" and "error" not in rest[-2]
+    for lines, _ in streams:
+        assert lines[-1] == "data: [DONE]" and "error" not in lines[-2]
     assert llmd.process.wait(timeout=60) == 0
     for group in {pgid, *ENGINE_PGIDS}:
         assert not group_members(group), f"engine process group {group} survived llmd"
