@@ -1,8 +1,9 @@
-"""Config text for test daemons, derived from the shipped etc/demo.toml (what the demo runs)."""
+"""Config text for test daemons, derived from the configs the repo ships (etc/*.toml)."""
 
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +12,19 @@ import tomli_w
 from tests.support.llmd_process import REPO
 
 
-def demo_config(model: Path, **sections: dict[str, Any]) -> str:
-    """etc/demo.toml with an absolute model path and `sections` merged over it."""
-    raw = tomllib.loads((REPO / "etc" / "demo.toml").read_text())
+def shipped_config(
+    name: str, model: Path, args: Sequence[str] = (), **sections: dict[str, Any]
+) -> str:
+    """etc/`name` with an absolute model path, `args` appended to engine.args and `sections`
+    merged over it: the config text for `LlmdProcess.start`."""
+    raw = tomllib.loads((REPO / "etc" / name).read_text())
     raw["engine"]["model"] = str(model)
-    for name, values in sections.items():
-        raw.setdefault(name, {}).update(values)
+    raw["engine"]["args"] = [*raw["engine"].get("args", []), *args]
+    for section, values in sections.items():
+        raw.setdefault(section, {}).update(values)
     return tomli_w.dumps(raw)
+
+
+def demo_config(model: Path, **sections: dict[str, Any]) -> str:
+    """etc/demo.toml (the real vLLM CPU engine, as the demo runs it) for `model`."""
+    return shipped_config("demo.toml", model, (), **sections)

@@ -30,6 +30,17 @@ def short_tmpdir(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
 
 
+def stop_process(process: subprocess.Popen[bytes], timeout_s: float) -> int:
+    """SIGTERM `process`, SIGKILL it after `timeout_s`; its exit status."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        return process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.wait()
+
+
 @dataclasses.dataclass
 class LlmdProcess:
     """One `llmd serve` child. `log_path` collects its stderr (JSON lines)."""
@@ -97,13 +108,7 @@ class LlmdProcess:
 
     def stop(self, timeout_s: float = 90.0) -> int:
         """SIGTERM llmd and wait for it; its exit status (SIGKILL after `timeout_s`)."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            return self.process.wait()
+        return stop_process(self.process, timeout_s)
 
     def admin_status(self) -> dict[str, Any]:
         """GET /status on the admin socket: the Status snapshot as JSON."""

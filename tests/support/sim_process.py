@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import signal
 import socket
 import subprocess
 import sys
 import time
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
-import tomli_w
 
-from tests.support.llmd_process import REPO, short_tmpdir
+from tests.support.configs import shipped_config
+from tests.support.llmd_process import REPO, short_tmpdir, stop_process
 
 
 def health_status(path: Path, timeout_s: float = 5.0) -> int | None:
@@ -89,24 +87,12 @@ class SimProcess:
 
     def stop(self, timeout_s: float = 10.0) -> int:
         """SIGTERM, then SIGKILL after `timeout_s`; the exit status."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            return self.process.wait()
+        return stop_process(self.process, timeout_s)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
 
 def sim_config(model: Path, args: Sequence[str] = (), **sections: dict[str, Any]) -> str:
-    """etc/sim.toml with an absolute model path, `args` appended to the simulator's flags and
-    `sections` merged over it: the config text for `LlmdProcess.start`."""
-    raw = tomllib.loads((REPO / "etc" / "sim.toml").read_text())
-    raw["engine"]["model"] = str(model)
-    raw["engine"]["args"] = [*raw["engine"].get("args", []), *args]
-    for name, values in sections.items():
-        raw.setdefault(name, {}).update(values)
-    return tomli_w.dumps(raw)
+    """etc/sim.toml for `model`, `args` appended to the simulator's flags."""
+    return shipped_config("sim.toml", model, args, **sections)
