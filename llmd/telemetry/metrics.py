@@ -11,7 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -63,6 +69,9 @@ class ProxyMetrics:
     """The series llmd updates per request, and a collector for the rest (read from `Status`)."""
 
     def __init__(self, top_tenants: int) -> None:
+        # No `_created` series: they double the text format for nothing Prometheus uses there.
+        # (A process-wide switch of prometheus_client; llmd's process has no other exporter.)
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry()
         self.tenant = TenantLabels(top_tenants)
         r = self.registry

@@ -60,7 +60,7 @@ class LatencyWindow:
 
     def _recent(self, window_s: int) -> Iterable[collections.Counter[int]]:
         oldest = int(self._clock()) - window_s
-        return (counts for second, counts in self._slots if second > oldest)
+        return (counts for second, counts in self._slots if second >= oldest)
 
     def _expire(self, now: int) -> None:
         while self._slots and self._slots[0][0] <= now - HORIZON_S:
@@ -103,7 +103,7 @@ class RateWindow:
         oldest = int(now) - window_s
         totals = [0.0] * width
         for slot in self._slots:
-            if slot[0] > oldest:
+            if slot[0] >= oldest:
                 for i in range(width):
                     totals[i] += slot[i + 1]
         span = max(1.0, min(float(window_s), now - self._started))
