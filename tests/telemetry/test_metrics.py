@@ -138,3 +138,25 @@ def test_gauges_come_from_the_snapshot() -> None:
     assert value("llmd_queue_depth", {"class": "batch"}) == 0
     assert value("llmd_gpu_power_watts", {"gpu": "0", "name": "NVIDIA H100"}) == 300
     assert value("llmd_log_lines_suppressed_total", {"event": "engine_output"}) == 4
+
+
+def test_the_grafana_dashboard_uses_only_contracted_series() -> None:
+    """etc/grafana-llmd.json queries only series of the contract (so a rename breaks a test)."""
+    import json
+    import re
+
+    dashboard = json.loads((Path(__file__).parents[2] / "etc" / "grafana-llmd.json").read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    names = {n for e in exprs for n in re.findall(r"\bllmd_[a-z0-9_]+", e)}
+    bases = {re.sub(r"_(total|bucket|sum|count)$", "", n) for n in names}
+    assert bases <= set(SERIES), bases - set(SERIES)
+    titles = " ".join(panel["title"] for panel in dashboard["panels"])
+    for topic in (
+        "first token",
+        "Queue depth",
+        "KV",
+        "Tokens per second",
+        "Rejections",
+        "restarts",
+    ):
+        assert topic in titles
