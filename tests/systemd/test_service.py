@@ -62,14 +62,14 @@ def test_notify_sequence_through_start_reload_and_stop(listener: NotifyListener)
     env = {"NOTIFY_SOCKET": str(listener.path), "WATCHDOG_USEC": "1000000"}
     llmd = LlmdProcess.start(sim_config(ensure_tiny_model(), args), env=env)
     try:
-        ready = listener.wait_for("READY", timeout_s=30)
+        ready = listener.wait_for("READY", timeout_s=60)
         assert httpx.get(llmd.base_url + "/ready").status_code == 200
         assert ready["STATUS"].startswith("serving tiny")
         before_ready = listener.messages[:-1]
         assert any("EXTEND_TIMEOUT_USEC" in m for m in before_ready)
         assert any(m.get("STATUS", "").startswith("loading model") for m in before_ready)
-        listener.wait_for("WATCHDOG", timeout_s=5)
-        listener.wait_for("WATCHDOG", timeout_s=5)
+        listener.wait_for("WATCHDOG", timeout_s=15)
+        listener.wait_for("WATCHDOG", timeout_s=15)
 
         llmd.process.send_signal(signal.SIGHUP)
         reloading = listener.wait_for("RELOADING", timeout_s=10)
@@ -118,7 +118,10 @@ async def drain_with_streams(llmd: LlmdProcess) -> tuple[list[list[str]], httpx.
         streams = [asyncio.create_task(read_stream(client, url, started, count)) for _ in range(20)]
         await asyncio.wait_for(started.wait(), timeout=30)
         llmd.process.send_signal(signal.SIGTERM)
-        await asyncio.sleep(0.3)
+        for _ in range(500):  # until llmd has taken the signal: /ready answers 503
+            if (await client.get(llmd.base_url + "/ready")).status_code == 503:
+                break
+            await asyncio.sleep(0.01)
         refused = await client.post(url, json={**STREAM, "stream": False})
         return await asyncio.gather(*streams), refused
 
@@ -126,7 +129,9 @@ async def drain_with_streams(llmd: LlmdProcess) -> tuple[list[list[str]], httpx.
 def test_sigterm_drains_twenty_streams_then_stops(tmp_path: Path) -> None:
     """SIGTERM with 20 streams in flight: all 20 finish, new requests get 503 draining with
     Retry-After, the engine group is gone, exit 0."""
-    llmd = LlmdProcess.start(sim_config(ensure_tiny_model(), server={"drain_timeout_s": 30.0}))
+    slow = ("--step-base-ms", "5")  # 300 tokens take 1.5 s: all 20 are in flight at SIGTERM
+    config = sim_config(ensure_tiny_model(), slow, server={"drain_timeout_s": 30.0})
+    llmd = LlmdProcess.start(config)
     try:
         llmd.wait_ready(timeout_s=30)
         pgid = llmd.admin_status()["engine"]["pid"]

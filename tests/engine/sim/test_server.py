@@ -30,7 +30,7 @@ async def test_tokenize_counts_the_chat_template(sim: RunningSim) -> None:
     """/tokenize renders the chat template (generation prompt included) and counts it; the
     count is the prompt_tokens a completion then reports."""
     tokens = (await sim.client.post("/tokenize", json=CHAT)).json()
-    assert tokens["tokens"] == [1, 312, 511, 313, 202, 977, 466, 2, 202, 312, 644, 313, 202]
+    assert tokens["tokens"] == [1, 311, 508, 312, 202, 876, 415, 2, 202, 311, 634, 312, 202]
     reply = (await sim.client.post("/v1/chat/completions", json={**CHAT, "max_tokens": 3})).json()
     assert reply["usage"]["prompt_tokens"] == tokens["count"] == 13
 
