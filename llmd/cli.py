@@ -1,4 +1,4 @@
-"""The `llmd` command: `serve` (what systemd runs), `check-config`, and the client verbs."""
+"""The `llmd` command: `serve` (what systemd runs), `check-config`, the client verbs, `bench`."""
 
 from __future__ import annotations
 
@@ -43,6 +43,10 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="print the Status snapshot as JSON")
     status.add_argument("--runtime-dir", default=ServerConfig.runtime_dir)
     status.set_defaults(func=_status)
+
+    from llmd.bench.command import add_parser as add_bench_parser
+
+    add_bench_parser(verbs)
     return parser
 
 
