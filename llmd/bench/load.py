@@ -57,7 +57,8 @@ class _Step:
 
     def take(self) -> int | None:
         """The next request index, or None when the step is over (time or count)."""
-        if time.perf_counter() >= self.deadline or self.next_index >= self.spec.max_requests:
+        cap = 1 if self.spec.scenario.single else self.spec.max_requests
+        if time.perf_counter() >= self.deadline or self.next_index >= cap:
             return None
         index, self.next_index = self.next_index, self.next_index + 1
         return index
