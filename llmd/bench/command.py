@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmd.bench.lengths import Component, Dist, LengthMix, load_pairs
 from llmd.bench.scenarios import SCENARIOS, scenario
 from llmd.errors import BenchError
+
+if TYPE_CHECKING:  # the runner pulls in aiohttp and prometheus_client: only when a bench runs
+    from llmd.bench.runner import BenchOptions
 
 EPILOG = (
     """scenarios:
@@ -139,7 +143,7 @@ def length_mix(
     return LengthMix(components=components)
 
 
-def options_from(args: argparse.Namespace) -> Any:
+def options_from(args: argparse.Namespace) -> BenchOptions:
     """`BenchOptions` from the parsed flags. Raises `BenchError`."""
     from llmd.bench.runner import BenchOptions
 
@@ -198,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
         console = Console(width=180)  # a file or a pipe: keep each step on one line
     console.print(report.render(result))
     if args.output:
-        report.write_json(result, args.output)
+        report.write_json(result, args.output, command=shlex.join(["llmd", *sys.argv[1:]]))
         print(f"figures: {args.output}")
     plot_path = args.plot or (args.output.with_suffix(".png") if args.output else None)
     if plot_path is not None and not result.options.scenario.single:

@@ -118,15 +118,16 @@ def render(report: BenchReport) -> Group:
     return Group(*parts)
 
 
-def write_json(report: BenchReport, path: Path) -> None:
-    """The report's JSON document to `path` (indented, UTF-8)."""
+def write_json(report: BenchReport, path: Path, command: str | None = None) -> None:
+    """The report's JSON document to `path` (indented, UTF-8), with the `command` that ran it."""
+    document = {"command": command, **report.to_json()}
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    path.write_text(json.dumps(document, indent=2) + "\n")
 
 
 def plot(report: BenchReport, path: Path) -> None:
     """A PNG at `path`: output tokens/s and TTFT p95 against concurrency, one line per target,
-    the SLO as a dashed line. Needs matplotlib (Agg backend, no display)."""
+    each operating point as a star, the SLO as a dashed line. Needs matplotlib (Agg backend)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -135,25 +136,28 @@ def plot(report: BenchReport, path: Path) -> None:
     figure, (throughput, ttft) = plt.subplots(1, 2, figsize=(11, 4.2))
     for label, steps in report.steps.items():
         xs = [s.concurrency for s in steps]
-        throughput.plot(xs, [s.output_tokens_per_s for s in steps], marker="o", label=label)
+        (line,) = throughput.plot(
+            xs, [s.output_tokens_per_s for s in steps], marker="o", label=label
+        )
         ttft.plot(
             xs,
             [s.ttft_ms["p95"] if s.ttft_ms["p95"] is not None else float("nan") for s in steps],
             marker="o",
             label=label,
         )
+        point = report.operating_points[label]
+        if point.concurrency is not None and point.output_tokens_per_s is not None:
+            throughput.plot(
+                [point.concurrency],
+                [point.output_tokens_per_s],
+                marker="*",
+                markersize=16,
+                linestyle="none",
+                color=line.get_color(),
+                label=f"operating point ({label})",
+            )
     slo = report.options.slo_ttft_p95_ms
     ttft.axhline(slo, linestyle="--", color="grey", label=f"SLO {slo:g} ms")
-    for label, point in report.operating_points.items():
-        if point.concurrency is not None and point.output_tokens_per_s is not None:
-            throughput.annotate(
-                f"operating point ({label})",
-                (point.concurrency, point.output_tokens_per_s),
-                textcoords="offset points",
-                xytext=(0, -18),
-                ha="center",
-                fontsize=8,
-            )
     ticks = sorted({s.concurrency for steps in report.steps.values() for s in steps})
     for axis, ylabel in ((throughput, "output tokens/s"), (ttft, "TTFT p95 (ms)")):
         axis.set_xscale("log", base=2)

@@ -1,9 +1,10 @@
 """A whole bench run: discover the model, warm up, sweep concurrency over each target, and
 gather the figures, operating points and direct/llmd ratios into one `BenchReport`.
 
-With a direct target, each step runs straight to vLLM first and then through llmd, at the same
-concurrency and with the same requests (the plan is a function of seed and request index), so the
-two sweeps see the same load and the same engine warmth to within one step.
+With a direct target, each step runs straight to vLLM and through llmd, one after the other (the
+first one alternating from step to step), at the same concurrency and with the same requests (the
+plan is a function of seed and request index), so the two sweeps see the same load and the same
+engine warmth to within one step.
 """
 
 from __future__ import annotations
@@ -187,7 +188,10 @@ async def run_bench(options: BenchOptions, display: Display | None = None) -> Be
             max_model_len=max_model_len,
             headers=tuple(headers),
         )
-        for target in targets:
+        # Alternate which target goes first, so slow drift (engine warmth, other load on the
+        # machine) does not always favour the same one.
+        order = targets if len(steps[targets[0].label]) % 2 == 0 else targets[::-1]
+        for target in order:
             if display is not None:
                 display.step_started(target.label, concurrency, spec)
             sampler = GaugeSampler(metrics, options.metrics_interval_s)

@@ -64,7 +64,8 @@ def stability(results: Sequence[RequestResult], wall_s: float) -> Verdict:
 @dataclasses.dataclass(frozen=True)
 class StepSummary:
     """All figures of one step against one target. Times in ms, rates per second, tokens are the
-    engine's counts (usage) where the stream finished, else streamed chunks."""
+    engine's counts (usage) where the stream finished, else streamed chunks. `chunks` counts SSE
+    events with a choice (vLLM sends one per token; the zero-latency simulator may batch)."""
 
     target: str
     concurrency: int
@@ -81,6 +82,7 @@ class StepSummary:
     output_tokens: int
     planned_output_tokens: int
     output_mismatches: int
+    chunks: int
     output_tokens_per_s: float
     requests_per_s: float
     peak_kv_usage: float | None
@@ -90,6 +92,7 @@ class StepSummary:
     client_cpu_s: float
     client_cpu_share: float
     client_cpu_us_per_token: float | None
+    client_cpu_us_per_chunk: float | None
     verdict: str
     verdict_reason: str
 
@@ -120,6 +123,7 @@ def summarize(
     disconnected = [r for r in results if r.outcome == "disconnected"]
     failed = [r for r in results if r.outcome in ("error", "timeout")]
     output_tokens = sum(r.output_tokens for r in ok + disconnected)
+    chunks = sum(r.chunks for r in results)
     verdict = stability(results, wall_s)
     wall = max(wall_s, 1e-9)
     return StepSummary(
@@ -138,6 +142,7 @@ def summarize(
         output_tokens=output_tokens,
         planned_output_tokens=sum(r.planned_output for r in ok),
         output_mismatches=sum(r.output_tokens != r.planned_output for r in ok),
+        chunks=chunks,
         output_tokens_per_s=round(output_tokens / wall, 2),
         requests_per_s=round(len(ok) / wall, 3),
         peak_kv_usage=_peak([s.kv_usage for s in samples]),
@@ -149,6 +154,7 @@ def summarize(
         client_cpu_us_per_token=(
             round(client_cpu_s / output_tokens * 1e6, 1) if output_tokens else None
         ),
+        client_cpu_us_per_chunk=round(client_cpu_s / chunks * 1e6, 1) if chunks else None,
         verdict=verdict.state,
         verdict_reason=verdict.reason,
     )
