@@ -206,6 +206,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"figures: {args.output}")
     plot_path = args.plot or (args.output.with_suffix(".png") if args.output else None)
     if plot_path is not None and not result.options.scenario.single:
-        report.plot(result, plot_path)
-        print(f"plot: {plot_path}")
+        try:
+            report.plot(result, plot_path)
+            print(f"plot: {plot_path}")
+        except ImportError:
+            print("plot skipped: matplotlib is not installed (pip install 'llmd[bench]')")
     return 0
