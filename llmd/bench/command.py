@@ -51,6 +51,9 @@ def add_parser(verbs: Any) -> None:
         metavar="URL",
         help="Prometheus endpoint with vllm:* gauges (default: the direct target, else --url)",
     )
+    where.add_argument(
+        "--metrics-interval", type=float, default=0.5, help="seconds between scrapes (0.5)"
+    )
     where.add_argument("--model", help="model name (default: the first of /v1/models)")
     where.add_argument(
         "--tokenizer",
@@ -158,8 +161,10 @@ def options_from(args: argparse.Namespace) -> BenchOptions:
     if args.direct and args.direct_uds:
         raise BenchError("give --direct or --direct-uds, not both")
     direct = args.direct or (f"unix:{args.direct_uds}" if args.direct_uds else None)
-    if args.duration <= 0 or args.max_requests < 1 or args.timeout <= 0:
-        raise BenchError("--duration, --max-requests and --timeout must be positive")
+    if min(args.duration, args.max_requests, args.timeout, args.metrics_interval) <= 0:
+        raise BenchError(
+            "--duration, --max-requests, --timeout and --metrics-interval must be positive"
+        )
     return BenchOptions(
         url=args.url,
         scenario=chosen,
@@ -176,6 +181,7 @@ def options_from(args: argparse.Namespace) -> BenchOptions:
         warmup=args.warmup,
         api_key=args.api_key,
         priority=args.priority,
+        metrics_interval_s=args.metrics_interval,
     )
 
 
