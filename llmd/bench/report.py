@@ -71,8 +71,14 @@ def sweep_table(report: BenchReport) -> Table:
         (s for steps in report.steps.values() for s in steps),
         key=lambda s: (s.concurrency, s.target != "direct"),
     )
+    queued = any(s.peak_llmd_queue is not None for s in rows)
+    if queued:  # llmd's own queue, when its /metrics has one (admission)
+        table.add_column("peak llmd queue", justify="right")
     for step in rows:
-        table.add_row(*step_row(step))
+        cells = step_row(step)
+        if queued:
+            cells.append(_num(step.peak_llmd_queue))
+        table.add_row(*cells)
     return table
 
 

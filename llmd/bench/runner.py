@@ -194,7 +194,8 @@ async def run_bench(options: BenchOptions, display: Display | None = None) -> Be
         for target in order:
             if display is not None:
                 display.step_started(target.label, concurrency, spec)
-            sampler = GaugeSampler(metrics, options.metrics_interval_s)
+            sources = [metrics] if target.url == metrics.url else [metrics, target]
+            sampler = GaugeSampler(sources, options.metrics_interval_s)
             run = await run_step(
                 target, spec, prompts, sampler, display.request_done if display else None
             )

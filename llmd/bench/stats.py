@@ -88,6 +88,7 @@ class StepSummary:
     peak_kv_usage: float | None
     peak_waiting: float | None
     peak_running: float | None
+    peak_llmd_queue: float | None
     gauge_samples: int
     client_cpu_s: float
     client_cpu_share: float
@@ -148,6 +149,7 @@ def summarize(
         peak_kv_usage=_peak([s.kv_usage for s in samples]),
         peak_waiting=_peak([s.waiting for s in samples]),
         peak_running=_peak([s.running for s in samples]),
+        peak_llmd_queue=_peak([s.queued for s in samples]),
         gauge_samples=len(samples),
         client_cpu_s=round(client_cpu_s, 3),
         client_cpu_share=round(client_cpu_s / wall, 3),

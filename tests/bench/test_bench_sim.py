@@ -73,7 +73,7 @@ async def test_scenario_against_the_simulator(fast_sim: SimProcess, name: str) -
     spec = StepSpec(
         scenario=chosen,
         concurrency=4,
-        duration_s=1.0,
+        duration_s=30.0,  # the request cap ends the step, also on a loaded machine
         max_requests=24,
         seed=5,
         timeout_s=30,
@@ -81,7 +81,7 @@ async def test_scenario_against_the_simulator(fast_sim: SimProcess, name: str) -
         max_model_len=MAX_MODEL_LEN,
     )
     target = Target.parse("target", f"unix:{fast_sim.socket}")
-    run = await run_step(target, spec, PromptBuilder(ensure_tiny_model()), GaugeSampler(target))
+    run = await run_step(target, spec, PromptBuilder(ensure_tiny_model()), GaugeSampler([target]))
     summary = summarize("target", 4, run.results, run.wall_s, run.samples, run.client_cpu_s)
     assert_consistent(run.results, summary)
     assert summary.gauge_samples >= 1 and summary.peak_kv_usage is not None
@@ -164,7 +164,7 @@ async def test_side_by_side_through_llmd_with_disconnects() -> None:
                 scenario("F", disconnect_share=0.5), think_s=0.05, burst_every_s=0.3
             ),
             concurrencies=(2, 4),
-            duration_s=1.0,
+            duration_s=2.0,
             max_requests=12,
             seed=3,
             warmup=1,
@@ -175,10 +175,12 @@ async def test_side_by_side_through_llmd_with_disconnects() -> None:
         for direct, proxied in zip(report.steps["direct"], report.steps["llmd"], strict=True):
             assert direct.concurrency == proxied.concurrency
             for step in (direct, proxied):
-                assert step.requests >= 4 and step.errors == step.timeouts == 0
+                # request 1 of seed 3 hangs up, and every step sends it (two users from the start)
+                assert step.requests >= 2 and step.errors == step.timeouts == 0
+                assert step.disconnected >= 1
                 assert step.ok + step.disconnected == step.requests
                 assert step.output_mismatches == 0 and step.peak_running is not None
-        assert all(sum(s.disconnected for s in steps) > 0 for steps in report.steps.values())
+            assert proxied.peak_llmd_queue is None or proxied.peak_llmd_queue >= 0
         assert [row["concurrency"] for row in report.ratios] == [2, 4]
         assert all(row["output_tokens_per_s"] for row in report.ratios)
         assert set(report.operating_points) == {"direct", "llmd"}

@@ -33,6 +33,18 @@ def test_gauges_are_summed_over_label_sets() -> None:
     }
 
 
+def test_llmd_names_are_read_too() -> None:
+    """llmd's re-exported engine gauges and its queue depth (all classes) are read."""
+    text = (
+        "# TYPE llmd_engine_kv_cache_usage_ratio gauge\n"
+        "llmd_engine_kv_cache_usage_ratio 0.5\n"
+        "# TYPE llmd_queue_depth gauge\n"
+        'llmd_queue_depth{class="interactive"} 2.0\n'
+        'llmd_queue_depth{class="batch"} 3.0\n'
+    )
+    assert parse_gauges(text) == {"llmd_engine_kv_cache_usage_ratio": 0.5, "llmd_queue_depth": 5.0}
+
+
 def test_no_vllm_metrics_gives_nothing() -> None:
     """A /metrics page without vLLM's gauges yields no values (peaks stay None)."""
     assert parse_gauges("# TYPE up gauge\nup 1\n") == {}
