@@ -52,47 +52,71 @@ def add_parser(verbs: Any) -> None:
         help="Prometheus endpoint with vllm:* gauges (default: the direct target, else --url)",
     )
     where.add_argument(
-        "--metrics-interval", type=float, default=0.5, help="seconds between scrapes (0.5)"
+        "--metrics-interval",
+        metavar="S",
+        type=float,
+        default=0.5,
+        help="seconds between scrapes (0.5)",
     )
     where.add_argument("--model", help="model name (default: the first of /v1/models)")
     where.add_argument(
         "--tokenizer",
+        metavar="DIR",
         type=Path,
         help="model dir with tokenizer.json (exact "
         "prompt lengths; default: the model's root when it is local)",
     )
-    where.add_argument("--api-key", help="sent as Authorization: Bearer KEY")
+    where.add_argument("--api-key", metavar="KEY", help="sent as Authorization: Bearer KEY")
     where.add_argument(
         "--priority", choices=("interactive", "normal", "batch"), help="sent as x-llmd-priority"
     )
 
     load = bench.add_argument_group("load")
     load.add_argument("--scenario", default="B", type=str.upper, choices=list(SCENARIOS))
-    load.add_argument("--duration", type=float, default=30.0, help="seconds per step (30)")
-    load.add_argument("--max-requests", type=int, default=10_000, help="cap per step (10000)")
-    load.add_argument("--sweep", help="concurrency steps, e.g. 1,2,4,8")
     load.add_argument(
-        "--max-concurrency", type=int, help="sweep 1, 2, 4, ... up to N (default: --sweep, else 1)"
+        "--duration", metavar="S", type=float, default=30.0, help="seconds per step (30)"
+    )
+    load.add_argument(
+        "--max-requests", metavar="N", type=int, default=10_000, help="cap per step (10000)"
+    )
+    load.add_argument("--sweep", metavar="C,C,...", help="concurrency steps, e.g. 1,2,4,8")
+    load.add_argument(
+        "--max-concurrency", metavar="N", type=int, help="sweep 1, 2, 4, ... N (default: 1)"
     )
     load.add_argument("--seed", type=int, default=0)
-    load.add_argument("--timeout", type=float, default=300.0, help="per request, seconds (300)")
-    load.add_argument("--warmup", type=int, default=2, help="unmeasured requests per target (2)")
-    load.add_argument("--lengths", type=Path, help="JSONL of prompt_tokens/output_tokens pairs")
+    load.add_argument(
+        "--timeout", metavar="S", type=float, default=300.0, help="per request, seconds (300)"
+    )
+    load.add_argument(
+        "--warmup", metavar="N", type=int, default=2, help="unmeasured requests per target (2)"
+    )
+    load.add_argument(
+        "--lengths", metavar="FILE", type=Path, help="JSONL of prompt_tokens/output_tokens pairs"
+    )
     load.add_argument("--prompt-tokens", metavar="SPEC", help="replace the scenario's prompts")
     load.add_argument("--output-tokens", metavar="SPEC", help="replace the scenario's outputs")
-    load.add_argument("--think", type=float, help="E/F: mean think time between requests, s")
-    load.add_argument("--burst-every", type=float, help="E/F: mean seconds between bursts")
-    load.add_argument("--disconnect-share", type=float, help="F: share of requests cut (0.25)")
+    load.add_argument(
+        "--think", metavar="S", type=float, help="E/F: mean think time between requests, s"
+    )
+    load.add_argument(
+        "--burst-every", metavar="S", type=float, help="E/F: mean seconds between bursts"
+    )
+    load.add_argument(
+        "--disconnect-share", metavar="P", type=float, help="F: share of requests cut (0.25)"
+    )
 
     out = bench.add_argument_group("results")
     out.add_argument(
         "--slo-ttft-p95-ms",
+        metavar="MS",
         type=float,
         default=1000.0,
         help="TTFT p95 bound for the operating point (1000)",
     )
-    out.add_argument("--output", type=Path, help="write all figures as JSON here")
-    out.add_argument("--plot", type=Path, help="PNG plots (default: --output with .png)")
+    out.add_argument("--output", metavar="FILE", type=Path, help="write all figures as JSON here")
+    out.add_argument(
+        "--plot", metavar="FILE", type=Path, help="PNG plots (default: --output with .png)"
+    )
     out.add_argument("--quiet", action="store_true", help="no progress bar")
     bench.set_defaults(func=run)
 
