@@ -211,12 +211,19 @@ async def run_bench(options: BenchOptions, display: Display | None = None) -> Be
         key=lambda s: s.client_cpu_share,
         default=None,
     )
-    warning = None
+    warnings = []
     if busiest is not None and busiest.client_cpu_share > CLIENT_CPU_WARN_SHARE:
-        warning = (
+        warnings.append(
             f"the bench process used {100 * busiest.client_cpu_share:.0f}% of a core at "
             f"{busiest.target} concurrency {busiest.concurrency}: it may limit the figures"
         )
+    off = sum(s.prompt_mismatches for sweep in steps.values() for s in sweep)
+    if tokenizer is not None and off:
+        warnings.append(
+            f"{off} prompts were counted differently by the engine than by the tokenizer in "
+            f"{tokenizer}: is it the served model's? (prompt lengths are approximate)"
+        )
+    warning = "; ".join(warnings) or None
     return BenchReport(
         options=options,
         model=model,

@@ -79,6 +79,8 @@ class StepSummary:
     ttft_ms: dict[str, float | None]
     e2e_ms: dict[str, float | None]
     prompt_tokens: int
+    planned_prompt_tokens: int
+    prompt_mismatches: int
     output_tokens: int
     planned_output_tokens: int
     output_mismatches: int
@@ -140,6 +142,10 @@ def summarize(
         ttft_ms=_ms_percentiles([r.ttft for r in ok + disconnected if r.ttft is not None]),
         e2e_ms=_ms_percentiles([r.e2e for r in ok if r.e2e is not None]),
         prompt_tokens=sum(r.prompt_tokens or 0 for r in ok),
+        planned_prompt_tokens=sum(r.planned_prompt for r in ok),
+        prompt_mismatches=sum(
+            r.prompt_tokens is not None and r.prompt_tokens != r.planned_prompt for r in ok
+        ),
         output_tokens=output_tokens,
         planned_output_tokens=sum(r.planned_output for r in ok),
         output_mismatches=sum(r.output_tokens != r.planned_output for r in ok),

@@ -56,7 +56,9 @@ def assert_consistent(results: list[RequestResult], summary: StepSummary) -> Non
     assert summary.output_tokens == sum(
         r.output_tokens for r in results if r.outcome in ("ok", "disconnected")
     )
+    assert summary.prompt_tokens == summary.planned_prompt_tokens
     assert summary.prompt_tokens == sum(r.planned_prompt for r in results if r.outcome == "ok")
+    assert summary.prompt_mismatches == 0
     for figures in (summary.ttft_ms, summary.e2e_ms):
         p50, p95, p99 = figures["p50"], figures["p95"], figures["p99"]
         assert p50 is not None and p95 is not None and p99 is not None

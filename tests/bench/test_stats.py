@@ -62,7 +62,7 @@ def test_summary_counts_tokens_outcomes_and_peaks() -> None:
     assert summary.errors_by_kind == {"429 queue_full": 1, "timeout": 1}
     assert summary.output_tokens == 5 + 5 + 2
     assert summary.output_tokens_per_s == 6.0 and summary.requests_per_s == 1.0
-    assert summary.output_mismatches == 0
+    assert summary.output_mismatches == 0 and summary.prompt_mismatches == 0
     assert (summary.peak_kv_usage, summary.peak_waiting, summary.peak_running) == (0.4, 3, 2)
     assert summary.client_cpu_share == 0.1
     assert summary.ttft_ms["p50"] == 60.0  # ok and disconnected requests both have a TTFT
@@ -132,3 +132,16 @@ def test_ratios_pair_steps_by_concurrency() -> None:
     assert len(rows) == 1 and rows[0]["concurrency"] == 1
     assert rows[0]["output_tokens_per_s"] == 0.9
     assert rows[0]["ttft_p95"] == 1.1
+
+
+def test_prompt_counts_that_differ_from_the_plan_are_counted() -> None:
+    """A finished request whose engine-counted prompt differs from the planned length (another
+    tokenizer than the engine's) is a prompt mismatch; one without usage is not."""
+    results = [
+        result(0, 0.0, 0.01, prompt_tokens=10),
+        result(1, 0.1, 0.01, prompt_tokens=12),
+        result(2, 0.2, 0.01),
+    ]
+    summary = summarize("direct", 1, results, 1.0, [], 0.0)
+    assert summary.prompt_mismatches == 1
+    assert (summary.prompt_tokens, summary.planned_prompt_tokens) == (22, 30)
