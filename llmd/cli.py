@@ -1,4 +1,4 @@
-"""The `llmd` command: `serve` (what systemd runs), `check-config`, and the client verbs."""
+"""The `llmd` command: `serve` (what systemd runs), `check-config`, the client verbs, `bench`."""
 
 from __future__ import annotations
 
@@ -58,6 +58,10 @@ def _parser() -> argparse.ArgumentParser:
         sub = verbs.add_parser(verb, help=help_text)
         sub.add_argument("--runtime-dir", default=ServerConfig.runtime_dir)
         sub.set_defaults(func=_simple_verb)
+
+    from llmd.bench.command import add_parser as add_bench_parser
+
+    add_bench_parser(verbs)
     return parser
 
 

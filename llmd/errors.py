@@ -3,6 +3,7 @@
     LlmdError
     ├── ConfigError                  bad config file: names the key, the value, what was expected
     ├── EngineGaveUp                 the supervisor stopped restarting a failing engine
+    ├── BenchError                   `llmd bench` cannot run: bad option, target unreachable
     └── ApiError                     answered to an HTTP client (status, code, Retry-After)
         ├── InvalidRequest           400 invalid_request
         ├── BodyTooLarge             413 body_too_large
@@ -35,6 +36,10 @@ class ConfigError(LlmdError):
 
 class EngineGaveUp(LlmdError):
     """The engine failed to boot too often within the failure window; llmd stops trying."""
+
+
+class BenchError(LlmdError):
+    """`llmd bench` cannot run as asked: a bad option or length spec, an unreachable target."""
 
 
 class ApiError(LlmdError):

@@ -1,0 +1,197 @@
+"""The bench's HTTP side: where a target is (TCP or Unix socket) and one streamed completion.
+
+Requests go to `POST /v1/completions` with `stream`, `stream_options.include_usage` and
+`ignore_eos` (a vLLM sampling parameter, so the engine generates exactly `max_tokens` tokens).
+Time to first token is taken at the first SSE event that carries a choice; the output token count
+is the engine's own (the usage chunk) when the stream ends, else the number of choice events read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import time
+from typing import Any
+
+import aiohttp
+
+from llmd.errors import BenchError
+
+UDS_HOST = "http://engine"
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """An OpenAI-compatible server: `http://HOST:PORT` (a trailing `/v1` is dropped), or
+    `unix:/path/to.sock` (vLLM's `--uds`, llmd's engine socket). `label` names it in reports."""
+
+    label: str
+    url: str
+    base_url: str
+    uds: str | None = None
+
+    @classmethod
+    def parse(cls, label: str, url: str) -> Target:
+        """Raises `BenchError` for anything but http(s):// and unix: URLs."""
+        if url.startswith("unix:"):
+            path = url.removeprefix("unix:").removeprefix("//")
+            if not path:
+                raise BenchError(f"--{label} {url!r}: expected unix:/path/to.sock")
+            return cls(label, url, UDS_HOST, path)
+        if url.startswith(("http://", "https://")):
+            base = url.rstrip("/").removesuffix("/v1")
+            return cls(label, url, base)
+        raise BenchError(f"{url!r}: expected http://HOST:PORT or unix:/path/to.sock")
+
+    def session(self, timeout_s: float) -> aiohttp.ClientSession:
+        """A client session with no connection limit (the bench sets the concurrency)."""
+        connector: aiohttp.BaseConnector = (
+            aiohttp.UnixConnector(path=self.uds, limit=0)
+            if self.uds
+            else aiohttp.TCPConnector(limit=0)
+        )
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(timeout_s, 30))
+        return aiohttp.ClientSession(connector=connector, timeout=timeout)
+
+
+async def fetch_json(session: aiohttp.ClientSession, target: Target, path: str) -> Any:
+    """GET `path` on `target` as JSON. Raises `BenchError` when it does not answer 200 JSON."""
+    try:
+        async with session.get(target.base_url + path) as response:
+            if response.status != 200:
+                raise BenchError(f"{target.url}{path}: HTTP {response.status}")
+            return await response.json(content_type=None)
+    except (aiohttp.ClientError, OSError, ValueError) as exc:
+        raise BenchError(f"{target.url}{path}: {exc or type(exc).__name__}") from None
+
+
+@dataclasses.dataclass
+class RequestResult:
+    """What happened to one request. Times are seconds: `start` from the step's start, `ttft`
+    and `e2e` from the request's start. `outcome`: ok | disconnected (the bench hung up on
+    purpose) | error | timeout; `error_kind` says which ("429 queue_full", "stream ...")."""
+
+    index: int
+    component: str
+    planned_prompt: int
+    planned_output: int
+    start: float
+    outcome: str = "ok"
+    error_kind: str | None = None
+    ttft: float | None = None
+    e2e: float | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int = 0
+    chunks: int = 0
+    finish_reason: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """The request to send: model, prompt text, max_tokens, and when to hang up (chunks)."""
+
+    model: str
+    prompt: str
+    max_tokens: int
+    disconnect_after: int | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+async def stream_completion(
+    session: aiohttp.ClientSession,
+    target: Target,
+    call: Call,
+    result: RequestResult,
+    timeout_s: float,
+    clock_zero: float,
+) -> RequestResult:
+    """Send `call` and fill `result` in place (also returned). Never raises for HTTP, network or
+    timeout failures: they become the result's outcome."""
+    body = {
+        "model": call.model,
+        "prompt": call.prompt,
+        "max_tokens": call.max_tokens,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    started = time.perf_counter()
+    result.start = started - clock_zero
+    try:
+        async with asyncio.timeout(timeout_s):
+            await _exchange(session, target, call, body, result, started)
+    except TimeoutError:
+        result.outcome, result.error_kind = "timeout", "timeout"
+    except aiohttp.ServerDisconnectedError:
+        result.outcome, result.error_kind = "error", "server_disconnected"
+    except (aiohttp.ClientError, OSError) as exc:
+        result.outcome, result.error_kind = "error", f"connection {type(exc).__name__}"
+    if result.outcome in ("ok", "disconnected"):
+        result.e2e = time.perf_counter() - started
+    return result
+
+
+async def _exchange(
+    session: aiohttp.ClientSession,
+    target: Target,
+    call: Call,
+    body: dict[str, Any],
+    result: RequestResult,
+    started: float,
+) -> None:
+    async with session.post(
+        target.base_url + "/v1/completions", json=body, headers=dict(call.headers)
+    ) as response:
+        if response.status != 200:
+            result.outcome = "error"
+            result.error_kind = f"{response.status} {_error_code(await response.read())}"
+            return
+        done = False
+        async for line in response.content:
+            if not line.startswith(b"data: "):
+                continue
+            payload = line[6:].strip()
+            if payload == b"[DONE]":
+                done = True
+                break
+            event = json.loads(payload)
+            if "error" in event:
+                result.outcome = "error"
+                result.error_kind = f"stream {_code_of(event)}"
+                return
+            if event.get("choices"):
+                if result.ttft is None:
+                    result.ttft = time.perf_counter() - started
+                result.chunks += 1
+                reason = event["choices"][0].get("finish_reason")
+                if reason:
+                    result.finish_reason = reason
+                if call.disconnect_after is not None and result.chunks >= call.disconnect_after:
+                    result.outcome = "disconnected"
+                    result.output_tokens = result.chunks
+                    response.close()  # drop the connection: the server must abort the sequence
+                    return
+            usage = event.get("usage")
+            if usage:
+                result.prompt_tokens = usage.get("prompt_tokens")
+                result.output_tokens = int(usage.get("completion_tokens", 0))
+        if not done:
+            result.outcome, result.error_kind = "error", "stream_truncated"
+        elif result.prompt_tokens is None:
+            result.output_tokens = result.chunks
+
+
+def _error_code(raw: bytes) -> str:
+    try:
+        return _code_of(json.loads(raw))
+    except ValueError:
+        return "non_json"
+
+
+def _code_of(body: Any) -> str:
+    """The `code` (else `type`) of an OpenAI-shaped error body, as text."""
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict):
+        return str(error.get("code") or error.get("type") or "unknown")
+    return str(error or "unknown")

@@ -1,0 +1,244 @@
+"""The `llmd bench` verb: its flags, their translation into `BenchOptions`, and the run."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shlex
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from llmd.bench.lengths import Component, Dist, LengthMix, load_pairs
+from llmd.bench.scenarios import SCENARIOS, scenario
+from llmd.errors import BenchError
+
+if TYPE_CHECKING:  # the runner pulls in aiohttp and prometheus_client: only when a bench runs
+    from llmd.bench.runner import BenchOptions
+
+EPILOG = (
+    """scenarios:
+"""
+    + "\n".join(f"  {s.name}  {s.title}" for s in SCENARIOS.values())
+    + """
+
+length specs: N (fixed), LO-HI (uniform), lognormal:MEDIAN:SIGMA[:LO-HI]
+
+examples:
+  llmd bench --url http://127.0.0.1:8000 --scenario B --sweep 1,4,16 --duration 20
+  llmd bench --url http://127.0.0.1:8000 --direct-uds /run/llmd/engine.sock \\
+      --scenario E --max-concurrency 32 --output bench.json
+"""
+)
+
+
+def add_parser(verbs: Any) -> None:
+    """Add `bench` to the `llmd` subparsers `verbs`."""
+    bench = verbs.add_parser(
+        "bench",
+        help="load-test an OpenAI-compatible server (llmd or vLLM) and find its operating point",
+        description="Load-test an OpenAI-compatible server with realistic scenarios, sweep "
+        "concurrency, and report latency, throughput and the operating point.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    where = bench.add_argument_group("targets")
+    where.add_argument("--url", required=True, help="http://HOST:PORT or unix:/path.sock")
+    where.add_argument("--direct", metavar="URL", help="the same engine straight (side by side)")
+    where.add_argument("--direct-uds", metavar="PATH", help="as --direct unix:PATH (engine.sock)")
+    where.add_argument(
+        "--metrics-url",
+        metavar="URL",
+        help="Prometheus endpoint with vllm:* gauges (default: the direct target, else --url)",
+    )
+    where.add_argument(
+        "--metrics-interval",
+        metavar="S",
+        type=float,
+        default=0.5,
+        help="seconds between scrapes (0.5)",
+    )
+    where.add_argument("--model", help="model name (default: the first of /v1/models)")
+    where.add_argument(
+        "--tokenizer",
+        metavar="DIR",
+        type=Path,
+        help="model dir with tokenizer.json (exact "
+        "prompt lengths; default: the model's root when it is local)",
+    )
+    where.add_argument("--api-key", metavar="KEY", help="sent as Authorization: Bearer KEY")
+    where.add_argument(
+        "--priority", choices=("interactive", "normal", "batch"), help="sent as x-llmd-priority"
+    )
+
+    load = bench.add_argument_group("load")
+    load.add_argument("--scenario", default="B", type=str.upper, choices=list(SCENARIOS))
+    load.add_argument(
+        "--duration", metavar="S", type=float, default=30.0, help="seconds per step (30)"
+    )
+    load.add_argument(
+        "--max-requests", metavar="N", type=int, default=10_000, help="cap per step (10000)"
+    )
+    load.add_argument("--sweep", metavar="C,C,...", help="concurrency steps, e.g. 1,2,4,8")
+    load.add_argument(
+        "--max-concurrency", metavar="N", type=int, help="sweep 1, 2, 4, ... N (default: 1)"
+    )
+    load.add_argument("--seed", type=int, default=0)
+    load.add_argument(
+        "--timeout", metavar="S", type=float, default=300.0, help="per request, seconds (300)"
+    )
+    load.add_argument(
+        "--warmup", metavar="N", type=int, default=2, help="unmeasured requests per target (2)"
+    )
+    load.add_argument(
+        "--lengths", metavar="FILE", type=Path, help="JSONL of prompt_tokens/output_tokens pairs"
+    )
+    load.add_argument("--prompt-tokens", metavar="SPEC", help="replace the scenario's prompts")
+    load.add_argument("--output-tokens", metavar="SPEC", help="replace the scenario's outputs")
+    load.add_argument(
+        "--think", metavar="S", type=float, help="E/F: mean think time between requests, s"
+    )
+    load.add_argument(
+        "--burst-every", metavar="S", type=float, help="E/F: mean seconds between bursts"
+    )
+    load.add_argument(
+        "--disconnect-share", metavar="P", type=float, help="F: share of requests cut (0.25)"
+    )
+
+    out = bench.add_argument_group("results")
+    out.add_argument(
+        "--slo-ttft-p95-ms",
+        metavar="MS",
+        type=float,
+        default=1000.0,
+        help="TTFT p95 bound for the operating point (1000)",
+    )
+    out.add_argument("--output", metavar="FILE", type=Path, help="write all figures as JSON here")
+    out.add_argument(
+        "--plot", metavar="FILE", type=Path, help="PNG plots (default: --output with .png)"
+    )
+    out.add_argument("--quiet", action="store_true", help="no progress bar")
+    bench.set_defaults(func=run)
+
+
+def concurrencies(sweep: str | None, max_concurrency: int | None) -> tuple[int, ...]:
+    """The sweep's steps from `--sweep 1,2,4` or `--max-concurrency N` (powers of two up to N,
+    and N itself). Raises `BenchError`."""
+    if sweep and max_concurrency:
+        raise BenchError("give --sweep or --max-concurrency, not both")
+    if max_concurrency is not None:
+        if max_concurrency < 1:
+            raise BenchError(f"--max-concurrency {max_concurrency}: expected >= 1")
+        steps = [1]
+        while steps[-1] * 2 <= max_concurrency:
+            steps.append(steps[-1] * 2)
+        if steps[-1] != max_concurrency:
+            steps.append(max_concurrency)
+        return tuple(steps)
+    if not sweep:
+        return (1,)
+    try:
+        values = tuple(int(v) for v in sweep.split(","))
+    except ValueError:
+        raise BenchError(f"--sweep {sweep!r}: expected comma-separated integers") from None
+    if any(v < 1 for v in values):
+        raise BenchError(f"--sweep {sweep!r}: concurrency must be >= 1")
+    return tuple(sorted(set(values)))
+
+
+def length_mix(
+    lengths: Path | None, prompt: str | None, output: str | None, base: LengthMix
+) -> LengthMix | None:
+    """The mix replacing the scenario's, or None to keep it. Raises `BenchError`."""
+    if lengths is not None:
+        if prompt or output:
+            raise BenchError(
+                "--lengths replaces both lengths: drop --prompt-tokens/--output-tokens"
+            )
+        return LengthMix(pairs=load_pairs(lengths))
+    if not (prompt or output):
+        return None
+    components = tuple(
+        Component(
+            c.name,
+            c.weight,
+            Dist.parse(prompt) if prompt else c.prompt,
+            Dist.parse(output) if output else c.output,
+        )
+        for c in base.components
+    )
+    return LengthMix(components=components)
+
+
+def options_from(args: argparse.Namespace) -> BenchOptions:
+    """`BenchOptions` from the parsed flags. Raises `BenchError`."""
+    from llmd.bench.runner import BenchOptions
+
+    base = scenario(args.scenario)
+    chosen = scenario(
+        args.scenario,
+        mix=length_mix(args.lengths, args.prompt_tokens, args.output_tokens, base.mix),
+        think_s=args.think,
+        burst_every_s=args.burst_every,
+        disconnect_share=args.disconnect_share,
+    )
+    if args.direct and args.direct_uds:
+        raise BenchError("give --direct or --direct-uds, not both")
+    direct = args.direct or (f"unix:{args.direct_uds}" if args.direct_uds else None)
+    if min(args.duration, args.max_requests, args.timeout, args.metrics_interval) <= 0:
+        raise BenchError(
+            "--duration, --max-requests, --timeout and --metrics-interval must be positive"
+        )
+    return BenchOptions(
+        url=args.url,
+        scenario=chosen,
+        concurrencies=concurrencies(args.sweep, args.max_concurrency),
+        duration_s=args.duration,
+        max_requests=args.max_requests,
+        seed=args.seed,
+        timeout_s=args.timeout,
+        slo_ttft_p95_ms=args.slo_ttft_p95_ms,
+        direct_url=direct,
+        metrics_url=args.metrics_url,
+        model=args.model,
+        tokenizer=args.tokenizer,
+        warmup=args.warmup,
+        api_key=args.api_key,
+        priority=args.priority,
+        metrics_interval_s=args.metrics_interval,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the bench the flags describe; 0 on a finished run, 2 on a usage or target error."""
+    from rich.console import Console
+
+    from llmd.bench import report
+    from llmd.bench.display import LiveDisplay
+    from llmd.bench.runner import run_bench
+
+    try:
+        options = options_from(args)
+        if args.quiet:
+            result = asyncio.run(run_bench(options))
+        else:
+            with LiveDisplay(Console(stderr=True)) as display:
+                result = asyncio.run(run_bench(options, display))
+    except BenchError as exc:
+        print(f"llmd bench: {exc}", file=sys.stderr)
+        return 2
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=180)  # a file or a pipe: keep each step on one line
+    console.print(report.render(result))
+    if args.output:
+        report.write_json(result, args.output, command=shlex.join(["llmd", *sys.argv[1:]]))
+        print(f"figures: {args.output}")
+    plot_path = args.plot or (args.output.with_suffix(".png") if args.output else None)
+    if plot_path is not None and not result.options.scenario.single:
+        try:
+            report.plot(result, plot_path)
+            print(f"plot: {plot_path}")
+        except ImportError:
+            print("plot skipped: matplotlib is not installed (pip install 'llmd[bench]')")
+    return 0

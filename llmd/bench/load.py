@@ -1,0 +1,138 @@
+"""One step of load: `concurrency` users sending a scenario's requests to one target.
+
+A step stops sending at its duration or request cap and then waits for what is in flight (each
+request bounded by its timeout). Its wall time runs from the first send to the last answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import random
+import time
+from collections.abc import Callable
+
+from llmd.bench.client import Call, RequestResult, Target, stream_completion
+from llmd.bench.prompts import PromptBuilder
+from llmd.bench.sampler import GaugeSample, GaugeSampler
+from llmd.bench.scenarios import Scenario, plan_request
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSpec:
+    """How one step runs: users, bounds (seconds, requests) and what every request carries."""
+
+    scenario: Scenario
+    concurrency: int
+    duration_s: float
+    max_requests: int
+    seed: int
+    timeout_s: float
+    model: str
+    max_model_len: int | None
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclasses.dataclass
+class StepRun:
+    """The raw outcome of a step: every request's result, wall and client CPU seconds, gauges."""
+
+    results: list[RequestResult]
+    wall_s: float
+    client_cpu_s: float
+    samples: list[GaugeSample]
+
+
+class _Step:
+    """The shared state of one step's users: next request index, deadline, burst signal."""
+
+    def __init__(self, spec: StepSpec, clock_zero: float) -> None:
+        self.spec = spec
+        self.clock_zero = clock_zero
+        self.deadline = clock_zero + spec.duration_s
+        self.next_index = 0
+        self.burst = asyncio.Event()
+        self.results: list[RequestResult] = []
+
+    def take(self) -> int | None:
+        """The next request index, or None when the step is over (time or count)."""
+        cap = 1 if self.spec.scenario.single else self.spec.max_requests
+        if time.perf_counter() >= self.deadline or self.next_index >= cap:
+            return None
+        index, self.next_index = self.next_index, self.next_index + 1
+        return index
+
+    async def think(self, rng: random.Random) -> None:
+        """Wait an exponential think time, cut short by a burst or the end of the step."""
+        pause = rng.expovariate(1 / self.spec.scenario.think_s)
+        remaining = self.deadline - time.perf_counter()
+        burst = self.burst
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(burst.wait(), timeout=max(0.0, min(pause, remaining)))
+
+    async def bursts(self, rng: random.Random) -> None:
+        """Every exponential interval, wake every thinking user at once."""
+        mean = self.spec.scenario.burst_every_s
+        while True:
+            await asyncio.sleep(rng.expovariate(1 / mean))
+            fired, self.burst = self.burst, asyncio.Event()
+            fired.set()
+
+
+async def run_step(
+    target: Target,
+    spec: StepSpec,
+    prompts: PromptBuilder,
+    sampler: GaugeSampler | None = None,
+    on_result: Callable[[RequestResult], None] | None = None,
+) -> StepRun:
+    """Run one step against `target`; `on_result` is called as each request ends."""
+    scenario = spec.scenario
+    async with target.session(spec.timeout_s) as session:
+        clock_zero = time.perf_counter()
+        cpu_zero = time.process_time()
+        step = _Step(spec, clock_zero)
+        if sampler is not None:
+            sampler.start(clock_zero)
+
+        async def user(number: int) -> None:
+            rng = random.Random(f"{spec.seed}:user:{number}")
+            if scenario.open_arrivals:
+                await asyncio.sleep(rng.uniform(0, scenario.think_s))
+            while (index := step.take()) is not None:
+                plan = plan_request(scenario, spec.seed, index, spec.max_model_len)
+                prompt_rng = random.Random(f"{spec.seed}:prompt:{index}")
+                call = Call(
+                    model=spec.model,
+                    prompt=prompts.build(plan.prompt_tokens, prompt_rng),
+                    max_tokens=plan.output_tokens,
+                    disconnect_after=plan.disconnect_after,
+                    headers=spec.headers,
+                )
+                result = RequestResult(
+                    plan.index, plan.component, plan.prompt_tokens, plan.output_tokens, 0.0
+                )
+                await stream_completion(session, target, call, result, spec.timeout_s, clock_zero)
+                step.results.append(result)
+                if on_result is not None:
+                    on_result(result)
+                if scenario.open_arrivals:
+                    await step.think(rng)
+
+        bursts = (
+            asyncio.create_task(step.bursts(random.Random(f"{spec.seed}:bursts")))
+            if scenario.open_arrivals and scenario.burst_every_s > 0
+            else None
+        )
+        users = 1 if scenario.single else spec.concurrency
+        await asyncio.gather(*(user(n) for n in range(users)))
+        if bursts is not None:
+            bursts.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await bursts
+        wall_s = time.perf_counter() - clock_zero
+        cpu_s = time.process_time() - cpu_zero
+        samples = await sampler.stop() if sampler is not None else []
+    first = min((r.start for r in step.results), default=0.0)
+    return StepRun(sorted(step.results, key=lambda r: r.index), wall_s - first, cpu_s, samples)

@@ -1,0 +1,181 @@
+"""How a finished run is shown: the sweep table, the operating points, the JSON file, the plots.
+
+Renders a `BenchReport` it is given; it computes no figure of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from llmd.bench.runner import BenchReport
+from llmd.bench.stats import StepSummary
+
+
+def _num(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+def step_row(step: StepSummary) -> list[str]:
+    """The table cells of one step, in `COLUMNS` order."""
+    failures = ", ".join(f"{kind} {n}" for kind, n in step.errors_by_kind.items()) or "-"
+    return [
+        step.target,
+        str(step.concurrency),
+        str(step.ok),
+        str(step.disconnected) if step.disconnected else "-",
+        failures,
+        " / ".join(_num(step.ttft_ms[p]) for p in ("p50", "p95", "p99")),
+        " / ".join(_num(step.e2e_ms[p]) for p in ("p50", "p95", "p99")),
+        _num(step.output_tokens_per_s),
+        _num(step.requests_per_s, 2),
+        _pct(step.peak_kv_usage),
+        _num(step.peak_waiting),
+        _pct(step.client_cpu_share),
+        step.verdict,
+    ]
+
+
+COLUMNS = (
+    "target",
+    "conc",
+    "ok",
+    "disc",
+    "errors/timeouts",
+    "TTFT p50/p95/p99 ms",
+    "e2e p50/p95/p99 ms",
+    "out tok/s",
+    "req/s",
+    "peak KV",
+    "peak wait",
+    "client CPU",
+    "verdict",
+)
+
+
+def sweep_table(report: BenchReport) -> Table:
+    """The sweep, one row per (concurrency, target)."""
+    scenario = report.options.scenario
+    table = Table(title=f"llmd bench · scenario {scenario.name}: {scenario.title} · {report.model}")
+    for column in COLUMNS:
+        table.add_column(column, justify="left" if column in ("target", "verdict") else "right")
+    rows = sorted(
+        (s for steps in report.steps.values() for s in steps),
+        key=lambda s: (s.concurrency, s.target != "direct"),
+    )
+    queued = any(s.peak_llmd_queue is not None for s in rows)
+    if queued:  # llmd's own queue, when its /metrics has one (admission)
+        table.add_column("peak llmd queue", justify="right")
+    for step in rows:
+        cells = step_row(step)
+        if queued:
+            cells.append(_num(step.peak_llmd_queue))
+        table.add_row(*cells)
+    return table
+
+
+def ratio_table(report: BenchReport) -> Table | None:
+    """llmd / direct per concurrency, or None without a direct target."""
+    if not report.ratios:
+        return None
+    table = Table(title="through llmd / direct")
+    names = ("concurrency", "output_tokens_per_s", "ttft_p50", "ttft_p95", "e2e_p50", "e2e_p95")
+    for name in names:
+        table.add_column(name.replace("_", " "), justify="right")
+    for row in report.ratios:
+        table.add_row(*(_num(row[n], 0 if n == "concurrency" else 2) for n in names))
+    return table
+
+
+def summary_lines(report: BenchReport) -> Text:
+    """The operating point of each target, and the client warning if any."""
+    text = Text()
+    for label, point in report.operating_points.items():
+        if point.concurrency is None:
+            text.append(f"operating point ({label}): none: {point.reason}\n", style="bold red")
+        else:
+            text.append(
+                f"operating point ({label}): concurrency {point.concurrency}, "
+                f"{_num(point.output_tokens_per_s)} output tok/s, "
+                f"{_num(point.requests_per_s, 2)} req/s, TTFT p95 {_num(point.ttft_p95_ms)} ms "
+                f"(SLO {point.slo_ttft_p95_ms:g} ms; {point.reason})\n",
+                style="bold",
+            )
+    if report.client_warning:
+        text.append(f"warning: {report.client_warning}\n", style="yellow")
+    return text
+
+
+def render(report: BenchReport) -> Group:
+    """Everything the terminal shows at the end of a run."""
+    parts: list[Table | Text] = [sweep_table(report)]
+    ratio = ratio_table(report)
+    if ratio is not None:
+        parts.append(ratio)
+    parts.append(summary_lines(report))
+    return Group(*parts)
+
+
+def write_json(report: BenchReport, path: Path, command: str | None = None) -> None:
+    """The report's JSON document to `path` (indented, UTF-8), with the `command` that ran it."""
+    document = {"command": command, **report.to_json()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=2) + "\n")
+
+
+def plot(report: BenchReport, path: Path) -> None:
+    """A PNG at `path`: output tokens/s and TTFT p95 against concurrency, one line per target,
+    each operating point as a star, the SLO as a dashed line. Needs matplotlib (Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (throughput, ttft) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for label, steps in report.steps.items():
+        xs = [s.concurrency for s in steps]
+        (line,) = throughput.plot(
+            xs, [s.output_tokens_per_s for s in steps], marker="o", label=label
+        )
+        ttft.plot(
+            xs,
+            [s.ttft_ms["p95"] if s.ttft_ms["p95"] is not None else float("nan") for s in steps],
+            marker="o",
+            label=label,
+        )
+        point = report.operating_points[label]
+        if point.concurrency is not None and point.output_tokens_per_s is not None:
+            throughput.plot(
+                [point.concurrency],
+                [point.output_tokens_per_s],
+                marker="*",
+                markersize=16,
+                linestyle="none",
+                color=line.get_color(),
+                label=f"operating point ({label})",
+            )
+    slo = report.options.slo_ttft_p95_ms
+    ttft.axhline(slo, linestyle="--", color="grey", label=f"SLO {slo:g} ms")
+    ticks = sorted({s.concurrency for steps in report.steps.values() for s in steps})
+    for axis, ylabel in ((throughput, "output tokens/s"), (ttft, "TTFT p95 (ms)")):
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(ticks, [str(t) for t in ticks])
+        axis.minorticks_off()
+        axis.set_xlabel("concurrency")
+        axis.set_ylabel(ylabel)
+        axis.grid(True, alpha=0.3)
+        axis.legend()
+    scenario = report.options.scenario
+    figure.suptitle(f"llmd bench, scenario {scenario.name} ({scenario.title}), {report.model}")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

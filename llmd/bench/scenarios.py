@@ -1,0 +1,120 @@
+"""The six load scenarios (A..F) and the seeded plan of each request they send.
+
+Load is made by `concurrency` simulated users. In A..D a user sends its next request as soon as
+the last one ends (a closed loop: `concurrency` requests always in flight). In E and F a user
+thinks between requests for an exponential time (mean `think_s`), so arrivals across users are
+close to a Poisson stream; on top, bursts come at exponential intervals (mean `burst_every_s`) and
+wake every thinking user at once. In F a share of the requests stop reading mid-stream and close
+their connection, as a user who closes the tab.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+from llmd.bench.lengths import LengthMix, fit_context, mix_of
+from llmd.errors import BenchError
+
+SHORT = ("short", 1.0, "lognormal:64:0.5:16-256", "lognormal:64:0.5:16-256")
+LONG_PROMPT = ("long_prompt", 1.0, "lognormal:768:0.25:256-4096", "lognormal:32:0.5:8-64")
+LONG_OUTPUT = ("long_output", 1.0, "lognormal:32:0.5:8-64", "lognormal:512:0.3:256-2048")
+
+
+def _weighted(row: tuple[str, float, str, str], weight: float) -> tuple[str, float, str, str]:
+    return (row[0], weight, row[2], row[3])
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    """What a run sends: lengths, arrivals, disconnects. `single` (A) sends one request only."""
+
+    name: str
+    title: str
+    mix: LengthMix
+    think_s: float = 0.0
+    burst_every_s: float = 0.0
+    disconnect_share: float = 0.0
+    single: bool = False
+
+    @property
+    def open_arrivals(self) -> bool:
+        """True when users think between requests (E, F)."""
+        return self.think_s > 0
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "A": Scenario(
+        "A", "one request on a cold engine", mix_of([("single", 1.0, "64", "64")]), single=True
+    ),
+    "B": Scenario("B", "short prompt, short output, concurrent", mix_of([SHORT])),
+    "C": Scenario("C", "long prompt, short output", mix_of([LONG_PROMPT])),
+    "D": Scenario("D", "short prompt, long output", mix_of([LONG_OUTPUT])),
+    "E": Scenario(
+        "E",
+        "long and short mixed, Poisson arrivals plus bursts",
+        mix_of([_weighted(SHORT, 0.6), _weighted(LONG_PROMPT, 0.25), _weighted(LONG_OUTPUT, 0.15)]),
+        think_s=0.5,
+        burst_every_s=5.0,
+    ),
+    "F": Scenario(
+        "F",
+        "as E, with a share of clients disconnecting mid-stream",
+        mix_of([_weighted(SHORT, 0.6), _weighted(LONG_PROMPT, 0.25), _weighted(LONG_OUTPUT, 0.15)]),
+        think_s=0.5,
+        burst_every_s=5.0,
+        disconnect_share=0.25,
+    ),
+}
+
+
+def scenario(
+    name: str,
+    *,
+    mix: LengthMix | None = None,
+    think_s: float | None = None,
+    burst_every_s: float | None = None,
+    disconnect_share: float | None = None,
+) -> Scenario:
+    """Scenario `name` (A..F) with the given fields replaced. Raises `BenchError`."""
+    base = SCENARIOS.get(name.upper())
+    if base is None:
+        raise BenchError(f"unknown scenario {name!r}: expected one of {', '.join(SCENARIOS)}")
+    changes: dict[str, object] = {}
+    if mix is not None:
+        changes["mix"] = mix
+    if think_s is not None:
+        changes["think_s"] = think_s
+    if burst_every_s is not None:
+        changes["burst_every_s"] = burst_every_s
+    if disconnect_share is not None:
+        if not 0 <= disconnect_share <= 1:
+            raise BenchError(f"--disconnect-share {disconnect_share}: expected 0..1")
+        changes["disconnect_share"] = disconnect_share
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestPlan:
+    """One request: its index in the run, lengths (tokens) and, in F, after how many streamed
+    chunks the client hangs up (None: it reads to the end)."""
+
+    index: int
+    component: str
+    prompt_tokens: int
+    output_tokens: int
+    disconnect_after: int | None
+
+
+def plan_request(
+    scenario: Scenario, seed: int, index: int, max_model_len: int | None
+) -> RequestPlan:
+    """The plan of request `index`: a function of (scenario, seed, index) only, so the direct run
+    and the run through llmd send the same requests in the same order."""
+    rng = random.Random(f"{seed}:{scenario.name}:{index}")
+    component, prompt, output = scenario.mix.sample(rng)
+    prompt, output = fit_context(prompt, output, max_model_len)
+    disconnect_after = None
+    if scenario.disconnect_share and rng.random() < scenario.disconnect_share:
+        disconnect_after = max(1, round(output * rng.uniform(0.2, 0.8)))
+    return RequestPlan(index, component, prompt, output, disconnect_after)

@@ -1,0 +1,196 @@
+"""Each scenario, briefly, against the simulator, and the side-by-side run through a real
+`llmd serve`: the figures must be consistent (token counts add up, percentiles ordered,
+disconnects counted)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from llmd.bench.client import RequestResult, Target
+from llmd.bench.load import StepSpec, run_step
+from llmd.bench.prompts import PromptBuilder
+from llmd.bench.runner import BenchOptions, run_bench
+from llmd.bench.sampler import GaugeSampler
+from llmd.bench.scenarios import plan_request, scenario
+from llmd.bench.stats import StepSummary, summarize
+from tests.support.engine_metrics import wait_for_gauge
+from tests.support.llmd_process import REPO, LlmdProcess
+from tests.support.model import ensure_tiny_model
+from tests.support.sim_process import SimProcess, sim_config
+
+MAX_MODEL_LEN = 1024
+
+
+@pytest.fixture(scope="module")
+def fast_sim() -> Iterator[SimProcess]:
+    """A zero-latency simulator in its own process (the bench's CPU is then its own)."""
+    sim = SimProcess.start(
+        ensure_tiny_model(), "--zero-latency", "--max-model-len", str(MAX_MODEL_LEN)
+    )
+    try:
+        sim.wait_ready()
+        yield sim
+    finally:
+        sim.stop()
+
+
+def assert_consistent(results: list[RequestResult], summary: StepSummary) -> None:
+    """Outcomes partition the requests; finished requests got exactly the tokens they asked
+    for (ignore_eos) and the prompt tokens planned; percentiles are ordered; TTFT <= e2e."""
+    assert summary.requests == len(results) > 0
+    assert summary.ok + summary.disconnected + summary.errors + summary.timeouts == len(results)
+    assert summary.errors == summary.timeouts == 0, summary.errors_by_kind
+    for r in results:
+        if r.outcome == "ok":
+            assert r.output_tokens == r.planned_output and r.finish_reason == "length"
+            assert r.prompt_tokens == r.planned_prompt
+            assert r.ttft is not None and r.e2e is not None and r.ttft <= r.e2e
+    assert summary.output_mismatches == 0
+    assert summary.output_tokens == sum(
+        r.output_tokens for r in results if r.outcome in ("ok", "disconnected")
+    )
+    assert summary.prompt_tokens == summary.planned_prompt_tokens
+    assert summary.prompt_tokens == sum(r.planned_prompt for r in results if r.outcome == "ok")
+    assert summary.prompt_mismatches == 0
+    for figures in (summary.ttft_ms, summary.e2e_ms):
+        p50, p95, p99 = figures["p50"], figures["p95"], figures["p99"]
+        assert p50 is not None and p95 is not None and p99 is not None
+        assert 0 <= p50 <= p95 <= p99
+
+
+@pytest.mark.parametrize("name", list("ABCDEF"))
+async def test_scenario_against_the_simulator(fast_sim: SimProcess, name: str) -> None:
+    """One short step of each scenario gives consistent figures; in F exactly the planned
+    requests hang up, each after its planned number of chunks."""
+    chosen = scenario(name)
+    if chosen.open_arrivals:  # a short step: think less and burst more, to see both happen
+        chosen = dataclasses.replace(chosen, think_s=0.05, burst_every_s=0.2)
+    spec = StepSpec(
+        scenario=chosen,
+        concurrency=4,
+        duration_s=30.0,  # the request cap ends the step, also on a loaded machine
+        max_requests=24,
+        seed=5,
+        timeout_s=30,
+        model="tiny",
+        max_model_len=MAX_MODEL_LEN,
+    )
+    target = Target.parse("target", f"unix:{fast_sim.socket}")
+    run = await run_step(target, spec, PromptBuilder(ensure_tiny_model()), GaugeSampler([target]))
+    summary = summarize("target", 4, run.results, run.wall_s, run.samples, run.client_cpu_s)
+    assert_consistent(run.results, summary)
+    assert summary.gauge_samples >= 1 and summary.peak_kv_usage is not None
+    if name == "A":
+        assert len(run.results) == 1
+    else:
+        assert len(run.results) == 24
+    plans = {r.index: plan_request(chosen, 5, r.index, MAX_MODEL_LEN) for r in run.results}
+    cut = {i for i, plan in plans.items() if plan.disconnect_after is not None}
+    assert {r.index for r in run.results if r.outcome == "disconnected"} == cut
+    assert bool(cut) == (name == "F")
+    for r in run.results:
+        if r.outcome == "disconnected":
+            assert r.output_tokens == r.chunks == plans[r.index].disconnect_after
+
+
+def test_cli_writes_json_and_plot(fast_sim: SimProcess, tmp_path: Path) -> None:
+    """`llmd bench` runs a two-step sweep, prints the table and writes the JSON and the PNG."""
+    output = tmp_path / "bench.json"
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmd.cli",
+            "bench",
+            "--url",
+            f"unix:{fast_sim.socket}",
+            "--scenario",
+            "B",
+            "--sweep",
+            "1,2",
+            "--duration",
+            "0.5",
+            "--max-requests",
+            "10",
+            "--output",
+            str(output),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "operating point (target): concurrency" in completed.stdout
+    figures = json.loads(output.read_text())
+    steps = figures["targets"]["target"]["steps"]
+    assert [s["concurrency"] for s in steps] == [1, 2]
+    assert all(s["ok"] == 10 for s in steps)
+    assert figures["tokenizer"] == str(ensure_tiny_model())
+    assert output.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bad_target_is_a_usage_error(tmp_path: Path) -> None:
+    """An unreachable target ends the bench with status 2 and one line, not a traceback."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "llmd.cli", "bench", "--url", f"unix:{tmp_path}/none.sock"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert completed.returncode == 2
+    assert completed.stderr.strip().startswith("llmd bench: ")
+    assert "Traceback" not in completed.stderr
+
+
+async def test_side_by_side_through_llmd_with_disconnects() -> None:
+    """Scenario F straight to the engine and through a real `llmd serve` on the timed simulator:
+    both targets send the same requests, disconnects are counted on both, the engine's
+    gauges are sampled, the ratios are computed, and no sequence is left running."""
+    llmd = LlmdProcess.start(sim_config(ensure_tiny_model()))
+    try:
+        llmd.wait_ready(timeout_s=30)
+        options = BenchOptions(
+            url=llmd.base_url,
+            direct_url=f"unix:{llmd.engine_socket}",
+            scenario=dataclasses.replace(
+                scenario("F", disconnect_share=0.5), think_s=0.05, burst_every_s=0.3
+            ),
+            concurrencies=(2, 4),
+            duration_s=2.0,
+            max_requests=12,
+            seed=3,
+            warmup=1,
+            metrics_interval_s=0.1,
+        )
+        report = await run_bench(options)
+        assert set(report.steps) == {"direct", "llmd"}
+        for direct, proxied in zip(report.steps["direct"], report.steps["llmd"], strict=True):
+            assert direct.concurrency == proxied.concurrency
+            for step in (direct, proxied):
+                # request 1 of seed 3 hangs up, and every step sends it (two users from the start)
+                assert step.requests >= 2 and step.errors == step.timeouts == 0
+                assert step.disconnected >= 1
+                assert step.ok + step.disconnected == step.requests
+                assert step.output_mismatches == 0 and step.peak_running is not None
+            assert proxied.peak_llmd_queue is None or proxied.peak_llmd_queue >= 0
+        assert [row["concurrency"] for row in report.ratios] == [2, 4]
+        assert all(row["output_tokens_per_s"] for row in report.ratios)
+        assert set(report.operating_points) == {"direct", "llmd"}
+        held, _ = wait_for_gauge(
+            llmd.engine_socket, "vllm:num_requests_running", lambda v: v == 0, timeout_s=2
+        )
+        assert held
+        document = report.to_json()
+        assert json.loads(json.dumps(document))["ratios_llmd_over_direct"] == report.ratios
+    finally:
+        llmd.stop()
