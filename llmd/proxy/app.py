@@ -25,6 +25,7 @@ from llmd.errors import (
 from llmd.proxy.context import ProxyContext
 from llmd.proxy.middleware import RequestIdMiddleware
 from llmd.proxy.relay import Relay
+from llmd.proxy.stalls import watch_stalls
 from llmd.validation.validator import Validator
 
 log = structlog.get_logger("llmd.proxy")
@@ -59,7 +60,13 @@ def build_app(ctx: ProxyContext) -> Starlette:
         ) as client:
             sessions.append(client)
             loading = asyncio.create_task(validator.load_tokenizer(), name="tokenizer-load")
+            background = [
+                asyncio.create_task(ctx.admission.run(session), name="admission"),
+                asyncio.create_task(watch_stalls(ctx), name="stall-watch"),
+            ]
             yield
+            for task in background:
+                task.cancel()
             loading.cancel()
             validator.close()
             sessions.clear()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from llmd.admission.controller import Admission
 from llmd.config import Config
 from llmd.proxy.inflight import InFlight
 from llmd.runtime import RuntimePaths
@@ -12,10 +13,15 @@ from llmd.supervisor.state import EngineState
 
 @dataclasses.dataclass
 class ProxyContext:
-    """Config, the engine's published state, the drain flag and the in-flight registry."""
+    """Config, the engine's published state, the drain flag, the in-flight registry, and
+    admission (tenants, queues, capacity; its `counters` are what admission did)."""
 
     config: Config
     paths: RuntimePaths
     engine: EngineState
     inflight: InFlight = dataclasses.field(default_factory=lambda: InFlight())
     draining: bool = False
+    admission: Admission = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.admission = Admission(self.config, self.engine)

@@ -6,6 +6,8 @@ import asyncio
 import dataclasses
 import time
 
+from llmd.admission.counters import Phase
+
 
 @dataclasses.dataclass(eq=False)
 class Exchange:
@@ -13,7 +15,9 @@ class Exchange:
 
     `task` does the upstream work; `abort_reason` is set (before cancelling `task`) when llmd,
     not the client, ends the request, so the client gets an error rather than silence.
-    `response_started` tells whether the error must go in-band.
+    `response_started` tells whether the error must go in-band. `phase` is where the request
+    is (queued, prefill, decode: for counting cancellations); `send_since` is when a send to
+    the client began that has not returned yet (a stalled reader), `queue_ms` the queue wait.
     """
 
     request_id: str
@@ -22,6 +26,9 @@ class Exchange:
     task: asyncio.Task[None] | None = None
     response_started: bool = False
     abort_reason: str | None = None
+    phase: Phase = Phase.QUEUED
+    send_since: float | None = None
+    queue_ms: float = 0.0
 
 
 class InFlight:
@@ -51,6 +58,18 @@ class InFlight:
         except TimeoutError:
             return False
         return True
+
+    def end_stalled(self, since: float) -> list[Exchange]:
+        """End (cancel, without an answer) every exchange whose send to its client has been
+        blocked since before `since` (monotonic s): the client stopped reading. The ended ones."""
+        ended = []
+        for exchange in self._exchanges:
+            started = exchange.send_since
+            if started is not None and started < since and exchange.task is not None:
+                exchange.send_since = None
+                exchange.task.cancel()
+                ended.append(exchange)
+        return ended
 
     def abort_all(self, reason: str) -> int:
         """End every live exchange with `reason` (in-band error or 503); how many were ended."""

@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import time
 from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 import structlog
 from starlette.types import Message, Receive, Scope, Send
 
+from llmd.admission.classes import Priority
+from llmd.admission.controller import Request, Ticket
+from llmd.admission.counters import Phase
 from llmd.errors import ApiError, Draining, EngineError, EngineUnavailable
 from llmd.proxy.body import ClientGone, parse_object, read_body
 from llmd.proxy.context import ProxyContext
@@ -59,7 +65,10 @@ class Relay:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request_id: str = scope[REQUEST_ID_KEY]
+        admission = self.ctx.admission
+        request: Request | None = None
         try:
+            tenant = admission.authenticate(scope["headers"])
             self._check_available()
             body = b""
             stream = False
@@ -68,18 +77,24 @@ class Relay:
                 payload = parse_object(body)
                 stream = bool(payload.get("stream"))
                 if self.validator is not None and self.endpoint is not None:
+                    cls = admission.classify(tenant, scope["headers"])
                     valid = await self.validator.check(
                         self.endpoint, payload, body, scope["headers"]
                     )
                     body = valid.body
                     send = _with_headers(send, valid.response_headers)
+                    if admission.engine_priority:
+                        body = _with_priority(payload, cls)
+                    chat = self.endpoint is Endpoint.CHAT
+                    cost = admission.cost(valid.prompt_tokens, valid.max_tokens, valid.n, chat)
+                    request = Request(tenant, cls, cost, scope["headers"])
         except ClientGone:
             return
         except ApiError as error:
             await send_error(send, error)
             return
         exchange = Exchange(request_id=request_id, stream=stream)
-        await self._run(exchange, body, receive, send)
+        await self._run(exchange, body, receive, send, request)
 
     def _check_available(self) -> None:
         if self.ctx.draining:
@@ -93,16 +108,22 @@ class Relay:
                 retry_after_s=self.ctx.engine.retry_after_s(),
             )
 
-    async def _run(self, exchange: Exchange, body: bytes, receive: Receive, send: Send) -> None:
-        """Run the upstream work until it ends or the client leaves, whichever comes first."""
-        work = asyncio.create_task(self._exchange(exchange, body, send))
+    async def _run(
+        self, exchange: Exchange, body: bytes, receive: Receive, send: Send, request: Request | None
+    ) -> None:
+        """Run the queue wait and the upstream work until they end or the client leaves,
+        whichever comes first (a client that leaves while queued never reaches the engine)."""
+        work = asyncio.create_task(self._exchange(exchange, body, send, request))
         exchange.task = work
         watcher = asyncio.create_task(_wait_disconnect(receive))
         self.ctx.inflight.add(exchange)
         try:
             await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
             if not work.done():
-                log.debug("client_disconnected", request_id=exchange.request_id)
+                self.ctx.admission.counters.cancel(exchange.phase)
+                log.debug(
+                    "client_disconnected", request_id=exchange.request_id, phase=exchange.phase
+                )
         finally:
             work.cancel()
             watcher.cancel()
@@ -111,10 +132,18 @@ class Relay:
         if not work.cancelled() and (exc := work.exception()) is not None:
             log.error("relay_failed", request_id=exchange.request_id, error=repr(exc))
 
-    async def _exchange(self, exchange: Exchange, body: bytes, send: Send) -> None:
-        """One upstream request; errors become OpenAI-shaped answers (in-band once started)."""
+    async def _exchange(
+        self, exchange: Exchange, body: bytes, send: Send, request: Request | None
+    ) -> None:
+        """Wait for admission, then one upstream request; errors become OpenAI-shaped answers
+        (in-band once started)."""
         started = _StartTracker(send, exchange)
+        ticket: Ticket | None = None
         try:
+            if request is not None:
+                ticket = await self.ctx.admission.admit(request)
+                exchange.queue_ms = ticket.queue_ms
+            exchange.phase = Phase.PREFILL
             await self._forward(exchange, body, started)
         except asyncio.CancelledError:
             if exchange.abort_reason is None:
@@ -125,6 +154,9 @@ class Relay:
             await _answer_error(started, error)
         except ApiError as error:
             await _answer_error(started, error)
+        finally:
+            if ticket is not None:
+                self.ctx.admission.finish(ticket)
 
     async def _forward(self, exchange: Exchange, body: bytes, send: _StartTracker) -> None:
         headers = {"x-request-id": exchange.request_id}
@@ -140,7 +172,8 @@ class Relay:
             if response.status >= 500:
                 raise _engine_status_error(response.status, await response.read())
             content_type = response.headers.get("content-type", "application/json").encode()
-            response_headers = [(b"content-type", content_type), (b"x-llmd-queue-ms", b"0")]
+            queue_ms = str(round(exchange.queue_ms)).encode()
+            response_headers = [(b"content-type", content_type), (b"x-llmd-queue-ms", queue_ms)]
             if not (exchange.stream and response.status == 200):
                 payload = await response.read()
                 response_headers.append((b"content-length", str(len(payload)).encode()))
@@ -186,12 +219,20 @@ class _StartTracker:
 
     async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         self.exchange.response_started = True
+        self.exchange.send_since = time.monotonic()
         await self._send({"type": "http.response.start", "status": status, "headers": headers})
+        self.exchange.send_since = None
 
     async def body(self, chunk: bytes, *, more: bool) -> None:
+        exchange = self.exchange
         if chunk:
             self.tail = chunk[-2:]
+            exchange.phase = Phase.DECODE
+        # A send blocks while the client's transport buffer is full; the stall watcher
+        # (llmd/proxy/stalls.py) ends exchanges blocked longer than server.send_timeout_s.
+        exchange.send_since = time.monotonic()
         await self._send({"type": "http.response.body", "body": chunk, "more_body": more})
+        exchange.send_since = None
 
 
 async def _answer_error(send: _StartTracker, error: ApiError) -> None:
@@ -218,6 +259,12 @@ def _engine_status_error(status: int, body: bytes) -> ApiError:
             f"the engine is overloaded or not ready: {detail}", retry_after_s=1
         )
     return EngineError(f"the engine failed with HTTP {status}: {detail}")
+
+
+def _with_priority(payload: dict[str, Any], cls: Priority) -> bytes:
+    """The body with vLLM's request field `priority` set to the class rank (lower runs first;
+    used only when the engine runs with --scheduling-policy priority)."""
+    return json.dumps({**payload, "priority": int(cls)}, separators=(",", ":")).encode()
 
 
 def _with_headers(send: Send, headers: list[tuple[bytes, bytes]]) -> Send:
