@@ -45,7 +45,8 @@ def write_config(source: Path, workdir: Path) -> str:
     """`source` with absolute model path, two tenants and --max-num-seqs 128."""
     raw = tomllib.loads(source.read_text())
     model = Path(raw["engine"]["model"])
-    raw["engine"]["model"] = str(model if model.is_absolute() else (source.parent / model).resolve())
+    if not model.is_absolute():
+        raw["engine"]["model"] = str((source.parent / model).resolve())
     args = raw["engine"].get("args", [])
     if "--max-num-seqs" not in args:
         raw["engine"]["args"] = [*args, "--max-num-seqs", "128"]
@@ -209,8 +210,8 @@ def main() -> None:
     args = parser.parse_args()
     direct, via = asyncio.run(main_async(args))
     print(
-        f"\n| path | TTFT p50 ms | p95 ms | p99 ms | engine tok/s | completed tok/s | batch done |"
-        f"\n|---|---|---|---|---|---|---|"
+        "\n| path | TTFT p50 ms | p95 ms | p99 ms | engine tok/s | completed tok/s | batch done |"
+        "\n|---|---|---|---|---|---|---|"
     )
     for r in (direct, via):
         print(
