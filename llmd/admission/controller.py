@@ -151,11 +151,13 @@ class Admission:
 
     async def run(self, session: Callable[[], aiohttp.ClientSession]) -> None:
         """Scrape the engine's load every `scrape_interval_s` and release what it allows."""
+        interval = self.config.scrape_interval_s
         while True:
-            await asyncio.sleep(self.config.scrape_interval_s)
+            started = time.monotonic()
             if self.engine.serving:
                 self.update_load(await self._scrape(session))
             self._pump()
+            await asyncio.sleep(max(0.05, interval - (time.monotonic() - started)))
 
     def update_load(self, load: EngineLoad | None) -> None:
         """Take a new scrape. Waiting counts only when two scrapes in a row report it: a request

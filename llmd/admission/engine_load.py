@@ -67,7 +67,7 @@ def _only_wanted(text: str) -> str:
     return "\n".join(kept) + "\n"
 
 
-async def scrape_load(session: aiohttp.ClientSession, timeout_s: float = 2.0) -> EngineLoad:
+async def scrape_load(session: aiohttp.ClientSession, timeout_s: float = 1.0) -> EngineLoad:
     """GET the engine's /metrics through `session` (its Unix socket) and parse it.
 
     Raises ScrapeFailed on any connection error, timeout, non-200 answer or missing series.

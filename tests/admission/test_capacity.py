@@ -25,12 +25,15 @@ def test_reservations_count_at_release_against_kv_tokens() -> None:
 
 
 def test_engine_metrics_hold_releases() -> None:
-    """KV usage at the watermark, or engine waiting, holds new releases."""
+    """KV usage at the watermark holds every release; engine waiting holds normal and batch."""
     running = entry(1)
-    for load in (EngineLoad(kv_usage=0.95), EngineLoad(waiting=2)):
-        gate = CapacityGate(max_in_flight=100, load=load)
-        gate.on_release(running)
-        assert not gate.admits(entry(1), False)
+    gate = CapacityGate(max_in_flight=100, load=EngineLoad(kv_usage=0.95))
+    gate.on_release(running)
+    assert not gate.admits(entry(1, Priority.INTERACTIVE), False)
+    gate = CapacityGate(max_in_flight=100, max_engine_waiting=1, load=EngineLoad(waiting=2))
+    gate.on_release(running)
+    assert not gate.admits(entry(1), False)
+    assert gate.admits(entry(1, Priority.INTERACTIVE), False)
 
 
 def test_idle_engine_always_admits() -> None:
