@@ -100,8 +100,8 @@ class ValidationConfig:
 class ClassConfig:
     """One priority class's queue: its size (requests), its timeout and its aging time (s).
 
-    `aging_s`: once the oldest request of this class has waited this long while a higher class
-    has work, every second release goes to the overdue requests (see llmd/admission/scheduler).
+    `aging_s`: when this class has had requests waiting and no release for this long, it gets
+    the next release ahead of higher classes (see llmd/admission/scheduler).
     """
 
     queue_size: int = 1024
@@ -134,10 +134,10 @@ class AdmissionConfig:
         default_factory=lambda: ClassConfig(queue_size=256, queue_timeout_s=10.0, aging_s=0.0)
     )
     normal: ClassConfig = dataclasses.field(
-        default_factory=lambda: ClassConfig(queue_size=1024, queue_timeout_s=60.0, aging_s=10.0)
+        default_factory=lambda: ClassConfig(queue_size=1024, queue_timeout_s=60.0, aging_s=5.0)
     )
     batch: ClassConfig = dataclasses.field(
-        default_factory=lambda: ClassConfig(queue_size=4096, queue_timeout_s=600.0, aging_s=30.0)
+        default_factory=lambda: ClassConfig(queue_size=4096, queue_timeout_s=600.0, aging_s=15.0)
     )
 
 

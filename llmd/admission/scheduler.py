@@ -4,19 +4,21 @@ Pure: no asyncio, no I/O. The caller passes the clock (`now`, seconds) and a cap
 gets back decisions: which entries to release to the engine, which to reject (with a reason and
 a Retry-After).
 
-**Between classes**: interactive before normal before batch, with aging. Once the oldest
-eligible entry of a lower class has waited its class's `aging_s` while a higher class still has
-work, releases alternate: every second release goes to the overdue entries, oldest first (across
-normal and batch), the others to the highest class. So under continuous interactive load:
+**Between classes**: interactive before normal before batch, with aging by class. A lower class
+that has had work waiting and no release for its `aging_s` (since its last release, or since it
+last became non-empty) is overdue: it gets the next release (its DRR pick), which restarts its
+clock. So under continuous interactive load:
 
-    an overdue batch entry with k overdue lower-class entries older than it is released within
-    aging_s(batch) + 2·(k + 1) release opportunities; the oldest batch entry (k = 0) within
-    aging_s + 2 releases (defaults: 30 s plus two releases).
+    the batch class gets a release at least every aging_s(batch) plus one release opportunity;
+    a batch request with k batch requests released before it waits at most
+    (k + 1) x (aging_s + one opportunity) (defaults: 30 s each; the head of the batch queue
+    waits at most 30 s plus one opportunity).
 
-A release opportunity is the capacity gate admitting a request. An overdue entry the gate refuses
+A release opportunity is the capacity gate admitting a request. An overdue pick the gate refuses
 is not passed by anyone (head of line), and the gate always admits when nothing is in flight, so
-the wait for one opportunity is at most the longest request then running. Overdue entries take at
-most half the releases, so interactive work keeps at least the other half.
+the wait for one opportunity is at most the longest request then running. Aging gives a starved
+class a minimum rate (one release per aging_s), not a share: a batch flood's own backlog does
+not make it overdue while it is being served, so interactive work keeps the rest.
 
 **Within a class, between tenants**: deficit round-robin (Shreedhar & Varghese, SIGCOMM 1995)
 over token cost (prompt tokens + max_tokens), each tenant's quantum scaled by its weight, so
@@ -128,6 +130,7 @@ class _ClassQueue:
     deficit: dict[str, float] = dataclasses.field(default_factory=dict)
     credited: bool = False  # ring[0] got its quantum for this visit
     size: int = 0
+    waiting_since: float = 0.0  # last release, or when the class last became non-empty
 
 
 class DrainRate:
@@ -167,7 +170,6 @@ class Scheduler:
         self.drain = DrainRate()
         self._expiry: list[tuple[float, int, Entry]] = []
         self._seq = itertools.count(1)
-        self._last_overdue = False
 
     # -- entries in and out ----------------------------------------------------------------
 
@@ -188,6 +190,8 @@ class Scheduler:
             queue.ring.append(tenant.name)
             queue.deficit[tenant.name] = 0.0
         fifo.append(entry)
+        if not queue.size:
+            queue.waiting_since = now
         queue.size += 1
         self.queued_by_tenant[tenant.name] += 1
         expires = now + queue.policy.queue_timeout_s
@@ -227,7 +231,7 @@ class Scheduler:
             entry.state = State.RELEASED
             entry.released_at = now
             entry.overdue_release = overdue
-            self._last_overdue = overdue
+            self.classes[entry.cls].waiting_since = now
             self.in_flight[entry.tenant.name] += 1
             self.drain.record(now)
             gate.on_release(entry)
@@ -288,32 +292,31 @@ class Scheduler:
         )  # fmt: skip
         if top is None:
             return None
-        if not self._last_overdue:
-            overdue = self._oldest_overdue(top, now)
-            if overdue is not None:
-                return overdue, True
-        entry = self._pick_drr(self.classes[top])
-        return (entry, False) if entry is not None else None
+        overdue = self._overdue_class(top, now)
+        if overdue is not None:
+            return self._pick_drr(self.classes[overdue]), True
+        return self._pick_drr(self.classes[top]), False
 
-    def _oldest_overdue(self, top: Priority, now: float) -> Entry | None:
-        """The oldest eligible entry below class `top` that has waited its class's aging_s."""
-        oldest: Entry | None = None
+    def _overdue_class(self, top: Priority, now: float) -> Priority | None:
+        """The class below `top` longest without a release past its aging_s, if any, among
+        those with an eligible tenant."""
+        found: Priority | None = None
         for cls in Priority:
             queue = self.classes[cls]
-            if cls <= top or not queue.policy.aging_s:
+            aging = queue.policy.aging_s
+            if cls <= top or not aging or now - queue.waiting_since < aging:
                 continue
-            for name in queue.ring:
-                head = queue.queues[name][0]
-                if now - head.enqueued_at < queue.policy.aging_s or not self._eligible(name, queue):
-                    continue
-                if oldest is None or head.seq < oldest.seq:
-                    oldest = head
-        return oldest
+            if not any(self._eligible(name, queue) for name in queue.ring):
+                continue
+            if found is None or queue.waiting_since < self.classes[found].waiting_since:
+                found = cls
+        return found
 
-    def _pick_drr(self, queue: _ClassQueue) -> Entry | None:
+    def _pick_drr(self, queue: _ClassQueue) -> Entry:
         """Deficit round-robin over the class's tenants: the head the ring now points at.
 
         Leaves the ring where it is, so a pick the gate refuses is picked again next time.
+        The class must have an eligible tenant.
         """
         ring = queue.ring
         turns = 0

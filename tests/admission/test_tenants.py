@@ -98,4 +98,4 @@ def test_nested_class_table_keeps_its_own_defaults(tmp_path: Path) -> None:
     config = tmp_path / "llmd.toml"
     config.write_text('[engine]\nmodel = "m"\n[admission.batch]\nqueue_size = 3\n')
     batch = load_config(config).admission.batch
-    assert (batch.queue_size, batch.queue_timeout_s, batch.aging_s) == (3, 600.0, 30.0)
+    assert (batch.queue_size, batch.queue_timeout_s, batch.aging_s) == (3, 600.0, 15.0)
