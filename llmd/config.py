@@ -114,8 +114,8 @@ class AdmissionConfig:
     """Admission: tenants, per-class queues, and the capacity gate in front of the engine.
 
     `tenants_file`: TOML file of tenants and their key hashes ("" = one anonymous tenant).
-    `max_in_flight`: requests llmd lets into the engine at once (0 = 1.25 x the engine's
-    `--max-num-seqs` from engine.args, else 1.25 x 128). `batch_reserve`: of those, slots batch
+    `max_in_flight`: requests llmd lets into the engine at once (0 = the engine's
+    `--max-num-seqs` from engine.args, else 128). `batch_reserve`: of those, slots batch
     requests may not take (kept for interactive and normal). `kv_high_watermark`: fraction of
     the KV cache past which nothing new is released; `kv_overcommit`: how many times that budget
     the reserved prompt + max_tokens of running requests may sum to. `max_engine_waiting`:

