@@ -72,7 +72,7 @@ async def engine_held(client: httpx.AsyncClient, key: str = FREE) -> AsyncIterat
     task = asyncio.create_task(
         client.post("/v1/chat/completions", json=HANG, headers=auth(key), timeout=60)
     )
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.6)  # generous: the test machine may be loaded
     try:
         yield
     finally:
@@ -100,7 +100,7 @@ async def test_tenant_over_its_queued_limit_is_429_rate_limited(llmd: LlmdProces
             queued = asyncio.create_task(
                 client.post("/v1/chat/completions", json=CHAT, headers=auth(LIMITED))
             )
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.5)
             third = await client.post("/v1/chat/completions", json=CHAT, headers=auth(LIMITED))
             assert third.status_code == 429
             assert third.json()["error"]["code"] == "rate_limited"
@@ -118,7 +118,7 @@ async def test_full_class_queue_is_429_queue_full(llmd: LlmdProcess) -> None:
             asyncio.create_task(client.post("/v1/chat/completions", json=CHAT, headers=auth(FREE)))
             for _ in range(2)
         ]
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.5)
         over = await client.post("/v1/chat/completions", json=CHAT, headers=auth(FREE))
         assert over.status_code == 429, over.text
         assert over.json()["error"]["code"] == "queue_full"
@@ -135,11 +135,11 @@ async def test_queue_timeout_and_deadline_are_503_with_retry_after(llmd: LlmdPro
             loop = asyncio.get_running_loop()
             started = loop.time()
             timed_out = await client.post("/v1/chat/completions", json=CHAT, headers=auth(FREE))
-            assert 0.9 <= loop.time() - started < 3
+            assert 0.9 <= loop.time() - started < 8
             headers = auth(FREE, **{"x-llmd-deadline-ms": "200", "x-llmd-priority": "batch"})
             started = loop.time()
             deadline = await client.post("/v1/chat/completions", json=CHAT, headers=headers)
-            assert loop.time() - started < 0.9
+            assert loop.time() - started < 5  # batch's own timeout is 600 s
         for answer in (timed_out, deadline):
             assert answer.status_code == 503, answer.text
             assert answer.json()["error"]["code"] == "queue_timeout"
@@ -157,9 +157,9 @@ async def test_client_leaving_while_queued_never_reaches_the_engine(llmd: LlmdPr
             leaver = asyncio.create_task(
                 client.post("/v1/chat/completions", json=body, headers=auth(FREE))
             )
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.5)
             leaver.cancel()
             await asyncio.gather(leaver, return_exceptions=True)
             await asyncio.sleep(0.1)
-        await asyncio.sleep(0.5)  # the slot is free: a request still queued would run now
+        await asyncio.sleep(1.0)  # the slot is free: a request still queued would run now
     assert engine_requests_seen(llmd.engine_socket) - before == 1  # the holder's abort only
