@@ -62,6 +62,14 @@ def _parser() -> argparse.ArgumentParser:
     from llmd.bench.command import add_parser as add_bench_parser
 
     add_bench_parser(verbs)
+
+    hash_key = verbs.add_parser(
+        "hash-key", help="print the SHA-256 of an API key read from stdin, for the tenants file"
+    )
+    hash_key.add_argument(
+        "--new", action="store_true", help="make a new random key; print it and its hash"
+    )
+    hash_key.set_defaults(func=_hash_key)
     return parser
 
 
@@ -96,6 +104,24 @@ def _check_config(args: argparse.Namespace) -> int:
         f"{path}: ok (engine {config.engine.kind}, model {config.engine.model_name}, "
         f"listen {config.server.listen})"
     )
+    return 0
+
+
+def _hash_key(args: argparse.Namespace) -> int:
+    """Hash a key from stdin (kept out of argv, so out of shell history and `ps`)."""
+    import secrets
+
+    from llmd.admission.tenants import hash_key
+
+    if args.new:
+        key = "llmd-" + secrets.token_urlsafe(32)
+        print(f"key:    {key}\nsha256: {hash_key(key)}")
+        return 0
+    key = sys.stdin.readline().strip()
+    if not key:
+        print("llmd: give the key on stdin, e.g. `llmd hash-key < keyfile`", file=sys.stderr)
+        return EXIT_USAGE
+    print(hash_key(key))
     return 0
 
 

@@ -26,6 +26,8 @@ class ServerConfig:
     runtime_dir: str = "/run/llmd"
     max_body_bytes: int = 4 * 1024 * 1024
     drain_timeout_s: float = 30.0
+    send_timeout_s: float = 15.0
+    send_buffer_bytes: int = 65536
 
     @property
     def host(self) -> str:
@@ -112,6 +114,51 @@ class ValidationConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class ClassConfig:
+    """One priority class's queue: its size (requests), its timeout and its aging time (s).
+
+    `aging_s`: when this class has had requests waiting and no release for this long, it gets
+    the next release ahead of higher classes (see llmd/admission/scheduler).
+    """
+
+    queue_size: int = 1024
+    queue_timeout_s: float = 60.0
+    aging_s: float = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class AdmissionConfig:
+    """Admission: tenants, per-class queues, and the capacity gate in front of the engine.
+
+    `tenants_file`: TOML file of tenants and their key hashes ("" = one anonymous tenant).
+    `max_in_flight`: requests llmd lets into the engine at once (0 = the engine's
+    `--max-num-seqs` from engine.args, else 128). `batch_reserve`: of those, slots batch
+    requests may not take (kept for interactive and normal). `kv_high_watermark`: fraction of
+    the KV cache past which nothing new is released; `kv_overcommit`: how many times that budget
+    the reserved prompt + max_tokens of running requests may sum to. `max_engine_waiting`:
+    release normal and batch requests only while the engine reports at most this many waiting.
+    `scrape_interval_s`: how often the engine's /metrics is read.
+    """
+
+    tenants_file: str = ""
+    max_in_flight: int = 0
+    batch_reserve: int = 4
+    kv_high_watermark: float = 0.9
+    kv_overcommit: float = 1.0
+    max_engine_waiting: int = 4
+    scrape_interval_s: float = 0.5
+    interactive: ClassConfig = dataclasses.field(
+        default_factory=lambda: ClassConfig(queue_size=256, queue_timeout_s=10.0, aging_s=0.0)
+    )
+    normal: ClassConfig = dataclasses.field(
+        default_factory=lambda: ClassConfig(queue_size=1024, queue_timeout_s=60.0, aging_s=5.0)
+    )
+    batch: ClassConfig = dataclasses.field(
+        default_factory=lambda: ClassConfig(queue_size=4096, queue_timeout_s=600.0, aging_s=15.0)
+    )
+
+
+@dataclasses.dataclass(frozen=True)
 class Config:
     """The whole configuration, as loaded from one TOML file."""
 
@@ -121,6 +168,7 @@ class Config:
     logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
     telemetry: TelemetryConfig = dataclasses.field(default_factory=TelemetryConfig)
     validation: ValidationConfig = dataclasses.field(default_factory=ValidationConfig)
+    admission: AdmissionConfig = dataclasses.field(default_factory=AdmissionConfig)
     source: str = ""
 
 
@@ -154,13 +202,39 @@ def load_config(path: Path, *, listen: str | None = None, runtime_dir: str | Non
     model = Path(engine.model).expanduser()
     if not model.is_absolute() and (path.parent / model).exists():
         engine = dataclasses.replace(engine, model=str((path.parent / model).resolve()))
-    return dataclasses.replace(config, server=server, engine=engine)
+    admission = _check_admission(config.admission, path)
+    return dataclasses.replace(config, server=server, engine=engine, admission=admission)
+
+
+def _check_admission(admission: AdmissionConfig, path: Path) -> AdmissionConfig:
+    """Range checks, and the tenants file: resolved from the config's directory and loaded
+    once here so that a bad file fails `llmd check-config` and start-up, naming the key."""
+    if not 0 < admission.kv_high_watermark <= 1:
+        raise ConfigError(
+            f"admission.kv_high_watermark = {admission.kv_high_watermark!r}: "
+            "expected a fraction in (0, 1]"
+        )
+    if not admission.tenants_file:
+        return admission
+    tenants = Path(admission.tenants_file).expanduser()
+    if not tenants.is_absolute():
+        tenants = (path.parent / tenants).resolve()
+    from llmd.admission.tenants import load_tenants  # admission builds on this module
+
+    load_tenants(tenants)
+    return dataclasses.replace(admission, tenants_file=str(tenants))
 
 
 def _check_listen(value: str, key: str) -> None:
     host, sep, port = value.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigError(f"{key} = {value!r}: expected HOST:PORT, e.g. '127.0.0.1:8000'")
+
+
+def build_table(cls: type[Any], raw: object, prefix: str) -> Any:
+    """Build dataclass `cls` from a TOML table with the config's strict checks (for files that
+    the config names, e.g. the tenants file). Raises ConfigError naming `prefix` + key."""
+    return _build(cls, raw, prefix)
 
 
 def _build(cls: type[Any], raw: object, prefix: str) -> Any:
@@ -177,7 +251,14 @@ def _build(cls: type[Any], raw: object, prefix: str) -> Any:
             f"{', '.join(sorted(fields - {'source'}))}"
         )
     values = {name: _convert(hints[name], value, f"{prefix}{name}") for name, value in raw.items()}
-    return cls(**values)
+    defaults = cls()
+    for name, value in values.items():
+        # A nested table starts from its parent's default (e.g. each class of admission has
+        # its own queue defaults), not from the nested class's own.
+        if dataclasses.is_dataclass(value) and isinstance(raw[name], dict):
+            given = {k: getattr(value, k) for k in raw[name]}
+            values[name] = dataclasses.replace(getattr(defaults, name), **given)
+    return dataclasses.replace(defaults, **values)
 
 
 def _convert(hint: Any, value: object, key: str) -> object:

@@ -110,7 +110,8 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.add_signal_handler(sig, self._signals.put_nowait, sig)
-        public = _bind_tcp(self.config.server.host, self.config.server.port)
+        server = self.config.server
+        public = _bind_tcp(server.host, server.port, server.send_buffer_bytes)
         admin = _bind_unix(self.paths.admin_socket, mode=0o660)
         self._start_server("proxy", build_app(self.ctx), public, lifespan="on")
         self._start_server(
@@ -264,10 +265,14 @@ def _part_exit_code(name: str, task: asyncio.Task[None]) -> int:
     return EXIT_FAILURE
 
 
-def _bind_tcp(host: str, port: int) -> socket.socket:
+def _bind_tcp(host: str, port: int, send_buffer_bytes: int = 0) -> socket.socket:
+    """The public listener. `send_buffer_bytes` (SO_SNDBUF; 0: the kernel's autotuned default)
+    is inherited by each accepted connection: it bounds what a slow client can leave buffered."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if send_buffer_bytes:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer_bytes)
     sock.bind((host, port))
     sock.set_inheritable(False)
     return sock

@@ -11,6 +11,10 @@
         ├── NotFound                 404 not_found
         ├── ModelNotFound            404, shaped as vLLM answers an unknown model
         ├── MethodNotAllowed         405 method_not_allowed
+        ├── InvalidApiKey            401 invalid_api_key (keys are configured, this one is not)
+        ├── RateLimited              429 rate_limited (tenant over its limits; + Retry-After)
+        ├── QueueFull                429 queue_full (the class queue is full; + Retry-After)
+        ├── QueueTimeout             503 queue_timeout (queue wait over timeout or deadline)
         ├── EngineUnavailable        503 engine_unavailable (+ Retry-After)
         ├── Draining                 503 draining (+ Retry-After)
         ├── RequestCancelled         503 cancelled (an operator ended it)
@@ -136,6 +140,42 @@ class MethodNotAllowed(ApiError):
     status = 405
     code = "method_not_allowed"
     type = "invalid_request_error"
+
+
+class InvalidApiKey(ApiError):
+    """Keys are configured and the request's `Authorization: Bearer KEY` is missing or unknown.
+
+    Shaped as OpenAI answers a bad key (401, type `invalid_request_error`); the key is never
+    echoed or logged.
+    """
+
+    status = 401
+    code = "invalid_api_key"
+    type = "invalid_request_error"
+
+
+class RateLimited(ApiError):
+    """The tenant has as many requests queued as it may (its `max_queued`); retry later."""
+
+    status = 429
+    code = "rate_limited"
+    type = "rate_limit_error"
+
+
+class QueueFull(ApiError):
+    """The request's class queue holds `queue_size` requests already; retry later."""
+
+    status = 429
+    code = "queue_full"
+    type = "rate_limit_error"
+
+
+class QueueTimeout(ApiError):
+    """The request waited in llmd's queue past its class's timeout or its own deadline."""
+
+    status = 503
+    code = "queue_timeout"
+    type = "server_error"
 
 
 class EngineUnavailable(ApiError):

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from llmd import __version__
+from llmd.admission.classes import Priority
 from llmd.proxy.context import ProxyContext
 from llmd.proxy.inflight import Exchange
 from llmd.telemetry.gpu import GpuDevice
@@ -229,16 +230,42 @@ def take_snapshot(ctx: ProxyContext) -> Status:
 
 
 def _queues(ctx: ProxyContext) -> tuple[QueueStatus, ...]:
-    """One row per class. Admission (issue 5) fills depth and oldest wait from its queues."""
-    return tuple(QueueStatus(name) for name in CLASSES)
+    """One row per class: requests waiting in admission's queue and the oldest one's wait."""
+    scheduler = ctx.admission.scheduler
+    now = time.monotonic()
+    oldest: dict[str, float] = {}
+    for entry in scheduler.entries():
+        oldest[entry.cls.label] = min(oldest.get(entry.cls.label, now), entry.enqueued_at)
+    return tuple(
+        QueueStatus(
+            name,
+            depth=scheduler.queued(Priority.parse(name)),
+            oldest_wait_s=round(now - oldest[name], 3) if name in oldest else None,
+        )
+        for name in CLASSES
+    )
 
 
 def _tenants(ctx: ProxyContext) -> tuple[TenantStatus, ...]:
-    """One row per tenant with work in flight. Admission adds the queued counts and limits."""
+    """One row per configured tenant and per tenant with work: in flight (relayed or queued
+    in llmd), queued, and the tenant's limits."""
     in_flight: dict[str, int] = {}
     for exchange in ctx.inflight.exchanges():
         in_flight[exchange.tenant] = in_flight.get(exchange.tenant, 0) + 1
-    return tuple(TenantStatus(name, in_flight=n) for name, n in sorted(in_flight.items()))
+    queued: dict[str, int] = {}
+    for entry in ctx.admission.scheduler.entries():
+        queued[entry.tenant.name] = queued.get(entry.tenant.name, 0) + 1
+    limits = {tenant.name: tenant for tenant in ctx.admission.tenants.tenants()}
+    return tuple(
+        TenantStatus(
+            name,
+            in_flight=in_flight.get(name, 0),
+            queued=queued.get(name, 0),
+            max_in_flight=limits[name].max_concurrency or None if name in limits else None,
+            max_queued=limits[name].max_queued or None if name in limits else None,
+        )
+        for name in sorted({*in_flight, *limits})
+    )
 
 
 def _sequence(exchange: Exchange, now: float) -> SequenceStatus:

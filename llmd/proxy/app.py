@@ -27,6 +27,7 @@ from llmd.logs import line_limiter
 from llmd.proxy.context import ProxyContext
 from llmd.proxy.middleware import RequestIdMiddleware
 from llmd.proxy.relay import Relay
+from llmd.proxy.stalls import watch_stalls
 from llmd.status import take_snapshot
 from llmd.validation.validator import Validator
 
@@ -63,7 +64,13 @@ def build_app(ctx: ProxyContext) -> Starlette:
         ) as client:
             sessions.append(client)
             loading = asyncio.create_task(validator.load_tokenizer(), name="tokenizer-load")
+            background = [
+                asyncio.create_task(ctx.admission.run(session), name="admission"),
+                asyncio.create_task(watch_stalls(ctx), name="stall-watch"),
+            ]
             yield
+            for task in background:
+                task.cancel()
             loading.cancel()
             validator.close()
             sessions.clear()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from llmd.admission.controller import Admission
 from llmd.config import Config
 from llmd.proxy.inflight import InFlight
 from llmd.runtime import RuntimePaths
@@ -13,8 +14,9 @@ from llmd.telemetry.observer import Observer
 
 @dataclasses.dataclass
 class ProxyContext:
-    """Config, the engine's published state, the drain flag, the in-flight registry, and the
-    observer that accounts each request (metrics, windows, the request log line)."""
+    """Config, the engine's published state, the drain flag, the in-flight registry, the
+    observer that accounts each request (metrics, windows, the request log line), and
+    admission (tenants, queues, capacity; its `counters` are what admission did)."""
 
     config: Config
     paths: RuntimePaths
@@ -22,3 +24,7 @@ class ProxyContext:
     inflight: InFlight = dataclasses.field(default_factory=lambda: InFlight())
     draining: bool = False
     observer: Observer = dataclasses.field(default_factory=Observer)
+    admission: Admission = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.admission = Admission(self.config, self.engine)

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import time
 
+from llmd.admission.counters import Phase
 from llmd.errors import ApiError
 
 
@@ -24,7 +25,8 @@ class Exchange:
     `tenant` and `request_class` (admission fills them), `prompt_tokens` (from validation),
     `output_tokens` (so far: the usage figure when the engine sends one, else one per streamed
     event), the response `status`, `error_code` when llmd answered an error, and `client_gone`
-    when the client left first.
+    when the client left first. `send_since` is when a send to the client began that has not
+    returned yet: a client that stopped reading (llmd/proxy/stalls.py ends those).
     """
 
     request_id: str
@@ -44,13 +46,18 @@ class Exchange:
     status: int | None = None
     error_code: str | None = None
     client_gone: bool = False
+    send_since: float | None = None
 
     @property
-    def phase(self) -> str:
+    def phase(self) -> Phase:
         """`queued` (not yet released), `prefill` (no output yet) or `decode`."""
         if self.admitted_at is None:
-            return "queued"
-        return "prefill" if self.first_byte_at is None else "decode"
+            return Phase.QUEUED
+        return Phase.PREFILL if self.first_byte_at is None else Phase.DECODE
+
+    def queue_ms(self) -> float:
+        """Milliseconds waited for admission (so far, while still queued)."""
+        return ((self.admitted_at or time.monotonic()) - self.queued_at) * 1000
 
     def saw_body(self, chunk: bytes) -> None:
         """Account a body chunk sent to the client: first-byte time and output tokens.
@@ -110,6 +117,19 @@ class InFlight:
         except TimeoutError:
             return False
         return True
+
+    def end_stalled(self, since: float) -> list[Exchange]:
+        """End (cancel, without an answer) every exchange whose send to its client has been
+        blocked since before `since` (monotonic s): the client stopped reading. The ended ones."""
+        ended = []
+        for exchange in self._exchanges:
+            started = exchange.send_since
+            if started is not None and started < since and exchange.task is not None:
+                exchange.send_since = None
+                exchange.error_code = "slow_consumer"
+                exchange.task.cancel()
+                ended.append(exchange)
+        return ended
 
     def abort(self, exchange: Exchange, error: ApiError) -> bool:
         """End `exchange` with `error` (in-band once its response started); False if done."""

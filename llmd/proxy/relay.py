@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 import structlog
 from starlette.types import Message, Receive, Scope, Send
 
+from llmd.admission.classes import Priority
+from llmd.admission.controller import Request, Ticket
+from llmd.admission.tenants import ANONYMOUS
 from llmd.errors import ApiError, Draining, EngineError, EngineUnavailable
 from llmd.proxy.body import ClientGone, parse_object, read_body
 from llmd.proxy.context import ProxyContext
@@ -61,8 +66,13 @@ class Relay:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request_id: str = scope[REQUEST_ID_KEY]
         received_at = time.monotonic()
+        admission = self.ctx.admission
+        request: Request | None = None
         prompt_tokens: int | None = None
+        tenant_name, class_name = ANONYMOUS, Priority.NORMAL.name.lower()
         try:
+            tenant = admission.authenticate(scope["headers"])
+            tenant_name = tenant.name
             self._check_available()
             body = b""
             stream = False
@@ -71,21 +81,37 @@ class Relay:
                 payload = parse_object(body)
                 stream = bool(payload.get("stream"))
                 if self.validator is not None and self.endpoint is not None:
+                    cls = admission.classify(tenant, scope["headers"])
+                    class_name = cls.name.lower()
                     valid = await self.validator.check(
                         self.endpoint, payload, body, scope["headers"]
                     )
                     body = valid.body
                     prompt_tokens = valid.prompt_tokens
                     send = _with_headers(send, valid.response_headers)
+                    if admission.engine_priority:
+                        body = _with_priority(payload, cls)
+                    chat = self.endpoint is Endpoint.CHAT
+                    cost = admission.cost(valid.prompt_tokens, valid.max_tokens, valid.n, chat)
+                    request = Request(tenant, cls, cost, scope["headers"])
         except ClientGone:
             return
         except ApiError as error:
             if self.endpoint is not None:
-                self.ctx.observer.rejected(request_id, error.status, str(error.code), received_at)
+                self.ctx.observer.rejected(
+                    request_id, error.status, str(error.code), received_at, tenant_name, class_name
+                )
             await send_error(send, error)
             return
-        exchange = Exchange(request_id, stream, started_at=received_at, prompt_tokens=prompt_tokens)
-        await self._run(exchange, body, receive, send)
+        exchange = Exchange(
+            request_id,
+            stream,
+            started_at=received_at,
+            prompt_tokens=prompt_tokens,
+            tenant=tenant_name,
+            request_class=class_name,
+        )
+        await self._run(exchange, body, receive, send, request)
 
     def _check_available(self) -> None:
         if self.ctx.draining:
@@ -99,10 +125,12 @@ class Relay:
                 retry_after_s=self.ctx.engine.retry_after_s(),
             )
 
-    async def _run(self, exchange: Exchange, body: bytes, receive: Receive, send: Send) -> None:
-        """Run the upstream work until it ends or the client leaves, whichever comes first."""
-        exchange.admitted_at = time.monotonic()
-        work = asyncio.create_task(self._exchange(exchange, body, send))
+    async def _run(
+        self, exchange: Exchange, body: bytes, receive: Receive, send: Send, request: Request | None
+    ) -> None:
+        """Run the queue wait and the upstream work until they end or the client leaves,
+        whichever comes first (a client that leaves while queued never reaches the engine)."""
+        work = asyncio.create_task(self._exchange(exchange, body, send, request))
         exchange.task = work
         watcher = asyncio.create_task(_wait_disconnect(receive))
         self.ctx.inflight.add(exchange)
@@ -110,7 +138,10 @@ class Relay:
             await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
             if not work.done():
                 exchange.client_gone = True
-                log.debug("client_disconnected", request_id=exchange.request_id)
+                self.ctx.admission.counters.cancel(exchange.phase)
+                log.debug(
+                    "client_disconnected", request_id=exchange.request_id, phase=exchange.phase
+                )
         finally:
             work.cancel()
             watcher.cancel()
@@ -123,10 +154,17 @@ class Relay:
         if self.endpoint is not None:
             self.ctx.observer.finished(exchange)
 
-    async def _exchange(self, exchange: Exchange, body: bytes, send: Send) -> None:
-        """One upstream request; errors become OpenAI-shaped answers (in-band once started)."""
+    async def _exchange(
+        self, exchange: Exchange, body: bytes, send: Send, request: Request | None
+    ) -> None:
+        """Wait for admission, then one upstream request; errors become OpenAI-shaped answers
+        (in-band once started)."""
         started = _StartTracker(send, exchange)
+        ticket: Ticket | None = None
         try:
+            if request is not None:
+                ticket = await self.ctx.admission.admit(request)
+            exchange.admitted_at = time.monotonic()
             await self._forward(exchange, body, started)
         except asyncio.CancelledError:
             if exchange.abort_error is None:
@@ -134,6 +172,9 @@ class Relay:
             await _answer_error(started, exchange.abort_error)
         except ApiError as error:
             await _answer_error(started, error)
+        finally:
+            if ticket is not None:
+                self.ctx.admission.finish(ticket)
 
     async def _forward(self, exchange: Exchange, body: bytes, send: _StartTracker) -> None:
         headers = {"x-request-id": exchange.request_id}
@@ -149,7 +190,8 @@ class Relay:
             if response.status >= 500:
                 raise _engine_status_error(response.status, await response.read())
             content_type = response.headers.get("content-type", "application/json").encode()
-            response_headers = [(b"content-type", content_type), (b"x-llmd-queue-ms", b"0")]
+            queue_ms = str(round(exchange.queue_ms())).encode()
+            response_headers = [(b"content-type", content_type), (b"x-llmd-queue-ms", queue_ms)]
             if not (exchange.stream and response.status == 200):
                 payload = await response.read()
                 response_headers.append((b"content-length", str(len(payload)).encode()))
@@ -196,13 +238,20 @@ class _StartTracker:
     async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         self.exchange.response_started = True
         self.exchange.status = status
+        self.exchange.send_since = time.monotonic()
         await self._send({"type": "http.response.start", "status": status, "headers": headers})
+        self.exchange.send_since = None
 
     async def body(self, chunk: bytes, *, more: bool) -> None:
+        exchange = self.exchange
         if chunk:
             self.tail = chunk[-2:]
-            self.exchange.saw_body(chunk)
+            exchange.saw_body(chunk)
+        # A send blocks while the client's transport buffer is full; the stall watcher
+        # (llmd/proxy/stalls.py) ends exchanges blocked longer than server.send_timeout_s.
+        exchange.send_since = time.monotonic()
         await self._send({"type": "http.response.body", "body": chunk, "more_body": more})
+        exchange.send_since = None
 
 
 async def _answer_error(send: _StartTracker, error: ApiError) -> None:
@@ -231,6 +280,12 @@ def _engine_status_error(status: int, body: bytes) -> ApiError:
             f"the engine is overloaded or not ready: {detail}", retry_after_s=1
         )
     return EngineError(f"the engine failed with HTTP {status}: {detail}")
+
+
+def _with_priority(payload: dict[str, Any], cls: Priority) -> bytes:
+    """The body with vLLM's request field `priority` set to the class rank (lower runs first;
+    used only when the engine runs with --scheduling-policy priority)."""
+    return json.dumps({**payload, "priority": int(cls)}, separators=(",", ":")).encode()
 
 
 def _with_headers(send: Send, headers: list[tuple[bytes, bytes]]) -> Send:

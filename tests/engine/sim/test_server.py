@@ -158,12 +158,12 @@ async def test_priority_policy_serves_urgent_waiting_first(make_sim: SimFactory)
     )
     finished: list[str] = []
 
-    async def ask(name: str, priority: int) -> None:
-        body = {"prompt": name, "max_tokens": 10, "priority": priority}
+    async def ask(name: str, priority: int, max_tokens: int = 10) -> None:
+        body = {"prompt": name, "max_tokens": max_tokens, "priority": priority}
         await sim.client.post("/v1/completions", json=body)
         finished.append(name)
 
-    first = asyncio.create_task(ask("first", 0))
+    first = asyncio.create_task(ask("first", 0, max_tokens=200))  # holds the seat ~0.4 s
     await _sleep(0.02)
     lax = asyncio.create_task(ask("lax", 5))
     await _sleep(0.005)

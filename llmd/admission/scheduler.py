@@ -1,0 +1,375 @@
+"""The scheduler core: queues per class and tenant, and which request the engine gets next.
+
+Pure: no asyncio, no I/O. The caller passes the clock (`now`, seconds) and a capacity `Gate`, and
+gets back decisions: which entries to release to the engine, which to reject (with a reason and
+a Retry-After).
+
+**Between classes**: interactive before normal before batch, with aging by class. A lower class
+that has had work waiting and no release for its `aging_s` (since its last release, or since it
+last became non-empty) is overdue: it gets the next release (its DRR pick), which restarts its
+clock. So under continuous interactive load:
+
+    the batch class gets a release at least every aging_s(batch) plus one release opportunity;
+    a batch request with k batch requests released before it waits at most
+    (k + 1) x (aging_s + one opportunity) (defaults: 30 s each; the head of the batch queue
+    waits at most 30 s plus one opportunity).
+
+A release opportunity is the capacity gate admitting a request. An overdue pick the gate refuses
+is not passed by anyone (head of line), and the gate always admits when nothing is in flight, so
+the wait for one opportunity is at most the longest request then running. Aging gives a starved
+class a minimum rate (one release per aging_s), not a share: a batch flood's own backlog does
+not make it overdue while it is being served, so interactive work keeps the rest.
+
+**Within a class, between tenants**: deficit round-robin (Shreedhar & Varghese, SIGCOMM 1995)
+over token cost (prompt tokens + max_tokens), each tenant's quantum scaled by its weight, so
+backlogged tenants get tokens in proportion to their weights, within one maximum request cost.
+Within a tenant and class, first in, first out.
+
+**Limits**: a tenant at `max_concurrency` is skipped (its entries wait); a tenant with
+`max_queued` entries waiting, or a class with `queue_size` entries, rejects new ones (429); an
+entry past its class's `queue_timeout_s` or its own deadline is rejected (503).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import enum
+import heapq
+import itertools
+import math
+from collections.abc import Iterator, Mapping
+from typing import Protocol
+
+from llmd.admission.classes import Priority
+from llmd.admission.tenants import Tenant
+
+# Deficit added to a tenant of weight 1 per round: about one large request. Larger quanta make
+# rounds coarser; smaller ones only cost more loop turns (fast-forwarded, see _pick_drr).
+QUANTUM_TOKENS = 4096
+_RATE_WINDOW_S = 30.0
+
+
+class Reason(enum.StrEnum):
+    """Why an entry was rejected; `code` is what the client sees."""
+
+    RATE_LIMITED = "rate_limited"
+    QUEUE_FULL = "queue_full"
+    QUEUE_TIMEOUT = "queue_timeout"
+    DEADLINE = "deadline"
+
+
+class State(enum.Enum):
+    QUEUED = "queued"
+    RELEASED = "released"
+    REJECTED = "rejected"
+    CANCELLED = "cancelled"
+    FINISHED = "finished"
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassPolicy:
+    """A class's queue: at most `queue_size` entries, each waiting at most `queue_timeout_s`;
+    overdue (see the module docstring) after `aging_s` (0: never, for the top class)."""
+
+    queue_size: int
+    queue_timeout_s: float
+    aging_s: float
+
+
+@dataclasses.dataclass(eq=False)
+class Entry:
+    """One request as the scheduler sees it. `cost` is tokens (prompt + max_tokens);
+    `deadline` is an absolute time on the caller's clock, or None."""
+
+    tenant: Tenant
+    cls: Priority
+    cost: int
+    deadline: float | None = None
+    enqueued_at: float = 0.0
+    released_at: float | None = None
+    state: State = State.QUEUED
+    overdue_release: bool = False
+    seq: int = 0
+
+    def __repr__(self) -> str:
+        return f"Entry({self.seq}, {self.tenant.name}, {self.cls.label}, {self.cost}, {self.state})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Rejection:
+    """`entry` is refused: `reason`, and `retry_after_s` from the drain rate and its position."""
+
+    entry: Entry
+    reason: Reason
+    retry_after_s: float
+
+
+@dataclasses.dataclass
+class Decisions:
+    released: list[Entry] = dataclasses.field(default_factory=list)
+    rejected: list[Rejection] = dataclasses.field(default_factory=list)
+
+
+class Gate(Protocol):
+    """Capacity: whether the engine can take `entry` now (`overdue`: released by aging), and
+    the accounting of a release (see llmd/admission/capacity.py)."""
+
+    def admits(self, entry: Entry, overdue: bool) -> bool: ...
+
+    def on_release(self, entry: Entry) -> None: ...
+
+
+@dataclasses.dataclass
+class _ClassQueue:
+    """One class: a FIFO per tenant, and the DRR ring of tenants with entries."""
+
+    policy: ClassPolicy
+    queues: dict[str, collections.deque[Entry]] = dataclasses.field(default_factory=dict)
+    ring: collections.deque[str] = dataclasses.field(default_factory=collections.deque)
+    deficit: dict[str, float] = dataclasses.field(default_factory=dict)
+    credited: bool = False  # ring[0] got its quantum for this visit
+    size: int = 0
+    waiting_since: float = 0.0  # last release, or when the class last became non-empty
+
+
+class DrainRate:
+    """Releases per second over the last 30 s, for Retry-After estimates."""
+
+    def __init__(self) -> None:
+        self._times: collections.deque[float] = collections.deque()
+
+    def record(self, now: float) -> None:
+        self._times.append(now)
+        while self._times and self._times[0] < now - _RATE_WINDOW_S:
+            self._times.popleft()
+
+    def per_s(self, now: float) -> float | None:
+        """Releases per second, or None before two releases were seen in the window."""
+        while self._times and self._times[0] < now - _RATE_WINDOW_S:
+            self._times.popleft()
+        if len(self._times) < 2:
+            return None
+        return len(self._times) / max(now - self._times[0], 1.0)
+
+    def wait_s(self, position: int, now: float) -> float:
+        """Seconds until `position` entries ahead have drained (1 s each with no rate yet),
+        between 1 s and 10 minutes."""
+        rate = self.per_s(now)
+        estimate = (position + 1) / rate if rate else float(position + 1)
+        return min(max(1.0, estimate), 600.0)
+
+
+class Scheduler:
+    """Queues and the release order. Single-threaded; every method takes the current time."""
+
+    def __init__(self, policies: Mapping[Priority, ClassPolicy]) -> None:
+        self.classes = {cls: _ClassQueue(policies[cls]) for cls in Priority}
+        self.in_flight: collections.Counter[str] = collections.Counter()
+        self.queued_by_tenant: collections.Counter[str] = collections.Counter()
+        self.drain = DrainRate()
+        self._expiry: list[tuple[float, int, Entry]] = []
+        self._seq = itertools.count(1)
+
+    # -- entries in and out ----------------------------------------------------------------
+
+    def submit(self, entry: Entry, now: float) -> Rejection | None:
+        """Queue `entry` (its `enqueued_at` becomes `now`), or reject it at once (429)."""
+        queue = self.classes[entry.cls]
+        tenant = entry.tenant
+        entry.enqueued_at = now
+        entry.seq = next(self._seq)
+        if tenant.max_queued and self.queued_by_tenant[tenant.name] >= tenant.max_queued:
+            return self._reject(entry, Reason.RATE_LIMITED, self.queued_by_tenant[tenant.name], now)
+        if queue.size >= queue.policy.queue_size:
+            return self._reject(entry, Reason.QUEUE_FULL, self._ahead(entry.cls), now)
+        fifo = queue.queues.get(tenant.name)
+        if fifo is None:
+            fifo = queue.queues[tenant.name] = collections.deque()
+        if not fifo:
+            queue.ring.append(tenant.name)
+            queue.deficit[tenant.name] = 0.0
+        fifo.append(entry)
+        if not queue.size:
+            queue.waiting_since = now
+        queue.size += 1
+        self.queued_by_tenant[tenant.name] += 1
+        expires = now + queue.policy.queue_timeout_s
+        if entry.deadline is not None:
+            expires = min(expires, entry.deadline)
+        heapq.heappush(self._expiry, (expires, entry.seq, entry))
+        return None
+
+    def cancel(self, entry: Entry) -> bool:
+        """Remove a queued `entry` (its client left); False if it was not queued any more."""
+        if entry.state is not State.QUEUED:
+            return False
+        self._remove(entry)
+        entry.state = State.CANCELLED
+        return True
+
+    def finish(self, entry: Entry) -> None:
+        """A released `entry` has ended: its tenant's concurrency slot is free again."""
+        if entry.state is State.RELEASED:
+            entry.state = State.FINISHED
+            self.in_flight[entry.tenant.name] -= 1
+
+    # -- decisions -------------------------------------------------------------------------
+
+    def decide(self, now: float, gate: Gate) -> Decisions:
+        """Reject what expired, then release while `gate` admits the next entry in order."""
+        decisions = Decisions(rejected=self._expire(now))
+        while True:
+            picked = self._next(now)
+            if picked is None:
+                break
+            entry, overdue = picked
+            if not gate.admits(entry, overdue):
+                break
+            self._charge(entry)
+            self._remove(entry)
+            entry.state = State.RELEASED
+            entry.released_at = now
+            entry.overdue_release = overdue
+            self.classes[entry.cls].waiting_since = now
+            self.in_flight[entry.tenant.name] += 1
+            self.drain.record(now)
+            gate.on_release(entry)
+            decisions.released.append(entry)
+        return decisions
+
+    def next_expiry(self) -> float | None:
+        """When the next queued entry times out (caller's clock), or None."""
+        while self._expiry and self._expiry[0][2].state is not State.QUEUED:
+            heapq.heappop(self._expiry)
+        return self._expiry[0][0] if self._expiry else None
+
+    def queued(self, cls: Priority | None = None) -> int:
+        """Entries waiting (in class `cls`, or in all)."""
+        if cls is not None:
+            return self.classes[cls].size
+        return sum(q.size for q in self.classes.values())
+
+    def entries(self) -> Iterator[Entry]:
+        """Every queued entry (any order)."""
+        for queue in self.classes.values():
+            for fifo in queue.queues.values():
+                yield from fifo
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _expire(self, now: float) -> list[Rejection]:
+        rejected = []
+        while self._expiry and self._expiry[0][0] <= now:
+            _, _, entry = heapq.heappop(self._expiry)
+            if entry.state is not State.QUEUED:
+                continue
+            position = self._ahead(entry.cls)
+            self._remove(entry)
+            by_deadline = entry.deadline is not None and entry.deadline <= now
+            reason = Reason.DEADLINE if by_deadline else Reason.QUEUE_TIMEOUT
+            rejected.append(self._reject(entry, reason, position, now))
+        return rejected
+
+    def _reject(self, entry: Entry, reason: Reason, position: int, now: float) -> Rejection:
+        entry.state = State.REJECTED
+        return Rejection(entry, reason, self.drain.wait_s(position, now))
+
+    def _ahead(self, cls: Priority) -> int:
+        """Entries served before a new one of class `cls`: its class and every higher one."""
+        return sum(self.classes[c].size for c in Priority if c <= cls)
+
+    def _eligible(self, tenant_name: str, queue: _ClassQueue) -> bool:
+        tenant = queue.queues[tenant_name][0].tenant
+        return not tenant.max_concurrency or self.in_flight[tenant_name] < tenant.max_concurrency
+
+    def _next(self, now: float) -> tuple[Entry, bool] | None:
+        """The entry to release next, and whether it goes as overdue (aging)."""
+        top = next(
+            (c for c in Priority if any(self._eligible(t, self.classes[c]) for t in
+                                        self.classes[c].ring)),
+            None,
+        )  # fmt: skip
+        if top is None:
+            return None
+        overdue = self._overdue_class(top, now)
+        if overdue is not None:
+            return self._pick_drr(self.classes[overdue]), True
+        return self._pick_drr(self.classes[top]), False
+
+    def _overdue_class(self, top: Priority, now: float) -> Priority | None:
+        """The class below `top` longest without a release past its aging_s, if any, among
+        those with an eligible tenant."""
+        found: Priority | None = None
+        for cls in Priority:
+            queue = self.classes[cls]
+            aging = queue.policy.aging_s
+            if cls <= top or not aging or now - queue.waiting_since < aging:
+                continue
+            if not any(self._eligible(name, queue) for name in queue.ring):
+                continue
+            if found is None or queue.waiting_since < self.classes[found].waiting_since:
+                found = cls
+        return found
+
+    def _pick_drr(self, queue: _ClassQueue) -> Entry:
+        """Deficit round-robin over the class's tenants: the head the ring now points at.
+
+        Leaves the ring where it is, so a pick the gate refuses is picked again next time.
+        The class must have an eligible tenant.
+        """
+        ring = queue.ring
+        turns = 0
+        while True:
+            name = ring[0]
+            if self._eligible(name, queue):
+                head = queue.queues[name][0]
+                if not queue.credited:
+                    queue.deficit[name] += QUANTUM_TOKENS * head.tenant.weight
+                    queue.credited = True
+                if queue.deficit[name] >= head.cost:
+                    return head
+            ring.rotate(-1)
+            queue.credited = False
+            turns += 1
+            if turns % len(ring) == 0:
+                self._fast_forward(queue)
+
+    def _fast_forward(self, queue: _ClassQueue) -> None:
+        """After a whole round with no pick, add the rounds that would pass with none at once."""
+        rounds = math.inf
+        for name in queue.ring:
+            if self._eligible(name, queue):
+                head = queue.queues[name][0]
+                need = head.cost - queue.deficit[name]
+                rounds = min(rounds, math.ceil(need / (QUANTUM_TOKENS * head.tenant.weight)))
+        if rounds is math.inf:
+            raise AssertionError("no eligible tenant in the DRR ring")
+        for name in queue.ring:
+            if rounds > 1 and self._eligible(name, queue):
+                weight = queue.queues[name][0].tenant.weight
+                queue.deficit[name] += (rounds - 1) * QUANTUM_TOKENS * weight
+
+    def _charge(self, entry: Entry) -> None:
+        """Take a released entry's cost from its tenant's deficit (every release, overdue ones
+        too, so aging does not let a tenant exceed its share in the long run)."""
+        queue = self.classes[entry.cls]
+        name = entry.tenant.name
+        if name in queue.deficit:
+            queue.deficit[name] -= entry.cost
+
+    def _remove(self, entry: Entry) -> None:
+        """Take a queued entry out of its FIFO; drop the tenant from the ring when empty."""
+        queue = self.classes[entry.cls]
+        name = entry.tenant.name
+        fifo = queue.queues[name]
+        fifo.remove(entry)
+        queue.size -= 1
+        self.queued_by_tenant[name] -= 1
+        if fifo:
+            return
+        del queue.queues[name]
+        if queue.ring and queue.ring[0] == name:
+            queue.credited = False
+        queue.ring.remove(name)
+        queue.deficit.pop(name, None)

@@ -1,0 +1,146 @@
+"""Tenants: who sends a request, found from its API key, with that tenant's limits.
+
+Keys are stored as SHA-256 hex digests in a TOML file named by `admission.tenants_file`:
+
+    [tenants.alice]
+    keys = ["9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"]
+    max_concurrency = 8      # requests in the engine at once (0 = no limit)
+    max_queued = 32          # requests waiting in llmd at once (0 = no limit)
+    highest_class = "interactive"
+    default_class = "normal"
+    weight = 1.0             # share of tokens against other tenants in the same class
+
+`llmd hash-key` prints the digest of a key read from stdin. A key itself is never stored or
+logged. With no file, every request belongs to one anonymous tenant without limits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from llmd.admission.classes import Priority
+from llmd.config import build_table
+from llmd.errors import ConfigError, InvalidApiKey
+
+ANONYMOUS = "anonymous"
+_HEX = frozenset("0123456789abcdef")
+
+
+def hash_key(key: str) -> str:
+    """The stored form of an API key: SHA-256 of its UTF-8 bytes, lower-case hex."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class Tenant:
+    """One tenant: limits on its requests (0 = no limit), its classes and its weight."""
+
+    name: str = ANONYMOUS
+    max_concurrency: int = 0
+    max_queued: int = 0
+    highest_class: Priority = Priority.INTERACTIVE
+    default_class: Priority = Priority.NORMAL
+    weight: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class _TenantSpec:
+    """A tenant's table in the tenants file, as written (classes by name)."""
+
+    keys: tuple[str, ...] = ()
+    max_concurrency: int = 0
+    max_queued: int = 0
+    highest_class: str = "interactive"
+    default_class: str = "normal"
+    weight: float = 1.0
+
+
+class TenantDirectory:
+    """Maps API keys to tenants. Empty (no keys): every request is the anonymous tenant."""
+
+    def __init__(self, by_digest: dict[str, Tenant] | None = None) -> None:
+        self._by_digest = by_digest or {}
+        self._anonymous = Tenant()
+
+    @property
+    def keys_required(self) -> bool:
+        return bool(self._by_digest)
+
+    def tenants(self) -> list[Tenant]:
+        """Every tenant (the anonymous one when no keys are configured)."""
+        return list({t.name: t for t in self._by_digest.values()}.values()) or [self._anonymous]
+
+    def authenticate(self, headers: list[Any]) -> Tenant:
+        """The tenant of a request with ASGI `headers` (`Authorization: Bearer KEY`).
+
+        Raises InvalidApiKey (401) when keys are configured and the key is missing or unknown.
+        """
+        if not self._by_digest:
+            return self._anonymous
+        value = next((v for k, v in headers if k == b"authorization"), b"")
+        scheme, _, key = value.decode("latin-1").partition(" ")
+        tenant = self._by_digest.get(hash_key(key.strip())) if scheme.lower() == "bearer" else None
+        if tenant is None:
+            raise InvalidApiKey(
+                "missing or unknown API key: send Authorization: Bearer KEY"
+                if value
+                else "this llmd requires an API key: send Authorization: Bearer KEY"
+            )
+        return tenant
+
+
+def load_tenants(path: Path | None) -> TenantDirectory:
+    """Read the tenants file at `path` (None: anonymous only). Raises ConfigError naming the
+    file and key for unreadable files, unknown keys, bad digests, classes or limits."""
+    if path is None:
+        return TenantDirectory()
+    try:
+        raw = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read tenants file: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    extra = sorted(set(raw) - {"tenants"})
+    if extra or not isinstance(raw.get("tenants"), dict):
+        raise ConfigError(f"{path}: expected only [tenants.NAME] tables, got {extra or raw}")
+    by_digest: dict[str, Tenant] = {}
+    for name, table in raw["tenants"].items():
+        prefix = f"{path}: tenants.{name}."
+        spec: _TenantSpec = build_table(_TenantSpec, table, prefix)
+        tenant = _tenant(name, spec, prefix)
+        for digest in spec.keys:
+            if len(digest) != 64 or not set(digest) <= _HEX:
+                raise ConfigError(
+                    f"{prefix}keys: {digest[:12]!r}... is not a SHA-256 hex digest "
+                    "(make one with `llmd hash-key`)"
+                )
+            if digest in by_digest:
+                raise ConfigError(f"{prefix}keys: a key is also given to {by_digest[digest].name}")
+            by_digest[digest] = tenant
+    return TenantDirectory(by_digest)
+
+
+def _tenant(name: str, spec: _TenantSpec, prefix: str) -> Tenant:
+    classes = {}
+    for key in ("highest_class", "default_class"):
+        value = getattr(spec, key)
+        try:
+            classes[key] = Priority.parse(value)
+        except ValueError:
+            raise ConfigError(
+                f"{prefix}{key} = {value!r}: expected 'interactive', 'normal' or 'batch'"
+            ) from None
+    if spec.weight <= 0:
+        raise ConfigError(f"{prefix}weight = {spec.weight!r}: expected a number > 0")
+    return Tenant(
+        name=name,
+        max_concurrency=spec.max_concurrency,
+        max_queued=spec.max_queued,
+        highest_class=classes["highest_class"],
+        default_class=max(classes["default_class"], classes["highest_class"]),
+        weight=spec.weight,
+    )

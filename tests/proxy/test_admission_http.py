@@ -1,0 +1,165 @@
+"""Admission through a real `llmd serve` on the simulator: 401, 429 and 503 with Retry-After,
+cancellation while queued (the engine never sees the request), and x-llmd-queue-ms."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from llmd.admission.tenants import hash_key
+from tests.support.llmd_process import LlmdProcess, short_tmpdir
+from tests.support.model import ensure_tiny_model
+from tests.support.sim_process import sim_config
+
+LIMITED, FREE = "key-limited", "key-free"
+CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5}
+HANG = {**CHAT, "sim_fault": "hang"}
+
+
+@pytest.fixture(scope="module")
+def llmd() -> Iterator[LlmdProcess]:
+    """llmd with one engine slot, two tenants ('limited': 1 running + 1 queued), and an
+    interactive queue of 2 requests that times out after 1 s."""
+    workdir = short_tmpdir("llmd-adm-")
+    tenants = workdir / "tenants.toml"
+    tenants.write_text(
+        f'[tenants.limited]\nkeys = ["{hash_key(LIMITED)}"]\nmax_concurrency = 1\n'
+        f'max_queued = 1\ndefault_class = "interactive"\n'
+        f'[tenants.free]\nkeys = ["{hash_key(FREE)}"]\ndefault_class = "interactive"\n'
+    )
+    config = sim_config(
+        ensure_tiny_model(),
+        admission={
+            "tenants_file": str(tenants),
+            "max_in_flight": 1,
+            "batch_reserve": 0,
+            "interactive": {"queue_size": 2, "queue_timeout_s": 1.0, "aging_s": 0.0},
+        },
+    )
+    process = LlmdProcess.start(config, workdir=workdir)
+    try:
+        process.wait_ready(timeout_s=30)
+        yield process
+    finally:
+        process.stop()
+
+
+def auth(key: str, **headers: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}", **headers}
+
+
+def engine_requests_seen(socket: Path) -> float:
+    """Requests the simulator has finished in any way (stop, length, abort, error)."""
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(socket)), timeout=5) as client:
+        text = client.get("http://engine/metrics").text
+    return sum(
+        s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "vllm:request_success_total"
+    )
+
+
+@contextlib.asynccontextmanager
+async def engine_held(client: httpx.AsyncClient, key: str = FREE) -> AsyncIterator[None]:
+    """A request that hangs in the engine, holding llmd's one slot until the block ends."""
+    task = asyncio.create_task(
+        client.post("/v1/chat/completions", json=HANG, headers=auth(key), timeout=60)
+    )
+    await asyncio.sleep(0.6)  # generous: the test machine may be loaded
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.2)
+
+
+def test_missing_or_bad_key_is_401(llmd: LlmdProcess) -> None:
+    """With keys configured, no key or an unknown key is 401 invalid_api_key; a good key works."""
+    url = llmd.base_url + "/v1/chat/completions"
+    for headers in ({}, auth("wrong")):
+        answer = httpx.post(url, json=CHAT, headers=headers, timeout=10)
+        assert answer.status_code == 401
+        assert answer.json()["error"]["code"] == "invalid_api_key"
+    ok = httpx.post(url, json=CHAT, headers=auth(FREE), timeout=10)
+    assert ok.status_code == 200 and "x-llmd-queue-ms" in ok.headers
+
+
+async def test_tenant_over_its_queued_limit_is_429_rate_limited(llmd: LlmdProcess) -> None:
+    """'limited' has one running and one queued: a third is 429 rate_limited + Retry-After."""
+    async with httpx.AsyncClient(base_url=llmd.base_url, timeout=30) as client:
+        async with engine_held(client, LIMITED):
+            queued = asyncio.create_task(
+                client.post("/v1/chat/completions", json=CHAT, headers=auth(LIMITED))
+            )
+            await asyncio.sleep(0.5)
+            third = await client.post("/v1/chat/completions", json=CHAT, headers=auth(LIMITED))
+            assert third.status_code == 429
+            assert third.json()["error"]["code"] == "rate_limited"
+            assert int(third.headers["retry-after"]) >= 1
+        answer = await queued  # ran once the slot was free
+        assert answer.status_code == 200
+        assert int(answer.headers["x-llmd-queue-ms"]) >= 50
+
+
+async def test_full_class_queue_is_429_queue_full(llmd: LlmdProcess) -> None:
+    """With the interactive queue holding its 2 requests, the next is 429 queue_full."""
+    client = httpx.AsyncClient(base_url=llmd.base_url, timeout=30)
+    async with client, engine_held(client):
+        waiting = [
+            asyncio.create_task(client.post("/v1/chat/completions", json=CHAT, headers=auth(FREE)))
+            for _ in range(2)
+        ]
+        await asyncio.sleep(0.5)
+        over = await client.post("/v1/chat/completions", json=CHAT, headers=auth(FREE))
+        assert over.status_code == 429, over.text
+        assert over.json()["error"]["code"] == "queue_full"
+        assert int(over.headers["retry-after"]) >= 1
+        for task in waiting:
+            task.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+
+
+async def test_queue_timeout_and_deadline_are_503_with_retry_after(llmd: LlmdProcess) -> None:
+    """Waiting past the class timeout (1 s) or x-llmd-deadline-ms is 503 queue_timeout."""
+    async with httpx.AsyncClient(base_url=llmd.base_url, timeout=30) as client:
+        async with engine_held(client):
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            timed_out = await client.post("/v1/chat/completions", json=CHAT, headers=auth(FREE))
+            assert 0.9 <= loop.time() - started < 8
+            headers = auth(FREE, **{"x-llmd-deadline-ms": "200", "x-llmd-priority": "batch"})
+            started = loop.time()
+            deadline = await client.post("/v1/chat/completions", json=CHAT, headers=headers)
+            assert loop.time() - started < 5  # batch's own timeout is 600 s
+        for answer in (timed_out, deadline):
+            assert answer.status_code == 503, answer.text
+            assert answer.json()["error"]["code"] == "queue_timeout"
+            assert int(answer.headers["retry-after"]) >= 1
+        assert "deadline" in deadline.json()["error"]["message"]
+
+
+async def test_client_leaving_while_queued_never_reaches_the_engine(llmd: LlmdProcess) -> None:
+    """A queued request whose client leaves is dropped at once: when the slot frees up, the
+    engine never receives it (its finished-request count grows by the holder only)."""
+    before = engine_requests_seen(llmd.engine_socket)
+    async with httpx.AsyncClient(base_url=llmd.base_url, timeout=30) as client:
+        async with engine_held(client):
+            body = {**CHAT, "stream": True, "max_tokens": 50}
+            leaver = asyncio.create_task(
+                client.post("/v1/chat/completions", json=body, headers=auth(FREE))
+            )
+            await asyncio.sleep(0.5)
+            leaver.cancel()
+            await asyncio.gather(leaver, return_exceptions=True)
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.0)  # the slot is free: a request still queued would run now
+    assert engine_requests_seen(llmd.engine_socket) - before == 1  # the holder's abort only
