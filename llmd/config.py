@@ -137,7 +137,7 @@ class AdmissionConfig:
     the KV cache past which nothing new is released; `kv_overcommit`: how many times that budget
     the reserved prompt + max_tokens of running requests may sum to. `max_engine_waiting`:
     release normal and batch requests only while the engine reports at most this many waiting.
-    `scrape_interval_s`: how often the engine's /metrics is read.
+    The engine's load comes from the telemetry scraper (`telemetry.engine_interval_s`).
     """
 
     tenants_file: str = ""
@@ -146,7 +146,6 @@ class AdmissionConfig:
     kv_high_watermark: float = 0.9
     kv_overcommit: float = 1.0
     max_engine_waiting: int = 4
-    scrape_interval_s: float = 0.5
     interactive: ClassConfig = dataclasses.field(
         default_factory=lambda: ClassConfig(queue_size=256, queue_timeout_s=10.0, aging_s=0.0)
     )

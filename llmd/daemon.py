@@ -121,7 +121,11 @@ class Daemon:
         # Telemetry is not a part whose end stops llmd: it logs its own failures and is
         # cancelled at shutdown.
         scraper = Scraper(
-            self.ctx.observer, self.ctx.engine, self.paths.engine_socket, self.config.telemetry
+            self.ctx.observer,
+            self.ctx.engine,
+            self.paths.engine_socket,
+            self.config.telemetry,
+            on_sample=self.ctx.admission.engine_sampled,
         )
         self._telemetry = asyncio.create_task(run_quietly(scraper), name="telemetry")
         log.info(

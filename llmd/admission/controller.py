@@ -12,22 +12,20 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import structlog
 
 from llmd.admission.capacity import CapacityGate, EngineLoad
 from llmd.admission.classes import PRIORITY_HEADER, Priority, requested_class
 from llmd.admission.counters import AdmissionCounters
-from llmd.admission.engine_load import ScrapeFailed, scrape_load
 from llmd.admission.scheduler import ClassPolicy, Entry, Reason, Rejection, Scheduler, State
 from llmd.admission.tenants import Tenant, load_tenants
 from llmd.config import AdmissionConfig, ClassConfig, Config, EngineConfig
 from llmd.errors import ApiError, InvalidRequest, QueueFull, QueueTimeout, RateLimited
 from llmd.supervisor.state import EngineState
+from llmd.telemetry.engine import EngineSample
 
 log = structlog.get_logger("llmd.admission")
 
@@ -94,7 +92,6 @@ class Admission:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._last_waiting = 0
-        self._scrape_failing = False
 
     # -- request side ----------------------------------------------------------------------
 
@@ -157,15 +154,20 @@ class Admission:
 
     # -- engine side -----------------------------------------------------------------------
 
-    async def run(self, session: Callable[[], aiohttp.ClientSession]) -> None:
-        """Scrape the engine's load every `scrape_interval_s` and release what it allows."""
-        interval = self.config.scrape_interval_s
-        while True:
-            started = time.monotonic()
-            if self.engine.serving:
-                self.update_load(await self._scrape(session))
-            self._pump()
-            await asyncio.sleep(max(0.05, interval - (time.monotonic() - started)))
+    def engine_sampled(self, sample: EngineSample | None) -> None:
+        """A new read of the engine's /metrics (the telemetry scraper's, every
+        `telemetry.engine_interval_s`; None: unknown or not serving): update the gate's view of
+        the engine and release what it now allows."""
+        load = None
+        if sample is not None and sample.running is not None:
+            load = EngineLoad(
+                running=sample.running,
+                waiting=sample.waiting or 0,
+                kv_usage=sample.kv_usage or 0.0,
+                kv_tokens=sample.kv_capacity_tokens,
+            )
+        self.update_load(load)
+        self._pump()
 
     def update_load(self, load: EngineLoad | None) -> None:
         """Take a new scrape. Waiting counts only when two scrapes in a row report it: a request
@@ -175,19 +177,6 @@ class Admission:
             self._last_waiting = load.waiting
             load = dataclasses.replace(load, waiting=waiting)
         self.gate.load = load
-
-    async def _scrape(self, session: Callable[[], aiohttp.ClientSession]) -> EngineLoad | None:
-        try:
-            load = await scrape_load(session())
-        except (ScrapeFailed, IndexError) as exc:  # IndexError: the session is closing
-            if not self._scrape_failing:
-                log.warning("engine_metrics_unreadable", error=str(exc))
-            self._scrape_failing = True
-            return None
-        if self._scrape_failing:
-            log.info("engine_metrics_readable")
-        self._scrape_failing = False
-        return load
 
     def _pump(self) -> None:
         """Run the scheduler now: wake released waiters, fail rejected ones, re-arm the timer."""

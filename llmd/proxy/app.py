@@ -64,13 +64,9 @@ def build_app(ctx: ProxyContext) -> Starlette:
         ) as client:
             sessions.append(client)
             loading = asyncio.create_task(validator.load_tokenizer(), name="tokenizer-load")
-            background = [
-                asyncio.create_task(ctx.admission.run(session), name="admission"),
-                asyncio.create_task(watch_stalls(ctx), name="stall-watch"),
-            ]
+            stalls = asyncio.create_task(watch_stalls(ctx), name="stall-watch")
             yield
-            for task in background:
-                task.cancel()
+            stalls.cancel()
             loading.cancel()
             validator.close()
             sessions.clear()

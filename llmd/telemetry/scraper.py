@@ -29,7 +29,9 @@ RATE_SPAN_S = 5.0
 
 
 class Scraper:
-    """Keeps `observer.engine_sample`, `engine_token_rates` and `gpus` fresh."""
+    """Keeps `observer.engine_sample`, `engine_token_rates` and `gpus` fresh, and hands each
+    engine sample to `on_sample` (admission's view of the engine's load): one reader of the
+    engine's /metrics for all of llmd, since each read costs the engine's API server CPU."""
 
     def __init__(
         self,
@@ -38,12 +40,14 @@ class Scraper:
         engine_socket: Path,
         config: TelemetryConfig,
         gpu_reader: Callable[[], GpuReader] = nvml_reader,
+        on_sample: Callable[[EngineSample | None], None] | None = None,
     ) -> None:
         self.observer = observer
         self.engine = engine
         self.engine_socket = engine_socket
         self.config = config
         self._gpu_reader = gpu_reader
+        self._on_sample = on_sample
         self._history: collections.deque[EngineSample] = collections.deque()
 
     async def run(self) -> None:
@@ -85,6 +89,8 @@ class Scraper:
             return
         self.observer.engine_sample = sample
         self.observer.engine_token_rates = self._rates(sample)
+        if self._on_sample is not None:
+            self._on_sample(sample)
 
     def _rates(self, sample: EngineSample) -> tuple[float, float] | None:
         """Prompt and generation tokens per second over the samples of the last RATE_SPAN_S."""
@@ -109,6 +115,8 @@ class Scraper:
         self.observer.engine_sample = None
         self.observer.engine_token_rates = None
         self._history.clear()
+        if self._on_sample is not None:
+            self._on_sample(None)
 
 
 async def run_quietly(scraper: Scraper) -> None:

@@ -1,24 +1,33 @@
-"""Reading the engine's load from the simulator's vLLM-compatible /metrics text."""
+"""Admission's view of the engine's load, from the telemetry scraper's reads of its /metrics."""
 
 from __future__ import annotations
 
-import pytest
+import time
 
-from llmd.admission.engine_load import ScrapeFailed, parse_load
+from llmd.admission.controller import Admission
+from llmd.config import Config, EngineConfig
 from llmd.engine.sim.metrics import SimMetrics
+from llmd.supervisor.state import EngineState
+from llmd.telemetry.engine import parse_engine_metrics
 
 
-def test_parses_running_waiting_usage_and_kv_capacity() -> None:
-    """Gauges and cache_config_info (blocks x block size) come out of vLLM's exposition."""
+def test_engine_sample_becomes_the_gates_load() -> None:
+    """Running, waiting (after two reads in a row), KV usage and capacity reach the gate."""
+    admission = Admission(Config(engine=EngineConfig(model="m")), EngineState())
     metrics = SimMetrics("tiny", block_size=16, num_gpu_blocks=64, max_model_len=256)
     metrics.running.set(3)
     metrics.waiting.set(2)
     metrics.kv_usage.set(0.25)
-    load = parse_load(metrics.render().decode())
+    sample = parse_engine_metrics(metrics.render().decode(), time.monotonic())
+    admission.engine_sampled(sample)
+    admission.engine_sampled(sample)
+    load = admission.gate.load
+    assert load is not None
     assert (load.running, load.waiting, load.kv_usage, load.kv_tokens) == (3, 2, 0.25, 1024)
 
 
-def test_metrics_without_vllm_series_are_a_scrape_failure() -> None:
-    """An exposition without vllm:num_requests_running (stats disabled) is ScrapeFailed."""
-    with pytest.raises(ScrapeFailed):
-        parse_load("# TYPE other gauge\nother 1\n")
+def test_no_sample_means_unknown_load() -> None:
+    """A failed read (or an engine not serving) leaves only llmd's own accounting."""
+    admission = Admission(Config(engine=EngineConfig(model="m")), EngineState())
+    admission.engine_sampled(None)
+    assert admission.gate.load is None
