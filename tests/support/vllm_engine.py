@@ -1,0 +1,112 @@
+"""A real vLLM (CPU build) booted directly on a Unix socket with the tiny model, for the tests
+that hold llmd's view of the engine to the engine itself (contract, token-count parity).
+
+One per test session (the `vllm_engine` fixture in tests/conftest.py): a boot takes 30-80 s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+
+from tests.support.llmd_process import short_tmpdir
+from tests.support.sim_process import health_status
+
+MAX_MODEL_LEN = 1024
+# ENGINE.md: the CPU build needs an explicit KV size and a small memory fraction.
+VLLM_ARGS = (
+    "--max-model-len",
+    str(MAX_MODEL_LEN),
+    "--kv-cache-memory-bytes",
+    "67108864",
+    "--gpu-memory-utilization",
+    "0.2",
+    "--enforce-eager",
+)
+
+
+@dataclasses.dataclass
+class Engine:
+    """A running engine: which kind (`vllm` or `sim`), its socket and its log."""
+
+    kind: str
+    socket: Path
+    log_path: Path
+
+    def client(self, timeout_s: float = 60.0) -> httpx.Client:
+        return httpx.Client(
+            transport=httpx.HTTPTransport(uds=str(self.socket)),
+            base_url="http://engine",
+            timeout=timeout_s,
+        )
+
+    def async_client(self, timeout_s: float = 60.0) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            transport=httpx.AsyncHTTPTransport(uds=str(self.socket)),
+            base_url="http://engine",
+            timeout=timeout_s,
+        )
+
+
+@contextlib.contextmanager
+def vllm_engine(model: Path, timeout_s: float = 400.0) -> Iterator[Engine]:
+    """Boot vLLM on `model` in its own session, yield it once /health is 200, stop its group.
+
+    Raises RuntimeError, with the engine's log, when it exits or is not healthy in time.
+    """
+    workdir = short_tmpdir("llmd-vllm-")
+    socket, log_path = workdir / "engine.sock", workdir / "vllm.log"
+    argv = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--uds",
+        str(socket),
+        "--served-model-name",
+        "tiny",
+        *VLLM_ARGS,
+    ]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ}
+        )
+    try:
+        _wait_healthy(process, socket, log_path, timeout_s)
+        yield Engine("vllm", socket, log_path)
+    finally:
+        _stop_group(process)
+
+
+def _wait_healthy(
+    process: subprocess.Popen[bytes], socket: Path, log: Path, timeout_s: float
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"vLLM exited with {process.returncode}:\n{log.read_text()}")
+        if health_status(socket) == 200:
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"vLLM not healthy after {timeout_s}s:\n{log.read_text()[-4000:]}")
+
+
+def _stop_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM vLLM's whole group (engine core and workers too, vllm#55510), SIGKILL later."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=30)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
