@@ -69,10 +69,26 @@ class SupervisorConfig:
 
 @dataclasses.dataclass(frozen=True)
 class LoggingConfig:
-    """Log level and format (`auto`: console on a TTY, JSON otherwise)."""
+    """Log level and format (`auto`: console on a TTY, JSON otherwise); which finished requests
+    get a line; the per-key rate limit (lines per window; 0 turns it off)."""
 
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "console"] = "auto"
+    requests: Literal["all", "failures", "off"] = "all"
+    rate_limit_lines: int = 10
+    rate_limit_window_s: float = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class TelemetryConfig:
+    """How often the engine's /metrics and the GPUs are read, and the tenant label bound.
+
+    `top_tenants`: tenants past this many distinct ones share the Prometheus label `other`.
+    """
+
+    engine_interval_s: float = 0.5
+    gpu_interval_s: float = 1.0
+    top_tenants: int = 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +119,7 @@ class Config:
     engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
     supervisor: SupervisorConfig = dataclasses.field(default_factory=SupervisorConfig)
     logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
+    telemetry: TelemetryConfig = dataclasses.field(default_factory=TelemetryConfig)
     validation: ValidationConfig = dataclasses.field(default_factory=ValidationConfig)
     source: str = ""
 

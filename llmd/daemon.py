@@ -26,7 +26,7 @@ from llmd.control import Controller
 from llmd.engine.launch import installed_engine_build
 from llmd.errors import ConfigError, EngineGaveUp
 from llmd.gpu.preflight import GpuReport, PreflightError, run_preflight
-from llmd.logs import configure_logging
+from llmd.logs import configure_logging, line_limiter
 from llmd.proxy.app import build_app
 from llmd.proxy.context import ProxyContext
 from llmd.runtime import RuntimePaths
@@ -35,6 +35,8 @@ from llmd.supervisor.state import EngineState
 from llmd.supervisor.supervisor import Supervisor
 from llmd.systemd.notify import Notifier
 from llmd.systemd.reporter import ServiceReporter
+from llmd.telemetry.observer import Observer
+from llmd.telemetry.scraper import Scraper, run_quietly
 
 log = structlog.get_logger("llmd.daemon")
 
@@ -62,7 +64,12 @@ class Daemon:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.paths = RuntimePaths(Path(config.server.runtime_dir))
-        self.ctx = ProxyContext(config=config, paths=self.paths, engine=EngineState())
+        self.ctx = ProxyContext(
+            config=config,
+            paths=self.paths,
+            engine=EngineState(),
+            observer=Observer(config.telemetry.top_tenants, config.logging.requests),
+        )
         self.supervisor = Supervisor(config, self.paths, self.ctx.engine)
         self.control = Controller(self.ctx, self.supervisor, self._reload)
         self.exit_code = EXIT_OK
@@ -71,6 +78,7 @@ class Daemon:
         self._signals: asyncio.Queue[signal.Signals] = asyncio.Queue()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._servers: list[_EmbeddedServer] = []
+        self._telemetry: asyncio.Task[None] | None = None
 
     async def serve(self) -> int:
         """Run until SIGTERM/SIGINT or until the engine is given up; the process exit code."""
@@ -109,6 +117,12 @@ class Daemon:
             "admin", AdminApp(lambda: take_snapshot(self.ctx), self.control), admin, lifespan="off"
         )
         self._tasks["engine"] = asyncio.create_task(self.supervisor.run(), name="supervisor")
+        # Telemetry is not a part whose end stops llmd: it logs its own failures and is
+        # cancelled at shutdown.
+        scraper = Scraper(
+            self.ctx.observer, self.ctx.engine, self.paths.engine_socket, self.config.telemetry
+        )
+        self._telemetry = asyncio.create_task(run_quietly(scraper), name="telemetry")
         log.info(
             "llmd_started",
             listen=self.config.server.listen,
@@ -167,13 +181,18 @@ class Daemon:
         await self.supervisor.stop()
         if "engine" in self._tasks:
             await asyncio.wait({self._tasks["engine"]})
-        # 5. Remove the sockets and the signal handlers; the log is written as it goes.
+        # 5. Stop telemetry; remove the sockets and the signal handlers; write the pending
+        #    "suppressed N similar" lines (the log is otherwise written as it goes).
+        if self._telemetry is not None:
+            self._telemetry.cancel()
+            await asyncio.wait({self._telemetry})
         for path in (self.paths.admin_socket, self.paths.engine_socket):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
+        line_limiter().flush(force=True)
         log.info("llmd_stopped", exit_code=self.exit_code)
         self.reporter.notifier.close()
 
@@ -193,7 +212,9 @@ class Daemon:
         self._tasks[name] = asyncio.create_task(server.serve(sockets=[sock]), name=name)
 
     def _tick(self) -> None:
-        """Housekeeping once a tick: the service state to systemd, the watchdog ping."""
+        """Housekeeping once a tick: the service state to systemd, the watchdog ping, the
+        summaries of rate-limited log lines."""
+        line_limiter().flush()
         stall_limit = self.config.engine.stop_timeout_s + 15.0
         self.reporter.tick(
             self.ctx.engine,
@@ -220,6 +241,7 @@ class Daemon:
             self.reporter.reloaded()
         applied, pending = reload_config(self.config, new)
         self.config = self.ctx.config = self.supervisor.config = applied
+        self.ctx.observer.log_requests = applied.logging.requests
         self.reporter.max_failed_boots = applied.supervisor.max_failed_boots
         configure_logging(applied.logging)
         log.info("config_reloaded", needs_restart=pending)

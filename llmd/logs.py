@@ -1,14 +1,138 @@
-"""Logging, configured in one place: structlog, JSON off a TTY (journald), console on a TTY."""
+"""Logging, configured in one place: structlog, JSON off a TTY (journald), console on a TTY.
+
+Every event passes a per-key rate limiter (`LineLimiter`): past `rate_limit_lines` lines of one
+key within `rate_limit_window_s`, lines are counted instead of written, and a
+`log_lines_suppressed` line ("suppressed N similar") follows once the window has passed. The
+counts by event feed `llmd_log_lines_suppressed_total`.
+"""
 
 from __future__ import annotations
 
 import logging
+import re
 import sys
+import threading
+import time
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 import structlog
 
 from llmd.config import LoggingConfig
+
+SUPPRESSED_EVENT = "log_lines_suppressed"
+# Fields that tell one kind of event from another; anything else (ids, timings) varies per line.
+_KEY_FIELDS = ("code", "reason", "outcome", "status", "level")
+_VARYING = re.compile(r"0x[0-9a-fA-F]+|[0-9a-fA-F]{8,}|\d+")
+
+Key = tuple[str, ...]
+
+
+def rate_key(event: MutableMapping[str, Any]) -> Key | None:
+    """The rate-limit key of a log event, or None for events never limited.
+
+    A finished request's line is its own key when it succeeded (one line per request); failures
+    share a key per outcome, status and code. Engine output lines are keyed by their text with
+    numbers and hex ids masked, so repeats of one message collapse.
+    """
+    name = str(event.get("event"))
+    if name == SUPPRESSED_EVENT:
+        return None
+    if name == "request_finished" and event.get("outcome") == "ok":
+        return None
+    fields = tuple(str(event[f]) for f in _KEY_FIELDS if f in event)
+    if name == "engine_output":
+        return (name, *fields, _VARYING.sub("#", str(event.get("line", "")))[:200])
+    return (name, *fields)
+
+
+class _Window:
+    __slots__ = ("lines", "opened", "suppressed")
+
+    def __init__(self, opened: float) -> None:
+        self.opened = opened
+        self.lines = 0
+        self.suppressed = 0
+
+
+class LineLimiter:
+    """A structlog processor passing at most `lines` events per key per `window_s` seconds.
+
+    `suppressed` counts dropped lines by event name since the limiter was made (never reset,
+    also across reconfiguration: it backs a Prometheus counter). Summaries are written by the
+    next event of the same key after the window, or by `flush()` (the daemon's tick).
+    """
+
+    def __init__(
+        self, lines: int, window_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.lines = lines
+        self.window_s = window_s
+        self.clock = clock
+        self.suppressed: dict[str, int] = {}
+        self._windows: dict[Key, _Window] = {}
+        self._lock = threading.Lock()
+
+    def __call__(
+        self, logger: Any, method_name: str, event: MutableMapping[str, Any]
+    ) -> MutableMapping[str, Any]:
+        if self.lines <= 0:
+            return event
+        key = rate_key(event)
+        if key is None:
+            return event
+        now = self.clock()
+        with self._lock:
+            window = self._windows.get(key)
+            summary = None
+            if window is None or now - window.opened >= self.window_s:
+                if window is not None and window.suppressed:
+                    summary = (key, window.suppressed, now - window.opened)
+                window = self._windows[key] = _Window(now)
+            window.lines += 1
+            if window.lines > self.lines:
+                window.suppressed += 1
+                self.suppressed[key[0]] = self.suppressed.get(key[0], 0) + 1
+        if summary is not None:
+            _write_summary(*summary)
+        if window.lines > self.lines:
+            raise structlog.DropEvent
+        return event
+
+    def flush(self, force: bool = False) -> None:
+        """Write the summaries of windows that have passed (all of them when `force`: at
+        shutdown), and forget idle keys."""
+        now = self.clock()
+        with self._lock:
+            ended = [
+                (key, w)
+                for key, w in self._windows.items()
+                if force or now - w.opened >= self.window_s
+            ]
+            for key, _ in ended:
+                del self._windows[key]
+        for key, window in ended:
+            if window.suppressed:
+                _write_summary(key, window.suppressed, now - window.opened)
+
+
+def _write_summary(key: Key, count: int, seconds: float) -> None:
+    structlog.get_logger("llmd.logs").warning(
+        SUPPRESSED_EVENT,
+        message=f"suppressed {count} similar",
+        similar_to=key[0],
+        key=" ".join(key[1:]) or None,
+        count=count,
+        window_s=round(seconds, 1),
+    )
+
+
+_limiter = LineLimiter(lines=10, window_s=10.0)
+
+
+def line_limiter() -> LineLimiter:
+    """The process's one limiter (kept across `configure_logging` calls)."""
+    return _limiter
 
 
 def configure_logging(config: LoggingConfig, stream: Any = None) -> None:
@@ -18,6 +142,8 @@ def configure_logging(config: LoggingConfig, stream: Any = None) -> None:
     WARNING (llmd logs its requests itself) and rendered the same way.
     """
     stream = stream or sys.stderr
+    _limiter.lines = config.rate_limit_lines
+    _limiter.window_s = config.rate_limit_window_s
     level = getattr(logging, config.level.upper())
     console = config.format == "console" or (config.format == "auto" and stream.isatty())
     renderer: Any = (
@@ -31,7 +157,7 @@ def configure_logging(config: LoggingConfig, stream: Any = None) -> None:
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     structlog.configure(
-        processors=[*shared, structlog.processors.format_exc_info, renderer],
+        processors=[_limiter, *shared, structlog.processors.format_exc_info, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.PrintLoggerFactory(stream),
         cache_logger_on_first_use=False,

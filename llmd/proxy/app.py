@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import structlog
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -22,9 +23,11 @@ from llmd.errors import (
     MethodNotAllowed,
     NotFound,
 )
+from llmd.logs import line_limiter
 from llmd.proxy.context import ProxyContext
 from llmd.proxy.middleware import RequestIdMiddleware
 from llmd.proxy.relay import Relay
+from llmd.status import take_snapshot
 from llmd.validation.validator import Validator
 
 log = structlog.get_logger("llmd.proxy")
@@ -40,6 +43,7 @@ def build_app(ctx: ProxyContext) -> Starlette:
         return sessions[0]
 
     validator = Validator(ctx.config, ctx.engine, session)
+    ctx.observer.metrics.bind(lambda: take_snapshot(ctx), lambda: line_limiter().suppressed)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -80,6 +84,9 @@ def build_app(ctx: ProxyContext) -> Starlette:
             return JSONResponse({"status": "ready", "model": ctx.engine.model})
         return _error_response(error)
 
+    async def metrics(request: Request) -> Response:
+        return Response(ctx.observer.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
     routes = [
         Route(
             "/v1/chat/completions",
@@ -94,6 +101,7 @@ def build_app(ctx: ProxyContext) -> Starlette:
         Route("/v1/models", Relay(ctx, session, "/v1/models", method="GET"), methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/ready", ready, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
     ]
     app = Starlette(
         routes=routes,

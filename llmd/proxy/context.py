@@ -8,14 +8,17 @@ from llmd.config import Config
 from llmd.proxy.inflight import InFlight
 from llmd.runtime import RuntimePaths
 from llmd.supervisor.state import EngineState
+from llmd.telemetry.observer import Observer
 
 
 @dataclasses.dataclass
 class ProxyContext:
-    """Config, the engine's published state, the drain flag and the in-flight registry."""
+    """Config, the engine's published state, the drain flag, the in-flight registry, and the
+    observer that accounts each request (metrics, windows, the request log line)."""
 
     config: Config
     paths: RuntimePaths
     engine: EngineState
     inflight: InFlight = dataclasses.field(default_factory=lambda: InFlight())
     draining: bool = False
+    observer: Observer = dataclasses.field(default_factory=Observer)

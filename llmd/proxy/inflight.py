@@ -16,14 +16,63 @@ class Exchange:
     `task` does the upstream work; `abort_error` is set (before cancelling `task`) when llmd,
     not the client, ends the request, so the client gets that error rather than silence.
     `response_started` tells whether the error must go in-band.
+
+    The rest is the request's record for telemetry (times are `time.monotonic()` seconds):
+    `started_at` (the request arrived), `queued_at` (validated, waiting for admission: the
+    exchange is made then), `admitted_at` (released to the engine; None while queued),
+    `first_byte_at` (the first body chunk to the client: time to first token), `ended_at`;
+    `tenant` and `request_class` (admission fills them), `prompt_tokens` (from validation),
+    `output_tokens` (so far: the usage figure when the engine sends one, else one per streamed
+    event), the response `status`, `error_code` when llmd answered an error, and `client_gone`
+    when the client left first.
     """
 
     request_id: str
     stream: bool
     started_at: float = dataclasses.field(default_factory=time.monotonic)
+    queued_at: float = dataclasses.field(default_factory=time.monotonic)
     task: asyncio.Task[None] | None = None
     response_started: bool = False
     abort_error: ApiError | None = None
+    tenant: str = "anonymous"
+    request_class: str = "normal"
+    prompt_tokens: int | None = None
+    admitted_at: float | None = None
+    first_byte_at: float | None = None
+    ended_at: float | None = None
+    output_tokens: int = 0
+    status: int | None = None
+    error_code: str | None = None
+    client_gone: bool = False
+
+    @property
+    def phase(self) -> str:
+        """`queued` (not yet released), `prefill` (no output yet) or `decode`."""
+        if self.admitted_at is None:
+            return "queued"
+        return "prefill" if self.first_byte_at is None else "decode"
+
+    def saw_body(self, chunk: bytes) -> None:
+        """Account a body chunk sent to the client: first-byte time and output tokens.
+
+        Streams count one token per SSE `data: {` event (vLLM sends about one token per event),
+        less the chat stream's first event, which carries only the role. A `completion_tokens`
+        figure in the chunk (the usage of a non-streamed answer, or a stream's include_usage
+        event) replaces the estimate with the engine's own count.
+        """
+        if self.first_byte_at is None:
+            self.first_byte_at = time.monotonic()
+        usage = chunk.rfind(b'"completion_tokens":')
+        if usage >= 0:
+            digits = chunk[usage + 20 : usage + 32].lstrip()
+            end = 0
+            while end < len(digits) and 48 <= digits[end] <= 57:
+                end += 1
+            if end:
+                self.output_tokens = int(digits[:end])
+                return
+        if self.stream:
+            self.output_tokens += chunk.count(b"data: {") - chunk.count(b'"role":"assistant"')
 
 
 class InFlight:
@@ -36,6 +85,10 @@ class InFlight:
 
     def __len__(self) -> int:
         return len(self._exchanges)
+
+    def exchanges(self) -> list[Exchange]:
+        """The live exchanges, oldest first."""
+        return sorted(self._exchanges, key=lambda exchange: exchange.started_at)
 
     def add(self, exchange: Exchange) -> None:
         self._exchanges.add(exchange)

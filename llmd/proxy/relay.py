@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable
 
 import aiohttp
@@ -59,6 +60,8 @@ class Relay:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request_id: str = scope[REQUEST_ID_KEY]
+        received_at = time.monotonic()
+        prompt_tokens: int | None = None
         try:
             self._check_available()
             body = b""
@@ -72,13 +75,16 @@ class Relay:
                         self.endpoint, payload, body, scope["headers"]
                     )
                     body = valid.body
+                    prompt_tokens = valid.prompt_tokens
                     send = _with_headers(send, valid.response_headers)
         except ClientGone:
             return
         except ApiError as error:
+            if self.endpoint is not None:
+                self.ctx.observer.rejected(request_id, error.status, str(error.code), received_at)
             await send_error(send, error)
             return
-        exchange = Exchange(request_id=request_id, stream=stream)
+        exchange = Exchange(request_id, stream, started_at=received_at, prompt_tokens=prompt_tokens)
         await self._run(exchange, body, receive, send)
 
     def _check_available(self) -> None:
@@ -95,6 +101,7 @@ class Relay:
 
     async def _run(self, exchange: Exchange, body: bytes, receive: Receive, send: Send) -> None:
         """Run the upstream work until it ends or the client leaves, whichever comes first."""
+        exchange.admitted_at = time.monotonic()
         work = asyncio.create_task(self._exchange(exchange, body, send))
         exchange.task = work
         watcher = asyncio.create_task(_wait_disconnect(receive))
@@ -102,14 +109,19 @@ class Relay:
         try:
             await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
             if not work.done():
+                exchange.client_gone = True
                 log.debug("client_disconnected", request_id=exchange.request_id)
         finally:
             work.cancel()
             watcher.cancel()
             await asyncio.wait({work})
             self.ctx.inflight.remove(exchange)
+            exchange.ended_at = time.monotonic()
         if not work.cancelled() and (exc := work.exception()) is not None:
+            exchange.error_code = exchange.error_code or "internal_error"
             log.error("relay_failed", request_id=exchange.request_id, error=repr(exc))
+        if self.endpoint is not None:
+            self.ctx.observer.finished(exchange)
 
     async def _exchange(self, exchange: Exchange, body: bytes, send: Send) -> None:
         """One upstream request; errors become OpenAI-shaped answers (in-band once started)."""
@@ -183,19 +195,23 @@ class _StartTracker:
 
     async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         self.exchange.response_started = True
+        self.exchange.status = status
         await self._send({"type": "http.response.start", "status": status, "headers": headers})
 
     async def body(self, chunk: bytes, *, more: bool) -> None:
         if chunk:
             self.tail = chunk[-2:]
+            self.exchange.saw_body(chunk)
         await self._send({"type": "http.response.body", "body": chunk, "more_body": more})
 
 
 async def _answer_error(send: _StartTracker, error: ApiError) -> None:
     """Send `error` as a response, or in-band as an SSE event when the stream has started."""
     exchange = send.exchange
+    exchange.error_code = str(error.code)
     with contextlib.suppress(OSError):
         if not exchange.response_started:
+            exchange.status = error.status
             await send_error(send._send, error)
         elif exchange.stream:
             prefix = b"" if send.tail == _SSE_BOUNDARY else _SSE_BOUNDARY

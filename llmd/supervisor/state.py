@@ -26,7 +26,9 @@ class EngineState:
 
     Times are `time.monotonic()` seconds; `boot_s` is how long the last successful boot took,
     used to estimate `Retry-After` while a boot is under way. `failed_boots` counts boots that
-    never became ready within the supervisor's failure window.
+    never became ready within the supervisor's failure window. `exits_by_reason` counts the
+    exits llmd did not ask for, by `ExitReason.kind` (each one is followed by a restart or by
+    giving up).
     """
 
     phase: EnginePhase = EnginePhase.STARTING
@@ -40,6 +42,7 @@ class EngineState:
     restarts: int = 0
     failed_boots: int = 0
     last_exit: ExitReason | None = None
+    exits_by_reason: dict[str, int] = dataclasses.field(default_factory=dict)
     restart_at: float | None = None
 
     @property

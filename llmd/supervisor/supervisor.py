@@ -223,6 +223,9 @@ class Supervisor:
 
     def _record_exit(self, reason: ExitReason) -> None:
         self.state.last_exit = reason
+        if reason.kind != "stopped":
+            counts = self.state.exits_by_reason
+            counts[reason.kind] = counts.get(reason.kind, 0) + 1
         level = log.info if reason.kind == "stopped" else log.error
         level("engine_exited", reason=reason.kind, detail=reason.detail)
 

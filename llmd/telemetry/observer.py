@@ -1,0 +1,202 @@
+"""The request observer: each finished or refused request updates the metrics, the latency and
+throughput windows, the tallies, and writes its one log line (never the prompt text).
+
+It also holds the latest engine and GPU readings, which the telemetry scraper writes and the
+Status snapshot reads. Everything here runs on the event loop; a call costs a few microseconds
+(scripts/bench_observability.py measures it).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import time
+from typing import Protocol
+
+import structlog
+
+from llmd.errors import ApiError
+from llmd.telemetry.engine import EngineSample
+from llmd.telemetry.gpu import GpuReading
+from llmd.telemetry.metrics import ProxyMetrics, input_length_label
+from llmd.telemetry.windows import LatencyWindow, RateWindow
+
+log = structlog.get_logger("llmd.requests")
+
+# Error codes that mean a request waited too long (admission's queue timeout and deadlines).
+TIMEOUT_CODES = frozenset({"queue_timeout", "deadline_exceeded"})
+DEFAULT_TOP_TENANTS = 20
+
+
+class Record(Protocol):
+    """What the observer reads from a request: `llmd.proxy.inflight.Exchange` is one."""
+
+    request_id: str
+    tenant: str
+    request_class: str
+    prompt_tokens: int | None
+    started_at: float
+    queued_at: float
+    admitted_at: float | None
+    first_byte_at: float | None
+    ended_at: float | None
+    output_tokens: int
+    status: int | None
+    error_code: str | None
+    client_gone: bool
+    abort_error: ApiError | None
+
+    @property
+    def phase(self) -> str: ...
+
+
+@dataclasses.dataclass
+class Tallies:
+    """Counts since llmd started: finished requests, rejections by reason, cancellations by
+    phase, timeouts, and requests that failed after reaching the engine."""
+
+    requests: int = 0
+    rejections: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    cancellations: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    timeouts: int = 0
+    errors: int = 0
+
+
+class Windows:
+    """The sliding windows behind the snapshot's percentiles and throughput."""
+
+    def __init__(self) -> None:
+        self.queue_wait = LatencyWindow()
+        self.ttft = LatencyWindow()
+        self.e2e = LatencyWindow()
+        # requests, prompt tokens, output tokens
+        self.throughput = RateWindow()
+
+
+class Observer:
+    """Request accounting plus the latest engine and GPU readings (see the module docstring)."""
+
+    def __init__(self, top_tenants: int = DEFAULT_TOP_TENANTS, log_requests: str = "all") -> None:
+        self.metrics = ProxyMetrics(top_tenants)
+        self.windows = Windows()
+        self.tallies = Tallies()
+        self.log_requests = log_requests
+        self.engine_sample: EngineSample | None = None
+        self.engine_token_rates: tuple[float, float] | None = None  # prompt, generation per s
+        self.gpus = GpuReading()
+        self.enabled = True
+
+    def finished(self, record: Record) -> None:
+        """Account a request that was relayed to the engine, once it has ended."""
+        if not self.enabled:
+            return
+        now = record.ended_at or time.monotonic()
+        outcome = _outcome(record)
+        status = record.status or 0
+        m = self.metrics
+        tenant = m.tenant(record.tenant)
+        klass = record.request_class
+        length = input_length_label(record.prompt_tokens)
+        queue_s = (record.admitted_at or now) - record.queued_at
+        ttft_s = None if record.first_byte_at is None else record.first_byte_at - record.started_at
+        total_s = now - record.started_at
+        m.requests.labels(tenant, klass, str(status)).inc()
+        m.queue_wait.labels(klass, length).observe(queue_s)
+        self.windows.queue_wait.add(queue_s)
+        if ttft_s is not None and status == 200:
+            m.ttft.labels(klass, length).observe(ttft_s)
+            self.windows.ttft.add(ttft_s)
+        if outcome == "ok":
+            m.e2e.labels(klass, length).observe(total_s)
+            self.windows.e2e.add(total_s)
+        prompt = record.prompt_tokens or 0
+        m.prompt_tokens.labels(tenant).inc(prompt)
+        m.generation_tokens.labels(tenant).inc(record.output_tokens)
+        self.windows.throughput.add(1, prompt, record.output_tokens)
+        self.tallies.requests += 1
+        phase = None
+        if outcome == "cancelled":
+            phase = record.phase
+            m.cancellations.labels(phase).inc()
+            self.tallies.cancellations[phase] += 1
+        elif outcome == "error":
+            self.tallies.errors += 1
+        if record.error_code in TIMEOUT_CODES:
+            self._timeout(klass)
+        if self.log_requests == "all" or (self.log_requests == "failures" and outcome != "ok"):
+            log.info(
+                "request_finished",
+                request_id=record.request_id,
+                tenant=record.tenant,
+                **{"class": klass},
+                status=status,
+                prompt_tokens=record.prompt_tokens,
+                output_tokens=record.output_tokens,
+                queue_ms=_ms(queue_s),
+                ttft_ms=_ms(ttft_s),
+                total_ms=_ms(total_s),
+                outcome=outcome,
+                **_detail(record, phase),
+            )
+
+    def rejected(
+        self,
+        request_id: str,
+        status: int,
+        code: str,
+        started_at: float,
+        tenant: str = "anonymous",
+        request_class: str = "normal",
+    ) -> None:
+        """Account a request answered with an error before it reached the engine
+        (`code`: the error's code, the rejection reason)."""
+        if not self.enabled:
+            return
+        m = self.metrics
+        m.requests.labels(m.tenant(tenant), request_class, str(status)).inc()
+        m.rejections.labels(code).inc()
+        self.tallies.requests += 1
+        self.tallies.rejections[code] += 1
+        self.windows.throughput.add(1, 0, 0)
+        if code in TIMEOUT_CODES:
+            self._timeout(request_class)
+        if self.log_requests != "off":
+            log.info(
+                "request_finished",
+                request_id=request_id,
+                tenant=tenant,
+                **{"class": request_class},
+                status=status,
+                total_ms=_ms(time.monotonic() - started_at),
+                outcome="rejected",
+                code=code,
+            )
+
+    def _timeout(self, request_class: str) -> None:
+        self.metrics.timeouts.labels(request_class).inc()
+        self.tallies.timeouts += 1
+
+
+def _outcome(record: Record) -> str:
+    """`cancelled` (the client left), `aborted` (llmd ended it: drain deadline, operator
+    cancel), `error`, `ok`."""
+    if record.client_gone:
+        return "cancelled"
+    if record.abort_error is not None:
+        return "aborted"
+    if record.error_code is not None or (record.status or 500) >= 400:
+        return "error"
+    return "ok"
+
+
+def _detail(record: Record, phase: str | None) -> dict[str, object]:
+    detail: dict[str, object] = {}
+    if phase is not None:
+        detail["phase"] = phase
+    if record.error_code is not None:
+        detail["code"] = record.error_code
+    return detail
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 1)

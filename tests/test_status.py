@@ -1,0 +1,143 @@
+"""The Status JSON contract: every key of the snapshot tree with its JSON type, for a live
+snapshot and for the recorded example (tests/data/status_example.json) the TUI tests use."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from llmd.config import Config, EngineConfig
+from llmd.proxy.context import ProxyContext
+from llmd.proxy.inflight import Exchange
+from llmd.runtime import RuntimePaths
+from llmd.status import take_snapshot
+from llmd.supervisor.state import EnginePhase, EngineState
+from llmd.telemetry.engine import EngineSample
+from llmd.telemetry.gpu import GpuDevice, GpuReading
+from tests.support.exchanges import finished_exchange
+
+EXAMPLE = Path(__file__).parent / "data" / "status_example.json"
+NUM = (int, float)
+OPT_NUM = (int, float, type(None))
+OPT_INT = (int, type(None))
+OPT_STR = (str, type(None))
+PERCENTILES = {"p50": OPT_NUM, "p95": OPT_NUM, "p99": OPT_NUM, "count": int}
+LATENCY = {"queue_wait": PERCENTILES, "ttft": PERCENTILES, "e2e": PERCENTILES}
+# The contract. Fields may be added (with the TUI and README); never renamed or removed.
+SCHEMA: dict[str, Any] = {
+    "llmd_version": str,
+    "taken_at": NUM,
+    "listen": str,
+    "draining": bool,
+    "in_flight": int,
+    "engine": {
+        "state": str, "pid": OPT_INT, "model": str, "version": str, "max_model_len": OPT_INT,
+        "uptime_s": OPT_NUM, "restarts": int, "last_exit_reason": OPT_STR,
+        "last_exit_detail": OPT_STR, "exits_by_reason": {str: int}, "running": OPT_INT,
+        "waiting": OPT_INT, "metrics_age_s": OPT_NUM,
+    },
+    "kv_cache": {
+        "usage": OPT_NUM, "capacity_tokens": OPT_INT, "block_size": OPT_INT, "num_blocks": OPT_INT,
+    },
+    "gpus": {
+        "devices": [{
+            "index": int, "name": str, "utilization": OPT_NUM, "memory_used_bytes": OPT_INT,
+            "memory_total_bytes": OPT_INT, "temperature_c": OPT_NUM, "power_w": OPT_NUM,
+        }],
+        "reason": OPT_STR,
+    },
+    "queues": [{"name": str, "depth": int, "oldest_wait_s": OPT_NUM}],
+    "tenants": [{
+        "name": str, "in_flight": int, "queued": int, "max_in_flight": OPT_INT,
+        "max_queued": OPT_INT,
+    }],
+    "sequences": [{
+        "id": str, "tenant": str, "request_class": str, "phase": str, "stream": bool,
+        "prompt_tokens": OPT_INT, "output_tokens": int, "age_s": NUM, "ttft_s": OPT_NUM,
+        "tokens_per_s": OPT_NUM,
+    }],
+    "latency": {"last_1m": LATENCY, "last_5m": LATENCY},
+    "throughput": {
+        "requests_per_s": NUM, "prompt_tokens_per_s": NUM, "output_tokens_per_s": NUM,
+        "engine_prompt_tokens_per_s": OPT_NUM, "engine_generation_tokens_per_s": OPT_NUM,
+    },
+    "counts": {
+        "requests": int, "rejections": {str: int},
+        "cancellations": {"queued": int, "prefill": int, "decode": int},
+        "timeouts": int, "errors": int,
+    },
+}  # fmt: skip
+
+
+def mismatches(value: Any, schema: Any, path: str = "$") -> list[str]:
+    """Where `value` (decoded JSON) departs from `schema`; empty when it conforms."""
+    if isinstance(schema, dict) and set(schema) == {str}:
+        if not isinstance(value, dict):
+            return [f"{path}: expected an object"]
+        return [p for k, v in value.items() for p in mismatches(v, schema[str], f"{path}.{k}")]
+    if isinstance(schema, dict):
+        if not isinstance(value, dict):
+            return [f"{path}: expected an object"]
+        if set(value) != set(schema):
+            return [f"{path}: keys {sorted(set(value) ^ set(schema))} differ"]
+        return [p for k in schema for p in mismatches(value[k], schema[k], f"{path}.{k}")]
+    if isinstance(schema, list):
+        if not isinstance(value, list):
+            return [f"{path}: expected a list"]
+        return [
+            p for i, item in enumerate(value) for p in mismatches(item, schema[0], f"{path}[{i}]")
+        ]
+    types = schema if isinstance(schema, tuple) else (schema,)
+    if isinstance(value, bool) and bool not in types:
+        return [f"{path}: {value!r} is a bool"]
+    return [] if isinstance(value, types) else [f"{path}: {value!r} is not {types}"]
+
+
+def busy_snapshot() -> dict[str, Any]:
+    """The JSON of a snapshot with every section filled: engine, GPU, sequences, history."""
+    ctx = ProxyContext(
+        config=Config(engine=EngineConfig(model="tiny")),
+        paths=RuntimePaths(Path("/nonexistent")),
+        engine=EngineState(phase=EnginePhase.SERVING, exits_by_reason={"oom_killed": 1}),
+    )
+    ctx.observer.engine_sample = EngineSample(0.0, 3, 1, 0.4, 100, 16, 10.0, 20.0)
+    ctx.observer.gpus = GpuReading((GpuDevice(0, "H100", 0.9, 1, 2, 60.0, None),), None)
+    ctx.observer.finished(finished_exchange())
+    ctx.observer.rejected("r", 429, "queue_full", started_at=0.0)
+    for phase in ("queued", "prefill", "decode"):
+        exchange = Exchange(phase, stream=True)
+        if phase != "queued":
+            exchange.admitted_at = exchange.started_at
+        if phase == "decode":
+            exchange.first_byte_at = exchange.started_at
+        ctx.inflight.add(exchange)
+    return json.loads(json.dumps(take_snapshot(ctx).to_dict()))
+
+
+def test_a_live_snapshot_matches_the_schema() -> None:
+    """Every section of a busy snapshot has exactly the contracted keys and JSON types."""
+    status = busy_snapshot()
+    assert mismatches(status, SCHEMA) == []
+    assert [s["phase"] for s in status["sequences"]] == ["queued", "prefill", "decode"]
+    assert status["counts"]["rejections"] == {"queue_full": 1}
+
+
+def test_an_idle_snapshot_matches_the_schema() -> None:
+    """Before any engine reading or request, unknown figures are null, not missing."""
+    ctx = ProxyContext(
+        config=Config(engine=EngineConfig(model="tiny")),
+        paths=RuntimePaths(Path("/nonexistent")),
+        engine=EngineState(),
+    )
+    status = json.loads(json.dumps(take_snapshot(ctx).to_dict()))
+    assert mismatches(status, SCHEMA) == []
+    assert status["kv_cache"]["usage"] is None and status["sequences"] == []
+
+
+def test_the_recorded_example_matches_the_schema() -> None:
+    """tests/data/status_example.json (scripts/record_status_example.py) is current, taken
+    under load with active sequences."""
+    status = json.loads(EXAMPLE.read_text())
+    assert mismatches(status, SCHEMA) == []
+    assert len(status["sequences"]) >= 10 and status["engine"]["state"] == "serving"
