@@ -50,7 +50,7 @@ def test_memory_is_bounded_by_seconds_not_requests() -> None:
     window = LatencyWindow(clock)
     for _ in range(1000):
         window.add(0.1)
-    assert len(window._slots) == 1
+    assert len(window._live[300]) == 1
 
 
 def test_rates_are_per_second_over_the_window() -> None:
