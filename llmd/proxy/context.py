@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 
 from llmd.config import Config
 from llmd.proxy.inflight import InFlight
@@ -13,8 +14,9 @@ from llmd.telemetry.observer import Observer
 
 @dataclasses.dataclass
 class ProxyContext:
-    """Config, the engine's published state, the drain flag, the in-flight registry, and the
-    observer that accounts each request (metrics, windows, the request log line)."""
+    """Config, the engine's published state, the drain flag, the in-flight registry, the
+    observer that accounts each request (metrics, windows, the request log line), and when llmd
+    started (Unix time, s)."""
 
     config: Config
     paths: RuntimePaths
@@ -22,3 +24,4 @@ class ProxyContext:
     inflight: InFlight = dataclasses.field(default_factory=lambda: InFlight())
     draining: bool = False
     observer: Observer = dataclasses.field(default_factory=Observer)
+    started_at: float = dataclasses.field(default_factory=time.time)
