@@ -36,6 +36,16 @@ from llmd.tui.sequences import SequenceTable
 # Actions that change the daemon: --readonly removes them.
 CONTROL_ACTIONS = frozenset({"drain", "resume", "restart", "cancel"})
 DEFAULT_INTERVAL_S = 1.0
+PANEL_TITLES = {
+    "kv": "KV cache · engine load",
+    "gpu": "GPU",
+    "latency": "latency",
+    "throughput": "tokens/s",
+    "queues": "queues",
+    "tenants": "tenants",
+    "counts": "since llmd started",
+    "events": "recent events",
+}
 
 
 class TopApp(App[None]):
@@ -83,10 +93,7 @@ class TopApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        titles = {"kv": "KV cache · engine load", "gpu": "GPU", "latency": "latency",
-                  "throughput": "tokens/s", "queues": "queues", "tenants": "tenants", "counts": "since llmd started",
-                  "events": "recent events"}  # fmt: skip
-        for widget_id, title in titles.items():
+        for widget_id, title in PANEL_TITLES.items():
             self.query_one(f"#{widget_id}").border_title = title
         self.query_one(HeaderPanel).show(None, self.link)
         self.query_one(SequenceTable).focus()

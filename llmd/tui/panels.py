@@ -82,7 +82,7 @@ class KvCachePanel(Static):
         gauge.add_row(ProgressBar(total=1.0, completed=usage or 0.0), fmt.percent(usage))
         capacity = Text(f"of {fmt.count(kv['capacity_tokens'])} tokens")
         if kv["num_blocks"] is not None:
-            capacity.append(f" · {kv['num_blocks']} blocks of {kv['block_size']}", style="dim")
+            capacity.append(f" ({kv['num_blocks']} blocks)", style="dim")
         table = _grid(("", "left"), ("", "right"))
         table.show_header = False
         table.add_row("engine running", fmt.count(engine["running"]))
@@ -164,7 +164,7 @@ class ThroughputPanel(Widget):
         rate.append(" tokens/s generated", style="")
         self.query_one("#rate", Static).update(rate)
         rates = Text(f"prompt {fmt.rate(t.get('engine_prompt_tokens_per_s'))} tokens/s", "dim")
-        rates.append(f"\nfinished {fmt.rate(t.get('requests_per_s'))} requests/s (1 min)", "dim")
+        rates.append(f"\nfinished {fmt.rate(t.get('requests_per_s'))} req/s (1 min)", "dim")
         self.query_one("#rates", Static).update(rates)
 
 

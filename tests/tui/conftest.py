@@ -73,9 +73,7 @@ def screen_text(app: App[Any]) -> str:
     return console.export_text(styles=False)
 
 
-async def until(
-    pilot: Pilot[Any], condition: Callable[[], bool], timeout_s: float = 10.0
-) -> None:
+async def until(pilot: Pilot[Any], condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
     """Let the app run until `condition()` holds. Raises AssertionError on timeout."""
     deadline = time.monotonic() + timeout_s
     while not condition():
