@@ -6,11 +6,13 @@ from __future__ import annotations
 import copy
 import io
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from rich.console import Console
 from textual.app import App
@@ -89,3 +91,26 @@ def llmd() -> Iterator[LlmdProcess]:
     process.wait_ready(timeout_s=30)
     yield process
     process.stop()
+
+
+class Stream(threading.Thread):
+    """A streamed completion read in a thread; `lines` (non-empty SSE lines) once done."""
+
+    def __init__(self, llmd: LlmdProcess, request_id: str = "") -> None:
+        super().__init__(daemon=True)
+        self.url = llmd.base_url + "/v1/completions"
+        self.headers = {"x-request-id": request_id} if request_id else {}
+        self.lines: list[str] = []
+        self.first = threading.Event()
+
+    def run(self) -> None:
+        with httpx.stream("POST", self.url, json=STREAM, headers=self.headers, timeout=60) as r:
+            for line in r.iter_lines():
+                if line:
+                    self.lines.append(line)
+                    self.first.set()
+
+    def last_event(self) -> Any:
+        """The JSON of the last event before `[DONE]`."""
+        assert self.lines[-1] == "data: [DONE]", self.lines[-3:]
+        return json.loads(self.lines[-2].removeprefix("data: "))
