@@ -24,6 +24,22 @@ SPARK_POINTS = 120  # one point per refresh: two minutes at the default 1 s
 EVENT_STYLE = {"warning": "yellow", "error": "bold red", "critical": "bold red"}
 
 
+class Panel(Static):
+    """A panel drawn from a part of the snapshot; redrawn only when that part changed (a
+    redraw of a Rich table costs more than comparing the dicts)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._shown: Any = None
+
+    def changed(self, *parts: Any) -> bool:
+        """Whether `parts` differ from what the panel last drew (and remember them)."""
+        if parts == self._shown:
+            return False
+        self._shown = parts
+        return True
+
+
 def _grid(*columns: tuple[str, str]) -> Table:
     """A borderless table with (header, justify) columns."""
     table = Table(box=None, padding=(0, 1), expand=True, show_edge=False, header_style="bold")
@@ -70,10 +86,12 @@ class HeaderPanel(Static):
         self.update(line)
 
 
-class KvCachePanel(Static):
+class KvCachePanel(Panel):
     """The KV-cache gauge, and running/waiting as the engine reports them."""
 
     def show(self, s: Snapshot) -> None:
+        if not self.changed(s["kv_cache"], s["engine"], s["in_flight"]):
+            return
         kv, engine = s["kv_cache"], s["engine"]
         usage = kv["usage"]
         gauge = Table.grid(expand=True, padding=(0, 1))
@@ -93,10 +111,12 @@ class KvCachePanel(Static):
         self.update(Group(gauge, capacity, table))
 
 
-class GpuPanel(Static):
+class GpuPanel(Panel):
     """Each GPU: utilisation, memory, temperature, power; or why there is none."""
 
     def show(self, s: Snapshot) -> None:
+        if not self.changed(s["gpus"]):
+            return
         gpus = s["gpus"]
         if not gpus["devices"]:
             self.update(Text(gpus["reason"] or "no GPU reading yet", style="dim"))
@@ -118,10 +138,12 @@ class GpuPanel(Static):
         self.update(table)
 
 
-class LatencyPanel(Static):
+class LatencyPanel(Panel):
     """TTFT, end-to-end and queue wait: p50/p95/p99 over the last minute and five minutes."""
 
     def show(self, s: Snapshot) -> None:
+        if not self.changed(s.get("latency")):
+            return
         table = _grid(("", "left"), ("", "left"), ("p50", "right"), ("p95", "right"),
                       ("p99", "right"), ("n", "right"))  # fmt: skip
         latency = s.get("latency")
@@ -168,11 +190,13 @@ class ThroughputPanel(Widget):
         self.query_one("#rates", Static).update(rates)
 
 
-class CountsPanel(Static):
+class CountsPanel(Panel):
     """Since llmd started: requests, rejections by reason, cancellations by phase, timeouts,
     errors."""
 
     def show(self, s: Snapshot) -> None:
+        if not self.changed(s.get("counts")):
+            return
         counts = s.get("counts")
         table = Table.grid(expand=True, padding=(0, 1))
         table.add_column(width=9, no_wrap=True)
@@ -198,20 +222,24 @@ def _breakdown(counts: dict[str, int]) -> Text:
     return Text(", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if v), style="dim")
 
 
-class QueuePanel(Static):
+class QueuePanel(Panel):
     """llmd's queue per class: depth and the oldest request's wait."""
 
     def show(self, s: Snapshot) -> None:
+        if not self.changed(s["queues"]):
+            return
         table = _grid(("class", "left"), ("queued", "right"), ("oldest", "right"))
         for q in s["queues"]:
             table.add_row(q["name"], fmt.count(q["depth"]), fmt.duration(q["oldest_wait_s"]))
         self.update(table)
 
 
-class TenantPanel(Static):
+class TenantPanel(Panel):
     """Each tenant: in flight and queued against its limits."""
 
     def show(self, s: Snapshot) -> None:
+        if not self.changed(s["tenants"]):
+            return
         table = _grid(("tenant", "left"), ("in flight", "right"), ("limit", "right"),
                       ("queued", "right"), ("limit", "right"))  # fmt: skip
         for t in s["tenants"]:
@@ -227,25 +255,27 @@ class TenantPanel(Static):
         self.update(table)
 
 
-class EventsPanel(Static):
-    """The daemon's recent notable events, newest first, aged against the snapshot's time."""
+class EventsPanel(Panel):
+    """The daemon's recent notable events, newest first, at local clock time (as journald)."""
 
     def show(self, s: Snapshot) -> None:
-        self.update(_events(s.get("events"), s["taken_at"]))
+        if not self.changed(s.get("events")):
+            return
+        self.update(_events(s.get("events")))
 
 
-def _events(events: Iterable[dict[str, Any]] | None, taken_at: float) -> RenderableType:
+def _events(events: Iterable[dict[str, Any]] | None) -> RenderableType:
     if events is None:
         return Text("this llmd does not report events (older than llmd-top)", style="dim")
     table = Table.grid(expand=True, padding=(0, 1))
-    table.add_column(justify="right", width=6, no_wrap=True)  # ago
+    table.add_column(width=8, no_wrap=True)  # local time
     table.add_column(width=7, no_wrap=True)  # level
     table.add_column(width=22, no_wrap=True, overflow="ellipsis")  # event
     table.add_column(ratio=1, no_wrap=True, overflow="ellipsis")  # message
     for e in reversed(list(events)):
         style = EVENT_STYLE.get(e["level"], "")
         table.add_row(
-            fmt.duration(max(0.0, taken_at - e["at"])),
+            time.strftime("%H:%M:%S", time.localtime(e["at"])),
             Text(e["level"], style=style),
             Text(e["event"], style=style or "bold"),
             e["message"],

@@ -46,9 +46,12 @@ DEFAULT_SORT = "age_s"
 FILTERED = ("id", "tenant", "request_class", "phase")  # what `/` matches, as substrings
 
 
-def _cell(column: Column, sequence: Sequence) -> Text:
+def _plain(column: Column, sequence: Sequence) -> str:
     value = sequence.get(column.key)
-    text = column.show(value) if value is not None else fmt.MISSING
+    return column.show(value) if value is not None else fmt.MISSING
+
+
+def _cell(column: Column, text: str) -> Text:
     style = PHASE_STYLE.get(text, "") if column.key == "phase" else ""
     return Text(text, style=style, justify="right" if column.right else "left", no_wrap=True)
 
@@ -93,16 +96,17 @@ class SequenceTable(DataTable[Text]):
         wanted = [s for s in sequences if self._matches(s)]
         wanted.sort(key=_sort_key(self.sort_by), reverse=self.reverse)
         selected = self.selected_id
-        rows = [tuple(_cell(c, s) for c in COLUMNS) for s in wanted]
-        plain = [tuple(cell.plain for cell in row) for row in rows]
-        for i, (row, text) in enumerate(zip(rows, plain, strict=True)):
+        plain = [tuple(_plain(c, s) for c in COLUMNS) for s in wanted]
+        for i, row in enumerate(plain):
             if i >= len(self._rows):
-                self.add_row(*row, key=str(i))
-            elif text != self._rows[i]:
-                for column, cell, old in zip(COLUMNS, row, self._rows[i], strict=True):
-                    if cell.plain != old:
-                        self.update_cell(str(i), column.key, cell)
-        for i in range(len(self._rows) - 1, len(rows) - 1, -1):
+                self.add_row(
+                    *(_cell(c, text) for c, text in zip(COLUMNS, row, strict=True)), key=str(i)
+                )
+            elif row != self._rows[i]:
+                for column, text, old in zip(COLUMNS, row, self._rows[i], strict=True):
+                    if text != old:
+                        self.update_cell(str(i), column.key, _cell(column, text))
+        for i in range(len(self._rows) - 1, len(plain) - 1, -1):
             self.remove_row(str(i))
         self._rows = plain
         self.ids = [s["id"] for s in wanted]

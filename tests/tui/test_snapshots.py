@@ -6,7 +6,11 @@ diff."""
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from llmd.tui.app import TopApp
 from tests.tui.conftest import FakeDaemon, example_status, screen_text, until
@@ -14,6 +18,16 @@ from tests.tui.conftest import FakeDaemon, example_status, screen_text, until
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 UPDATE = os.environ.get("LLMD_UPDATE_SNAPSHOTS") == "1"
 SIZE = (160, 48)
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Event times are local clock times: render them in UTC."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
 
 
 def assert_snapshot(name: str, text: str) -> None:
