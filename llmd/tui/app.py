@@ -75,28 +75,35 @@ class TopApp(App[None]):
         self.link = Link(str(client.socket), interval_s)
         self.snapshot: Snapshot | None = None
         self._wake = asyncio.Event()
+        # The panels, held here: a dialog on top of the dashboard hides them from queries.
+        self.header = HeaderPanel(id="header")
+        self.kv = KvCachePanel(id="kv", classes="panel")
+        self.gpu = GpuPanel(id="gpu", classes="panel")
+        self.latency = LatencyPanel(id="latency", classes="panel")
+        self.throughput = ThroughputPanel(id="throughput", classes="panel")
+        self.queues = QueuePanel(id="queues", classes="panel")
+        self.tenants = TenantPanel(id="tenants", classes="panel")
+        self.counts = CountsPanel(id="counts", classes="panel")
+        self.sequences = SequenceTable(id="sequences", classes="panel")
+        self.events = EventsPanel(id="events", classes="panel")
+        self.filter = Input(placeholder="filter: id, tenant, class or phase", id="filter")
 
     def compose(self) -> ComposeResult:
-        yield HeaderPanel(id="header")
+        yield self.header
         with Horizontal(id="top"):
-            yield KvCachePanel(id="kv", classes="panel")
-            yield GpuPanel(id="gpu", classes="panel")
-            yield LatencyPanel(id="latency", classes="panel")
-            yield ThroughputPanel(id="throughput", classes="panel")
+            yield from (self.kv, self.gpu, self.latency, self.throughput)
         with Horizontal(id="middle"):
-            yield QueuePanel(id="queues", classes="panel")
-            yield TenantPanel(id="tenants", classes="panel")
-            yield CountsPanel(id="counts", classes="panel")
-        yield SequenceTable(id="sequences", classes="panel")
-        yield EventsPanel(id="events", classes="panel")
-        yield Input(placeholder="filter: id, tenant, class or phase", id="filter")
+            yield from (self.queues, self.tenants, self.counts)
+        yield self.sequences
+        yield self.events
+        yield self.filter
         yield Footer()
 
     def on_mount(self) -> None:
         for widget_id, title in PANEL_TITLES.items():
             self.query_one(f"#{widget_id}").border_title = title
-        self.query_one(HeaderPanel).show(None, self.link)
-        self.query_one(SequenceTable).focus()
+        self.header.show(None, self.link)
+        self.sequences.focus()
         self.run_worker(self._poll(), name="poll", exclusive=True)
 
     async def _poll(self) -> None:
@@ -112,12 +119,12 @@ class TopApp(App[None]):
             snapshot = await self.client.status()
         except (AdminUnreachable, AdminRefused) as exc:
             self.link.lost(str(exc))
-            self.screen.add_class("-stale")
-            self.query_one(HeaderPanel).show(self.snapshot, self.link)
+            self.add_class("-stale")
+            self.header.show(self.snapshot, self.link)
             return
         was_lost = self.link.fetched and not self.link.connected
         self.link.up()
-        self.screen.remove_class("-stale")
+        self.remove_class("-stale")
         for note in changes(self.snapshot, snapshot):
             self.notify(note, title="llmd", timeout=10)
         if was_lost:
@@ -127,16 +134,11 @@ class TopApp(App[None]):
 
     def show(self, s: Snapshot) -> None:
         """Hand snapshot `s` to every panel."""
-        self.query_one(HeaderPanel).show(s, self.link)
-        self.query_one(KvCachePanel).show(s)
-        self.query_one(GpuPanel).show(s)
-        self.query_one(LatencyPanel).show(s)
-        self.query_one(ThroughputPanel).show(s)
-        self.query_one(QueuePanel).show(s)
-        self.query_one(TenantPanel).show(s)
-        self.query_one(CountsPanel).show(s)
-        self.query_one(SequenceTable).show(s["sequences"], s["in_flight"])
-        self.query_one(EventsPanel).show(s)
+        self.header.show(s, self.link)
+        for panel in (self.kv, self.gpu, self.latency, self.throughput, self.queues,
+                      self.tenants, self.counts, self.events):  # fmt: skip
+            panel.show(s)
+        self.sequences.show(s["sequences"], s["in_flight"])
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """--readonly: the control actions are gone (not shown, keys do nothing)."""
@@ -165,7 +167,7 @@ class TopApp(App[None]):
         )
 
     def action_cancel(self) -> None:
-        selected = self.query_one(SequenceTable).selected()
+        selected = self.sequences.selected()
         if selected is None:
             self.notify("no sequence selected", severity="warning")
             return
@@ -179,18 +181,18 @@ class TopApp(App[None]):
         )
 
     def action_filter(self) -> None:
-        field = self.query_one("#filter", Input)
+        field = self.filter
         field.display = True
         field.focus()
 
     def action_clear_filter(self) -> None:
-        field = self.query_one("#filter", Input)
+        field = self.filter
         field.value = ""
         field.display = False
-        self.query_one(SequenceTable).focus()
+        self.sequences.focus()
 
     def action_sort(self) -> None:
-        self.query_one(SequenceTable).next_sort()
+        self.sequences.next_sort()
         self._reshow()
 
     def action_help(self) -> None:
@@ -199,15 +201,15 @@ class TopApp(App[None]):
     # Events -------------------------------------------------------------------------------
 
     def on_input_changed(self, event: Input.Changed) -> None:
-        self.query_one(SequenceTable).filter_text = event.value.strip()
+        self.sequences.filter_text = event.value.strip()
         self._reshow()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.input.display = bool(event.value.strip())
-        self.query_one(SequenceTable).focus()
+        self.sequences.focus()
 
     def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
-        self.query_one(SequenceTable).sort_on(str(event.column_key.value))
+        self.sequences.sort_on(str(event.column_key.value))
         self._reshow()
 
     # Helpers ------------------------------------------------------------------------------
@@ -215,7 +217,7 @@ class TopApp(App[None]):
     def _reshow(self) -> None:
         s = self.snapshot
         if s is not None:
-            self.query_one(SequenceTable).show(s["sequences"], s["in_flight"])
+            self.sequences.show(s["sequences"], s["in_flight"])
 
     def _confirm(
         self, question: str, what: str, call: Callable[[], Awaitable[dict[str, Any]]]

@@ -84,6 +84,18 @@ async def until(pilot: Pilot[Any], condition: Callable[[], bool], timeout_s: flo
         await pilot.pause(0.05)
 
 
+async def settled_text(pilot: Pilot[Any], timeout_s: float = 10.0) -> str:
+    """The screen once two captures 0.1 s apart agree (layout and cursor done)."""
+    deadline = time.monotonic() + timeout_s
+    before = screen_text(pilot.app)
+    while True:
+        await pilot.pause(0.1)
+        now = screen_text(pilot.app)
+        if now == before or time.monotonic() > deadline:
+            return now
+        before = now
+
+
 @pytest.fixture(scope="module")
 def llmd() -> Iterator[LlmdProcess]:
     """A live llmd on the simulator with slow steps (streams last seconds)."""

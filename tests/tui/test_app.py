@@ -115,3 +115,19 @@ def test_arguments() -> None:
     )  # fmt: skip
     with pytest.raises(SystemExit):
         _parser().parse_args(["--socket", "a", "--runtime-dir", "b"])
+
+
+async def test_refresh_goes_on_under_a_dialog() -> None:
+    """With the help or a confirmation open, snapshots keep arriving and panels keep updating."""
+    daemon = FakeDaemon()
+    app = TopApp(daemon, interval_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.snapshot is not None)
+        await pilot.press("question_mark")
+        daemon.snapshot["in_flight"] = 41
+        await until(pilot, lambda: app.snapshot is not None and app.snapshot["in_flight"] == 41)
+        await pilot.press("x", "d")
+        daemon.snapshot["in_flight"] = 42
+        await until(pilot, lambda: app.snapshot is not None and app.snapshot["in_flight"] == 42)
+        await pilot.press("n")
+        await until(pilot, lambda: "in flight 42" in screen_text(app))

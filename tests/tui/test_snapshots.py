@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from llmd.tui.app import TopApp
-from tests.tui.conftest import FakeDaemon, example_status, screen_text, until
+from tests.tui.conftest import FakeDaemon, example_status, settled_text, until
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 UPDATE = os.environ.get("LLMD_UPDATE_SNAPSHOTS") == "1"
@@ -43,11 +43,10 @@ def assert_snapshot(name: str, text: str) -> None:
 async def test_dashboard_renders_the_recorded_status() -> None:
     """Every panel of the recorded status under load: header, KV, GPU reason, latency,
     tokens/s, queues, tenants, counts, 40 sequences, recent events, keys."""
-    app = TopApp(FakeDaemon())
+    app = TopApp(FakeDaemon(), interval_s=3600)  # one fetch: a fixed sparkline
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.snapshot is not None)
-        await pilot.pause()
-        assert_snapshot("dashboard", screen_text(app))
+        assert_snapshot("dashboard", await settled_text(pilot))
 
 
 async def test_dashboard_with_gpus_draining_and_a_restarted_engine() -> None:
@@ -78,22 +77,19 @@ async def test_dashboard_with_gpus_draining_and_a_restarted_engine() -> None:
         {"at": status["taken_at"] - 1, "level": "warning", "event": "log_lines_suppressed",
          "message": "message=suppressed 9 similar similar_to=request_finished count=9"}
     )  # fmt: skip
-    app = TopApp(FakeDaemon(status))
+    app = TopApp(FakeDaemon(status), interval_s=3600)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.snapshot is not None)
-        await pilot.pause()
-        assert_snapshot("dashboard_gpus_draining", screen_text(app))
+        assert_snapshot("dashboard_gpus_draining", await settled_text(pilot))
 
 
 async def test_help_and_confirmation_dialogs() -> None:
     """`?` shows the keys; `d` asks before draining, naming what will happen."""
-    app = TopApp(FakeDaemon())
+    app = TopApp(FakeDaemon(), interval_s=3600)  # one fetch: a fixed sparkline
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.snapshot is not None)
         await pilot.press("question_mark")
-        await pilot.pause()
-        assert_snapshot("help", screen_text(app))
+        assert_snapshot("help", await settled_text(pilot))
         await pilot.press("x")
         await pilot.press("d")
-        await pilot.pause()
-        assert_snapshot("confirm_drain", screen_text(app))
+        assert_snapshot("confirm_drain", await settled_text(pilot))
