@@ -48,8 +48,11 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-async def open_loop(base_url: str, rate: float, seconds: float) -> tuple[int, int, float]:
-    """Send `rate` requests/s for `seconds` whatever the answers' pace; (ok, failed, elapsed)."""
+async def open_loop(
+    base_url: str, rate: float, seconds: float
+) -> tuple[collections.Counter[int], float]:
+    """Send `rate` requests/s for `seconds` whatever the answers' pace; (count by HTTP status,
+    0 for a failed connection; elapsed seconds)."""
     statuses: collections.Counter[int] = collections.Counter()
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(base_url, connector=connector) as session:
@@ -72,7 +75,7 @@ async def open_loop(base_url: str, rate: float, seconds: float) -> tuple[int, in
             tasks.append(asyncio.create_task(one()))
         await asyncio.gather(*tasks)
         elapsed = time.monotonic() - start
-    return statuses[200], sum(n for s, n in statuses.items() if s != 200), elapsed
+    return statuses, elapsed
 
 
 def live_run(requests_log: str, rate: float, seconds: float) -> dict[str, Any]:
@@ -85,7 +88,9 @@ def live_run(requests_log: str, rate: float, seconds: float) -> dict[str, Any]:
         asyncio.run(open_loop(llmd.base_url, 20, 1.0))  # warm up: tokenizer, connections
         lines_before = len(llmd.log_path.read_text().splitlines())
         cpu_before = cpu_seconds(llmd.process.pid)
-        ok, failed, elapsed = asyncio.run(open_loop(llmd.base_url, rate, seconds))
+        statuses, elapsed = asyncio.run(open_loop(llmd.base_url, rate, seconds))
+        ok = statuses.pop(200, 0)
+        failed = sum(statuses.values())
         cpu = cpu_seconds(llmd.process.pid) - cpu_before
         lines = llmd.log_path.read_text().splitlines()[lines_before:]
         events = collections.Counter(json.loads(line)["event"] for line in lines)
@@ -96,6 +101,7 @@ def live_run(requests_log: str, rate: float, seconds: float) -> dict[str, Any]:
         "requests.log": requests_log,
         "ok": ok,
         "failed": failed,
+        "failed_by_status": dict(statuses),
         "req_per_s": ok / elapsed,
         "cpu_ms_per_request": 1000 * cpu / max(1, ok + failed),
         "llmd_cpu_share": cpu / elapsed,
@@ -175,6 +181,8 @@ def main() -> None:
             f"{r['log_lines_per_s']:11.1f} | {r['metrics_scrape_ms']:5.1f} ms"
         )
         print(f"{'':<12}   log events: {r['log_events']}")
+        if r["failed"]:
+            print(f"{'':<12}   failed by status (0: connection): {r['failed_by_status']}")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from llmd.proxy.app import build_app
 from llmd.proxy.context import ProxyContext
 from llmd.runtime import RuntimePaths
 from llmd.supervisor.state import EnginePhase, EngineState
+from llmd.telemetry.observer import Observer
 
 
 @dataclasses.dataclass
@@ -92,7 +93,11 @@ class ProxyStack:
             validation=ValidationConfig(**validation),
         )
         state = EngineState(phase=EnginePhase.SERVING, max_model_len=max_model_len)
-        ctx = ProxyContext(config=config, paths=RuntimePaths(runtime_dir), engine=state)
+        # No request log lines: the stack outlives each test's output capture.
+        observer = Observer(log_requests="off")
+        ctx = ProxyContext(
+            config=config, paths=RuntimePaths(runtime_dir), engine=state, observer=observer
+        )
         engine = FakeEngine()
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
