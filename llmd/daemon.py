@@ -283,9 +283,16 @@ def _bind_tcp(host: str, port: int, send_buffer_bytes: int = 0) -> socket.socket
 
 
 def _bind_unix(path: Path, mode: int) -> socket.socket:
+    """A Unix socket at `path` with `mode` (0660 for the admin API: root and llmd's group, the
+    group being the daemon's own, `Group=llmd` under systemd). It is created under umask 0177,
+    so it never exists with more than 0600 before the chmod."""
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.bind(str(path))
+    old_umask = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old_umask)
     os.chmod(path, mode)
     return sock

@@ -3,7 +3,8 @@
 Every event passes a per-key rate limiter (`LineLimiter`): past `rate_limit_lines` lines of one
 key within `rate_limit_window_s`, lines are counted instead of written, and a
 `log_lines_suppressed` line ("suppressed N similar") follows once the window has passed. The
-counts by event feed `llmd_log_lines_suppressed_total`.
+counts by event feed `llmd_log_lines_suppressed_total`. What passes the limiter is offered to the
+recent-events list of the Status snapshot (`llmd.telemetry.events`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 import structlog
 
 from llmd.config import LoggingConfig
+from llmd.telemetry.events import recent_events
 
 SUPPRESSED_EVENT = "log_lines_suppressed"
 # Fields that tell one kind of event from another; anything else (ids, timings) varies per line.
@@ -157,7 +159,13 @@ def configure_logging(config: LoggingConfig, stream: Any = None) -> None:
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     structlog.configure(
-        processors=[_limiter, *shared, structlog.processors.format_exc_info, renderer],
+        processors=[
+            _limiter,
+            recent_events(),
+            *shared,
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.PrintLoggerFactory(stream),
         cache_logger_on_first_use=False,

@@ -16,6 +16,7 @@ from llmd import __version__
 from llmd.admission.classes import Priority
 from llmd.proxy.context import ProxyContext
 from llmd.proxy.inflight import Exchange
+from llmd.telemetry.events import Event, recent_events
 from llmd.telemetry.gpu import GpuDevice
 from llmd.telemetry.metrics import CANCEL_PHASES, CLASSES
 from llmd.telemetry.windows import Percentiles
@@ -142,7 +143,9 @@ class CountsStatus:
 
 @dataclasses.dataclass(frozen=True)
 class Status:
-    """Everything an operator sees at a glance; `taken_at` is Unix time (s)."""
+    """Everything an operator sees at a glance; `taken_at` and `started_at` (when this llmd
+    process started: a new value means the daemon restarted) are Unix time (s); `events` are
+    the recent notable log events, oldest first (llmd.telemetry.events)."""
 
     llmd_version: str
     taken_at: float
@@ -158,6 +161,8 @@ class Status:
     latency: LatencyWindows | None = None
     throughput: ThroughputStatus | None = None
     counts: CountsStatus | None = None
+    started_at: float | None = None
+    events: tuple[Event, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The snapshot as JSON-ready dicts and lists (what `dataclasses.asdict` gives, without
@@ -226,6 +231,8 @@ def take_snapshot(ctx: ProxyContext) -> Status:
         latency=LatencyWindows(_latency(ctx, 60), _latency(ctx, 300)),
         throughput=_throughput(ctx),
         counts=_counts(ctx),
+        started_at=round(ctx.started_at, 3),
+        events=recent_events().recent(),
     )
 
 

@@ -67,6 +67,8 @@ SCHEMA: dict[str, Any] = {
         "cancellations": {"queued": int, "prefill": int, "decode": int},
         "timeouts": int, "errors": int,
     },
+    "started_at": OPT_NUM,
+    "events": [{"at": NUM, "level": str, "event": str, "message": str}],
 }  # fmt: skip
 
 

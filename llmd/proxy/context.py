@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 
 from llmd.admission.controller import Admission
 from llmd.config import Config
@@ -15,8 +16,9 @@ from llmd.telemetry.observer import Observer
 @dataclasses.dataclass
 class ProxyContext:
     """Config, the engine's published state, the drain flag, the in-flight registry, the
-    observer that accounts each request (metrics, windows, the request log line), and
-    admission (tenants, queues, capacity; its `counters` are what admission did)."""
+    observer that accounts each request (metrics, windows, the request log line), admission
+    (tenants, queues, capacity; its `counters` are what admission did), and when llmd started
+    (Unix time, s)."""
 
     config: Config
     paths: RuntimePaths
@@ -24,6 +26,7 @@ class ProxyContext:
     inflight: InFlight = dataclasses.field(default_factory=lambda: InFlight())
     draining: bool = False
     observer: Observer = dataclasses.field(default_factory=Observer)
+    started_at: float = dataclasses.field(default_factory=time.time)
     admission: Admission = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:

@@ -1,0 +1,244 @@
+"""The llmd-top application: composes the panels, binds the keys, polls the daemon.
+
+Each refresh fetches one Status snapshot through `DaemonClient` and hands it to every panel.
+When the daemon goes away the header says so and the last snapshot stays on screen, greyed;
+polling goes on at the same interval and picks the daemon up again when it is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal
+from textual.widgets import DataTable, Footer, Input
+
+from llmd.tui.client import AdminRefused, AdminUnreachable, DaemonClient, Snapshot
+from llmd.tui.link import Link, changes
+from llmd.tui.panels import (
+    CountsPanel,
+    EventsPanel,
+    GpuPanel,
+    HeaderPanel,
+    KvCachePanel,
+    LatencyPanel,
+    QueuePanel,
+    TenantPanel,
+    ThroughputPanel,
+)
+from llmd.tui.screens import ConfirmScreen, HelpScreen
+from llmd.tui.sequences import SequenceTable
+
+# Actions that change the daemon: --readonly removes them.
+CONTROL_ACTIONS = frozenset({"drain", "resume", "restart", "cancel"})
+DEFAULT_INTERVAL_S = 1.0
+PANEL_TITLES = {
+    "kv": "KV cache · engine load",
+    "gpu": "GPU",
+    "latency": "latency",
+    "throughput": "tokens/s",
+    "queues": "queues",
+    "tenants": "tenants",
+    "counts": "since llmd started",
+    "events": "recent events",
+}
+
+
+class TopApp(App[None]):
+    """llmd-top against the daemon behind `client`, refreshed every `interval_s` seconds."""
+
+    CSS_PATH = "top.tcss"
+    TITLE = "llmd-top"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("d", "drain", "drain"),
+        Binding("u", "resume", "resume"),
+        Binding("r", "restart", "restart"),
+        Binding("c", "cancel", "cancel seq"),
+        Binding("slash", "filter", "filter"),
+        Binding("s", "sort", "sort"),
+        Binding("question_mark", "help", "help"),
+        Binding("q", "quit", "quit"),
+        Binding("escape", "clear_filter", show=False),
+    ]
+
+    def __init__(
+        self, client: DaemonClient, interval_s: float = DEFAULT_INTERVAL_S, readonly: bool = False
+    ) -> None:
+        super().__init__()
+        self.client = client
+        self.interval_s = interval_s
+        self.readonly = readonly
+        self.link = Link(str(client.socket), interval_s)
+        self.snapshot: Snapshot | None = None
+        self._wake = asyncio.Event()
+        # The panels, held here: a dialog on top of the dashboard hides them from queries.
+        self.header = HeaderPanel(id="header")
+        self.kv = KvCachePanel(id="kv", classes="panel")
+        self.gpu = GpuPanel(id="gpu", classes="panel")
+        self.latency = LatencyPanel(id="latency", classes="panel")
+        self.throughput = ThroughputPanel(id="throughput", classes="panel")
+        self.queues = QueuePanel(id="queues", classes="panel")
+        self.tenants = TenantPanel(id="tenants", classes="panel")
+        self.counts = CountsPanel(id="counts", classes="panel")
+        self.sequences = SequenceTable(id="sequences", classes="panel")
+        self.events = EventsPanel(id="events", classes="panel")
+        self.filter = Input(placeholder="filter: id, tenant, class or phase", id="filter")
+
+    def compose(self) -> ComposeResult:
+        yield self.header
+        with Horizontal(id="top"):
+            yield from (self.kv, self.gpu, self.latency, self.throughput)
+        with Horizontal(id="middle"):
+            yield from (self.queues, self.tenants, self.counts)
+        yield self.sequences
+        yield self.events
+        yield self.filter
+        yield Footer()
+
+    def on_mount(self) -> None:
+        for widget_id, title in PANEL_TITLES.items():
+            self.query_one(f"#{widget_id}").border_title = title
+        self.header.show(None, self.link)
+        self.sequences.focus()
+        self.run_worker(self._poll(), name="poll", exclusive=True)
+
+    async def _poll(self) -> None:
+        while True:
+            await self.refresh_status()
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.interval_s)
+
+    async def refresh_status(self) -> None:
+        """Fetch one snapshot and show it, or show that the daemon cannot be reached."""
+        try:
+            snapshot = await self.client.status()
+        except (AdminUnreachable, AdminRefused) as exc:
+            self.link.lost(str(exc))
+            self.add_class("-stale")
+            self.header.show(self.snapshot, self.link)
+            return
+        was_lost = self.link.fetched and not self.link.connected
+        self.link.up()
+        self.remove_class("-stale")
+        for note in changes(self.snapshot, snapshot):
+            self.notify(note, title="llmd", timeout=10)
+        if was_lost:
+            self.notify("reconnected to llmd", title="llmd", timeout=10)
+        self.snapshot = snapshot
+        self.show(snapshot)
+
+    def show(self, s: Snapshot) -> None:
+        """Hand snapshot `s` to every panel."""
+        self.header.show(s, self.link)
+        for panel in (self.kv, self.gpu, self.latency, self.throughput, self.queues,
+                      self.tenants, self.counts, self.events):  # fmt: skip
+            panel.show(s)
+        self.sequences.show(s["sequences"], s["in_flight"])
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """--readonly: the control actions are gone (not shown, keys do nothing)."""
+        return not (self.readonly and action in CONTROL_ACTIONS)
+
+    # Keys ---------------------------------------------------------------------------------
+
+    def action_drain(self) -> None:
+        in_flight = self.snapshot["in_flight"] if self.snapshot else "?"
+        self._confirm(
+            f"Drain llmd? New requests get 503 with Retry-After until you resume (u);\n"
+            f"the {in_flight} in flight finish.",
+            "drain",
+            self.client.drain,
+        )
+
+    def action_resume(self) -> None:
+        self._act("resume", self.client.resume)
+
+    def action_restart(self) -> None:
+        self._confirm(
+            "Restart the engine? llmd drains first (in-flight requests finish, up to the\n"
+            "drain timeout), then boots a new engine and admits again.",
+            "restart",
+            self.client.restart,
+        )
+
+    def action_cancel(self) -> None:
+        selected = self.sequences.selected()
+        if selected is None:
+            self.notify("no sequence selected", severity="warning")
+            return
+        request_id = selected["id"]
+        self._confirm(
+            f"Cancel request {request_id}?\ntenant {selected['tenant']}, "
+            f"{selected['request_class']}, {selected['phase']}, "
+            f"{selected['output_tokens']} tokens out. Its client gets an error.",
+            f"cancel {request_id}",
+            lambda: self.client.cancel(request_id),
+        )
+
+    def action_filter(self) -> None:
+        field = self.filter
+        field.display = True
+        field.focus()
+
+    def action_clear_filter(self) -> None:
+        field = self.filter
+        field.value = ""
+        field.display = False
+        self.sequences.focus()
+
+    def action_sort(self) -> None:
+        self.sequences.next_sort()
+        self._reshow()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    # Events -------------------------------------------------------------------------------
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.sequences.filter_text = event.value.strip()
+        self._reshow()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.input.display = bool(event.value.strip())
+        self.sequences.focus()
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        self.sequences.sort_on(str(event.column_key.value))
+        self._reshow()
+
+    # Helpers ------------------------------------------------------------------------------
+
+    def _reshow(self) -> None:
+        s = self.snapshot
+        if s is not None:
+            self.sequences.show(s["sequences"], s["in_flight"])
+
+    def _confirm(
+        self, question: str, what: str, call: Callable[[], Awaitable[dict[str, Any]]]
+    ) -> None:
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._act(what, call)
+            else:
+                self.notify(f"{what}: not done", timeout=3)
+
+        self.push_screen(ConfirmScreen(question), answered)
+
+    def _act(self, what: str, call: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+        async def run() -> None:
+            try:
+                await call()
+            except (AdminUnreachable, AdminRefused) as exc:
+                self.notify(f"{what} failed: {exc}", severity="error", timeout=10)
+                return
+            self.notify(f"{what}: done", timeout=5)
+            self._wake.set()
+
+        self.notify(f"{what}…", timeout=3)
+        self.run_worker(run(), name=what, group="actions")

@@ -1,0 +1,69 @@
+"""llmd-top's one door to the daemon: the admin API on its Unix socket (no widgets here).
+
+Every call goes through `llmd.admin.client.admin_request`; failures arrive as `AdminUnreachable`
+(no daemon, permission denied, no answer in time) or `AdminRefused` (the daemon said no).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from llmd.admin.client import AdminRefused, AdminUnreachable, admin_request
+
+__all__ = ["AdminRefused", "AdminUnreachable", "DaemonClient", "Snapshot"]
+
+# The Status snapshot as JSON (llmd.status.Status.to_dict): what every panel renders.
+Snapshot = dict[str, Any]
+# What an action answers: the daemon's summary (draining, in_flight, engine, ...).
+Answer = dict[str, Any]
+STATUS_TIMEOUT_S = 5.0
+# A restart drains first (up to server.drain_timeout_s) and then boots the engine.
+RESTART_TIMEOUT_S = 600.0
+
+
+class DaemonClient:
+    """The admin API of the daemon listening on `socket`."""
+
+    def __init__(self, socket: Path) -> None:
+        self.socket = socket
+
+    async def status(self) -> Snapshot:
+        """GET /status: the Status snapshot. Raises AdminUnreachable, AdminRefused."""
+        answer: Snapshot = await self._call("GET", "/status", timeout_s=STATUS_TIMEOUT_S)
+        return answer
+
+    async def drain(self) -> Answer:
+        """POST /drain without a deadline: stop admitting, let in-flight work finish."""
+        return await self._call("POST", "/drain", {})
+
+    async def resume(self) -> Answer:
+        """POST /resume: admit requests again."""
+        return await self._call("POST", "/resume")
+
+    async def restart(self) -> Answer:
+        """POST /restart: drain, restart the engine, resume (answers when it is done)."""
+        return await self._call("POST", "/restart", timeout_s=RESTART_TIMEOUT_S)
+
+    async def cancel(self, request_id: str) -> Answer:
+        """POST /requests/{id}/cancel: end that request (in-band error for a stream)."""
+        return await self._call("POST", f"/requests/{request_id}/cancel")
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        timeout_s: float = 30.0,
+    ) -> Answer:
+        try:
+            answer: Answer = await admin_request(self.socket, method, path, body, timeout_s)
+        except TimeoutError as exc:
+            raise AdminUnreachable(
+                f"llmd did not answer on {self.socket} within {timeout_s:g}s"
+            ) from exc
+        except aiohttp.ClientError as exc:  # a daemon that answered with something unreadable
+            raise AdminUnreachable(f"unreadable answer from {self.socket}: {exc}") from exc
+        return answer

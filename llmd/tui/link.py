@@ -1,0 +1,54 @@
+"""llmd-top's connection to the daemon as the header shows it: up or lost (since when, why),
+and what changed across the last two snapshots that the operator must be told about."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+Snapshot = dict[str, Any]
+
+
+@dataclasses.dataclass
+class Link:
+    """The state of the connection to the admin socket. `lost_since` is Unix time (s) of the
+    first failed fetch in a row; None while connected."""
+
+    socket: str
+    interval_s: float
+    connected: bool = False
+    lost_since: float | None = None
+    error: str | None = None
+    fetched: int = 0
+
+    def up(self) -> None:
+        self.connected = True
+        self.lost_since = None
+        self.error = None
+        self.fetched += 1
+
+    def lost(self, error: str) -> None:
+        if self.connected or self.lost_since is None:
+            self.lost_since = time.time()
+        self.connected = False
+        self.error = error
+
+
+def changes(before: Snapshot | None, after: Snapshot) -> list[str]:
+    """Plain sentences for what happened between two snapshots that the panels alone would not
+    make plain: llmd itself restarted (a new `started_at`), the engine restarted (more
+    `restarts`, or a new pid), draining began or ended."""
+    if before is None:
+        return []
+    notes = []
+    if before.get("started_at") != after.get("started_at"):
+        notes.append("llmd restarted: this is a new daemon process")
+        return notes
+    old, new = before["engine"], after["engine"]
+    if new["restarts"] > old["restarts"]:
+        reason = new.get("last_exit_reason") or "unknown reason"
+        notes.append(f"engine restarted ({reason}); pid {old['pid']} → {new['pid']}")
+    if after["draining"] != before["draining"]:
+        notes.append("llmd is draining" if after["draining"] else "llmd admits requests again")
+    return notes

@@ -1,0 +1,283 @@
+"""The dashboard's panels, one widget each. Every panel's `show(snapshot)` renders the figures
+the daemon sent; none computes a figure of its own."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.widget import Widget
+from textual.widgets import Sparkline, Static
+
+from llmd.tui import format as fmt
+from llmd.tui.link import Link, Snapshot
+
+# Engine phases and how they are shown (llmd.supervisor.state.EnginePhase).
+PHASE_STYLE = {"serving": "bold green", "starting": "bold yellow", "restarting": "bold yellow"}
+SPARK_POINTS = 120  # one point per refresh: two minutes at the default 1 s
+EVENT_STYLE = {"warning": "yellow", "error": "bold red", "critical": "bold red"}
+
+
+class Panel(Static):
+    """A panel drawn from a part of the snapshot; redrawn only when that part changed (a
+    redraw of a Rich table costs more than comparing the dicts)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._shown: Any = None
+
+    def changed(self, *parts: Any) -> bool:
+        """Whether `parts` differ from what the panel last drew (and remember them)."""
+        if parts == self._shown:
+            return False
+        self._shown = parts
+        return True
+
+
+def _grid(*columns: tuple[str, str]) -> Table:
+    """A borderless table with (header, justify) columns."""
+    table = Table(box=None, padding=(0, 1), expand=True, show_edge=False, header_style="bold")
+    for header, justify in columns:
+        table.add_column(header, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    return table
+
+
+class HeaderPanel(Static):
+    """Engine state, model, uptime, restarts, draining, in flight; and the connection line."""
+
+    def show(self, s: Snapshot | None, link: Link) -> None:
+        line = Text()
+        if s is not None:
+            engine = s["engine"]
+            line.append(f" llmd {s['llmd_version']} ", style="bold reverse")
+            line.append(f" {s['listen']}  engine ")
+            line.append(engine["state"].upper(), style=PHASE_STYLE.get(engine["state"], "bold red"))
+            line.append(f"  pid {engine['pid'] or fmt.MISSING}  model ")
+            line.append(engine["model"], style="bold")
+            line.append(f" ({engine['version'] or '?'})  up {fmt.duration(engine['uptime_s'])}")
+            line.append(f"  restarts {engine['restarts']}")
+            if engine["last_exit_reason"]:
+                line.append(f" (last: {engine['last_exit_reason']})")
+            line.append(f"  in flight {s['in_flight']}  ")
+            if s["draining"]:
+                line.append(" DRAINING ", style="bold reverse yellow")
+            else:
+                line.append("admitting", style="green")
+        line.append("\n")
+        if link.connected:
+            line.append(f" connected to {link.socket} · refresh {link.interval_s:g} s", "dim")
+        else:
+            since = (
+                ""
+                if link.lost_since is None
+                else time.strftime(" since %H:%M:%S", time.localtime(link.lost_since))
+            )
+            label = "NOT CONNECTED" if link.fetched else "CONNECTING"
+            line.append(f" {label}{since} ", style="bold reverse red")
+            line.append(f" {link.error or ''} · retrying every {link.interval_s:g} s")
+            if s is not None:
+                line.append(" · showing the last snapshot", style="dim")
+        self.update(line)
+
+
+class KvCachePanel(Panel):
+    """The KV-cache gauge, and running/waiting as the engine reports them."""
+
+    def show(self, s: Snapshot) -> None:
+        if not self.changed(s["kv_cache"], s["engine"], s["in_flight"]):
+            return
+        kv, engine = s["kv_cache"], s["engine"]
+        usage = kv["usage"]
+        gauge = Table.grid(expand=True, padding=(0, 1))
+        gauge.add_column(ratio=1)
+        gauge.add_column(justify="right", width=4)
+        gauge.add_row(ProgressBar(total=1.0, completed=usage or 0.0), fmt.percent(usage))
+        capacity = Text(f"of {fmt.count(kv['capacity_tokens'])} tokens")
+        if kv["num_blocks"] is not None:
+            capacity.append(f" ({kv['num_blocks']} blocks)", style="dim")
+        table = _grid(("", "left"), ("", "right"))
+        table.show_header = False
+        table.add_row("engine running", fmt.count(engine["running"]))
+        table.add_row("engine waiting", fmt.count(engine["waiting"]))
+        table.add_row("llmd in flight", fmt.count(s["in_flight"]))
+        age = engine["metrics_age_s"]
+        table.add_row(Text("engine metrics age", "dim"), Text(fmt.duration(age), "dim"))
+        self.update(Group(gauge, capacity, table))
+
+
+class GpuPanel(Panel):
+    """Each GPU: utilisation, memory, temperature, power; or why there is none."""
+
+    def show(self, s: Snapshot) -> None:
+        if not self.changed(s["gpus"]):
+            return
+        gpus = s["gpus"]
+        if not gpus["devices"]:
+            self.update(Text(gpus["reason"] or "no GPU reading yet", style="dim"))
+            return
+        table = _grid(("gpu", "left"), ("util", "right"), ("mem GiB", "right"), ("°C", "right"),
+                      ("W", "right"))  # fmt: skip
+        table.columns[0].ratio = 1
+        table.columns[0].overflow = "ellipsis"
+        table.columns[2].min_width = 9
+        for d in gpus["devices"]:
+            memory = f"{fmt.gib(d['memory_used_bytes'])}/{fmt.gib(d['memory_total_bytes'])}"
+            table.add_row(
+                f"{d['index']} {d['name'].removeprefix('NVIDIA ')}",
+                fmt.percent(d["utilization"]),
+                memory,
+                fmt.count(d["temperature_c"]),
+                fmt.count(d["power_w"]),
+            )
+        self.update(table)
+
+
+class LatencyPanel(Panel):
+    """TTFT, end-to-end and queue wait: p50/p95/p99 over the last minute and five minutes."""
+
+    def show(self, s: Snapshot) -> None:
+        if not self.changed(s.get("latency")):
+            return
+        table = _grid(("", "left"), ("", "left"), ("p50", "right"), ("p95", "right"),
+                      ("p99", "right"), ("n", "right"))  # fmt: skip
+        latency = s.get("latency")
+        if latency is not None:
+            for label, key in (("TTFT", "ttft"), ("e2e", "e2e"), ("queue", "queue_wait")):
+                for window, name in (("last_1m", "1m"), ("last_5m", "5m")):
+                    p = latency[window][key]
+                    table.add_row(
+                        Text(label, style="bold") if name == "1m" else "",
+                        Text(name, style="dim"),
+                        fmt.duration(p["p50"]),
+                        fmt.duration(p["p95"]),
+                        fmt.duration(p["p99"]),
+                        fmt.count(p["count"]),
+                    )
+        self.update(table)
+
+
+class ThroughputPanel(Widget):
+    """Generated tokens/s now and as a sparkline over the snapshots fetched so far (one point
+    each), with the prompt and request rates."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.history: list[float] = []
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="rate")
+        yield Sparkline([], id="spark")
+        yield Static(id="rates")
+
+    def show(self, s: Snapshot) -> None:
+        t = s.get("throughput") or {}
+        generated = t.get("engine_generation_tokens_per_s")
+        if generated is None:  # no engine reading yet: llmd's own count over the last minute
+            generated = t.get("output_tokens_per_s")
+        self.history = [*self.history[-(SPARK_POINTS - 1) :], generated or 0.0]
+        self.query_one("#spark", Sparkline).data = self.history
+        rate = Text(f"{fmt.rate(generated)}", style="bold")
+        rate.append(" tokens/s generated", style="")
+        self.query_one("#rate", Static).update(rate)
+        rates = Text(f"prompt {fmt.rate(t.get('engine_prompt_tokens_per_s'))} tokens/s", "dim")
+        rates.append(f"\nfinished {fmt.rate(t.get('requests_per_s'))} req/s (1 min)", "dim")
+        self.query_one("#rates", Static).update(rates)
+
+
+class CountsPanel(Panel):
+    """Since llmd started: requests, rejections by reason, cancellations by phase, timeouts,
+    errors."""
+
+    def show(self, s: Snapshot) -> None:
+        if not self.changed(s.get("counts")):
+            return
+        counts = s.get("counts")
+        table = Table.grid(expand=True, padding=(0, 1))
+        table.add_column(width=9, no_wrap=True)
+        table.add_column(justify="right", width=6, no_wrap=True)
+        table.add_column(ratio=1, no_wrap=True, overflow="ellipsis")
+        if counts is not None:
+            rejected, cancelled = counts["rejections"], counts["cancellations"]
+            table.add_row("requests", fmt.count(counts["requests"]), "")
+            table.add_row(
+                Text("rejected", "yellow" if rejected else ""),
+                fmt.count(sum(rejected.values())),
+                _breakdown(rejected),
+            )
+            table.add_row("cancelled", fmt.count(sum(cancelled.values())), _breakdown(cancelled))
+            table.add_row("timeouts", fmt.count(counts["timeouts"]), "")
+            table.add_row(
+                Text("errors", "red" if counts["errors"] else ""), fmt.count(counts["errors"]), ""
+            )
+        self.update(table)
+
+
+def _breakdown(counts: dict[str, int]) -> Text:
+    return Text(", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if v), style="dim")
+
+
+class QueuePanel(Panel):
+    """llmd's queue per class: depth and the oldest request's wait."""
+
+    def show(self, s: Snapshot) -> None:
+        if not self.changed(s["queues"]):
+            return
+        table = _grid(("class", "left"), ("queued", "right"), ("oldest", "right"))
+        for q in s["queues"]:
+            table.add_row(q["name"], fmt.count(q["depth"]), fmt.duration(q["oldest_wait_s"]))
+        self.update(table)
+
+
+class TenantPanel(Panel):
+    """Each tenant: in flight and queued against its limits."""
+
+    def show(self, s: Snapshot) -> None:
+        if not self.changed(s["tenants"]):
+            return
+        table = _grid(("tenant", "left"), ("in flight", "right"), ("limit", "right"),
+                      ("queued", "right"), ("limit", "right"))  # fmt: skip
+        for t in s["tenants"]:
+            table.add_row(
+                t["name"],
+                fmt.count(t["in_flight"]),
+                fmt.limit(t["max_in_flight"]),
+                fmt.count(t["queued"]),
+                fmt.limit(t["max_queued"]),
+            )
+        if not s["tenants"]:
+            table.add_row(Text("no tenant has work in flight", style="dim"))
+        self.update(table)
+
+
+class EventsPanel(Panel):
+    """The daemon's recent notable events, newest first, at local clock time (as journald)."""
+
+    def show(self, s: Snapshot) -> None:
+        if not self.changed(s.get("events")):
+            return
+        self.update(_events(s.get("events")))
+
+
+def _events(events: Iterable[dict[str, Any]] | None) -> RenderableType:
+    if events is None:
+        return Text("this llmd does not report events (older than llmd-top)", style="dim")
+    table = Table.grid(expand=True, padding=(0, 1))
+    table.add_column(width=8, no_wrap=True)  # local time
+    table.add_column(width=7, no_wrap=True)  # level
+    table.add_column(width=22, no_wrap=True, overflow="ellipsis")  # event
+    table.add_column(ratio=1, no_wrap=True, overflow="ellipsis")  # message
+    for e in reversed(list(events)):
+        style = EVENT_STYLE.get(e["level"], "")
+        table.add_row(
+            time.strftime("%H:%M:%S", time.localtime(e["at"])),
+            Text(e["level"], style=style),
+            Text(e["event"], style=style or "bold"),
+            e["message"],
+        )
+    return table

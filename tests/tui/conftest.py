@@ -1,0 +1,128 @@
+"""llmd-top test support: a fake daemon client serving a recorded status, the screen as plain
+text, a live daemon on the simulator, and a wait helper for Pilot."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from rich.console import Console
+from textual.app import App
+from textual.pilot import Pilot
+
+from llmd.tui.client import AdminUnreachable, Answer, Snapshot
+from tests.support.llmd_process import LlmdProcess
+from tests.support.model import ensure_tiny_model
+from tests.support.sim_process import sim_config
+
+EXAMPLE = Path(__file__).parents[1] / "data" / "status_example.json"
+SLOW = ("--step-base-ms", "20")  # 300 tokens take ~6 s: long enough to act on a live stream
+STREAM = {"model": "tiny", "prompt": "Go", "max_tokens": 300, "ignore_eos": True, "stream": True}
+
+
+def example_status() -> Snapshot:
+    snapshot: Snapshot = json.loads(EXAMPLE.read_text())
+    return snapshot
+
+
+class FakeDaemon:
+    """Stands in for DaemonClient: serves `snapshot` (None: unreachable), records actions."""
+
+    def __init__(self, snapshot: Snapshot | None = None) -> None:
+        self.socket = Path("/run/llmd/admin.sock")
+        self.snapshot = copy.deepcopy(snapshot) if snapshot is not None else example_status()
+        self.reachable = True
+        self.calls: list[str] = []
+
+    async def status(self) -> Snapshot:
+        if not self.reachable:
+            raise AdminUnreachable(f"no llmd daemon answers on {self.socket}")
+        return copy.deepcopy(self.snapshot)
+
+    async def drain(self) -> Answer:
+        self.calls.append("drain")
+        return {}
+
+    async def resume(self) -> Answer:
+        self.calls.append("resume")
+        return {}
+
+    async def restart(self) -> Answer:
+        self.calls.append("restart")
+        return {}
+
+    async def cancel(self, request_id: str) -> Answer:
+        self.calls.append(f"cancel {request_id}")
+        return {}
+
+
+def screen_text(app: App[Any]) -> str:
+    """What the terminal shows, as plain text (the same render as `export_screenshot`)."""
+    width, height = app.size
+    console = Console(
+        width=width, height=height, file=io.StringIO(), record=True, color_system=None
+    )
+    screens = app._background_screens  # a modal dialog shows over the dashboard
+    console.print(app.screen._compositor.render_update(full=True, screen_stack=screens))
+    return console.export_text(styles=False)
+
+
+async def until(pilot: Pilot[Any], condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Let the app run until `condition()` holds. Raises AssertionError on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s; screen:\n{screen_text(pilot.app)}")
+        await pilot.pause(0.05)
+
+
+async def settled_text(pilot: Pilot[Any], timeout_s: float = 10.0) -> str:
+    """The screen once two captures 0.1 s apart agree (layout and cursor done)."""
+    deadline = time.monotonic() + timeout_s
+    before = screen_text(pilot.app)
+    while True:
+        await pilot.pause(0.1)
+        now = screen_text(pilot.app)
+        if now == before or time.monotonic() > deadline:
+            return now
+        before = now
+
+
+@pytest.fixture(scope="module")
+def llmd() -> Iterator[LlmdProcess]:
+    """A live llmd on the simulator with slow steps (streams last seconds)."""
+    process = LlmdProcess.start(sim_config(ensure_tiny_model(), SLOW))
+    process.wait_ready(timeout_s=30)
+    yield process
+    process.stop()
+
+
+class Stream(threading.Thread):
+    """A streamed completion read in a thread; `lines` (non-empty SSE lines) once done."""
+
+    def __init__(self, llmd: LlmdProcess, request_id: str = "") -> None:
+        super().__init__(daemon=True)
+        self.url = llmd.base_url + "/v1/completions"
+        self.headers = {"x-request-id": request_id} if request_id else {}
+        self.lines: list[str] = []
+        self.first = threading.Event()
+
+    def run(self) -> None:
+        with httpx.stream("POST", self.url, json=STREAM, headers=self.headers, timeout=60) as r:
+            for line in r.iter_lines():
+                if line:
+                    self.lines.append(line)
+                    self.first.set()
+
+    def last_event(self) -> Any:
+        """The JSON of the last event before `[DONE]`."""
+        assert self.lines[-1] == "data: [DONE]", self.lines[-3:]
+        return json.loads(self.lines[-2].removeprefix("data: "))

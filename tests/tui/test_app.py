@@ -1,0 +1,133 @@
+"""llmd-top's behaviour against a fake daemon (no processes): confirmations, --readonly,
+filter, sort, losing and finding the daemon again, and the `llmd-top` arguments."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmd.tui.app import TopApp
+from llmd.tui.cli import _parser
+from llmd.tui.link import changes
+from llmd.tui.sequences import SequenceTable
+from tests.tui.conftest import FakeDaemon, example_status, screen_text, until
+
+SIZE = (160, 48)
+
+
+async def test_destructive_keys_ask_and_only_y_confirms() -> None:
+    """d, r and c act only after `y`; any other key cancels; u needs no confirmation."""
+    daemon = FakeDaemon()
+    app = TopApp(daemon)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.snapshot is not None)
+        for key in ("d", "r", "c"):
+            await pilot.press(key, "n")
+        await pilot.press("d", "escape")
+        assert daemon.calls == []
+        selected = app.query_one(SequenceTable).selected_id
+        await pilot.press("d", "y", "r", "y", "c", "y", "u")
+        await until(pilot, lambda: len(daemon.calls) == 4)
+        assert sorted(daemon.calls) == sorted(["drain", "restart", f"cancel {selected}", "resume"])
+
+
+async def test_readonly_removes_the_controls() -> None:
+    """--readonly: d, u, r, c do nothing and are not offered in the footer."""
+    daemon = FakeDaemon()
+    app = TopApp(daemon, readonly=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.snapshot is not None)
+        await pilot.press("d", "y", "u", "r", "y", "c", "y")
+        await pilot.pause()
+        footer = screen_text(app).splitlines()[-1]
+        assert daemon.calls == [] and "drain" not in footer and "quit" in footer
+
+
+async def test_filter_and_sort_the_sequences() -> None:
+    """`/` filters by id, tenant, class or phase; `s` moves the sort to the next column; a
+    header click sorts by that column and again reverses it."""
+    app = TopApp(FakeDaemon())
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.snapshot is not None)
+        table = app.query_one(SequenceTable)
+        await pilot.press("slash", *"prefill", "enter")
+        assert table.ids and len(table.ids) < 40
+        assert table.border_title is not None and "filter “prefill”" in table.border_title
+        await pilot.press("escape")
+        assert len(table.ids) == 40
+        await pilot.press("s")
+        assert table.sort_by == "ttft_s"
+        table.sort_on("output_tokens")
+        app._reshow()
+        outputs = [s["output_tokens"] for s in map(app_sequence(app), table.ids)]
+        assert outputs == sorted(outputs, reverse=True)
+        table.sort_on("output_tokens")
+        app._reshow()
+        outputs = [s["output_tokens"] for s in map(app_sequence(app), table.ids)]
+        assert outputs == sorted(outputs)
+
+
+def app_sequence(app: TopApp):  # type: ignore[no-untyped-def]
+    by_id = {s["id"]: s for s in (app.snapshot or {})["sequences"]}
+    return by_id.__getitem__
+
+
+async def test_lost_daemon_is_said_plainly_and_found_again() -> None:
+    """The daemon stops answering: NOT CONNECTED with the reason, last snapshot kept; when it
+    answers again as a new process, the header is live and the restart is announced."""
+    daemon = FakeDaemon()
+    app = TopApp(daemon, interval_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.snapshot is not None)
+        daemon.reachable = False
+        await until(pilot, lambda: "NOT CONNECTED" in screen_text(app))
+        screen = screen_text(app)
+        assert "no llmd daemon answers on /run/llmd/admin.sock" in screen
+        assert "showing the last snapshot" in screen and "SERVING" in screen
+        daemon.snapshot["started_at"] += 60
+        daemon.reachable = True
+        await until(pilot, lambda: "connected to /run/llmd/admin.sock" in screen_text(app))
+        await pilot.pause(0.2)
+        notices = [n.message for n in app._notifications]
+        assert "llmd restarted: this is a new daemon process" in notices
+        assert "reconnected to llmd" in notices
+
+
+def test_changes_between_snapshots() -> None:
+    """Engine restarts and drain changes become plain sentences; a new daemon says so alone."""
+    before = example_status()
+    after = example_status()
+    after["engine"].update(restarts=1, pid=99, last_exit_reason="oom_killed")
+    after["draining"] = True
+    assert changes(before, after) == [
+        "engine restarted (oom_killed); pid " + str(before["engine"]["pid"]) + " → 99",
+        "llmd is draining",
+    ]
+    after["started_at"] = 1.0
+    assert changes(before, after) == ["llmd restarted: this is a new daemon process"]
+    assert changes(None, after) == []
+
+
+def test_arguments() -> None:
+    """--socket and --runtime-dir exclude each other; --interval defaults to 1 s."""
+    args = _parser().parse_args(["--runtime-dir", "/tmp/x", "--readonly"])
+    assert (args.runtime_dir, args.socket, args.readonly, args.interval) == (
+        "/tmp/x", None, True, 1.0
+    )  # fmt: skip
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["--socket", "a", "--runtime-dir", "b"])
+
+
+async def test_refresh_goes_on_under_a_dialog() -> None:
+    """With the help or a confirmation open, snapshots keep arriving and panels keep updating."""
+    daemon = FakeDaemon()
+    app = TopApp(daemon, interval_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.snapshot is not None)
+        await pilot.press("question_mark")
+        daemon.snapshot["in_flight"] = 41
+        await until(pilot, lambda: app.snapshot is not None and app.snapshot["in_flight"] == 41)
+        await pilot.press("x", "d")
+        daemon.snapshot["in_flight"] = 42
+        await until(pilot, lambda: app.snapshot is not None and app.snapshot["in_flight"] == 42)
+        await pilot.press("n")
+        await until(pilot, lambda: "in flight 42" in screen_text(app))
