@@ -5,6 +5,7 @@ Its own daemon (module scope): these tests kill things. They run in file order.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -120,7 +121,7 @@ def test_stop_ends_streams_and_leaves_no_engine_process(llmd: LlmdProcess) -> No
     assert refused.status_code == 503 and refused.json()["error"]["code"] == "draining"
     assert "retry-after" in refused.headers
     for lines, _ in streams:
-        assert lines[-1] == "data: [DONE]" and "error" not in lines[-2]
+        assert lines[-1] == "data: [DONE]" and "error" not in json.loads(lines[-2][6:])
     assert llmd.process.wait(timeout=60) == 0
     for group in {pgid, *ENGINE_PGIDS}:
         assert not group_members(group), f"engine process group {group} survived llmd"

@@ -103,9 +103,11 @@ def open_raw_request(llmd: LlmdProcess, body: dict[str, object]) -> socket.socke
 @pytest.mark.parametrize("stream", [True, False], ids=["streaming", "non-streaming"])
 def test_clients_leaving_abort_their_sequences(real_llmd: LlmdProcess, stream: bool) -> None:
     """Clients leave mid-request: running is back to 0 within 1 s, the rest is never generated."""
-    # The tiny model decodes a lone sequence at ~900 tokens/s; 48 of them at once keep the
-    # engine busy for several seconds, long enough to leave in the middle.
-    clients, max_tokens = 48, 1000
+    # The tiny model decodes fast (a lone sequence ~900 tokens/s, 48 of them ~48,000 tokens in
+    # about 2 s on an idle machine). 160 sequences of 1,000 tokens are more than the 64 MiB KV
+    # cache holds at once: the engine stays busy for many seconds, so leaving after it has
+    # started is leaving in the middle.
+    clients, max_tokens = 160, 1000
     body = {
         "model": "tiny",
         "prompt": "Long story:",
@@ -116,17 +118,8 @@ def test_clients_leaving_abort_their_sequences(real_llmd: LlmdProcess, stream: b
     generated_before = engine_gauge(real_llmd.engine_socket, GENERATED)
     sockets = [open_raw_request(real_llmd, body) for _ in range(clients)]
     try:
-        if stream:  # tokens arriving on every stream: all of them are running
-            for sock in sockets:
-                head = sock.recv(65536)
-                while b"data: {" not in head:
-                    head += sock.recv(65536)
-                assert head.startswith(b"HTTP/1.1 200")
-        else:
-            held, _ = wait_for_gauge(
-                real_llmd.engine_socket, RUNNING, lambda v: v > 0, timeout_s=10
-            )
-            assert held, "the requests never ran in the engine"
+        held, _ = wait_for_gauge(real_llmd.engine_socket, RUNNING, lambda v: v >= 16, timeout_s=30)
+        assert held, "the requests never ran in the engine"
     finally:
         for sock in sockets:
             sock.close()

@@ -24,12 +24,15 @@ def engine_gauge(socket: Path, name: str) -> float:
 def wait_for_gauge(
     socket: Path, name: str, predicate: object, timeout_s: float
 ) -> tuple[bool, float]:
-    """Poll `name` until `predicate(value)` holds; (held, seconds waited)."""
+    """Poll `name` until `predicate(value)` holds; (held, seconds from the start to the read
+    that showed it). A read is dated when it was sent: a busy engine can take a second to
+    answer /metrics, and the value is the state when it began answering."""
     assert callable(predicate)
     start = time.monotonic()
     while True:
+        asked = time.monotonic() - start
+        if asked > timeout_s:
+            return False, asked
         if predicate(engine_gauge(socket, name)):
-            return True, time.monotonic() - start
-        if time.monotonic() - start > timeout_s:
-            return False, time.monotonic() - start
+            return True, asked
         time.sleep(0.02)
