@@ -3,10 +3,8 @@ streams in flight, resume, cancel one request, restart the engine, reload the co
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,9 +14,7 @@ import pytest
 from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
-
-SLOW = ("--step-base-ms", "20")  # 300 tokens take ~6 s: long enough to act on a live stream
-STREAM = {"model": "tiny", "prompt": "Go", "max_tokens": 300, "ignore_eos": True, "stream": True}
+from tests.support.streams import SLOW, STREAM, Stream
 
 
 @pytest.fixture(scope="module")
@@ -34,29 +30,6 @@ def cli(llmd: LlmdProcess, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 
-class Stream(threading.Thread):
-    """A streamed completion read in the background; `lines` once done."""
-
-    def __init__(self, llmd: LlmdProcess, request_id: str = "") -> None:
-        super().__init__()
-        self.url = llmd.base_url + "/v1/completions"
-        self.headers = {"x-request-id": request_id} if request_id else {}
-        self.lines: list[str] = []
-        self.first = threading.Event()
-
-    def run(self) -> None:
-        with httpx.stream("POST", self.url, json=STREAM, headers=self.headers, timeout=60) as r:
-            for line in r.iter_lines():
-                if line:
-                    self.lines.append(line)
-                    self.first.set()
-
-
-def last_event(stream: Stream) -> Any:
-    assert stream.lines[-1] == "data: [DONE]"
-    return json.loads(stream.lines[-2].removeprefix("data: "))
-
-
 def test_drain_lets_streams_finish_refuses_new_and_resume_restores(llmd: LlmdProcess) -> None:
     """`llmd drain`: in-flight streams complete, new requests get 503 draining with
     Retry-After; `llmd resume` admits again."""
@@ -70,7 +43,7 @@ def test_drain_lets_streams_finish_refuses_new_and_resume_restores(llmd: LlmdPro
     for stream in streams:
         stream.join(30)
     assert drained.returncode == 0 and "drained" in drained.stdout, drained.stderr
-    assert all(last_event(s)["choices"][0]["finish_reason"] == "length" for s in streams)
+    assert all(s.last_event()["choices"][0]["finish_reason"] == "length" for s in streams)
     assert refused.status_code == 503 and refused.json()["error"]["code"] == "draining"
     assert int(refused.headers["retry-after"]) >= 1
     assert httpx.get(llmd.base_url + "/ready").status_code == 503
@@ -85,7 +58,7 @@ def test_drain_deadline_ends_what_remains_in_band(llmd: LlmdProcess) -> None:
     assert stream.first.wait(10)
     assert cli(llmd, "drain", "--timeout", "0.5").returncode == 0
     stream.join(30)
-    assert last_event(stream)["error"]["code"] == "draining"
+    assert stream.last_event()["error"]["code"] == "draining"
     assert cli(llmd, "resume").returncode == 0
 
 
@@ -101,8 +74,8 @@ def test_cancel_one_request_by_id(llmd: LlmdProcess) -> None:
         missing = admin.post("http://llmd/requests/nobody/cancel")
     victim.join(30)
     bystander.join(30)
-    assert last_event(victim)["error"]["code"] == "cancelled"
-    assert last_event(bystander)["choices"][0]["finish_reason"] == "length"
+    assert victim.last_event()["error"]["code"] == "cancelled"
+    assert bystander.last_event()["choices"][0]["finish_reason"] == "length"
     assert missing.status_code == 404
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -22,17 +23,22 @@ def engine_gauge(socket: Path, name: str) -> float:
 
 
 def wait_for_gauge(
-    socket: Path, name: str, predicate: object, timeout_s: float
+    socket: Path, name: str, predicate: object, timeout_s: float, every_s: float = 0.05
 ) -> tuple[bool, float]:
-    """Poll `name` until `predicate(value)` holds; (held, seconds from the start to the read
-    that showed it). A read is dated when it was sent: a busy engine can take a second to
-    answer /metrics, and the value is the state when it began answering."""
+    """Read `name` every `every_s` until a read shows `predicate(value)`; (held, seconds from the
+    start to that read). Reads overlap (up to 8 at once) and each is dated when it was sent: a
+    busy engine takes a second or more to answer /metrics, and its answer is the state when it
+    began answering."""
     assert callable(predicate)
     start = time.monotonic()
-    while True:
-        asked = time.monotonic() - start
-        if asked > timeout_s:
-            return False, asked
-        if predicate(engine_gauge(socket, name)):
-            return True, asked
-        time.sleep(0.02)
+    reads: list[tuple[float, Future[float]]] = []
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        while (asked := time.monotonic() - start) <= timeout_s:
+            if sum(not future.done() for _, future in reads) < 8:
+                reads.append((asked, pool.submit(engine_gauge, socket, name)))
+            held = [at for at, future in reads if future.done() and predicate(future.result())]
+            if held:
+                return True, min(held)
+            time.sleep(every_s)
+        held = [at for at, future in reads if predicate(future.result())]
+    return (True, min(held)) if held else (False, timeout_s)

@@ -6,13 +6,11 @@ from __future__ import annotations
 import copy
 import io
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from rich.console import Console
 from textual.app import App
@@ -22,10 +20,9 @@ from llmd.tui.client import AdminUnreachable, Answer, Snapshot
 from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
+from tests.support.streams import SLOW
 
 EXAMPLE = Path(__file__).parents[1] / "data" / "status_example.json"
-SLOW = ("--step-base-ms", "20")  # 300 tokens take ~6 s: long enough to act on a live stream
-STREAM = {"model": "tiny", "prompt": "Go", "max_tokens": 300, "ignore_eos": True, "stream": True}
 
 
 def example_status() -> Snapshot:
@@ -103,26 +100,3 @@ def llmd() -> Iterator[LlmdProcess]:
     process.wait_ready(timeout_s=30)
     yield process
     process.stop()
-
-
-class Stream(threading.Thread):
-    """A streamed completion read in a thread; `lines` (non-empty SSE lines) once done."""
-
-    def __init__(self, llmd: LlmdProcess, request_id: str = "") -> None:
-        super().__init__(daemon=True)
-        self.url = llmd.base_url + "/v1/completions"
-        self.headers = {"x-request-id": request_id} if request_id else {}
-        self.lines: list[str] = []
-        self.first = threading.Event()
-
-    def run(self) -> None:
-        with httpx.stream("POST", self.url, json=STREAM, headers=self.headers, timeout=60) as r:
-            for line in r.iter_lines():
-                if line:
-                    self.lines.append(line)
-                    self.first.set()
-
-    def last_event(self) -> Any:
-        """The JSON of the last event before `[DONE]`."""
-        assert self.lines[-1] == "data: [DONE]", self.lines[-3:]
-        return json.loads(self.lines[-2].removeprefix("data: "))

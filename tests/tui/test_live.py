@@ -17,7 +17,8 @@ from llmd.tui.sequences import SequenceTable
 from tests.support.llmd_process import LlmdProcess, short_tmpdir
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
-from tests.tui.conftest import STREAM, Stream, screen_text, until
+from tests.support.streams import STREAM, Stream
+from tests.tui.conftest import screen_text, until
 
 SIZE = (160, 48)
 SHORT = {**STREAM, "stream": False, "max_tokens": 3}

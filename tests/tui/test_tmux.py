@@ -16,7 +16,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.support.llmd_process import REPO, LlmdProcess
-from tests.tui.conftest import Stream
+from tests.support.streams import Stream
 
 pytestmark = pytest.mark.skipif(
     shutil.which("tmux") is None and not os.environ.get("CI"), reason="tmux is not installed"
