@@ -90,6 +90,7 @@ class Relay:
                     prompt_tokens = valid.prompt_tokens
                     send = _with_headers(send, valid.response_headers)
                     if admission.engine_priority:
+                        # `payload` carries validation's changes (it edits the dict in place)
                         body = _with_priority(payload, cls)
                     chat = self.endpoint is Endpoint.CHAT
                     cost = admission.cost(valid.prompt_tokens, valid.max_tokens, valid.n, chat)
