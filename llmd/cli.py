@@ -48,6 +48,9 @@ def _parser() -> argparse.ArgumentParser:
     drain = verbs.add_parser("drain", help="stop admitting; in-flight requests finish")
     drain.add_argument("--wait", action="store_true", help="return when nothing is in flight")
     drain.add_argument("--timeout", type=float, help="end what is still in flight after S seconds")
+    drain.add_argument(
+        "--reject-queued", action="store_true", help="answer requests queued in llmd 503 now"
+    )
     drain.add_argument("--runtime-dir", default=ServerConfig.runtime_dir)
     drain.set_defaults(func=_drain)
     for verb, help_text in (
@@ -156,7 +159,8 @@ def _call(
 
 
 def _drain(args: argparse.Namespace) -> int:
-    answer = _call(args, "POST", "/drain", {"deadline_s": args.timeout})
+    queued = "reject" if args.reject_queued else "wait"
+    answer = _call(args, "POST", "/drain", {"deadline_s": args.timeout, "queued": queued})
     print(f"draining: {answer['in_flight']} in flight")
     if not args.wait:
         return 0

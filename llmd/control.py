@@ -33,11 +33,15 @@ class Controller:
         self._reload = reload
         self._deadline: asyncio.Task[None] | None = None
 
-    def drain(self, deadline_s: float | None = None) -> dict[str, Any]:
+    def drain(self, deadline_s: float | None = None, reject_queued: bool = False) -> dict[str, Any]:
         """Stop admitting (new requests get 503 `draining` with Retry-After); in-flight work
-        finishes. After `deadline_s` seconds, what is still in flight ends with an in-band
+        finishes, and so does work queued in llmd unless `reject_queued`, which answers it 503
+        `draining` now. After `deadline_s` seconds, what is still in flight ends with an in-band
         error. Idempotent; a new deadline replaces the old one."""
         self.ctx.draining = True
+        if reject_queued:
+            error = Draining("llmd is draining; queued requests were turned away", retry_after_s=5)
+            self.ctx.admission.reject_queued(error)
         self._cancel_deadline()
         if deadline_s is not None:
             self._deadline = asyncio.create_task(self._end_after(deadline_s))

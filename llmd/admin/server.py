@@ -1,7 +1,7 @@
 """The admin API: a small pure-ASGI app served on the admin Unix socket.
 
 Routes: `GET /status` (the Status snapshot), `POST /drain` (JSON body, optional
-`{"deadline_s": S}`), `POST /resume`, `POST /restart`, `POST /reload`,
+`{"deadline_s": S, "queued": "wait" | "reject"}`), `POST /resume`, `POST /restart`, `POST /reload`,
 `POST /requests/{id}/cancel`. Access control is the socket's mode (0660: root and the llmd
 group), set when the daemon binds it.
 """
@@ -52,7 +52,10 @@ class AdminApp:
             deadline = body.get("deadline_s")
             if deadline is not None and (not isinstance(deadline, int | float) or deadline < 0):
                 return 400, _error("deadline_s must be a number >= 0", "invalid_request")
-            return 200, self.control.drain(deadline)
+            queued = body.get("queued", "wait")
+            if queued not in ("wait", "reject"):
+                return 400, _error("queued must be 'wait' or 'reject'", "invalid_request")
+            return 200, self.control.drain(deadline, reject_queued=queued == "reject")
         if path == "/resume":
             return 200, self.control.resume()
         if path == "/restart":

@@ -133,6 +133,18 @@ class Admission:
         assert entry.released_at is not None
         return Ticket(entry, queue_ms=(entry.released_at - entry.enqueued_at) * 1000)
 
+    def reject_queued(self, error: ApiError) -> int:
+        """Answer every request still queued with `error` (a drain that turns the queue away);
+        how many were."""
+        rejected = 0
+        for entry in list(self.scheduler.entries()):
+            future = self._waiters.get(entry)
+            if self.scheduler.cancel(entry) and future is not None and not future.done():
+                future.set_exception(error)
+                rejected += 1
+        self._pump()
+        return rejected
+
     def finish(self, ticket: Ticket) -> None:
         """The request has ended (any way): its capacity goes to the next in line."""
         entry = ticket.entry

@@ -165,3 +165,28 @@ async def test_client_leaving_while_queued_never_reaches_the_engine(llmd: LlmdPr
             await asyncio.sleep(0.1)
         await asyncio.sleep(1.0)  # the slot is free: a request still queued would run now
     assert engine_requests_seen(llmd.engine_socket) - before == 0
+
+
+async def test_drain_can_turn_the_queue_away(llmd: LlmdProcess) -> None:
+    """`POST /drain {"queued": "reject"}`: a request waiting in llmd's queue is answered 503
+    draining with Retry-After at once; resume admits again."""
+    admin = httpx.AsyncHTTPTransport(uds=str(llmd.runtime_dir / "admin.sock"))
+    async with (
+        httpx.AsyncClient(base_url=llmd.base_url, timeout=30) as client,
+        httpx.AsyncClient(transport=admin, base_url="http://llmd") as control,
+        engine_held(client),
+    ):
+        normal = auth(FREE, **{"x-llmd-priority": "normal"})
+        queued = asyncio.create_task(client.post("/v1/chat/completions", json=CHAT, headers=normal))
+        await asyncio.sleep(0.5)
+        assert not queued.done()
+        drained = await control.post("/drain", json={"queued": "reject"})
+        answer = await asyncio.wait_for(queued, timeout=5)
+        await control.post("/resume")
+    assert drained.status_code == 200
+    assert answer.status_code == 503 and answer.json()["error"]["code"] == "draining"
+    assert int(answer.headers["retry-after"]) >= 1
+    after = httpx.post(
+        llmd.base_url + "/v1/chat/completions", json=CHAT, headers=auth(FREE), timeout=30
+    )
+    assert after.status_code == 200
