@@ -20,15 +20,18 @@ class Stream(threading.Thread):
     """A streamed completion read in a thread; `lines` (non-empty SSE lines) once done,
     `first` set at its first event."""
 
-    def __init__(self, llmd: LlmdProcess, request_id: str = "") -> None:
+    def __init__(
+        self, llmd: LlmdProcess, request_id: str = "", body: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(daemon=True)
         self.url = llmd.base_url + "/v1/completions"
+        self.body = body or STREAM
         self.headers = {"x-request-id": request_id} if request_id else {}
         self.lines: list[str] = []
         self.first = threading.Event()
 
     def run(self) -> None:
-        with httpx.stream("POST", self.url, json=STREAM, headers=self.headers, timeout=60) as r:
+        with httpx.stream("POST", self.url, json=self.body, headers=self.headers, timeout=60) as r:
             for line in r.iter_lines():
                 if line:
                     self.lines.append(line)

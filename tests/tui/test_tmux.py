@@ -16,7 +16,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.support.llmd_process import REPO, LlmdProcess
-from tests.support.streams import Stream
+from tests.support.streams import STREAM, Stream
 
 pytestmark = pytest.mark.skipif(
     shutil.which("tmux") is None and not os.environ.get("CI"), reason="tmux is not installed"
@@ -30,6 +30,8 @@ class Tmux:
         self.server = f"llmd-test-{uuid.uuid4().hex[:8]}"
         env = {**os.environ, "PYTHONPATH": str(REPO), "TERM": "xterm-256color"}
         self.run("new-session", "-d", "-s", "top", "-x", "160", "-y", "48", command, env=env)
+        # With no client attached, tmux 3.3 may keep the default 80x24; size the window.
+        self.run("resize-window", "-t", "top", "-x", "160", "-y", "48")
 
     def run(
         self, *args: str, env: dict[str, str] | None = None
@@ -60,7 +62,8 @@ class Tmux:
 def test_llmd_top_in_a_real_terminal(llmd: LlmdProcess) -> None:
     """The dashboard draws in tmux with the engine serving and a live stream listed; `?` shows
     the help, `q` quits and the session ends."""
-    stream = Stream(llmd, "tmux-stream-1")
+    # 1,000 slow tokens: ~20 s in flight, while llmd-top starts and draws (seconds under load).
+    stream = Stream(llmd, "tmux-stream-1", body={**STREAM, "max_tokens": 1000})
     stream.start()
     assert stream.first.wait(10)
     command = f"{sys.executable} -m llmd.tui --runtime-dir {llmd.runtime_dir} --interval 0.5"

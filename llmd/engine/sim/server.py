@@ -225,6 +225,8 @@ class SimServer:
         response = web.StreamResponse(status=200, headers=SSE_HEADERS)
         die_after = state.fault.die_after
         started = False
+        end = 0
+        finish_sent = False
         try:
             async for start, end in state.updates():
                 if not started:
@@ -238,6 +240,7 @@ class SimServer:
                         await response.write(writer.token_chunk(start, end))
                     _drop_connection(request)
                     return response
+                finish_sent = state.finish_reason is not None
                 await response.write(writer.token_chunk(start, end))
         except SimHTTPError as error:
             if not started:
@@ -247,6 +250,10 @@ class SimServer:
             return response
         except ConnectionResetError:
             return response
+        if started and not finish_sent and state.finish_reason is not None:
+            # The request ended after its last token's chunk was written: the finish reason
+            # goes in a chunk of its own, with no text, as vLLM sends it then.
+            await response.write(writer.token_chunk(end, end))
         if state.request.include_usage:
             await response.write(writer.usage_chunk())
         await response.write(DONE)
