@@ -43,7 +43,7 @@ class Tmux:
     def screen(self) -> str:
         return self.run("capture-pane", "-p", "-t", "top").stdout
 
-    def wait_for(self, condition: Callable[[str], bool], timeout_s: float = 30.0) -> str:
+    def wait_for(self, condition: Callable[[str], bool], timeout_s: float = 60.0) -> str:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             screen = self.screen()
