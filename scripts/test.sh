@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Run the tests: set up if needed, then the fast suite (simulator, two workers, about a minute)
-# and the end-to-end suite against a real vLLM child (one at a time: each boots the engine).
+# Run the tests: set up if needed, then the fast suite (the simulator and llmd daemons on it,
+# about 3 minutes) and the end-to-end suite against a real vLLM child (each boots the engine).
+# Both run serially: the timing tests are written for an otherwise idle 2-core machine.
 # With arguments, they go to one pytest run instead, e.g. `scripts/test.sh -m "not e2e" -n 2`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,5 +9,5 @@ scripts/setup.sh
 if [ $# -gt 0 ]; then
   exec .venv/bin/python -m pytest "$@"
 fi
-.venv/bin/python -m pytest -m "not e2e" -n 2
+.venv/bin/python -m pytest -m "not e2e"
 exec .venv/bin/python -m pytest -m e2e

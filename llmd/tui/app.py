@@ -104,7 +104,9 @@ class TopApp(App[None]):
             self.query_one(f"#{widget_id}").border_title = title
         self.header.show(None, self.link)
         self.sequences.focus()
-        self.run_worker(self._poll(), name="poll", exclusive=True)
+        # After the first refresh: by then every panel's own children are composed (a panel
+        # shown earlier found no '#spark' on a loaded machine).
+        self.call_after_refresh(self.run_worker, self._poll(), name="poll", exclusive=True)
 
     async def _poll(self) -> None:
         while True:

@@ -29,13 +29,19 @@ class Stream(threading.Thread):
         self.headers = {"x-request-id": request_id} if request_id else {}
         self.lines: list[str] = []
         self.first = threading.Event()
+        self.error: httpx.TransportError | None = None
 
     def run(self) -> None:
-        with httpx.stream("POST", self.url, json=self.body, headers=self.headers, timeout=60) as r:
-            for line in r.iter_lines():
-                if line:
-                    self.lines.append(line)
-                    self.first.set()
+        try:
+            with httpx.stream(
+                "POST", self.url, json=self.body, headers=self.headers, timeout=60
+            ) as response:
+                for line in response.iter_lines():
+                    if line:
+                        self.lines.append(line)
+                        self.first.set()
+        except httpx.TransportError as exc:  # a hanging request outlives its test's daemon
+            self.error = exc
 
     def last_event(self) -> Any:
         """The JSON of the last event before `[DONE]`."""
