@@ -17,14 +17,11 @@ class Phase(enum.StrEnum):
 
 @dataclasses.dataclass
 class AdmissionCounters:
-    """Monotonic counts since start: cancellations by phase (client left), rejections by
-    reason (rate_limited, queue_full, queue_timeout, deadline), streams cut off because the
-    client stopped reading, and requests released to the engine by class."""
+    """Monotonic counts since start: rejections by reason (rate_limited, queue_full,
+    queue_timeout, deadline), streams cut off because the client stopped reading, and requests
+    released to the engine by class. Cancellations by phase are the request observer's
+    (llmd/telemetry/observer.py): one count, read by the status and /metrics."""
 
-    cancelled: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     rejected: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     released: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     stalled_streams: int = 0
-
-    def cancel(self, phase: Phase) -> None:
-        self.cancelled[phase.value] += 1

@@ -138,8 +138,7 @@ class Relay:
         try:
             await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
             if not work.done():
-                exchange.client_gone = True
-                self.ctx.admission.counters.cancel(exchange.phase)
+                exchange.client_gone = True  # the observer counts it, by phase
                 log.debug(
                     "client_disconnected", request_id=exchange.request_id, phase=exchange.phase
                 )
