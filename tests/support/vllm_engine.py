@@ -59,7 +59,8 @@ class Engine:
 
 @contextlib.contextmanager
 def vllm_engine(model: Path, timeout_s: float = 400.0) -> Iterator[Engine]:
-    """Boot vLLM on `model` in its own session, yield it once /health is 200, stop its group.
+    """Boot vLLM on `model` in a process group of its own (in this session: see
+    llmd/supervisor/process.py), yield it once /health is 200, stop its group.
 
     Raises RuntimeError, with the engine's log, when it exits or is not healthy in time.
     """
@@ -79,7 +80,7 @@ def vllm_engine(model: Path, timeout_s: float = 400.0) -> Iterator[Engine]:
     ]
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ}
+            argv, stdout=log, stderr=subprocess.STDOUT, process_group=0, env={**os.environ}
         )
     try:
         _wait_healthy(process, socket, log_path, timeout_s)
