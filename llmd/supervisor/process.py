@@ -80,8 +80,9 @@ class EngineProcess:
     async def wait(self) -> int:
         """Wait for the leader to exit; its return code (negative: killed by that signal)."""
         code = await self.proc.wait()
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self._pump), timeout=2.0)
+        # Let the output pump drain the last lines. asyncio.wait, not wait_for: stop_group may
+        # cancel the pump meanwhile, and that must not end this wait as cancelled.
+        await asyncio.wait({self._pump}, timeout=2.0)
         return code
 
     @property
