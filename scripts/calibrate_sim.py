@@ -16,12 +16,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,68 +25,28 @@ from pathlib import Path
 import aiohttp
 
 REPO = Path(__file__).resolve().parents[1]
-VLLM_ARGS = [
-    "--max-model-len",
-    "1024",
-    "--kv-cache-memory-bytes",
-    "67108864",
-    "--gpu-memory-utilization",
-    "0.2",
-    "--enforce-eager",
-]
+sys.path.insert(0, str(REPO))
+
+from tests.support.sim_process import SimProcess  # noqa: E402
+from tests.support.vllm_engine import MAX_MODEL_LEN, vllm_engine  # noqa: E402
 
 
 @contextlib.contextmanager
 def engine(kind: str, model: Path, extra: list[str]) -> Iterator[Path]:
-    """Boot `kind` ('vllm' or 'sim') on a fresh socket; yield the socket; stop its group."""
-    workdir = Path(tempfile.mkdtemp(prefix=f"calib-{kind}-", dir="/tmp"))
-    socket = workdir / "engine.sock"
-    module = "vllm.entrypoints.openai.api_server" if kind == "vllm" else "llmd.engine.sim"
-    args = VLLM_ARGS if kind == "vllm" else ["--max-model-len", "1024", *extra]
-    argv = [
-        sys.executable,
-        "-m",
-        module,
-        "--model",
-        str(model),
-        "--uds",
-        str(socket),
-        "--served-model-name",
-        "tiny",
-        *args,
-    ]
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    with (workdir / "engine.log").open("wb") as log:
-        process = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, env=env, process_group=0
-        )
+    """Boot `kind` ('vllm' with the test suite's flags, or 'sim' with `extra`) on a fresh
+    socket; yield the socket; stop it."""
+    started = time.monotonic()
+    if kind == "vllm":
+        with vllm_engine(model) as vllm:
+            print(f"vllm: ready in {time.monotonic() - started:.1f} s", file=sys.stderr)
+            yield vllm.socket
+        return
+    sim = SimProcess.start(model, "--max-model-len", str(MAX_MODEL_LEN), *extra)
     try:
-        started = time.monotonic()
-        asyncio.run(_wait_healthy(socket, process))
-        print(f"{kind}: ready in {time.monotonic() - started:.1f} s", file=sys.stderr)
-        yield socket
+        print(f"sim: ready in {sim.wait_ready():.1f} s", file=sys.stderr)
+        yield sim.socket
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-
-
-async def _wait_healthy(socket: Path, process: subprocess.Popen[bytes]) -> None:
-    while process.poll() is None:
-        with contextlib.suppress(aiohttp.ClientError, OSError):
-            connector = aiohttp.UnixConnector(path=str(socket))
-            async with (
-                aiohttp.ClientSession(connector=connector) as session,
-                session.get("http://engine/health") as response,
-            ):
-                if response.status == 200:
-                    return
-        await asyncio.sleep(0.2)
-    raise SystemExit(f"engine exited with {process.returncode} before it was ready")
+        sim.stop()
 
 
 async def one_request(session: aiohttp.ClientSession, tokens: int, index: int) -> tuple[float, int]:

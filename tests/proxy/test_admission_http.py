@@ -10,9 +10,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from llmd.admission.tenants import hash_key
+from tests.support.engine_metrics import engine_gauge
 from tests.support.llmd_process import LlmdProcess, short_tmpdir
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
@@ -58,14 +58,7 @@ def engine_requests_seen(socket: Path) -> float:
     """Prompt tokens the simulator has started generating for (vllm:prompt_tokens_total): a
     request that reached the engine and was scheduled adds its prompt. (Aborted requests are
     not in request_success_total, as in vLLM 0.32, so that counter cannot tell.)"""
-    with httpx.Client(transport=httpx.HTTPTransport(uds=str(socket)), timeout=5) as client:
-        text = client.get("http://engine/metrics").text
-    return sum(
-        s.value
-        for f in text_string_to_metric_families(text)
-        for s in f.samples
-        if s.name == "vllm:prompt_tokens_total"
-    )
+    return engine_gauge(socket, "vllm:prompt_tokens_total")
 
 
 @contextlib.asynccontextmanager

@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
+from tests.support.waiting import wait_for
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 20}
 STORM = 300
@@ -109,11 +110,8 @@ def test_a_failure_storm_is_quiet_in_the_log_and_whole_in_the_counters(
 
     # A request is accounted once its response is sent: the last few may land just after the
     # client has its 502.
-    deadline = time.monotonic() + 5
+    wait_for(lambda: counted(samples(llmd)) >= STORM, timeout_s=5, every_s=0.1)
     found = samples(llmd)
-    while counted(found) < STORM and time.monotonic() < deadline:
-        time.sleep(0.1)
-        found = samples(llmd)
     assert counted(found) == STORM
     lines = [json.loads(line) for line in llmd.log_path.read_text().splitlines()[before:]]
     events = [line["event"] for line in lines]

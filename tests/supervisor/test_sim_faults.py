@@ -4,7 +4,6 @@ engine death → restart."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -15,6 +14,7 @@ from llmd.daemon import EXIT_ENGINE_GAVE_UP
 from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
+from tests.support.waiting import wait_for
 
 FAST_RESTARTS = {"backoff_initial_s": 0.1, "backoff_max_s": 0.5}
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
@@ -40,15 +40,6 @@ def start_llmd() -> Iterator[Start]:
 def engine_status(llmd: LlmdProcess) -> dict[str, Any]:
     engine: dict[str, Any] = llmd.admin_status()["engine"]
     return engine
-
-
-def wait_for(predicate: Callable[[], bool], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_engine_crash_is_restarted(start_llmd: Start) -> None:
