@@ -1,4 +1,5 @@
-"""Files in the state directory written whole or not at all, and one lock for the writers."""
+"""Files in the state directory written whole or not at all, owned as their directory is, and
+one lock for the writers."""
 
 from __future__ import annotations
 
@@ -23,12 +24,24 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, mode)
+        adopt_owner(Path(tmp))
         os.rename(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
     sync_directory(path.parent)
+
+
+def adopt_owner(path: Path) -> None:
+    """Run as root, give `path` the owner and group of its directory: `sudo llmd release
+    create` then leaves files the daemon's user (systemd's `User=llmd`, owner of the state
+    directory) can read and append to. Otherwise a no-op. Raises OSError."""
+    if os.geteuid() != 0:
+        return
+    parent = os.stat(path.parent)
+    if (parent.st_uid, parent.st_gid) != (0, 0):
+        os.chown(path, parent.st_uid, parent.st_gid)
 
 
 def sync_directory(directory: Path) -> None:
@@ -44,8 +57,9 @@ def sync_directory(directory: Path) -> None:
 def locked(lock_path: Path) -> Iterator[None]:
     """Hold an exclusive flock on `lock_path` (created if missing) for the block: one writer at a
     time among llmd processes (the daemon, CLI verbs). Raises OSError."""
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o664)
     try:
+        adopt_owner(lock_path)
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:

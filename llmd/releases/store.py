@@ -18,7 +18,7 @@ from typing import Any
 
 from llmd.config import EngineConfig
 from llmd.errors import ReleaseError
-from llmd.releases.atomic import locked, sync_directory, write_atomic
+from llmd.releases.atomic import adopt_owner, locked, sync_directory, write_atomic
 from llmd.releases.digests import DigestCache
 from llmd.releases.record import Release, build_release, check_name
 
@@ -52,8 +52,8 @@ class ReleaseStore:
         """Write `release` once; a record of that name already there is never replaced.
         Raises ReleaseError when the name is taken or the directory is not writable."""
         path = self.path(release.name)
+        self.prepare()
         try:
-            self._ensure_root()
             with locked(self.root / ".lock"):
                 if path.exists():
                     raise ReleaseError(_taken(path))
@@ -105,9 +105,10 @@ class ReleaseStore:
         Raises ReleaseError."""
         line = {"at": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")}
         line.update(event)
+        self.prepare()
         try:
-            self._ensure_root()
             with locked(self.root / ".lock"), self.history_path.open("a") as handle:
+                adopt_owner(self.history_path)
                 handle.write(json.dumps(line, sort_keys=True) + "\n")
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -136,8 +137,15 @@ class ReleaseStore:
                 problems.append(f"{self.history_path}:{number}: not a JSON object, skipped")
         return events, problems
 
-    def _ensure_root(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o750)
+    def prepare(self) -> None:
+        """Create the releases directory (mode 0750, owned as the state directory when run as
+        root) if it is missing. Raises ReleaseError when it cannot be created."""
+        try:
+            if not self.root.is_dir():
+                self.root.mkdir(parents=True, mode=0o750)
+                adopt_owner(self.root)
+        except OSError as exc:
+            raise ReleaseError(f"cannot create {self.root}: {exc.strerror or exc}") from exc
 
 
 def create_release(
@@ -148,6 +156,7 @@ def create_release(
     hashed. Raises ReleaseError."""
     if store.exists(name):
         raise ReleaseError(_taken(store.path(name)))
+    store.prepare()  # an unwritable state directory fails before a 15 GB model is read
     cache = store.digest_cache()
     release = build_release(name, engine_name, engine, cache, nvml)
     store.create(release)

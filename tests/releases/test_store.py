@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from pathlib import Path
@@ -61,12 +60,28 @@ def test_history_lines_are_appended_and_stamped(store: ReleaseStore) -> None:
     assert problems == [f"{store.history_path}:2: not a JSON object, skipped"]
 
 
-def test_a_store_that_cannot_be_written_says_where(tmp_path: Path, model_dir: Path) -> None:
-    """State directory on a path that is a file: a ReleaseError naming the path."""
+def test_a_store_that_cannot_be_written_fails_before_any_file_is_read(
+    tmp_path: Path, model_dir: Path
+) -> None:
+    """State directory on a path that is a file: a ReleaseError naming the path, raised before
+    the model is hashed (no digest cache anywhere)."""
     (tmp_path / "file").write_text("")
-    store = ReleaseStore(tmp_path / "file")
-    release, _ = create_release(
-        ReleaseStore(tmp_path / "ok"), "r1", "main", engine(model_dir), NoNvml()
-    )
-    with pytest.raises(ReleaseError, match="cannot write"):
-        store.create(dataclasses.replace(release))
+    with pytest.raises(ReleaseError, match="cannot create"):
+        create_release(ReleaseStore(tmp_path / "file"), "r1", "main", engine(model_dir), NoNvml())
+    assert not list(tmp_path.rglob(".digest-cache.json"))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create files for another user")
+def test_files_written_as_root_belong_to_the_state_directorys_owner(
+    tmp_path: Path, model_dir: Path
+) -> None:
+    """`sudo llmd release create` in llmd's state dir: the daemon's user owns what it wrote."""
+    state = tmp_path / "state"
+    state.mkdir()
+    os.chown(state, 65534, 65534)
+    store = ReleaseStore(state)
+    create_release(store, "r1", "main", engine(model_dir), NoNvml())
+    store.append_history({"event": "deploy_started"})
+    written = [store.root, *store.root.iterdir()]
+    assert {p.name for p in written} >= {"releases", "r1.json", ".lock", "history.jsonl"}
+    assert {(p.stat().st_uid, p.stat().st_gid) for p in written} == {(65534, 65534)}
