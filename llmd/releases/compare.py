@@ -30,8 +30,8 @@ class Decision(enum.StrEnum):
 @dataclasses.dataclass(frozen=True)
 class Check:
     """One figure's judgement: `status` is `ok`, `broken` or `insufficient`; `old`/`new` the
-    values (None when not computable), `threshold` the allowed bound in words, `detail` the
-    sentence for the operator."""
+    values (None when not computable; `output_length` gives the KS distance as `new`),
+    `threshold` the allowed bound in words, `detail` the sentence for the operator."""
 
     figure: str
     status: str
@@ -218,7 +218,7 @@ def _lengths(old: Figures, new: Figures, config: ReleaseConfig) -> Check:
     return Check(
         "output_length",
         "broken" if broken else "ok",
-        0.0,
+        None,  # one figure for both sides: the distance between them
         distance,
         threshold,
         f"output_length distributions differ by KS distance {distance:.3f} "
