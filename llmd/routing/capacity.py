@@ -20,7 +20,7 @@ from llmd.routing.breaker import CircuitBreaker
 from llmd.routing.choice import AffinityPolicy, Choice, choose
 
 # Retry-After for a pool none of whose backends is expected back (every engine gave up): the
-# scheduler's cap on its estimates (llmd/admission/scheduler.py DrainRate).
+# scheduler's cap on its own Retry-After estimates (llmd/admission/scheduler.py).
 MAX_WAIT_S = 600.0
 
 
@@ -66,15 +66,19 @@ class _Slot:
 
 @dataclasses.dataclass(frozen=True)
 class _Placement:
-    backend: str
+    """Where a released entry runs: the slot itself, so that it finishes there even after its
+    backend was removed or replaced."""
+
+    slot: _Slot
     model: str
 
 
 class PoolCapacity:
     """Every backend's capacity gate, in pools by model name, and where released entries went.
 
-    Single-threaded, like the scheduler. Backends are added once (from the config); an
-    upstream has a CircuitBreaker, an engine none (its supervisor sets `serving`).
+    Single-threaded, like the scheduler. Backends come from the config and change on reload
+    (`add`, `remove`); an upstream has a CircuitBreaker, an engine none (its supervisor sets
+    `serving`).
     """
 
     def __init__(self, affinity: AffinityPolicy | None = None) -> None:
@@ -99,7 +103,13 @@ class PoolCapacity:
         if name in self._slots or not models:
             raise ValueError(f"backend {name!r} is already added or serves no model")
         self._slots[name] = _Slot(name, kind, models, gate, breaker)
-        self._pools = group_pools((slot.name, slot.models) for slot in self._slots.values())
+        self._regroup()
+
+    def remove(self, name: str) -> None:
+        """Take backend `name` out of its pools: no new request goes there; those running
+        there finish there (and count in its old gate). Raises KeyError."""
+        del self._slots[name]
+        self._regroup()
 
     def pool(self, model: str) -> tuple[str, ...] | None:
         """The backends serving `model` in config order, or None: an unknown model."""
@@ -147,22 +157,18 @@ class PoolCapacity:
     def on_release(self, entry: Entry, backend: str, now: float, model: str) -> None:
         """`entry` starts on `backend` (as `admits` chose): counted in its gate; for a
         half-open upstream it is the probe."""
-        slot = self._slots[backend]
-        slot.gate.on_release(entry)
-        if slot.breaker is not None:
-            slot.breaker.on_attempt(now)
-        self._placed[entry] = _Placement(backend, model)
+        self._start(entry, self._slots[backend], now, model)
 
     def on_finish(self, entry: Entry) -> None:
         """`entry` has ended (any way): its backend's capacity is free again."""
         placement = self._placed.pop(entry, None)
         if placement is not None:
-            self._slots[placement.backend].gate.on_finish(entry)
+            placement.slot.gate.on_finish(entry)
 
     def backend_of(self, entry: Entry) -> str | None:
         """Where a released entry runs, or None (not released, or finished)."""
         placement = self._placed.get(entry)
-        return placement.backend if placement is not None else None
+        return placement.slot.name if placement is not None else None
 
     def reroute(self, entry: Entry, exclude: frozenset[str], now: float) -> str | None:
         """Move a released `entry` whose backend failed before the first byte to the
@@ -181,8 +187,8 @@ class PoolCapacity:
         choice = choose(candidates, None, self.affinity)
         if choice is None:
             return None
-        self._slots[placement.backend].gate.on_finish(entry)
-        self.on_release(entry, choice.backend, now, placement.model)
+        placement.slot.gate.on_finish(entry)
+        self._start(entry, self._slots[choice.backend], now, placement.model)
         return choice.backend
 
     def available(self, model: str, now: float) -> bool:
@@ -195,6 +201,15 @@ class PoolCapacity:
         them is expected back (a breaker's cooldown, an engine's restart backoff and boot)."""
         waits = [self._slots[name].wait_s(now) for name in self._pools.get(model, ())]
         return min(max(1.0, min(waits, default=MAX_WAIT_S)), MAX_WAIT_S)
+
+    def _start(self, entry: Entry, slot: _Slot, now: float, model: str) -> None:
+        slot.gate.on_release(entry)
+        if slot.breaker is not None:
+            slot.breaker.on_attempt(now)
+        self._placed[entry] = _Placement(slot, model)
+
+    def _regroup(self) -> None:
+        self._pools = group_pools((slot.name, slot.models) for slot in self._slots.values())
 
 
 class PoolGate:

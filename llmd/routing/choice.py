@@ -46,10 +46,14 @@ from llmd.routing.backend import Backend
 class AffinityPolicy:
     """How much busier than the mean an affinity backend may be: `epsilon` (a ratio) and
     `slack` (requests' worth of its seats, so that at low load one request does not break the
-    affinity)."""
+    affinity). Raises ValueError for a negative or infinite value."""
 
     epsilon: float = 0.25
     slack: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.epsilon < float("inf") and 0 <= self.slack < float("inf")):
+            raise ValueError(f"epsilon and slack must be finite and >= 0: {self}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -178,6 +178,23 @@ def test_affinity_keeps_a_prefix_on_one_backend() -> None:
                 capacity.on_release(entry(), name, 0.0, "small")
 
 
+def test_removed_backend_takes_no_new_work_and_its_running_entries_finish() -> None:
+    """Reload takes an upstream out: new requests avoid it, running ones finish in its old
+    gate, and the name may come back with a fresh gate."""
+    capacity = fleet()
+    item = entry(cost=70)
+    capacity.on_release(item, "lab", 0.0, "lab")
+    old_gate = capacity.gate("lab")
+    capacity.remove("lab")
+    assert capacity.pool("lab") is None and capacity.pool("small") == ("small-a", "small-b")
+    assert capacity.backend_of(item) == "lab"
+    capacity.add("lab", UPSTREAM, ["lab"], CapacityGate(max_in_flight=2), CircuitBreaker())
+    assert capacity.gate("lab").in_flight == 0
+    capacity.on_finish(item)
+    assert (old_gate.in_flight, old_gate.reserved_tokens) == (0, 0)
+    assert capacity.gate("lab").in_flight == 0
+
+
 def test_duplicate_or_empty_backends_are_refused() -> None:
     """Backend names are unique and each serves a model."""
     capacity = fleet()
