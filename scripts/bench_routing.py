@@ -170,6 +170,7 @@ def main() -> None:
         print(f"{label:<20} " + " ".join(f"{cell:>20}" for cell in cells))
     if args.output:
         report = {
+            "command": " ".join(["scripts/bench_routing.py", *sys.argv[1:]]),
             "workload": dataclasses.asdict(workload),
             "rounds": args.rounds,
             "policies": {label: [dataclasses.asdict(r) for r in rs] for label, rs in rows.items()},

@@ -3,6 +3,7 @@ bound, and the bound itself."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -107,3 +108,10 @@ def test_keys_spread_over_the_backends() -> None:
     for i in range(4000):
         counts[rendezvous_order(f"prefix-{i}", NAMES[:4])[0]] += 1
     assert all(800 < n < 1200 for n in counts.values()), counts
+
+
+def test_policy_refuses_negative_or_infinite_values() -> None:
+    """An infinite epsilon would make the bound NaN at zero load (inf x 0): refused."""
+    for epsilon, slack in ((-0.1, 1.0), (float("inf"), 1.0), (0.25, -1.0), (0.25, float("nan"))):
+        with pytest.raises(ValueError, match="epsilon"):
+            AffinityPolicy(epsilon, slack)
