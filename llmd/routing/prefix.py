@@ -8,9 +8,10 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 # About 256 tokens at about 4 characters per token (the guess of gateway-api-inference-extension's
-# prefix scorer, pkg/epp/scheduling/framework/plugins/multi/prefix), i.e. 16 of vLLM's 16-token
-# KV blocks: long enough that a shared system prompt or conversation is worth keeping together,
-# short enough that a conversation keeps one key from its second or third turn on.
+# prefix scorer, pkg/epp/scheduling/framework/plugins/multi/prefix), i.e. 16 KV blocks at vLLM's
+# GPU default of 16 tokens (2 at the CPU build's 128): long enough that a shared system prompt
+# or conversation is worth keeping together, short enough that a conversation keeps one key
+# from its second or third turn on.
 PREFIX_CHARS = 1024
 _ROLE_END = "\x1f"  # unit separator: between a message's role and its content
 _MESSAGE_END = "\x1e"  # record separator: after each message
