@@ -20,16 +20,16 @@ from typing import Literal
 import structlog
 import uvicorn
 
+from llmd.actions import OperatorActions
 from llmd.admin.server import AdminApp
 from llmd.config import Config, config_path, load_config, reload_config
-from llmd.control import Controller
 from llmd.engine.launch import installed_engine_build
 from llmd.errors import ConfigError, EngineGaveUp
 from llmd.gpu.preflight import GpuReport, PreflightError, run_preflight
 from llmd.logs import configure_logging, line_limiter
 from llmd.proxy.app import build_app
-from llmd.proxy.context import ProxyContext
 from llmd.runtime import RuntimePaths
+from llmd.state import DaemonState
 from llmd.status import take_snapshot
 from llmd.supervisor.state import EngineState
 from llmd.supervisor.supervisor import Supervisor
@@ -37,6 +37,7 @@ from llmd.systemd.notify import Notifier
 from llmd.systemd.reporter import ServiceReporter
 from llmd.telemetry.observer import Observer
 from llmd.telemetry.scraper import Scraper, run_quietly
+from llmd.telemetry.status_metrics import StatusCollector
 
 log = structlog.get_logger("llmd.daemon")
 
@@ -64,14 +65,20 @@ class Daemon:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.paths = RuntimePaths(Path(config.server.runtime_dir))
-        self.ctx = ProxyContext(
+        self.state = DaemonState(
             config=config,
             paths=self.paths,
             engine=EngineState(),
             observer=Observer(config.telemetry.top_tenants, config.logging.requests),
         )
-        self.supervisor = Supervisor(config, self.paths, self.ctx.engine)
-        self.control = Controller(self.ctx, self.supervisor, self._reload)
+        metrics = self.state.observer.metrics
+        metrics.registry.register(
+            StatusCollector(
+                lambda: take_snapshot(self.state), lambda: line_limiter().suppressed, metrics.tenant
+            )
+        )
+        self.supervisor = Supervisor(config, self.paths, self.state.engine)
+        self.actions = OperatorActions(self.state, self.supervisor, self._reload)
         self.exit_code = EXIT_OK
         self.gpu: GpuReport | None = None
         self.reporter = ServiceReporter(Notifier(), config.supervisor.max_failed_boots)
@@ -113,19 +120,22 @@ class Daemon:
         server = self.config.server
         public = _bind_tcp(server.host, server.port, server.send_buffer_bytes)
         admin = _bind_unix(self.paths.admin_socket, mode=0o660)
-        self._start_server("proxy", build_app(self.ctx), public, lifespan="on")
+        self._start_server("proxy", build_app(self.state), public, lifespan="on")
         self._start_server(
-            "admin", AdminApp(lambda: take_snapshot(self.ctx), self.control), admin, lifespan="off"
+            "admin",
+            AdminApp(lambda: take_snapshot(self.state), self.actions),
+            admin,
+            lifespan="off",
         )
         self._tasks["engine"] = asyncio.create_task(self.supervisor.run(), name="supervisor")
         # Telemetry is not a part whose end stops llmd: it logs its own failures and is
         # cancelled at shutdown.
         scraper = Scraper(
-            self.ctx.observer,
-            self.ctx.engine,
+            self.state.observer,
+            self.state.engine,
             self.paths.engine_socket,
             self.config.telemetry,
-            on_sample=self.ctx.admission.engine_sampled,
+            on_sample=self.state.admission.engine_sampled,
         )
         self._telemetry = asyncio.create_task(run_quietly(scraper), name="telemetry")
         log.info(
@@ -165,16 +175,16 @@ class Daemon:
         """Stop in order; every step runs even if the one before it failed."""
         # 1. Refuse new admissions (503 `draining`): the listener stays open so that clients get
         #    an answer with Retry-After rather than a refused connection.
-        self.ctx.draining = True
-        self.reporter.stopping(f"draining: {len(self.ctx.inflight)} in flight")
+        self.state.draining = True
+        self.reporter.stopping(f"draining: {len(self.state.inflight)} in flight")
         # 2. Let in-flight requests finish, up to the drain deadline; a second signal cuts it
         #    short. What remains then is ended with an in-band error.
-        if len(self.ctx.inflight):
-            self.control.drain()
+        if len(self.state.inflight):
+            self.actions.drain()
             hurry = asyncio.Event()
             second_signal = asyncio.create_task(self._signals.get())
             second_signal.add_done_callback(lambda _: hurry.set())
-            await self.control.wait_drained(self.config.server.drain_timeout_s, hurry)
+            await self.actions.wait_drained(self.config.server.drain_timeout_s, hurry)
             second_signal.cancel()
         # 3. Stop accepting: close the listeners and the idle keep-alive connections.
         for server in self._servers:
@@ -222,9 +232,9 @@ class Daemon:
         line_limiter().flush()
         stall_limit = self.config.engine.stop_timeout_s + 15.0
         self.reporter.tick(
-            self.ctx.engine,
-            draining=self.ctx.draining,
-            in_flight=len(self.ctx.inflight),
+            self.state.engine,
+            draining=self.state.draining,
+            in_flight=len(self.state.inflight),
             making_progress=_age(self.supervisor.last_progress) < stall_limit,
         )
 
@@ -245,8 +255,8 @@ class Daemon:
         finally:
             self.reporter.reloaded()
         applied, pending = reload_config(self.config, new)
-        self.config = self.ctx.config = self.supervisor.config = applied
-        self.ctx.observer.log_requests = applied.logging.requests
+        self.config = self.state.config = self.supervisor.config = applied
+        self.state.observer.log_requests = applied.logging.requests
         self.reporter.max_failed_boots = applied.supervisor.max_failed_boots
         configure_logging(applied.logging)
         log.info("config_reloaded", needs_restart=pending)

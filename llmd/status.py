@@ -14,8 +14,8 @@ from typing import Any
 
 from llmd import __version__
 from llmd.admission.classes import Priority
-from llmd.proxy.context import ProxyContext
 from llmd.proxy.inflight import Exchange
+from llmd.state import DaemonState
 from llmd.telemetry.events import Event, recent_events
 from llmd.telemetry.gpu import GpuDevice
 from llmd.telemetry.metrics import CANCEL_PHASES, CLASSES
@@ -186,25 +186,25 @@ def _fields(cls: type[Any]) -> tuple[dataclasses.Field[Any], ...]:
     return dataclasses.fields(cls)
 
 
-def take_snapshot(ctx: ProxyContext) -> Status:
+def take_snapshot(state: DaemonState) -> Status:
     """A snapshot of llmd now, from the proxy context: the engine state, the live exchanges and
     the observer's readings, windows and tallies."""
     now = time.monotonic()
-    engine = ctx.engine
-    observer = ctx.observer
+    engine = state.engine
+    observer = state.observer
     sample = observer.engine_sample
     uptime = engine.uptime_s()
-    exchanges = ctx.inflight.exchanges()
+    exchanges = state.inflight.exchanges()
     return Status(
         llmd_version=__version__,
         taken_at=time.time(),
-        listen=ctx.config.server.listen,
-        draining=ctx.draining,
+        listen=state.config.server.listen,
+        draining=state.draining,
         in_flight=len(exchanges),
         engine=EngineStatus(
             state=engine.phase.value,
             pid=engine.pid,
-            model=engine.model or ctx.config.engine.model_name,
+            model=engine.model or state.config.engine.model_name,
             version=engine.engine_version,
             max_model_len=engine.max_model_len,
             uptime_s=round(uptime, 1) if uptime is not None else None,
@@ -225,20 +225,20 @@ def take_snapshot(ctx: ProxyContext) -> Status:
         if sample
         else KvCacheStatus(),
         gpus=GpuStatus(observer.gpus.devices, observer.gpus.reason),
-        queues=_queues(ctx),
-        tenants=_tenants(ctx),
+        queues=_queues(state),
+        tenants=_tenants(state),
         sequences=tuple(_sequence(x, now) for x in exchanges[:MAX_SEQUENCES]),
-        latency=LatencyWindows(_latency(ctx, 60), _latency(ctx, 300)),
-        throughput=_throughput(ctx),
-        counts=_counts(ctx),
-        started_at=round(ctx.started_at, 3),
+        latency=LatencyWindows(_latency(state, 60), _latency(state, 300)),
+        throughput=_throughput(state),
+        counts=_counts(state),
+        started_at=round(state.started_at, 3),
         events=recent_events().recent(),
     )
 
 
-def _queues(ctx: ProxyContext) -> tuple[QueueStatus, ...]:
+def _queues(state: DaemonState) -> tuple[QueueStatus, ...]:
     """One row per class: requests waiting in admission's queue and the oldest one's wait."""
-    scheduler = ctx.admission.scheduler
+    scheduler = state.admission.scheduler
     now = time.monotonic()
     oldest: dict[str, float] = {}
     for entry in scheduler.entries():
@@ -253,16 +253,16 @@ def _queues(ctx: ProxyContext) -> tuple[QueueStatus, ...]:
     )
 
 
-def _tenants(ctx: ProxyContext) -> tuple[TenantStatus, ...]:
+def _tenants(state: DaemonState) -> tuple[TenantStatus, ...]:
     """One row per configured tenant and per tenant with work: in flight (relayed or queued
     in llmd), queued, and the tenant's limits."""
     in_flight: dict[str, int] = {}
-    for exchange in ctx.inflight.exchanges():
+    for exchange in state.inflight.exchanges():
         in_flight[exchange.tenant] = in_flight.get(exchange.tenant, 0) + 1
     queued: dict[str, int] = {}
-    for entry in ctx.admission.scheduler.entries():
+    for entry in state.admission.scheduler.entries():
         queued[entry.tenant.name] = queued.get(entry.tenant.name, 0) + 1
-    limits = {tenant.name: tenant for tenant in ctx.admission.tenants.tenants()}
+    limits = {tenant.name: tenant for tenant in state.admission.tenants.tenants()}
     return tuple(
         TenantStatus(
             name,
@@ -292,8 +292,8 @@ def _sequence(exchange: Exchange, now: float) -> SequenceStatus:
     )
 
 
-def _latency(ctx: ProxyContext, window_s: int) -> LatencyStatus:
-    windows = ctx.observer.windows
+def _latency(state: DaemonState, window_s: int) -> LatencyStatus:
+    windows = state.observer.windows
     return LatencyStatus(
         queue_wait=windows.queue_wait.percentiles(window_s),
         ttft=windows.ttft.percentiles(window_s),
@@ -301,8 +301,8 @@ def _latency(ctx: ProxyContext, window_s: int) -> LatencyStatus:
     )
 
 
-def _throughput(ctx: ProxyContext) -> ThroughputStatus:
-    observer = ctx.observer
+def _throughput(state: DaemonState) -> ThroughputStatus:
+    observer = state.observer
     requests, prompt, output = observer.windows.throughput.rates(60, 3)
     engine_rates = observer.engine_token_rates
     return ThroughputStatus(
@@ -314,8 +314,8 @@ def _throughput(ctx: ProxyContext) -> ThroughputStatus:
     )
 
 
-def _counts(ctx: ProxyContext) -> CountsStatus:
-    tallies = ctx.observer.tallies
+def _counts(state: DaemonState) -> CountsStatus:
+    tallies = state.observer.tallies
     return CountsStatus(
         requests=tallies.requests,
         rejections=dict(tallies.rejections),

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from llmd.config import Config, EngineConfig
-from llmd.proxy.context import ProxyContext
 from llmd.proxy.inflight import Exchange
 from llmd.runtime import RuntimePaths
+from llmd.state import DaemonState
 from llmd.status import take_snapshot
 from llmd.supervisor.state import EnginePhase, EngineState
 from llmd.telemetry.engine import EngineSample
@@ -98,7 +98,7 @@ def mismatches(value: Any, schema: Any, path: str = "$") -> list[str]:
 
 def busy_snapshot() -> dict[str, Any]:
     """The JSON of a snapshot with every section filled: engine, GPU, sequences, history."""
-    ctx = ProxyContext(
+    ctx = DaemonState(
         config=Config(engine=EngineConfig(model="tiny")),
         paths=RuntimePaths(Path("/nonexistent")),
         engine=EngineState(phase=EnginePhase.SERVING, exits_by_reason={"oom_killed": 1}),
@@ -127,7 +127,7 @@ def test_a_live_snapshot_matches_the_schema() -> None:
 
 def test_an_idle_snapshot_matches_the_schema() -> None:
     """Before any engine reading or request, unknown figures are null, not missing."""
-    ctx = ProxyContext(
+    ctx = DaemonState(
         config=Config(engine=EngineConfig(model="tiny")),
         paths=RuntimePaths(Path("/nonexistent")),
         engine=EngineState(),

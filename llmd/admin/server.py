@@ -14,7 +14,7 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
-from llmd.control import Controller
+from llmd.actions import OperatorActions
 from llmd.errors import ConfigError
 from llmd.status import Status
 
@@ -23,11 +23,11 @@ _CANCEL_SUFFIX = "/cancel"
 
 
 class AdminApp:
-    """ASGI app answering admin requests from `snapshot()` and acting through `control`."""
+    """ASGI app answering admin requests from `snapshot()` and acting through `actions`."""
 
-    def __init__(self, snapshot: Callable[[], Status], control: Controller) -> None:
+    def __init__(self, snapshot: Callable[[], Status], actions: OperatorActions) -> None:
         self.snapshot = snapshot
-        self.control = control
+        self.actions = actions
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # served with lifespan off
@@ -55,16 +55,16 @@ class AdminApp:
             queued = body.get("queued", "wait")
             if queued not in ("wait", "reject"):
                 return 400, _error("queued must be 'wait' or 'reject'", "invalid_request")
-            return 200, self.control.drain(deadline, reject_queued=queued == "reject")
+            return 200, self.actions.drain(deadline, reject_queued=queued == "reject")
         if path == "/resume":
-            return 200, self.control.resume()
+            return 200, self.actions.resume()
         if path == "/restart":
-            return 200, await self.control.restart()
+            return 200, await self.actions.restart()
         if path == "/reload":
-            return 200, self.control.reload()
+            return 200, self.actions.reload()
         if path.startswith(_CANCEL_PREFIX) and path.endswith(_CANCEL_SUFFIX):
             request_id = path[len(_CANCEL_PREFIX) : -len(_CANCEL_SUFFIX)]
-            result = self.control.cancel(request_id)
+            result = self.actions.cancel(request_id)
             if result is None:
                 return 404, _error(f"no request {request_id} in flight", "not_found")
             return 200, result

@@ -98,7 +98,7 @@ class Entry:
 
 @dataclasses.dataclass(frozen=True)
 class Rejection:
-    """`entry` is refused: `reason`, and `retry_after_s` from the drain rate and its position."""
+    """`entry` is refused: `reason`, and `retry_after_s` from the release rate and its position."""
 
     entry: Entry
     reason: Reason
@@ -133,7 +133,7 @@ class _ClassQueue:
     waiting_since: float = 0.0  # last release, or when the class last became non-empty
 
 
-class DrainRate:
+class ReleaseRate:
     """Releases per second over the last 30 s, for Retry-After estimates."""
 
     def __init__(self) -> None:
@@ -153,7 +153,7 @@ class DrainRate:
         return len(self._times) / max(now - self._times[0], 1.0)
 
     def wait_s(self, position: int, now: float) -> float:
-        """Seconds until `position` entries ahead have drained (1 s each with no rate yet),
+        """Seconds until `position` entries ahead have been released (1 s each with no rate yet),
         between 1 s and 10 minutes."""
         rate = self.per_s(now)
         estimate = (position + 1) / rate if rate else float(position + 1)
@@ -167,7 +167,7 @@ class Scheduler:
         self.classes = {cls: _ClassQueue(policies[cls]) for cls in Priority}
         self.in_flight: collections.Counter[str] = collections.Counter()
         self.queued_by_tenant: collections.Counter[str] = collections.Counter()
-        self.drain = DrainRate()
+        self.release_rate = ReleaseRate()
         self._expiry: list[tuple[float, int, Entry]] = []
         self._seq = itertools.count(1)
 
@@ -233,7 +233,7 @@ class Scheduler:
             entry.overdue_release = overdue
             self.classes[entry.cls].waiting_since = now
             self.in_flight[entry.tenant.name] += 1
-            self.drain.record(now)
+            self.release_rate.record(now)
             gate.on_release(entry)
             decisions.released.append(entry)
         return decisions
@@ -273,7 +273,7 @@ class Scheduler:
 
     def _reject(self, entry: Entry, reason: Reason, position: int, now: float) -> Rejection:
         entry.state = State.REJECTED
-        return Rejection(entry, reason, self.drain.wait_s(position, now))
+        return Rejection(entry, reason, self.release_rate.wait_s(position, now))
 
     def _ahead(self, cls: Priority) -> int:
         """Entries served before a new one of class `cls`: its class and every higher one."""

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from llmd.admission.classes import Priority
-from llmd.config import build_table
+from llmd.binding import bind_table
 from llmd.errors import ConfigError, InvalidApiKey
 
 ANONYMOUS = "anonymous"
@@ -110,7 +110,7 @@ def load_tenants(path: Path | None) -> TenantDirectory:
     by_digest: dict[str, Tenant] = {}
     for name, table in raw["tenants"].items():
         prefix = f"{path}: tenants.{name}."
-        spec: _TenantSpec = build_table(_TenantSpec, table, prefix)
+        spec: _TenantSpec = bind_table(_TenantSpec, table, prefix)
         tenant = _tenant(name, spec, prefix)
         for digest in spec.keys:
             if len(digest) != 64 or not set(digest) <= _HEX:

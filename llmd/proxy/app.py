@@ -23,19 +23,17 @@ from llmd.errors import (
     MethodNotAllowed,
     NotFound,
 )
-from llmd.logs import line_limiter
-from llmd.proxy.context import ProxyContext
 from llmd.proxy.middleware import RequestIdMiddleware
 from llmd.proxy.relay import Relay
 from llmd.proxy.stalls import watch_stalls
-from llmd.status import take_snapshot
+from llmd.state import DaemonState
 from llmd.validation.validator import Validator
 
 log = structlog.get_logger("llmd.proxy")
 
 
-def build_app(ctx: ProxyContext) -> Starlette:
-    """The proxy app for `ctx`. One aiohttp session to the engine's Unix socket lives in the
+def build_app(state: DaemonState) -> Starlette:
+    """The proxy app for `state`. One aiohttp session to the engine's Unix socket lives in the
     app's lifespan.
     """
     sessions: list[aiohttp.ClientSession] = []
@@ -43,8 +41,7 @@ def build_app(ctx: ProxyContext) -> Starlette:
     def session() -> aiohttp.ClientSession:
         return sessions[0]
 
-    validator = Validator(ctx.config, ctx.engine, session)
-    ctx.observer.metrics.bind(lambda: take_snapshot(ctx), lambda: line_limiter().suppressed)
+    validator = Validator(state.config, state.engine, session)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -52,7 +49,7 @@ def build_app(ctx: ProxyContext) -> Starlette:
         # and a pooled keep-alive connection that the engine's uvicorn has just timed out fails
         # the next request with "Can not write request body" (seen here under load).
         connector = aiohttp.UnixConnector(
-            path=str(ctx.paths.engine_socket), limit=0, force_close=True
+            path=str(state.paths.engine_socket), limit=0, force_close=True
         )
         # No total timeout: a long generation is legitimate; drain and disconnects end requests.
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
@@ -64,7 +61,7 @@ def build_app(ctx: ProxyContext) -> Starlette:
         ) as client:
             sessions.append(client)
             loading = asyncio.create_task(validator.load_tokenizer(), name="tokenizer-load")
-            stalls = asyncio.create_task(watch_stalls(ctx), name="stall-watch")
+            stalls = asyncio.create_task(watch_stalls(state), name="stall-watch")
             yield
             stalls.cancel()
             loading.cancel()
@@ -75,33 +72,34 @@ def build_app(ctx: ProxyContext) -> Starlette:
         return JSONResponse({"status": "ok"})
 
     async def ready(request: Request) -> Response:
-        if ctx.draining:
+        if state.draining:
             error: ApiError = Draining(
-                "llmd is draining", retry_after_s=ctx.config.server.drain_timeout_s
+                "llmd is draining", retry_after_s=state.config.server.drain_timeout_s
             )
-        elif not ctx.engine.serving:
+        elif not state.engine.serving:
             error = EngineUnavailable(
-                f"the engine is {ctx.engine.phase.value}", retry_after_s=ctx.engine.retry_after_s()
+                f"the engine is {state.engine.phase.value}",
+                retry_after_s=state.engine.retry_after_s(),
             )
         else:
-            return JSONResponse({"status": "ready", "model": ctx.engine.model})
+            return JSONResponse({"status": "ready", "model": state.engine.model})
         return _error_response(error)
 
     async def metrics(request: Request) -> Response:
-        return Response(ctx.observer.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+        return Response(state.observer.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     routes = [
         Route(
             "/v1/chat/completions",
-            Relay(ctx, session, "/v1/chat/completions", validator=validator),
+            Relay(state, session, "/v1/chat/completions", validator=validator),
             methods=["POST"],
         ),
         Route(
             "/v1/completions",
-            Relay(ctx, session, "/v1/completions", validator=validator),
+            Relay(state, session, "/v1/completions", validator=validator),
             methods=["POST"],
         ),
-        Route("/v1/models", Relay(ctx, session, "/v1/models", method="GET"), methods=["GET"]),
+        Route("/v1/models", Relay(state, session, "/v1/models", method="GET"), methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/ready", ready, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),

@@ -9,7 +9,6 @@ abort the sequence (ENGINE.md: a relay that keeps the upstream open lets sequenc
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -20,29 +19,21 @@ import structlog
 from starlette.types import Message, Receive, Scope, Send
 
 from llmd.admission.classes import Priority
-from llmd.admission.controller import Request, Ticket
 from llmd.admission.tenants import ANONYMOUS
+from llmd.admission.waiters import Request, Ticket
 from llmd.errors import ApiError, Draining, EngineError, EngineUnavailable
 from llmd.proxy.body import ClientGone, parse_object, read_body
-from llmd.proxy.context import ProxyContext
 from llmd.proxy.inflight import Exchange
 from llmd.proxy.middleware import REQUEST_ID_KEY
+from llmd.proxy.writer import SSE_BOUNDARY, ClientWriter, answer_error, send_error
+from llmd.state import DaemonState
 from llmd.validation.fields import Endpoint
 from llmd.validation.validator import Validator
 
 log = structlog.get_logger("llmd.proxy")
 
 _UPSTREAM_LOST = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
-_SSE_BOUNDARY = b"\n\n"
 _ENDPOINTS = {"/v1/chat/completions": Endpoint.CHAT, "/v1/completions": Endpoint.COMPLETIONS}
-
-
-async def send_error(send: Send, error: ApiError) -> None:
-    """Answer `error` as a complete OpenAI-shaped JSON response."""
-    body = error.body()
-    headers = [*error.headers(), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": error.status, "headers": headers})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 class Relay:
@@ -50,13 +41,13 @@ class Relay:
 
     def __init__(
         self,
-        ctx: ProxyContext,
+        state: DaemonState,
         session: Callable[[], aiohttp.ClientSession],
         path: str,
         method: str = "POST",
         validator: Validator | None = None,
     ) -> None:
-        self.ctx = ctx
+        self.state = state
         self.session = session
         self.path = path
         self.method = method
@@ -66,7 +57,7 @@ class Relay:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request_id: str = scope[REQUEST_ID_KEY]
         received_at = time.monotonic()
-        admission = self.ctx.admission
+        admission = self.state.admission
         request: Request | None = None
         prompt_tokens: int | None = None
         tenant_name, class_name = ANONYMOUS, Priority.NORMAL.name.lower()
@@ -77,7 +68,7 @@ class Relay:
             body = b""
             stream = False
             if self.method == "POST":
-                body = await read_body(receive, self.ctx.config.server.max_body_bytes)
+                body = await read_body(receive, self.state.config.server.max_body_bytes)
                 payload = parse_object(body)
                 stream = bool(payload.get("stream"))
                 if self.validator is not None and self.endpoint is not None:
@@ -99,7 +90,7 @@ class Relay:
             return
         except ApiError as error:
             if self.endpoint is not None:
-                self.ctx.observer.rejected(
+                self.state.observer.rejected(
                     request_id, error.status, str(error.code), received_at, tenant_name, class_name
                 )
             await send_error(send, error)
@@ -115,15 +106,15 @@ class Relay:
         await self._run(exchange, body, receive, send, request)
 
     def _check_available(self) -> None:
-        if self.ctx.draining:
+        if self.state.draining:
             raise Draining(
                 "llmd is draining and admits no new requests",
-                retry_after_s=self.ctx.config.server.drain_timeout_s,
+                retry_after_s=self.state.config.server.drain_timeout_s,
             )
-        if not self.ctx.engine.serving:
+        if not self.state.engine.serving:
             raise EngineUnavailable(
-                f"the engine is {self.ctx.engine.phase.value}; retry later",
-                retry_after_s=self.ctx.engine.retry_after_s(),
+                f"the engine is {self.state.engine.phase.value}; retry later",
+                retry_after_s=self.state.engine.retry_after_s(),
             )
 
     async def _run(
@@ -134,7 +125,7 @@ class Relay:
         work = asyncio.create_task(self._exchange(exchange, body, send, request))
         exchange.task = work
         watcher = asyncio.create_task(_wait_disconnect(receive))
-        self.ctx.inflight.add(exchange)
+        self.state.inflight.add(exchange)
         try:
             await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
             if not work.done():
@@ -146,37 +137,37 @@ class Relay:
             work.cancel()
             watcher.cancel()
             await asyncio.wait({work})
-            self.ctx.inflight.remove(exchange)
+            self.state.inflight.remove(exchange)
             exchange.ended_at = time.monotonic()
         if not work.cancelled() and (exc := work.exception()) is not None:
             exchange.error_code = exchange.error_code or "internal_error"
             log.error("relay_failed", request_id=exchange.request_id, error=repr(exc))
         if self.endpoint is not None:
-            self.ctx.observer.finished(exchange)
+            self.state.observer.finished(exchange)
 
     async def _exchange(
         self, exchange: Exchange, body: bytes, send: Send, request: Request | None
     ) -> None:
         """Wait for admission, then one upstream request; errors become OpenAI-shaped answers
         (in-band once started)."""
-        started = _StartTracker(send, exchange)
+        started = ClientWriter(send, exchange)
         ticket: Ticket | None = None
         try:
             if request is not None:
-                ticket = await self.ctx.admission.admit(request)
+                ticket = await self.state.admission.admit(request)
             exchange.admitted_at = time.monotonic()
             await self._forward(exchange, body, started)
         except asyncio.CancelledError:
             if exchange.abort_error is None:
                 raise  # the client left: nothing to answer
-            await _answer_error(started, exchange.abort_error)
+            await answer_error(started, exchange.abort_error)
         except ApiError as error:
-            await _answer_error(started, error)
+            await answer_error(started, error)
         finally:
             if ticket is not None:
-                self.ctx.admission.finish(ticket)
+                self.state.admission.finish(ticket)
 
-    async def _forward(self, exchange: Exchange, body: bytes, send: _StartTracker) -> None:
+    async def _forward(self, exchange: Exchange, body: bytes, send: ClientWriter) -> None:
         headers = {"x-request-id": exchange.request_id}
         if body:
             headers["content-type"] = "application/json"
@@ -208,73 +199,28 @@ class Relay:
     def _upstream_error(self, exc: BaseException) -> ApiError:
         # Refused or missing socket: the engine is not accepting (it died a moment ago, or is
         # between boots) and nothing was sent, so the client may simply retry.
-        if not self.ctx.engine.serving:
+        if not self.state.engine.serving:
             return EngineUnavailable(
-                f"the engine is {self.ctx.engine.phase.value}; retry later",
-                retry_after_s=self.ctx.engine.retry_after_s(),
+                f"the engine is {self.state.engine.phase.value}; retry later",
+                retry_after_s=self.state.engine.retry_after_s(),
             )
         if isinstance(exc, aiohttp.ClientConnectorError):
             return EngineUnavailable(
                 "the engine refused the connection (it may have just stopped); retry later",
-                retry_after_s=self.ctx.engine.retry_after_s(),
+                retry_after_s=self.state.engine.retry_after_s(),
             )
         return EngineError(
             f"the engine connection failed: {type(exc).__name__}: {exc}".rstrip(": ")
         )
 
 
-async def _relay_stream(response: aiohttp.ClientResponse, send: _StartTracker) -> None:
+async def _relay_stream(response: aiohttp.ClientResponse, send: ClientWriter) -> None:
     """Forward SSE bytes as they arrive; an upstream failure ends the stream with an error event."""
     async for chunk in response.content.iter_any():
         await send.body(chunk, more=True)
-    if send.tail != _SSE_BOUNDARY:  # the engine ended mid-event: that is a failure, not an ending
+    if send.tail != SSE_BOUNDARY:  # the engine ended mid-event: that is a failure, not an ending
         raise EngineError("the engine closed the stream mid-event")
     await send.body(b"", more=False)
-
-
-class _StartTracker:
-    """Wraps ASGI `send`, remembering whether the response has started (for in-band errors)."""
-
-    def __init__(self, send: Send, exchange: Exchange) -> None:
-        self._send = send
-        self.exchange = exchange
-        self.tail = _SSE_BOUNDARY
-
-    async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
-        self.exchange.response_started = True
-        self.exchange.status = status
-        self.exchange.send_since = time.monotonic()
-        await self._send({"type": "http.response.start", "status": status, "headers": headers})
-        self.exchange.send_since = None
-
-    async def body(self, chunk: bytes, *, more: bool) -> None:
-        exchange = self.exchange
-        if chunk:
-            self.tail = chunk[-2:]
-            exchange.saw_body(chunk)
-        # A send blocks while the client's transport buffer is full; the stall watcher
-        # (llmd/proxy/stalls.py) ends exchanges blocked longer than server.send_timeout_s.
-        exchange.send_since = time.monotonic()
-        await self._send({"type": "http.response.body", "body": chunk, "more_body": more})
-        exchange.send_since = None
-
-
-async def _answer_error(send: _StartTracker, error: ApiError) -> None:
-    """Send `error` as a response, or in-band as an SSE event when the stream has started."""
-    exchange = send.exchange
-    exchange.error_code = str(error.code)
-    with contextlib.suppress(OSError):
-        if not exchange.response_started:
-            exchange.status = error.status
-            await send_error(send._send, error)
-        elif exchange.stream:
-            prefix = b"" if send.tail == _SSE_BOUNDARY else _SSE_BOUNDARY
-            await send.body(prefix + error.sse_event(), more=False)
-        else:
-            await send.body(b"", more=False)
-    log.warning(
-        "request_failed", request_id=exchange.request_id, code=error.code, error=error.message
-    )
 
 
 def _engine_status_error(status: int, body: bytes) -> ApiError:

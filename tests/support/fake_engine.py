@@ -22,8 +22,8 @@ from aiohttp import web
 
 from llmd.config import Config, EngineConfig, ServerConfig, ValidationConfig
 from llmd.proxy.app import build_app
-from llmd.proxy.context import ProxyContext
 from llmd.runtime import RuntimePaths
+from llmd.state import DaemonState
 from llmd.supervisor.state import EnginePhase, EngineState
 from llmd.telemetry.observer import Observer
 
@@ -70,7 +70,7 @@ class ProxyStack:
     base_url: str
     engine: FakeEngine
     engine_state: EngineState
-    ctx: ProxyContext
+    ctx: DaemonState
 
     @classmethod
     @contextlib.contextmanager
@@ -95,7 +95,7 @@ class ProxyStack:
         state = EngineState(phase=EnginePhase.SERVING, max_model_len=max_model_len)
         # No request log lines: the stack outlives each test's output capture.
         observer = Observer(log_requests="off")
-        ctx = ProxyContext(
+        ctx = DaemonState(
             config=config, paths=RuntimePaths(runtime_dir), engine=state, observer=observer
         )
         engine = FakeEngine()

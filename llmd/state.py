@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from llmd.admission.controller import Admission
+from llmd.admission.waiters import Admission
 from llmd.config import Config
 from llmd.proxy.inflight import InFlight
 from llmd.runtime import RuntimePaths
@@ -14,7 +14,7 @@ from llmd.telemetry.observer import Observer
 
 
 @dataclasses.dataclass
-class ProxyContext:
+class DaemonState:
     """Config, the engine's published state, the drain flag, the in-flight registry, the
     observer that accounts each request (metrics, windows, the request log line), admission
     (tenants, queues, capacity; its `counters` are what admission did), and when llmd started

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from llmd.admission.classes import Priority
-from llmd.admission.controller import Admission, Request, max_in_flight
+from llmd.admission.waiters import Admission, Request, max_in_flight
 from llmd.config import AdmissionConfig, Config, EngineConfig
 from llmd.errors import QueueTimeout
 from llmd.supervisor.state import EnginePhase, EngineState

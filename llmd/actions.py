@@ -12,13 +12,13 @@ from typing import Any
 import structlog
 
 from llmd.errors import Draining, RequestCancelled
-from llmd.proxy.context import ProxyContext
+from llmd.state import DaemonState
 from llmd.supervisor.supervisor import Supervisor
 
-log = structlog.get_logger("llmd.control")
+log = structlog.get_logger("llmd.actions")
 
 
-class Controller:
+class OperatorActions:
     """Drain, resume, restart and cancel over one proxy context and supervisor.
 
     `reload` is the daemon's config reload (it owns the config); it returns the keys that
@@ -26,9 +26,9 @@ class Controller:
     """
 
     def __init__(
-        self, ctx: ProxyContext, supervisor: Supervisor, reload: Callable[[], list[str]]
+        self, state: DaemonState, supervisor: Supervisor, reload: Callable[[], list[str]]
     ) -> None:
-        self.ctx = ctx
+        self.state = state
         self.supervisor = supervisor
         self._reload = reload
         self._deadline: asyncio.Task[None] | None = None
@@ -38,27 +38,27 @@ class Controller:
         finishes, and so does work queued in llmd unless `reject_queued`, which answers it 503
         `draining` now. After `deadline_s` seconds, what is still in flight ends with an in-band
         error. Idempotent; a new deadline replaces the old one."""
-        self.ctx.draining = True
+        self.state.draining = True
         if reject_queued:
             error = Draining("llmd is draining; queued requests were turned away", retry_after_s=5)
-            self.ctx.admission.reject_queued(error)
+            self.state.admission.reject_queued(error)
         self._cancel_deadline()
         if deadline_s is not None:
             self._deadline = asyncio.create_task(self._end_after(deadline_s))
-        log.info("drain_started", in_flight=len(self.ctx.inflight), deadline_s=deadline_s)
+        log.info("drain_started", in_flight=len(self.state.inflight), deadline_s=deadline_s)
         return self.summary()
 
     def resume(self) -> dict[str, Any]:
         """Admit requests again (ends a drain and its deadline)."""
         self._cancel_deadline()
-        self.ctx.draining = False
+        self.state.draining = False
         log.info("drain_ended")
         return self.summary()
 
     async def wait_drained(self, deadline_s: float, hurry: asyncio.Event | None = None) -> int:
         """Wait until nothing is in flight, at most `deadline_s` (or until `hurry` is set), then
         end what remains in-band. How many requests were ended."""
-        idle = asyncio.create_task(self.ctx.inflight.wait_idle(deadline_s))
+        idle = asyncio.create_task(self.state.inflight.wait_idle(deadline_s))
         waits: set[asyncio.Future[Any]] = {idle}
         if hurry is not None:
             waits.add(asyncio.ensure_future(hurry.wait()))
@@ -67,18 +67,18 @@ class Controller:
             waiter.cancel()
         if idle.done() and not idle.cancelled() and idle.result():
             return 0
-        ended = self.ctx.inflight.abort_all(
+        ended = self.state.inflight.abort_all(
             Draining("llmd is draining and the drain deadline passed", retry_after_s=1)
         )
         log.warning("drain_deadline_passed", ended=ended)
-        await self.ctx.inflight.wait_idle(5.0)
+        await self.state.inflight.wait_idle(5.0)
         return ended
 
     async def restart(self) -> dict[str, Any]:
         """Drain (up to server.drain_timeout_s), restart the engine, resume admitting."""
-        was_draining = self.ctx.draining
+        was_draining = self.state.draining
         self.drain()
-        ended = await self.wait_drained(self.ctx.config.server.drain_timeout_s)
+        ended = await self.wait_drained(self.state.config.server.drain_timeout_s)
         restarted = await self.supervisor.restart()
         if not was_draining:
             self.resume()
@@ -91,18 +91,18 @@ class Controller:
 
     def cancel(self, request_id: str) -> dict[str, Any] | None:
         """End one in-flight request (in-band error for a stream). None when not found."""
-        exchange = self.ctx.inflight.find(request_id)
+        exchange = self.state.inflight.find(request_id)
         error = RequestCancelled("the request was cancelled by the operator")
-        if exchange is None or not self.ctx.inflight.abort(exchange, error):
+        if exchange is None or not self.state.inflight.abort(exchange, error):
             return None
         log.warning("request_cancelled", request_id=request_id)
         return {"cancelled": request_id}
 
     def summary(self) -> dict[str, Any]:
         return {
-            "draining": self.ctx.draining,
-            "in_flight": len(self.ctx.inflight),
-            "engine": self.ctx.engine.phase.value,
+            "draining": self.state.draining,
+            "in_flight": len(self.state.inflight),
+            "engine": self.state.engine.phase.value,
         }
 
     async def _end_after(self, deadline_s: float) -> None:
