@@ -123,7 +123,7 @@ class Daemon:
         self._start_server("proxy", build_app(self.state), public, lifespan="on")
         self._start_server(
             "admin",
-            AdminApp(lambda: take_snapshot(self.state), self.actions),
+            AdminApp(self.state, lambda: take_snapshot(self.state), self.actions),
             admin,
             lifespan="off",
         )

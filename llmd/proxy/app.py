@@ -26,6 +26,7 @@ from llmd.errors import (
 from llmd.proxy.middleware import RequestIdMiddleware
 from llmd.proxy.relay import Relay
 from llmd.proxy.stalls import watch_stalls
+from llmd.proxy.writer import ErrorResponse
 from llmd.state import DaemonState
 from llmd.validation.validator import Validator
 
@@ -83,7 +84,7 @@ def build_app(state: DaemonState) -> Starlette:
             )
         else:
             return JSONResponse({"status": "ready", "model": state.engine.model})
-        return _error_response(error)
+        return ErrorResponse(error)
 
     async def metrics(request: Request) -> Response:
         return Response(state.observer.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
@@ -113,22 +114,17 @@ def build_app(state: DaemonState) -> Starlette:
     return app
 
 
-def _error_response(error: ApiError) -> Response:
-    headers = {k.decode(): v.decode() for k, v in error.headers()}
-    return Response(error.body(), status_code=error.status, headers=headers)
-
-
 async def _http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
-        return _error_response(NotFound(f"no route {request.method} {request.url.path}"))
+        return ErrorResponse(NotFound(f"no route {request.method} {request.url.path}"))
     if exc.status_code == 405:
-        return _error_response(
+        return ErrorResponse(
             MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}")
         )
-    return _error_response(InvalidRequest(str(exc.detail)))
+    return ErrorResponse(InvalidRequest(str(exc.detail)))
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.error("unexpected_error", path=request.url.path, error=repr(exc))
-    return _error_response(ApiError("internal error in llmd; see its log"))
+    return ErrorResponse(ApiError("internal error in llmd; see its log"))

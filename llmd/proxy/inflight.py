@@ -6,8 +6,8 @@ import asyncio
 import dataclasses
 import time
 
-from llmd.admission.counters import Phase
 from llmd.errors import ApiError
+from llmd.telemetry.metrics import Phase
 
 
 @dataclasses.dataclass(eq=False)

@@ -21,7 +21,7 @@ from starlette.types import Message, Receive, Scope, Send
 from llmd.admission.classes import Priority
 from llmd.admission.tenants import ANONYMOUS
 from llmd.admission.waiters import Request, Ticket
-from llmd.errors import ApiError, Draining, EngineError, EngineUnavailable
+from llmd.errors import ApiError, Draining, EngineError, EngineUnavailable, InvalidRequest
 from llmd.proxy.body import ClientGone, parse_object, read_body
 from llmd.proxy.inflight import Exchange
 from llmd.proxy.middleware import REQUEST_ID_KEY
@@ -70,6 +70,8 @@ class Relay:
             if self.method == "POST":
                 body = await read_body(receive, self.state.config.server.max_body_bytes)
                 payload = parse_object(body)
+                if not isinstance(payload.get("stream"), bool | None):
+                    raise InvalidRequest("'stream' must be a boolean", param="stream")
                 stream = bool(payload.get("stream"))
                 if self.validator is not None and self.endpoint is not None:
                     cls = admission.classify(tenant, scope["headers"])

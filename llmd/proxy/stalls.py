@@ -30,5 +30,4 @@ async def watch_stalls(state: DaemonState) -> None:
         if not timeout:
             continue
         for exchange in state.inflight.end_stalled(time.monotonic() - timeout):
-            state.admission.counters.stalled_streams += 1
             log.warning("client_too_slow", request_id=exchange.request_id, send_timeout_s=timeout)

@@ -11,7 +11,8 @@ import contextlib
 import time
 
 import structlog
-from starlette.types import Send
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from llmd.errors import ApiError
 from llmd.proxy.inflight import Exchange
@@ -22,11 +23,24 @@ SSE_BOUNDARY = b"\n\n"
 
 
 async def send_error(send: Send, error: ApiError) -> None:
-    """Answer `error` as a complete OpenAI-shaped JSON response."""
+    """Answer `error` as a complete OpenAI-shaped JSON response (with Retry-After on 429 and
+    503): the one writer of every error llmd answers, public and admin API alike."""
     body = error.body()
     headers = [*error.headers(), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": error.status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+class ErrorResponse(Response):
+    """`error` as a Starlette response, for the app's exception handlers and `/ready`: written
+    by `send_error` like every other error llmd answers."""
+
+    def __init__(self, error: ApiError) -> None:
+        super().__init__(status_code=error.status)
+        self.error = error
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send_error(send, self.error)
 
 
 class ClientWriter:

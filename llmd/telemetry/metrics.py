@@ -9,6 +9,8 @@ the first `top_tenants` distinct tenants read `other`; prompt lengths are four b
 
 from __future__ import annotations
 
+import enum
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -17,8 +19,20 @@ from prometheus_client import (
     generate_latest,
 )
 
-CLASSES = ("interactive", "normal", "batch")
-CANCEL_PHASES = ("queued", "prefill", "decode")
+from llmd.admission.classes import Priority
+
+
+class Phase(enum.StrEnum):
+    """Where a request is: queued in llmd, prefill (in the engine, no output yet) or decode.
+    The `phase` label of the cancellations (where the client left)."""
+
+    QUEUED = "queued"
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+CLASSES = tuple(cls.label for cls in Priority)
+CANCEL_PHASES = tuple(phase.value for phase in Phase)
 OTHER_TENANT = "other"
 # Input-length buckets (prompt tokens) on the latency histograms.
 INPUT_LENGTHS = ((512, "le512"), (2048, "le2048"), (8192, "le8192"))

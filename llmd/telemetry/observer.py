@@ -84,12 +84,9 @@ class Observer:
         self.engine_sample: EngineSample | None = None
         self.engine_token_rates: tuple[float, float] | None = None  # prompt, generation per s
         self.gpus = GpuReading()
-        self.enabled = True
 
     def finished(self, record: Record) -> None:
         """Account a request that was relayed to the engine, once it has ended."""
-        if not self.enabled:
-            return
         now = record.ended_at or time.monotonic()
         outcome = _outcome(record)
         status = record.status or 0
@@ -150,8 +147,6 @@ class Observer:
     ) -> None:
         """Account a request answered with an error before it reached the engine
         (`code`: the error's code, the rejection reason)."""
-        if not self.enabled:
-            return
         m = self.metrics
         m.requests.labels(m.tenant(tenant), request_class, str(status)).inc()
         m.rejections.labels(code).inc()

@@ -18,6 +18,7 @@ import aiohttp
 import structlog
 
 from llmd.config import Config
+from llmd.engine.args import flags_given
 from llmd.errors import InvalidRequest, ModelNotFound
 from llmd.supervisor.state import EngineState
 from llmd.validation.context import ContextDecision, Policy, check_context
@@ -73,7 +74,7 @@ class Validator:
         if self.config.tokenizer == "engine":
             log.info("tokenizer_engine", reason="validation.tokenizer = engine")
             return
-        given = [a for a in self.engine_args if a.split("=")[0] in ENGINE_RENDERING_ARGS]
+        given = flags_given(self.engine_args, ENGINE_RENDERING_ARGS)
         if given and not self.config.tokenizer_path:
             log.warning("tokenizer_fallback_engine", reason="engine.args set " + ", ".join(given))
             return
