@@ -22,7 +22,9 @@ import uvicorn
 
 from llmd.actions import OperatorActions
 from llmd.admin.server import AdminApp
+from llmd.admission.waiters import Admission
 from llmd.config import Config, config_path, load_config, reload_config
+from llmd.engine.client import EngineClient
 from llmd.engine.launch import installed_engine_build
 from llmd.errors import ConfigError, EngineGaveUp
 from llmd.gpu.preflight import GpuReport, PreflightError, run_preflight
@@ -30,7 +32,6 @@ from llmd.logs import configure_logging, line_limiter
 from llmd.proxy.app import build_app
 from llmd.runtime import RuntimePaths
 from llmd.state import DaemonState
-from llmd.status import take_snapshot
 from llmd.supervisor.state import EngineState
 from llmd.supervisor.supervisor import Supervisor
 from llmd.systemd.notify import Notifier
@@ -38,6 +39,7 @@ from llmd.systemd.reporter import ServiceReporter
 from llmd.telemetry.observer import Observer
 from llmd.telemetry.scraper import Scraper, run_quietly
 from llmd.telemetry.status_metrics import StatusCollector
+from llmd.validation.validator import Validator
 
 log = structlog.get_logger("llmd.daemon")
 
@@ -65,17 +67,20 @@ class Daemon:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.paths = RuntimePaths(Path(config.server.runtime_dir))
+        engine = EngineState(model=config.engine.model_name)
+        upstream = EngineClient(self.paths.engine_socket)
         self.state = DaemonState(
             config=config,
             paths=self.paths,
-            engine=EngineState(),
+            engine=engine,
+            admission=Admission(config, engine),
+            validator=Validator(config, engine, upstream.session),
             observer=Observer(config.telemetry.top_tenants, config.logging.requests),
+            upstream=upstream,
         )
         metrics = self.state.observer.metrics
         metrics.registry.register(
-            StatusCollector(
-                lambda: take_snapshot(self.state), lambda: line_limiter().suppressed, metrics.tenant
-            )
+            StatusCollector(self.state.snapshot, lambda: line_limiter().suppressed, metrics.tenant)
         )
         self.supervisor = Supervisor(config, self.paths, self.state.engine)
         self.actions = OperatorActions(self.state, self.supervisor, self._reload)
@@ -123,7 +128,7 @@ class Daemon:
         self._start_server("proxy", build_app(self.state), public, lifespan="on")
         self._start_server(
             "admin",
-            AdminApp(self.state, lambda: take_snapshot(self.state), self.actions),
+            AdminApp(self.state, self.actions),
             admin,
             lifespan="off",
         )

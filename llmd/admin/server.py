@@ -10,7 +10,6 @@ socket's mode (0660: root and the llmd group), set when the daemon binds it.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
@@ -20,21 +19,17 @@ from llmd.errors import ApiError, ConfigError, InvalidConfig, InvalidRequest, No
 from llmd.proxy.body import ClientGone, parse_object, read_body
 from llmd.proxy.writer import send_error
 from llmd.state import DaemonState
-from llmd.status import Status
 
 _CANCEL_PREFIX = "/requests/"
 _CANCEL_SUFFIX = "/cancel"
 
 
 class AdminApp:
-    """ASGI app answering admin requests from `snapshot()` and acting through `actions`;
-    `state` gives the body size limit."""
+    """ASGI app answering admin requests from `state` (its snapshot, its body size limit) and
+    acting through `actions`."""
 
-    def __init__(
-        self, state: DaemonState, snapshot: Callable[[], Status], actions: OperatorActions
-    ) -> None:
+    def __init__(self, state: DaemonState, actions: OperatorActions) -> None:
         self.state = state
-        self.snapshot = snapshot
         self.actions = actions
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -57,7 +52,7 @@ class AdminApp:
     async def _route(self, method: str, path: str, body: dict[str, Any]) -> Any:
         """The answer to `method path`. Raises ApiError (404 for no such route), ConfigError."""
         if method == "GET" and path == "/status":
-            return self.snapshot().to_dict()
+            return self.state.snapshot().to_dict()
         if method != "POST":
             raise NotFound(f"no admin route {method} {path}")
         if path == "/drain":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from llmd.engine.args import (
     engine_flag,
 )
 from llmd.errors import ApiError, InvalidRequest, QueueFull, QueueTimeout, RateLimited
+from llmd.status import QueueStatus, TenantStatus
 from llmd.supervisor.state import EngineState
 from llmd.telemetry.engine import EngineSample
 
@@ -51,6 +53,14 @@ class Request:
     cls: Priority
     cost: int
     headers: list[Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class AdmissionSnapshot:
+    """Admission's part of the Status: one queue row per class, one row per tenant."""
+
+    queues: tuple[QueueStatus, ...]
+    tenants: tuple[TenantStatus, ...]
 
 
 @dataclasses.dataclass
@@ -160,6 +170,36 @@ class Admission:
                 max(limit - prompt, 0) if chat and limit else COMPLETIONS_DEFAULT_MAX_TOKENS
             )
         return max(1, (prompt + max_tokens) * max(n, 1))
+
+    def as_snapshot(self, now: float, in_flight: Mapping[str, int]) -> AdmissionSnapshot:
+        """The queues at `now` (monotonic s): depth and oldest wait per class; and one row per
+        configured tenant and per tenant in `in_flight` (requests live in llmd, relayed or
+        queued, by tenant): in flight, queued, and its limits (None: unlimited)."""
+        oldest: dict[Priority, float] = {}
+        queued: dict[str, int] = {}
+        for entry in self.scheduler.entries():
+            oldest[entry.cls] = min(oldest.get(entry.cls, now), entry.enqueued_at)
+            queued[entry.tenant.name] = queued.get(entry.tenant.name, 0) + 1
+        queues = tuple(
+            QueueStatus(
+                cls.label,
+                depth=self.scheduler.queued(cls),
+                oldest_wait_s=round(now - oldest[cls], 3) if cls in oldest else None,
+            )
+            for cls in Priority
+        )
+        limits = {tenant.name: tenant for tenant in self.tenants.tenants()}
+        tenants = tuple(
+            TenantStatus(
+                name,
+                in_flight=in_flight.get(name, 0),
+                queued=queued.get(name, 0),
+                max_in_flight=limits[name].max_concurrency or None if name in limits else None,
+                max_queued=limits[name].max_queued or None if name in limits else None,
+            )
+            for name in sorted({*in_flight, *limits})
+        )
+        return AdmissionSnapshot(queues, tenants)
 
     # -- engine side -----------------------------------------------------------------------
 

@@ -52,6 +52,11 @@ class ClientWriter:
         self.exchange = exchange
         self.tail = SSE_BOUNDARY
 
+    @property
+    def between_events(self) -> bool:
+        """Whether what was sent so far ends at an SSE event boundary (a blank line)."""
+        return self.tail == SSE_BOUNDARY
+
     async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         self.exchange.response_started = True
         self.exchange.status = status
@@ -62,7 +67,9 @@ class ClientWriter:
     async def body(self, chunk: bytes, *, more: bool) -> None:
         exchange = self.exchange
         if chunk:
-            self.tail = chunk[-2:]
+            # The last two bytes of the stream so far, across chunk boundaries: an engine may
+            # split the blank line that ends an event between two reads.
+            self.tail = (self.tail + chunk)[-2:]
             exchange.saw_body(chunk)
         # A send blocks while the client's transport buffer is full; the stall watcher
         # (llmd/proxy/stalls.py) ends exchanges blocked longer than server.send_timeout_s.
@@ -80,7 +87,7 @@ async def answer_error(send: ClientWriter, error: ApiError) -> None:
             exchange.status = error.status
             await send_error(send._send, error)
         elif exchange.stream:
-            prefix = b"" if send.tail == SSE_BOUNDARY else SSE_BOUNDARY
+            prefix = b"" if send.between_events else SSE_BOUNDARY
             await send.body(prefix + error.sse_event(), more=False)
         else:
             await send.body(b"", more=False)

@@ -10,9 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from llmd.config import Config, EngineConfig
 from llmd.proxy.inflight import Exchange
-from llmd.runtime import RuntimePaths
 from llmd.state import DaemonState
-from llmd.status import take_snapshot
 from llmd.supervisor.state import EnginePhase, EngineState
 from llmd.telemetry.engine import EngineSample
 from llmd.telemetry.gpu import GpuDevice, GpuReading
@@ -20,6 +18,7 @@ from llmd.telemetry.metrics import input_length_label
 from llmd.telemetry.observer import Observer
 from llmd.telemetry.status_metrics import StatusCollector
 from tests.support.exchanges import finished_exchange
+from tests.support.state import daemon_state
 
 HISTOGRAM_LABELS = {"class", "input_length", "le"}
 # name -> (type, label names). The contract: change only with the README and the dashboard.
@@ -54,12 +53,7 @@ SERIES = {
 def busy_context(top_tenants: int = 20) -> DaemonState:
     """A context with a serving engine, one exit, engine and GPU readings, and traffic."""
     engine = EngineState(phase=EnginePhase.SERVING, exits_by_reason={"oom_killed": 1})
-    ctx = DaemonState(
-        config=Config(engine=EngineConfig(model="tiny")),
-        paths=RuntimePaths(Path("/nonexistent")),
-        engine=engine,
-        observer=Observer(top_tenants=top_tenants),
-    )
+    ctx = daemon_state(Config(engine=EngineConfig(model="tiny")), engine, Observer(top_tenants))
     ctx.observer.engine_sample = EngineSample(
         taken_at=0.0, running=3, waiting=1, kv_usage=0.4, num_gpu_blocks=100, block_size=16
     )
@@ -67,9 +61,7 @@ def busy_context(top_tenants: int = 20) -> DaemonState:
         (GpuDevice(0, "NVIDIA H100", 0.9, 10 * 2**30, 80 * 2**30, 60.0, 300.0),), None
     )
     metrics = ctx.observer.metrics
-    collector = StatusCollector(
-        lambda: take_snapshot(ctx), lambda: {"engine_output": 4}, metrics.tenant
-    )
+    collector = StatusCollector(ctx.snapshot, lambda: {"engine_output": 4}, metrics.tenant)
     metrics.registry.register(collector)
     live = Exchange("live", stream=True, tenant="acme")
     ctx.inflight.add(live)
