@@ -227,26 +227,3 @@ def _check_listen(value: str, key: str) -> None:
     host, sep, port = value.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigError(f"{key} = {value!r}: expected HOST:PORT, e.g. '127.0.0.1:8000'")
-
-
-# Keys whose new value only takes effect when llmd or the engine restarts.
-RESTART_KEYS = ("server.listen", "server.runtime_dir", "engine")
-
-
-def reload_config(current: Config, new: Config) -> tuple[Config, list[str]]:
-    """What a reload (SIGHUP) applies: `new`, except the keys in RESTART_KEYS, which keep their
-    current values. Returns the config to use and the changed keys that need a restart."""
-    pending = []
-    if new.server.listen != current.server.listen:
-        pending.append("server.listen")
-    if new.server.runtime_dir != current.server.runtime_dir:
-        pending.append("server.runtime_dir")
-    pending += [
-        f"engine.{field.name}"
-        for field in dataclasses.fields(EngineConfig)
-        if getattr(new.engine, field.name) != getattr(current.engine, field.name)
-    ]
-    server = dataclasses.replace(
-        new.server, listen=current.server.listen, runtime_dir=current.server.runtime_dir
-    )
-    return dataclasses.replace(new, server=server, engine=current.engine), pending

@@ -12,6 +12,7 @@
         ├── NotFound                 404 not_found
         ├── ModelNotFound            404, shaped as vLLM answers an unknown model
         ├── MethodNotAllowed         405 method_not_allowed
+        ├── ActionRefused            409 action_refused (admin API: makes no sense now)
         ├── InvalidApiKey            401 invalid_api_key (keys are configured, this one is not)
         ├── RateLimited              429 rate_limited (tenant over its limits; + Retry-After)
         ├── QueueFull                429 queue_full (the class queue is full; + Retry-After)
@@ -148,6 +149,15 @@ class MethodNotAllowed(ApiError):
 
     status = 405
     code = "method_not_allowed"
+    type = "invalid_request_error"
+
+
+class ActionRefused(ApiError):
+    """Admin API: an operator action that makes no sense in llmd's current state (a resume
+    during shutdown, a restart during a restart); the message says why."""
+
+    status = 409
+    code = "action_refused"
     type = "invalid_request_error"
 
 

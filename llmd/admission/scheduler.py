@@ -170,6 +170,13 @@ class Scheduler:
         self._expiry: list[tuple[float, int, Entry]] = []
         self._seq = itertools.count(1)
 
+    def set_policies(self, policies: Mapping[Priority, ClassPolicy]) -> None:
+        """New class policies (a reload). They apply to what is decided from now on: a
+        smaller queue_size refuses new entries, entries already queued stay; a new
+        queue_timeout_s applies to entries queued from now (each keeps the expiry it got)."""
+        for cls in Priority:
+            self.classes[cls].policy = policies[cls]
+
     # -- entries in and out ----------------------------------------------------------------
 
     def submit(self, entry: Entry, now: float) -> Rejection | None:

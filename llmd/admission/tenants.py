@@ -60,11 +60,15 @@ class _TenantSpec:
 
 
 class TenantDirectory:
-    """Maps API keys to tenants. Empty (no keys): every request is the anonymous tenant."""
+    """Maps API keys to tenants. Empty (no keys): every request is the anonymous tenant.
+    `path` is the tenants file it was read from (None: no file)."""
 
-    def __init__(self, by_digest: dict[str, Tenant] | None = None) -> None:
+    def __init__(
+        self, by_digest: dict[str, Tenant] | None = None, path: Path | None = None
+    ) -> None:
         self._by_digest = by_digest or {}
         self._anonymous = Tenant()
+        self.path = path
 
     @property
     def keys_required(self) -> bool:
@@ -121,7 +125,7 @@ def load_tenants(path: Path | None) -> TenantDirectory:
             if digest in by_digest:
                 raise ConfigError(f"{prefix}keys: a key is also given to {by_digest[digest].name}")
             by_digest[digest] = tenant
-    return TenantDirectory(by_digest)
+    return TenantDirectory(by_digest, path)
 
 
 def _tenant(name: str, spec: _TenantSpec, prefix: str) -> Tenant:

@@ -22,7 +22,7 @@ from llmd.admission.capacity import CapacityGate, EngineLoad
 from llmd.admission.classes import PRIORITY_HEADER, Priority, requested_class
 from llmd.admission.scheduler import ClassPolicy, Entry, Reason, Rejection, Scheduler, State
 from llmd.admission.tenants import Tenant, load_tenants
-from llmd.config import AdmissionConfig, ClassConfig, Config, EngineConfig
+from llmd.config import AdmissionConfig, Config, EngineConfig
 from llmd.engine.args import (
     COMPLETIONS_DEFAULT_MAX_TOKENS,
     DEFAULT_MAX_NUM_SEQS,
@@ -75,29 +75,33 @@ class Admission:
     """Tenants, the scheduler and the capacity gate of one llmd; lives as long as the proxy."""
 
     def __init__(self, config: Config, engine: EngineState) -> None:
-        admission = config.admission
-        self.config = admission
         self.engine = engine
-        tenants_file = Path(admission.tenants_file) if admission.tenants_file else None
-        self.tenants = load_tenants(tenants_file)
-        self.scheduler = Scheduler(
-            {
-                Priority.INTERACTIVE: _policy(admission.interactive),
-                Priority.NORMAL: _policy(admission.normal),
-                Priority.BATCH: _policy(admission.batch),
-            }
-        )
-        self.gate = CapacityGate(
-            max_in_flight=max_in_flight(config.engine, admission),
-            batch_reserve=admission.batch_reserve,
-            kv_high_watermark=admission.kv_high_watermark,
-            kv_overcommit=admission.kv_overcommit,
-            max_engine_waiting=admission.max_engine_waiting,
-        )
-        self.engine_priority = engine_flag(config.engine.args, "--scheduling-policy") == "priority"
+        self.scheduler = Scheduler(_policies(config.admission))
+        self.gate = CapacityGate(max_in_flight=max_in_flight(config.engine, config.admission))
         self._waiters: dict[Entry, asyncio.Future[None]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
+        self.configure(config)
+
+    def configure(self, config: Config) -> None:
+        """Take `config` (at start-up and on each reload): tenants read again from their file,
+        the class policies, the capacity gate's limits, vLLM priority from the engine's args.
+        Raises ConfigError (the tenants file) before anything has changed. Requests in flight
+        keep their slots; queued ones are released by the new limits at once."""
+        admission = config.admission
+        tenants_file = Path(admission.tenants_file) if admission.tenants_file else None
+        self.tenants = load_tenants(tenants_file)
+        self.config = admission
+        self.scheduler.set_policies(_policies(admission))
+        gate = self.gate
+        gate.max_in_flight = max_in_flight(config.engine, admission)
+        gate.batch_reserve = admission.batch_reserve
+        gate.kv_high_watermark = admission.kv_high_watermark
+        gate.kv_overcommit = admission.kv_overcommit
+        gate.max_engine_waiting = admission.max_engine_waiting
+        self.engine_priority = engine_flag(config.engine.args, "--scheduling-policy") == "priority"
+        if self._waiters:
+            self._pump()
         self._last_waiting = 0
 
     # -- request side ----------------------------------------------------------------------
@@ -296,8 +300,15 @@ def max_in_flight(engine: EngineConfig, admission: AdmissionConfig) -> int:
     return round(seqs * IN_FLIGHT_OVER_SEQS)
 
 
-def _policy(config: ClassConfig) -> ClassPolicy:
-    return ClassPolicy(config.queue_size, config.queue_timeout_s, config.aging_s)
+def _policies(admission: AdmissionConfig) -> dict[Priority, ClassPolicy]:
+    classes = {
+        Priority.INTERACTIVE: admission.interactive,
+        Priority.NORMAL: admission.normal,
+        Priority.BATCH: admission.batch,
+    }
+    return {
+        cls: ClassPolicy(c.queue_size, c.queue_timeout_s, c.aging_s) for cls, c in classes.items()
+    }
 
 
 def _deadline(headers: list[Any], now: float) -> float | None:

@@ -37,13 +37,11 @@ def build_app(state: DaemonState) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with state.upstream.open():
-            validator = state.validator
-            loading = asyncio.create_task(validator.load_tokenizer(), name="tokenizer-load")
+            state.validator.start_loading()
             stalls = asyncio.create_task(watch_stalls(state), name="stall-watch")
             yield
             stalls.cancel()
-            loading.cancel()
-            validator.close()
+            state.validator.close()
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})

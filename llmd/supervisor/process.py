@@ -53,6 +53,7 @@ class EngineProcess:
         self.pid = proc.pid
         self.pgid = proc.pid  # group leader: pgid == pid
         self.output = output
+        self._stop: asyncio.Task[None] | None = None
         self._pump = asyncio.create_task(self._pump_output(sink), name=f"engine-output-{self.pid}")
 
     @classmethod
@@ -93,7 +94,14 @@ class EngineProcess:
         """SIGTERM the group, SIGKILL it after `timeout_s`, reap the leader.
 
         Returns when no live process of the group is left (the leader reaped, orphans gone).
+        Callers at once (a stop during a restart) share one stop: the first one's timeout holds,
+        and a caller cancelled while waiting does not cancel the stop.
         """
+        if self._stop is None:
+            self._stop = asyncio.create_task(self._stop_group(timeout_s), name="engine-stop")
+        await asyncio.shield(self._stop)
+
+    async def _stop_group(self, timeout_s: float) -> None:
         self._signal_group(signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and (self.running or group_members(self.pgid)):

@@ -37,6 +37,9 @@ class Supervisor:
         self.paths = paths
         self.state = state
         self._stopping = asyncio.Event()
+        self._served = asyncio.Event()  # the engine of this boot serves
+        self._done = asyncio.Event()  # run() is not running
+        self._done.set()
         self._process: EngineProcess | None = None
         self._history: list[ExitRecord] = []
         self._restart_requested = False
@@ -46,17 +49,21 @@ class Supervisor:
 
     async def run(self) -> None:
         """Keep the engine up until `stop()`. Raises `EngineGaveUp` when the policy gives up."""
-        connector = aiohttp.UnixConnector(path=str(self.paths.engine_socket))
-        async with aiohttp.ClientSession(connector=connector) as probe:
-            while not self._stopping.is_set():
-                reason, was_ready = await self._run_once(probe)
-                if self._stopping.is_set():
-                    break
-                if reason.kind == "restart_requested":
-                    self.state.restarts += 1
-                    continue
-                await self._back_off(reason, was_ready)
-        self.state.phase = EnginePhase.STOPPED
+        self._done.clear()
+        try:
+            connector = aiohttp.UnixConnector(path=str(self.paths.engine_socket))
+            async with aiohttp.ClientSession(connector=connector) as probe:
+                while not self._stopping.is_set():
+                    reason, was_ready = await self._run_once(probe)
+                    if self._stopping.is_set():
+                        break
+                    if reason.kind == "restart_requested":
+                        self.state.restarts += 1
+                        continue
+                    await self._back_off(reason, was_ready)
+            self.state.phase = EnginePhase.STOPPED
+        finally:
+            self._done.set()
 
     async def _back_off(self, reason: ExitReason, was_ready: bool) -> None:
         """Wait as the restart policy says after an unrequested exit. Raises EngineGaveUp."""
@@ -101,19 +108,36 @@ class Supervisor:
         await process.stop_group(self.config.engine.stop_timeout_s)
         return True
 
+    async def wait_serving(self, timeout_s: float) -> bool:
+        """Wait until the engine serves (True), or until the supervisor stops, gives up or
+        `timeout_s` seconds pass (False)."""
+        waits = [
+            asyncio.ensure_future(event.wait())
+            for event in (self._served, self._stopping, self._done)
+        ]
+        try:
+            await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waits:
+                waiter.cancel()
+        return self.state.serving and not self._stopping.is_set()
+
     async def stop(self) -> None:
-        """Stop the engine group: SIGTERM, SIGKILL after `engine.stop_timeout_s`, reap."""
+        """Stop the engine group (SIGTERM, SIGKILL after `engine.stop_timeout_s`, reap) and
+        wait for `run()` to end. An engine being spawned at this moment is stopped as soon as
+        it exists (`_run_once`), before `stop()` returns."""
         self._stopping.set()
-        if self._process is not None and (
-            self._process.running or self.state.phase is not EnginePhase.STOPPED
-        ):
+        if self.state.phase is not EnginePhase.STOPPED:
             self.state.phase = EnginePhase.STOPPING
+        if self._process is not None:
             await self._process.stop_group(self.config.engine.stop_timeout_s)
+        await self._done.wait()
         self.state.phase = EnginePhase.STOPPED
 
     async def _run_once(self, probe: aiohttp.ClientSession) -> tuple[ExitReason, bool]:
         """Boot one engine and serve until it exits; return why, and whether it became ready."""
         launch = engine_launch(self.config.engine, self.paths.engine_socket)
+        self._served.clear()
         self.state.boot_started_at = time.monotonic()
         self.state.ready_at = None
         self.state.phase = (
@@ -139,7 +163,10 @@ class Supervisor:
                 "start_timeout", f"not ready after {self.config.engine.start_timeout_s:g}s"
             )
         if self._stopping.is_set() or self._restart_requested:
-            returncode = await exited  # stop() or restart() is taking the group down
+            # stop() or restart() is taking the group down; a stop that came while this engine
+            # was being spawned found no process to stop, so this stop is the one that does.
+            await process.stop_group(self.config.engine.stop_timeout_s)
+            returncode = await exited
         elif forced is not None:
             await process.stop_group(self.config.engine.stop_timeout_s)
             returncode = await exited
@@ -214,6 +241,7 @@ class Supervisor:
                 models = await r.json()
             self.state.max_model_len = int(models["data"][0]["max_model_len"])
         self.state.phase = EnginePhase.SERVING
+        self._served.set()
         log.info(
             "engine_ready",
             pid=self.state.pid,

@@ -115,6 +115,12 @@ class Observer:
         self.engine_token_rates: tuple[float, float] | None = None  # prompt, generation per s
         self.gpus = GpuReading()
 
+    def configure(self, top_tenants: int, log_requests: str) -> None:
+        """Take new settings (a reload): the tenant label bound (tenants already labelled keep
+        their label, so no series flaps) and which finished requests get a log line."""
+        self.metrics.tenant.limit = top_tenants
+        self.log_requests = log_requests
+
     def as_snapshot(self) -> TelemetrySnapshot:
         """The readings, windows and tallies now, for the Status."""
         sample = self.engine_sample
