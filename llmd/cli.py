@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from llmd.config import ServerConfig, config_path, load_config
-from llmd.errors import ConfigError
+from llmd.errors import ConfigError, RuntimeDirInUse
 from llmd.runtime import RuntimePaths
 
 EXIT_USAGE = 2
@@ -98,7 +98,7 @@ def _serve(args: argparse.Namespace) -> int:
         daemon = Daemon(config, listen=args.listen, runtime_dir=args.runtime_dir)
         code: int = _run(daemon.serve())
         return code
-    except OSError as exc:
+    except (OSError, RuntimeDirInUse) as exc:
         print(f"llmd: cannot start: {exc}", file=sys.stderr)
         return 1
 

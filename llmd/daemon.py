@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
 import signal
 import socket
 import time
@@ -106,6 +107,7 @@ class Daemon:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._servers: list[_EmbeddedServer] = []
         self._telemetry: asyncio.Task[None] | None = None
+        self._lock: int | None = None
 
     async def serve(self) -> int:
         """Run until SIGTERM/SIGINT or until the engine is given up; the process exit code."""
@@ -132,8 +134,10 @@ class Daemon:
         return self.exit_code
 
     async def startup(self) -> None:
-        """Bind the sockets, start the proxy, the admin API and the engine. Raises OSError."""
+        """Take the runtime directory, bind the sockets, start the proxy, the admin API and the
+        engine. Raises OSError, RuntimeDirInUse (another llmd runs with this directory)."""
         self.paths.create()
+        self._lock = self.paths.claim()
         loop = asyncio.get_running_loop()
         for sig in _SIGNALS:
             loop.add_signal_handler(sig, self._signals.put_nowait, sig)
@@ -231,6 +235,10 @@ class Daemon:
             line_limiter().flush(force=True)
             log.info("llmd_stopped", exit_code=self.exit_code)
             self.reporter.notifier.close()
+        # 8. Let the next llmd have the runtime directory.
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     # -- configuration: start-up and reload alike ----------------------------------------------
 

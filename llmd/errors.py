@@ -3,6 +3,7 @@
     LlmdError
     ├── ConfigError                  bad config file: names the key, the value, what was expected
     ├── EngineGaveUp                 the supervisor stopped restarting a failing engine
+    ├── RuntimeDirInUse              another llmd runs with this runtime directory
     ├── BenchError                   `llmd bench` cannot run: bad option, target unreachable
     └── ApiError                     answered to an HTTP client (status, code, Retry-After)
         ├── InvalidRequest           400 invalid_request
@@ -42,6 +43,10 @@ class ConfigError(LlmdError):
 
 class EngineGaveUp(LlmdError):
     """The engine failed to boot too often within the failure window; llmd stops trying."""
+
+
+class RuntimeDirInUse(LlmdError):
+    """Another llmd runs with this runtime directory (its sockets and its engine are there)."""
 
 
 class BenchError(LlmdError):

@@ -18,6 +18,7 @@ from llmd.engine.launch import engine_launch, installed_engine_build
 from llmd.errors import EngineGaveUp
 from llmd.runtime import RuntimePaths
 from llmd.supervisor.exits import ExitReason, classify_exit
+from llmd.supervisor.leftovers import forget_engine, record_engine, stop_leftover
 from llmd.supervisor.policy import ExitRecord, GiveUp, decide_restart
 from llmd.supervisor.process import EngineProcess
 from llmd.supervisor.state import EnginePhase, EngineState
@@ -51,6 +52,7 @@ class Supervisor:
         """Keep the engine up until `stop()`. Raises `EngineGaveUp` when the policy gives up."""
         self._done.clear()
         try:
+            await self._stop_leftover()
             connector = aiohttp.UnixConnector(path=str(self.paths.engine_socket))
             async with aiohttp.ClientSession(connector=connector) as probe:
                 while not self._stopping.is_set():
@@ -64,6 +66,15 @@ class Supervisor:
             self.state.phase = EnginePhase.STOPPED
         finally:
             self._done.set()
+
+    async def _stop_leftover(self) -> None:
+        """Stop what an llmd killed before it could stop its engine left in this runtime
+        directory (llmd.supervisor.leftovers), before this llmd starts its own."""
+        pids = await asyncio.to_thread(
+            stop_leftover, self.paths.engine_pid_file, self.config.engine.stop_timeout_s
+        )
+        if pids:
+            log.warning("engine_leftover_stopped", pids=pids)
 
     async def _back_off(self, reason: ExitReason, was_ready: bool) -> None:
         """Wait as the restart policy says after an unrequested exit. Raises EngineGaveUp."""
@@ -152,6 +163,8 @@ class Supervisor:
         self._process = process
         self.state.pid = process.pid
         log.info("engine_started", pid=process.pid, argv=" ".join(launch.argv))
+        pid_file = self.paths.engine_pid_file
+        record = await asyncio.to_thread(record_engine, pid_file, process.pgid)
         exited = asyncio.create_task(process.wait(), name="engine-wait")
         ready = await self._wait_ready(probe, exited)
         forced: ExitReason | None = None
@@ -186,6 +199,7 @@ class Supervisor:
                 recent_lines=list(process.output.recent),
             )
         self.state.pid = None
+        forget_engine(pid_file, record)  # its group is stopped: nothing is left to find
         self._record_exit(reason)
         return reason, ready
 
