@@ -115,6 +115,7 @@ class Supervisor:
             return False
         self._restart_requested = True
         self.state.phase = EnginePhase.RESTARTING
+        self._served.clear()  # wait_serving() now waits for the next engine
         log.warning("engine_restart_requested", pid=process.pid)
         await process.stop_group(self.config.engine.stop_timeout_s)
         return True
