@@ -17,7 +17,9 @@ def bind_table(cls: type[Any], raw: object, prefix: str = "") -> Any:
     """Build frozen dataclass `cls` from TOML table `raw`, checking every key and type strictly:
     unknown keys, wrong types and negative numbers raise ConfigError naming `prefix` + key, the
     value and what was expected. Keys left out keep the dataclass defaults; a nested table starts
-    from its parent's default for that field. A field named `source` is never listed as a key."""
+    from its parent's default for that field. A field typed `dict[str, SomeDataclass]` takes
+    named tables (`[engines.NAME]`), each bound the same way. A field named `source` is never
+    listed as a key."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a table, got {raw!r}")
     hints = typing.get_type_hints(cls)
@@ -55,6 +57,11 @@ def _convert(hint: Any, value: object, key: str) -> object:
             return tuple(value)
         raise ConfigError(f"{key} = {value!r}: expected a list of strings")
     if origin is dict:
+        item = typing.get_args(hint)[1]
+        if isinstance(item, type) and dataclasses.is_dataclass(item):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{key}: expected tables [{key}.NAME], got {value!r}")
+            return {name: bind_table(item, raw, f"{key}.{name}.") for name, raw in value.items()}
         if isinstance(value, dict) and all(isinstance(v, str) for v in value.values()):
             return dict(value)
         raise ConfigError(f"{key} = {value!r}: expected a table of strings")

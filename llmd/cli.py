@@ -115,10 +115,12 @@ def _check_config(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"llmd: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    print(
-        f"{path}: ok (engine {config.engine.kind}, model {config.engine.model_name}, "
-        f"listen {config.server.listen})"
-    )
+    backends = [
+        f"engine {name} ({engine.kind}, model {engine.model_name})"
+        for name, engine in config.engine_tables.items()
+    ]
+    backends += [f"upstream {name} ({upstream.url})" for name, upstream in config.upstreams.items()]
+    print(f"{path}: ok ({', '.join(backends)}; listen {config.server.listen})")
     return 0
 
 
