@@ -1,29 +1,38 @@
-"""The scheduler core: queues per class and tenant, and which request the engine gets next.
+"""The scheduler core: queues per class and tenant, and which request goes to a backend next.
 
 Pure: no asyncio, no I/O. The caller passes the clock (`now`, seconds) and a capacity `Gate`, and
-gets back decisions: which entries to release to the engine, which to reject (with a reason and
-a Retry-After).
+gets back decisions: which entries to release (and to which backend the gate chose), which to
+reject (with a reason and a Retry-After).
 
-**Between classes**: interactive before normal before batch, with aging by class. A lower class
-that has had work waiting and no release for its `aging_s` (since its last release, or since it
-last became non-empty) is overdue: it gets the next release (its DRR pick), which restarts its
-clock. So under continuous interactive load:
+**Pools.** Each entry belongs to the pool of its model (`Entry.model`: every backend serving
+that name; one pool when llmd serves one model). The gate answers for the entry's own pool: a
+refusal blocks that pool for the rest of the pass, and the pass goes on with entries of other
+pools, so a request waits in llmd only for capacity on its own pool. Classes, aging, DRR and
+tenant limits are one layer over every pool.
 
-    the batch class gets a release at least every aging_s(batch) plus one release opportunity;
-    a batch request with k batch requests released before it waits at most
-    (k + 1) x (aging_s + one opportunity) (defaults: 30 s each; the head of the batch queue
-    waits at most 30 s plus one opportunity).
+**Between classes**: interactive before normal before batch, with aging by class and pool. A
+lower class that has had work waiting for a pool and no release there for its `aging_s` (since
+its last release on that pool, or since its queue for that pool last became non-empty) is
+overdue on that pool: it gets that pool's next release (its DRR pick among its entries for the
+pool), which restarts the clock. So under continuous interactive load on a pool:
 
-A release opportunity is the capacity gate admitting a request. An overdue pick the gate refuses
-is not passed by anyone (head of line), and the gate always admits when nothing is in flight, so
-the wait for one opportunity is at most the longest request then running. Aging gives a starved
-class a minimum rate (one release per aging_s), not a share: a batch flood's own backlog does
-not make it overdue while it is being served, so interactive work keeps the rest.
+    the batch class gets a release on that pool at least every aging_s(batch) plus one release
+    opportunity of that pool; a batch request with k batch requests of its pool released before
+    it waits at most (k + 1) x (aging_s + one opportunity) (batch's default aging_s: 15 s; the
+    head of the batch queue for a pool waits at most 15 s plus one opportunity).
+
+A release opportunity is the pool's capacity gate admitting a request. An overdue pick the gate
+refuses is passed by no one of its pool (the pool is blocked for the pass), and a backend with
+nothing in flight always admits, so the wait for one opportunity is at most the longest request
+then running on the pool. Aging gives a starved class a minimum rate per pool (one release per
+aging_s), not a share: a batch flood's own backlog does not make it overdue while it is being
+served, so interactive work keeps the rest. Releases on other pools do not reset a pool's clock,
+so a class served on one pool is not starved on another.
 
 **Within a class, between tenants**: deficit round-robin (Shreedhar & Varghese, SIGCOMM 1995)
 over token cost (prompt tokens + max_tokens), each tenant's quantum scaled by its weight, so
 backlogged tenants get tokens in proportion to their weights, within one maximum request cost.
-Within a tenant and class, first in, first out.
+Within a tenant and class, first in, first out among the entries whose pool is not blocked.
 
 **Limits**: a tenant at `max_concurrency` is skipped (its entries wait); a tenant with
 `max_queued` entries waiting, or a class with `queue_size` entries, rejects new ones (429); an
@@ -38,7 +47,7 @@ import enum
 import heapq
 import itertools
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Set
 from typing import Protocol
 
 from llmd.admission.classes import Priority
@@ -80,7 +89,9 @@ class ClassPolicy:
 @dataclasses.dataclass(eq=False)
 class Entry:
     """One request as the scheduler sees it. `cost` is tokens (prompt + max_tokens);
-    `deadline` is an absolute time on the caller's clock, or None."""
+    `deadline` is an absolute time on the caller's clock, or None. `model` names its pool;
+    `affinity` is its prefix key (llmd/routing/prefix.py; None: none); `backend` is where the
+    gate released it (None while queued)."""
 
     tenant: Tenant
     cls: Priority
@@ -90,6 +101,9 @@ class Entry:
     released_at: float | None = None
     state: State = State.QUEUED
     seq: int = 0
+    model: str = ""
+    affinity: str | None = None
+    backend: str | None = None
 
     def __repr__(self) -> str:
         return f"Entry({self.seq}, {self.tenant.name}, {self.cls.label}, {self.cost}, {self.state})"
@@ -111,17 +125,20 @@ class Decisions:
 
 
 class Gate(Protocol):
-    """Capacity: whether the engine can take `entry` now (`overdue`: released by aging), and
-    the accounting of a release (see llmd/admission/capacity.py)."""
+    """Capacity: which backend of `entry`'s pool can take it now (None: none can; `overdue`:
+    released by aging), and the accounting of a release there (llmd/routing/capacity.py over
+    one llmd/admission/capacity.py gate per backend)."""
 
-    def admits(self, entry: Entry, overdue: bool) -> bool: ...
+    def admits(self, entry: Entry, overdue: bool) -> str | None: ...
 
-    def on_release(self, entry: Entry) -> None: ...
+    def on_release(self, entry: Entry, backend: str) -> None: ...
 
 
 @dataclasses.dataclass
 class _ClassQueue:
-    """One class: a FIFO per tenant, and the DRR ring of tenants with entries."""
+    """One class: a FIFO per tenant, the DRR ring of tenants with entries, and per pool its
+    entries' count and aging clock (its last release there, or when its queue for that pool
+    last became non-empty)."""
 
     policy: ClassPolicy
     queues: dict[str, collections.deque[Entry]] = dataclasses.field(default_factory=dict)
@@ -129,7 +146,10 @@ class _ClassQueue:
     deficit: dict[str, float] = dataclasses.field(default_factory=dict)
     credited: bool = False  # ring[0] got its quantum for this visit
     size: int = 0
-    waiting_since: float = 0.0  # last release, or when the class last became non-empty
+    pools: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    waiting_since: dict[str, float] = dataclasses.field(default_factory=dict)
+    # Per tenant, its queued entries by pool: whether it has work a pass may release.
+    tenant_pools: dict[str, collections.Counter[str]] = dataclasses.field(default_factory=dict)
 
 
 class ReleaseRate:
@@ -192,12 +212,15 @@ class Scheduler:
         fifo = queue.queues.get(tenant.name)
         if fifo is None:
             fifo = queue.queues[tenant.name] = collections.deque()
+            queue.tenant_pools[tenant.name] = collections.Counter()
         if not fifo:
             queue.ring.append(tenant.name)
             queue.deficit[tenant.name] = 0.0
         fifo.append(entry)
-        if not queue.size:
-            queue.waiting_since = now
+        if not queue.pools[entry.model]:
+            queue.waiting_since[entry.model] = now
+        queue.pools[entry.model] += 1
+        queue.tenant_pools[tenant.name][entry.model] += 1
         queue.size += 1
         self.queued_by_tenant[tenant.name] += 1
         expires = now + queue.policy.queue_timeout_s
@@ -223,23 +246,29 @@ class Scheduler:
     # -- decisions -------------------------------------------------------------------------
 
     def decide(self, now: float, gate: Gate) -> Decisions:
-        """Reject what expired, then release while `gate` admits the next entry in order."""
+        """Reject what expired, then release the next entry in order while `gate` admits it;
+        a refusal blocks the entry's pool for the rest of this pass, and the pass goes on
+        with the other pools' entries."""
         decisions = Decisions(rejected=self._expire(now))
+        blocked: set[str] = set()
         while True:
-            picked = self._next(now)
+            picked = self._next(now, blocked)
             if picked is None:
                 break
             entry, overdue = picked
-            if not gate.admits(entry, overdue):
-                break
+            backend = gate.admits(entry, overdue)
+            if backend is None:
+                blocked.add(entry.model)
+                continue
             self._charge(entry)
             self._remove(entry)
             entry.state = State.RELEASED
             entry.released_at = now
-            self.classes[entry.cls].waiting_since = now
+            entry.backend = backend
+            self.classes[entry.cls].waiting_since[entry.model] = now
             self.in_flight[entry.tenant.name] += 1
             self.release_rate.record(now)
-            gate.on_release(entry)
+            gate.on_release(entry, backend)
             decisions.released.append(entry)
         return decisions
 
@@ -284,41 +313,66 @@ class Scheduler:
         """Entries served before a new one of class `cls`: its class and every higher one."""
         return sum(self.classes[c].size for c in Priority if c <= cls)
 
-    def _eligible(self, tenant_name: str, queue: _ClassQueue) -> bool:
+    def _eligible(
+        self, tenant_name: str, queue: _ClassQueue, blocked: Set[str], only: str | None = None
+    ) -> bool:
+        """Whether the tenant is under its concurrency limit and has an entry in a pool not
+        `blocked` (and in pool `only`, when given)."""
         tenant = queue.queues[tenant_name][0].tenant
-        return not tenant.max_concurrency or self.in_flight[tenant_name] < tenant.max_concurrency
+        if tenant.max_concurrency and self.in_flight[tenant_name] >= tenant.max_concurrency:
+            return False
+        pools = queue.tenant_pools[tenant_name]
+        if only is not None:
+            return bool(pools[only]) and only not in blocked
+        return any(count and pool not in blocked for pool, count in pools.items())
 
-    def _next(self, now: float) -> tuple[Entry, bool] | None:
+    def _next(self, now: float, blocked: Set[str]) -> tuple[Entry, bool] | None:
         """The entry to release next, and whether it goes as overdue (aging)."""
         top = next(
-            (c for c in Priority if any(self._eligible(t, self.classes[c]) for t in
+            (c for c in Priority if any(self._eligible(t, self.classes[c], blocked) for t in
                                         self.classes[c].ring)),
             None,
         )  # fmt: skip
         if top is None:
             return None
-        overdue = self._overdue_class(top, now)
+        overdue = self._overdue(top, now, blocked)
         if overdue is not None:
-            return self._pick_drr(self.classes[overdue]), True
-        return self._pick_drr(self.classes[top]), False
+            cls, pool = overdue
+            return self._pick_drr(self.classes[cls], blocked, pool), True
+        return self._pick_drr(self.classes[top], blocked), False
 
-    def _overdue_class(self, top: Priority, now: float) -> Priority | None:
-        """The class below `top` longest without a release past its aging_s, if any, among
-        those with an eligible tenant."""
-        found: Priority | None = None
+    def _overdue(self, top: Priority, now: float, blocked: Set[str]) -> tuple[Priority, str] | None:
+        """The (class, pool) below `top` longest without a release there past its aging_s,
+        if any, among those with an eligible tenant and a pool not blocked."""
+        found: tuple[Priority, str] | None = None
+        oldest = math.inf
         for cls in Priority:
             queue = self.classes[cls]
             aging = queue.policy.aging_s
-            if cls <= top or not aging or now - queue.waiting_since < aging:
+            if cls <= top or not aging:
                 continue
-            if not any(self._eligible(name, queue) for name in queue.ring):
-                continue
-            if found is None or queue.waiting_since < self.classes[found].waiting_since:
-                found = cls
+            for pool, count in queue.pools.items():
+                since = queue.waiting_since[pool]
+                if not count or pool in blocked or now - since < aging or since >= oldest:
+                    continue
+                if any(self._eligible(name, queue, blocked, pool) for name in queue.ring):
+                    found, oldest = (cls, pool), since
         return found
 
-    def _pick_drr(self, queue: _ClassQueue) -> Entry:
-        """Deficit round-robin over the class's tenants: the head the ring now points at.
+    def _head(
+        self, tenant_name: str, queue: _ClassQueue, blocked: Set[str], only: str | None
+    ) -> Entry:
+        """The tenant's first entry in a pool not `blocked` (in pool `only`, when given); the
+        tenant must be eligible for them."""
+        return next(
+            entry
+            for entry in queue.queues[tenant_name]
+            if entry.model not in blocked and (only is None or entry.model == only)
+        )
+
+    def _pick_drr(self, queue: _ClassQueue, blocked: Set[str], only: str | None = None) -> Entry:
+        """Deficit round-robin over the class's tenants: the head the ring now points at
+        (among the entries of pools not `blocked`, of pool `only` when given).
 
         Leaves the ring where it is, so a pick the gate refuses is picked again next time.
         The class must have an eligible tenant.
@@ -327,8 +381,8 @@ class Scheduler:
         turns = 0
         while True:
             name = ring[0]
-            if self._eligible(name, queue):
-                head = queue.queues[name][0]
+            if self._eligible(name, queue, blocked, only):
+                head = self._head(name, queue, blocked, only)
                 if not queue.credited:
                     queue.deficit[name] += QUANTUM_TOKENS * head.tenant.weight
                     queue.credited = True
@@ -338,20 +392,20 @@ class Scheduler:
             queue.credited = False
             turns += 1
             if turns % len(ring) == 0:
-                self._fast_forward(queue)
+                self._fast_forward(queue, blocked, only)
 
-    def _fast_forward(self, queue: _ClassQueue) -> None:
+    def _fast_forward(self, queue: _ClassQueue, blocked: Set[str], only: str | None) -> None:
         """After a whole round with no pick, add the rounds that would pass with none at once."""
         rounds = math.inf
-        for name in queue.ring:
-            if self._eligible(name, queue):
-                head = queue.queues[name][0]
-                need = head.cost - queue.deficit[name]
-                rounds = min(rounds, math.ceil(need / (QUANTUM_TOKENS * head.tenant.weight)))
+        eligible = [name for name in queue.ring if self._eligible(name, queue, blocked, only)]
+        for name in eligible:
+            head = self._head(name, queue, blocked, only)
+            need = head.cost - queue.deficit[name]
+            rounds = min(rounds, math.ceil(need / (QUANTUM_TOKENS * head.tenant.weight)))
         if rounds is math.inf:
             raise AssertionError("no eligible tenant in the DRR ring")
-        for name in queue.ring:
-            if rounds > 1 and self._eligible(name, queue):
+        for name in eligible:
+            if rounds > 1:
                 weight = queue.queues[name][0].tenant.weight
                 queue.deficit[name] += (rounds - 1) * QUANTUM_TOKENS * weight
 
@@ -370,10 +424,13 @@ class Scheduler:
         fifo = queue.queues[name]
         fifo.remove(entry)
         queue.size -= 1
+        queue.pools[entry.model] -= 1
+        queue.tenant_pools[name][entry.model] -= 1
         self.queued_by_tenant[name] -= 1
         if fifo:
             return
         del queue.queues[name]
+        del queue.tenant_pools[name]
         if queue.ring and queue.ring[0] == name:
             queue.credited = False
         queue.ring.remove(name)
