@@ -12,17 +12,21 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-import aiohttp
 import structlog
 
 from llmd.config import Config
 from llmd.engine.args import flags_given
+from llmd.engine.client import EngineClient
 from llmd.errors import InvalidRequest, ModelNotFound
-from llmd.supervisor.state import EngineState
 from llmd.validation.context import ContextDecision, Policy, check_context
-from llmd.validation.counter import EngineCounter, LocalCounter, TokenizerUnavailable
+from llmd.validation.counter import (
+    CountUnsupported,
+    EngineCounter,
+    LocalCounter,
+    TokenizerUnavailable,
+)
 from llmd.validation.fields import CompletionPrompt, Endpoint, Prompt, read_fields
 
 log = structlog.get_logger("llmd.validation")
@@ -40,6 +44,24 @@ POLICY_HEADER = b"x-llmd-context-policy"
 CLAMPED_HEADER = b"x-llmd-max-tokens-clamped"
 
 
+class ContextSource(Protocol):
+    """Where the model's context length comes from (an engine's state, a pool's backends)."""
+
+    @property
+    def max_model_len(self) -> int | None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSource:
+    """What validation knows of one served model: its `name`, the directory its tokenizer loads
+    from (`tokenizer_path`; '': none here, count through a backend's /tokenize), and the engine
+    args that change how prompts are rendered."""
+
+    name: str
+    tokenizer_path: str = ""
+    engine_args: tuple[str, ...] = ()
+
+
 @dataclasses.dataclass(frozen=True)
 class Validated:
     """A request that may go to the engine: `body` (the client's bytes unless llmd changed
@@ -55,28 +77,40 @@ class Validated:
 
 
 class Validator:
-    """Validates generation requests for one engine; owns the prompt token counters."""
+    """Validates generation requests for one model (one pool of backends); owns its prompt
+    token counters. `engine` gives the context length; `client` a client of a backend
+    serving the model (for its /tokenize)."""
 
     def __init__(
-        self, config: Config, engine: EngineState, session: Callable[[], aiohttp.ClientSession]
+        self,
+        config: Config,
+        engine: ContextSource,
+        client: Callable[[], EngineClient],
+        model: ModelSource | None = None,
     ) -> None:
         self.engine = engine
         self.local: LocalCounter | None = None
-        self.remote = EngineCounter(session)
+        self.remote = EngineCounter(client)
         self.loading: asyncio.Task[None] | None = None
         self._warned_no_limit = False
+        self._warned_no_count = False
         self._tokenizer_source: tuple[object, ...] = ()
-        self.configure(config)
+        self.configure(config, model)
 
-    def configure(self, config: Config) -> None:
-        """Take `config` (at start-up and on each reload): the context policy and the output
-        limits apply to the next request; a changed tokenizer setting (`validation.tokenizer`,
-        `tokenizer_path`, or the engine's model or rendering args) loads the tokenizer again
-        (`start_loading`; the old one counts until the new one is in)."""
+    def configure(self, config: Config, model: ModelSource | None = None) -> None:
+        """Take `config` (at start-up and on each reload) and the model's source (None: the
+        single `[engine]`'s): the context policy and the output limits apply to the next
+        request; a changed tokenizer setting (`validation.tokenizer`, the tokenizer path, or
+        the engine's rendering args) loads the tokenizer again (`start_loading`; the old one
+        counts until the new one is in)."""
+        if model is None:
+            engine = config.engine
+            path = config.validation.tokenizer_path or engine.model
+            model = ModelSource(engine.model_name, path, engine.args)
         self.config = config.validation
-        self.served_models = [config.engine.model_name]
-        self.tokenizer_path = config.validation.tokenizer_path or config.engine.model
-        self.engine_args = config.engine.args
+        self.served_models = [model.name]
+        self.tokenizer_path = model.tokenizer_path
+        self.engine_args = model.engine_args
         source = (config.validation.tokenizer, self.tokenizer_path, self.engine_args)
         changed, self._tokenizer_source = source != self._tokenizer_source, source
         if changed and self.loading is not None:  # loaded before: load again
@@ -97,6 +131,8 @@ class Validator:
         given = flags_given(self.engine_args, ENGINE_RENDERING_ARGS)
         if self.config.tokenizer == "engine":
             log.info("tokenizer_engine", reason="validation.tokenizer = engine")
+        elif not self.tokenizer_path:
+            log.info("tokenizer_engine", model=self.served_models[0], reason="no local model")
         elif given and not self.config.tokenizer_path:
             log.warning("tokenizer_fallback_engine", reason="engine.args set " + ", ".join(given))
         else:
@@ -134,6 +170,8 @@ class Validator:
         max_model_len = self.engine.max_model_len
         self._check_token_ids(fields.prompt)
         counts = await self._count(fields.prompt, fields.model, max_model_len)
+        if not counts:
+            return Validated(raw, None, fields.output.max_tokens, fields.output.n, [])
         if max_model_len is None:
             if not self._warned_no_limit:
                 log.warning("context_check_skipped", reason="max_model_len unknown")
@@ -156,10 +194,18 @@ class Validator:
         return Validated(raw, max(counts), max_tokens, fields.output.n, response_headers)
 
     async def _count(self, prompt: Prompt, model: str | None, limit: int | None) -> list[int]:
+        """Prompt tokens per sequence; none when nothing here can count them (the backend has
+        no /tokenize and no local tokenizer loaded): then the engine checks the context."""
         local = self.local
         if local is not None and local.can_count(prompt):
             return await local.count(prompt, limit)
-        return await self.remote.count(prompt, model)
+        try:
+            return await self.remote.count(prompt, model)
+        except CountUnsupported as exc:
+            if not self._warned_no_count:
+                log.warning("context_check_skipped", model=model, reason=str(exc))
+                self._warned_no_count = True
+            return []
 
     def _check_token_ids(self, prompt: Prompt) -> None:
         """Token ids past the vocabulary: 400, as vLLM 0.32 answers (`renderers/base.py`)."""
