@@ -24,8 +24,14 @@ MAX_SEQUENCES = 1000
 
 @dataclasses.dataclass(frozen=True)
 class EngineStatus:
-    """The engine: phase, pid, model, version, uptime (s), restarts, last exit (kind and detail),
-    exits by reason, and its own running/waiting gauges (`metrics_age_s`: how old they are)."""
+    """One backend: phase, pid, model, version, uptime (s), restarts, last exit (kind and
+    detail), exits by reason, and its own running/waiting gauges (`metrics_age_s`: how old
+    they are). Then which backend: `name`, `kind` (`engine` llmd supervises, `upstream` it
+    does not), its `gpus`, the release it serves (`release`: null until releases are
+    deployed), its KV usage (0..1) and capacity (tokens) from its metrics, llmd's requests
+    there (`in_flight`), whether an operator drained it, and for an upstream its `url` and
+    circuit `breaker` state (closed, open, half_open). An upstream's `state` is serving,
+    unreachable (breaker open), probing (half open) or unknown (no answer yet)."""
 
     state: str
     pid: int | None
@@ -40,6 +46,26 @@ class EngineStatus:
     running: int | None = None
     waiting: int | None = None
     metrics_age_s: float | None = None
+    name: str = "main"
+    kind: str = "engine"
+    gpus: tuple[str, ...] = ()
+    release: str | None = None
+    kv_usage: float | None = None
+    kv_capacity_tokens: int | None = None
+    in_flight: int = 0
+    draining: bool = False
+    url: str | None = None
+    breaker: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelStatus:
+    """One served model: its pool's backends (config order) and whether one of them can take
+    a request now (`available`)."""
+
+    name: str
+    backends: tuple[str, ...]
+    available: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +109,8 @@ class TenantStatus:
 @dataclasses.dataclass(frozen=True)
 class SequenceStatus:
     """One live request: `phase` queued, prefill (no output yet) or decode; `age_s` since it was
-    received; `ttft_s` when its first byte went out; `tokens_per_s` of output since then."""
+    received; `ttft_s` when its first byte went out; `tokens_per_s` of output since then;
+    the `model` it asked for and the `backend` it runs on (null while queued)."""
 
     id: str
     tenant: str
@@ -95,6 +122,8 @@ class SequenceStatus:
     age_s: float
     ttft_s: float | None
     tokens_per_s: float | None
+    model: str | None = None
+    backend: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,7 +171,9 @@ class CountsStatus:
 class Status:
     """Everything an operator sees at a glance; `taken_at` and `started_at` (when this llmd
     process started: a new value means the daemon restarted) are Unix time (s); `events` are
-    the recent notable log events, oldest first (llmd.telemetry.events)."""
+    the recent notable log events, oldest first (llmd.telemetry.events). `engines` has one
+    entry per backend (engines, then upstreams, config order) and `models` one per served
+    model; `engine` and `kv_cache` are the `main` engine's (or the first backend's)."""
 
     llmd_version: str
     taken_at: float
@@ -160,6 +191,8 @@ class Status:
     counts: CountsStatus | None = None
     started_at: float | None = None
     events: tuple[Event, ...] = ()
+    engines: tuple[EngineStatus, ...] = ()
+    models: tuple[ModelStatus, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The snapshot as JSON-ready dicts and lists (what `dataclasses.asdict` gives, without

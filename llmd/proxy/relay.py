@@ -1,13 +1,16 @@
 """The relay endpoint: one client request in named stages, like uvicorn's `Server._serve`.
 
-    authenticate → check availability → read → validate → admit → relay
+    authenticate → check availability → read → route → validate → admit → relay
 
 Each stage is a small method with a typed result, and raises an `ApiError` to refuse. The first
-four run as the request arrives (a refusal is answered at once and accounted); `admit` and
+five run as the request arrives (a refusal is answered at once and accounted); `admit` and
 `relay` run in one task raced against the client's `http.disconnect`, so a client that leaves
-while queued never reaches the engine, and one that leaves mid-stream has its upstream request
-closed, which is what makes vLLM abort the sequence (ENGINE.md). Pure ASGI; the bytes to the
-client go through `writer.ClientWriter`, the engine side is `upstream.forward`.
+while queued never reaches a backend, and one that leaves mid-stream has its backend request
+closed, which is what makes vLLM abort the sequence (ENGINE.md). `route` picks the request's
+pool by its model; admission picks the backend in it; a backend that fails before the client
+has a byte is tried once more on another backend of the pool (llmd/routing/retry.py). Pure
+ASGI; the bytes to the client go through `writer.ClientWriter`, the backend side is
+`upstream.forward`.
 """
 
 from __future__ import annotations
@@ -24,12 +27,14 @@ from starlette.types import Message, Receive, Scope, Send
 from llmd.admission.classes import Priority
 from llmd.admission.tenants import ANONYMOUS, Tenant
 from llmd.admission.waiters import Request, Ticket
-from llmd.errors import ApiError, InvalidRequest
+from llmd.errors import ApiError, InvalidRequest, ModelNotFound
 from llmd.proxy.body import ClientGone, parse_object, read_body
 from llmd.proxy.inflight import Exchange
 from llmd.proxy.middleware import REQUEST_ID_KEY
 from llmd.proxy.upstream import forward
 from llmd.proxy.writer import ClientWriter, answer_error, send_error
+from llmd.routing.prefix import prefix_key
+from llmd.routing.retry import Retry, Tries
 from llmd.state import DaemonState
 from llmd.validation.fields import Endpoint
 
@@ -48,6 +53,7 @@ class Arrival:
     headers: list[Any]
     tenant: str = ANONYMOUS
     request_class: str = Priority.NORMAL.label
+    model: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,25 +67,27 @@ class Body:
 
 @dataclasses.dataclass(frozen=True)
 class Prepared:
-    """A request ready for the engine: the bytes to send, whether it streams, what admission
-    weighs (None: not admitted, e.g. `/v1/models`), its prompt tokens (None: not counted) and
-    headers for the client's response (validation's notes)."""
+    """A request ready for a backend: the bytes to send (`priority_body`: with vLLM's
+    `priority` field, for engines run with --scheduling-policy priority), whether it streams,
+    what admission weighs, its prompt tokens (None: not counted) and headers for the
+    client's response (validation's notes)."""
 
     body: bytes
+    priority_body: bytes
     stream: bool
-    request: Request | None
+    request: Request
     prompt_tokens: int | None
     response_headers: list[tuple[bytes, bytes]]
 
 
 class Relay:
-    """ASGI endpoint relaying `method path` to the engine (chat, completions, models)."""
+    """ASGI endpoint relaying `POST path` (chat or completions) to a backend of the pool of
+    the request's model."""
 
-    def __init__(self, state: DaemonState, path: str, method: str = "POST") -> None:
+    def __init__(self, state: DaemonState, path: str) -> None:
         self.state = state
         self.path = path
-        self.method = method
-        self.endpoint = _ENDPOINTS.get(path)
+        self.endpoint = _ENDPOINTS[path]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         arrival = Arrival(scope[REQUEST_ID_KEY], time.monotonic(), scope["headers"])
@@ -87,7 +95,8 @@ class Relay:
             tenant = self.authenticate(arrival)
             self.check_available()
             body = await self.read(receive)
-            prepared = await self.validate(arrival, tenant, body)
+            model = self.route(arrival, body)
+            prepared = await self.validate(arrival, tenant, body, model)
         except ClientGone:
             return
         except ApiError as error:
@@ -100,6 +109,7 @@ class Relay:
             prompt_tokens=prepared.prompt_tokens,
             tenant=arrival.tenant,
             request_class=arrival.request_class,
+            model=model,
         )
         await self.run(exchange, prepared, receive, _with_headers(send, prepared.response_headers))
 
@@ -112,67 +122,125 @@ class Relay:
         return tenant
 
     def check_available(self) -> None:
-        """Raises Draining or EngineUnavailable (503 + Retry-After) when llmd admits nothing."""
+        """Raises Draining (503 + Retry-After) when llmd admits nothing."""
         error = self.state.unavailable()
         if error is not None:
             raise error
 
     async def read(self, receive: Receive) -> Body:
-        """The whole body, parsed (nothing for a GET). Raises BodyTooLarge (413),
-        InvalidRequest (400), ClientGone."""
-        if self.method != "POST":
-            return Body(b"", {}, stream=False)
+        """The whole body, parsed. Raises BodyTooLarge (413), InvalidRequest (400),
+        ClientGone."""
         raw = await read_body(receive, self.state.config.server.max_body_bytes)
         payload = parse_object(raw)
         if not isinstance(payload.get("stream"), bool | None):
             raise InvalidRequest("'stream' must be a boolean", param="stream")
         return Body(raw, payload, stream=bool(payload.get("stream")))
 
-    async def validate(self, arrival: Arrival, tenant: Tenant, body: Body) -> Prepared:
-        """Class, fields, model, prompt tokens and context of a generation request, and its
-        cost for admission (other routes pass as they are). Raises ApiError (400, 404)."""
-        if self.endpoint is None:
-            return Prepared(body.raw, body.stream, None, None, [])
+    def route(self, arrival: Arrival, body: Body) -> str:
+        """The model whose pool serves the request: its `model` (omitted: the one model llmd
+        serves). Raises InvalidRequest (400: not a string, or omitted while llmd serves
+        several), ModelNotFound (404: no backend serves it, as vLLM answers),
+        EngineUnavailable (503 + Retry-After: no backend of the pool can take it now)."""
+        capacity = self.state.admission.capacity
+        model = body.payload.get("model")
+        served = capacity.models()
+        if model is None and len(served) == 1:
+            model = served[0]
+        elif model is None:
+            raise InvalidRequest(
+                f"'model' is required: llmd serves {', '.join(served)}", param="model"
+            )
+        if not isinstance(model, str):
+            raise InvalidRequest("'model' must be a string", param="model")
+        if capacity.pool(model) is None:
+            raise ModelNotFound(model, list(served))
+        arrival.model = model
+        if not capacity.available(model, time.monotonic()):
+            raise self.state.pool_unavailable(model)
+        return model
+
+    async def validate(self, arrival: Arrival, tenant: Tenant, body: Body, model: str) -> Prepared:
+        """Class, fields, prompt tokens and context of a generation request (by its model's
+        validator: tokenizer and context length), its cost and its prefix key for admission.
+        Raises ApiError (400)."""
         admission = self.state.admission
         cls = admission.classify(tenant, arrival.headers)
         arrival.request_class = cls.label
-        valid = await self.state.validator.check(
-            self.endpoint, body.payload, body.raw, arrival.headers
-        )
-        raw = valid.body
-        if admission.engine_priority:  # `payload` carries validation's changes (edited in place)
-            raw = _with_priority(body.payload, cls)
+        validator = self.state.validators.for_model(model)
+        valid = await validator.check(self.endpoint, body.payload, body.raw, arrival.headers)
+        # `payload` carries validation's changes (edited in place).
+        priority_body = _with_priority(body.payload, cls) if admission.priority_backends else b""
         chat = self.endpoint is Endpoint.CHAT
-        cost = admission.cost(valid.prompt_tokens, valid.max_tokens, valid.n, chat)
-        request = Request(tenant, cls, cost, arrival.headers)
-        return Prepared(raw, body.stream, request, valid.prompt_tokens, valid.response_headers)
+        limit = validator.engine.max_model_len
+        cost = admission.cost(valid.prompt_tokens, valid.max_tokens, valid.n, chat, limit)
+        key = prefix_key(body.payload, admission.prefix_chars) if admission.prefix_chars else None
+        request = Request(tenant, cls, cost, arrival.headers, model=model, affinity=key)
+        return Prepared(
+            valid.body,
+            priority_body,
+            body.stream,
+            request,
+            valid.prompt_tokens,
+            valid.response_headers,
+        )
 
-    async def admit(self, prepared: Prepared) -> Ticket | None:
-        """Wait in admission's queue until the engine may take the request (None: not
-        admitted). Raises RateLimited, QueueFull (429), QueueTimeout (503)."""
-        if prepared.request is None:
-            return None
+    async def admit(self, prepared: Prepared) -> Ticket:
+        """Wait in admission's queue until a backend of the request's pool may take it (the
+        ticket's `entry.backend`). Raises RateLimited, QueueFull (429), QueueTimeout (503)."""
         return await self.state.admission.admit(prepared.request)
 
-    async def relay(self, exchange: Exchange, prepared: Prepared, writer: ClientWriter) -> None:
-        """One upstream request, its answer streamed through. Raises EngineError (502),
-        EngineUnavailable (503)."""
+    async def relay(
+        self, exchange: Exchange, prepared: Prepared, writer: ClientWriter, ticket: Ticket
+    ) -> None:
+        """One backend request, its answer streamed through; a backend that fails before the
+        client has a byte is tried once more on another backend of the pool (none left, or a
+        failure after the first byte: the error goes to the client). Raises EngineError
+        (502), EngineUnavailable (503)."""
         exchange.admitted_at = time.monotonic()
-        await forward(self.state, self.method, self.path, exchange, prepared.body, writer)
+        admission = self.state.admission
+        tries = Tries()
+        backend = ticket.entry.backend
+        assert backend is not None
+        while True:
+            tries.sent(backend)
+            exchange.backend = backend
+            body = prepared.priority_body if backend in admission.priority_backends else None
+            try:
+                await forward(
+                    self.state, backend, self.path, exchange, body or prepared.body, writer
+                )
+                return
+            except ApiError as error:
+                decision = tries.after_failure(response_started=exchange.response_started)
+                moved = None
+                if isinstance(decision, Retry):
+                    moved = admission.reroute(ticket, decision.exclude)
+                if moved is None:
+                    raise
+                self.state.observer.retried(backend, exchange.model)
+                log.warning(
+                    "request_retried",
+                    request_id=exchange.request_id,
+                    failed=backend,
+                    backend=moved,
+                    code=error.code,
+                    error=error.message,
+                )
+                backend = moved
 
     # -- around the stages -------------------------------------------------------------------
 
     async def refuse(self, arrival: Arrival, error: ApiError, send: Send) -> None:
         """Answer a request refused before it was queued, and account it."""
-        if self.endpoint is not None:
-            self.state.observer.rejected(
-                arrival.request_id,
-                error.status,
-                str(error.code),
-                arrival.at,
-                arrival.tenant,
-                arrival.request_class,
-            )
+        self.state.observer.rejected(
+            arrival.request_id,
+            error.status,
+            str(error.code),
+            arrival.at,
+            arrival.tenant,
+            arrival.request_class,
+            arrival.model,
+        )
         await send_error(send, error)
 
     async def run(
@@ -199,8 +267,7 @@ class Relay:
         if not work.cancelled() and (exc := work.exception()) is not None:
             exchange.error_code = exchange.error_code or "internal_error"
             log.error("relay_failed", request_id=exchange.request_id, error=repr(exc))
-        if self.endpoint is not None:
-            self.state.observer.finished(exchange)
+        self.state.observer.finished(exchange)
 
     async def _admit_and_relay(self, exchange: Exchange, prepared: Prepared, send: Send) -> None:
         """The last two stages; their errors become OpenAI-shaped answers (in-band once the
@@ -209,7 +276,7 @@ class Relay:
         ticket: Ticket | None = None
         try:
             ticket = await self.admit(prepared)
-            await self.relay(exchange, prepared, writer)
+            await self.relay(exchange, prepared, writer, ticket)
         except asyncio.CancelledError:
             if exchange.abort_error is None:
                 raise  # the client left: nothing to answer

@@ -19,7 +19,7 @@ def admission(**fields: object) -> Admission:
         engine=EngineConfig(model="m", args=("--scheduling-policy=priority",)),
         admission=dataclasses.replace(AdmissionConfig(max_in_flight=1), **fields),  # type: ignore[arg-type]
     )
-    return Admission(config, EngineState(phase=EnginePhase.SERVING, max_model_len=1024))
+    return Admission(config, {"main": EngineState(phase=EnginePhase.SERVING, max_model_len=1024)})
 
 
 def request(adm: Admission, cls: Priority = Priority.NORMAL, **headers: str) -> Request:
@@ -41,7 +41,7 @@ async def test_waits_for_a_slot_and_leaves_the_queue_when_cancelled() -> None:
     adm.finish(first)
     ticket = await asyncio.wait_for(second, 1)
     assert ticket.queue_ms >= 5
-    assert adm.gate.in_flight == 1 and adm.scheduler.queued() == 0
+    assert adm.capacity.gate("main").in_flight == 1 and adm.scheduler.queued() == 0
 
 
 async def test_deadline_header_rejects_while_queued() -> None:
@@ -55,8 +55,9 @@ async def test_deadline_header_rejects_while_queued() -> None:
 
 
 def test_engine_flags_set_priority_and_max_in_flight() -> None:
-    """--scheduling-policy priority turns on the priority field; --max-num-seqs sizes the gate."""
-    assert admission().engine_priority
+    """--scheduling-policy priority turns on the priority field for that engine; --max-num-seqs
+    sizes its gate."""
+    assert admission().priority_backends == {"main"}
     engine = EngineConfig(model="m", args=("--max-num-seqs", "48"))
     assert max_in_flight(engine, AdmissionConfig()) == 48
     assert max_in_flight(engine, AdmissionConfig(max_in_flight=7)) == 7
@@ -66,6 +67,6 @@ def test_engine_flags_set_priority_and_max_in_flight() -> None:
 def test_cost_uses_the_engines_default_output_when_max_tokens_is_omitted() -> None:
     """Omitted max_tokens: the rest of the context for chat, 16 for completions; times n."""
     adm = admission()
-    assert adm.cost(24, None, 1, chat=True) == 1024
-    assert adm.cost(24, None, 1, chat=False) == 40
-    assert adm.cost(24, 10, 2, chat=True) == 68
+    assert adm.cost(24, None, 1, chat=True, max_model_len=1024) == 1024
+    assert adm.cost(24, None, 1, chat=False, max_model_len=1024) == 40
+    assert adm.cost(24, 10, 2, chat=True, max_model_len=1024) == 68
