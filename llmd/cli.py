@@ -54,18 +54,23 @@ def _parser() -> argparse.ArgumentParser:
     drain.add_argument(
         "--reject-queued", action="store_true", help="answer requests queued in llmd 503 now"
     )
+    drain.add_argument(
+        "--engine", help="drain this engine only: it takes no new request, the others serve on"
+    )
     drain.add_argument("--runtime-dir", default=ServerConfig.runtime_dir)
     drain.set_defaults(func=_drain)
     for verb, help_text in (
         ("resume", "admit requests again after a drain"),
-        ("restart", "drain, restart the engine (with a reloaded engine table), resume"),
+        ("restart", "drain, restart the engines (with reloaded engine tables), resume"),
         (
             "reload",
-            "re-read the config: limits, tenants, validation, telemetry and logging apply now; "
-            "engine changes wait for `llmd restart`",
+            "re-read the config: limits, tenants, upstreams, routing, validation, telemetry and "
+            "logging apply now; engine changes wait for `llmd restart [--engine NAME]`",
         ),
     ):
         sub = verbs.add_parser(verb, help=help_text)
+        if verb != "reload":
+            sub.add_argument("--engine", help=f"{verb} this engine only (default: every engine)")
         sub.add_argument("--runtime-dir", default=ServerConfig.runtime_dir)
         sub.set_defaults(func=_simple_verb)
 
@@ -174,34 +179,60 @@ def _call(
 
 def _drain(args: argparse.Namespace) -> int:
     queued = "reject" if args.reject_queued else "wait"
-    answer = _call(args, "POST", "/drain", {"deadline_s": args.timeout, "queued": queued})
-    print(f"draining: {answer['in_flight']} in flight")
+    body = {"deadline_s": args.timeout, "queued": queued, "engine": args.engine}
+    answer = _call(args, "POST", "/drain", body)
+    what = f"engine {args.engine}" if args.engine else "llmd"
+    print(f"draining {what}: {answer['in_flight']} in flight")
     if not args.wait:
         return 0
     deadline = time.monotonic() + (args.timeout + 5 if args.timeout is not None else 3600)
-    while (in_flight := _call(args, "GET", "/status")["in_flight"]) and time.monotonic() < deadline:
+    while (in_flight := _in_flight(args)) and time.monotonic() < deadline:
         time.sleep(0.5)
     print("drained" if not in_flight else f"still {in_flight} in flight")
     return 0 if not in_flight else 1
 
 
+def _in_flight(args: argparse.Namespace) -> int:
+    """Requests in flight in llmd, or on `args.engine`."""
+    status = _call(args, "GET", "/status")
+    if not args.engine:
+        return int(status["in_flight"])
+    entry = next((e for e in status.get("engines", []) if e["name"] == args.engine), None)
+    return int(entry["in_flight"]) if entry else 0
+
+
 def _simple_verb(args: argparse.Namespace) -> int:
-    # A restart drains, then waits for the new engine to serve (engine.start_timeout_s).
-    answer = _call(args, "POST", "/" + args.verb, timeout_s=RESTART_TIMEOUT_S)
+    # A restart drains, then waits for the new engines to serve (engine.start_timeout_s).
+    engine = getattr(args, "engine", None)
+    body = {"engine": engine} if engine else None
+    answer = _call(args, "POST", "/" + args.verb, body, timeout_s=RESTART_TIMEOUT_S)
     if args.verb == "reload":
         print(reload_message(answer))
     elif args.verb == "restart":
-        print(restart_message(answer))
+        print(restart_message(answer, engine))
     else:
-        print(f"admitting requests; engine {answer['engine']}")
+        what = f"engine {engine} takes requests again" if engine else "admitting requests"
+        print(f"{what}; {_phases(answer)}")
     return 0
+
+
+def _phases(answer: dict[str, Any]) -> str:
+    """'engine serving', or each engine's phase when there are several."""
+    engines = answer.get("engines") or {}
+    if len(engines) <= 1:
+        return f"engine {answer['engine']}"
+    return "engines " + ", ".join(f"{name} {e['state']}" for name, e in engines.items())
 
 
 def reload_message(answer: dict[str, Any]) -> str:
     """What `llmd reload` prints: what applied, and what waits for which restart."""
-    lines = ["reloaded: limits, tenants, validation, telemetry and logging apply now"]
+    lines = [
+        "reloaded: limits, tenants, upstreams, routing, validation, telemetry and logging apply now"
+    ]
     if answer.get("engine_pending"):
-        lines.append(f"kept for the next `llmd restart`: {', '.join(answer['engine_pending'])}")
+        engines = answer.get("engines_pending") or []
+        verb = f"llmd restart --engine {engines[0]}" if len(engines) == 1 else "llmd restart"
+        lines.append(f"kept for the next `{verb}`: {', '.join(answer['engine_pending'])}")
     if answer.get("llmd_restart"):
         lines.append(
             f"needs llmd itself restarted (systemctl restart llmd): "
@@ -210,13 +241,17 @@ def reload_message(answer: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def restart_message(answer: dict[str, Any]) -> str:
-    """What `llmd restart` prints: whether the engine restarted, with the engine settings a
-    reload had kept pending and this restart applied."""
-    if not answer["restarted"]:
+def restart_message(answer: dict[str, Any], engine: str | None = None) -> str:
+    """What `llmd restart [--engine NAME]` prints: whether the engine(s) restarted, with the
+    engine settings a reload had kept pending and this restart applied."""
+    if engine is not None and engine not in (answer.get("engines") or {engine: None}):
+        message = f"engine {engine} removed"
+    elif not answer["restarted"]:
         message = "no engine was running (the next boot uses the current config)"
+    elif engine is not None:
+        message = f"engine {engine} restarted; {answer['engines'][engine]['state']}"
     else:
-        message = f"engine restarted; engine {answer['engine']}"
+        message = f"engine restarted; {_phases(answer)}"
     if answer.get("applied"):
         message += f"; applied {', '.join(answer['applied'])}"
     return message

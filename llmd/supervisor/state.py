@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import time
+from typing import Any
 
 from llmd.errors import EngineUnavailable
 from llmd.status import EngineStatus
@@ -32,7 +33,8 @@ class EngineState:
     used to estimate `Retry-After` while a boot is under way. `failed_boots` counts boots that
     never became ready within the supervisor's failure window. `exits_by_reason` counts the
     exits llmd did not ask for, by `ExitReason.kind` (each one is followed by a restart or by
-    giving up).
+    giving up). `card` is the engine's own `/v1/models` entry for its model, read when it
+    became ready (None: not read).
     """
 
     phase: EnginePhase = EnginePhase.STARTING
@@ -48,6 +50,7 @@ class EngineState:
     last_exit: ExitReason | None = None
     exits_by_reason: dict[str, int] = dataclasses.field(default_factory=dict)
     restart_at: float | None = None
+    card: dict[str, Any] | None = None
 
     @property
     def serving(self) -> bool:
