@@ -31,32 +31,46 @@ def example_status() -> Snapshot:
 
 
 class FakeDaemon:
-    """Stands in for DaemonClient: serves `snapshot` (None: unreachable), records actions."""
+    """Stands in for DaemonClient: serves `snapshot` (the recorded one by default), records
+    actions. `reachable = False`: every call fails as a missing daemon does; `failure`: every
+    call raises it (a fault the client did not foresee). `fetches` counts status calls."""
 
     def __init__(self, snapshot: Snapshot | None = None) -> None:
         self.socket = Path("/run/llmd/admin.sock")
         self.snapshot = copy.deepcopy(snapshot) if snapshot is not None else example_status()
         self.reachable = True
+        self.failure: Exception | None = None
         self.calls: list[str] = []
+        self.fetches = 0
 
     async def status(self) -> Snapshot:
-        if not self.reachable:
-            raise AdminUnreachable(f"no llmd daemon answers on {self.socket}")
+        self.fetches += 1
+        self._answer()
         return copy.deepcopy(self.snapshot)
 
+    def _answer(self) -> None:
+        if self.failure is not None:
+            raise self.failure
+        if not self.reachable:
+            raise AdminUnreachable(f"no llmd daemon answers on {self.socket}")
+
     async def drain(self) -> Answer:
+        self._answer()
         self.calls.append("drain")
         return {}
 
     async def resume(self) -> Answer:
+        self._answer()
         self.calls.append("resume")
         return {}
 
     async def restart(self) -> Answer:
+        self._answer()
         self.calls.append("restart")
         return {}
 
     async def cancel(self, request_id: str) -> Answer:
+        self._answer()
         self.calls.append(f"cancel {request_id}")
         return {}
 
