@@ -23,7 +23,6 @@ import uvicorn
 from llmd.admin.server import AdminApp
 from llmd.config import Config, config_path, load_config, reload_config
 from llmd.control import Controller
-from llmd.engine.launch import installed_engine_build
 from llmd.errors import ConfigError, EngineGaveUp
 from llmd.gpu.preflight import GpuReport, PreflightError, run_preflight
 from llmd.logs import configure_logging, line_limiter
@@ -83,9 +82,7 @@ class Daemon:
     async def serve(self) -> int:
         """Run until SIGTERM/SIGINT or until the engine is given up; the process exit code."""
         try:
-            self.gpu = await asyncio.to_thread(
-                run_preflight, self.config.engine, installed_engine_build()
-            )
+            self.gpu = await asyncio.to_thread(run_preflight, self.config.engine)
         except PreflightError as exc:
             log.error("gpu_preflight_failed", error=str(exc))
             self.reporter.stopping(f"GPU preflight failed: {exc}")

