@@ -8,11 +8,13 @@ The body is re-serialised only when llmd changed it (a clamp or a default max_to
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
+import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import structlog
@@ -69,7 +71,9 @@ class Validator:
         self._warned_no_limit = False
 
     async def load_tokenizer(self) -> None:
-        """Load the local tokenizer on a thread; on failure, count through the engine (logged)."""
+        """Load the local tokenizer on a daemon thread; on failure, count through the engine
+        (logged). The thread is llmd's own, not the loop's executor: a stop that comes while
+        it loads (seconds: transformers imports torch) does not wait for it."""
         if self.config.tokenizer == "engine":
             log.info("tokenizer_engine", reason="validation.tokenizer = engine")
             return
@@ -79,7 +83,7 @@ class Validator:
             return
         started = time.monotonic()
         try:
-            self.local = await asyncio.to_thread(LocalCounter.load, self.tokenizer_path)
+            self.local = await _on_daemon_thread(LocalCounter.load, self.tokenizer_path)
         except TokenizerUnavailable as exc:
             log.warning("tokenizer_fallback_engine", path=self.tokenizer_path, reason=str(exc))
             return
@@ -153,3 +157,32 @@ def _policy(headers: list[Any], default: Policy) -> Policy:
                 f"header x-llmd-context-policy must be 'reject' or 'clamp', got {value!r}"
             )
     return default
+
+
+T = TypeVar("T")
+
+
+async def _on_daemon_thread(call: Callable[[str], T], arg: str) -> T:
+    """`call(arg)` on a new daemon thread, awaited. Unlike `asyncio.to_thread`, neither the
+    loop's shutdown nor the interpreter's exit waits for it."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if done.done():  # the awaiting task was cancelled
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            result, error = call(arg), None
+        except BaseException as exc:  # handed to the awaiting task
+            result, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name="tokenizer-load", daemon=True).start()
+    return await done
