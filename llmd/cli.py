@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
+import os
 import sys
 import time
 from collections.abc import Coroutine, Sequence
@@ -90,10 +92,15 @@ def _serve(args: argparse.Namespace) -> int:
     configure_logging(config.logging)
     try:
         code: int = _run(Daemon(config).serve())
-        return code
     except OSError as exc:
         print(f"llmd: cannot start: {exc}", file=sys.stderr)
         return 1
+    # The daemon has stopped and logged it. Leave now: the interpreter's teardown costs a second
+    # or more once the tokenizer has imported torch (measured here: 1.2 s of a 1.7 s stop).
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _check_config(args: argparse.Namespace) -> int:
