@@ -96,7 +96,9 @@ async def until(pilot: Pilot[Any], condition: Callable[[], bool], timeout_s: flo
 
 
 async def settled_text(pilot: Pilot[Any], timeout_s: float = 10.0) -> str:
-    """The screen once two captures 0.1 s apart agree (layout and cursor done)."""
+    """The screen once the footer lists the keys (it is composed after the panels) and two
+    captures 0.1 s apart agree (layout and cursor done)."""
+    await until(pilot, lambda: "quit" in screen_text(pilot.app).splitlines()[-1], timeout_s)
     deadline = time.monotonic() + timeout_s
     before = screen_text(pilot.app)
     while True:
@@ -107,9 +109,10 @@ async def settled_text(pilot: Pilot[Any], timeout_s: float = 10.0) -> str:
         before = now
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def llmd() -> Iterator[LlmdProcess]:
-    """A live llmd on the simulator with slow steps (streams last seconds)."""
+    """A live llmd on the simulator with slow steps (streams last seconds), shared by the live
+    and tmux tests (each leaves it serving and admitting)."""
     process = LlmdProcess.start(sim_config(ensure_tiny_model(), SLOW))
     process.wait_ready(timeout_s=30)
     yield process
