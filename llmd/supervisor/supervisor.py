@@ -15,6 +15,7 @@ import structlog
 
 from llmd.config import Config
 from llmd.engine.launch import engine_launch, installed_engine_build
+from llmd.engine.versions import ASSUMED, EngineApi
 from llmd.errors import EngineGaveUp
 from llmd.runtime import RuntimePaths
 from llmd.supervisor.exits import ExitReason, classify_exit
@@ -215,12 +216,21 @@ class Supervisor:
             ) as r:
                 models = await r.json()
             self.state.max_model_len = int(models["data"][0]["max_model_len"])
+        self.state.api = ASSUMED
+        with contextlib.suppress(
+            aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, KeyError, TypeError
+        ):
+            async with probe.get(
+                "http://engine/version", timeout=aiohttp.ClientTimeout(total=5)
+            ) as r:
+                self.state.api = EngineApi.parse((await r.json())["version"])
         self.state.phase = EnginePhase.SERVING
         log.info(
             "engine_ready",
             pid=self.state.pid,
             boot_s=round(self.state.boot_s, 1),
             max_model_len=self.state.max_model_len,
+            vllm_release=".".join(map(str, self.state.api.release)),
         )
 
     def _record_exit(self, reason: ExitReason) -> None:

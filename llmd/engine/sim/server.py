@@ -266,7 +266,7 @@ class SimServer:
 
     def _check_model(self, name: object) -> None:
         if name is not None and name != self.model_name:
-            raise errors.model_not_found(str(name), self.model_name)
+            raise errors.model_not_found(str(name), self.model_name, self.surface.names_models)
 
 
 def _json(body: bytes, status: int = 200) -> web.Response:

@@ -19,15 +19,16 @@ class Surface:
     gets `max_tokens` lowered to the room, silently (0.32: `TokenizeParams.max_input_tokens` is
     the whole context); without it the request is a 400 naming the prompt tokens, the requested
     output tokens and their total (0.31 and earlier: the input budget is the context less
-    `max_tokens`).
+    `max_tokens`). `names_models`: an unknown model's 404 ends "Valid aliases: NAMES." (0.32).
     """
 
     version: str
     clamps_max_tokens: bool
+    names_models: bool
 
 
 SURFACES = {
-    "0.31.0": Surface("0.31.0", clamps_max_tokens=False),
-    "0.32.0": Surface("0.32.0", clamps_max_tokens=True),
+    "0.31.0": Surface("0.31.0", clamps_max_tokens=False, names_models=False),
+    "0.32.0": Surface("0.32.0", clamps_max_tokens=True, names_models=True),
 }
 DEFAULT_VERSION = "0.32.0"

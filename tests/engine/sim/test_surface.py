@@ -10,11 +10,17 @@ from tests.engine.sim.conftest import RunningSim, SimFactory
 LONG = " a" * 1000  # 1,001 tokens with the BOS
 
 
-async def test_version_is_the_one_mimicked(make_sim: SimFactory) -> None:
-    """GET /version answers the mimicked release; 0.32.0 by default."""
+async def test_version_and_wording_are_the_ones_mimicked(make_sim: SimFactory) -> None:
+    """GET /version answers the mimicked release (0.32.0 by default); an unknown model's 404
+    names the served model in 0.32 only."""
     default, old = await make_sim(), await make_sim("--vllm-version", "0.31.0")
     assert (await default.client.get("/version")).json() == {"version": "0.32.0"}
     assert (await old.client.get("/version")).json() == {"version": "0.31.0"}
+    body = {"model": "nope", "prompt": "x"}
+    new_404 = (await default.client.post("/v1/completions", json=body)).json()["error"]
+    old_404 = (await old.client.post("/v1/completions", json=body)).json()["error"]
+    assert new_404["message"] == "The model `nope` does not exist. Valid aliases: tiny."
+    assert old_404["message"] == "The model `nope` does not exist."
 
 
 def test_an_unknown_version_is_a_usage_error() -> None:
