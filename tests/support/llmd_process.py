@@ -103,7 +103,7 @@ class LlmdProcess:
                     return
             except httpx.HTTPError:
                 pass
-            time.sleep(0.5)
+            time.sleep(0.1)
         raise RuntimeError(f"llmd not ready after {timeout_s}s:\n{self.log_tail()}")
 
     def stop(self, timeout_s: float = 90.0) -> int:
