@@ -1,4 +1,5 @@
-"""The `llmd` command: `serve` (what systemd runs), `check-config`, the client verbs, `bench`."""
+"""The `llmd` command: `serve` (what systemd runs), `check-config`, the client verbs, `bench`,
+`release`."""
 
 from __future__ import annotations
 
@@ -67,6 +68,10 @@ def _parser() -> argparse.ArgumentParser:
     from llmd.bench.command import add_parser as add_bench_parser
 
     add_bench_parser(verbs)
+
+    from llmd.releases.command import add_parser as add_release_parser
+
+    add_release_parser(verbs)
 
     hash_key = verbs.add_parser(
         "hash-key", help="print the SHA-256 of an API key read from stdin, for the tenants file"
