@@ -12,13 +12,12 @@ import dataclasses
 from typing import Literal
 
 from llmd.config import ValidationConfig
+from llmd.engine.args import COMPLETIONS_DEFAULT_MAX_TOKENS
 from llmd.engine.versions import ASSUMED, EngineApi
 from llmd.errors import ContextLengthExceeded, InvalidRequest
 from llmd.validation.fields import Endpoint, OutputRequest
 
 Policy = Literal["reject", "clamp"]
-# vLLM's max_tokens when a completions request omits it (CompletionRequest.max_tokens default).
-COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,10 +24,10 @@ from aiohttp import web
 from llmd.config import Config, EngineConfig, ServerConfig, ValidationConfig
 from llmd.engine.versions import EngineApi
 from llmd.proxy.app import build_app
-from llmd.proxy.context import ProxyContext
-from llmd.runtime import RuntimePaths
+from llmd.state import DaemonState
 from llmd.supervisor.state import EnginePhase, EngineState
 from llmd.telemetry.observer import Observer
+from tests.support.state import daemon_state
 
 
 @dataclasses.dataclass
@@ -72,7 +72,7 @@ class ProxyStack:
     base_url: str
     engine: FakeEngine
     engine_state: EngineState
-    ctx: ProxyContext
+    ctx: DaemonState
 
     @classmethod
     @contextlib.contextmanager
@@ -102,9 +102,7 @@ class ProxyStack:
             state.api = EngineApi.parse(version)
         # No request log lines: the stack outlives each test's output capture.
         observer = Observer(log_requests="off")
-        ctx = ProxyContext(
-            config=config, paths=RuntimePaths(runtime_dir), engine=state, observer=observer
-        )
+        ctx = daemon_state(config, state, observer, runtime_dir)
         engine = FakeEngine()
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
