@@ -29,7 +29,6 @@ from llmd.backends.config import shared_gpus
 from llmd.backends.fleet import Fleet, PoolLimits
 from llmd.backends.upstream import UpstreamState, run_probe
 from llmd.config import Config, EngineConfig, UpstreamConfig, config_path, load_config
-from llmd.engine.launch import installed_engine_build
 from llmd.errors import ActionRefused, ConfigError, EngineGaveUp
 from llmd.gpu.preflight import GpuReport, PreflightError, run_preflight
 from llmd.listeners import bind_tcp, bind_unix, set_send_buffer
@@ -134,9 +133,7 @@ class Daemon:
         """Run until SIGTERM/SIGINT, or until every engine has given up and no upstream is
         left; the process exit code."""
         try:
-            self.gpu = await asyncio.to_thread(
-                run_preflight, self.config.engine_tables, installed_engine_build()
-            )
+            self.gpu = await asyncio.to_thread(run_preflight, self.config.engine_tables)
         except PreflightError as exc:
             log.error("gpu_preflight_failed", error=str(exc))
             self.reporter.stopping(f"GPU preflight failed: {exc}")

@@ -68,7 +68,8 @@ class DaemonState:
             return error
         capacity, now = self.admission.capacity, time.monotonic()
         if model is not None and capacity.pool(model) is None:
-            return ModelNotFound(model, list(capacity.models()))
+            names = self.engine.api.names_models_when_not_found
+            return ModelNotFound(model, list(capacity.models()), names)
         for name in [model] if model is not None else capacity.models():
             if not capacity.available(name, now):
                 return self.pool_unavailable(name)

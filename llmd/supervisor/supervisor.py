@@ -21,6 +21,7 @@ import structlog
 
 from llmd.config import EngineConfig, SupervisorConfig
 from llmd.engine.launch import engine_launch, installed_engine_build
+from llmd.engine.versions import ASSUMED, EngineApi
 from llmd.errors import EngineGaveUp
 from llmd.runtime import RuntimePaths
 from llmd.supervisor.exits import ExitReason, classify_exit
@@ -288,7 +289,7 @@ class Supervisor:
         self.state.ready_at = now
         self.state.model = self.engine.model_name
         self.state.engine_version = (
-            installed_engine_build() if self.engine.kind == "vllm" else "sim"
+            installed_engine_build(self.engine.python) if self.engine.kind == "vllm" else "sim"
         )
         with contextlib.suppress(
             aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, KeyError, IndexError
@@ -299,6 +300,14 @@ class Supervisor:
                 models = await r.json()
             self.state.card = dict(models["data"][0])
             self.state.max_model_len = int(models["data"][0]["max_model_len"])
+        self.state.api = ASSUMED
+        with contextlib.suppress(
+            aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, KeyError, TypeError
+        ):
+            async with probe.get(
+                "http://engine/version", timeout=aiohttp.ClientTimeout(total=5)
+            ) as r:
+                self.state.api = EngineApi.parse((await r.json())["version"])
         self.state.phase = EnginePhase.SERVING
         self._served.set()
         self.on_change()
@@ -307,6 +316,7 @@ class Supervisor:
             pid=self.state.pid,
             boot_s=round(self.state.boot_s, 1),
             max_model_len=self.state.max_model_len,
+            vllm_release=".".join(map(str, self.state.api.release)),
         )
 
     def _record_exit(self, reason: ExitReason) -> None:
