@@ -106,6 +106,17 @@ def test_each_model_goes_to_its_own_pool(llmd: LlmdProcess) -> None:
     assert "solo" in unknown.json()["error"]["message"]
 
 
+def test_llmd_status_shows_each_engine_and_model(llmd: LlmdProcess) -> None:
+    """`llmd status` has a row per engine (its state and model) and per model (its pool)."""
+    shown = llmd_cli(llmd, "status")
+    assert shown.returncode == 0, shown.stderr
+    rows = [line.split()[1:4] for line in shown.stdout.splitlines() if line.startswith("backend")]
+    assert rows == [["solo", "serving", "model"], ["pa", "serving", "model"],
+                    ["pb", "serving", "model"]]  # fmt: skip
+    assert "model      solo  available  on solo" in shown.stdout
+    assert "model      tiny  available  on pa, pb" in shown.stdout
+
+
 def test_the_pool_spreads_load_and_keeps_a_shared_prefix_together(llmd: LlmdProcess) -> None:
     """Concurrent requests without a shared prefix go to both engines of the pool (least
     load); requests sharing a long prefix one after the other all go to one of them
