@@ -90,6 +90,14 @@ def llmd_cli(llmd: LlmdProcess, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def ready(llmd: LlmdProcess, query: str = "") -> int | None:
+    """GET /ready's status (None: llmd does not answer yet)."""
+    try:
+        return httpx.get(llmd.base_url + "/ready" + query, timeout=5).status_code
+    except httpx.TransportError:
+        return None
+
+
 def test_each_model_goes_to_its_own_pool(llmd: LlmdProcess) -> None:
     """`solo` runs only on engine solo, `tiny` only on pa and pb; /v1/models lists both; an
     unknown model is 404 naming the served ones."""
@@ -101,6 +109,8 @@ def test_each_model_goes_to_its_own_pool(llmd: LlmdProcess) -> None:
     assert moved.get("pa", 0) + moved.get("pb", 0) == 3
     models = httpx.get(llmd.base_url + "/v1/models").json()
     assert sorted(card["id"] for card in models["data"]) == ["solo", "tiny"]
+    assert all(card["max_model_len"] == 1024 for card in models["data"])  # the engines' cards
+    assert ready(llmd, "?model=nope") == 404
     unknown = httpx.post(llmd.base_url + "/v1/chat/completions", json=chat("nope"))
     assert unknown.status_code == 404
     assert "solo" in unknown.json()["error"]["message"]
@@ -186,14 +196,6 @@ def test_a_drained_engine_takes_no_new_request(llmd: LlmdProcess) -> None:
     assert moved.get("pa", 0) >= 1 and moved.get("pb", 0) >= 1, moved
 
 
-def ready(llmd: LlmdProcess, query: str = "") -> int | None:
-    """GET /ready's status (None: llmd does not answer yet)."""
-    try:
-        return httpx.get(llmd.base_url + "/ready" + query, timeout=5).status_code
-    except httpx.TransportError:
-        return None
-
-
 def test_an_engine_that_gives_up_leaves_the_others_serving() -> None:
     """An engine that fails every boot is given up after supervisor.max_failed_boots; llmd
     stays up, its other engine serves, /ready is 503 for the lost model and 200 for the
@@ -257,6 +259,51 @@ def test_an_upstream_keeps_llmd_up_when_every_engine_gave_up() -> None:
         lost = httpx.post(llmd.base_url + "/v1/chat/completions", json=chat("far"))
         assert lost.status_code == 503 and int(lost.headers["retry-after"]) >= 1
         assert llmd.process.poll() is None
+    finally:
+        code = llmd.stop()
+    assert code == 0, llmd.log_tail()
+
+
+def test_reload_applies_upstreams_and_keeps_engines_for_their_restart() -> None:
+    """A reload that adds an upstream and an engine: the upstream's model is served (routed) at
+    once, the engine waits for `llmd restart --engine pb`, which the reload names and which
+    boots it into the pool. A reload back: the upstream leaves at once, and `llmd restart
+    --engine pb` stops the removed engine."""
+    model = ensure_tiny_model()
+    before = multi_sim_config(model, {"pa": ("tiny", ())})
+    socket = short_tmpdir("llmd-up-") / "missing.sock"
+    after = multi_sim_config(
+        model,
+        {"pa": ("tiny", ()), "pb": ("tiny", ())},
+        upstreams={"lab": {"url": f"unix:{socket}", "models": ["far"]}},
+    )
+    llmd = LlmdProcess.start(before)
+    config = llmd.runtime_dir.parent / "llmd.toml"
+    try:
+        llmd.wait_ready(timeout_s=60)
+        config.write_text(after)
+        reloaded = llmd_cli(llmd, "reload")
+        assert reloaded.returncode == 0, reloaded.stderr
+        assert "llmd restart --engine pb" in reloaded.stdout
+        status = llmd.admin_status()
+        assert [m["name"] for m in status["models"]] == ["tiny", "far"]
+        assert [e["name"] for e in status["engines"]] == ["pa", "lab"]
+        far = httpx.post(llmd.base_url + "/v1/chat/completions", json=chat("far"))
+        assert far.status_code == 503 and "retry-after" in far.headers  # routed: not a 404
+        restarted = llmd_cli(llmd, "restart", "--engine", "pb")
+        assert restarted.returncode == 0, restarted.stderr
+        assert "engine pb restarted; serving" in restarted.stdout
+        status = llmd.admin_status()
+        assert [e["name"] for e in status["engines"]] == ["pa", "pb", "lab"]
+        assert status["models"][0] == {"name": "tiny", "backends": ["pa", "pb"], "available": True}
+        config.write_text(before)
+        assert llmd_cli(llmd, "reload").returncode == 0
+        assert [m["name"] for m in llmd.admin_status()["models"]] == ["tiny"]
+        removed = llmd_cli(llmd, "restart", "--engine", "pb")
+        assert removed.returncode == 0 and "engine pb removed" in removed.stdout
+        assert [e["name"] for e in llmd.admin_status()["engines"]] == ["pa"]
+        ok = httpx.post(llmd.base_url + "/v1/chat/completions", json=chat("tiny"), timeout=30)
+        assert ok.status_code == 200
     finally:
         code = llmd.stop()
     assert code == 0, llmd.log_tail()
