@@ -108,10 +108,14 @@ class Admission:
 
     def add_backend(self, name: str, kind: BackendKind, models: Sequence[str]) -> None:
         """A backend joins the pools of `models` (none yet: an upstream whose models come from
-        its /v1/models, `capacity.set_models`); an upstream gets a circuit breaker. Its gate's
-        limits are set by the next `configure`. Raises ValueError for a name already there."""
+        its /v1/models, `capacity.set_models`); an upstream gets a circuit breaker. An engine
+        serves only once its state says so (not before its first boot). Its gate's limits are
+        set by the next `configure`. Raises ValueError for a name already there."""
         breaker = CircuitBreaker(self.breaker_policy) if kind is BackendKind.UPSTREAM else None
-        self.capacity.add(name, kind, models, CapacityGate(max_in_flight=1), breaker)
+        engine = self.engines.get(name)
+        serving = kind is BackendKind.UPSTREAM or (engine is not None and engine.serving)
+        gate = CapacityGate(max_in_flight=1, serving=serving)
+        self.capacity.add(name, kind, models, gate, breaker)
 
     def remove_backend(self, name: str) -> None:
         """Take a backend out of the pools: requests running there finish there."""

@@ -65,8 +65,19 @@ def served_by(llmd: LlmdProcess) -> dict[str, float]:
     }
 
 
-def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, int]:
-    return {name: int(after.get(name, 0) - before.get(name, 0)) for name in after}
+def moved_since(llmd: LlmdProcess, before: dict[str, float], total: int) -> dict[str, int]:
+    """Requests each backend answered since `before`, once `total` of them are counted (a
+    request is accounted just after its client has the last byte)."""
+    moved: dict[str, int] = {}
+
+    def counted() -> bool:
+        after = served_by(llmd)
+        moved.clear()
+        moved.update({name: int(after[name] - before.get(name, 0)) for name in after})
+        return sum(moved.values()) >= total
+
+    assert wait_for(counted, 10), moved
+    return moved
 
 
 def post_all(llmd: LlmdProcess, bodies: list[dict[str, Any]]) -> list[httpx.Response]:
@@ -104,7 +115,7 @@ def test_each_model_goes_to_its_own_pool(llmd: LlmdProcess) -> None:
     before = served_by(llmd)
     for response in post_all(llmd, [chat("solo")] * 3 + [chat("tiny")] * 3):
         assert response.status_code == 200, response.text
-    moved = delta(before, served_by(llmd))
+    moved = moved_since(llmd, before, 6)
     assert moved.get("solo") == 3
     assert moved.get("pa", 0) + moved.get("pb", 0) == 3
     models = httpx.get(llmd.base_url + "/v1/models").json()
@@ -125,6 +136,8 @@ def test_llmd_status_shows_each_engine_and_model(llmd: LlmdProcess) -> None:
                     ["pb", "serving", "model"]]  # fmt: skip
     assert "model      solo  available  on solo" in shown.stdout
     assert "model      tiny  available  on pa, pb" in shown.stdout
+    sockets = sorted(path.name for path in llmd.runtime_dir.glob("engine*.sock"))
+    assert sockets == ["engine-pa.sock", "engine-pb.sock", "engine-solo.sock"]
 
 
 def test_the_pool_spreads_load_and_keeps_a_shared_prefix_together(llmd: LlmdProcess) -> None:
@@ -135,20 +148,20 @@ def test_the_pool_spreads_load_and_keeps_a_shared_prefix_together(llmd: LlmdProc
     before = served_by(llmd)
     spread = post_all(llmd, [chat("tiny", f"Q{i}", 40) for i in range(8)])
     assert all(r.status_code == 200 for r in spread)
-    moved = delta(before, served_by(llmd))
+    moved = moved_since(llmd, before, 8)
     assert moved.get("pa", 0) >= 2 and moved.get("pb", 0) >= 2, moved
     before = served_by(llmd)
     url = llmd.base_url + "/v1/chat/completions"
     for i in range(6):
         response = httpx.post(url, json=chat("tiny", PREFIX + f"question {i}"), timeout=60)
         assert response.status_code == 200
-    moved = delta(before, served_by(llmd))
+    moved = moved_since(llmd, before, 6)
     assert sorted(moved.get(name, 0) for name in POOL) == [0, 6], moved
     home = max(POOL, key=lambda name: moved.get(name, 0))
     before = served_by(llmd)
     shared = post_all(llmd, [chat("tiny", PREFIX + f"again {i}", 40) for i in range(6)])
     assert all(r.status_code == 200 for r in shared)
-    moved = delta(before, served_by(llmd))
+    moved = moved_since(llmd, before, 6)
     assert moved.get(home, 0) >= 4, moved
 
 
@@ -180,7 +193,7 @@ def test_a_drained_engine_takes_no_new_request(llmd: LlmdProcess) -> None:
     before = served_by(llmd)
     for response in post_all(llmd, [chat("tiny", f"D{i}") for i in range(6)]):
         assert response.status_code == 200
-    moved = delta(before, served_by(llmd))
+    moved = moved_since(llmd, before, 6)
     assert moved.get("pa") == 6 and moved.get("pb", 0) == 0, moved
     assert llmd_cli(llmd, "drain", "--engine", "pa").returncode == 0
     refused = httpx.post(llmd.base_url + "/v1/chat/completions", json=chat("tiny"))
@@ -192,7 +205,7 @@ def test_a_drained_engine_takes_no_new_request(llmd: LlmdProcess) -> None:
         assert resumed.returncode == 0, resumed.stderr
     before = served_by(llmd)
     post_all(llmd, [chat("tiny", f"R{i}", 40) for i in range(8)])
-    moved = delta(before, served_by(llmd))
+    moved = moved_since(llmd, before, 8)
     assert moved.get("pa", 0) >= 1 and moved.get("pb", 0) >= 1, moved
 
 
@@ -307,3 +320,32 @@ def test_reload_applies_upstreams_and_keeps_engines_for_their_restart() -> None:
     finally:
         code = llmd.stop()
     assert code == 0, llmd.log_tail()
+
+
+def test_a_backend_failing_before_the_first_byte_is_retried_on_another() -> None:
+    """In a pool of two, engine bad answers every request 500: each request is tried once more
+    on good and answered 200; llmd_backend_requests_total counts bad's as retried."""
+    config = multi_sim_config(
+        ensure_tiny_model(),
+        {"bad": ("tiny", ("--fault-error-rate", "1.0")), "good": ("tiny", ())},
+        routing={"prefix_chars": 0},
+    )
+    llmd = LlmdProcess.start(config)
+    try:
+        llmd.wait_ready(timeout_s=60)
+        assert wait_for(lambda: engine_entry(llmd, "bad")["state"] == "serving", 30)
+        before = served_by(llmd)
+        for response in post_all(llmd, [chat("tiny", f"T{i}") for i in range(6)]):
+            assert response.status_code == 200, response.text
+        assert moved_since(llmd, before, 6) == {"good": 6}
+        text = httpx.get(llmd.base_url + "/metrics").text
+        outcomes = {
+            (s.labels["engine"], s.labels["outcome"]): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name == "llmd_backend_requests_total"
+        }
+        assert outcomes.get(("bad", "retried"), 0) >= 1
+        assert ("bad", "answered") not in outcomes
+    finally:
+        llmd.stop()
