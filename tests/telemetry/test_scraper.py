@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from aiohttp import web
+
 from llmd.config import TelemetryConfig
 from llmd.engine.client import EngineClient
 from llmd.supervisor.state import EnginePhase, EngineState
@@ -34,3 +38,23 @@ async def test_scrapes_the_engine_and_forgets_it_when_it_stops_serving() -> None
             assert observer.engine_samples == {} and observer.engine_token_rates == {}
     finally:
         sim.stop()
+
+
+async def test_a_backend_without_metrics_is_read_no_more(tmp_path: Path) -> None:
+    """A backend that answers /metrics with 404 (a router in front of vLLM): no sample, and
+    `scrape_engine` says not to read it again."""
+    app = web.Application()  # no routes: every path is 404
+    runner = web.AppRunner(app)
+    await runner.setup()
+    socket = tmp_path / "router.sock"
+    await web.UnixSite(runner, str(socket)).start()
+    observer = Observer()
+    client = EngineClient(f"unix:{socket}")
+    target = ScrapeTarget("fleet", client)
+    scraper = Scraper(observer, [target], TelemetryConfig(), gpu_reader=lambda: GpuReader(None))
+    try:
+        assert await scraper.scrape_engine(target) is False
+        assert "fleet" not in observer.engine_samples
+    finally:
+        await client.close()
+        await runner.cleanup()

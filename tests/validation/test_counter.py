@@ -14,7 +14,12 @@ from aiohttp import web
 
 from llmd.engine.client import EngineClient
 from llmd.errors import InvalidRequest
-from llmd.validation.counter import EngineCounter, LocalCounter, TokenizerUnavailable
+from llmd.validation.counter import (
+    CountUnsupported,
+    EngineCounter,
+    LocalCounter,
+    TokenizerUnavailable,
+)
 from llmd.validation.fields import Endpoint, Prompt, read_fields
 
 
@@ -169,3 +174,19 @@ async def test_engine_counter_unreachable_is_503(tmp_path: Path) -> None:
             await EngineCounter(lambda: client).count(completion("abc"), None)
     assert getattr(caught.value, "status", None) == 503
     await asyncio.sleep(0)
+
+
+async def test_a_backend_without_tokenize_is_count_unsupported(tmp_path: Path) -> None:
+    """/tokenize answered 404 (a router in front of vLLM): CountUnsupported, so validation
+    skips its context check rather than refusing the request."""
+    app = web.Application()  # no routes: every path is 404
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.UnixSite(runner, str(tmp_path / "router.sock")).start()
+    client = EngineClient(tmp_path / "router.sock")
+    try:
+        with pytest.raises(CountUnsupported, match="404"):
+            await EngineCounter(lambda: client).count(completion("abc"), "m")
+    finally:
+        await client.close()
+        await runner.cleanup()
