@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ def demo_config(model: Path, **sections: dict[str, Any]) -> str:
 
 def multi_sim_config(
     model: Path,
-    engines: dict[str, tuple[str, Sequence[str]]],
+    engines: Mapping[str, tuple[str, Sequence[str]]],
     **sections: dict[str, Any],
 ) -> str:
     """etc/sim.toml with its [engine] turned into one `[engines.NAME]` table per entry of
