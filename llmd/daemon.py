@@ -33,6 +33,7 @@ from llmd.gpu.preflight import GpuReport, PreflightError, run_preflight
 from llmd.listeners import bind_tcp, bind_unix, set_send_buffer
 from llmd.logs import configure_logging, line_limiter
 from llmd.proxy.app import build_app
+from llmd.proxy.protocol import bounded_protocol
 from llmd.reload import ReloadPlan, changed_engine_keys, plan_reload
 from llmd.runtime import RuntimePaths
 from llmd.state import DaemonState
@@ -317,7 +318,8 @@ class Daemon:
             lifespan=lifespan,
             log_config=None,
             access_log=False,
-            http="httptools",
+            # httptools, with the request head bounded by [server] (llmd/proxy/protocol.py)
+            http=bounded_protocol(lambda: self.config.server),
             timeout_graceful_shutdown=5,
         )
         server = _EmbeddedServer(config)
