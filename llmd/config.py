@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from llmd.admission.tenants import load_tenants
-from llmd.binding import bind_table
+from llmd.binding import at_line, bind_table
 from llmd.errors import ConfigError
 
 DEFAULT_CONFIG_PATH = Path("/etc/llmd/llmd.toml")
@@ -57,8 +57,9 @@ class EngineConfig:
     served_model_name: str = ""
     python: str = ""
     command: tuple[str, ...] = ()
-    args: tuple[str, ...] = ()
-    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    # May hold secrets (--api-key, VLLM_API_KEY, HF_TOKEN): never echoed in a config error.
+    args: tuple[str, ...] = dataclasses.field(default=(), metadata={"secret": True})
+    env: dict[str, str] = dataclasses.field(default_factory=dict, metadata={"secret": True})
     start_timeout_s: float = 900.0
     stop_timeout_s: float = 20.0
     health_interval_s: float = 2.0
@@ -193,12 +194,16 @@ def load_config(path: Path, *, listen: str | None = None, runtime_dir: str | Non
     Raises `ConfigError` for a missing or unreadable file, bad TOML, unknown keys or wrong types.
     """
     try:
-        raw = tomllib.loads(path.read_text())
+        text = path.read_text()
+        raw = tomllib.loads(text)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
-    config: Config = bind_table(Config, {**raw, "source": str(path)}, prefix="")
+    try:
+        config: Config = bind_table(Config, {**raw, "source": str(path)}, prefix="")
+    except ConfigError as exc:
+        raise at_line(exc, text, str(path)) from None
     server = dataclasses.replace(
         config.server,
         listen=listen or config.server.listen,

@@ -19,6 +19,7 @@ from llmd.errors import (
     InvalidRequest,
     MethodNotAllowed,
     NotFound,
+    PermissionDenied,
 )
 from llmd.proxy.cors import Cors
 from llmd.proxy.middleware import RequestIdMiddleware
@@ -52,6 +53,15 @@ def build_app(state: DaemonState) -> Starlette:
         return JSONResponse({"status": "ready", "model": state.engine.model})
 
     async def metrics(request: Request) -> Response:
+        # With keys configured, /metrics names tenants and their traffic: only a key whose
+        # tenant has `metrics = true` may read it (401 without a key, 403 with another).
+        if state.admission.tenants.keys_required:
+            tenant = state.admission.authenticate(request.scope["headers"])
+            if not tenant.metrics:
+                raise PermissionDenied(
+                    f"tenant {tenant.name} may not read /metrics (set metrics = true in its "
+                    "table of the tenants file)"
+                )
         return Response(state.observer.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     routes = [

@@ -17,7 +17,7 @@ import pytest
 import tomli_w
 
 from tests.support.engine_metrics import engine_gauge
-from tests.support.llmd_process import LlmdProcess, short_tmpdir
+from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
 from tests.support.waiting import wait_for
@@ -29,14 +29,10 @@ ORIGIN = "http://localhost:3000"
 @pytest.fixture(scope="module")
 def llmd() -> Iterator[LlmdProcess]:
     """llmd on the simulator (max_model_len 1024), no CORS origins configured."""
-    process = LlmdProcess.start(sim_config(ensure_tiny_model()), workdir=short_tmpdir("llmd-h-"))
-    try:
-        process.wait_ready(timeout_s=60)
+    with LlmdProcess.running(sim_config(ensure_tiny_model()), "llmd-h-") as process:
         # The local tokenizer counts from here on (before, the engine's /tokenize does).
         assert wait_for(lambda: "tokenizer_loaded" in process.log_path.read_text(), 120)
         yield process
-    finally:
-        process.stop()
 
 
 @pytest.fixture

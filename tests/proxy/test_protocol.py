@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.support.llmd_process import LlmdProcess, short_tmpdir
+from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
 
@@ -23,12 +23,8 @@ SOCKET_BUFFERS = 16 << 20
 @pytest.fixture(scope="module")
 def llmd() -> Iterator[LlmdProcess]:
     """llmd on the simulator with the default limits (32 KiB of head, 100 headers)."""
-    process = LlmdProcess.start(sim_config(ensure_tiny_model()), workdir=short_tmpdir("llmd-p-"))
-    try:
-        process.wait_ready(timeout_s=60)
+    with LlmdProcess.running(sim_config(ensure_tiny_model()), "llmd-p-") as process:
         yield process
-    finally:
-        process.stop()
 
 
 def send_head(llmd: LlmdProcess, header_bytes: int, header_size: int) -> tuple[int, bytes]:
