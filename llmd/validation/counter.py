@@ -71,8 +71,13 @@ class LocalCounter:
         """
         try:
             from transformers import AutoTokenizer
+            from transformers.utils import logging as transformers_logging
         except ImportError as exc:
             raise TokenizerUnavailable(f"transformers is not installed: {exc}") from exc
+        # transformers writes its warnings to stderr with a handler of its own; send them the
+        # way of every library's lines instead (llmd.logs: rate-limited, rendered as llmd's).
+        transformers_logging.disable_default_handler()
+        transformers_logging.enable_propagation()
         try:
             tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         except (OSError, ValueError, KeyError) as exc:
