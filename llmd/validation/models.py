@@ -62,7 +62,9 @@ class ServedModels:
                 self._reading = asyncio.create_task(self._read_models())
             await asyncio.shield(self._reading)
         if name not in self.names():
-            raise ModelNotFound(name, list(self.names()))
+            raise ModelNotFound(
+                name, list(self.names()), self.engine.api.names_models_when_not_found
+            )
 
     async def _read_models(self) -> None:
         ready_at = self.engine.ready_at
