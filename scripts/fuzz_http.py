@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tests.proxy.test_fuzz_http import fuzz_config  # noqa: E402
-from tests.support.hostile_http import Tally, fuzz, health  # noqa: E402
+from tests.support.http_fuzz import Tally, fuzz, health  # noqa: E402
 from tests.support.llmd_process import LlmdProcess  # noqa: E402
 from tests.support.waiting import wait_for  # noqa: E402
 
