@@ -4,6 +4,8 @@
     ├── ConfigError                  bad config file: names the key, the value, what was expected
     ├── EngineGaveUp                 the supervisor stopped restarting a failing engine
     ├── BenchError                   `llmd bench` cannot run: bad option, target unreachable
+    ├── SizingError                  a model cannot be sized: no config.json, a missing key
+    ├── TuneError                    `llmd tune` cannot run: bad option, llmd serving, no boot
     └── ApiError                     answered to an HTTP client (status, code, Retry-After)
         ├── InvalidRequest           400 invalid_request
         ├── BodyTooLarge             413 body_too_large
@@ -44,6 +46,16 @@ class EngineGaveUp(LlmdError):
 
 class BenchError(LlmdError):
     """`llmd bench` cannot run as asked: a bad option or length spec, an unreachable target."""
+
+
+class SizingError(LlmdError):
+    """A model's memory cannot be worked out: its config.json is missing, unreadable or lacks a
+    key the sizing needs, or a dtype is unknown."""
+
+
+class TuneError(LlmdError):
+    """`llmd tune` cannot run as asked: a bad option, llmd serving on the GPU, an engine that
+    does not boot with a setting."""
 
 
 class ApiError(LlmdError):

@@ -23,6 +23,7 @@ from llmd.admission.counters import AdmissionCounters
 from llmd.admission.scheduler import ClassPolicy, Entry, Reason, Rejection, Scheduler, State
 from llmd.admission.tenants import Tenant, load_tenants
 from llmd.config import AdmissionConfig, ClassConfig, Config, EngineConfig
+from llmd.engine.args import engine_flag
 from llmd.errors import ApiError, InvalidRequest, QueueFull, QueueTimeout, RateLimited
 from llmd.supervisor.state import EngineState
 from llmd.telemetry.engine import EngineSample
@@ -85,7 +86,7 @@ class Admission:
             kv_overcommit=admission.kv_overcommit,
             max_engine_waiting=admission.max_engine_waiting,
         )
-        self.engine_priority = _engine_flag(config.engine.args, "--scheduling-policy") == "priority"
+        self.engine_priority = engine_flag(config.engine.args, "--scheduling-policy") == "priority"
         self.counters = AdmissionCounters()
         self._waiters: dict[Entry, asyncio.Future[None]] = {}
         self._timer: asyncio.TimerHandle | None = None
@@ -255,20 +256,9 @@ def max_in_flight(engine: EngineConfig, admission: AdmissionConfig) -> int:
     """`admission.max_in_flight`, else the engine's `--max-num-seqs` (default 128)."""
     if admission.max_in_flight:
         return admission.max_in_flight
-    given = _engine_flag(engine.args, "--max-num-seqs")
+    given = engine_flag(engine.args, "--max-num-seqs")
     seqs = int(given) if given and given.isdigit() else DEFAULT_MAX_NUM_SEQS
     return round(seqs * IN_FLIGHT_OVER_SEQS)
-
-
-def _engine_flag(args: tuple[str, ...], flag: str) -> str | None:
-    """The value of `flag` in engine args (`--flag V` or `--flag=V`), last one wins."""
-    value = None
-    for i, arg in enumerate(args):
-        if arg == flag and i + 1 < len(args):
-            value = args[i + 1]
-        elif arg.startswith(flag + "="):
-            value = arg.partition("=")[2]
-    return value
 
 
 def _policy(config: ClassConfig) -> ClassPolicy:
