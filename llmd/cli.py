@@ -1,4 +1,5 @@
-"""The `llmd` command: `serve` (what systemd runs), `check-config`, the client verbs, `bench`."""
+"""The `llmd` command: `serve` (what systemd runs), `check-config`, the client verbs, `bench`,
+`doctor`."""
 
 from __future__ import annotations
 
@@ -80,8 +81,10 @@ def _parser() -> argparse.ArgumentParser:
         sub.set_defaults(func=_simple_verb)
 
     from llmd.bench.command import add_parser as add_bench_parser
+    from llmd.doctor.command import add_parser as add_doctor_parser
 
     add_bench_parser(verbs)
+    add_doctor_parser(verbs)
 
     hash_key = verbs.add_parser(
         "hash-key", help="print the SHA-256 of an API key read from stdin, for the tenants file"
@@ -234,6 +237,11 @@ def format_status(status: dict[str, Any]) -> str:
         ("uptime", _duration(uptime) if uptime is not None else "-"),
         ("restarts", str(engine["restarts"])),
         ("last exit", last_exit),
+        *[
+            ("diagnosis", f"{f['message']}; hint: {f['hint']}")
+            for f in (engine.get("diagnosis") or ())[:1]
+            if f["severity"] == "error"
+        ],
         (
             "llmd",
             f"{status['llmd_version']} on {status['listen']}  in flight {status['in_flight']}"

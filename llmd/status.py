@@ -28,7 +28,8 @@ MAX_SEQUENCES = 1000
 @dataclasses.dataclass(frozen=True)
 class EngineStatus:
     """The engine: phase, pid, model, version, uptime (s), restarts, last exit (kind and detail),
-    exits by reason, and its own running/waiting gauges (`metrics_age_s`: how old they are)."""
+    exits by reason, its own running/waiting gauges (`metrics_age_s`: how old they are), and the
+    diagnosis of its last boot or exit (findings: check, severity, message, hint, evidence)."""
 
     state: str
     pid: int | None
@@ -43,6 +44,7 @@ class EngineStatus:
     running: int | None = None
     waiting: int | None = None
     metrics_age_s: float | None = None
+    diagnosis: tuple[dict[str, str], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,6 +217,7 @@ def take_snapshot(ctx: ProxyContext) -> Status:
             running=sample.running if sample else None,
             waiting=sample.waiting if sample else None,
             metrics_age_s=round(now - sample.taken_at, 2) if sample else None,
+            diagnosis=tuple(finding.to_dict() for finding in engine.diagnosis),
         ),
         kv_cache=KvCacheStatus(
             usage=sample.kv_usage,

