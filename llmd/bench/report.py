@@ -74,10 +74,15 @@ def sweep_table(report: BenchReport) -> Table:
     queued = any(s.peak_llmd_queue is not None for s in rows)
     if queued:  # llmd's own queue, when its /metrics has one (admission)
         table.add_column("peak llmd queue", justify="right")
+    prefix = report.options.scenario.shared_prefix_tokens > 0
+    if prefix:  # the engine's prefix cache, in the shared-prefix scenario
+        table.add_column("prefix hits", justify="right")
     for step in rows:
         cells = step_row(step)
         if queued:
             cells.append(_num(step.peak_llmd_queue))
+        if prefix:
+            cells.append(_pct(step.prefix_cache_hit_rate))
         table.add_row(*cells)
     return table
 
