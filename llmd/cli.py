@@ -1,5 +1,5 @@
 """The `llmd` command: `serve` (what systemd runs), `check-config`, the client verbs, `bench`,
-`doctor`."""
+`tune`, `doctor`."""
 
 from __future__ import annotations
 
@@ -82,8 +82,10 @@ def _parser() -> argparse.ArgumentParser:
 
     from llmd.bench.command import add_parser as add_bench_parser
     from llmd.doctor.command import add_parser as add_doctor_parser
+    from llmd.tune.command import add_parser as add_tune_parser
 
     add_bench_parser(verbs)
+    add_tune_parser(verbs)
     add_doctor_parser(verbs)
 
     hash_key = verbs.add_parser(
