@@ -10,6 +10,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from llmd.bench.report import finish_plot
 from llmd.tune.runner import TuneReport, TuneStep
 from llmd.tune.settings import Setting
 
@@ -142,20 +143,14 @@ def plot(report: TuneReport, path: Path) -> None:
                     [x], [rate], marker="*", markersize=16, linestyle="none",
                     color=line.get_color(), label="recommended",
                 )  # fmt: skip
-    slo = report.options.slo_ttft_p95_ms
-    ttft.axhline(slo, linestyle="--", color="grey", label=f"SLO {slo:g} ms")
     ticks = sorted({s.setting.max_num_seqs for s in report.steps})
-    for axis, ylabel in ((throughput, "output tokens/s"), (ttft, "TTFT p95 (ms)")):
-        axis.set_xscale("log", base=2)
-        axis.set_xticks(ticks, [str(t) for t in ticks])
-        axis.minorticks_off()
-        axis.set_xlabel("--max-num-seqs")
-        axis.set_ylabel(ylabel)
-        axis.grid(True, alpha=0.3)
-        axis.legend()
     scenario = report.options.scenario
-    figure.suptitle(f"llmd tune, scenario {scenario.name} ({scenario.title}), {report.model}")
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    finish_plot(
+        figure,
+        (throughput, ttft),
+        ticks,
+        "--max-num-seqs",
+        report.options.slo_ttft_p95_ms,
+        f"llmd tune, scenario {scenario.name} ({scenario.title}), {report.model}",
+        path,
+    )
