@@ -17,6 +17,7 @@ from llmd.telemetry.gpu import GpuReader
 from llmd.tune.runner import TuneOptions, run_tune
 from llmd.tune.settings import Setting
 from tests.support.llmd_process import LlmdProcess, short_tmpdir
+from tests.support.nvml import fake_nvml
 from tests.support.sim_process import sim_config
 
 # The simulator's cost of a step (llmd.engine.sim.timing): slow enough that a step's length
@@ -28,19 +29,6 @@ KV_SEATS = 16
 SETTINGS = (2, 8, 32)
 # What a loaded machine may add to a TTFT beyond the model: HTTP, event loops, tokenizing.
 JITTER_S = 0.150
-
-
-class NoGpu:
-    """NVML on a host without an NVIDIA driver."""
-
-    class NVMLError(Exception):
-        pass
-
-    def nvmlInit(self) -> None:
-        raise self.NVMLError("NVML Shared Library Not Found")
-
-    def nvmlShutdown(self) -> None:
-        pass
 
 
 def longest_step_s(seqs: int) -> float:
@@ -105,7 +93,7 @@ async def test_tune_finds_the_optimum_of_the_timing_model(tiny_model_dir: Path) 
         timeout_s=60.0,
         warmup=0,
     )
-    report = await run_tune(options, GpuReader(NoGpu()))
+    report = await run_tune(options, GpuReader(fake_nvml(present=False)))
     by_seqs = {step.setting.max_num_seqs: step for step in report.steps}
     assert report.recommendation.setting == Setting(expected), report.recommendation.reason
     for seqs in within:
