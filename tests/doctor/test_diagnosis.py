@@ -6,8 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from llmd.doctor.diagnosis import diagnose
+from llmd.supervisor.exits import classify_exit
+from llmd.supervisor.output import EngineOutput
 
 BOOT_LOG = Path(__file__).parent.parent / "data" / "vllm_cpu_boot.log"
+MEMORY_REFUSED = Path(__file__).parent.parent / "data" / "vllm_cpu_boot_memory_refused.log"
 
 
 def _by_check(findings: tuple[object, ...]) -> dict[str, list[object]]:
@@ -129,3 +132,18 @@ def test_errors_come_before_warnings_and_each_rule_once() -> None:
     findings = diagnose(lines, "oom", "exit status 1")
     assert [f.severity for f in findings] == ["error", "warning"]
     assert len(_by_check(findings)["slow_path"]) == 1
+
+
+def test_a_real_failed_boot_is_classified_and_diagnosed_through_the_supervisors_reader() -> None:
+    """vllm-cpu 0.32 with --gpu-memory-utilization 0.99 (tests/data/vllm_cpu_boot_memory_refused
+    .log, 159 lines): the cause, 136 lines before the end under three tracebacks, stays in the
+    supervisor's recent lines, so the exit is an OOM and the hint names the utilisation."""
+    output = EngineOutput()
+    output.feed_all(MEMORY_REFUSED.read_text().splitlines())
+    lines = list(output.recent)
+    reason = classify_exit(1, stop_requested=False, was_ready=False, recent_lines=lines)
+    assert reason.kind == "oom"
+    errors = [f for f in diagnose(lines, reason.kind, reason.detail) if f.severity == "error"]
+    assert [f.check for f in errors] == ["oom"]
+    assert "less than desired CPU memory utilization (0.99" in errors[0].evidence
+    assert "--gpu-memory-utilization" in errors[0].hint
