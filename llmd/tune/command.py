@@ -124,7 +124,7 @@ def _options(args: argparse.Namespace, config: Any) -> Any:
     from llmd.sizing.model import load_shape
     from llmd.tune.runner import TuneOptions
     from llmd.tune.settings import parse_max_num_seqs, settings_for
-    from llmd.tune.traffic import read_traffic
+    from llmd.tune.traffic import traffic_from
 
     if args.engine is not None and args.engine != ENGINE_NAME:
         raise TuneError(f"no engine named {args.engine!r}: this config has one, {ENGINE_NAME!r}")
@@ -137,7 +137,7 @@ def _options(args: argparse.Namespace, config: Any) -> Any:
             positions = load_shape(Path(config.engine.model)).max_positions
         except SizingError:
             positions = None
-        traffic = _read_traffic(args.from_traffic, positions, read_traffic)
+        traffic = traffic_from(args.from_traffic, positions)
         chosen = dataclasses.replace(chosen, mix=traffic.mix)
     settings = settings_for(parse_max_num_seqs(args.max_num_seqs), chosen.shared_prefix_tokens > 0)
     return TuneOptions(
@@ -152,18 +152,6 @@ def _options(args: argparse.Namespace, config: Any) -> Any:
         seed=args.seed,
         traffic=traffic,
     )
-
-
-def _read_traffic(source: str, positions: int | None, read: Any) -> Any:
-    from llmd.errors import TuneError
-
-    if source == "-":
-        return read(sys.stdin, positions)
-    try:
-        with Path(source).open() as lines:
-            return read(lines, positions)
-    except OSError as exc:
-        raise TuneError(f"--from-traffic {source}: {exc.strerror}") from None
 
 
 def _refuse_if_serving(runtime_dir: Path, engine: str | None) -> None:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 from collections.abc import Iterable
+from pathlib import Path
 
 from llmd.bench.lengths import LengthMix
 from llmd.bench.stats import percentile
@@ -60,3 +62,14 @@ def read_traffic(lines: Iterable[str], max_positions: int | None = None) -> Traf
     if max_positions:
         proposed = min(proposed, max_positions)
     return Traffic(tuple(pairs), total, proposed)
+
+
+def traffic_from(source: str, max_positions: int | None = None) -> Traffic:
+    """`read_traffic` of the file `source` ('-': standard input). Raises `TuneError`."""
+    if source == "-":
+        return read_traffic(sys.stdin, max_positions)
+    try:
+        with Path(source).open() as lines:
+            return read_traffic(lines, max_positions)
+    except OSError as exc:
+        raise TuneError(f"--from-traffic {source}: {exc.strerror}") from None

@@ -4,6 +4,7 @@ torch's OOM through a real `llmd serve`, whose status carries the diagnosis)."""
 
 from __future__ import annotations
 
+import io
 import json
 import socket
 import stat
@@ -191,3 +192,17 @@ def test_doctor_diagnoses_a_saved_log(
     assert f"recent engine exits ({log})" in out
     assert "last exit: bad_model: exit status 1" in out
     assert "error    model_not_found" in out
+
+
+def test_doctor_reads_a_log_on_stdin(
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`journalctl -u llmd -o cat | llmd doctor --log -`: raw engine lines work too."""
+    monkeypatch.setattr("sys.stdin", io.StringIO("OSError: [Errno 98] Address already in use\n"))
+    config = _config(tmp_path, sim_config(tiny_model_dir))
+    code, out = _doctor(["--config", str(config), "--log", "-"], capsys)
+    assert code == 1
+    assert "recent engine exits (stdin)" in out and "error    address_in_use" in out

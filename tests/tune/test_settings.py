@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import json
+from pathlib import Path
 
 import pytest
 
 from llmd.errors import TuneError
 from llmd.tune.settings import Setting, parse_max_num_seqs, settings_for
-from llmd.tune.traffic import read_traffic
+from llmd.tune.traffic import read_traffic, traffic_from
 
 
 def test_each_setting_replaces_the_configured_flags() -> None:
@@ -59,3 +61,16 @@ def test_traffic_comes_from_llmds_request_lines() -> None:
     assert read_traffic(lines, max_positions=300).proposed_max_model_len == 300
     with pytest.raises(TuneError, match="no finished requests"):
         read_traffic([json.dumps({"event": "engine_ready"})])
+
+
+def test_traffic_is_read_from_a_file_or_stdin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--from-traffic FILE` or `-`; a file that cannot be read is a TuneError naming it."""
+    log = tmp_path / "journal.log"
+    log.write_text(_finished(100, 28) + "\n")
+    assert traffic_from(str(log)).pairs == ((100, 28),)
+    monkeypatch.setattr("sys.stdin", io.StringIO(_finished(200, 56) + "\n"))
+    assert traffic_from("-").pairs == ((200, 56),)
+    with pytest.raises(TuneError, match=r"--from-traffic .*missing"):
+        traffic_from(str(tmp_path / "missing"))
