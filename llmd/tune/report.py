@@ -46,6 +46,7 @@ def step_cells(step: TuneStep, prefix: bool) -> list[str]:
         f"{_num(s.ttft_ms['p50'])} / {_num(s.ttft_ms['p95'])}",
         _num(s.e2e_ms["p50"]),
         _num(s.output_tokens_per_s),
+        f"{_num(s.peak_running)} / {_num(s.peak_waiting)}",
         _pct(s.peak_kv_usage),
         "-" if memory is None else f"{memory / GIB:.1f} GiB",
     ]
@@ -57,7 +58,8 @@ def step_cells(step: TuneStep, prefix: bool) -> list[str]:
 
 def _columns(prefix: bool) -> list[str]:
     columns = ["max-num-seqs", *(["prefix cache"] if prefix else []), "users"]
-    columns += ["TTFT p50 / p95 ms", "e2e p50 ms", "out tok/s", "peak KV", "peak GPU mem"]
+    columns += ["TTFT p50 / p95 ms", "e2e p50 ms", "out tok/s", "peak running / waiting"]
+    columns += ["peak KV", "peak GPU mem"]
     columns += [*(["prefix hits"] if prefix else []), "errors/timeouts", "verdict", "in SLO"]
     return columns
 

@@ -72,6 +72,8 @@ class TuneStep:
             "e2e_ms": s.e2e_ms,
             "output_tokens_per_s": s.output_tokens_per_s,
             "requests_per_s": s.requests_per_s,
+            "peak_running": s.peak_running,
+            "peak_waiting": s.peak_waiting,
             "peak_kv_usage": s.peak_kv_usage,
             "peak_gpu_memory_bytes": self.peak_gpu_memory_bytes,
             "gpu_memory_total_bytes": self.gpu_memory_total_bytes,
