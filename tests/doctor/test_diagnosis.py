@@ -11,6 +11,7 @@ from llmd.supervisor.output import EngineOutput
 
 BOOT_LOG = Path(__file__).parent.parent / "data" / "vllm_cpu_boot.log"
 MEMORY_REFUSED = Path(__file__).parent.parent / "data" / "vllm_cpu_boot_memory_refused.log"
+MODEL_MISSING = Path(__file__).parent.parent / "data" / "vllm_cpu_boot_model_missing.log"
 
 
 def _by_check(findings: tuple[object, ...]) -> dict[str, list[object]]:
@@ -147,3 +148,17 @@ def test_a_real_failed_boot_is_classified_and_diagnosed_through_the_supervisors_
     assert [f.check for f in errors] == ["oom"]
     assert "less than desired CPU memory utilization (0.99" in errors[0].evidence
     assert "--gpu-memory-utilization" in errors[0].hint
+
+
+def test_a_real_boot_on_a_missing_model_directory() -> None:
+    """vllm-cpu 0.32 given engine.model /nonexistent/model (tests/data/
+    vllm_cpu_boot_model_missing.log): transformers' "Repo id must be in the form" error; the
+    supervisor says bad_model, the diagnosis model not found with the engine.model hint."""
+    output = EngineOutput()
+    output.feed_all(MODEL_MISSING.read_text().splitlines())
+    lines = list(output.recent)
+    reason = classify_exit(1, stop_requested=False, was_ready=False, recent_lines=lines)
+    assert reason.kind == "bad_model"
+    errors = [f for f in diagnose(lines, reason.kind, reason.detail) if f.severity == "error"]
+    assert [f.check for f in errors] == ["model_not_found"]
+    assert "engine.model" in errors[0].hint
