@@ -1,5 +1,5 @@
 """The `llmd` command: `serve` (what systemd runs), `check-config`, the client verbs, `bench`,
-`tune`, `doctor`."""
+`release`, `tune`, `doctor`."""
 
 from __future__ import annotations
 
@@ -87,6 +87,10 @@ def _parser() -> argparse.ArgumentParser:
     add_bench_parser(verbs)
     add_tune_parser(verbs)
     add_doctor_parser(verbs)
+
+    from llmd.releases.command import add_parser as add_release_parser
+
+    add_release_parser(verbs)
 
     hash_key = verbs.add_parser(
         "hash-key", help="print the SHA-256 of an API key read from stdin, for the tenants file"

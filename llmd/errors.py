@@ -4,6 +4,7 @@
     ├── ConfigError                  bad config file: names the key, the value, what was expected
     ├── EngineGaveUp                 the supervisor stopped restarting a failing engine
     ├── BenchError                   `llmd bench` cannot run: bad option, target unreachable
+    ├── ReleaseError                 a release cannot be created, read or removed (llmd/releases)
     ├── SizingError                  a model cannot be sized: no config.json, a missing key
     ├── TuneError                    `llmd tune` cannot run: bad option, llmd serving, no boot
     └── ApiError                     answered to an HTTP client (status, code, Retry-After)
@@ -46,6 +47,11 @@ class EngineGaveUp(LlmdError):
 
 class BenchError(LlmdError):
     """`llmd bench` cannot run as asked: a bad option or length spec, an unreachable target."""
+
+
+class ReleaseError(LlmdError):
+    """A release record cannot be created, read or removed: the name is taken or invalid, the
+    record is unreadable, the engine's interpreter cannot be asked; the message says which."""
 
 
 class SizingError(LlmdError):

@@ -65,7 +65,17 @@ def test_a_python_started_with_the_hook_may_use_amx_and_runs_the_next_hook(
     env = with_amx_permission({**os.environ}, os.environ)
     env["PYTHONPATH"] = f"{env['PYTHONPATH']}{os.pathsep}{other}"
     script = PRINT_PERMISSION + "import os\nprint(os.environ.get('OTHER_HOOK'))\n"
-    out = subprocess.run(
+    done = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
-    ).stdout.split()
-    assert out == [str(host_has_amx()), "ran"]
+    )
+    assert done.stdout.split() == [str(host_has_amx()), "ran"]
+    assert done.stderr == ""
+
+
+def test_the_hook_alone_is_silent() -> None:
+    """With no other `sitecustomize` to hand over to, the hook prints nothing."""
+    env = with_amx_permission({**os.environ}, {})
+    done = subprocess.run(
+        [sys.executable, "-c", "pass"], env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stderr == ""

@@ -21,3 +21,21 @@ def ensure_tiny_model() -> Path:
         stdout=subprocess.DEVNULL,
     )
     return TINY_MODEL
+
+
+def ensure_tiny_variant(seed: int) -> Path:
+    """A variant of the tiny model (another tokenizer corpus and other weights, from `seed`),
+    generated if missing beside the tiny model; its directory."""
+    path = TINY_MODEL.parent / f"tiny-seed{seed}"
+    subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "make_tiny_model.py"),
+            str(path),
+            "--seed",
+            str(seed),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    return path

@@ -13,7 +13,8 @@ start-up hook rather than a call in llmd.
 
 import contextlib
 import ctypes
-import importlib
+import importlib.machinery
+import importlib.util
 import os
 import sys
 
@@ -27,8 +28,10 @@ with contextlib.suppress(OSError, AttributeError):
         _SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA
     )
 
+# Hand over to another `sitecustomize` further down the path, if any, without touching
+# sys.modules["sitecustomize"] (the import system still holds this module under that name).
 _here = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or ".") != _here]
-del sys.modules[__name__]
-with contextlib.suppress(ModuleNotFoundError):
-    importlib.import_module("sitecustomize")
+_rest = [entry for entry in sys.path if os.path.abspath(entry or ".") != _here]
+_next = importlib.machinery.PathFinder.find_spec("sitecustomize", _rest)
+if _next is not None and _next.loader is not None:
+    _next.loader.exec_module(importlib.util.module_from_spec(_next))

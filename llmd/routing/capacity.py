@@ -1,0 +1,245 @@
+"""Capacity per backend, grouped in pools: which backend of a request's pool can start it now.
+
+Admission stays one layer (tenants, classes, aging and fairness are global in the scheduler);
+the capacity gate (llmd/admission/capacity.py: seats, KV, engine waiting) is one per backend.
+An entry may start when at least one backend of its pool is available (serving, and its breaker
+lets a request through) and its gate admits the entry; among those, `choose` picks one
+(llmd/routing/choice.py: least load with prefix affinity under a bound). So a request waits in
+llmd only for capacity on its own pool. Pure: the caller passes `now` (monotonic seconds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+
+from llmd.admission.capacity import CapacityGate
+from llmd.admission.scheduler import Entry
+from llmd.routing.backend import Backend, BackendKind, group_pools
+from llmd.routing.breaker import CircuitBreaker
+from llmd.routing.choice import AffinityPolicy, Choice, choose
+
+# Retry-After for a pool none of whose backends is expected back (every engine gave up): the
+# scheduler's cap on its own Retry-After estimates (llmd/admission/scheduler.py).
+MAX_WAIT_S = 600.0
+
+
+@dataclasses.dataclass
+class _Slot:
+    """One backend: its gate (llmd's accounting, the engine's load, serving), its breaker
+    (upstreams), and when a down engine should serve again (`back_at`, None: not expected)."""
+
+    name: str
+    kind: BackendKind
+    models: tuple[str, ...]
+    gate: CapacityGate
+    breaker: CircuitBreaker | None
+    back_at: float | None = None
+
+    def available(self, now: float) -> bool:
+        return self.gate.serving and (self.breaker is None or self.breaker.available(now))
+
+    def view(self, now: float) -> Backend:
+        gate, breaker = self.gate, self.breaker
+        return Backend(
+            name=self.name,
+            kind=self.kind,
+            models=self.models,
+            seats=gate.max_in_flight,
+            in_flight=gate.in_flight,
+            reserved_tokens=gate.reserved_tokens,
+            engine=gate.load,
+            serving=gate.serving,
+            breaker=breaker.state(now) if breaker is not None else None,
+            reachable=breaker is None or breaker.available(now),
+        )
+
+    def wait_s(self, now: float) -> float:
+        """Seconds until it is likely available again (0: it is)."""
+        wait = 0.0
+        if not self.gate.serving:
+            wait = self.back_at - now if self.back_at is not None else MAX_WAIT_S
+        if self.breaker is not None:
+            wait = max(wait, self.breaker.retry_after_s(now))
+        return wait
+
+
+@dataclasses.dataclass(frozen=True)
+class _Placement:
+    """Where a released entry runs: the slot itself, so that it finishes there even after its
+    backend was removed or replaced."""
+
+    slot: _Slot
+    model: str
+
+
+class PoolCapacity:
+    """Every backend's capacity gate, in pools by model name, and where released entries went.
+
+    Single-threaded, like the scheduler. Backends come from the config and change on reload
+    (`add`, `remove`); an upstream has a CircuitBreaker, an engine none (its supervisor sets
+    `serving`).
+    """
+
+    def __init__(self, affinity: AffinityPolicy | None = None) -> None:
+        self.affinity = affinity or AffinityPolicy()
+        self._slots: dict[str, _Slot] = {}
+        self._pools: dict[str, tuple[str, ...]] = {}
+        self._placed: dict[Entry, _Placement] = {}
+
+    # -- membership and state ----------------------------------------------------------------
+
+    def add(
+        self,
+        name: str,
+        kind: BackendKind,
+        models: Iterable[str],
+        gate: CapacityGate,
+        breaker: CircuitBreaker | None = None,
+    ) -> None:
+        """Add backend `name` serving `models` (at least one). Raises ValueError for a name
+        already added or no models."""
+        models = tuple(models)
+        if name in self._slots or not models:
+            raise ValueError(f"backend {name!r} is already added or serves no model")
+        self._slots[name] = _Slot(name, kind, models, gate, breaker)
+        self._regroup()
+
+    def remove(self, name: str) -> None:
+        """Take backend `name` out of its pools: no new request goes there; those running
+        there finish there (and count in its old gate). Raises KeyError."""
+        del self._slots[name]
+        self._regroup()
+
+    def pool(self, model: str) -> tuple[str, ...] | None:
+        """The backends serving `model` in config order, or None: an unknown model."""
+        return self._pools.get(model)
+
+    def models(self) -> tuple[str, ...]:
+        """Every model name some backend serves."""
+        return tuple(self._pools)
+
+    def gate(self, backend: str) -> CapacityGate:
+        """`backend`'s gate, to update its engine load (`gate.load`). Raises KeyError."""
+        return self._slots[backend].gate
+
+    def breaker(self, backend: str) -> CircuitBreaker | None:
+        """`backend`'s breaker (None for an engine), to record outcomes. Raises KeyError."""
+        return self._slots[backend].breaker
+
+    def set_serving(self, backend: str, serving: bool, back_at: float | None = None) -> None:
+        """The supervisor's (or health probe's) word on `backend`; when not serving, `back_at`
+        is when it should serve again (restart backoff + boot estimate; None: not expected,
+        e.g. it gave up). Raises KeyError."""
+        slot = self._slots[backend]
+        slot.gate.serving = serving
+        slot.back_at = None if serving else back_at
+
+    def backends(self, now: float, model: str | None = None) -> list[Backend]:
+        """Every backend (or `model`'s pool) as it is at `now`, in config order."""
+        names = self._slots if model is None else self._pools.get(model, ())
+        return [self._slots[name].view(now) for name in names]
+
+    # -- decisions ----------------------------------------------------------------------------
+
+    def admits(
+        self, entry: Entry, overdue: bool, now: float, model: str, key: str | None
+    ) -> Choice | None:
+        """The backend of `model`'s pool that may start `entry` now (`overdue`: released by
+        aging; `key`: its prefix key, llmd/routing/prefix.py), or None: none can yet."""
+        candidates = [
+            slot.view(now)
+            for name in self._pools.get(model, ())
+            if (slot := self._slots[name]).available(now) and slot.gate.admits(entry, overdue)
+        ]
+        return choose(candidates, key, self.affinity)
+
+    def on_release(self, entry: Entry, backend: str, now: float, model: str) -> None:
+        """`entry` starts on `backend` (as `admits` chose): counted in its gate; for a
+        half-open upstream it is the probe."""
+        self._start(entry, self._slots[backend], now, model)
+
+    def on_finish(self, entry: Entry) -> None:
+        """`entry` has ended (any way): its backend's capacity is free again."""
+        placement = self._placed.pop(entry, None)
+        if placement is not None:
+            placement.slot.gate.on_finish(entry)
+
+    def backend_of(self, entry: Entry) -> str | None:
+        """Where a released entry runs, or None (not released, or finished)."""
+        placement = self._placed.get(entry)
+        return placement.slot.name if placement is not None else None
+
+    def reroute(self, entry: Entry, exclude: frozenset[str], now: float) -> str | None:
+        """Move a released `entry` whose backend failed before the first byte to the
+        least-filled available backend of its pool not in `exclude` (llmd/routing/retry.py),
+        or None when there is none. Its gate's limits are not applied: the entry already
+        waited its turn, and it retries once, so a backend is overcommitted by at most one
+        request per failed one."""
+        placement = self._placed.get(entry)
+        if placement is None:
+            return None
+        candidates = [
+            slot.view(now)
+            for name in self._pools.get(placement.model, ())
+            if name not in exclude and (slot := self._slots[name]).available(now)
+        ]
+        choice = choose(candidates, None, self.affinity)
+        if choice is None:
+            return None
+        placement.slot.gate.on_finish(entry)
+        self._start(entry, self._slots[choice.backend], now, placement.model)
+        return choice.backend
+
+    def available(self, model: str, now: float) -> bool:
+        """Whether some backend of `model`'s pool can take requests now (serving and
+        reachable; its seats may still be full: then requests queue)."""
+        return any(self._slots[name].available(now) for name in self._pools.get(model, ()))
+
+    def retry_after_s(self, model: str, now: float) -> float:
+        """Retry-After (1..600 s) for a pool with no available backend: the soonest any of
+        them is expected back (a breaker's cooldown, an engine's restart backoff and boot)."""
+        waits = [self._slots[name].wait_s(now) for name in self._pools.get(model, ())]
+        return min(max(1.0, min(waits, default=MAX_WAIT_S)), MAX_WAIT_S)
+
+    def _start(self, entry: Entry, slot: _Slot, now: float, model: str) -> None:
+        slot.gate.on_release(entry)
+        if slot.breaker is not None:
+            slot.breaker.on_attempt(now)
+        self._placed[entry] = _Placement(slot, model)
+
+    def _regroup(self) -> None:
+        self._pools = group_pools((slot.name, slot.models) for slot in self._slots.values())
+
+
+class PoolGate:
+    """The scheduler's `Gate` (llmd/admission/scheduler.py) over one model's pool at one
+    `now`, for today's `Scheduler.decide`: `admits` picks a backend, `on_release` starts the
+    entry there. `key_of` gives an entry's prefix key."""
+
+    def __init__(
+        self,
+        capacity: PoolCapacity,
+        model: str,
+        key_of: Callable[[Entry], str | None],
+        now: float,
+    ) -> None:
+        self.capacity = capacity
+        self.model = model
+        self.key_of = key_of
+        self.now = now
+        self.choices: dict[Entry, Choice] = {}
+        self._offer: tuple[Entry, Choice] | None = None
+
+    def admits(self, entry: Entry, overdue: bool) -> bool:
+        choice = self.capacity.admits(entry, overdue, self.now, self.model, self.key_of(entry))
+        self._offer = (entry, choice) if choice is not None else None
+        return choice is not None
+
+    def on_release(self, entry: Entry) -> None:
+        offer = self._offer
+        if offer is None or offer[0] is not entry:
+            raise RuntimeError("on_release without a matching admits")
+        self._offer = None
+        self.choices[entry] = offer[1]
+        self.capacity.on_release(entry, offer[1].backend, self.now, self.model)
