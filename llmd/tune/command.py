@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from llmd.bench.scenarios import SCENARIOS
+from llmd.releases.store import DEFAULT_STATE_DIR
 
 EXIT_USAGE = 2
 # The one engine a config has until engines get names ([engines.NAME], DESIGN.md).
@@ -21,9 +22,10 @@ runs the `llmd bench` scenario with as many users as seats (or --concurrency), a
 p50/p95, tokens/s, peak KV cache, peak GPU memory (NVML), errors and timeouts, and a verdict:
 stable, near full (KV >= 90% or GPU memory >= 95%), timeouts (over 1% failed). The recommendation
 is the setting with the most tokens/s whose TTFT p95 is within the SLO and that had no timeouts;
-its engine args are printed and written to the JSON (put them in engine.args; `--release NAME`
-comes with releases). Scenario G (a shared system prompt) runs every setting with prefix caching
-on and off.
+its engine args are printed and written to the JSON (put them in engine.args), and with
+--release NAME recorded as a release (`llmd release show NAME`; deploying it through the smoke
+gate comes with `llmd deploy`). Scenario G (a shared system prompt) runs every setting with
+prefix caching on and off.
 
 It refuses to run while an llmd daemon answers on --runtime-dir: stop it, or drain it
 (`llmd drain --wait`) and name its drained engine with --engine main.
@@ -87,16 +89,28 @@ def add_parser(verbs: Any) -> None:
         "the scenario's; proposes --max-model-len from their 99th percentile",
     )
     tune.add_argument("--output", metavar="FILE", type=Path, required=True, help="JSON figures")
+    tune.add_argument(
+        "--release",
+        metavar="NAME",
+        help="record the recommended engine args as release NAME (see `llmd release`)",
+    )
+    tune.add_argument(
+        "--state-dir",
+        default=str(DEFAULT_STATE_DIR),
+        help=f"where --release writes (default {DEFAULT_STATE_DIR})",
+    )
     tune.add_argument("--plot", metavar="FILE", type=Path, help="PNG (default: --output .png)")
     tune.add_argument("--quiet", action="store_true", help="no progress display")
     tune.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the tune the flags describe: 0 done, 1 an engine failed to boot or llmd serves,
-    2 a usage error, 78 a bad config."""
+    """Run the tune the flags describe: 0 done, 1 an engine failed to boot, llmd serves, or the
+    release could not be recorded (or there was no recommendation to record), 2 a usage error,
+    78 a bad config."""
     from llmd.config import config_path, load_config
-    from llmd.errors import BenchError, ConfigError, TuneError
+    from llmd.errors import BenchError, ConfigError, ReleaseError, TuneError
+    from llmd.tune.release import check_release, record_release
 
     try:
         config = load_config(config_path(args.config))
@@ -105,15 +119,30 @@ def run(args: argparse.Namespace) -> int:
         return 78
     try:
         options = _options(args, config)
+        if args.release:
+            check_release(Path(args.state_dir), args.release)
         _refuse_if_serving(Path(args.runtime_dir or config.server.runtime_dir), args.engine)
         report = _run(options, args.quiet)
     except BenchError as exc:
         print(f"llmd tune: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except TuneError as exc:
+    except (TuneError, ReleaseError) as exc:
         print(f"llmd tune: {exc}", file=sys.stderr)
         return 1
     _show(report, args)
+    if not args.release:
+        return 0
+    if report.recommended_args is None:
+        print(f"llmd tune: no release {args.release}: nothing to recommend", file=sys.stderr)
+        return 1
+    try:
+        release, path = record_release(
+            Path(args.state_dir), args.release, config.engine, report.recommended_args
+        )
+    except ReleaseError as exc:
+        print(f"llmd tune: {exc}", file=sys.stderr)
+        return 1
+    print(f"release {release.name} recorded in {path} with the recommended engine args")
     return 0
 
 

@@ -15,10 +15,7 @@ from llmd.tune.runner import TuneReport, TuneStep
 from llmd.tune.settings import Setting
 
 GIB = 1024**3
-RELEASE_NOTE = (
-    "put these args in engine.args (`llmd tune --release NAME` will make them a release once "
-    "releases exist)"
-)
+RELEASE_NOTE = "put these args in engine.args, or record them as a release with --release NAME"
 
 
 def _num(value: float | None, digits: int = 0) -> str:

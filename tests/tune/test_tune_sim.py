@@ -216,3 +216,27 @@ def test_scenario_g_compares_prefix_caching_on_and_off(
     assert "--no-enable-prefix-caching" in off["engine_args"]
     assert on["prefix_cache_hit_rate"] > 0.5 and off["prefix_cache_hit_rate"] == 0
     assert "prefix hits" in out and "prefix cache" in out
+
+
+def test_release_records_the_recommended_args(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--release NAME: the recommendation becomes an immutable release whose engine args are
+    the recommended ones; the same name again is refused before any engine boots."""
+    config = tmp_path / "llmd.toml"
+    config.write_text(sim_config(tiny_model_dir, ("--zero-latency",)))
+    state = tmp_path / "state"
+    argv = [
+        "--config", str(config), "--runtime-dir", str(tmp_path), "--max-num-seqs", "2",
+        "--max-requests", "4", "--slo-ttft-p95-ms", "5000", "--output", str(tmp_path / "t.json"),
+        "--release", "tuned-1", "--state-dir", str(state), "--quiet",
+    ]  # fmt: skip
+    code, out, err = _tune(argv, capsys)
+    assert code == 0, err
+    assert f"release tuned-1 recorded in {state / 'releases' / 'tuned-1.json'}" in out
+    record = json.loads((state / "releases" / "tuned-1.json").read_text())
+    recommended = json.loads((tmp_path / "t.json").read_text())["recommendation"]
+    assert record["table"]["args"] == recommended["engine_args"]
+    assert record["table"]["args"][-2:] == ["--max-num-seqs", "2"]
+    code, _, err = _tune(argv, capsys)
+    assert code == 1 and "release 'tuned-1' exists" in err
