@@ -36,7 +36,7 @@ Probe = Callable[[str], EngineEnvironment]
 
 @dataclasses.dataclass(frozen=True)
 class Boundaries:
-    """What the checks read from outside: the engine probe, NVML, /proc. Tests replace these."""
+    """What the checks read from outside llmd: the engine probe, NVML, /proc files."""
 
     probe: Probe = probe_engine
     nvml: Any = None
