@@ -9,7 +9,7 @@ import dataclasses
 import itertools
 from typing import Any
 
-from llmd.config import build_table
+from llmd.binding import bind_table
 from llmd.errors import ConfigError
 
 
@@ -62,7 +62,7 @@ class ReleaseConfig:
 
 def release_config(raw: Any) -> ReleaseConfig:
     """Build and check a `[release]` table. Raises ConfigError naming the key."""
-    config: ReleaseConfig = build_table(ReleaseConfig, raw, "release.")
+    config: ReleaseConfig = bind_table(ReleaseConfig, raw, "release.")
     config.steps()
     config.buckets()
     if config.max_ttft_p95_ratio < 1:

