@@ -11,7 +11,6 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,7 +20,6 @@ from llmd.supervisor.exits import ExitReason, classify_exit
 from tests.support.configs import shipped_config
 from tests.support.llmd_process import LlmdProcess, short_tmpdir
 from tests.support.sim_process import sim_config
-from tests.support.waiting import wait_for
 
 # Restarts slow enough that the failed engine's status stays readable between boots.
 SLOW_RESTARTS = {"backoff_initial_s": 30.0, "backoff_max_s": 30.0, "max_failed_boots": 5}
@@ -147,17 +145,7 @@ def test_the_status_carries_the_diagnosis_and_doctor_reads_it(
     )
     llmd = LlmdProcess.start(text)
     try:
-        engine: dict[str, Any] = {}
-
-        def diagnosed() -> bool:
-            nonlocal engine
-            assert llmd.process.poll() is None, llmd.log_tail()
-            if not (llmd.runtime_dir / "admin.sock").exists():
-                return False  # (httpx leaks the socket of a failed connect)
-            engine = llmd.admin_status()["engine"]
-            return bool(engine["diagnosis"])
-
-        assert wait_for(diagnosed, 60, every_s=0.2), llmd.log_tail()
+        engine = llmd.wait_diagnosed(60, every_s=0.2)
         assert engine["last_exit_reason"] == "oom"
         (finding,) = engine["diagnosis"]
         assert finding["check"] == "oom" and "CUDA out of memory" in finding["evidence"]

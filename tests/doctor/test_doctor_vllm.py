@@ -12,7 +12,6 @@ import pytest
 from llmd.cli import main
 from tests.support.configs import shipped_config
 from tests.support.llmd_process import LlmdProcess
-from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -37,21 +36,10 @@ def test_the_demo_config_passes_on_this_machine(
 def _first_diagnosis(text: str) -> dict[str, Any]:
     """Start llmd with `text` and return its engine status once the first exit is diagnosed."""
     llmd = LlmdProcess.start(text)
-    engine: dict[str, Any] = {}
     try:
-
-        def diagnosed() -> bool:
-            nonlocal engine
-            assert llmd.process.poll() is None, llmd.log_tail()
-            if not (llmd.runtime_dir / "admin.sock").exists():
-                return False  # (httpx leaks the socket of a failed connect)
-            engine = llmd.admin_status()["engine"]
-            return bool(engine["diagnosis"])
-
-        assert wait_for(diagnosed, 240, every_s=0.5), llmd.log_tail()
+        return llmd.wait_diagnosed(240, every_s=0.5)
     finally:
         llmd.stop()
-    return engine
 
 
 def test_real_engine_failures_are_diagnosed(tiny_model_dir: Path) -> None:
