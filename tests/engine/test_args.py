@@ -1,6 +1,8 @@
-"""Reading the engine's command line: one parser for every flag llmd looks at."""
+"""Reading the engine's command line: one parser for every flag llmd looks at, and changing it."""
 
 from __future__ import annotations
+
+import pytest
 
 from llmd.config import EngineConfig
 from llmd.engine.args import (
@@ -8,6 +10,10 @@ from llmd.engine.args import (
     engine_auth_headers,
     engine_flag,
     flags_given,
+    float_flag,
+    int_flag,
+    with_flag,
+    without_flag,
     without_secrets,
 )
 
@@ -19,6 +25,16 @@ def test_a_flag_in_either_form_and_the_last_one_wins() -> None:
     assert engine_flag(("--max-num-seqs", "8"), "--max-num-seqs") == "8"
     assert engine_flag(args, "--scheduling-policy") is None
     assert engine_flag(("--max-num-seqs",), "--max-num-seqs") is None
+
+
+def test_numeric_flags_are_read_as_numbers() -> None:
+    """int_flag and float_flag parse the value, give the default when absent, refuse non-numbers."""
+    args = ("--max-num-seqs", "8", "--enforce-eager", "--max-num-seqs=16")
+    assert int_flag(args, "--max-num-seqs") == 16
+    assert int_flag(args, "--max-model-len") is None
+    assert float_flag(args, "--gpu-memory-utilization", 0.9) == 0.9
+    with pytest.raises(ValueError):
+        int_flag(("--max-num-seqs", "many"), "--max-num-seqs")
 
 
 def test_which_flags_are_given() -> None:
@@ -50,3 +66,26 @@ def test_secrets_are_hidden_in_logged_command_lines() -> None:
         "vllm", "--api-key", "***", "***", "--max-model-len", "5", "--hf-token=***",
         "--api-key=***",
     ]  # fmt: skip
+
+
+def test_with_flag_replaces_every_earlier_value() -> None:
+    """Both spellings go; the new value is appended; other args keep their order."""
+    args = ("--max-num-seqs", "8", "--enforce-eager", "--max-num-seqs=16", "--dtype", "half")
+    assert with_flag(args, "--max-num-seqs", "32") == (
+        "--enforce-eager",
+        "--dtype",
+        "half",
+        "--max-num-seqs",
+        "32",
+    )
+    assert without_flag(args, "--enforce-eager", takes_value=False) == (
+        "--max-num-seqs",
+        "8",
+        "--max-num-seqs=16",
+        "--dtype",
+        "half",
+    )
+    assert with_flag(("--x",), "--no-enable-prefix-caching") == (
+        "--x",
+        "--no-enable-prefix-caching",
+    )
