@@ -32,6 +32,7 @@ from llmd.gpu.preflight import GpuReport, PreflightError, run_preflight
 from llmd.listeners import bind_tcp, bind_unix, set_send_buffer
 from llmd.logs import configure_logging, line_limiter
 from llmd.proxy.app import build_app
+from llmd.proxy.protocol import bounded_protocol
 from llmd.reload import ReloadPlan, changed_engine_keys, plan_reload
 from llmd.runtime import RuntimePaths
 from llmd.state import DaemonState
@@ -243,10 +244,11 @@ class Daemon:
         """Configure every part from `config`: at start-up and on each reload alike. Tenants
         are read again, admission's classes and limits, validation's policy and tokenizer,
         the observer, the restart policy, logging, the listener's send buffer and telemetry's
-        intervals all take the new values. Raises ConfigError (the tenants file) before any
-        part has changed."""
+        intervals all take the new values, and the engine client its API key (of the engine
+        table in use). Raises ConfigError (the tenants file) before any part has changed."""
         self.state.admission.configure(config)  # first: it alone can still fail
         self.config = self.state.config = self.supervisor.config = config
+        self.state.upstream.configure(config.engine)
         self.state.validator.configure(config)
         self.state.observer.configure(config.telemetry.top_tenants, config.logging.requests)
         self.reporter.max_failed_boots = config.supervisor.max_failed_boots
@@ -303,6 +305,7 @@ class Daemon:
             self.paths.engine_socket,
             config.telemetry,
             on_sample=self.state.admission.engine_sampled,
+            headers=lambda: self.state.upstream.auth,
         )
         self._telemetry = asyncio.create_task(run_quietly(self.scraper), name="telemetry")
 
@@ -314,7 +317,8 @@ class Daemon:
             lifespan=lifespan,
             log_config=None,
             access_log=False,
-            http="httptools",
+            # httptools, with the request head bounded by [server] (llmd/proxy/protocol.py)
+            http=bounded_protocol(lambda: self.config.server),
             timeout_graceful_shutdown=5,
         )
         server = _EmbeddedServer(config)

@@ -3,7 +3,9 @@
     authenticate → check availability → read → validate → admit → relay
 
 Each stage is a small method with a typed result, and raises an `ApiError` to refuse. The first
-four run as the request arrives (a refusal is answered at once and accounted); `admit` and
+four run as the request arrives (a refusal is answered at once and accounted; any other
+exception is a bug in llmd, answered 500 `internal_error` with the request id, logged once with
+its traceback and accounted as an error); `admit` and
 `relay` run in one task raced against the client's `http.disconnect`, so a client that leaves
 while queued never reaches the engine, and one that leaves mid-stream has its upstream request
 closed, which is what makes vLLM abort the sequence (ENGINE.md). Pure ASGI; the bytes to the
@@ -24,8 +26,15 @@ from starlette.types import Message, Receive, Scope, Send
 from llmd.admission.classes import Priority
 from llmd.admission.tenants import ANONYMOUS, Tenant
 from llmd.admission.waiters import Request, Ticket
-from llmd.errors import ApiError, InvalidRequest
-from llmd.proxy.body import ClientGone, parse_object, read_body
+from llmd.errors import ApiError, InternalError, InvalidRequest
+from llmd.proxy.body import (
+    ClientGone,
+    body_coding,
+    check_content_type,
+    parse_object,
+    read_body,
+    without_bom,
+)
 from llmd.proxy.inflight import Exchange
 from llmd.proxy.middleware import REQUEST_ID_KEY
 from llmd.proxy.upstream import forward
@@ -36,6 +45,8 @@ from llmd.validation.fields import Endpoint
 log = structlog.get_logger("llmd.proxy")
 
 _ENDPOINTS = {"/v1/chat/completions": Endpoint.CHAT, "/v1/completions": Endpoint.COMPLETIONS}
+# A request answered before it reached admission's queue waited there for no time.
+NOT_QUEUED = (b"x-llmd-queue-ms", b"0")
 
 
 @dataclasses.dataclass
@@ -86,12 +97,15 @@ class Relay:
         try:
             tenant = self.authenticate(arrival)
             self.check_available()
-            body = await self.read(receive)
+            body = await self.read(arrival, receive)
             prepared = await self.validate(arrival, tenant, body)
         except ClientGone:
             return
         except ApiError as error:
             await self.refuse(arrival, error, send)
+            return
+        except Exception as exc:
+            await self.fail(arrival, exc, send)
             return
         exchange = Exchange(
             arrival.request_id,
@@ -117,16 +131,19 @@ class Relay:
         if error is not None:
             raise error
 
-    async def read(self, receive: Receive) -> Body:
-        """The whole body, parsed (nothing for a GET). Raises BodyTooLarge (413),
-        InvalidRequest (400), ClientGone."""
+    async def read(self, arrival: Arrival, receive: Receive) -> Body:
+        """The whole body, decoded and parsed (nothing for a GET): `application/json` only, in
+        no content coding or gzip or deflate. Raises UnsupportedMediaType (415), BodyTooLarge
+        (413), InvalidRequest (400), ClientGone."""
         if self.method != "POST":
             return Body(b"", {}, stream=False)
-        raw = await read_body(receive, self.state.config.server.max_body_bytes)
+        check_content_type(arrival.headers)
+        coding = body_coding(arrival.headers)
+        raw = await read_body(receive, self.state.config.server.max_body_bytes, coding)
         payload = parse_object(raw)
         if not isinstance(payload.get("stream"), bool | None):
             raise InvalidRequest("'stream' must be a boolean", param="stream")
-        return Body(raw, payload, stream=bool(payload.get("stream")))
+        return Body(without_bom(raw), payload, stream=bool(payload.get("stream")))
 
     async def validate(self, arrival: Arrival, tenant: Tenant, body: Body) -> Prepared:
         """Class, fields, model, prompt tokens and context of a generation request, and its
@@ -173,7 +190,27 @@ class Relay:
                 arrival.tenant,
                 arrival.request_class,
             )
-        await send_error(send, error)
+        await send_error(send, error, [NOT_QUEUED])
+
+    async def fail(self, arrival: Arrival, exc: Exception, send: Send) -> None:
+        """Answer 500 for an exception a stage raised unexpectedly (a bug in llmd): logged once,
+        with the request id and the traceback, and accounted as an error."""
+        log.error("unexpected_error", request_id=arrival.request_id, error=repr(exc), exc_info=exc)
+        error = InternalError(arrival.request_id)
+        if self.endpoint is not None:
+            self.state.observer.finished(
+                Exchange(
+                    arrival.request_id,
+                    stream=False,
+                    started_at=arrival.at,
+                    tenant=arrival.tenant,
+                    request_class=arrival.request_class,
+                    status=error.status,
+                    error_code=str(error.code),
+                    ended_at=time.monotonic(),
+                )
+            )
+        await send_error(send, error, [NOT_QUEUED])
 
     async def run(
         self, exchange: Exchange, prepared: Prepared, receive: Receive, send: Send
@@ -216,6 +253,11 @@ class Relay:
             await answer_error(writer, exchange.abort_error)
         except ApiError as error:
             await answer_error(writer, error)
+        except Exception as exc:  # a bug in llmd: answered 500, logged once with its traceback
+            log.error(
+                "unexpected_error", request_id=exchange.request_id, error=repr(exc), exc_info=exc
+            )
+            await answer_error(writer, InternalError(exchange.request_id), log_it=False)
         finally:
             if ticket is not None:
                 self.state.admission.finish(ticket)

@@ -1,6 +1,7 @@
 """The validation step of the proxy: one parsed body in, the body to relay (or an error) out.
 
-Order: the fields llmd reads (400 `invalid_request`) → the model name (404) → prompt tokens,
+Order: the fields llmd reads (400 `invalid_request`) → the model name (404; any name the engine
+serves, `models.py`) → prompt tokens,
 counted as the engine will → the context check (400 `context_length_exceeded`, or a clamp).
 The body is re-serialised only when llmd changed it (a clamp or a default max_tokens).
 """
@@ -20,12 +21,13 @@ import aiohttp
 import structlog
 
 from llmd.config import Config
-from llmd.engine.args import flags_given
-from llmd.errors import InvalidRequest, ModelNotFound
+from llmd.engine.args import engine_auth_headers, flags_given
+from llmd.errors import InvalidRequest
 from llmd.supervisor.state import EngineState
 from llmd.validation.context import ContextDecision, Policy, check_context
 from llmd.validation.counter import EngineCounter, LocalCounter, TokenizerUnavailable
 from llmd.validation.fields import CompletionPrompt, Endpoint, Prompt, read_fields
+from llmd.validation.models import ServedModels
 
 log = structlog.get_logger("llmd.validation")
 
@@ -64,7 +66,9 @@ class Validator:
     ) -> None:
         self.engine = engine
         self.local: LocalCounter | None = None
-        self.remote = EngineCounter(session)
+        self.engine_headers: dict[str, str] = {}
+        self.remote = EngineCounter(session, lambda: self.engine_headers)
+        self.models = ServedModels(engine, session, lambda: self.engine_headers)
         self.loading: asyncio.Task[None] | None = None
         self._warned_no_limit = False
         self._tokenizer_source: tuple[object, ...] = ()
@@ -76,7 +80,8 @@ class Validator:
         `tokenizer_path`, or the engine's model or rendering args) loads the tokenizer again
         (`start_loading`; the old one counts until the new one is in)."""
         self.config = config.validation
-        self.served_models = [config.engine.model_name]
+        self.models.fallback = config.engine.model_name
+        self.engine_headers = engine_auth_headers(config.engine)
         self.tokenizer_path = config.validation.tokenizer_path or config.engine.model
         self.engine_args = config.engine.args
         source = (config.validation.tokenizer, self.tokenizer_path, self.engine_args)
@@ -133,10 +138,8 @@ class Validator:
         """Validate parsed `body` (bytes `raw`) sent with ASGI `headers`. Raises ApiError."""
         policy = _policy(headers, self.config.context_policy)
         fields = read_fields(endpoint, body)
-        if fields.model is not None and fields.model not in self.served_models:
-            raise ModelNotFound(
-                fields.model, self.served_models, self.engine.api.names_models_when_not_found
-            )
+        if fields.model is not None:
+            await self.models.check(fields.model)
         max_model_len = self.engine.max_model_len
         self._check_token_ids(fields.prompt)
         counts = await self._count(fields.prompt, fields.model, max_model_len)
