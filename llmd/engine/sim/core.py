@@ -109,7 +109,9 @@ class SimEngine:
         self.seed = seed
         self.clock = clock
         self.dead = False
-        self.frontend = Frontend(timing.request_overhead_s, timing.output_token_s, clock)
+        self.frontend = Frontend(
+            timing.request_overhead_s, timing.output_token_s, timing.output_step_s, clock
+        )
         self._states: dict[Sequence, RequestState] = {}
         self._handing_over: set[Sequence] = set()  # in the API server, not yet in the engine
         self._wake = asyncio.Event()

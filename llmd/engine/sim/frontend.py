@@ -20,10 +20,15 @@ class Frontend:
     when the worker has done everything posted before it plus this cost. Costs in seconds."""
 
     def __init__(
-        self, request_s: float, token_s: float, clock: Callable[[], float] = time.monotonic
+        self,
+        request_s: float,
+        token_s: float,
+        step_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.request_s = request_s
         self.token_s = token_s
+        self.step_s = step_s
         self.clock = clock
         self.free_at = 0.0
         self._due: collections.deque[tuple[float, Callable[[], None]]] = collections.deque()
@@ -35,8 +40,8 @@ class Frontend:
 
     def take_outputs(self, tokens: int, delivered: Callable[[], None]) -> None:
         """A step's `tokens` new tokens: `delivered()` runs once the server has handed them to
-        their requests."""
-        self._post(self.token_s * tokens, delivered)
+        their requests (a cost per step's outputs and per token)."""
+        self._post(self.step_s + self.token_s * tokens, delivered)
 
     def _post(self, cost: float, done: Callable[[], None]) -> None:
         now = self.clock()

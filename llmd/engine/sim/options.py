@@ -54,6 +54,7 @@ def parse_options(argv: Sequence[str] | None = None) -> SimOptions:
         decode_context_token_s=args.decode_context_token_us / 1e6,
         request_overhead_s=args.request_overhead_ms / 1000,
         output_token_s=args.output_token_us / 1e6,
+        output_step_s=args.output_step_us / 1e6,
     )
     if args.zero_latency:
         timing = TimingModel.zero()
@@ -131,6 +132,12 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=default.output_token_s * 1e6,
         help="API-server time per generated token",
+    )
+    timing.add_argument(
+        "--output-step-us",
+        type=float,
+        default=default.output_step_s * 1e6,
+        help="API-server time per engine step's outputs",
     )
     timing.add_argument(
         "--zero-latency", action="store_true", help="no simulated time: answer at once"

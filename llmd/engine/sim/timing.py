@@ -35,6 +35,9 @@ class TimingModel:
       not yet handed over.
     - output_token_s: the API server's time per generated token, not separable from the step
       cost in these measurements (the engine core does not wait for it); 0.
+    - output_step_s: the API server's time per step's outputs (one output batch to hand out,
+      whatever its size), for fitting a frontend that falls behind under many streams; not
+      separable in these measurements either; 0.
     """
 
     step_base_s: float = 0.0024
@@ -43,6 +46,7 @@ class TimingModel:
     decode_context_token_s: float = 0.00000016
     request_overhead_s: float = 0.0011
     output_token_s: float = 0.0
+    output_step_s: float = 0.0
 
     @classmethod
     def zero(cls) -> TimingModel:
@@ -54,6 +58,7 @@ class TimingModel:
             decode_context_token_s=0.0,
             request_overhead_s=0.0,
             output_token_s=0.0,
+            output_step_s=0.0,
         )
 
     @property

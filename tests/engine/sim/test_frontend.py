@@ -34,6 +34,17 @@ def test_costs_add_up_one_item_at_a_time() -> None:
     assert frontend.free_at == pytest.approx(10.0648)
 
 
+def test_each_steps_outputs_cost_a_fixed_part_and_a_part_per_token() -> None:
+    """A step's outputs cost the per-step part once, whatever their number of tokens, plus
+    the per-token part for each."""
+    now = [0.0]
+    frontend = Frontend(request_s=0.0, token_s=0.0001, step_s=0.002, clock=lambda: now[0])
+    frontend.take_outputs(1, lambda: None)
+    assert frontend.free_at == pytest.approx(0.0021)
+    frontend.take_outputs(10, lambda: None)
+    assert frontend.free_at == pytest.approx(0.0021 + 0.003)
+
+
 def test_an_idle_worker_starts_at_once() -> None:
     """Work posted after the worker went idle starts when it is posted, not when it went idle."""
     now = [0.0]
