@@ -9,10 +9,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import tomllib
-import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
+from llmd.admission.tenants import load_tenants
+from llmd.binding import bind_table
 from llmd.errors import ConfigError
 
 DEFAULT_CONFIG_PATH = Path("/etc/llmd/llmd.toml")
@@ -188,7 +189,7 @@ def load_config(path: Path, *, listen: str | None = None, runtime_dir: str | Non
         raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
-    config: Config = _build(Config, {**raw, "source": str(path)}, prefix="")
+    config: Config = bind_table(Config, {**raw, "source": str(path)}, prefix="")
     server = dataclasses.replace(
         config.server,
         listen=listen or config.server.listen,
@@ -218,8 +219,6 @@ def _check_admission(admission: AdmissionConfig, path: Path) -> AdmissionConfig:
     tenants = Path(admission.tenants_file).expanduser()
     if not tenants.is_absolute():
         tenants = (path.parent / tenants).resolve()
-    from llmd.admission.tenants import load_tenants  # admission builds on this module
-
     load_tenants(tenants)
     return dataclasses.replace(admission, tenants_file=str(tenants))
 
@@ -228,88 +227,3 @@ def _check_listen(value: str, key: str) -> None:
     host, sep, port = value.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigError(f"{key} = {value!r}: expected HOST:PORT, e.g. '127.0.0.1:8000'")
-
-
-def build_table(cls: type[Any], raw: object, prefix: str) -> Any:
-    """Build dataclass `cls` from a TOML table with the config's strict checks (for files that
-    the config names, e.g. the tenants file). Raises ConfigError naming `prefix` + key."""
-    return _build(cls, raw, prefix)
-
-
-def _build(cls: type[Any], raw: object, prefix: str) -> Any:
-    """Build dataclass `cls` from a TOML table, checking every key and type strictly."""
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a table, got {raw!r}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(raw) - fields)
-    if unknown:
-        raise ConfigError(
-            f"unknown key {prefix}{unknown[0]} = {raw[unknown[0]]!r}; "
-            f"known keys{' in [' + prefix.rstrip('.') + ']' if prefix else ''}: "
-            f"{', '.join(sorted(fields - {'source'}))}"
-        )
-    values = {name: _convert(hints[name], value, f"{prefix}{name}") for name, value in raw.items()}
-    defaults = cls()
-    for name, value in values.items():
-        # A nested table starts from its parent's default (e.g. each class of admission has
-        # its own queue defaults), not from the nested class's own.
-        if dataclasses.is_dataclass(value) and isinstance(raw[name], dict):
-            given = {k: getattr(value, k) for k in raw[name]}
-            values[name] = dataclasses.replace(getattr(defaults, name), **given)
-    return dataclasses.replace(defaults, **values)
-
-
-def _convert(hint: Any, value: object, key: str) -> object:
-    """Check `value` against the annotation `hint`; ints are accepted where floats are."""
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        return _build(hint, value, prefix=key + ".")
-    origin = typing.get_origin(hint)
-    if origin is Literal:
-        choices = typing.get_args(hint)
-        if value in choices:
-            return value
-        raise ConfigError(f"{key} = {value!r}: expected one of {', '.join(map(repr, choices))}")
-    if origin is tuple:
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return tuple(value)
-        raise ConfigError(f"{key} = {value!r}: expected a list of strings")
-    if origin is dict:
-        if isinstance(value, dict) and all(isinstance(v, str) for v in value.values()):
-            return dict(value)
-        raise ConfigError(f"{key} = {value!r}: expected a table of strings")
-    if hint is float and isinstance(value, int | float) and not isinstance(value, bool):
-        if value < 0:
-            raise ConfigError(f"{key} = {value!r}: expected a number >= 0")
-        return float(value)
-    if hint is int and isinstance(value, int) and not isinstance(value, bool):
-        if value < 0:
-            raise ConfigError(f"{key} = {value!r}: expected a whole number >= 0")
-        return value
-    if hint is str and isinstance(value, str):
-        return value
-    expected = {float: "a number", int: "a whole number", str: "a string"}.get(hint, str(hint))
-    raise ConfigError(f"{key} = {value!r}: expected {expected}")
-
-
-# Keys whose new value only takes effect when llmd or the engine restarts.
-RESTART_KEYS = ("server.listen", "server.runtime_dir", "engine")
-
-
-def reload_config(current: Config, new: Config) -> tuple[Config, list[str]]:
-    """What a reload (SIGHUP) applies: `new`, except the keys in RESTART_KEYS, which keep their
-    current values. Returns the config to use and the changed keys that need a restart."""
-    pending = []
-    if new.server.listen != current.server.listen:
-        pending.append("server.listen")
-    if new.server.runtime_dir != current.server.runtime_dir:
-        pending.append("server.runtime_dir")
-    pending += [
-        f"engine.{field.name}"
-        for field in dataclasses.fields(EngineConfig)
-        if getattr(new.engine, field.name) != getattr(current.engine, field.name)
-    ]
-    server = dataclasses.replace(
-        new.server, listen=current.server.listen, runtime_dir=current.server.runtime_dir
-    )
-    return dataclasses.replace(new, server=server, engine=current.engine), pending

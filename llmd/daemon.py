@@ -2,41 +2,47 @@
 
 serve() → startup() → main_loop() → shutdown(), as uvicorn's Server reads. Signal handlers only
 queue the signal; the main loop acts on it. uvicorn runs embedded with its own signal capture
-disabled, so signals are handled here alone.
+disabled, so signals are handled here alone. Reload is start-up again (gunicorn's arbiter):
+`apply` configures every part from a config, at start-up and on each reload alike.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Literal
 
 import structlog
 import uvicorn
 
+from llmd.actions import OperatorActions
 from llmd.admin.server import AdminApp
-from llmd.config import Config, config_path, load_config, reload_config
-from llmd.control import Controller
-from llmd.engine.launch import installed_engine_build
-from llmd.errors import ConfigError, EngineGaveUp
+from llmd.admission.waiters import Admission
+from llmd.config import Config, EngineConfig, config_path, load_config
+from llmd.engine.client import EngineClient
+from llmd.errors import ActionRefused, ConfigError, EngineGaveUp
 from llmd.gpu.preflight import GpuReport, PreflightError, run_preflight
+from llmd.listeners import bind_tcp, bind_unix, set_send_buffer
 from llmd.logs import configure_logging, line_limiter
 from llmd.proxy.app import build_app
-from llmd.proxy.context import ProxyContext
+from llmd.reload import ReloadPlan, changed_engine_keys, plan_reload
 from llmd.runtime import RuntimePaths
-from llmd.status import take_snapshot
+from llmd.state import DaemonState
 from llmd.supervisor.state import EngineState
 from llmd.supervisor.supervisor import Supervisor
 from llmd.systemd.notify import Notifier
 from llmd.systemd.reporter import ServiceReporter
 from llmd.telemetry.observer import Observer
 from llmd.telemetry.scraper import Scraper, run_quietly
+from llmd.telemetry.status_metrics import StatusCollector
+from llmd.validation.validator import Validator
 
 log = structlog.get_logger("llmd.daemon")
 
@@ -48,6 +54,7 @@ EXIT_ENGINE_GAVE_UP = 79
 # sysexits.h EX_CONFIG: the configuration cannot work (also: a GPU engine on a host without one).
 EXIT_CONFIG = 78
 TICK_S = 1.0
+_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class _EmbeddedServer(uvicorn.Server):
@@ -59,33 +66,52 @@ class _EmbeddedServer(uvicorn.Server):
 
 
 class Daemon:
-    """One llmd instance: the public proxy, the admin API and the supervised engine."""
+    """One llmd instance: the public proxy, the admin API and the supervised engine.
 
-    def __init__(self, config: Config) -> None:
+    `listen` and `runtime_dir` are the command line's overrides of the config file's values;
+    a reload keeps them.
+    """
+
+    def __init__(
+        self, config: Config, *, listen: str | None = None, runtime_dir: str | None = None
+    ) -> None:
         self.config = config
+        self.overrides = {"listen": listen, "runtime_dir": runtime_dir}
         self.paths = RuntimePaths(Path(config.server.runtime_dir))
-        self.ctx = ProxyContext(
+        engine = EngineState(model=config.engine.model_name)
+        upstream = EngineClient(self.paths.engine_socket)
+        self.state = DaemonState(
             config=config,
             paths=self.paths,
-            engine=EngineState(),
+            engine=engine,
+            admission=Admission(config, engine),
+            validator=Validator(config, engine, upstream.session),
             observer=Observer(config.telemetry.top_tenants, config.logging.requests),
+            upstream=upstream,
         )
-        self.supervisor = Supervisor(config, self.paths, self.ctx.engine)
-        self.control = Controller(self.ctx, self.supervisor, self._reload)
+        metrics = self.state.observer.metrics
+        metrics.registry.register(
+            StatusCollector(self.state.snapshot, lambda: line_limiter().suppressed, metrics.tenant)
+        )
+        self.supervisor = Supervisor(config, self.paths, self.state.engine)
+        self.actions = OperatorActions(self.state, self.supervisor, self)
+        self.reporter = ServiceReporter(Notifier(), config.supervisor.max_failed_boots)
+        # The engine table of a reload, kept for the next `llmd restart` (None: none pending).
+        self.pending_engine: EngineConfig | None = None
         self.exit_code = EXIT_OK
         self.gpu: GpuReport | None = None
-        self.reporter = ServiceReporter(Notifier(), config.supervisor.max_failed_boots)
+        self.scraper: Scraper | None = None
+        self.public: socket.socket | None = None
         self._signals: asyncio.Queue[signal.Signals] = asyncio.Queue()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._servers: list[_EmbeddedServer] = []
         self._telemetry: asyncio.Task[None] | None = None
+        self._lock: int | None = None
 
     async def serve(self) -> int:
         """Run until SIGTERM/SIGINT or until the engine is given up; the process exit code."""
         try:
-            self.gpu = await asyncio.to_thread(
-                run_preflight, self.config.engine, installed_engine_build()
-            )
+            self.gpu = await asyncio.to_thread(run_preflight, self.config.engine)
         except PreflightError as exc:
             log.error("gpu_preflight_failed", error=str(exc))
             self.reporter.stopping(f"GPU preflight failed: {exc}")
@@ -105,29 +131,20 @@ class Daemon:
         return self.exit_code
 
     async def startup(self) -> None:
-        """Bind the sockets, start the proxy, the admin API and the engine. Raises OSError."""
+        """Take the runtime directory, bind the sockets, start the proxy, the admin API and the
+        engine. Raises OSError, RuntimeDirInUse (another llmd runs with this directory)."""
         self.paths.create()
+        self._lock = self.paths.claim()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for sig in _SIGNALS:
             loop.add_signal_handler(sig, self._signals.put_nowait, sig)
         server = self.config.server
-        public = _bind_tcp(server.host, server.port, server.send_buffer_bytes)
-        admin = _bind_unix(self.paths.admin_socket, mode=0o660)
-        self._start_server("proxy", build_app(self.ctx), public, lifespan="on")
-        self._start_server(
-            "admin", AdminApp(lambda: take_snapshot(self.ctx), self.control), admin, lifespan="off"
-        )
+        self.public = bind_tcp(server.host, server.port, server.send_buffer_bytes)
+        admin = bind_unix(self.paths.admin_socket, mode=0o660)
+        self._start_server("proxy", build_app(self.state), self.public, lifespan="on")
+        self._start_server("admin", AdminApp(self.state, self.actions), admin, lifespan="off")
         self._tasks["engine"] = asyncio.create_task(self.supervisor.run(), name="supervisor")
-        # Telemetry is not a part whose end stops llmd: it logs its own failures and is
-        # cancelled at shutdown.
-        scraper = Scraper(
-            self.ctx.observer,
-            self.ctx.engine,
-            self.paths.engine_socket,
-            self.config.telemetry,
-            on_sample=self.ctx.admission.engine_sampled,
-        )
-        self._telemetry = asyncio.create_task(run_quietly(scraper), name="telemetry")
+        self.apply(self.config)
         log.info(
             "llmd_started",
             listen=self.config.server.listen,
@@ -155,51 +172,139 @@ class Daemon:
             if next_signal in done:
                 sig = next_signal.result()
                 if sig is signal.SIGHUP:
-                    with contextlib.suppress(ConfigError):  # logged; the old config stays
-                        self._reload()
+                    # Logged where refused; the config in use stays.
+                    with contextlib.suppress(ConfigError, ActionRefused):
+                        self.actions.reload()
                     continue
                 log.info("stop_requested", signal=sig.name)
                 return
 
     async def shutdown(self) -> None:
-        """Stop in order; every step runs even if the one before it failed."""
-        # 1. Refuse new admissions (503 `draining`): the listener stays open so that clients get
-        #    an answer with Retry-After rather than a refused connection.
-        self.ctx.draining = True
-        self.reporter.stopping(f"draining: {len(self.ctx.inflight)} in flight")
+        """Stop in order. Every step runs even if one before it failed: each is guarded, and a
+        failure is logged (`shutdown_step_failed`) and makes the exit status 1."""
+        # 1. Refuse new admissions (503 `draining`) and every operator action but cancel: the
+        #    listener stays open so that clients get an answer with Retry-After rather than a
+        #    refused connection.
+        async with self._step("refuse_admissions"):
+            self.actions.begin_shutdown()
+            self.reporter.stopping(f"draining: {len(self.state.inflight)} in flight")
         # 2. Let in-flight requests finish, up to the drain deadline; a second signal cuts it
         #    short. What remains then is ended with an in-band error.
-        if len(self.ctx.inflight):
-            self.control.drain()
-            hurry = asyncio.Event()
-            second_signal = asyncio.create_task(self._signals.get())
-            second_signal.add_done_callback(lambda _: hurry.set())
-            await self.control.wait_drained(self.config.server.drain_timeout_s, hurry)
-            second_signal.cancel()
+        async with self._step("drain"):
+            if len(self.state.inflight):
+                hurry = asyncio.Event()
+                second_signal = asyncio.create_task(self._signals.get())
+                second_signal.add_done_callback(lambda _: hurry.set())
+                try:
+                    await self.actions.wait_drained(self.config.server.drain_timeout_s, hurry)
+                finally:
+                    second_signal.cancel()
         # 3. Stop accepting: close the listeners and the idle keep-alive connections.
-        for server in self._servers:
-            server.should_exit = True
-        for name in ("proxy", "admin"):
-            if name in self._tasks:
-                await asyncio.wait({self._tasks[name]})
-        # 4. Stop the engine: SIGTERM the group, SIGKILL it after the timeout, reap.
-        await self.supervisor.stop()
-        if "engine" in self._tasks:
-            await asyncio.wait({self._tasks["engine"]})
-        # 5. Stop telemetry; remove the sockets and the signal handlers; write the pending
-        #    "suppressed N similar" lines (the log is otherwise written as it goes).
+        async with self._step("close_listeners"):
+            for server in self._servers:
+                server.should_exit = True
+            servers = [self._tasks[n] for n in ("proxy", "admin") if n in self._tasks]
+            if servers:
+                await asyncio.wait(servers)
+        # 4. Stop the engine: SIGTERM the group, SIGKILL it after the timeout, reap (an engine
+        #    being spawned right now included).
+        async with self._step("stop_engine"):
+            await self.supervisor.stop()
+            if "engine" in self._tasks:
+                await asyncio.wait({self._tasks["engine"]})
+        # 5. Stop telemetry.
+        async with self._step("stop_telemetry"):
+            if self._telemetry is not None:
+                self._telemetry.cancel()
+                await asyncio.wait({self._telemetry})
+        # 6. Remove the sockets and the signal handlers.
+        async with self._step("remove_sockets"):
+            for path in (self.paths.admin_socket, self.paths.engine_socket):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+        async with self._step("remove_signal_handlers"):
+            loop = asyncio.get_running_loop()
+            for sig in _SIGNALS:
+                loop.remove_signal_handler(sig)
+        # 7. Write the pending "suppressed N similar" lines (the log is otherwise written as it
+        #    goes) and tell systemd.
+        async with self._step("flush_logs"):
+            line_limiter().flush(force=True)
+            log.info("llmd_stopped", exit_code=self.exit_code)
+            self.reporter.notifier.close()
+        # 8. Let the next llmd have the runtime directory.
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
+    # -- configuration: start-up and reload alike ----------------------------------------------
+
+    def apply(self, config: Config) -> None:
+        """Configure every part from `config`: at start-up and on each reload alike. Tenants
+        are read again, admission's classes and limits, validation's policy and tokenizer,
+        the observer, the restart policy, logging, the listener's send buffer and telemetry's
+        intervals all take the new values. Raises ConfigError (the tenants file) before any
+        part has changed."""
+        self.state.admission.configure(config)  # first: it alone can still fail
+        self.config = self.state.config = self.supervisor.config = config
+        self.state.validator.configure(config)
+        self.state.observer.configure(config.telemetry.top_tenants, config.logging.requests)
+        self.reporter.max_failed_boots = config.supervisor.max_failed_boots
+        configure_logging(config.logging)
+        if self.public is not None:
+            set_send_buffer(self.public, config.server.send_buffer_bytes)
+        if self.scraper is None or self.scraper.config != config.telemetry:
+            self._start_telemetry(config)
+
+    def reload(self) -> ReloadPlan:
+        """SIGHUP or the admin API: read the config file again and `apply` it. Keys that
+        cannot change in a running llmd are left as they are and listed in the plan; a new
+        engine table is kept for the next `llmd restart`. Raises ConfigError, logged, when the
+        file does not validate: then nothing changes."""
+        self.reporter.reloading()
+        try:
+            new = load_config(config_path(self.config.source), **self.overrides)
+            plan = plan_reload(self.config, new)
+            self.apply(plan.config)
+        except ConfigError as exc:
+            log.error("reload_rejected", error=str(exc))
+            raise
+        finally:
+            self.reporter.reloaded(serving=self.state.engine.serving)
+        self.pending_engine = plan.engine
+        log.info(
+            "config_reloaded",
+            needs_llmd_restart=plan.llmd_restart,
+            engine_pending=plan.engine_keys,
+        )
+        return plan
+
+    def apply_pending_engine(self) -> list[str]:
+        """Apply the engine table a reload kept pending (before the engine restarts); the
+        `engine.*` keys it changed."""
+        if self.pending_engine is None:
+            return []
+        keys = changed_engine_keys(self.config.engine, self.pending_engine)
+        self.apply(dataclasses.replace(self.config, engine=self.pending_engine))
+        self.pending_engine = None
+        log.info("engine_config_applied", keys=keys)
+        return keys
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _start_telemetry(self, config: Config) -> None:
+        """(Re)start the telemetry task with `config.telemetry`'s intervals. Telemetry is not a
+        part whose end stops llmd: it logs its own failures and is cancelled at shutdown."""
         if self._telemetry is not None:
             self._telemetry.cancel()
-            await asyncio.wait({self._telemetry})
-        for path in (self.paths.admin_socket, self.paths.engine_socket):
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            loop.remove_signal_handler(sig)
-        line_limiter().flush(force=True)
-        log.info("llmd_stopped", exit_code=self.exit_code)
-        self.reporter.notifier.close()
+        self.scraper = Scraper(
+            self.state.observer,
+            self.state.engine,
+            self.paths.engine_socket,
+            config.telemetry,
+            on_sample=self.state.admission.engine_sampled,
+        )
+        self._telemetry = asyncio.create_task(run_quietly(self.scraper), name="telemetry")
 
     def _start_server(
         self, name: str, app: object, sock: socket.socket, lifespan: Literal["on", "off"]
@@ -222,35 +327,21 @@ class Daemon:
         line_limiter().flush()
         stall_limit = self.config.engine.stop_timeout_s + 15.0
         self.reporter.tick(
-            self.ctx.engine,
-            draining=self.ctx.draining,
-            in_flight=len(self.ctx.inflight),
+            self.state.engine,
+            draining=self.state.draining,
+            in_flight=len(self.state.inflight),
             making_progress=_age(self.supervisor.last_progress) < stall_limit,
         )
 
-    def _reload(self) -> list[str]:
-        """SIGHUP or the admin API: re-read the config; what can change live applies now. The
-        changed keys that need a restart (reported, not applied). Raises ConfigError, logged,
-        when the file is invalid: then nothing changes."""
-        self.reporter.reloading()
+    @contextlib.asynccontextmanager
+    async def _step(self, name: str) -> AsyncIterator[None]:
+        """One shutdown step: an exception is logged and does not stop the next steps."""
         try:
-            new = load_config(
-                config_path(self.config.source),
-                listen=self.config.server.listen,
-                runtime_dir=self.config.server.runtime_dir,
-            )
-        except ConfigError as exc:
-            log.error("reload_rejected", error=str(exc))
-            raise
-        finally:
-            self.reporter.reloaded()
-        applied, pending = reload_config(self.config, new)
-        self.config = self.ctx.config = self.supervisor.config = applied
-        self.ctx.observer.log_requests = applied.logging.requests
-        self.reporter.max_failed_boots = applied.supervisor.max_failed_boots
-        configure_logging(applied.logging)
-        log.info("config_reloaded", needs_restart=pending)
-        return pending
+            yield
+        except Exception as exc:
+            log.error("shutdown_step_failed", step=name, error=repr(exc))
+            if self.exit_code == EXIT_OK:
+                self.exit_code = EXIT_FAILURE
 
 
 def _age(monotonic_s: float) -> float:
@@ -267,32 +358,3 @@ def _part_exit_code(name: str, task: asyncio.Task[None]) -> int:
         return EXIT_ENGINE_GAVE_UP
     log.error("part_stopped", part=name, error=repr(exc) if exc else "ended without error")
     return EXIT_FAILURE
-
-
-def _bind_tcp(host: str, port: int, send_buffer_bytes: int = 0) -> socket.socket:
-    """The public listener. `send_buffer_bytes` (SO_SNDBUF; 0: the kernel's autotuned default)
-    is inherited by each accepted connection: it bounds what a slow client can leave buffered."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if send_buffer_bytes:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer_bytes)
-    sock.bind((host, port))
-    sock.set_inheritable(False)
-    return sock
-
-
-def _bind_unix(path: Path, mode: int) -> socket.socket:
-    """A Unix socket at `path` with `mode` (0660 for the admin API: root and llmd's group, the
-    group being the daemon's own, `Group=llmd` under systemd). It is created under umask 0177,
-    so it never exists with more than 0600 before the chmod."""
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old_umask = os.umask(0o177)
-    try:
-        sock.bind(str(path))
-    finally:
-        os.umask(old_umask)
-    os.chmod(path, mode)
-    return sock

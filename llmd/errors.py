@@ -3,14 +3,18 @@
     LlmdError
     ├── ConfigError                  bad config file: names the key, the value, what was expected
     ├── EngineGaveUp                 the supervisor stopped restarting a failing engine
+    ├── RuntimeDirInUse              another llmd runs with this runtime directory
     ├── BenchError                   `llmd bench` cannot run: bad option, target unreachable
+    ├── ReleaseError                 a release cannot be created, read or removed (llmd/releases)
     └── ApiError                     answered to an HTTP client (status, code, Retry-After)
         ├── InvalidRequest           400 invalid_request
         ├── BodyTooLarge             413 body_too_large
         ├── ContextLengthExceeded    400 context_length_exceeded
+        ├── InvalidConfig            400 invalid_config (admin API: a reload the config refuses)
         ├── NotFound                 404 not_found
         ├── ModelNotFound            404, shaped as vLLM answers an unknown model
         ├── MethodNotAllowed         405 method_not_allowed
+        ├── ActionRefused            409 action_refused (admin API: makes no sense now)
         ├── InvalidApiKey            401 invalid_api_key (keys are configured, this one is not)
         ├── RateLimited              429 rate_limited (tenant over its limits; + Retry-After)
         ├── QueueFull                429 queue_full (the class queue is full; + Retry-After)
@@ -42,8 +46,17 @@ class EngineGaveUp(LlmdError):
     """The engine failed to boot too often within the failure window; llmd stops trying."""
 
 
+class RuntimeDirInUse(LlmdError):
+    """Another llmd runs with this runtime directory (its sockets and its engine are there)."""
+
+
 class BenchError(LlmdError):
     """`llmd bench` cannot run as asked: a bad option or length spec, an unreachable target."""
+
+
+class ReleaseError(LlmdError):
+    """A release record cannot be created, read or removed: the name is taken or invalid, the
+    record is unreadable, the engine's interpreter cannot be asked; the message says which."""
 
 
 class ApiError(LlmdError):
@@ -100,6 +113,14 @@ class BodyTooLarge(ApiError):
     type = "invalid_request_error"
 
 
+class InvalidConfig(ApiError):
+    """Admin API: the config file a reload read does not validate (nothing changed)."""
+
+    status = 400
+    code = "invalid_config"
+    type = "invalid_request_error"
+
+
 class ContextLengthExceeded(ApiError):
     """Prompt tokens plus requested output tokens do not fit the engine's `max_model_len`."""
 
@@ -119,19 +140,18 @@ class NotFound(ApiError):
 class ModelNotFound(ApiError):
     """The request names a model the engine does not serve.
 
-    Shaped as vLLM 0.32 answers it (`_check_model`): type `NotFoundError`, `param` "model",
-    `code` 404 (a number, as vLLM sends it), so clients see the same error with or without llmd.
+    Shaped as vLLM answers it (`_check_model`): type `NotFoundError`, `param` "model", `code`
+    404 (a number, as vLLM sends it), so clients see the same error with or without llmd. vLLM
+    0.32 names the `served` models in the message, 0.31 does not (`name_served`).
     """
 
     status = 404
     code = 404
     type = "NotFoundError"
 
-    def __init__(self, model: str, served: list[str]) -> None:
-        super().__init__(
-            f"The model `{model}` does not exist. Valid aliases: {', '.join(served)}.",
-            param="model",
-        )
+    def __init__(self, model: str, served: list[str], name_served: bool = True) -> None:
+        aliases = f" Valid aliases: {', '.join(served)}." if name_served else ""
+        super().__init__(f"The model `{model}` does not exist.{aliases}", param="model")
 
 
 class MethodNotAllowed(ApiError):
@@ -139,6 +159,15 @@ class MethodNotAllowed(ApiError):
 
     status = 405
     code = "method_not_allowed"
+    type = "invalid_request_error"
+
+
+class ActionRefused(ApiError):
+    """Admin API: an operator action that makes no sense in llmd's current state (a resume
+    during shutdown, a restart during a restart); the message says why."""
+
+    status = 409
+    code = "action_refused"
     type = "invalid_request_error"
 
 

@@ -1,10 +1,14 @@
-"""The runtime directory's layout: the admin socket and the engine socket live side by side."""
+"""The runtime directory's layout (the admin and engine sockets side by side, the engine's pid
+file), and the lock that keeps it to one llmd at a time."""
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import os
 from pathlib import Path
+
+from llmd.errors import RuntimeDirInUse
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,6 +26,33 @@ class RuntimePaths:
     def engine_socket(self) -> Path:
         """The engine's Unix socket (vLLM `--uds`)."""
         return self.root / "engine.sock"
+
+    @property
+    def engine_pid_file(self) -> Path:
+        """The running engine's process group and start time (llmd.supervisor.leftovers)."""
+        return self.root / "engine.pid"
+
+    @property
+    def lock_file(self) -> Path:
+        """Held (flock) by the llmd that uses this directory, for as long as it runs."""
+        return self.root / "llmd.lock"
+
+    def claim(self) -> int:
+        """Take the directory for this llmd: an exclusive flock on `lock_file`, held until the
+        returned descriptor is closed (or the process dies, however it dies). Raises
+        RuntimeDirInUse when another llmd holds it."""
+        fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o640)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise RuntimeDirInUse(
+                f"another llmd (pid {holder}) uses the runtime directory {self.root}"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        return fd
 
     def create(self) -> None:
         """Create the directory (mode 0750) if it is missing. Raises OSError if it cannot."""

@@ -3,22 +3,19 @@
 Serialised by `Status.to_dict` to JSON; fields are only ever added, never renamed. Times
 are seconds, ratios 0..1, memory bytes; a figure llmd does not know (yet) is null. The shape is
 pinned by tests/test_status.py and recorded in tests/data/status_example.json.
+
+Only the shapes live here. Each subsystem gives its own part (`as_snapshot()`: the engine
+state, the in-flight registry, admission, the observer) and `DaemonState.snapshot` sums them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import time
 from typing import Any
 
-from llmd import __version__
-from llmd.admission.classes import Priority
-from llmd.proxy.context import ProxyContext
-from llmd.proxy.inflight import Exchange
-from llmd.telemetry.events import Event, recent_events
+from llmd.telemetry.events import Event
 from llmd.telemetry.gpu import GpuDevice
-from llmd.telemetry.metrics import CANCEL_PHASES, CLASSES
 from llmd.telemetry.windows import Percentiles
 
 # Active sequences listed in a snapshot, oldest first; `in_flight` gives the full count.
@@ -184,142 +181,3 @@ def _plain(value: Any) -> Any:
 @functools.cache
 def _fields(cls: type[Any]) -> tuple[dataclasses.Field[Any], ...]:
     return dataclasses.fields(cls)
-
-
-def take_snapshot(ctx: ProxyContext) -> Status:
-    """A snapshot of llmd now, from the proxy context: the engine state, the live exchanges and
-    the observer's readings, windows and tallies."""
-    now = time.monotonic()
-    engine = ctx.engine
-    observer = ctx.observer
-    sample = observer.engine_sample
-    uptime = engine.uptime_s()
-    exchanges = ctx.inflight.exchanges()
-    return Status(
-        llmd_version=__version__,
-        taken_at=time.time(),
-        listen=ctx.config.server.listen,
-        draining=ctx.draining,
-        in_flight=len(exchanges),
-        engine=EngineStatus(
-            state=engine.phase.value,
-            pid=engine.pid,
-            model=engine.model or ctx.config.engine.model_name,
-            version=engine.engine_version,
-            max_model_len=engine.max_model_len,
-            uptime_s=round(uptime, 1) if uptime is not None else None,
-            restarts=engine.restarts,
-            last_exit_reason=engine.last_exit.kind if engine.last_exit else None,
-            last_exit_detail=engine.last_exit.detail if engine.last_exit else None,
-            exits_by_reason=dict(engine.exits_by_reason),
-            running=sample.running if sample else None,
-            waiting=sample.waiting if sample else None,
-            metrics_age_s=round(now - sample.taken_at, 2) if sample else None,
-        ),
-        kv_cache=KvCacheStatus(
-            usage=sample.kv_usage,
-            capacity_tokens=sample.kv_capacity_tokens,
-            block_size=sample.block_size,
-            num_blocks=sample.num_gpu_blocks,
-        )
-        if sample
-        else KvCacheStatus(),
-        gpus=GpuStatus(observer.gpus.devices, observer.gpus.reason),
-        queues=_queues(ctx),
-        tenants=_tenants(ctx),
-        sequences=tuple(_sequence(x, now) for x in exchanges[:MAX_SEQUENCES]),
-        latency=LatencyWindows(_latency(ctx, 60), _latency(ctx, 300)),
-        throughput=_throughput(ctx),
-        counts=_counts(ctx),
-        started_at=round(ctx.started_at, 3),
-        events=recent_events().recent(),
-    )
-
-
-def _queues(ctx: ProxyContext) -> tuple[QueueStatus, ...]:
-    """One row per class: requests waiting in admission's queue and the oldest one's wait."""
-    scheduler = ctx.admission.scheduler
-    now = time.monotonic()
-    oldest: dict[str, float] = {}
-    for entry in scheduler.entries():
-        oldest[entry.cls.label] = min(oldest.get(entry.cls.label, now), entry.enqueued_at)
-    return tuple(
-        QueueStatus(
-            name,
-            depth=scheduler.queued(Priority.parse(name)),
-            oldest_wait_s=round(now - oldest[name], 3) if name in oldest else None,
-        )
-        for name in CLASSES
-    )
-
-
-def _tenants(ctx: ProxyContext) -> tuple[TenantStatus, ...]:
-    """One row per configured tenant and per tenant with work: in flight (relayed or queued
-    in llmd), queued, and the tenant's limits."""
-    in_flight: dict[str, int] = {}
-    for exchange in ctx.inflight.exchanges():
-        in_flight[exchange.tenant] = in_flight.get(exchange.tenant, 0) + 1
-    queued: dict[str, int] = {}
-    for entry in ctx.admission.scheduler.entries():
-        queued[entry.tenant.name] = queued.get(entry.tenant.name, 0) + 1
-    limits = {tenant.name: tenant for tenant in ctx.admission.tenants.tenants()}
-    return tuple(
-        TenantStatus(
-            name,
-            in_flight=in_flight.get(name, 0),
-            queued=queued.get(name, 0),
-            max_in_flight=limits[name].max_concurrency or None if name in limits else None,
-            max_queued=limits[name].max_queued or None if name in limits else None,
-        )
-        for name in sorted({*in_flight, *limits})
-    )
-
-
-def _sequence(exchange: Exchange, now: float) -> SequenceStatus:
-    first = exchange.first_byte_at
-    decode_s = now - first if first is not None else 0.0
-    return SequenceStatus(
-        id=exchange.request_id,
-        tenant=exchange.tenant,
-        request_class=exchange.request_class,
-        phase=exchange.phase,
-        stream=exchange.stream,
-        prompt_tokens=exchange.prompt_tokens,
-        output_tokens=exchange.output_tokens,
-        age_s=round(now - exchange.started_at, 3),
-        ttft_s=round(first - exchange.started_at, 4) if first is not None else None,
-        tokens_per_s=round(exchange.output_tokens / decode_s, 1) if decode_s > 0.05 else None,
-    )
-
-
-def _latency(ctx: ProxyContext, window_s: int) -> LatencyStatus:
-    windows = ctx.observer.windows
-    return LatencyStatus(
-        queue_wait=windows.queue_wait.percentiles(window_s),
-        ttft=windows.ttft.percentiles(window_s),
-        e2e=windows.e2e.percentiles(window_s),
-    )
-
-
-def _throughput(ctx: ProxyContext) -> ThroughputStatus:
-    observer = ctx.observer
-    requests, prompt, output = observer.windows.throughput.rates(60, 3)
-    engine_rates = observer.engine_token_rates
-    return ThroughputStatus(
-        requests_per_s=round(requests, 2),
-        prompt_tokens_per_s=round(prompt, 1),
-        output_tokens_per_s=round(output, 1),
-        engine_prompt_tokens_per_s=round(engine_rates[0], 1) if engine_rates else None,
-        engine_generation_tokens_per_s=round(engine_rates[1], 1) if engine_rates else None,
-    )
-
-
-def _counts(ctx: ProxyContext) -> CountsStatus:
-    tallies = ctx.observer.tallies
-    return CountsStatus(
-        requests=tallies.requests,
-        rejections=dict(tallies.rejections),
-        cancellations={phase: tallies.cancellations[phase] for phase in CANCEL_PHASES},
-        timeouts=tallies.timeouts,
-        errors=tallies.errors,
-    )

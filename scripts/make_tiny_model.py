@@ -5,7 +5,10 @@ weights drawn from a fixed seed and a byte-level BPE tokenizer (vocabulary 2048)
 trained on a corpus that this script generates itself, so nothing is downloaded.
 
 Usage:
-    python scripts/make_tiny_model.py OUT_DIR [--force]
+    python scripts/make_tiny_model.py OUT_DIR [--force] [--seed N]
+
+`--seed N` makes a variant: another training corpus for the tokenizer (so another vocabulary
+and other token counts) and other random weights. Without it the seed is SEED.
 
 If OUT_DIR already holds a complete model built with the current recipe, nothing is
 done. Otherwise the model is built in a temporary directory next to OUT_DIR and
@@ -198,7 +201,7 @@ def build_tokenizer(out_dir: Path, rng: random.Random) -> None:
     write_json(out_dir / "special_tokens_map.json", special_map)
 
 
-def build_model(out_dir: Path) -> None:
+def build_model(out_dir: Path, seed: int = SEED) -> None:
     """Write config.json, generation_config.json and seeded random bf16 weights."""
     import torch
     from safetensors.torch import save_file
@@ -239,7 +242,7 @@ def build_model(out_dir: Path) -> None:
     with torch.device("meta"):
         skeleton = LlamaForCausalLM(config)  # type: ignore[no-untyped-call]
     shapes = {name: tuple(t.shape) for name, t in skeleton.state_dict().items()}
-    torch.manual_seed(SEED)
+    torch.manual_seed(seed)
     tensors: dict[str, torch.Tensor] = {}
     for name in sorted(shapes):
         if name.endswith("norm.weight"):
@@ -284,10 +287,14 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_manifest(model_dir: Path) -> None:
-    """Record the recipe version and the hash of every file; written last, it marks completeness."""
+def write_manifest(model_dir: Path, seed: int = SEED) -> None:
+    """Record the recipe version, a variant's seed and the hash of every file; written last, it
+    marks completeness. The default seed is not written, so the default model is unchanged."""
     files = {p.name: sha256_of(p) for p in sorted(model_dir.iterdir()) if p.name != MANIFEST_NAME}
-    write_json(model_dir / MANIFEST_NAME, {"recipe_version": RECIPE_VERSION, "files": files})
+    manifest: dict[str, object] = {"recipe_version": RECIPE_VERSION, "files": files}
+    if seed != SEED:
+        manifest["seed"] = seed
+    write_json(model_dir / MANIFEST_NAME, manifest)
 
 
 def read_manifest(model_dir: Path) -> dict[str, object] | None:
@@ -299,10 +306,12 @@ def read_manifest(model_dir: Path) -> dict[str, object] | None:
     return manifest if isinstance(manifest, dict) else None
 
 
-def is_complete(model_dir: Path) -> bool:
-    """True if model_dir holds every file of the current recipe, unmodified."""
+def is_complete(model_dir: Path, seed: int = SEED) -> bool:
+    """True if model_dir holds every file of the current recipe and seed, unmodified."""
     manifest = read_manifest(model_dir)
     if manifest is None or manifest.get("recipe_version") != RECIPE_VERSION:
+        return False
+    if manifest.get("seed", SEED) != seed:
         return False
     files = manifest.get("files")
     if not isinstance(files, dict) or not files:
@@ -322,14 +331,14 @@ def apply_umask(model_dir: Path) -> None:
         path.chmod(0o666 & ~umask)
 
 
-def build(out_dir: Path) -> Path:
+def build(out_dir: Path, seed: int = SEED) -> Path:
     """Build the whole model in a fresh temporary directory beside out_dir and return it."""
     tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
-        build_tokenizer(tmp_dir, random.Random(SEED))
-        build_model(tmp_dir)
+        build_tokenizer(tmp_dir, random.Random(seed))
+        build_model(tmp_dir, seed)
         check_tokenizer(tmp_dir)
-        write_manifest(tmp_dir)
+        write_manifest(tmp_dir, seed)
         apply_umask(tmp_dir)
     except BaseException:
         shutil.rmtree(tmp_dir, ignore_errors=True)
@@ -337,7 +346,7 @@ def build(out_dir: Path) -> Path:
     return tmp_dir
 
 
-def install(tmp_dir: Path, out_dir: Path, *, force: bool) -> bool:
+def install(tmp_dir: Path, out_dir: Path, *, force: bool, seed: int = SEED) -> bool:
     """Move the finished build to out_dir; return False if an existing complete model was kept.
 
     A complete out_dir at this point means a concurrent run finished first with an identical
@@ -349,7 +358,7 @@ def install(tmp_dir: Path, out_dir: Path, *, force: bool) -> bool:
     except OSError as exc:
         if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
             raise
-    if not force and is_complete(out_dir):
+    if not force and is_complete(out_dir, seed):
         shutil.rmtree(tmp_dir)
         return False
     stale = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
@@ -366,11 +375,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--force", action="store_true", help="rebuild and replace whatever is in OUT_DIR"
     )
+    parser.add_argument(
+        "--seed", type=int, default=SEED, help=f"a variant's seed (default {SEED}: the tiny model)"
+    )
     args = parser.parse_args(argv)
     out_dir: Path = args.out_dir.resolve()
 
     if not args.force:
-        if is_complete(out_dir):
+        if is_complete(out_dir, args.seed):
             print(
                 f"{out_dir}: tiny model (recipe {RECIPE_VERSION}) already complete, nothing to do"
             )
@@ -386,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     if out_dir.is_file():
         out_dir.unlink()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    if install(build(out_dir), out_dir, force=args.force):
+    if install(build(out_dir, args.seed), out_dir, force=args.force, seed=args.seed):
         print(f"{out_dir}: tiny model (recipe {RECIPE_VERSION}) written")
     else:
         print(f"{out_dir}: tiny model (recipe {RECIPE_VERSION}) completed by a concurrent run")

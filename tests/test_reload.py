@@ -1,28 +1,114 @@
-"""Config reload: what applies live, what waits for a restart."""
+"""The reload plan: what applies live, what needs llmd restarted, what waits for the engine;
+and a revoked key refused at once on a live daemon."""
 
 from __future__ import annotations
 
 import dataclasses
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
-from llmd.config import Config, EngineConfig, ServerConfig, SupervisorConfig, reload_config
+import openai
+import pytest
+from openai import OpenAI
+
+from llmd.admission.tenants import hash_key
+from llmd.config import Config, EngineConfig, ServerConfig, SupervisorConfig
+from llmd.reload import plan_reload
+from tests.support.llmd_process import LlmdProcess, short_tmpdir
+from tests.support.model import ensure_tiny_model
+from tests.support.sim_process import sim_config
 
 
-def test_limits_apply_and_engine_changes_are_reported() -> None:
-    """Server limits and policy apply at once; engine keys and listen keep their values."""
+def test_limits_apply_and_listen_and_engine_changes_wait() -> None:
+    """Server limits and policy apply at once; listen needs llmd restarted; the new engine
+    table is kept for the next engine restart, the running one stays in the applied config."""
     current = Config(engine=EngineConfig(model="a", args=("--x",)))
     new = Config(
         server=ServerConfig(listen="127.0.0.1:9", max_body_bytes=10),
         engine=EngineConfig(model="b", args=("--x",)),
         supervisor=SupervisorConfig(max_failed_boots=9),
     )
-    applied, pending = reload_config(current, new)
-    assert applied.server.max_body_bytes == 10 and applied.supervisor.max_failed_boots == 9
-    assert applied.engine == current.engine and applied.server.listen == current.server.listen
-    assert pending == ["server.listen", "engine.model"]
+    plan = plan_reload(current, new)
+    assert plan.config.server.max_body_bytes == 10 and plan.config.supervisor.max_failed_boots == 9
+    assert plan.config.engine == current.engine
+    assert plan.config.server.listen == current.server.listen
+    assert plan.llmd_restart == ["server.listen"] and plan.engine_keys == ["engine.model"]
+    assert plan.engine == new.engine
+    assert plan.needs_restart == ["server.listen", "engine.model"]
+
+
+def test_a_send_buffer_back_to_zero_needs_new_sockets() -> None:
+    """send_buffer_bytes may grow or shrink live; back to 0 (autotuning) needs llmd restarted."""
+    current = Config(server=ServerConfig(send_buffer_bytes=65536))
+    to_zero = plan_reload(current, Config(server=ServerConfig(send_buffer_bytes=0)))
+    assert to_zero.llmd_restart == ["server.send_buffer_bytes"]
+    assert to_zero.config.server.send_buffer_bytes == 65536
+    larger = plan_reload(current, Config(server=ServerConfig(send_buffer_bytes=131072)))
+    assert larger.llmd_restart == [] and larger.config.server.send_buffer_bytes == 131072
 
 
 def test_unchanged_config_needs_nothing() -> None:
     """Reloading the same config changes nothing and needs no restart."""
     config = Config(engine=EngineConfig(model="a"))
-    applied, pending = reload_config(config, dataclasses.replace(config))
-    assert applied == config and pending == []
+    plan = plan_reload(config, dataclasses.replace(config))
+    assert plan.config == config and plan.needs_restart == [] and plan.engine is None
+
+
+def cli(llmd: LlmdProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "llmd.cli", *args, "--runtime-dir", str(llmd.runtime_dir)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+def tenants_file(path: Path, **keys: str) -> None:
+    """Write a tenants file at `path` with one tenant per name in `keys`, holding that key."""
+    path.write_text(
+        "".join(f'[tenants.{name}]\nkeys = ["{hash_key(key)}"]\n' for name, key in keys.items())
+    )
+
+
+def test_a_revoked_key_gets_401_within_a_second_of_a_reload() -> None:
+    """A key removed from the tenants file: the official openai client gets 401 on its first
+    request after `llmd reload` returns, and within a second of a SIGHUP (`systemctl reload`);
+    the key that stays keeps working."""
+    workdir = short_tmpdir("llmd-revoke-")
+    tenants = workdir / "tenants.toml"
+    tenants_file(tenants, alice="alice-key-1", bob="bob-key-1", carol="carol-key-1")
+    config = sim_config(ensure_tiny_model(), admission={"tenants_file": str(tenants)})
+    llmd = LlmdProcess.start(config, workdir=workdir)
+    try:
+        llmd.wait_ready(timeout_s=30)
+        base = llmd.base_url + "/v1"
+        alice, bob, carol = (
+            OpenAI(base_url=base, api_key=key, max_retries=0)
+            for key in ("alice-key-1", "bob-key-1", "carol-key-1")
+        )
+        for client in (alice, bob, carol):
+            client.completions.create(model="tiny", prompt="hello", max_tokens=2)
+
+        tenants_file(tenants, bob="bob-key-1", carol="carol-key-1")
+        result = cli(llmd, "reload")
+        reloaded = time.monotonic()
+        assert result.returncode == 0, result.stderr
+        with pytest.raises(openai.AuthenticationError) as refused:
+            alice.completions.create(model="tiny", prompt="hello", max_tokens=2)
+        assert time.monotonic() - reloaded < 1.0
+        assert refused.value.status_code == 401
+        assert refused.value.body["code"] == "invalid_api_key"  # type: ignore[index]
+
+        tenants_file(tenants, bob="bob-key-1")
+        llmd.process.send_signal(signal.SIGHUP)
+        signalled = time.monotonic()
+        refused_at = None
+        for _ in range(200):  # bounded by count; each try is one request
+            try:
+                carol.completions.create(model="tiny", prompt="hello", max_tokens=2)
+            except openai.AuthenticationError:
+                refused_at = time.monotonic()
+                break
+        assert refused_at is not None and refused_at - signalled < 1.0
+        bob.completions.create(model="tiny", prompt="hello", max_tokens=2)
+    finally:
+        llmd.stop()

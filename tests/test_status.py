@@ -8,14 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from llmd.config import Config, EngineConfig
-from llmd.proxy.context import ProxyContext
 from llmd.proxy.inflight import Exchange
-from llmd.runtime import RuntimePaths
-from llmd.status import take_snapshot
 from llmd.supervisor.state import EnginePhase, EngineState
 from llmd.telemetry.engine import EngineSample
 from llmd.telemetry.gpu import GpuDevice, GpuReading
 from tests.support.exchanges import finished_exchange
+from tests.support.state import daemon_state
 
 EXAMPLE = Path(__file__).parent / "data" / "status_example.json"
 NUM = (int, float)
@@ -98,10 +96,9 @@ def mismatches(value: Any, schema: Any, path: str = "$") -> list[str]:
 
 def busy_snapshot() -> dict[str, Any]:
     """The JSON of a snapshot with every section filled: engine, GPU, sequences, history."""
-    ctx = ProxyContext(
-        config=Config(engine=EngineConfig(model="tiny")),
-        paths=RuntimePaths(Path("/nonexistent")),
-        engine=EngineState(phase=EnginePhase.SERVING, exits_by_reason={"oom_killed": 1}),
+    ctx = daemon_state(
+        Config(engine=EngineConfig(model="tiny")),
+        EngineState(phase=EnginePhase.SERVING, exits_by_reason={"oom_killed": 1}),
     )
     ctx.observer.engine_sample = EngineSample(0.0, 3, 1, 0.4, 100, 16, 10.0, 20.0)
     ctx.observer.gpus = GpuReading((GpuDevice(0, "H100", 0.9, 1, 2, 60.0, None),), None)
@@ -114,7 +111,7 @@ def busy_snapshot() -> dict[str, Any]:
         if phase == "decode":
             exchange.first_byte_at = exchange.started_at
         ctx.inflight.add(exchange)
-    return json.loads(json.dumps(take_snapshot(ctx).to_dict()))
+    return json.loads(json.dumps(ctx.snapshot().to_dict()))
 
 
 def test_a_live_snapshot_matches_the_schema() -> None:
@@ -127,12 +124,8 @@ def test_a_live_snapshot_matches_the_schema() -> None:
 
 def test_an_idle_snapshot_matches_the_schema() -> None:
     """Before any engine reading or request, unknown figures are null, not missing."""
-    ctx = ProxyContext(
-        config=Config(engine=EngineConfig(model="tiny")),
-        paths=RuntimePaths(Path("/nonexistent")),
-        engine=EngineState(),
-    )
-    status = json.loads(json.dumps(take_snapshot(ctx).to_dict()))
+    ctx = daemon_state(Config(engine=EngineConfig(model="tiny")))
+    status = json.loads(json.dumps(ctx.snapshot().to_dict()))
     assert mismatches(status, SCHEMA) == []
     assert status["kv_cache"]["usage"] is None and status["sequences"] == []
 

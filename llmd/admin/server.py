@@ -2,97 +2,82 @@
 
 Routes: `GET /status` (the Status snapshot), `POST /drain` (JSON body, optional
 `{"deadline_s": S, "queued": "wait" | "reject"}`), `POST /resume`, `POST /restart`, `POST /reload`,
-`POST /requests/{id}/cancel`. Access control is the socket's mode (0660: root and the llmd
-group), set when the daemon binds it.
+`POST /requests/{id}/cancel`. Bodies are read with the public API's limit
+(`server.max_body_bytes`); errors are OpenAI-shaped, as on the public API. Access control is the
+socket's mode (0660: root and the llmd group), set when the daemon binds it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
-from llmd.control import Controller
-from llmd.errors import ConfigError
-from llmd.status import Status
+from llmd.actions import OperatorActions
+from llmd.errors import ApiError, ConfigError, InvalidConfig, InvalidRequest, NotFound
+from llmd.proxy.body import ClientGone, parse_object, read_body
+from llmd.proxy.writer import send_error
+from llmd.state import DaemonState
 
 _CANCEL_PREFIX = "/requests/"
 _CANCEL_SUFFIX = "/cancel"
 
 
 class AdminApp:
-    """ASGI app answering admin requests from `snapshot()` and acting through `control`."""
+    """ASGI app answering admin requests from `state` (its snapshot, its body size limit) and
+    acting through `actions`."""
 
-    def __init__(self, snapshot: Callable[[], Status], control: Controller) -> None:
-        self.snapshot = snapshot
-        self.control = control
+    def __init__(self, state: DaemonState, actions: OperatorActions) -> None:
+        self.state = state
+        self.actions = actions
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # served with lifespan off
             return
-        method, path = scope["method"], scope["path"]
-        body = await _read_json(receive)
-        if body is None:
-            await _json(send, 400, _error("the body must be a JSON object", "invalid_request"))
-            return
         try:
-            status, payload = await self._route(method, path, body)
+            raw = await read_body(receive, self.state.config.server.max_body_bytes)
+            body = parse_object(raw) if raw.strip() else {}
+            payload = await self._route(scope["method"], scope["path"], body)
+        except ClientGone:
+            return
         except ConfigError as exc:
-            status, payload = 400, _error(str(exc), "invalid_config")
-        await _json(send, status, payload)
+            await send_error(send, InvalidConfig(str(exc)))
+            return
+        except ApiError as error:
+            await send_error(send, error)
+            return
+        await _json(send, 200, payload)
 
-    async def _route(self, method: str, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+    async def _route(self, method: str, path: str, body: dict[str, Any]) -> Any:
+        """The answer to `method path`. Raises ApiError (404 for no such route), ConfigError."""
         if method == "GET" and path == "/status":
-            return 200, self.snapshot().to_dict()
+            return self.state.snapshot().to_dict()
         if method != "POST":
-            return 404, _error(f"no admin route {method} {path}", "not_found")
+            raise NotFound(f"no admin route {method} {path}")
         if path == "/drain":
             deadline = body.get("deadline_s")
-            if deadline is not None and (not isinstance(deadline, int | float) or deadline < 0):
-                return 400, _error("deadline_s must be a number >= 0", "invalid_request")
+            if deadline is not None and (
+                not isinstance(deadline, int | float) or isinstance(deadline, bool) or deadline < 0
+            ):
+                raise InvalidRequest("deadline_s must be a number >= 0", param="deadline_s")
             queued = body.get("queued", "wait")
             if queued not in ("wait", "reject"):
-                return 400, _error("queued must be 'wait' or 'reject'", "invalid_request")
-            return 200, self.control.drain(deadline, reject_queued=queued == "reject")
+                raise InvalidRequest("queued must be 'wait' or 'reject'", param="queued")
+            return self.actions.drain(deadline, reject_queued=queued == "reject")
         if path == "/resume":
-            return 200, self.control.resume()
+            return self.actions.resume()
         if path == "/restart":
-            return 200, await self.control.restart()
+            return await self.actions.restart()
         if path == "/reload":
-            return 200, self.control.reload()
+            return self.actions.reload()
         if path.startswith(_CANCEL_PREFIX) and path.endswith(_CANCEL_SUFFIX):
             request_id = path[len(_CANCEL_PREFIX) : -len(_CANCEL_SUFFIX)]
-            result = self.control.cancel(request_id)
+            result = self.actions.cancel(request_id)
             if result is None:
-                return 404, _error(f"no request {request_id} in flight", "not_found")
-            return 200, result
-        return 404, _error(f"no admin route {method} {path}", "not_found")
-
-
-def _error(message: str, code: str) -> dict[str, Any]:
-    return {
-        "error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}
-    }
-
-
-async def _read_json(receive: Receive) -> dict[str, Any] | None:
-    """The request body as a JSON object ({} when empty); None when it is not one."""
-    chunks = []
-    while True:
-        message = await receive()
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            break
-    raw = b"".join(chunks)
-    if not raw.strip():
-        return {}
-    try:
-        payload = json.loads(raw)
-    except ValueError:
-        return None
-    return payload if isinstance(payload, dict) else None
+                raise NotFound(f"no request {request_id} in flight")
+            return result
+        raise NotFound(f"no admin route {method} {path}")
 
 
 async def _json(send: Send, status: int, payload: Any) -> None:

@@ -89,7 +89,6 @@ class Entry:
     enqueued_at: float = 0.0
     released_at: float | None = None
     state: State = State.QUEUED
-    overdue_release: bool = False
     seq: int = 0
 
     def __repr__(self) -> str:
@@ -98,7 +97,7 @@ class Entry:
 
 @dataclasses.dataclass(frozen=True)
 class Rejection:
-    """`entry` is refused: `reason`, and `retry_after_s` from the drain rate and its position."""
+    """`entry` is refused: `reason`, and `retry_after_s` from the release rate and its position."""
 
     entry: Entry
     reason: Reason
@@ -133,7 +132,7 @@ class _ClassQueue:
     waiting_since: float = 0.0  # last release, or when the class last became non-empty
 
 
-class DrainRate:
+class ReleaseRate:
     """Releases per second over the last 30 s, for Retry-After estimates."""
 
     def __init__(self) -> None:
@@ -153,7 +152,7 @@ class DrainRate:
         return len(self._times) / max(now - self._times[0], 1.0)
 
     def wait_s(self, position: int, now: float) -> float:
-        """Seconds until `position` entries ahead have drained (1 s each with no rate yet),
+        """Seconds until `position` entries ahead have been released (1 s each with no rate yet),
         between 1 s and 10 minutes."""
         rate = self.per_s(now)
         estimate = (position + 1) / rate if rate else float(position + 1)
@@ -167,9 +166,16 @@ class Scheduler:
         self.classes = {cls: _ClassQueue(policies[cls]) for cls in Priority}
         self.in_flight: collections.Counter[str] = collections.Counter()
         self.queued_by_tenant: collections.Counter[str] = collections.Counter()
-        self.drain = DrainRate()
+        self.release_rate = ReleaseRate()
         self._expiry: list[tuple[float, int, Entry]] = []
         self._seq = itertools.count(1)
+
+    def set_policies(self, policies: Mapping[Priority, ClassPolicy]) -> None:
+        """New class policies (a reload). They apply to what is decided from now on: a
+        smaller queue_size refuses new entries, entries already queued stay; a new
+        queue_timeout_s applies to entries queued from now (each keeps the expiry it got)."""
+        for cls in Priority:
+            self.classes[cls].policy = policies[cls]
 
     # -- entries in and out ----------------------------------------------------------------
 
@@ -230,10 +236,9 @@ class Scheduler:
             self._remove(entry)
             entry.state = State.RELEASED
             entry.released_at = now
-            entry.overdue_release = overdue
             self.classes[entry.cls].waiting_since = now
             self.in_flight[entry.tenant.name] += 1
-            self.drain.record(now)
+            self.release_rate.record(now)
             gate.on_release(entry)
             decisions.released.append(entry)
         return decisions
@@ -273,7 +278,7 @@ class Scheduler:
 
     def _reject(self, entry: Entry, reason: Reason, position: int, now: float) -> Rejection:
         entry.state = State.REJECTED
-        return Rejection(entry, reason, self.drain.wait_s(position, now))
+        return Rejection(entry, reason, self.release_rate.wait_s(position, now))
 
     def _ahead(self, cls: Priority) -> int:
         """Entries served before a new one of class `cls`: its class and every higher one."""

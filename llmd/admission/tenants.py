@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from llmd.admission.classes import Priority
-from llmd.config import build_table
+from llmd.binding import bind_table
 from llmd.errors import ConfigError, InvalidApiKey
 
 ANONYMOUS = "anonymous"
@@ -60,11 +60,15 @@ class _TenantSpec:
 
 
 class TenantDirectory:
-    """Maps API keys to tenants. Empty (no keys): every request is the anonymous tenant."""
+    """Maps API keys to tenants. Empty (no keys): every request is the anonymous tenant.
+    `path` is the tenants file it was read from (None: no file)."""
 
-    def __init__(self, by_digest: dict[str, Tenant] | None = None) -> None:
+    def __init__(
+        self, by_digest: dict[str, Tenant] | None = None, path: Path | None = None
+    ) -> None:
         self._by_digest = by_digest or {}
         self._anonymous = Tenant()
+        self.path = path
 
     @property
     def keys_required(self) -> bool:
@@ -110,7 +114,7 @@ def load_tenants(path: Path | None) -> TenantDirectory:
     by_digest: dict[str, Tenant] = {}
     for name, table in raw["tenants"].items():
         prefix = f"{path}: tenants.{name}."
-        spec: _TenantSpec = build_table(_TenantSpec, table, prefix)
+        spec: _TenantSpec = bind_table(_TenantSpec, table, prefix)
         tenant = _tenant(name, spec, prefix)
         for digest in spec.keys:
             if len(digest) != 64 or not set(digest) <= _HEX:
@@ -121,7 +125,7 @@ def load_tenants(path: Path | None) -> TenantDirectory:
             if digest in by_digest:
                 raise ConfigError(f"{prefix}keys: a key is also given to {by_digest[digest].name}")
             by_digest[digest] = tenant
-    return TenantDirectory(by_digest)
+    return TenantDirectory(by_digest, path)
 
 
 def _tenant(name: str, spec: _TenantSpec, prefix: str) -> Tenant:

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from llmd.config import EngineConfig
+from llmd.engine.args import engine_flag
+from llmd.engine.launch import installed_engine_build
 from llmd.errors import LlmdError
 
 # vLLM's default --gpu-memory-utilization (0.10 to 0.32): the fraction of *total* device memory
@@ -122,24 +124,20 @@ def _visible_indices(engine: EngineConfig, count: int) -> list[int]:
 
 
 def _gpu_memory_utilization(args: tuple[str, ...]) -> float:
-    for i, arg in enumerate(args):
-        value = arg.partition("=")[2] if arg.startswith("--gpu-memory-utilization=") else None
-        if arg == "--gpu-memory-utilization" and i + 1 < len(args):
-            value = args[i + 1]
-        if value is not None:
-            try:
-                return float(value)
-            except ValueError:
-                break
-    return VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
+    value = engine_flag(args, "--gpu-memory-utilization")
+    try:
+        return float(value) if value is not None else VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
+    except ValueError:
+        return VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
 
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def run_preflight(engine: EngineConfig, engine_build: str) -> GpuReport:
-    """`preflight` with the real NVML (pynvml is imported here, not at llmd's import)."""
+def run_preflight(engine: EngineConfig) -> GpuReport:
+    """`preflight` with the real NVML (pynvml is imported here, not at llmd's import) and the
+    vLLM build the engine's Python has (`installed_engine_build`; blocks: run it in a thread)."""
     import pynvml
 
-    return preflight(pynvml, engine, engine_build)
+    return preflight(pynvml, engine, installed_engine_build(engine.python))

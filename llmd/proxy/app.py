@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-import aiohttp
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
@@ -17,91 +16,49 @@ from starlette.routing import Route
 
 from llmd.errors import (
     ApiError,
-    Draining,
-    EngineUnavailable,
     InvalidRequest,
     MethodNotAllowed,
     NotFound,
 )
-from llmd.logs import line_limiter
-from llmd.proxy.context import ProxyContext
 from llmd.proxy.middleware import RequestIdMiddleware
 from llmd.proxy.relay import Relay
 from llmd.proxy.stalls import watch_stalls
-from llmd.status import take_snapshot
-from llmd.validation.validator import Validator
+from llmd.proxy.writer import ErrorResponse
+from llmd.state import DaemonState
 
 log = structlog.get_logger("llmd.proxy")
 
 
-def build_app(ctx: ProxyContext) -> Starlette:
-    """The proxy app for `ctx`. One aiohttp session to the engine's Unix socket lives in the
-    app's lifespan.
-    """
-    sessions: list[aiohttp.ClientSession] = []
-
-    def session() -> aiohttp.ClientSession:
-        return sessions[0]
-
-    validator = Validator(ctx.config, ctx.engine, session)
-    ctx.observer.metrics.bind(lambda: take_snapshot(ctx), lambda: line_limiter().suppressed)
+def build_app(state: DaemonState) -> Starlette:
+    """The proxy app for `state`. The HTTP client to the engine's Unix socket
+    (`state.upstream`) is open for the app's lifespan, which also loads the validator's
+    tokenizer and runs the stall watcher."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        # One connection per request (force_close): a Unix-socket connect costs microseconds,
-        # and a pooled keep-alive connection that the engine's uvicorn has just timed out fails
-        # the next request with "Can not write request body" (seen here under load).
-        connector = aiohttp.UnixConnector(
-            path=str(ctx.paths.engine_socket), limit=0, force_close=True
-        )
-        # No total timeout: a long generation is legitimate; drain and disconnects end requests.
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
-        async with aiohttp.ClientSession(
-            connector=connector,
-            timeout=timeout,
-            auto_decompress=False,
-            skip_auto_headers=("User-Agent",),
-        ) as client:
-            sessions.append(client)
-            loading = asyncio.create_task(validator.load_tokenizer(), name="tokenizer-load")
-            stalls = asyncio.create_task(watch_stalls(ctx), name="stall-watch")
+        async with state.upstream.open():
+            state.validator.start_loading()
+            stalls = asyncio.create_task(watch_stalls(state), name="stall-watch")
             yield
             stalls.cancel()
-            loading.cancel()
-            validator.close()
-            sessions.clear()
+            state.validator.close()
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
     async def ready(request: Request) -> Response:
-        if ctx.draining:
-            error: ApiError = Draining(
-                "llmd is draining", retry_after_s=ctx.config.server.drain_timeout_s
-            )
-        elif not ctx.engine.serving:
-            error = EngineUnavailable(
-                f"the engine is {ctx.engine.phase.value}", retry_after_s=ctx.engine.retry_after_s()
-            )
-        else:
-            return JSONResponse({"status": "ready", "model": ctx.engine.model})
-        return _error_response(error)
+        error = state.unavailable()
+        if error is not None:
+            return ErrorResponse(error)
+        return JSONResponse({"status": "ready", "model": state.engine.model})
 
     async def metrics(request: Request) -> Response:
-        return Response(ctx.observer.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+        return Response(state.observer.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     routes = [
-        Route(
-            "/v1/chat/completions",
-            Relay(ctx, session, "/v1/chat/completions", validator=validator),
-            methods=["POST"],
-        ),
-        Route(
-            "/v1/completions",
-            Relay(ctx, session, "/v1/completions", validator=validator),
-            methods=["POST"],
-        ),
-        Route("/v1/models", Relay(ctx, session, "/v1/models", method="GET"), methods=["GET"]),
+        Route("/v1/chat/completions", Relay(state, "/v1/chat/completions"), methods=["POST"]),
+        Route("/v1/completions", Relay(state, "/v1/completions"), methods=["POST"]),
+        Route("/v1/models", Relay(state, "/v1/models", method="GET"), methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/ready", ready, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
@@ -115,22 +72,17 @@ def build_app(ctx: ProxyContext) -> Starlette:
     return app
 
 
-def _error_response(error: ApiError) -> Response:
-    headers = {k.decode(): v.decode() for k, v in error.headers()}
-    return Response(error.body(), status_code=error.status, headers=headers)
-
-
 async def _http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
-        return _error_response(NotFound(f"no route {request.method} {request.url.path}"))
+        return ErrorResponse(NotFound(f"no route {request.method} {request.url.path}"))
     if exc.status_code == 405:
-        return _error_response(
+        return ErrorResponse(
             MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}")
         )
-    return _error_response(InvalidRequest(str(exc.detail)))
+    return ErrorResponse(InvalidRequest(str(exc.detail)))
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.error("unexpected_error", path=request.url.path, error=repr(exc))
-    return _error_response(ApiError("internal error in llmd; see its log"))
+    return ErrorResponse(ApiError("internal error in llmd; see its log"))

@@ -1,4 +1,6 @@
-"""Read a request body once, within the size limit, and parse it as a JSON object."""
+"""Read a request body once, within the size limit, and parse it as a JSON object.
+
+The public API and the admin API read their bodies here alike (`server.max_body_bytes`)."""
 
 from __future__ import annotations
 
@@ -39,6 +41,4 @@ def parse_object(body: bytes) -> dict[str, Any]:
         raise InvalidRequest(f"request body is not valid JSON: {exc}") from exc
     if not isinstance(payload, dict):
         raise InvalidRequest(f"request body must be a JSON object, got {type(payload).__name__}")
-    if "stream" in payload and not isinstance(payload["stream"], bool | None):
-        raise InvalidRequest("'stream' must be a boolean", param="stream")
     return payload

@@ -6,8 +6,12 @@ import asyncio
 import dataclasses
 import time
 
-from llmd.admission.counters import Phase
 from llmd.errors import ApiError
+from llmd.status import SequenceStatus
+from llmd.telemetry.metrics import Phase
+
+# Active sequences listed in a snapshot, oldest first; `in_flight` gives the full count.
+MAX_SEQUENCES = 1000
 
 
 @dataclasses.dataclass(eq=False)
@@ -59,6 +63,23 @@ class Exchange:
         """Milliseconds waited for admission (so far, while still queued)."""
         return ((self.admitted_at or time.monotonic()) - self.queued_at) * 1000
 
+    def as_snapshot(self, now: float) -> SequenceStatus:
+        """This request as one row of the Status's sequences, at `now` (monotonic s)."""
+        first = self.first_byte_at
+        decode_s = now - first if first is not None else 0.0
+        return SequenceStatus(
+            id=self.request_id,
+            tenant=self.tenant,
+            request_class=self.request_class,
+            phase=self.phase,
+            stream=self.stream,
+            prompt_tokens=self.prompt_tokens,
+            output_tokens=self.output_tokens,
+            age_s=round(now - self.started_at, 3),
+            ttft_s=round(first - self.started_at, 4) if first is not None else None,
+            tokens_per_s=round(self.output_tokens / decode_s, 1) if decode_s > 0.05 else None,
+        )
+
     def saw_body(self, chunk: bytes) -> None:
         """Account a body chunk sent to the client: first-byte time and output tokens.
 
@@ -82,6 +103,16 @@ class Exchange:
             self.output_tokens += chunk.count(b"data: {") - chunk.count(b'"role":"assistant"')
 
 
+@dataclasses.dataclass(frozen=True)
+class InFlightSnapshot:
+    """The in-flight registry's part of the Status: how many requests are live, the oldest
+    `MAX_SEQUENCES` of them as rows, and the count by tenant."""
+
+    count: int
+    sequences: tuple[SequenceStatus, ...]
+    by_tenant: dict[str, int]
+
+
 class InFlight:
     """The set of live exchanges, with drain helpers."""
 
@@ -96,6 +127,15 @@ class InFlight:
     def exchanges(self) -> list[Exchange]:
         """The live exchanges, oldest first."""
         return sorted(self._exchanges, key=lambda exchange: exchange.started_at)
+
+    def as_snapshot(self, now: float) -> InFlightSnapshot:
+        """The live requests at `now` (monotonic s), for the Status."""
+        exchanges = self.exchanges()
+        by_tenant: dict[str, int] = {}
+        for exchange in exchanges:
+            by_tenant[exchange.tenant] = by_tenant.get(exchange.tenant, 0) + 1
+        rows = tuple(exchange.as_snapshot(now) for exchange in exchanges[:MAX_SEQUENCES])
+        return InFlightSnapshot(len(exchanges), rows, by_tenant)
 
     def add(self, exchange: Exchange) -> None:
         self._exchanges.add(exchange)

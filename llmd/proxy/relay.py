@@ -1,140 +1,188 @@
-"""The relay: one client request becomes one upstream request to the engine, streamed through.
+"""The relay endpoint: one client request in named stages, like uvicorn's `Server._serve`.
 
-Pure ASGI. The upstream body is forwarded chunk by chunk as it arrives (`iter_any`: whatever the
-socket has, never waiting to fill a buffer). A watcher awaits the client's `http.disconnect`;
-when it comes, the upstream task is cancelled and its connection closed, which is what makes vLLM
-abort the sequence (ENGINE.md: a relay that keeps the upstream open lets sequences run on).
+    authenticate → check availability → read → validate → admit → relay
+
+Each stage is a small method with a typed result, and raises an `ApiError` to refuse. The first
+four run as the request arrives (a refusal is answered at once and accounted); `admit` and
+`relay` run in one task raced against the client's `http.disconnect`, so a client that leaves
+while queued never reaches the engine, and one that leaves mid-stream has its upstream request
+closed, which is what makes vLLM abort the sequence (ENGINE.md). Pure ASGI; the bytes to the
+client go through `writer.ClientWriter`, the engine side is `upstream.forward`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import dataclasses
 import json
 import time
-from collections.abc import Callable
 from typing import Any
 
-import aiohttp
 import structlog
 from starlette.types import Message, Receive, Scope, Send
 
 from llmd.admission.classes import Priority
-from llmd.admission.controller import Request, Ticket
-from llmd.admission.tenants import ANONYMOUS
-from llmd.errors import ApiError, Draining, EngineError, EngineUnavailable
+from llmd.admission.tenants import ANONYMOUS, Tenant
+from llmd.admission.waiters import Request, Ticket
+from llmd.errors import ApiError, InvalidRequest
 from llmd.proxy.body import ClientGone, parse_object, read_body
-from llmd.proxy.context import ProxyContext
 from llmd.proxy.inflight import Exchange
 from llmd.proxy.middleware import REQUEST_ID_KEY
+from llmd.proxy.upstream import forward
+from llmd.proxy.writer import ClientWriter, answer_error, send_error
+from llmd.state import DaemonState
 from llmd.validation.fields import Endpoint
-from llmd.validation.validator import Validator
 
 log = structlog.get_logger("llmd.proxy")
 
-_UPSTREAM_LOST = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
-_SSE_BOUNDARY = b"\n\n"
 _ENDPOINTS = {"/v1/chat/completions": Endpoint.CHAT, "/v1/completions": Endpoint.COMPLETIONS}
 
 
-async def send_error(send: Send, error: ApiError) -> None:
-    """Answer `error` as a complete OpenAI-shaped JSON response."""
-    body = error.body()
-    headers = [*error.headers(), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": error.status, "headers": headers})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+@dataclasses.dataclass
+class Arrival:
+    """A request as it arrives: its id, when (monotonic s), its ASGI headers, and, once the
+    stages know them, its tenant and class (what a refusal is accounted under)."""
+
+    request_id: str
+    at: float
+    headers: list[Any]
+    tenant: str = ANONYMOUS
+    request_class: str = Priority.NORMAL.label
+
+
+@dataclasses.dataclass(frozen=True)
+class Body:
+    """The request body: its bytes, the parsed JSON object, and whether it asks to stream."""
+
+    raw: bytes
+    payload: dict[str, Any]
+    stream: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """A request ready for the engine: the bytes to send, whether it streams, what admission
+    weighs (None: not admitted, e.g. `/v1/models`), its prompt tokens (None: not counted) and
+    headers for the client's response (validation's notes)."""
+
+    body: bytes
+    stream: bool
+    request: Request | None
+    prompt_tokens: int | None
+    response_headers: list[tuple[bytes, bytes]]
 
 
 class Relay:
     """ASGI endpoint relaying `method path` to the engine (chat, completions, models)."""
 
-    def __init__(
-        self,
-        ctx: ProxyContext,
-        session: Callable[[], aiohttp.ClientSession],
-        path: str,
-        method: str = "POST",
-        validator: Validator | None = None,
-    ) -> None:
-        self.ctx = ctx
-        self.session = session
+    def __init__(self, state: DaemonState, path: str, method: str = "POST") -> None:
+        self.state = state
         self.path = path
         self.method = method
-        self.validator = validator
         self.endpoint = _ENDPOINTS.get(path)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        request_id: str = scope[REQUEST_ID_KEY]
-        received_at = time.monotonic()
-        admission = self.ctx.admission
-        request: Request | None = None
-        prompt_tokens: int | None = None
-        tenant_name, class_name = ANONYMOUS, Priority.NORMAL.name.lower()
+        arrival = Arrival(scope[REQUEST_ID_KEY], time.monotonic(), scope["headers"])
         try:
-            tenant = admission.authenticate(scope["headers"])
-            tenant_name = tenant.name
-            self._check_available()
-            body = b""
-            stream = False
-            if self.method == "POST":
-                body = await read_body(receive, self.ctx.config.server.max_body_bytes)
-                payload = parse_object(body)
-                stream = bool(payload.get("stream"))
-                if self.validator is not None and self.endpoint is not None:
-                    cls = admission.classify(tenant, scope["headers"])
-                    class_name = cls.name.lower()
-                    valid = await self.validator.check(
-                        self.endpoint, payload, body, scope["headers"]
-                    )
-                    body = valid.body
-                    prompt_tokens = valid.prompt_tokens
-                    send = _with_headers(send, valid.response_headers)
-                    if admission.engine_priority:
-                        # `payload` carries validation's changes (it edits the dict in place)
-                        body = _with_priority(payload, cls)
-                    chat = self.endpoint is Endpoint.CHAT
-                    cost = admission.cost(valid.prompt_tokens, valid.max_tokens, valid.n, chat)
-                    request = Request(tenant, cls, cost, scope["headers"])
+            tenant = self.authenticate(arrival)
+            self.check_available()
+            body = await self.read(receive)
+            prepared = await self.validate(arrival, tenant, body)
         except ClientGone:
             return
         except ApiError as error:
-            if self.endpoint is not None:
-                self.ctx.observer.rejected(
-                    request_id, error.status, str(error.code), received_at, tenant_name, class_name
-                )
-            await send_error(send, error)
+            await self.refuse(arrival, error, send)
             return
         exchange = Exchange(
-            request_id,
-            stream,
-            started_at=received_at,
-            prompt_tokens=prompt_tokens,
-            tenant=tenant_name,
-            request_class=class_name,
+            arrival.request_id,
+            prepared.stream,
+            started_at=arrival.at,
+            prompt_tokens=prepared.prompt_tokens,
+            tenant=arrival.tenant,
+            request_class=arrival.request_class,
         )
-        await self._run(exchange, body, receive, send, request)
+        await self.run(exchange, prepared, receive, _with_headers(send, prepared.response_headers))
 
-    def _check_available(self) -> None:
-        if self.ctx.draining:
-            raise Draining(
-                "llmd is draining and admits no new requests",
-                retry_after_s=self.ctx.config.server.drain_timeout_s,
-            )
-        if not self.ctx.engine.serving:
-            raise EngineUnavailable(
-                f"the engine is {self.ctx.engine.phase.value}; retry later",
-                retry_after_s=self.ctx.engine.retry_after_s(),
-            )
+    # -- the stages, in order ----------------------------------------------------------------
 
-    async def _run(
-        self, exchange: Exchange, body: bytes, receive: Receive, send: Send, request: Request | None
+    def authenticate(self, arrival: Arrival) -> Tenant:
+        """The tenant of the request's API key. Raises InvalidApiKey (401)."""
+        tenant = self.state.admission.authenticate(arrival.headers)
+        arrival.tenant = tenant.name
+        return tenant
+
+    def check_available(self) -> None:
+        """Raises Draining or EngineUnavailable (503 + Retry-After) when llmd admits nothing."""
+        error = self.state.unavailable()
+        if error is not None:
+            raise error
+
+    async def read(self, receive: Receive) -> Body:
+        """The whole body, parsed (nothing for a GET). Raises BodyTooLarge (413),
+        InvalidRequest (400), ClientGone."""
+        if self.method != "POST":
+            return Body(b"", {}, stream=False)
+        raw = await read_body(receive, self.state.config.server.max_body_bytes)
+        payload = parse_object(raw)
+        if not isinstance(payload.get("stream"), bool | None):
+            raise InvalidRequest("'stream' must be a boolean", param="stream")
+        return Body(raw, payload, stream=bool(payload.get("stream")))
+
+    async def validate(self, arrival: Arrival, tenant: Tenant, body: Body) -> Prepared:
+        """Class, fields, model, prompt tokens and context of a generation request, and its
+        cost for admission (other routes pass as they are). Raises ApiError (400, 404)."""
+        if self.endpoint is None:
+            return Prepared(body.raw, body.stream, None, None, [])
+        admission = self.state.admission
+        cls = admission.classify(tenant, arrival.headers)
+        arrival.request_class = cls.label
+        valid = await self.state.validator.check(
+            self.endpoint, body.payload, body.raw, arrival.headers
+        )
+        raw = valid.body
+        if admission.engine_priority:  # `payload` carries validation's changes (edited in place)
+            raw = _with_priority(body.payload, cls)
+        chat = self.endpoint is Endpoint.CHAT
+        cost = admission.cost(valid.prompt_tokens, valid.max_tokens, valid.n, chat)
+        request = Request(tenant, cls, cost, arrival.headers)
+        return Prepared(raw, body.stream, request, valid.prompt_tokens, valid.response_headers)
+
+    async def admit(self, prepared: Prepared) -> Ticket | None:
+        """Wait in admission's queue until the engine may take the request (None: not
+        admitted). Raises RateLimited, QueueFull (429), QueueTimeout (503)."""
+        if prepared.request is None:
+            return None
+        return await self.state.admission.admit(prepared.request)
+
+    async def relay(self, exchange: Exchange, prepared: Prepared, writer: ClientWriter) -> None:
+        """One upstream request, its answer streamed through. Raises EngineError (502),
+        EngineUnavailable (503)."""
+        exchange.admitted_at = time.monotonic()
+        await forward(self.state, self.method, self.path, exchange, prepared.body, writer)
+
+    # -- around the stages -------------------------------------------------------------------
+
+    async def refuse(self, arrival: Arrival, error: ApiError, send: Send) -> None:
+        """Answer a request refused before it was queued, and account it."""
+        if self.endpoint is not None:
+            self.state.observer.rejected(
+                arrival.request_id,
+                error.status,
+                str(error.code),
+                arrival.at,
+                arrival.tenant,
+                arrival.request_class,
+            )
+        await send_error(send, error)
+
+    async def run(
+        self, exchange: Exchange, prepared: Prepared, receive: Receive, send: Send
     ) -> None:
-        """Run the queue wait and the upstream work until they end or the client leaves,
-        whichever comes first (a client that leaves while queued never reaches the engine)."""
-        work = asyncio.create_task(self._exchange(exchange, body, send, request))
+        """Admit and relay until done or until the client leaves, whichever comes first."""
+        work = asyncio.create_task(self._admit_and_relay(exchange, prepared, send))
         exchange.task = work
         watcher = asyncio.create_task(_wait_disconnect(receive))
-        self.ctx.inflight.add(exchange)
+        self.state.inflight.add(exchange)
         try:
             await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
             if not work.done():
@@ -146,145 +194,31 @@ class Relay:
             work.cancel()
             watcher.cancel()
             await asyncio.wait({work})
-            self.ctx.inflight.remove(exchange)
+            self.state.inflight.remove(exchange)
             exchange.ended_at = time.monotonic()
         if not work.cancelled() and (exc := work.exception()) is not None:
             exchange.error_code = exchange.error_code or "internal_error"
             log.error("relay_failed", request_id=exchange.request_id, error=repr(exc))
         if self.endpoint is not None:
-            self.ctx.observer.finished(exchange)
+            self.state.observer.finished(exchange)
 
-    async def _exchange(
-        self, exchange: Exchange, body: bytes, send: Send, request: Request | None
-    ) -> None:
-        """Wait for admission, then one upstream request; errors become OpenAI-shaped answers
-        (in-band once started)."""
-        started = _StartTracker(send, exchange)
+    async def _admit_and_relay(self, exchange: Exchange, prepared: Prepared, send: Send) -> None:
+        """The last two stages; their errors become OpenAI-shaped answers (in-band once the
+        response has started). Admission's capacity is given back however it ends."""
+        writer = ClientWriter(send, exchange)
         ticket: Ticket | None = None
         try:
-            if request is not None:
-                ticket = await self.ctx.admission.admit(request)
-            exchange.admitted_at = time.monotonic()
-            await self._forward(exchange, body, started)
+            ticket = await self.admit(prepared)
+            await self.relay(exchange, prepared, writer)
         except asyncio.CancelledError:
             if exchange.abort_error is None:
                 raise  # the client left: nothing to answer
-            await _answer_error(started, exchange.abort_error)
+            await answer_error(writer, exchange.abort_error)
         except ApiError as error:
-            await _answer_error(started, error)
+            await answer_error(writer, error)
         finally:
             if ticket is not None:
-                self.ctx.admission.finish(ticket)
-
-    async def _forward(self, exchange: Exchange, body: bytes, send: _StartTracker) -> None:
-        headers = {"x-request-id": exchange.request_id}
-        if body:
-            headers["content-type"] = "application/json"
-        try:
-            response = await self.session().request(
-                self.method, "http://engine" + self.path, data=body or None, headers=headers
-            )
-        except _UPSTREAM_LOST as exc:
-            raise self._upstream_error(exc) from exc
-        try:
-            if response.status >= 500:
-                raise _engine_status_error(response.status, await response.read())
-            content_type = response.headers.get("content-type", "application/json").encode()
-            queue_ms = str(round(exchange.queue_ms())).encode()
-            response_headers = [(b"content-type", content_type), (b"x-llmd-queue-ms", queue_ms)]
-            if not (exchange.stream and response.status == 200):
-                payload = await response.read()
-                response_headers.append((b"content-length", str(len(payload)).encode()))
-                await send.start(response.status, response_headers)
-                await send.body(payload, more=False)
-                return
-            await send.start(200, [*response_headers, (b"cache-control", b"no-cache")])
-            await _relay_stream(response, send)
-        except _UPSTREAM_LOST as exc:
-            raise self._upstream_error(exc) from exc
-        finally:
-            response.close()  # never back to the pool mid-body: closing aborts the sequence
-
-    def _upstream_error(self, exc: BaseException) -> ApiError:
-        # Refused or missing socket: the engine is not accepting (it died a moment ago, or is
-        # between boots) and nothing was sent, so the client may simply retry.
-        if not self.ctx.engine.serving:
-            return EngineUnavailable(
-                f"the engine is {self.ctx.engine.phase.value}; retry later",
-                retry_after_s=self.ctx.engine.retry_after_s(),
-            )
-        if isinstance(exc, aiohttp.ClientConnectorError):
-            return EngineUnavailable(
-                "the engine refused the connection (it may have just stopped); retry later",
-                retry_after_s=self.ctx.engine.retry_after_s(),
-            )
-        return EngineError(
-            f"the engine connection failed: {type(exc).__name__}: {exc}".rstrip(": ")
-        )
-
-
-async def _relay_stream(response: aiohttp.ClientResponse, send: _StartTracker) -> None:
-    """Forward SSE bytes as they arrive; an upstream failure ends the stream with an error event."""
-    async for chunk in response.content.iter_any():
-        await send.body(chunk, more=True)
-    if send.tail != _SSE_BOUNDARY:  # the engine ended mid-event: that is a failure, not an ending
-        raise EngineError("the engine closed the stream mid-event")
-    await send.body(b"", more=False)
-
-
-class _StartTracker:
-    """Wraps ASGI `send`, remembering whether the response has started (for in-band errors)."""
-
-    def __init__(self, send: Send, exchange: Exchange) -> None:
-        self._send = send
-        self.exchange = exchange
-        self.tail = _SSE_BOUNDARY
-
-    async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
-        self.exchange.response_started = True
-        self.exchange.status = status
-        self.exchange.send_since = time.monotonic()
-        await self._send({"type": "http.response.start", "status": status, "headers": headers})
-        self.exchange.send_since = None
-
-    async def body(self, chunk: bytes, *, more: bool) -> None:
-        exchange = self.exchange
-        if chunk:
-            self.tail = chunk[-2:]
-            exchange.saw_body(chunk)
-        # A send blocks while the client's transport buffer is full; the stall watcher
-        # (llmd/proxy/stalls.py) ends exchanges blocked longer than server.send_timeout_s.
-        exchange.send_since = time.monotonic()
-        await self._send({"type": "http.response.body", "body": chunk, "more_body": more})
-        exchange.send_since = None
-
-
-async def _answer_error(send: _StartTracker, error: ApiError) -> None:
-    """Send `error` as a response, or in-band as an SSE event when the stream has started."""
-    exchange = send.exchange
-    exchange.error_code = str(error.code)
-    with contextlib.suppress(OSError):
-        if not exchange.response_started:
-            exchange.status = error.status
-            await send_error(send._send, error)
-        elif exchange.stream:
-            prefix = b"" if send.tail == _SSE_BOUNDARY else _SSE_BOUNDARY
-            await send.body(prefix + error.sse_event(), more=False)
-        else:
-            await send.body(b"", more=False)
-    log.warning(
-        "request_failed", request_id=exchange.request_id, code=error.code, error=error.message
-    )
-
-
-def _engine_status_error(status: int, body: bytes) -> ApiError:
-    """Translate an engine 5xx: 503 is 'unavailable, retry', anything else an engine error."""
-    detail = body.decode(errors="replace")[:300]
-    if status == 503:
-        return EngineUnavailable(
-            f"the engine is overloaded or not ready: {detail}", retry_after_s=1
-        )
-    return EngineError(f"the engine failed with HTTP {status}: {detail}")
+                self.state.admission.finish(ticket)
 
 
 def _with_priority(payload: dict[str, Any], cls: Priority) -> bytes:

@@ -17,18 +17,17 @@ import time
 
 import structlog
 
-from llmd.proxy.context import ProxyContext
+from llmd.state import DaemonState
 
 log = structlog.get_logger("llmd.proxy")
 
 
-async def watch_stalls(ctx: ProxyContext) -> None:
+async def watch_stalls(state: DaemonState) -> None:
     """Run until cancelled: end exchanges whose client has not read for send_timeout_s."""
     while True:
-        timeout = ctx.config.server.send_timeout_s
+        timeout = state.config.server.send_timeout_s
         await asyncio.sleep(min(1.0, max(timeout / 4, 0.05)))
         if not timeout:
             continue
-        for exchange in ctx.inflight.end_stalled(time.monotonic() - timeout):
-            ctx.admission.counters.stalled_streams += 1
+        for exchange in state.inflight.end_stalled(time.monotonic() - timeout):
             log.warning("client_too_slow", request_id=exchange.request_id, send_timeout_s=timeout)

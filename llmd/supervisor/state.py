@@ -6,7 +6,11 @@ import dataclasses
 import enum
 import time
 
+from llmd.engine.versions import ASSUMED, EngineApi
+from llmd.errors import EngineUnavailable
+from llmd.status import EngineStatus
 from llmd.supervisor.exits import ExitReason
+from llmd.telemetry.engine import EngineSample
 
 
 class EnginePhase(enum.StrEnum):
@@ -24,17 +28,20 @@ class EnginePhase(enum.StrEnum):
 class EngineState:
     """Mutable, single-writer (the supervisor) view of the engine.
 
-    Times are `time.monotonic()` seconds; `boot_s` is how long the last successful boot took,
+    `model` is the name clients use (set from the config before the first boot). Times are
+    `time.monotonic()` seconds; `boot_s` is how long the last successful boot took,
     used to estimate `Retry-After` while a boot is under way. `failed_boots` counts boots that
     never became ready within the supervisor's failure window. `exits_by_reason` counts the
     exits llmd did not ask for, by `ExitReason.kind` (each one is followed by a restart or by
-    giving up).
+    giving up). `api` is the vLLM release the engine answers as (its GET /version, read when it
+    becomes ready), where llmd must mirror what differs between releases.
     """
 
     phase: EnginePhase = EnginePhase.STARTING
     pid: int | None = None
     model: str = ""
     engine_version: str = ""
+    api: EngineApi = ASSUMED
     max_model_len: int | None = None
     boot_started_at: float | None = None
     ready_at: float | None = None
@@ -59,6 +66,33 @@ class EngineState:
             remaining = (self.boot_s or default_boot_s) - (now - self.boot_started_at)
         return max(1.0, remaining)
 
+    def unavailable_error(self) -> EngineUnavailable:
+        """The 503 for a request while the engine is not serving, with its Retry-After."""
+        return EngineUnavailable(
+            f"the engine is {self.phase.value}; retry later", retry_after_s=self.retry_after_s()
+        )
+
     def uptime_s(self) -> float | None:
         """Seconds since the engine became ready, or None when it is not serving."""
         return time.monotonic() - self.ready_at if self.serving and self.ready_at else None
+
+    def as_snapshot(self, sample: EngineSample | None, now: float) -> EngineStatus:
+        """The engine's part of the Status: its phase, pid, model, uptime, restarts and exits,
+        with the running and waiting gauges of its latest scrape `sample` (None: unknown)
+        and that scrape's age against `now` (monotonic s)."""
+        uptime = self.uptime_s()
+        return EngineStatus(
+            state=self.phase.value,
+            pid=self.pid,
+            model=self.model,
+            version=self.engine_version,
+            max_model_len=self.max_model_len,
+            uptime_s=round(uptime, 1) if uptime is not None else None,
+            restarts=self.restarts,
+            last_exit_reason=self.last_exit.kind if self.last_exit else None,
+            last_exit_detail=self.last_exit.detail if self.last_exit else None,
+            exits_by_reason=dict(self.exits_by_reason),
+            running=sample.running if sample else None,
+            waiting=sample.waiting if sample else None,
+            metrics_age_s=round(now - sample.taken_at, 2) if sample else None,
+        )

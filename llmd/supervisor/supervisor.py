@@ -15,9 +15,11 @@ import structlog
 
 from llmd.config import Config
 from llmd.engine.launch import engine_launch, installed_engine_build
+from llmd.engine.versions import ASSUMED, EngineApi
 from llmd.errors import EngineGaveUp
 from llmd.runtime import RuntimePaths
 from llmd.supervisor.exits import ExitReason, classify_exit
+from llmd.supervisor.leftovers import forget_engine, record_engine, stop_leftover
 from llmd.supervisor.policy import ExitRecord, GiveUp, decide_restart
 from llmd.supervisor.process import EngineProcess
 from llmd.supervisor.state import EnginePhase, EngineState
@@ -37,6 +39,9 @@ class Supervisor:
         self.paths = paths
         self.state = state
         self._stopping = asyncio.Event()
+        self._served = asyncio.Event()  # the engine of this boot serves
+        self._done = asyncio.Event()  # run() is not running
+        self._done.set()
         self._process: EngineProcess | None = None
         self._history: list[ExitRecord] = []
         self._restart_requested = False
@@ -46,17 +51,31 @@ class Supervisor:
 
     async def run(self) -> None:
         """Keep the engine up until `stop()`. Raises `EngineGaveUp` when the policy gives up."""
-        connector = aiohttp.UnixConnector(path=str(self.paths.engine_socket))
-        async with aiohttp.ClientSession(connector=connector) as probe:
-            while not self._stopping.is_set():
-                reason, was_ready = await self._run_once(probe)
-                if self._stopping.is_set():
-                    break
-                if reason.kind == "restart_requested":
-                    self.state.restarts += 1
-                    continue
-                await self._back_off(reason, was_ready)
-        self.state.phase = EnginePhase.STOPPED
+        self._done.clear()
+        try:
+            await self._stop_leftover()
+            connector = aiohttp.UnixConnector(path=str(self.paths.engine_socket))
+            async with aiohttp.ClientSession(connector=connector) as probe:
+                while not self._stopping.is_set():
+                    reason, was_ready = await self._run_once(probe)
+                    if self._stopping.is_set():
+                        break
+                    if reason.kind == "restart_requested":
+                        self.state.restarts += 1
+                        continue
+                    await self._back_off(reason, was_ready)
+            self.state.phase = EnginePhase.STOPPED
+        finally:
+            self._done.set()
+
+    async def _stop_leftover(self) -> None:
+        """Stop what an llmd killed before it could stop its engine left in this runtime
+        directory (llmd.supervisor.leftovers), before this llmd starts its own."""
+        pids = await asyncio.to_thread(
+            stop_leftover, self.paths.engine_pid_file, self.config.engine.stop_timeout_s
+        )
+        if pids:
+            log.warning("engine_leftover_stopped", pids=pids)
 
     async def _back_off(self, reason: ExitReason, was_ready: bool) -> None:
         """Wait as the restart policy says after an unrequested exit. Raises EngineGaveUp."""
@@ -97,23 +116,41 @@ class Supervisor:
             return False
         self._restart_requested = True
         self.state.phase = EnginePhase.RESTARTING
+        self._served.clear()  # wait_serving() now waits for the next engine
         log.warning("engine_restart_requested", pid=process.pid)
         await process.stop_group(self.config.engine.stop_timeout_s)
         return True
 
+    async def wait_serving(self, timeout_s: float) -> bool:
+        """Wait until the engine serves (True), or until the supervisor stops, gives up or
+        `timeout_s` seconds pass (False)."""
+        waits = [
+            asyncio.ensure_future(event.wait())
+            for event in (self._served, self._stopping, self._done)
+        ]
+        try:
+            await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waits:
+                waiter.cancel()
+        return self.state.serving and not self._stopping.is_set()
+
     async def stop(self) -> None:
-        """Stop the engine group: SIGTERM, SIGKILL after `engine.stop_timeout_s`, reap."""
+        """Stop the engine group (SIGTERM, SIGKILL after `engine.stop_timeout_s`, reap) and
+        wait for `run()` to end. An engine being spawned at this moment is stopped as soon as
+        it exists (`_run_once`), before `stop()` returns."""
         self._stopping.set()
-        if self._process is not None and (
-            self._process.running or self.state.phase is not EnginePhase.STOPPED
-        ):
+        if self.state.phase is not EnginePhase.STOPPED:
             self.state.phase = EnginePhase.STOPPING
+        if self._process is not None:
             await self._process.stop_group(self.config.engine.stop_timeout_s)
+        await self._done.wait()
         self.state.phase = EnginePhase.STOPPED
 
     async def _run_once(self, probe: aiohttp.ClientSession) -> tuple[ExitReason, bool]:
         """Boot one engine and serve until it exits; return why, and whether it became ready."""
         launch = engine_launch(self.config.engine, self.paths.engine_socket)
+        self._served.clear()
         self.state.boot_started_at = time.monotonic()
         self.state.ready_at = None
         self.state.phase = (
@@ -128,6 +165,8 @@ class Supervisor:
         self._process = process
         self.state.pid = process.pid
         log.info("engine_started", pid=process.pid, argv=" ".join(launch.argv))
+        pid_file = self.paths.engine_pid_file
+        record = await asyncio.to_thread(record_engine, pid_file, process.pgid)
         exited = asyncio.create_task(process.wait(), name="engine-wait")
         ready = await self._wait_ready(probe, exited)
         forced: ExitReason | None = None
@@ -139,7 +178,10 @@ class Supervisor:
                 "start_timeout", f"not ready after {self.config.engine.start_timeout_s:g}s"
             )
         if self._stopping.is_set() or self._restart_requested:
-            returncode = await exited  # stop() or restart() is taking the group down
+            # stop() or restart() is taking the group down; a stop that came while this engine
+            # was being spawned found no process to stop, so this stop is the one that does.
+            await process.stop_group(self.config.engine.stop_timeout_s)
+            returncode = await exited
         elif forced is not None:
             await process.stop_group(self.config.engine.stop_timeout_s)
             returncode = await exited
@@ -159,6 +201,7 @@ class Supervisor:
                 recent_lines=list(process.output.recent),
             )
         self.state.pid = None
+        forget_engine(pid_file, record)  # its group is stopped: nothing is left to find
         self._record_exit(reason)
         return reason, ready
 
@@ -203,7 +246,9 @@ class Supervisor:
         self.state.ready_at = now
         self.state.model = self.config.engine.model_name
         self.state.engine_version = (
-            installed_engine_build() if self.config.engine.kind == "vllm" else "sim"
+            installed_engine_build(self.config.engine.python)
+            if self.config.engine.kind == "vllm"
+            else "sim"
         )
         with contextlib.suppress(
             aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, KeyError, IndexError
@@ -213,12 +258,22 @@ class Supervisor:
             ) as r:
                 models = await r.json()
             self.state.max_model_len = int(models["data"][0]["max_model_len"])
+        self.state.api = ASSUMED
+        with contextlib.suppress(
+            aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, KeyError, TypeError
+        ):
+            async with probe.get(
+                "http://engine/version", timeout=aiohttp.ClientTimeout(total=5)
+            ) as r:
+                self.state.api = EngineApi.parse((await r.json())["version"])
         self.state.phase = EnginePhase.SERVING
+        self._served.set()
         log.info(
             "engine_ready",
             pid=self.state.pid,
             boot_s=round(self.state.boot_s, 1),
             max_model_len=self.state.max_model_len,
+            vllm_release=".".join(map(str, self.state.api.release)),
         )
 
     def _record_exit(self, reason: ExitReason) -> None:

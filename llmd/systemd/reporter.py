@@ -70,8 +70,14 @@ class ServiceReporter:
             RELOADING=1, MONOTONIC_USEC=time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
         )
 
-    def reloaded(self) -> None:
-        self.notifier.notify(READY=1, STATUS=self._last_status)
+    def reloaded(self, serving: bool) -> None:
+        """A reload has ended: READY=1 now when the engine serves, else on the first tick that
+        finds it serving (systemd keeps the unit in `reloading` until then)."""
+        if serving:
+            self.notifier.notify(READY=1, STATUS=self._last_status)
+            self._ready_sent = True
+        else:
+            self._ready_sent = False
 
     def stopping(self, line: str) -> None:
         self._last_status = line

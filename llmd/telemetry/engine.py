@@ -20,7 +20,6 @@ _GAUGES = {
     "vllm:gpu_cache_usage_perc": "kv_usage",
     "vllm:prompt_tokens_total": "prompt_tokens_total",
     "vllm:generation_tokens_total": "generation_tokens_total",
-    "vllm:num_preemptions_total": "preemptions_total",
 }
 _CACHE_INFO = "vllm:cache_config_info"
 _WANTED = (*_GAUGES, _CACHE_INFO)
@@ -42,7 +41,6 @@ class EngineSample:
     block_size: int | None = None
     prompt_tokens_total: float | None = None
     generation_tokens_total: float | None = None
-    preemptions_total: float | None = None
 
     @property
     def kv_capacity_tokens(self) -> int | None:
@@ -75,7 +73,6 @@ def parse_engine_metrics(text: str, taken_at: float) -> EngineSample:
         block_size=block_size,
         prompt_tokens_total=values.get("prompt_tokens_total"),
         generation_tokens_total=values.get("generation_tokens_total"),
-        preemptions_total=values.get("preemptions_total"),
     )
 
 

@@ -1,5 +1,6 @@
-"""llmd's Prometheus series: request-path counters and histograms, and gauges read from the
-Status snapshot at scrape time. One `CollectorRegistry` per instance (never the global one).
+"""llmd's request-path Prometheus series: counters and histograms updated as requests end.
+One `CollectorRegistry` per instance (never the global one); the gauges read from the Status
+snapshot at scrape time are `llmd.telemetry.status_metrics`'s.
 
 Names and labels are a contract (shared/DESIGN.md; pinned by tests/telemetry/test_metrics.py):
 prefix `llmd_`, base units (seconds, bytes, ratios 0..1), bounded label sets. Tenant labels past
@@ -8,8 +9,7 @@ the first `top_tenants` distinct tenants read `other`; prompt lengths are four b
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+import enum
 
 from prometheus_client import (
     CollectorRegistry,
@@ -18,14 +18,21 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
-if TYPE_CHECKING:
-    from llmd.status import Status
+from llmd.admission.classes import Priority
 
-CLASSES = ("interactive", "normal", "batch")
-CANCEL_PHASES = ("queued", "prefill", "decode")
+
+class Phase(enum.StrEnum):
+    """Where a request is: queued in llmd, prefill (in the engine, no output yet) or decode.
+    The `phase` label of the cancellations (where the client left)."""
+
+    QUEUED = "queued"
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+CLASSES = tuple(cls.label for cls in Priority)
+CANCEL_PHASES = tuple(phase.value for phase in Phase)
 OTHER_TENANT = "other"
 # Input-length buckets (prompt tokens) on the latency histograms.
 INPUT_LENGTHS = ((512, "le512"), (2048, "le2048"), (8192, "le8192"))
@@ -66,7 +73,8 @@ class TenantLabels:
 
 
 class ProxyMetrics:
-    """The series llmd updates per request, and a collector for the rest (read from `Status`)."""
+    """The series llmd updates per request, in their own registry (the status collector,
+    `llmd.telemetry.status_metrics`, adds the gauges read from the Status snapshot)."""
 
     def __init__(self, top_tenants: int) -> None:
         # No `_created` series: they double the text format for nothing Prometheus uses there.
@@ -105,17 +113,6 @@ class ProxyMetrics:
             "llmd_timeouts", "Requests ended by a queue timeout or deadline.", ["class"],
             registry=r,
         )  # fmt: skip
-        self._status: Callable[[], Status] | None = None
-        self._suppressed: Callable[[], dict[str, int]] = dict
-        r.register(_StatusCollector(self))
-
-    def bind(
-        self, status: Callable[[], Status], suppressed: Callable[[], dict[str, int]] | None = None
-    ) -> None:
-        """Read gauges at scrape time from `status()`, suppressed log lines from `suppressed()`."""
-        self._status = status
-        if suppressed is not None:
-            self._suppressed = suppressed
 
     def exposition(self) -> bytes:
         """The Prometheus text format of every llmd series."""
@@ -126,88 +123,3 @@ def _histogram(registry: CollectorRegistry, name: str, documentation: str) -> Hi
     return Histogram(
         name, documentation, ["class", "input_length"], buckets=LATENCY_BUCKETS, registry=registry
     )
-
-
-class _StatusCollector(Collector):
-    """Gauges from the Status snapshot and counters kept elsewhere, built at scrape time."""
-
-    def __init__(self, metrics: ProxyMetrics) -> None:
-        self.metrics = metrics
-
-    def describe(self) -> Iterator[Metric]:
-        return iter(())  # unknown until bound; auto-describe must not take a snapshot
-
-    def collect(self) -> Iterator[Metric]:
-        suppressed = CounterMetricFamily(
-            "llmd_log_lines_suppressed", "Log lines dropped by the rate limiter.", labels=["event"]
-        )
-        for event, count in sorted(self.metrics._suppressed().items()):
-            suppressed.add_metric([event], count)
-        yield suppressed
-        if self.metrics._status is None:
-            return
-        yield from _status_families(self.metrics._status(), self.metrics.tenant)
-
-
-def _status_families(status: Status, tenant: TenantLabels) -> Iterator[Metric]:
-    engine = status.engine
-    yield _gauge("llmd_engine_up", "1 when the engine serves requests.", engine.state == "serving")
-    restarts = CounterMetricFamily(
-        "llmd_engine_restarts", "Engine exits llmd did not ask for, by reason.", labels=["reason"]
-    )
-    for reason, count in sorted(engine.exits_by_reason.items()):
-        restarts.add_metric([reason], count)
-    yield restarts
-    yield _gauge("llmd_draining", "1 while llmd admits no new requests.", status.draining)
-    if status.kv_cache.usage is not None:
-        yield _gauge(
-            "llmd_engine_kv_cache_usage_ratio",
-            "Engine KV-cache usage, 0..1.",
-            status.kv_cache.usage,
-        )
-    if status.kv_cache.capacity_tokens is not None:
-        yield _gauge(
-            "llmd_engine_kv_cache_capacity_tokens",
-            "Engine KV-cache capacity in tokens.",
-            status.kv_cache.capacity_tokens,
-        )
-    if engine.running is not None:
-        yield _gauge("llmd_engine_requests_running", "Sequences the engine runs.", engine.running)
-    if engine.waiting is not None:
-        yield _gauge("llmd_engine_requests_waiting", "Requests the engine queues.", engine.waiting)
-    depth = GaugeMetricFamily("llmd_queue_depth", "Requests queued in llmd.", labels=["class"])
-    for queue in status.queues:
-        depth.add_metric([queue.name], queue.depth)
-    yield depth
-    in_flight = GaugeMetricFamily(
-        "llmd_in_flight", "Requests relayed to the engine now.", labels=["tenant"]
-    )
-    by_label: dict[str, int] = {}
-    for row in status.tenants:
-        label = tenant(row.name)
-        by_label[label] = by_label.get(label, 0) + row.in_flight
-    for label, count in sorted(by_label.items()):
-        in_flight.add_metric([label], count)
-    yield in_flight
-    yield from _gpu_families(status)
-
-
-def _gpu_families(status: Status) -> Iterator[Metric]:
-    specs = (
-        ("llmd_gpu_utilization_ratio", "GPU utilisation, 0..1 (NVML).", "utilization"),
-        ("llmd_gpu_memory_used_bytes", "GPU memory in use.", "memory_used_bytes"),
-        ("llmd_gpu_memory_total_bytes", "GPU memory in all.", "memory_total_bytes"),
-        ("llmd_gpu_temperature_celsius", "GPU temperature.", "temperature_c"),
-        ("llmd_gpu_power_watts", "GPU power draw.", "power_w"),
-    )
-    for name, documentation, field in specs:
-        family = GaugeMetricFamily(name, documentation, labels=["gpu", "name"])
-        for device in status.gpus.devices:
-            value = getattr(device, field)
-            if value is not None:
-                family.add_metric([str(device.index), device.name], value)
-        yield family
-
-
-def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, documentation, value=float(value))

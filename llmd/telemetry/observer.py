@@ -16,9 +16,17 @@ from typing import Protocol
 import structlog
 
 from llmd.errors import ApiError
+from llmd.status import (
+    CountsStatus,
+    GpuStatus,
+    KvCacheStatus,
+    LatencyStatus,
+    LatencyWindows,
+    ThroughputStatus,
+)
 from llmd.telemetry.engine import EngineSample
 from llmd.telemetry.gpu import GpuReading
-from llmd.telemetry.metrics import ProxyMetrics, input_length_label
+from llmd.telemetry.metrics import CANCEL_PHASES, ProxyMetrics, input_length_label
 from llmd.telemetry.windows import LatencyWindow, RateWindow
 
 log = structlog.get_logger("llmd.requests")
@@ -72,6 +80,28 @@ class Windows:
         # requests, prompt tokens, output tokens
         self.throughput = RateWindow()
 
+    def status(self, window_s: int) -> LatencyStatus:
+        """Queue wait, TTFT and end-to-end percentiles over the last `window_s` seconds."""
+        return LatencyStatus(
+            queue_wait=self.queue_wait.percentiles(window_s),
+            ttft=self.ttft.percentiles(window_s),
+            e2e=self.e2e.percentiles(window_s),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class TelemetrySnapshot:
+    """The observer's part of the Status: the engine's KV cache and latest scrape (`engine`,
+    for its running and waiting gauges), the GPUs, latency over 1 and 5 minutes, throughput
+    and the counts since start."""
+
+    engine: EngineSample | None
+    kv_cache: KvCacheStatus
+    gpus: GpuStatus
+    latency: LatencyWindows
+    throughput: ThroughputStatus
+    counts: CountsStatus
+
 
 class Observer:
     """Request accounting plus the latest engine and GPU readings (see the module docstring)."""
@@ -84,12 +114,50 @@ class Observer:
         self.engine_sample: EngineSample | None = None
         self.engine_token_rates: tuple[float, float] | None = None  # prompt, generation per s
         self.gpus = GpuReading()
-        self.enabled = True
+
+    def configure(self, top_tenants: int, log_requests: str) -> None:
+        """Take new settings (a reload): the tenant label bound (tenants already labelled keep
+        their label, so no series flaps) and which finished requests get a log line."""
+        self.metrics.tenant.limit = top_tenants
+        self.log_requests = log_requests
+
+    def as_snapshot(self) -> TelemetrySnapshot:
+        """The readings, windows and tallies now, for the Status."""
+        sample = self.engine_sample
+        kv_cache = KvCacheStatus()
+        if sample is not None:
+            kv_cache = KvCacheStatus(
+                usage=sample.kv_usage,
+                capacity_tokens=sample.kv_capacity_tokens,
+                block_size=sample.block_size,
+                num_blocks=sample.num_gpu_blocks,
+            )
+        requests, prompt, output = self.windows.throughput.rates(60, 3)
+        rates = self.engine_token_rates
+        tallies = self.tallies
+        return TelemetrySnapshot(
+            engine=sample,
+            kv_cache=kv_cache,
+            gpus=GpuStatus(self.gpus.devices, self.gpus.reason),
+            latency=LatencyWindows(self.windows.status(60), self.windows.status(300)),
+            throughput=ThroughputStatus(
+                requests_per_s=round(requests, 2),
+                prompt_tokens_per_s=round(prompt, 1),
+                output_tokens_per_s=round(output, 1),
+                engine_prompt_tokens_per_s=round(rates[0], 1) if rates else None,
+                engine_generation_tokens_per_s=round(rates[1], 1) if rates else None,
+            ),
+            counts=CountsStatus(
+                requests=tallies.requests,
+                rejections=dict(tallies.rejections),
+                cancellations={phase: tallies.cancellations[phase] for phase in CANCEL_PHASES},
+                timeouts=tallies.timeouts,
+                errors=tallies.errors,
+            ),
+        )
 
     def finished(self, record: Record) -> None:
         """Account a request that was relayed to the engine, once it has ended."""
-        if not self.enabled:
-            return
         now = record.ended_at or time.monotonic()
         outcome = _outcome(record)
         status = record.status or 0
@@ -150,8 +218,6 @@ class Observer:
     ) -> None:
         """Account a request answered with an error before it reached the engine
         (`code`: the error's code, the rejection reason)."""
-        if not self.enabled:
-            return
         m = self.metrics
         m.requests.labels(m.tenant(tenant), request_class, str(status)).inc()
         m.rejections.labels(code).inc()

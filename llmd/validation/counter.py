@@ -95,7 +95,9 @@ class LocalCounter:
         return self._template is not None
 
     def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        """Release the tokenizer thread once the counts queued on it are done (a reload may
+        replace this counter while requests still wait for their count)."""
+        self._executor.shutdown(wait=False)
 
     def can_count(self, prompt: Prompt) -> bool:
         """Whether this counter renders `prompt` exactly as the engine does."""

@@ -8,16 +8,19 @@ The body is re-serialised only when llmd changed it (a clamp or a default max_to
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
+import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import structlog
 
 from llmd.config import Config
+from llmd.engine.args import flags_given
 from llmd.errors import InvalidRequest, ModelNotFound
 from llmd.supervisor.state import EngineState
 from llmd.validation.context import ContextDecision, Policy, check_context
@@ -59,38 +62,68 @@ class Validator:
     def __init__(
         self, config: Config, engine: EngineState, session: Callable[[], aiohttp.ClientSession]
     ) -> None:
-        self.config = config.validation
         self.engine = engine
+        self.local: LocalCounter | None = None
+        self.remote = EngineCounter(session)
+        self.loading: asyncio.Task[None] | None = None
+        self._warned_no_limit = False
+        self._tokenizer_source: tuple[object, ...] = ()
+        self.configure(config)
+
+    def configure(self, config: Config) -> None:
+        """Take `config` (at start-up and on each reload): the context policy and the output
+        limits apply to the next request; a changed tokenizer setting (`validation.tokenizer`,
+        `tokenizer_path`, or the engine's model or rendering args) loads the tokenizer again
+        (`start_loading`; the old one counts until the new one is in)."""
+        self.config = config.validation
         self.served_models = [config.engine.model_name]
         self.tokenizer_path = config.validation.tokenizer_path or config.engine.model
         self.engine_args = config.engine.args
-        self.local: LocalCounter | None = None
-        self.remote = EngineCounter(session)
-        self._warned_no_limit = False
+        source = (config.validation.tokenizer, self.tokenizer_path, self.engine_args)
+        changed, self._tokenizer_source = source != self._tokenizer_source, source
+        if changed and self.loading is not None:  # loaded before: load again
+            self.start_loading()
+
+    def start_loading(self) -> asyncio.Task[None]:
+        """Load the tokenizer for the current settings in a task (`loading`, replacing one
+        under way). Needs a running event loop."""
+        if self.loading is not None:
+            self.loading.cancel()
+        self.loading = asyncio.create_task(self.load_tokenizer(), name="tokenizer-load")
+        return self.loading
 
     async def load_tokenizer(self) -> None:
-        """Load the local tokenizer on a thread; on failure, count through the engine (logged)."""
+        """Load the local tokenizer on a daemon thread; on failure, or when the settings say so,
+        count through the engine (logged). The counter it replaces is closed. The thread is
+        llmd's own, not the loop's executor: a stop that comes while it loads (seconds:
+        transformers imports torch) does not wait for it."""
+        local: LocalCounter | None = None
+        given = flags_given(self.engine_args, ENGINE_RENDERING_ARGS)
         if self.config.tokenizer == "engine":
             log.info("tokenizer_engine", reason="validation.tokenizer = engine")
-            return
-        given = [a for a in self.engine_args if a.split("=")[0] in ENGINE_RENDERING_ARGS]
-        if given and not self.config.tokenizer_path:
+        elif given and not self.config.tokenizer_path:
             log.warning("tokenizer_fallback_engine", reason="engine.args set " + ", ".join(given))
-            return
-        started = time.monotonic()
-        try:
-            self.local = await asyncio.to_thread(LocalCounter.load, self.tokenizer_path)
-        except TokenizerUnavailable as exc:
-            log.warning("tokenizer_fallback_engine", path=self.tokenizer_path, reason=str(exc))
-            return
-        log.info(
-            "tokenizer_loaded",
-            path=self.tokenizer_path,
-            seconds=round(time.monotonic() - started, 2),
-            chat_template=self.local.has_template,
-        )
+        else:
+            started = time.monotonic()
+            try:
+                local = await _on_daemon_thread(LocalCounter.load, self.tokenizer_path)
+            except TokenizerUnavailable as exc:
+                log.warning("tokenizer_fallback_engine", path=self.tokenizer_path, reason=str(exc))
+            else:
+                log.info(
+                    "tokenizer_loaded",
+                    path=self.tokenizer_path,
+                    seconds=round(time.monotonic() - started, 2),
+                    chat_template=local.has_template,
+                )
+        old, self.local = self.local, local
+        if old is not None:
+            old.close()
 
     def close(self) -> None:
+        """Stop a load under way and close the local tokenizer."""
+        if self.loading is not None:
+            self.loading.cancel()
         if self.local is not None:
             self.local.close()
 
@@ -101,7 +134,9 @@ class Validator:
         policy = _policy(headers, self.config.context_policy)
         fields = read_fields(endpoint, body)
         if fields.model is not None and fields.model not in self.served_models:
-            raise ModelNotFound(fields.model, self.served_models)
+            raise ModelNotFound(
+                fields.model, self.served_models, self.engine.api.names_models_when_not_found
+            )
         max_model_len = self.engine.max_model_len
         self._check_token_ids(fields.prompt)
         counts = await self._count(fields.prompt, fields.model, max_model_len)
@@ -113,7 +148,7 @@ class Validator:
         else:
             decision = check_context(
                 endpoint, counts, fields.output, max_model_len, self.config, policy,
-                fields.truncate_prompt_tokens,
+                fields.truncate_prompt_tokens, self.engine.api,
             )  # fmt: skip
         response_headers: list[tuple[bytes, bytes]] = []
         max_tokens = fields.output.max_tokens
@@ -153,3 +188,32 @@ def _policy(headers: list[Any], default: Policy) -> Policy:
                 f"header x-llmd-context-policy must be 'reject' or 'clamp', got {value!r}"
             )
     return default
+
+
+T = TypeVar("T")
+
+
+async def _on_daemon_thread(call: Callable[[str], T], arg: str) -> T:
+    """`call(arg)` on a new daemon thread, awaited. Unlike `asyncio.to_thread`, neither the
+    loop's shutdown nor the interpreter's exit waits for it."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if done.done():  # the awaiting task was cancelled
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            result, error = call(arg), None
+        except BaseException as exc:  # handed to the awaiting task
+            result, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name="tokenizer-load", daemon=True).start()
+    return await done

@@ -126,3 +126,20 @@ def test_verbs_without_a_daemon_exit_3(tmp_path: Any) -> None:
         text=True,
     )
     assert result.returncode == 3 and "no llmd daemon answers" in result.stderr
+
+
+def test_admin_bodies_have_the_public_limit_and_error_shape(llmd: LlmdProcess) -> None:
+    """The admin API reads bodies with server.max_body_bytes (413 body_too_large past it) and
+    answers bad JSON and unknown routes with OpenAI-shaped errors, as the public API does."""
+    limit = 4 * 1024 * 1024  # server.max_body_bytes, its default
+    transport = httpx.HTTPTransport(uds=str(llmd.runtime_dir / "admin.sock"))
+    with httpx.Client(transport=transport, timeout=30) as admin:
+        too_large = admin.post("http://llmd/drain", content=b" " * (limit + 1))
+        not_json = admin.post("http://llmd/drain", content=b"{nope")
+        no_route = admin.post("http://llmd/nowhere")
+    assert too_large.status_code == 413
+    assert too_large.json()["error"]["code"] == "body_too_large"
+    assert not_json.status_code == 400
+    assert not_json.json()["error"]["code"] == "invalid_request"
+    assert no_route.status_code == 404 and no_route.json()["error"]["type"]
+    assert llmd.admin_status()["draining"] is False

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from llmd.admission.controller import Admission
+from llmd.admission.waiters import Admission
 from llmd.config import Config, EngineConfig
 from llmd.engine.sim.metrics import SimMetrics
 from llmd.supervisor.state import EngineState

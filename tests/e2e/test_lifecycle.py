@@ -15,10 +15,11 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from llmd.supervisor.process import group_members
+from llmd.supervisor.group import group_members
 from tests.support.configs import demo_config
-from tests.support.llmd_process import LlmdProcess
+from tests.support.llmd_process import LlmdProcess, short_tmpdir
 from tests.support.model import ensure_tiny_model
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -143,3 +144,30 @@ def test_stop_ends_streams_and_leaves_no_engine_process(llmd: LlmdProcess) -> No
     assert llmd.process.wait(timeout=60) == 0
     for group in {pgid, *ENGINE_PGIDS}:
         assert not group_members(group), f"engine process group {group} survived llmd"
+
+
+def test_kill_9_of_llmd_takes_the_vllm_engine_along() -> None:
+    """SIGKILL to `llmd serve` with a real vLLM: the kernel sends its API server SIGTERM, which
+    stops its engine core; no process of the group is left within a minute, and the next llmd
+    on the same runtime directory serves."""
+    workdir = short_tmpdir("llmd-e2e-kill9-")
+    config = demo_config(ensure_tiny_model())
+    first = LlmdProcess.start(config, workdir=workdir)
+    pgid = 0
+    try:
+        first.wait_ready()
+        pgid = first.admin_status()["engine"]["pid"]
+        assert len(group_members(pgid)) >= 2  # API server plus engine core (and workers)
+        first.process.kill()
+        first.process.wait(10)
+        assert wait_for(lambda: not group_members(pgid), timeout_s=60), group_members(pgid)
+    finally:
+        first.stop()
+        if pgid and group_members(pgid):  # a failed check must not leave vLLM running
+            os.killpg(pgid, signal.SIGKILL)
+    second = LlmdProcess.start(config, workdir=workdir)
+    try:
+        second.wait_ready()
+        assert second.admin_status()["engine"]["state"] == "serving"
+    finally:
+        assert second.stop() == 0

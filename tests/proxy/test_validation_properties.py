@@ -108,7 +108,8 @@ def oracle_fits(tokenizer: Any, path: str, body: dict[str, Any]) -> bool:
             len(p) if isinstance(p, list) else len(tokenizer(p)["input_ids"]) for p in prompts
         ]
         default = 16
-    asked = body.get("max_completion_tokens") or body.get("max_tokens") or default
+    given = [body.get(key) for key in ("max_completion_tokens", "max_tokens")]
+    asked = next((value for value in given if value is not None), default)  # 0 is an answer
     return all(isinstance(v, int) and v >= 0 for v in (asked, body.get("n") or 1)) and (
         max(lengths) + asked <= MAX_MODEL_LEN
     )

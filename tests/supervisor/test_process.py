@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import sys
+import threading
 from pathlib import Path
 
 from llmd.engine.launch import EngineLaunch
-from llmd.supervisor.process import EngineProcess, group_members
+from llmd.supervisor.group import group_members
+from llmd.supervisor.process import EngineProcess
 from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
@@ -40,3 +44,34 @@ async def test_a_wait_in_progress_survives_stop_group(tmp_path: Path) -> None:
     await process.stop_group(timeout_s=2.0)
     assert await exited == 0
     assert group_members(process.pgid) == []
+
+
+def test_the_engine_is_spawned_only_from_the_main_thread(tmp_path: Path) -> None:
+    """The parent-death signal follows the thread that forks: a spawn from any other thread
+    (where the engine would die with that thread) is refused."""
+    launch = EngineLaunch(("true",), {}, tmp_path / "engine.sock")
+    errors: list[BaseException] = []
+
+    def spawn_in_a_thread() -> None:
+        try:
+            asyncio.run(EngineProcess.spawn(launch, lambda level, line: None))
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=spawn_in_a_thread)
+    thread.start()
+    thread.join(10)
+    assert errors and "main thread" in str(errors[0])
+
+
+async def test_the_engine_gets_sigterm_when_its_parent_dies(tmp_path: Path) -> None:
+    """The child's parent-death signal is SIGTERM (read from /proc: PR_GET_PDEATHSIG)."""
+    probe = (
+        "import ctypes, signal; sig = ctypes.c_int(); "
+        "ctypes.CDLL(None).prctl(2, ctypes.byref(sig), 0, 0, 0); print(sig.value)"
+    )
+    launch = EngineLaunch((sys.executable, "-c", probe), {}, tmp_path / "engine.sock")
+    lines: list[str] = []
+    process = await EngineProcess.spawn(launch, lambda level, line: lines.append(line))
+    assert await process.wait() == 0
+    assert process.output.recent[-1] == str(int(signal.SIGTERM))

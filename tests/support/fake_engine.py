@@ -17,15 +17,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import uvicorn
 from aiohttp import web
 
 from llmd.config import Config, EngineConfig, ServerConfig, ValidationConfig
+from llmd.engine.versions import EngineApi
 from llmd.proxy.app import build_app
-from llmd.proxy.context import ProxyContext
-from llmd.runtime import RuntimePaths
+from llmd.state import DaemonState
 from llmd.supervisor.state import EnginePhase, EngineState
 from llmd.telemetry.observer import Observer
+from tests.support.state import daemon_state
 
 
 @dataclasses.dataclass
@@ -70,7 +72,7 @@ class ProxyStack:
     base_url: str
     engine: FakeEngine
     engine_state: EngineState
-    ctx: ProxyContext
+    ctx: DaemonState
 
     @classmethod
     @contextlib.contextmanager
@@ -85,7 +87,8 @@ class ProxyStack:
         """Start the stack; stop it on exit. `validation` sets ValidationConfig fields.
 
         With `real_engine` (a running engine's Unix socket) the proxy relays to it instead of
-        to the fake engine (whose `received` then stays empty).
+        to the fake engine (whose `received` then stays empty), knowing its vLLM release from
+        its GET /version as the supervisor does.
         """
         config = Config(
             server=ServerConfig(runtime_dir=str(runtime_dir), max_body_bytes=1024 * 1024),
@@ -93,11 +96,13 @@ class ProxyStack:
             validation=ValidationConfig(**validation),
         )
         state = EngineState(phase=EnginePhase.SERVING, max_model_len=max_model_len)
+        if real_engine is not None:
+            with httpx.Client(transport=httpx.HTTPTransport(uds=str(real_engine))) as client:
+                version = client.get("http://engine/version", timeout=30).json()["version"]
+            state.api = EngineApi.parse(version)
         # No request log lines: the stack outlives each test's output capture.
         observer = Observer(log_requests="off")
-        ctx = ProxyContext(
-            config=config, paths=RuntimePaths(runtime_dir), engine=state, observer=observer
-        )
+        ctx = daemon_state(config, state, observer, runtime_dir)
         engine = FakeEngine()
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))

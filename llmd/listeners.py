@@ -1,0 +1,49 @@
+"""The daemon's listening sockets: the public TCP listener and the admin Unix socket."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from pathlib import Path
+
+
+def bind_tcp(host: str, port: int, send_buffer_bytes: int = 0) -> socket.socket:
+    """The public listener on `host:port`. Raises OSError (address in use, ...)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    set_send_buffer(sock, send_buffer_bytes)
+    sock.bind((host, port))
+    sock.set_inheritable(False)
+    return sock
+
+
+def set_send_buffer(sock: socket.socket, send_buffer_bytes: int) -> None:
+    """Set SO_SNDBUF on listener `sock` (0: leave the kernel's autotuned default). Each
+    connection accepted from then on inherits it: it bounds what a slow client can leave
+    buffered. Linux keeps twice the value (socket(7)); once set, a listener never goes back to
+    autotuning."""
+    if send_buffer_bytes:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer_bytes)
+
+
+def send_buffer(sock: socket.socket) -> int:
+    """The SO_SNDBUF that `set_send_buffer` gave `sock` (the kernel's value, halved)."""
+    return sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) // 2
+
+
+def bind_unix(path: Path, mode: int) -> socket.socket:
+    """A Unix socket at `path` with `mode` (0660 for the admin API: root and llmd's group, the
+    group being the daemon's own, `Group=llmd` under systemd). It is created under umask 0177,
+    so it never exists with more than 0600 before the chmod. Raises OSError."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_umask = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old_umask)
+    os.chmod(path, mode)
+    return sock

@@ -1,0 +1,96 @@
+"""The client side of a relayed request: the response start, the body, errors in-band.
+
+Kept apart from the endpoint (`relay.py`), as starlette keeps responses apart from routing. Every
+byte llmd sends a generation client goes through `ClientWriter`, which times each send for the
+stall watcher and tells whether an error must go in-band.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import structlog
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from llmd.errors import ApiError
+from llmd.proxy.inflight import Exchange
+
+log = structlog.get_logger("llmd.proxy")
+
+SSE_BOUNDARY = b"\n\n"
+
+
+async def send_error(send: Send, error: ApiError) -> None:
+    """Answer `error` as a complete OpenAI-shaped JSON response (with Retry-After on 429 and
+    503): the one writer of every error llmd answers, public and admin API alike."""
+    body = error.body()
+    headers = [*error.headers(), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+class ErrorResponse(Response):
+    """`error` as a Starlette response, for the app's exception handlers and `/ready`: written
+    by `send_error` like every other error llmd answers."""
+
+    def __init__(self, error: ApiError) -> None:
+        super().__init__(status_code=error.status)
+        self.error = error
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send_error(send, self.error)
+
+
+class ClientWriter:
+    """Wraps ASGI `send` for one exchange: remembers whether the response has started (so an
+    error goes in-band) and the stream's last bytes (whether it ended between SSE events)."""
+
+    def __init__(self, send: Send, exchange: Exchange) -> None:
+        self._send = send
+        self.exchange = exchange
+        self.tail = SSE_BOUNDARY
+
+    @property
+    def between_events(self) -> bool:
+        """Whether what was sent so far ends at an SSE event boundary (a blank line)."""
+        return self.tail == SSE_BOUNDARY
+
+    async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        self.exchange.response_started = True
+        self.exchange.status = status
+        self.exchange.send_since = time.monotonic()
+        await self._send({"type": "http.response.start", "status": status, "headers": headers})
+        self.exchange.send_since = None
+
+    async def body(self, chunk: bytes, *, more: bool) -> None:
+        exchange = self.exchange
+        if chunk:
+            # The last two bytes of the stream so far, across chunk boundaries: an engine may
+            # split the blank line that ends an event between two reads.
+            self.tail = (self.tail + chunk)[-2:]
+            exchange.saw_body(chunk)
+        # A send blocks while the client's transport buffer is full; the stall watcher
+        # (llmd/proxy/stalls.py) ends exchanges blocked longer than server.send_timeout_s.
+        exchange.send_since = time.monotonic()
+        await self._send({"type": "http.response.body", "body": chunk, "more_body": more})
+        exchange.send_since = None
+
+
+async def answer_error(send: ClientWriter, error: ApiError) -> None:
+    """Send `error` as a response, or in-band as an SSE event when the stream has started."""
+    exchange = send.exchange
+    exchange.error_code = str(error.code)
+    with contextlib.suppress(OSError):
+        if not exchange.response_started:
+            exchange.status = error.status
+            await send_error(send._send, error)
+        elif exchange.stream:
+            prefix = b"" if send.between_events else SSE_BOUNDARY
+            await send.body(prefix + error.sse_event(), more=False)
+        else:
+            await send.body(b"", more=False)
+    log.warning(
+        "request_failed", request_id=exchange.request_id, code=error.code, error=error.message
+    )

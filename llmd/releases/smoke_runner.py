@@ -1,0 +1,224 @@
+"""Gather the smoke gate's observations from a live engine on its Unix socket (HTTP with
+aiohttp, one connection per request as llmd's relay does: ENGINE.md), then judge them
+(llmd/releases/smoke.py).
+
+Golden prompts run greedy (temperature 0) so a release answers the same way each time, and one
+at a time so the latency bound measures the engine, not the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from llmd.releases.golden import FIXED_CHAT, FIXED_TEXTS, GoldenPrompt
+from llmd.releases.smoke import (
+    GoldenAnswer,
+    SmokeExpectations,
+    SmokeObservations,
+    SmokeReport,
+    TokenCount,
+    judge,
+)
+from llmd.validation.counter import LocalCounter
+from llmd.validation.fields import Endpoint, read_fields
+
+_POLL_S = 0.2
+_SMALL_TIMEOUT = aiohttp.ClientTimeout(total=10)
+
+
+async def wait_healthy(
+    socket: Path, timeout_s: float, alive: Callable[[], bool] = lambda: True
+) -> float | None:
+    """Poll `GET /health` until 200; the seconds it took, or None after `timeout_s` or once
+    `alive()` says the engine process is gone."""
+    began = time.monotonic()
+    while time.monotonic() - began < timeout_s:
+        if not alive():
+            return None
+        try:
+            async with (
+                _session(socket) as session,
+                session.get(
+                    "http://engine/health", timeout=aiohttp.ClientTimeout(total=2)
+                ) as response,
+            ):
+                if response.status == 200:
+                    return time.monotonic() - began
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            pass
+        await asyncio.sleep(_POLL_S)
+    return None
+
+
+async def run_smoke(
+    socket: Path,
+    expected: SmokeExpectations,
+    *,
+    boot_s: float | None,
+    counter: LocalCounter | None,
+    golden: Sequence[GoldenPrompt],
+    max_tokens: int,
+    engine_log_tail: str = "",
+) -> SmokeReport:
+    """Observe the engine on `socket` (unless it did not boot) and judge it. `counter` is the
+    local tokenizer llmd will count this release's prompts with (None: llmd asks the engine)."""
+    if boot_s is None or boot_s > expected.boot_timeout_s:
+        return judge(SmokeObservations(boot_s=boot_s), expected, engine_log_tail)
+    seen = await observe(
+        socket,
+        expected.served_model_name,
+        boot_s=boot_s,
+        counter=counter,
+        golden=golden,
+        max_tokens=max_tokens,
+        request_timeout_s=expected.latency_s * 2 + 5,
+    )
+    return judge(seen, expected, engine_log_tail)
+
+
+async def observe(
+    socket: Path,
+    model: str,
+    *,
+    boot_s: float,
+    counter: LocalCounter | None,
+    golden: Sequence[GoldenPrompt],
+    max_tokens: int,
+    request_timeout_s: float,
+) -> SmokeObservations:
+    """Read /v1/models, count the fixed texts both ways, run the golden prompts."""
+    served, max_model_len = await _models(socket)
+    counts = [await _count(socket, model, counter, label, text) for label, text in FIXED_TEXTS]
+    counts.append(await _count(socket, model, counter, "chat", None))
+    answers = [
+        await _golden(socket, model, prompt, max_tokens, request_timeout_s) for prompt in golden
+    ]
+    return SmokeObservations(
+        boot_s=boot_s,
+        served_models=served,
+        max_model_len=max_model_len,
+        token_counts=tuple(counts),
+        golden=tuple(answers),
+    )
+
+
+async def _models(socket: Path) -> tuple[tuple[str, ...], int | None]:
+    try:
+        answer = await _call(socket, "GET", "/v1/models", None, _SMALL_TIMEOUT)
+    except _Failed:
+        return (), None
+    models = answer.get("data") if isinstance(answer, dict) else None
+    if not isinstance(models, list):
+        return (), None
+    names = tuple(str(m.get("id")) for m in models if isinstance(m, dict))
+    lengths = [m.get("max_model_len") for m in models if isinstance(m, dict)]
+    length = lengths[0] if lengths and isinstance(lengths[0], int) else None
+    return names, length
+
+
+async def _count(
+    socket: Path, model: str, counter: LocalCounter | None, label: str, text: str | None
+) -> TokenCount:
+    """`text` as a completion prompt, or FIXED_CHAT as a chat when `text` is None."""
+    if text is None:
+        body: dict[str, Any] = {"model": model, "messages": list(FIXED_CHAT)}
+        prompt = read_fields(Endpoint.CHAT, body).prompt
+        tokenize = {**body, "add_generation_prompt": True}
+    else:
+        body = {"model": model, "prompt": text}
+        prompt = read_fields(Endpoint.COMPLETIONS, body).prompt
+        tokenize = body
+    local = None
+    if counter is not None and counter.can_count(prompt):
+        local = (await counter.count(prompt))[0]
+    try:
+        answer = await _call(socket, "POST", "/tokenize", tokenize, _SMALL_TIMEOUT)
+    except _Failed as exc:
+        return TokenCount(label, local, None, f"/tokenize failed: {exc}")
+    count = answer.get("count") if isinstance(answer, dict) else None
+    if not isinstance(count, int):
+        return TokenCount(label, local, None, f"/tokenize answered {answer!r:.200}")
+    return TokenCount(label, local, count)
+
+
+async def _golden(
+    socket: Path, model: str, prompt: GoldenPrompt, max_tokens: int, timeout_s: float
+) -> GoldenAnswer:
+    body = {
+        "model": model,
+        "messages": list(prompt.messages),
+        "max_tokens": prompt.max_tokens or max_tokens,
+        "temperature": 0,
+    }
+    began = time.monotonic()
+    try:
+        answer = await _call(
+            socket, "POST", "/v1/chat/completions", body, aiohttp.ClientTimeout(total=timeout_s)
+        )
+    except _Failed as exc:
+        return GoldenAnswer(prompt.label, "", (), time.monotonic() - began, error=str(exc))
+    latency = time.monotonic() - began
+    try:
+        choice = answer["choices"][0]
+        text = choice["message"]["content"] or ""
+        finish = choice.get("finish_reason")
+    except (KeyError, IndexError, TypeError):
+        return GoldenAnswer(prompt.label, "", (), latency, error=f"answered {answer!r:.200}")
+    ids: tuple[int, ...] = ()
+    if text.strip():
+        tokenize = {"model": model, "prompt": text, "add_special_tokens": False}
+        try:
+            tokens = await _call(socket, "POST", "/tokenize", tokenize, _SMALL_TIMEOUT)
+            ids = tuple(tokens.get("tokens") or ())
+        except _Failed as exc:
+            return GoldenAnswer(prompt.label, text, (), latency, finish, f"/tokenize: {exc}")
+    return GoldenAnswer(prompt.label, text, ids, latency, finish)
+
+
+class _Failed(Exception):
+    """A call to the engine failed: connection, timeout, non-200, not JSON."""
+
+
+async def _call(
+    socket: Path,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None,
+    timeout: aiohttp.ClientTimeout,
+) -> Any:
+    try:
+        async with (
+            _session(socket) as session,
+            session.request(
+                method,
+                "http://engine" + path,
+                data=None if body is None else json.dumps(body),
+                headers={"content-type": "application/json"},
+                timeout=timeout,
+            ) as response,
+        ):
+            payload = await response.read()
+            status = response.status
+    except TimeoutError as exc:
+        raise _Failed(f"no answer within {timeout.total:g} s") from exc
+    except (aiohttp.ClientError, OSError) as exc:
+        raise _Failed(f"{type(exc).__name__}: {exc}") from exc
+    if status != 200:
+        raise _Failed(f"HTTP {status}: {payload.decode(errors='replace')[:200]}")
+    try:
+        return json.loads(payload)
+    except ValueError as exc:
+        raise _Failed(f"not JSON: {payload[:200]!r}") from exc
+
+
+def _session(socket: Path) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        connector=aiohttp.UnixConnector(path=str(socket), force_close=True)
+    )

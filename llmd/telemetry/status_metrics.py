@@ -1,0 +1,107 @@
+"""The Prometheus gauges read from the Status snapshot at scrape time, and the suppressed log
+lines: engine up, restarts, draining, KV cache, engine running and waiting, queue depth, in
+flight by tenant, GPUs. Names and labels are a contract (shared/DESIGN.md; pinned by
+tests/telemetry/test_metrics.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from llmd.status import Status
+from llmd.telemetry.metrics import TenantLabels
+
+
+class StatusCollector(Collector):
+    """Gauges from the Status snapshot and counters kept elsewhere, built at scrape time:
+    `status()` gives the snapshot, `suppressed()` the rate-limited log lines by event, and
+    `tenant` maps tenants to their label (the request-path series' own mapping)."""
+
+    def __init__(
+        self,
+        status: Callable[[], Status],
+        suppressed: Callable[[], dict[str, int]],
+        tenant: TenantLabels,
+    ) -> None:
+        self.status = status
+        self.suppressed = suppressed
+        self.tenant = tenant
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())  # registering must not take a snapshot (auto-describe would)
+
+    def collect(self) -> Iterator[Metric]:
+        suppressed = CounterMetricFamily(
+            "llmd_log_lines_suppressed", "Log lines dropped by the rate limiter.", labels=["event"]
+        )
+        for event, count in sorted(self.suppressed().items()):
+            suppressed.add_metric([event], count)
+        yield suppressed
+        yield from _status_families(self.status(), self.tenant)
+
+
+def _status_families(status: Status, tenant: TenantLabels) -> Iterator[Metric]:
+    engine = status.engine
+    yield _gauge("llmd_engine_up", "1 when the engine serves requests.", engine.state == "serving")
+    restarts = CounterMetricFamily(
+        "llmd_engine_restarts", "Engine exits llmd did not ask for, by reason.", labels=["reason"]
+    )
+    for reason, count in sorted(engine.exits_by_reason.items()):
+        restarts.add_metric([reason], count)
+    yield restarts
+    yield _gauge("llmd_draining", "1 while llmd admits no new requests.", status.draining)
+    if status.kv_cache.usage is not None:
+        yield _gauge(
+            "llmd_engine_kv_cache_usage_ratio",
+            "Engine KV-cache usage, 0..1.",
+            status.kv_cache.usage,
+        )
+    if status.kv_cache.capacity_tokens is not None:
+        yield _gauge(
+            "llmd_engine_kv_cache_capacity_tokens",
+            "Engine KV-cache capacity in tokens.",
+            status.kv_cache.capacity_tokens,
+        )
+    if engine.running is not None:
+        yield _gauge("llmd_engine_requests_running", "Sequences the engine runs.", engine.running)
+    if engine.waiting is not None:
+        yield _gauge("llmd_engine_requests_waiting", "Requests the engine queues.", engine.waiting)
+    depth = GaugeMetricFamily("llmd_queue_depth", "Requests queued in llmd.", labels=["class"])
+    for queue in status.queues:
+        depth.add_metric([queue.name], queue.depth)
+    yield depth
+    in_flight = GaugeMetricFamily(
+        "llmd_in_flight", "Requests relayed to the engine now.", labels=["tenant"]
+    )
+    by_label: dict[str, int] = {}
+    for row in status.tenants:
+        label = tenant(row.name)
+        by_label[label] = by_label.get(label, 0) + row.in_flight
+    for label, count in sorted(by_label.items()):
+        in_flight.add_metric([label], count)
+    yield in_flight
+    yield from _gpu_families(status)
+
+
+def _gpu_families(status: Status) -> Iterator[Metric]:
+    specs = (
+        ("llmd_gpu_utilization_ratio", "GPU utilisation, 0..1 (NVML).", "utilization"),
+        ("llmd_gpu_memory_used_bytes", "GPU memory in use.", "memory_used_bytes"),
+        ("llmd_gpu_memory_total_bytes", "GPU memory in all.", "memory_total_bytes"),
+        ("llmd_gpu_temperature_celsius", "GPU temperature.", "temperature_c"),
+        ("llmd_gpu_power_watts", "GPU power draw.", "power_w"),
+    )
+    for name, documentation, field in specs:
+        family = GaugeMetricFamily(name, documentation, labels=["gpu", "name"])
+        for device in status.gpus.devices:
+            value = getattr(device, field)
+            if value is not None:
+                family.add_metric([str(device.index), device.name], value)
+        yield family
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=float(value))

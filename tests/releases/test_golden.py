@@ -1,0 +1,79 @@
+"""Golden prompts from a file, and the context length a release pins."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from llmd.errors import ReleaseError
+from llmd.releases.golden import (
+    BUILTIN_GOLDEN,
+    human_readable_int,
+    load_golden,
+    pinned_max_model_len,
+)
+from llmd.releases.record import EngineTable, Release
+
+
+def test_no_file_means_the_builtin_prompts() -> None:
+    """`golden_prompts = ""`: the three built-in chats."""
+    assert load_golden("") == BUILTIN_GOLDEN and len(BUILTIN_GOLDEN) == 3
+
+
+def test_a_file_gives_one_prompt_a_line(tmp_path: Path) -> None:
+    """JSON lines with messages, an optional max_tokens and label; blank lines skipped."""
+    path = tmp_path / "golden.jsonl"
+    lines = [
+        {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8, "label": "hi"},
+        {},
+        {"messages": [{"role": "user", "content": "Bye"}]},
+    ]
+    path.write_text("\n".join(json.dumps(x) if x else "" for x in lines))
+    prompts = load_golden(str(path))
+    assert [(p.label, p.max_tokens) for p in prompts] == [("hi", 8), ("line 3", None)]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{", "golden.jsonl:1: not JSON"),
+        ('{"messages": []}', "golden.jsonl:1: expected"),
+        ('{"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}', "expected"),
+        ("", "no golden prompt"),
+    ],
+)
+def test_a_bad_file_names_the_line(tmp_path: Path, text: str, message: str) -> None:
+    """Each malformed line is refused with its number."""
+    path = tmp_path / "golden.jsonl"
+    path.write_text(text)
+    with pytest.raises(ReleaseError, match=message):
+        load_golden(str(path))
+
+
+def test_a_missing_file_is_a_release_error(tmp_path: Path) -> None:
+    """The path and the OS's reason."""
+    with pytest.raises(ReleaseError, match="cannot read golden prompts"):
+        load_golden(str(tmp_path / "none.jsonl"))
+
+
+@pytest.mark.parametrize(
+    ("value", "number"),
+    [("1024", 1024), ("1k", 1000), ("1K", 1024), ("25.6k", 25600), ("-1", None), ("x", None)],
+)
+def test_human_readable_lengths_read_as_vllm_reads_them(value: str, number: int | None) -> None:
+    """vLLM's human_readable_int: k/m/g decimal, K/M/G binary."""
+    assert human_readable_int(value) == number
+
+
+def test_the_pinned_context_is_the_last_max_model_len_flag() -> None:
+    """`--max-model-len` (or `--max-model-len=`), the last one wins; none pinned: None."""
+    table = EngineTable("vllm", "m", "m", "", (), ("--max-model-len", "512"), {})
+    release = Release("r", "main", "", "", table, None, None)  # type: ignore[arg-type]
+    assert pinned_max_model_len(release) == 512
+    table = dataclasses.replace(table, args=("--max-model-len", "512", "--max-model-len=2k"))
+    assert pinned_max_model_len(dataclasses.replace(release, table=table)) == 2000
+    table = dataclasses.replace(table, args=("--enforce-eager",))
+    assert pinned_max_model_len(dataclasses.replace(release, table=table)) is None

@@ -1,0 +1,279 @@
+"""The daemon in-process on the simulator: reload is start-up again (every config field either
+takes effect on the live parts or is reported), a refused reload changes nothing, a restart
+applies a pending engine table, and shutdown runs every step even when one fails."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import signal
+import tomllib
+import typing
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+import structlog
+import tomli_w
+
+from llmd.admin.client import AdminRefused, admin_request
+from llmd.admission.classes import Priority
+from llmd.config import Config, load_config
+from llmd.daemon import Daemon
+from llmd.listeners import send_buffer
+from llmd.logs import configure_logging, line_limiter
+from tests.support.llmd_process import free_port, short_tmpdir
+from tests.support.model import ensure_tiny_model
+from tests.support.sim_process import sim_config
+from tests.support.waiting import until
+
+Probe = Callable[[Daemon], Any]
+
+
+def _class_probe(cls: Priority, field: str) -> Probe:
+    return lambda d: getattr(d.state.admission.scheduler.classes[cls].policy, field)
+
+
+def _renderer(d: Daemon) -> str:
+    last = structlog.get_config()["processors"][-1]
+    return "console" if isinstance(last, structlog.dev.ConsoleRenderer) else "json"
+
+
+# Where each key's value is in use on the live daemon (what the code reads when it acts).
+# A field added to the config without a probe here fails the walk, unless a reload reports it.
+PROBES: dict[str, Probe] = {
+    "server.listen": lambda d: d.public.getsockname()[1] if d.public else None,
+    "server.runtime_dir": lambda d: str(d.paths.root),
+    "server.max_body_bytes": lambda d: d.state.config.server.max_body_bytes,
+    "server.drain_timeout_s": lambda d: d.state.config.server.drain_timeout_s,
+    "server.send_timeout_s": lambda d: d.state.config.server.send_timeout_s,
+    "server.send_buffer_bytes": lambda d: send_buffer(d.public) if d.public else None,
+    "supervisor.backoff_initial_s": lambda d: d.supervisor.config.supervisor.backoff_initial_s,
+    "supervisor.backoff_max_s": lambda d: d.supervisor.config.supervisor.backoff_max_s,
+    "supervisor.max_failed_boots": lambda d: {
+        d.supervisor.config.supervisor.max_failed_boots,
+        d.reporter.max_failed_boots,
+    },
+    "supervisor.failure_window_s": lambda d: d.supervisor.config.supervisor.failure_window_s,
+    "logging.level": lambda d: logging.getLevelName(logging.getLogger().level).lower(),
+    "logging.format": _renderer,
+    "logging.requests": lambda d: d.state.observer.log_requests,
+    "logging.rate_limit_lines": lambda d: line_limiter().lines,
+    "logging.rate_limit_window_s": lambda d: line_limiter().window_s,
+    "telemetry.engine_interval_s": lambda d: d.scraper.config.engine_interval_s,
+    "telemetry.gpu_interval_s": lambda d: d.scraper.config.gpu_interval_s,
+    "telemetry.top_tenants": lambda d: d.state.observer.metrics.tenant.limit,
+    "validation.context_policy": lambda d: d.state.validator.config.context_policy,
+    "validation.default_max_tokens": lambda d: d.state.validator.config.default_max_tokens,
+    "validation.max_tokens_limit": lambda d: d.state.validator.config.max_tokens_limit,
+    "validation.tokenizer": lambda d: "engine" if d.state.validator.local is None else "auto",
+    "validation.tokenizer_path": lambda d: d.state.validator.config.tokenizer_path,
+    "admission.tenants_file": lambda d: str(d.state.admission.tenants.path or ""),
+    "admission.max_in_flight": lambda d: d.state.admission.gate.max_in_flight,
+    "admission.batch_reserve": lambda d: d.state.admission.gate.batch_reserve,
+    "admission.kv_high_watermark": lambda d: d.state.admission.gate.kv_high_watermark,
+    "admission.kv_overcommit": lambda d: d.state.admission.gate.kv_overcommit,
+    "admission.max_engine_waiting": lambda d: d.state.admission.gate.max_engine_waiting,
+    **{
+        f"admission.{cls.label}.{field}": _class_probe(cls, field)
+        for cls in Priority
+        for field in ("queue_size", "queue_timeout_s", "aging_s")
+    },
+}
+# Values a generic change would make invalid; the walk uses these instead.
+SPECIAL: dict[str, Callable[[Path], Any]] = {
+    "server.listen": lambda workdir: f"127.0.0.1:{free_port()}",
+    "server.runtime_dir": lambda workdir: str(workdir / "other-run"),
+    "admission.tenants_file": lambda workdir: str(workdir / "tenants.toml"),
+}
+# What the live probe reads for a configured value, where the two differ in form.
+LIVE_FORM: dict[str, Callable[[Any], Any]] = {
+    "server.listen": lambda value: int(value.rpartition(":")[2]),
+    "supervisor.max_failed_boots": lambda value: {value},
+}
+
+
+def leaf_fields(cls: type[Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Every key of the config (dotted) and its type, generated from the dataclasses."""
+    hints = typing.get_type_hints(cls)
+    for field in dataclasses.fields(cls):
+        if field.name == "source":
+            continue
+        hint = hints[field.name]
+        if dataclasses.is_dataclass(hint):
+            yield from leaf_fields(hint, f"{prefix}{field.name}.")  # type: ignore[arg-type]
+        else:
+            yield f"{prefix}{field.name}", hint
+
+
+def changed_value(key: str, hint: Any, value: Any, workdir: Path) -> Any:
+    """A different valid value for `key` (of type `hint`, now `value`)."""
+    if key in SPECIAL:
+        return SPECIAL[key](workdir)
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        return [choice for choice in typing.get_args(hint) if choice != value][-1]
+    if origin is tuple:
+        return [*value, "--walk"]
+    if origin is dict:
+        return {**value, "LLMD_WALK": "1"}
+    if hint is int:
+        return value + 1
+    if hint is float:
+        return value / 2 if value else 1.0
+    assert hint is str, f"{key}: no way to change a {hint}"
+    return f"{value}-walk" if value else "walk"
+
+
+def config_value(config: Config, key: str) -> Any:
+    value: Any = config
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def with_value(raw: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    """A deep copy of TOML table `raw` with `key` set to `value`."""
+    copy = tomllib.loads(tomli_w.dumps(raw))
+    *tables, name = key.split(".")
+    table = copy
+    for part in tables:
+        table = table.setdefault(part, {})
+    table[name] = value
+    return copy
+
+
+@dataclasses.dataclass
+class Live:
+    daemon: Daemon
+    config_file: Path
+    raw: dict[str, Any]
+    workdir: Path
+
+    async def reload(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """Write `raw` as the config file and reload through the admin API; its answer."""
+        self.config_file.write_text(tomli_w.dumps(raw))
+        answer: dict[str, Any] = await admin_request(
+            self.daemon.paths.admin_socket, "POST", "/reload"
+        )
+        loading = self.daemon.state.validator.loading
+        if loading is not None:
+            await asyncio.wait({loading})
+        return answer
+
+
+@pytest.fixture
+async def live() -> AsyncIterator[Live]:
+    """An in-process daemon on the simulator, serving, its config in a file it reloads."""
+    workdir = short_tmpdir("llmd-walk-")
+    text = sim_config(
+        ensure_tiny_model(),
+        server={"listen": f"127.0.0.1:{free_port()}", "runtime_dir": str(workdir / "run")},
+    )
+    raw = tomllib.loads(text)
+    config_file = workdir / "llmd.toml"
+    config_file.write_text(text)
+    (workdir / "tenants.toml").write_text('[tenants.walk]\nkeys = ["' + "a" * 64 + '"]\n')
+    config = load_config(config_file)
+    configure_logging(config.logging)
+    daemon = Daemon(config)
+    await daemon.startup()
+    main = asyncio.create_task(daemon.main_loop())
+    try:
+        assert await until(lambda: daemon.state.engine.serving, timeout_s=60)
+        yield Live(daemon, config_file, raw, workdir)
+    finally:
+        daemon._signals.put_nowait(signal.SIGTERM)
+        await asyncio.wait({main}, timeout=30)
+        await daemon.shutdown()
+        structlog.reset_defaults()
+        logging.getLogger().handlers[:] = []
+
+
+async def test_every_config_field_takes_effect_or_is_reported(live: Live) -> None:
+    """Walk every key of the config (from the dataclasses, so a new key is covered): after a
+    reload that changes it alone, the live part that reads it uses the new value, or the answer
+    reports it (listen, runtime dir: llmd restart; engine: the next `llmd restart`) and the live
+    value stays; a reload back restores what was in use."""
+    daemon = live.daemon
+    walked, reported = [], []
+    for key, hint in leaf_fields(Config):
+        old = config_value(daemon.config, key)
+        new = changed_value(key, hint, old, live.workdir)
+        probe = PROBES.get(key)
+        before = probe(daemon) if probe else None
+        engine_before = daemon.supervisor.config.engine
+        answer = await live.reload(with_value(live.raw, key, new))
+        if key in answer["needs_restart"]:
+            reported.append(key)
+            assert key in (answer["llmd_restart"] + answer["engine_pending"])
+            assert probe is None or probe(daemon) == before, key
+            assert daemon.supervisor.config.engine == engine_before, key
+            assert config_value(daemon.config, key) == old, key
+        else:
+            assert probe is not None, f"{key}: neither applied (no probe) nor reported"
+            expected = LIVE_FORM.get(key, lambda value: value)(new)
+            if isinstance(expected, list):
+                expected = tuple(expected)
+            assert probe(daemon) == expected, key
+        walked.append(key)
+        back = await live.reload(live.raw)
+        assert back["needs_restart"] == [], key
+        assert probe is None or probe(daemon) == before, f"{key} after the reload back"
+    assert len(walked) == len(list(leaf_fields(Config))) and len(walked) >= 45
+    assert {"server.listen", "server.runtime_dir", "engine.args", "engine.model"} <= set(reported)
+    assert all(key.startswith("engine.") for key in reported if not key.startswith("server."))
+    assert daemon.state.engine.serving and daemon.pending_engine is None
+
+
+async def test_a_reload_the_config_refuses_changes_nothing(live: Live) -> None:
+    """A file that does not validate (a bad value, a missing tenants file) is refused with the
+    reason, and every live value stays as it was."""
+    daemon = live.daemon
+    before = {key: probe(daemon) for key, probe in PROBES.items()}
+    for bad, why in (
+        (with_value(live.raw, "admission.kv_high_watermark", 2.0), "kv_high_watermark"),
+        (with_value(live.raw, "admission.tenants_file", "/nonexistent/t.toml"), "tenants"),
+        (with_value(live.raw, "nonsense", 1), "unknown key nonsense"),
+    ):
+        with pytest.raises(AdminRefused, match=why):
+            await live.reload(bad)
+        assert {key: probe(daemon) for key, probe in PROBES.items()} == before
+
+
+async def test_restart_applies_the_pending_engine_table(live: Live) -> None:
+    """engine.args changed by a reload wait; `restart` boots the new command line and what llmd
+    derives from it follows (max_in_flight from --max-num-seqs)."""
+    daemon = live.daemon
+    args = [*live.raw["engine"]["args"], "--max-num-seqs", "40"]
+    answer = await live.reload(with_value(live.raw, "engine.args", args))
+    assert answer["engine_pending"] == ["engine.args"]
+    assert daemon.state.admission.gate.max_in_flight == 128
+    restarted = await admin_request(daemon.paths.admin_socket, "POST", "/restart", timeout_s=120)
+    assert restarted["restarted"] and restarted["applied"] == ["engine.args"]
+    assert restarted["engine"] == "serving"
+    assert daemon.supervisor.config.engine.args == tuple(args)
+    assert daemon.state.admission.gate.max_in_flight == 40 and daemon.pending_engine is None
+    again = await admin_request(daemon.paths.admin_socket, "POST", "/restart", timeout_s=120)
+    assert again["applied"] == []
+
+
+async def test_shutdown_runs_every_step_when_one_fails(
+    live: Live, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step that raises (here: stopping the engine) is logged, the later steps still run
+    (sockets removed), and the exit status says it failed."""
+    daemon = live.daemon
+
+    async def broken_stop() -> None:
+        raise RuntimeError("stop failed on purpose")
+
+    real_stop = daemon.supervisor.stop
+    monkeypatch.setattr(daemon.supervisor, "stop", broken_stop)
+    await daemon.shutdown()
+    assert not daemon.paths.admin_socket.exists()
+    assert daemon.exit_code == 1
+    monkeypatch.setattr(daemon.supervisor, "stop", real_stop)
+    await real_stop()  # the engine this test left running
