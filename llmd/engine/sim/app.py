@@ -69,7 +69,6 @@ def build_server(options: SimOptions) -> SimServer:
         model_root=str(model_dir),
         max_model_len=max_model_len,
         faults=options.faults,
-        request_overhead_s=options.timing.request_overhead_s,
         surface=SURFACES[options.vllm_version],
     )
 

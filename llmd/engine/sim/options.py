@@ -63,7 +63,10 @@ def parse_options(argv: Sequence[str] | None = None) -> SimOptions:
         step_base_s=args.step_base_ms / 1000,
         prefill_token_s=args.prefill_token_us / 1e6,
         decode_seq_s=args.decode_seq_us / 1e6,
+        decode_context_token_s=args.decode_context_token_us / 1e6,
         request_overhead_s=args.request_overhead_ms / 1000,
+        output_token_s=args.output_token_us / 1e6,
+        output_step_s=args.output_step_us / 1e6,
     )
     if args.zero_latency:
         timing = TimingModel.zero()
@@ -171,7 +174,28 @@ def _parser() -> argparse.ArgumentParser:
     timing.add_argument("--prefill-token-us", type=float, default=default.prefill_token_s * 1e6)
     timing.add_argument("--decode-seq-us", type=float, default=default.decode_seq_s * 1e6)
     timing.add_argument(
-        "--request-overhead-ms", type=float, default=default.request_overhead_s * 1000
+        "--decode-context-token-us",
+        type=float,
+        default=default.decode_context_token_s * 1e6,
+        help="per cached token a decode attends to",
+    )
+    timing.add_argument(
+        "--request-overhead-ms",
+        type=float,
+        default=default.request_overhead_s * 1000,
+        help="API-server time per request, one request at a time",
+    )
+    timing.add_argument(
+        "--output-token-us",
+        type=float,
+        default=default.output_token_s * 1e6,
+        help="API-server time per generated token",
+    )
+    timing.add_argument(
+        "--output-step-us",
+        type=float,
+        default=default.output_step_s * 1e6,
+        help="API-server time per engine step's outputs",
     )
     timing.add_argument(
         "--zero-latency", action="store_true", help="no simulated time: answer at once"

@@ -50,7 +50,6 @@ class SimServer:
         model_root: str,
         max_model_len: int,
         faults: FaultOptions,
-        request_overhead_s: float = 0.0,
         on_exit: Callable[[int], None] | None = None,
         aliases: tuple[str, ...] = (),
         lora_modules: dict[str, str] | None = None,
@@ -68,7 +67,6 @@ class SimServer:
         self.max_model_len = max_model_len
         self.faults = faults
         self.request_fault = RequestFault.parse(faults.request)
-        self.request_overhead_s = request_overhead_s
         self.on_exit = on_exit or _hard_exit
         self.surface = surface
         self.generation_requests = 0
@@ -190,9 +188,8 @@ class SimServer:
         if fault.die_after == 0:
             _drop_connection(request)
             return web.Response(status=500)
-        delay = self.request_overhead_s + fault.delay_s
-        if delay:
-            await asyncio.sleep(delay)
+        if fault.delay_s:
+            await asyncio.sleep(fault.delay_s)
         try:
             state = self.engine.submit(parsed, fault, request.headers.get("x-request-id", ""))
         except SimHTTPError as error:
