@@ -1,5 +1,5 @@
 """The `llmd` command: `serve` (what systemd runs), `check-config`, the client verbs, `bench`,
-`release`."""
+`release`, `tune`, `doctor`."""
 
 from __future__ import annotations
 
@@ -41,8 +41,25 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--runtime-dir", help="directory for the admin and engine sockets")
     serve.set_defaults(func=_serve)
 
-    check = verbs.add_parser("check-config", help="validate a config file without starting")
+    check = verbs.add_parser(
+        "check-config",
+        help="validate a config file without starting, and size the engine's memory",
+        description="Validate a config file, then size the plan from the model's config.json: "
+        "KV bytes per token, the KV tokens the engine settings leave, and warnings.",
+    )
     check.add_argument("path", nargs="?", help="config file (default as for serve)")
+    check.add_argument(
+        "--gpu-memory-gib",
+        type=float,
+        metavar="G",
+        help="plan for a GPU of G GiB instead of the one NVML sees",
+    )
+    check.add_argument(
+        "--typical-tokens",
+        type=int,
+        metavar="N",
+        help="prompt + output tokens of a typical request (default 2048, at most max-model-len)",
+    )
     check.set_defaults(func=_check_config)
 
     status = verbs.add_parser("status", help="show the state of llmd, each engine and each model")
@@ -77,8 +94,12 @@ def _parser() -> argparse.ArgumentParser:
         sub.set_defaults(func=_simple_verb)
 
     from llmd.bench.command import add_parser as add_bench_parser
+    from llmd.doctor.command import add_parser as add_doctor_parser
+    from llmd.tune.command import add_parser as add_tune_parser
 
     add_bench_parser(verbs)
+    add_tune_parser(verbs)
+    add_doctor_parser(verbs)
 
     from llmd.releases.command import add_parser as add_release_parser
 
@@ -133,6 +154,22 @@ def _check_config(args: argparse.Namespace) -> int:
     ]
     backends += [f"upstream {name} ({upstream.url})" for name, upstream in config.upstreams.items()]
     print(f"{path}: ok ({', '.join(backends)}; listen {config.server.listen})")
+    from llmd.errors import SizingError
+    from llmd.sizing.engine import plan_engine
+    from llmd.sizing.report import format_plan
+
+    several = len(config.engine_tables) > 1
+    for name, engine in config.engine_tables.items():
+        label = f"engine {name}, " if several else ""
+        try:
+            plan, memory = plan_engine(
+                engine, planned_gib=args.gpu_memory_gib, typical_tokens=args.typical_tokens
+            )
+        except SizingError as exc:
+            print(f"sizing: {label}skipped: {exc}")
+            continue
+        print(f"sizing ({label}{Path(engine.model) / 'config.json'}):")
+        print(format_plan(plan, memory))
     return 0
 
 

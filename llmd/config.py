@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Literal
@@ -21,7 +22,7 @@ from llmd.backends.config import (
     check_backends,
     engine_tables,
 )
-from llmd.binding import bind_table
+from llmd.binding import at_line, bind_table
 from llmd.errors import ConfigError
 
 __all__ = [
@@ -46,11 +47,19 @@ DEFAULT_CONFIG_PATH = Path("/etc/llmd/llmd.toml")
 
 @dataclasses.dataclass(frozen=True)
 class ServerConfig:
-    """The public HTTP listener and the runtime directory (admin and engine sockets)."""
+    """The public HTTP listener and the runtime directory (admin and engine sockets).
+
+    Request limits: `max_body_bytes` (as sent and once decoded), `max_header_bytes` (request
+    line and headers) and `max_headers` (how many). `cors_allowed_origins`: origins whose web
+    pages may call the API (`"*"`: any); none by default.
+    """
 
     listen: str = "127.0.0.1:8000"
     runtime_dir: str = "/run/llmd"
     max_body_bytes: int = 4 * 1024 * 1024
+    max_header_bytes: int = 32 * 1024
+    max_headers: int = 100
+    cors_allowed_origins: tuple[str, ...] = ()
     drain_timeout_s: float = 30.0
     send_timeout_s: float = 15.0
     send_buffer_bytes: int = 65536
@@ -64,7 +73,6 @@ class ServerConfig:
         return int(self.listen.rpartition(":")[2])
 
 
-@dataclasses.dataclass(frozen=True)
 class SupervisorConfig:
     """Restart policy: exponential backoff, and when to give up on a failing engine."""
 
@@ -213,19 +221,28 @@ def load_config(path: Path, *, listen: str | None = None, runtime_dir: str | Non
     sharing without explicit KV sizes, bad upstream URLs).
     """
     try:
-        raw = tomllib.loads(path.read_text())
+        text = path.read_text()
+        raw = tomllib.loads(text)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
-    config: Config = bind_table(Config, {**raw, "source": str(path)}, prefix="")
+    try:
+        config: Config = bind_table(Config, {**raw, "source": str(path)}, prefix="")
+    except ConfigError as exc:
+        raise at_line(exc, text, str(path)) from None
     server = dataclasses.replace(
         config.server,
         listen=listen or config.server.listen,
         runtime_dir=runtime_dir or config.server.runtime_dir,
     )
     _check_listen(server.listen, "server.listen")
+    _check_limits(server)
     engines = engine_tables(config.engine if "engine" in raw else None, config.engines)
+    for name, engine in engines.items():
+        if not engine.model:
+            where = "engine" if "engine" in raw else f"engines.{name}"
+            raise ConfigError(f"{path}: {where}.model is required (a model directory or name)")
     check_backends(engines, config.upstreams, config.routing)
     engines = {name: _resolve_model(engine, path) for name, engine in engines.items()}
     admission = _check_admission(config.admission, path)
@@ -262,6 +279,23 @@ def _check_admission(admission: AdmissionConfig, path: Path) -> AdmissionConfig:
         tenants = (path.parent / tenants).resolve()
     load_tenants(tenants)
     return dataclasses.replace(admission, tenants_file=str(tenants))
+
+
+def _check_limits(server: ServerConfig) -> None:
+    """Request limits that would refuse every request."""
+    for key in ("max_body_bytes", "max_header_bytes", "max_headers"):
+        if getattr(server, key) == 0:
+            raise ConfigError(f"server.{key} = 0: expected a whole number > 0")
+    for origin in server.cors_allowed_origins:
+        scheme, sep, rest = origin.partition("://")
+        if origin != "*" and (not sep or not rest or "/" in rest or not _SCHEME.match(scheme)):
+            raise ConfigError(
+                f"server.cors_allowed_origins: {origin!r} is not an origin: expected "
+                "'*' or SCHEME://HOST[:PORT] (no path), e.g. 'http://localhost:3000'"
+            )
+
+
+_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*$")
 
 
 def _check_listen(value: str, key: str) -> None:

@@ -34,6 +34,7 @@ from llmd.gpu.preflight import GpuReport, PreflightError, run_preflight
 from llmd.listeners import bind_tcp, bind_unix, set_send_buffer
 from llmd.logs import configure_logging, line_limiter
 from llmd.proxy.app import build_app
+from llmd.proxy.protocol import bounded_protocol
 from llmd.reload import ReloadPlan, changed_engine_keys, plan_reload, with_engine_tables
 from llmd.routing.backend import BackendKind
 from llmd.runtime import RuntimePaths
@@ -45,7 +46,7 @@ from llmd.systemd.reporter import ServiceReporter
 from llmd.telemetry.observer import Observer
 from llmd.telemetry.scraper import Scraper, ScrapeTarget, run_quietly
 from llmd.telemetry.status_metrics import StatusCollector
-from llmd.validation.models import Validators, model_sources
+from llmd.validation.pools import Validators, model_sources
 
 log = structlog.get_logger("llmd.daemon")
 
@@ -119,6 +120,8 @@ class Daemon:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._engine_tasks: dict[str, asyncio.Task[None]] = {}
         self._probes: dict[str, asyncio.Task[None]] = {}
+        # The names each engine's pools hold beyond its configured one (`_engine_changed`).
+        self._engine_models: dict[str, tuple[str, ...]] = {}
         self._servers: list[_EmbeddedServer] = []
         self._telemetry: asyncio.Task[None] | None = None
         self._telemetry_key: tuple[object, ...] = ()
@@ -279,15 +282,16 @@ class Daemon:
         are read again, admission's classes and limits, each backend's capacity, routing,
         the upstreams (added, changed, removed), validation's policy and tokenizers, the
         observer, the restart policy, logging, the listener's send buffer and telemetry's
-        intervals all take the new values. Raises ConfigError (the tenants file) before any
-        part has changed."""
+        intervals all take the new values, and each engine's client its API key (of the engine
+        table in use). Raises ConfigError (the tenants file) before any part has changed."""
         admission = self.state.admission
         admission.configure(config)  # first: it alone can still fail
         self.config = self.state.config = config
         self._apply_upstreams(config)
         admission.configure(config)  # the limits of upstreams added just now
-        for supervisor in self.supervisors.values():
+        for name, supervisor in self.supervisors.items():
             supervisor.policy = config.supervisor
+            self.state.fleet.client(name).configure(supervisor.engine)
         self._configure_validators()
         self.state.observer.configure(config.telemetry.top_tenants, config.logging.requests)
         self.reporter.max_failed_boots = config.supervisor.max_failed_boots
@@ -381,7 +385,7 @@ class Daemon:
             self.paths,
             fleet.engines[name],
             boot_locks=locks,
-            on_change=admission.pump,
+            on_change=functools.partial(self._engine_changed, name),
         )
 
     async def _unsupervise(self, name: str) -> None:
@@ -466,6 +470,20 @@ class Daemon:
         log.info("upstream_models_listed", upstream=name, models=list(models))
         self.state.admission.pump()
 
+    def _engine_changed(self, name: str) -> None:
+        """A supervisor's phase changed: when the engine serves names beyond its configured
+        one (several --served-model-name, LoRA adapters: its /v1/models at ready), it joins
+        those pools and they get validators; then admission runs."""
+        fleet, capacity = self.state.fleet, self.state.admission.capacity
+        if name in fleet.engines and name in capacity.names():
+            models = fleet.serving_models(name)
+            if models != self._engine_models.get(name, models[:1]):
+                self._engine_models[name] = models
+                capacity.set_models(name, models)
+                self._configure_validators()
+                log.info("engine_models_listed", engine=name, models=list(models))
+        self.state.admission.pump()
+
     def _configure_validators(self) -> None:
         sources = model_sources(self.config, self.state.fleet.upstream_models())
         self.state.validators.configure(self.config, sources)
@@ -504,7 +522,8 @@ class Daemon:
             lifespan=lifespan,
             log_config=None,
             access_log=False,
-            http="httptools",
+            # httptools, with the request head bounded by [server] (llmd/proxy/protocol.py)
+            http=bounded_protocol(lambda: self.config.server),
             timeout_graceful_shutdown=5,
         )
         server = _EmbeddedServer(config)

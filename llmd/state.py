@@ -19,7 +19,7 @@ from llmd.status import Status
 from llmd.supervisor.state import EngineState
 from llmd.telemetry.events import recent_events
 from llmd.telemetry.observer import Observer
-from llmd.validation.models import Validators
+from llmd.validation.pools import Validators
 
 # Retry-After of a /ready that waits for an upstream's first /v1/models answer.
 FIRST_PROBE_WAIT_S = 5.0

@@ -25,8 +25,9 @@ MAX_SEQUENCES = 1000
 @dataclasses.dataclass(frozen=True)
 class EngineStatus:
     """One backend: phase, pid, model, version, uptime (s), restarts, last exit (kind and
-    detail), exits by reason, and its own running/waiting gauges (`metrics_age_s`: how old
-    they are). Then which backend: `name`, `kind` (`engine` llmd supervises, `upstream` it
+    detail), exits by reason, its own running/waiting gauges (`metrics_age_s`: how old they
+    are), and the diagnosis of its last boot or exit (findings: check, severity, message, hint,
+    evidence). Then which backend: `name`, `kind` (`engine` llmd supervises, `upstream` it
     does not), its `gpus`, the release it serves (`release`: null until releases are
     deployed), its KV usage (0..1) and capacity (tokens) from its metrics, llmd's requests
     there (`in_flight`), whether an operator drained it, and for an upstream its `url` and
@@ -46,6 +47,7 @@ class EngineStatus:
     running: int | None = None
     waiting: int | None = None
     metrics_age_s: float | None = None
+    diagnosis: tuple[dict[str, str], ...] = ()
     name: str = "main"
     kind: str = "engine"
     gpus: tuple[str, ...] = ()

@@ -27,7 +27,9 @@ ENGINE = {
     "state": str, "pid": OPT_INT, "model": str, "version": str, "max_model_len": OPT_INT,
     "uptime_s": OPT_NUM, "restarts": int, "last_exit_reason": OPT_STR,
     "last_exit_detail": OPT_STR, "exits_by_reason": {str: int}, "running": OPT_INT,
-    "waiting": OPT_INT, "metrics_age_s": OPT_NUM, "name": str, "kind": str, "gpus": [str],
+    "waiting": OPT_INT, "metrics_age_s": OPT_NUM,
+    "diagnosis": [{"check": str, "severity": str, "message": str, "hint": str, "evidence": str}],
+    "name": str, "kind": str, "gpus": [str],
     "release": OPT_STR, "kv_usage": OPT_NUM, "kv_capacity_tokens": OPT_INT, "in_flight": int,
     "draining": bool, "url": OPT_STR, "breaker": OPT_STR,
 }  # fmt: skip

@@ -27,6 +27,11 @@ def format_status(status: dict[str, Any]) -> str:
         ("uptime", _duration(uptime) if uptime is not None else "-"),
         ("restarts", str(engine["restarts"])),
         ("last exit", last_exit),
+        *[
+            ("diagnosis", f"{f['message']}; hint: {f['hint']}")
+            for f in (engine.get("diagnosis") or ())[:1]
+            if f["severity"] == "error"
+        ],
         (
             "llmd",
             f"{status['llmd_version']} on {status['listen']}  in flight {status['in_flight']}"

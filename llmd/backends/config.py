@@ -41,8 +41,9 @@ class EngineConfig:
     served_model_name: str = ""
     python: str = ""
     command: tuple[str, ...] = ()
-    args: tuple[str, ...] = ()
-    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    # May hold secrets (--api-key, VLLM_API_KEY, HF_TOKEN): never echoed in a config error.
+    args: tuple[str, ...] = dataclasses.field(default=(), metadata={"secret": True})
+    env: dict[str, str] = dataclasses.field(default_factory=dict, metadata={"secret": True})
     gpus: tuple[str, ...] = ()
     start_timeout_s: float = 900.0
     stop_timeout_s: float = 20.0

@@ -47,7 +47,8 @@ class Fleet:
         """A supervised engine on its socket in the runtime directory; its published state."""
         state = self.engines[name] = EngineState(model=engine.model_name)
         self.gpus[name] = engine.gpus
-        self.clients[name] = EngineClient(self.paths.socket_of(name))
+        client = self.clients[name] = EngineClient(self.paths.socket_of(name))
+        client.configure(engine)
         return state
 
     def add_upstream(self, name: str, upstream: UpstreamConfig) -> UpstreamState:
@@ -91,10 +92,12 @@ class Fleet:
     # -- models -------------------------------------------------------------------------------
 
     def serving_models(self, name: str) -> tuple[str, ...]:
-        """What backend `name` serves now: an engine its served name, an upstream its
-        configured or listed models."""
+        """What backend `name` serves now: an engine its served name and every name its
+        /v1/models listed when it became ready (each --served-model-name, its LoRA adapters),
+        an upstream its configured or listed models."""
         if name in self.engines:
-            return (self.engines[name].model,)
+            state = self.engines[name]
+            return tuple(dict.fromkeys((state.model, *state.served_models)))
         return self.upstreams[name].models
 
     def members(self, model: str) -> Iterator[str]:
@@ -140,9 +143,11 @@ class Fleet:
         return {"id": model, "object": "model", "owned_by": "llmd"}
 
     def upstream_models(self) -> list[str]:
-        """Models the upstreams listed that no engine serves (for validation's sources)."""
+        """Models backends listed that no engine table names: upstreams' models, and the
+        other names engines answer to (for validation's sources)."""
         engine_models = {state.model for state in self.engines.values()}
-        listed = [m for state in self.upstreams.values() for m in state.models]
+        listed = [m for state in self.engines.values() for m in state.served_models]
+        listed += [m for state in self.upstreams.values() for m in state.models]
         return [m for m in dict.fromkeys(listed) if m not in engine_models]
 
     # -- status -------------------------------------------------------------------------------

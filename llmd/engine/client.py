@@ -3,7 +3,7 @@ Unix socket, or an upstream at `http(s)://HOST:PORT` or `unix:/path`.
 
 One per backend. Its session is made on first use (on the event loop) and closed by `close()`;
 the relay, the validator's engine counter (`/tokenize`), the upstream probe and the metrics
-scraper take their session from it.
+scraper take their session from it, and send its `headers()` (the backend's API key).
 """
 
 from __future__ import annotations
@@ -14,6 +14,9 @@ from pathlib import Path
 
 import aiohttp
 
+from llmd.config import EngineConfig
+from llmd.engine.args import engine_auth_headers
+
 # The host name of requests over a Unix socket (any name does: the socket is the address).
 UNIX_BASE = "http://engine"
 
@@ -21,11 +24,12 @@ UNIX_BASE = "http://engine"
 class EngineClient:
     """An aiohttp session on one backend: `target` is a Unix socket path (a Path, or a string
     `unix:/path`) or an `http(s)://HOST:PORT` base URL; `api_key`, when given, is sent as
-    `Authorization: Bearer` on every request (`headers()`)."""
+    `Authorization: Bearer` on every request (`headers()`), as is a supervised engine's own
+    key (`configure`)."""
 
     def __init__(self, target: Path | str, api_key: str | None = None) -> None:
         self.target = target
-        self.api_key = api_key
+        self.auth: dict[str, str] = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         if isinstance(target, Path) or target.startswith("unix:"):
             self.socket_path: Path | None = Path(str(target).removeprefix("unix:"))
             self.base_url = UNIX_BASE
@@ -34,13 +38,19 @@ class EngineClient:
             self.base_url = target.rstrip("/")
         self._session: aiohttp.ClientSession | None = None
 
+    def configure(self, engine: EngineConfig) -> None:
+        """Take a supervised engine's table (at start-up, on a reload, before a restart
+        applies a new one): the API key the engine asks for (`engine.args --api-key`,
+        VLLM_API_KEY)."""
+        self.auth = engine_auth_headers(engine)
+
     def url(self, path: str) -> str:
         """The URL of `path` (e.g. '/v1/completions') on this backend."""
         return self.base_url + path
 
     def headers(self) -> dict[str, str]:
         """Headers every request to this backend carries (its API key, if any)."""
-        return {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return dict(self.auth)
 
     def session(self) -> aiohttp.ClientSession:
         """The session, made on first use. Needs a running event loop."""

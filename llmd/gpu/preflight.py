@@ -19,7 +19,7 @@ from typing import Any
 
 from llmd.backends.config import KV_BYTES_FLAG
 from llmd.config import EngineConfig
-from llmd.engine.args import engine_flag
+from llmd.engine.args import engine_flag, float_flag
 from llmd.engine.launch import installed_engine_build
 from llmd.errors import LlmdError
 
@@ -216,11 +216,17 @@ def _process_name(pid: int) -> str:
         return "?"
 
 
+def visible_indices(engine: EngineConfig, count: int) -> list[int]:
+    """Devices vLLM will use, as indexes: the engine's `gpus` (else CUDA_VISIBLE_DEVICES from
+    engine.env, else GPU 0) that are numeric and exist; GPU 0 when none is."""
+    indices = [int(gpu) for gpu in engine.devices if gpu.isdigit()]
+    return [i for i in indices if i < count] or [0]
+
+
 def _gpu_memory_utilization(args: tuple[str, ...]) -> float:
-    value = engine_flag(args, "--gpu-memory-utilization")
     try:
-        return float(value) if value is not None else VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
-    except ValueError:
+        return float_flag(args, "--gpu-memory-utilization", VLLM_DEFAULT_GPU_MEMORY_UTILIZATION)
+    except ValueError:  # vLLM itself rejects it at boot, naming the flag
         return VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
 
 

@@ -3,7 +3,9 @@
     authenticate → check availability → read → route → validate → admit → relay
 
 Each stage is a small method with a typed result, and raises an `ApiError` to refuse. The first
-five run as the request arrives (a refusal is answered at once and accounted); `admit` and
+five run as the request arrives (a refusal is answered at once and accounted; any other
+exception is a bug in llmd, answered 500 `internal_error` with the request id, logged once with
+its traceback and accounted as an error); `admit` and
 `relay` run in one task raced against the client's `http.disconnect`, so a client that leaves
 while queued never reaches a backend, and one that leaves mid-stream has its backend request
 closed, which is what makes vLLM abort the sequence (ENGINE.md). `route` picks the request's
@@ -27,8 +29,15 @@ from starlette.types import Message, Receive, Scope, Send
 from llmd.admission.classes import Priority
 from llmd.admission.tenants import ANONYMOUS, Tenant
 from llmd.admission.waiters import Request, Ticket
-from llmd.errors import ApiError, InvalidRequest, ModelNotFound
-from llmd.proxy.body import ClientGone, parse_object, read_body
+from llmd.errors import ApiError, InternalError, InvalidRequest, ModelNotFound
+from llmd.proxy.body import (
+    ClientGone,
+    body_coding,
+    check_content_type,
+    parse_object,
+    read_body,
+    without_bom,
+)
 from llmd.proxy.inflight import Exchange
 from llmd.proxy.middleware import REQUEST_ID_KEY
 from llmd.proxy.upstream import forward
@@ -41,6 +50,8 @@ from llmd.validation.fields import Endpoint
 log = structlog.get_logger("llmd.proxy")
 
 _ENDPOINTS = {"/v1/chat/completions": Endpoint.CHAT, "/v1/completions": Endpoint.COMPLETIONS}
+# A request answered before it reached admission's queue waited there for no time.
+NOT_QUEUED = (b"x-llmd-queue-ms", b"0")
 
 
 @dataclasses.dataclass
@@ -94,13 +105,16 @@ class Relay:
         try:
             tenant = self.authenticate(arrival)
             self.check_available()
-            body = await self.read(receive)
+            body = await self.read(arrival, receive)
             model = self.route(arrival, body)
             prepared = await self.validate(arrival, tenant, body, model)
         except ClientGone:
             return
         except ApiError as error:
             await self.refuse(arrival, error, send)
+            return
+        except Exception as exc:
+            await self.fail(arrival, exc, send)
             return
         exchange = Exchange(
             arrival.request_id,
@@ -127,14 +141,17 @@ class Relay:
         if error is not None:
             raise error
 
-    async def read(self, receive: Receive) -> Body:
-        """The whole body, parsed. Raises BodyTooLarge (413), InvalidRequest (400),
-        ClientGone."""
-        raw = await read_body(receive, self.state.config.server.max_body_bytes)
+    async def read(self, arrival: Arrival, receive: Receive) -> Body:
+        """The whole body, decoded and parsed: `application/json` only, in no content coding
+        or gzip or deflate. Raises UnsupportedMediaType (415), BodyTooLarge (413),
+        InvalidRequest (400), ClientGone."""
+        check_content_type(arrival.headers)
+        coding = body_coding(arrival.headers)
+        raw = await read_body(receive, self.state.config.server.max_body_bytes, coding)
         payload = parse_object(raw)
         if not isinstance(payload.get("stream"), bool | None):
             raise InvalidRequest("'stream' must be a boolean", param="stream")
-        return Body(raw, payload, stream=bool(payload.get("stream")))
+        return Body(without_bom(raw), payload, stream=bool(payload.get("stream")))
 
     def route(self, arrival: Arrival, body: Body) -> str:
         """The model whose pool serves the request: its `model` (omitted: the one model llmd
@@ -242,7 +259,27 @@ class Relay:
             arrival.request_class,
             arrival.model,
         )
-        await send_error(send, error)
+        await send_error(send, error, [NOT_QUEUED])
+
+    async def fail(self, arrival: Arrival, exc: Exception, send: Send) -> None:
+        """Answer 500 for an exception a stage raised unexpectedly (a bug in llmd): logged once,
+        with the request id and the traceback, and accounted as an error."""
+        log.error("unexpected_error", request_id=arrival.request_id, error=repr(exc), exc_info=exc)
+        error = InternalError(arrival.request_id)
+        self.state.observer.finished(
+            Exchange(
+                arrival.request_id,
+                stream=False,
+                started_at=arrival.at,
+                tenant=arrival.tenant,
+                request_class=arrival.request_class,
+                status=error.status,
+                error_code=str(error.code),
+                ended_at=time.monotonic(),
+                model=arrival.model,
+            )
+        )
+        await send_error(send, error, [NOT_QUEUED])
 
     async def run(
         self, exchange: Exchange, prepared: Prepared, receive: Receive, send: Send
@@ -284,6 +321,11 @@ class Relay:
             await answer_error(writer, exchange.abort_error)
         except ApiError as error:
             await answer_error(writer, error)
+        except Exception as exc:  # a bug in llmd: answered 500, logged once with its traceback
+            log.error(
+                "unexpected_error", request_id=exchange.request_id, error=repr(exc), exc_info=exc
+            )
+            await answer_error(writer, InternalError(exchange.request_id), log_it=False)
         finally:
             if ticket is not None:
                 self.state.admission.finish(ticket)

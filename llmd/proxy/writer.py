@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Sequence
 
 import structlog
 from starlette.responses import Response
@@ -22,11 +23,14 @@ log = structlog.get_logger("llmd.proxy")
 SSE_BOUNDARY = b"\n\n"
 
 
-async def send_error(send: Send, error: ApiError) -> None:
+async def send_error(
+    send: Send, error: ApiError, headers: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
     """Answer `error` as a complete OpenAI-shaped JSON response (with Retry-After on 429 and
-    503): the one writer of every error llmd answers, public and admin API alike."""
+    503), with `headers` added: the one writer of every error llmd answers, public and admin
+    API alike."""
     body = error.body()
-    headers = [*error.headers(), (b"content-length", str(len(body)).encode())]
+    headers = [*error.headers(), *headers, (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": error.status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
@@ -35,12 +39,13 @@ class ErrorResponse(Response):
     """`error` as a Starlette response, for the app's exception handlers and `/ready`: written
     by `send_error` like every other error llmd answers."""
 
-    def __init__(self, error: ApiError) -> None:
+    def __init__(self, error: ApiError, headers: list[tuple[bytes, bytes]] | None = None) -> None:
         super().__init__(status_code=error.status)
         self.error = error
+        self.extra = headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send_error(send, self.error)
+        await send_error(send, self.error, self.extra or ())
 
 
 class ClientWriter:
@@ -78,19 +83,23 @@ class ClientWriter:
         exchange.send_since = None
 
 
-async def answer_error(send: ClientWriter, error: ApiError) -> None:
-    """Send `error` as a response, or in-band as an SSE event when the stream has started."""
+async def answer_error(send: ClientWriter, error: ApiError, *, log_it: bool = True) -> None:
+    """Send `error` as a response (with the time queued, `x-llmd-queue-ms`), or in-band as an
+    SSE event when the stream has started. Logged as `request_failed` unless `log_it` is
+    False (the caller logged it)."""
     exchange = send.exchange
     exchange.error_code = str(error.code)
     with contextlib.suppress(OSError):
         if not exchange.response_started:
             exchange.status = error.status
-            await send_error(send._send, error)
+            queue_ms = str(round(exchange.queue_ms())).encode()
+            await send_error(send._send, error, [(b"x-llmd-queue-ms", queue_ms)])
         elif exchange.stream:
             prefix = b"" if send.between_events else SSE_BOUNDARY
             await send.body(prefix + error.sse_event(), more=False)
         else:
             await send.body(b"", more=False)
-    log.warning(
-        "request_failed", request_id=exchange.request_id, code=error.code, error=error.message
-    )
+    if log_it:
+        log.warning(
+            "request_failed", request_id=exchange.request_id, code=error.code, error=error.message
+        )

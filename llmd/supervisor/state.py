@@ -7,6 +7,7 @@ import enum
 import time
 from typing import Any
 
+from llmd.doctor.findings import Finding
 from llmd.engine.versions import ASSUMED, EngineApi
 from llmd.errors import EngineUnavailable
 from llmd.status import EngineStatus
@@ -25,11 +26,22 @@ class EnginePhase(enum.StrEnum):
     FAILED = "failed"
 
 
+def model_ids(listing: Any) -> tuple[str, ...]:
+    """The `id`s of an OpenAI model list (`{"data": [{"id": ...}, ...]}`), in order; () when
+    the listing has none."""
+    data = listing.get("data") if isinstance(listing, dict) else None
+    if not isinstance(data, list):
+        return ()
+    return tuple(c["id"] for c in data if isinstance(c, dict) and isinstance(c.get("id"), str))
+
+
 @dataclasses.dataclass
 class EngineState:
     """Mutable, single-writer (the supervisor) view of the engine.
 
-    `model` is the name clients use (set from the config before the first boot). Times are
+    `model` is the name clients use (set from the config before the first boot);
+    `served_models` every name the serving boot answers to, as its /v1/models lists them (its
+    served names and LoRA adapters; empty before the first ready boot). Times are
     `time.monotonic()` seconds; `boot_s` is how long the last successful boot took,
     used to estimate `Retry-After` while a boot is under way. `failed_boots` counts boots that
     never became ready within the supervisor's failure window. `exits_by_reason` counts the
@@ -37,12 +49,15 @@ class EngineState:
     giving up). `card` is the engine's own `/v1/models` entry for its model, read when it
     became ready (None: not read). `api` is the vLLM release the engine answers as (its GET
     /version, read when it becomes ready), where llmd must mirror what differs between releases.
+    `diagnosis` is what `llmd.doctor.diagnosis` found in the engine's output at its last boot
+    or unrequested exit (slow paths at boot; the cause of a failure).
     """
 
     phase: EnginePhase = EnginePhase.STARTING
     pid: int | None = None
     model: str = ""
     engine_version: str = ""
+    served_models: tuple[str, ...] = ()
     api: EngineApi = ASSUMED
     max_model_len: int | None = None
     boot_started_at: float | None = None
@@ -54,6 +69,7 @@ class EngineState:
     exits_by_reason: dict[str, int] = dataclasses.field(default_factory=dict)
     restart_at: float | None = None
     card: dict[str, Any] | None = None
+    diagnosis: tuple[Finding, ...] = ()
 
     @property
     def serving(self) -> bool:
@@ -98,4 +114,5 @@ class EngineState:
             running=sample.running if sample else None,
             waiting=sample.waiting if sample else None,
             metrics_age_s=round(now - sample.taken_at, 2) if sample else None,
+            diagnosis=tuple(finding.to_dict() for finding in self.diagnosis),
         )

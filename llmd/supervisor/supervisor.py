@@ -13,13 +13,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 
 import aiohttp
 import structlog
 
 from llmd.config import EngineConfig, SupervisorConfig
+from llmd.doctor.diagnosis import diagnose
+from llmd.engine.args import engine_auth_headers, without_secrets
 from llmd.engine.launch import engine_launch, installed_engine_build
 from llmd.engine.versions import ASSUMED, EngineApi
 from llmd.errors import EngineGaveUp
@@ -28,7 +30,7 @@ from llmd.supervisor.exits import ExitReason, classify_exit
 from llmd.supervisor.leftovers import forget_engine, record_engine, stop_leftover
 from llmd.supervisor.policy import ExitRecord, GiveUp, decide_restart
 from llmd.supervisor.process import EngineProcess
-from llmd.supervisor.state import EnginePhase, EngineState
+from llmd.supervisor.state import EnginePhase, EngineState, model_ids
 
 log = structlog.get_logger("llmd.supervisor")
 
@@ -194,17 +196,20 @@ class Supervisor:
                 process = await EngineProcess.spawn(launch, self._forward_output)
             except OSError as exc:
                 failed = ExitReason("exit_code", f"cannot start {launch.argv[0]}: {exc.strerror}")
-                self._record_exit(failed)
+                self._record_exit(failed, ())
                 return failed, False
             self._process = process
             self.state.pid = process.pid
-            self.log.info("engine_started", pid=process.pid, argv=" ".join(launch.argv))
+            self.log.info(
+                "engine_started", pid=process.pid, argv=" ".join(without_secrets(launch.argv))
+            )
             pid_file = self.paths.pid_file_of(self.name)
             record = await asyncio.to_thread(record_engine, pid_file, process.pgid)
             exited = asyncio.create_task(process.wait(), name=f"engine-wait-{self.name}")
             ready = await self._wait_ready(probe, exited)
         forced: ExitReason | None = None
         if ready:
+            self.state.diagnosis = diagnose(process.output.recent)  # slow paths seen at boot
             await self._mark_serving(probe)
             forced = await self._watch_health(probe, exited)
         elif not exited.done() and not self._stopping.is_set():
@@ -235,7 +240,7 @@ class Supervisor:
             )
         self.state.pid = None
         forget_engine(pid_file, record)  # its group is stopped: nothing is left to find
-        self._record_exit(reason)
+        self._record_exit(reason, process.output.recent)
         return reason, ready
 
     @contextlib.asynccontextmanager
@@ -276,7 +281,9 @@ class Supervisor:
     async def _healthy(self, probe: aiohttp.ClientSession) -> bool:
         try:
             async with probe.get(
-                "http://engine/health", timeout=aiohttp.ClientTimeout(total=5)
+                "http://engine/health",
+                headers=engine_auth_headers(self.engine),
+                timeout=aiohttp.ClientTimeout(total=5),
             ) as r:
                 return r.status == 200
         except (TimeoutError, aiohttp.ClientError, OSError):
@@ -295,10 +302,13 @@ class Supervisor:
             aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, KeyError, IndexError
         ):
             async with probe.get(
-                "http://engine/v1/models", timeout=aiohttp.ClientTimeout(total=5)
+                "http://engine/v1/models",
+                headers=engine_auth_headers(self.engine),
+                timeout=aiohttp.ClientTimeout(total=5),
             ) as r:
                 models = await r.json()
             self.state.card = dict(models["data"][0])
+            self.state.served_models = model_ids(models)
             self.state.max_model_len = int(models["data"][0]["max_model_len"])
         self.state.api = ASSUMED
         with contextlib.suppress(
@@ -319,8 +329,10 @@ class Supervisor:
             vllm_release=".".join(map(str, self.state.api.release)),
         )
 
-    def _record_exit(self, reason: ExitReason) -> None:
+    def _record_exit(self, reason: ExitReason, lines: Iterable[str]) -> None:
         self.state.last_exit = reason
+        if reason.kind not in ("stopped", "restart_requested"):
+            self.state.diagnosis = diagnose(list(lines), reason.kind, reason.detail)
         if reason.kind != "stopped":
             counts = self.state.exits_by_reason
             counts[reason.kind] = counts.get(reason.kind, 0) + 1

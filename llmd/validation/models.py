@@ -1,87 +1,83 @@
-"""One validator per served model: each pool has its own tokenizer and context length.
+"""The model names the engine answers to: each `--served-model-name` and each LoRA adapter.
 
-Built from the config and the pools at start-up and on each reload (reload is start-up again):
-a model that appears gets a validator (its tokenizer loading at once when the proxy runs), one
-whose source changed is reconfigured, one that is gone is closed.
+They are what the engine's `GET /v1/models` lists (vLLM 0.32: the base model under every served
+name, then the adapters, `--lora-modules` and those loaded at run time). The supervisor reads
+the list when a boot becomes ready (`EngineState.served_models`); a request naming a model not
+in it makes llmd read the list again, at most once per `REFRESH_S` (concurrent requests share
+one read), so an adapter loaded at run time is accepted from then on.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Mapping
 
-from llmd.config import Config
-from llmd.engine.client import EngineClient
-from llmd.validation.validator import ContextSource, ModelSource, Validator
+import aiohttp
+import structlog
+
+from llmd.errors import ModelNotFound
+from llmd.supervisor.state import EngineState, model_ids
+
+log = structlog.get_logger("llmd.validation")
+
+# Least time between two reads of the engine's /v1/models prompted by unknown names.
+REFRESH_S = 1.0
+_TIMEOUT = aiohttp.ClientTimeout(total=5)
 
 
-class Validators:
-    """The validators by model name. `client_of(model)` gives a client of a backend serving the
-    model (its /tokenize), `limits_of(model)` where its context length comes from."""
+class ServedModels:
+    """The names a request's `model` may take, for one engine (`engine`'s published list, or
+    `fallback`, the configured name, before the first boot is ready)."""
 
     def __init__(
         self,
-        client_of: Callable[[str], EngineClient],
-        limits_of: Callable[[str], ContextSource],
+        engine: EngineState,
+        session: Callable[[], aiohttp.ClientSession],
+        headers: Callable[[], Mapping[str, str]] = dict,
     ) -> None:
-        self.client_of = client_of
-        self.limits_of = limits_of
-        self._validators: dict[str, Validator] = {}
-        self._loading = False
+        self.engine = engine
+        self.fallback = ""
+        self._session = session
+        self._headers = headers
+        self._read: tuple[str, ...] = ()
+        self._read_for: float | None = None  # the boot (EngineState.ready_at) it was read from
+        self._read_at = float("-inf")
+        self._reading: asyncio.Task[None] | None = None
 
-    def configure(self, config: Config, models: Iterable[ModelSource]) -> None:
-        """Make, reconfigure or close validators so that there is one per model in `models`."""
-        wanted = {model.name: model for model in models}
-        for name in set(self._validators) - set(wanted):
-            self._validators.pop(name).close()
-        for name, model in wanted.items():
-            validator = self._validators.get(name)
-            if validator is not None:
-                validator.configure(config, model)
-                continue
-            validator = Validator(
-                config, self.limits_of(name), functools.partial(self.client_of, name), model
+    def names(self) -> tuple[str, ...]:
+        """The names accepted now."""
+        ready_at = self.engine.ready_at
+        if self._read and ready_at is not None and self._read_for == ready_at:
+            return self._read
+        return self.engine.served_models or (self.fallback,)
+
+    async def check(self, name: str) -> None:
+        """Accept `name`, reading the engine's list again if it is not known yet. Raises
+        ModelNotFound (404, as vLLM answers it)."""
+        if name in self.names():
+            return
+        if time.monotonic() - self._read_at >= REFRESH_S or self._reading is not None:
+            if self._reading is None:
+                self._reading = asyncio.create_task(self._read_models())
+            await asyncio.shield(self._reading)
+        if name not in self.names():
+            raise ModelNotFound(
+                name, list(self.names()), self.engine.api.names_models_when_not_found
             )
-            self._validators[name] = validator
-            if self._loading:
-                validator.start_loading()
 
-    def for_model(self, model: str) -> Validator:
-        """The validator of `model`. Raises KeyError when llmd serves no such model."""
-        return self._validators[model]
-
-    def models(self) -> list[str]:
-        """The models that have a validator."""
-        return list(self._validators)
-
-    def start_loading(self) -> list[asyncio.Task[None]]:
-        """Load every tokenizer (and each new model's from now on). Needs a running loop."""
-        self._loading = True
-        return [validator.start_loading() for validator in self._validators.values()]
-
-    def close(self) -> None:
-        """Stop the loads under way and close the tokenizers."""
-        self._loading = False
-        for validator in self._validators.values():
-            validator.close()
-
-
-def model_sources(config: Config, upstream_models: Iterable[str] = ()) -> list[ModelSource]:
-    """What validation reads each model from: the first engine serving it (its model directory,
-    or `validation.tokenizer_path` when llmd serves one model; its args), else nothing local
-    (an upstream's model: counted through its /tokenize). `upstream_models` adds the models
-    upstreams listed that the config does not name."""
-    sources: dict[str, ModelSource] = {}
-    engines = config.engine_tables
-    names = {engine.model_name for engine in engines.values()} | set(config.served_models())
-    single = len(names | set(upstream_models)) == 1
-    for engine in engines.values():
-        if engine.model_name not in sources:
-            path = (config.validation.tokenizer_path if single else "") or engine.model
-            sources[engine.model_name] = ModelSource(engine.model_name, path, engine.args)
-    for model in [*config.served_models(), *upstream_models]:
-        if model not in sources:
-            path = config.validation.tokenizer_path if single else ""
-            sources[model] = ModelSource(model, path)
-    return list(sources.values())
+    async def _read_models(self) -> None:
+        ready_at = self.engine.ready_at
+        try:
+            async with self._session().get(
+                "http://engine/v1/models", headers=dict(self._headers()), timeout=_TIMEOUT
+            ) as response:
+                listing = await response.json() if response.status == 200 else None
+            ids = model_ids(listing)
+            if ids and ready_at is not None:
+                self._read, self._read_for = ids, ready_at
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+            log.info("engine_models_read_failed", error=repr(exc))
+        finally:
+            self._read_at = time.monotonic()
+            self._reading = None

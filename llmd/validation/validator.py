@@ -1,6 +1,7 @@
 """The validation step of the proxy: one parsed body in, the body to relay (or an error) out.
 
-Order: the fields llmd reads (400 `invalid_request`) → the model name (404) → prompt tokens,
+Order: the fields llmd reads (400 `invalid_request`) → the model name (404; any name the engine
+serves, `models.py`) → prompt tokens,
 counted as the engine will → the context check (400 `context_length_exceeded`, or a clamp).
 The body is re-serialised only when llmd changed it (a clamp or a default max_tokens).
 """
@@ -22,7 +23,7 @@ from llmd.config import Config
 from llmd.engine.args import flags_given
 from llmd.engine.client import EngineClient
 from llmd.engine.versions import EngineApi
-from llmd.errors import InvalidRequest, ModelNotFound
+from llmd.errors import InvalidRequest
 from llmd.validation.context import ContextDecision, Policy, check_context
 from llmd.validation.counter import (
     CountUnsupported,
@@ -174,10 +175,6 @@ class Validator:
         """Validate parsed `body` (bytes `raw`) sent with ASGI `headers`. Raises ApiError."""
         policy = _policy(headers, self.config.context_policy)
         fields = read_fields(endpoint, body)
-        if fields.model is not None and fields.model not in self.served_models:
-            raise ModelNotFound(
-                fields.model, self.served_models, self.engine.api.names_models_when_not_found
-            )
         max_model_len = self.engine.max_model_len
         self._check_token_ids(fields.prompt)
         counts = await self._count(fields.prompt, fields.model, max_model_len)

@@ -1,8 +1,21 @@
-"""Reading the engine's command line: one parser for every flag llmd looks at."""
+"""Reading the engine's command line: one parser for every flag llmd looks at, and changing it."""
 
 from __future__ import annotations
 
-from llmd.engine.args import engine_flag, flags_given
+import pytest
+
+from llmd.config import EngineConfig
+from llmd.engine.args import (
+    engine_api_key,
+    engine_auth_headers,
+    engine_flag,
+    flags_given,
+    float_flag,
+    int_flag,
+    with_flag,
+    without_flag,
+    without_secrets,
+)
 
 
 def test_a_flag_in_either_form_and_the_last_one_wins() -> None:
@@ -14,6 +27,16 @@ def test_a_flag_in_either_form_and_the_last_one_wins() -> None:
     assert engine_flag(("--max-num-seqs",), "--max-num-seqs") is None
 
 
+def test_numeric_flags_are_read_as_numbers() -> None:
+    """int_flag and float_flag parse the value, give the default when absent, refuse non-numbers."""
+    args = ("--max-num-seqs", "8", "--enforce-eager", "--max-num-seqs=16")
+    assert int_flag(args, "--max-num-seqs") == 16
+    assert int_flag(args, "--max-model-len") is None
+    assert float_flag(args, "--gpu-memory-utilization", 0.9) == 0.9
+    with pytest.raises(ValueError):
+        int_flag(("--max-num-seqs", "many"), "--max-num-seqs")
+
+
 def test_which_flags_are_given() -> None:
     """The flags of a set that the args give, in order, with or without `=`."""
     args = ("--chat-template=x.jinja", "--model", "m", "--tokenizer", "t")
@@ -21,3 +44,48 @@ def test_which_flags_are_given() -> None:
         "--chat-template",
         "--tokenizer",
     ]
+
+
+def test_the_engines_api_key_is_found_as_the_engine_finds_it() -> None:
+    """--api-key in engine.args (its first value; the last flag wins), else VLLM_API_KEY from
+    engine.env, else from llmd's environment; none: no Authorization header."""
+    flagged = EngineConfig(args=("--api-key", "k1", "k2"), env={"VLLM_API_KEY": "e"})
+    assert engine_api_key(flagged, {}) == "k1"
+    assert engine_api_key(EngineConfig(args=("--api-key=k3",)), {}) == "k3"
+    assert engine_api_key(EngineConfig(env={"VLLM_API_KEY": "e"}), {"VLLM_API_KEY": "o"}) == "e"
+    assert engine_api_key(EngineConfig(), {"VLLM_API_KEY": "o"}) == "o"
+    assert engine_api_key(EngineConfig(), {}) is None
+    assert engine_auth_headers(flagged, {}) == {"Authorization": "Bearer k1"}
+    assert engine_auth_headers(EngineConfig(), {}) == {}
+
+
+def test_secrets_are_hidden_in_logged_command_lines() -> None:
+    """--api-key (all its values) and --hf-token are masked, in either form; the rest stays."""
+    argv = ["vllm", "--api-key", "a", "b", "--max-model-len", "5", "--hf-token=t", "--api-key=c"]
+    assert without_secrets(argv) == [
+        "vllm", "--api-key", "***", "***", "--max-model-len", "5", "--hf-token=***",
+        "--api-key=***",
+    ]  # fmt: skip
+
+
+def test_with_flag_replaces_every_earlier_value() -> None:
+    """Both spellings go; the new value is appended; other args keep their order."""
+    args = ("--max-num-seqs", "8", "--enforce-eager", "--max-num-seqs=16", "--dtype", "half")
+    assert with_flag(args, "--max-num-seqs", "32") == (
+        "--enforce-eager",
+        "--dtype",
+        "half",
+        "--max-num-seqs",
+        "32",
+    )
+    assert without_flag(args, "--enforce-eager", takes_value=False) == (
+        "--max-num-seqs",
+        "8",
+        "--max-num-seqs=16",
+        "--dtype",
+        "half",
+    )
+    assert with_flag(("--x",), "--no-enable-prefix-caching") == (
+        "--x",
+        "--no-enable-prefix-caching",
+    )

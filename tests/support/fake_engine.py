@@ -32,18 +32,31 @@ from tests.support.state import daemon_state
 
 @dataclasses.dataclass
 class FakeEngine:
-    """What the fake engine saw: (path, parsed body) for each generation request."""
+    """What the fake engine saw: (path, parsed body) for each generation request.
+
+    A streamed request with `"hold_tail": true` gets its stream less the last byte (the `\n`
+    that ends the last event), which follows once `tail` is set."""
 
     received: list[tuple[str, Any]] = dataclasses.field(default_factory=list)
+    tail: asyncio.Event | None = None
 
     def app(self) -> web.Application:
-        async def generate(request: web.Request) -> web.Response:
+        self.tail = asyncio.Event()
+
+        async def generate(request: web.Request) -> web.StreamResponse:
             body = await request.json()
             self.received.append((request.path, body))
             if body.get("stream"):
                 response = web.StreamResponse(headers={"content-type": "text/event-stream"})
                 await response.prepare(request)
-                await response.write(b'data: {"choices": []}\n\ndata: [DONE]\n\n')
+                events = b'data: {"choices": []}\n\ndata: [DONE]\n\n'
+                if body.get("hold_tail"):
+                    assert self.tail is not None
+                    await response.write(events[:-1])
+                    await self.tail.wait()
+                    self.tail.clear()
+                    events = events[-1:]
+                await response.write(events)
                 await response.write_eof()
                 return response
             return web.json_response({"object": "fake", "choices": [], "echo": body})
@@ -73,6 +86,12 @@ class ProxyStack:
     engine: FakeEngine
     engine_state: EngineState
     ctx: DaemonState
+    loop: asyncio.AbstractEventLoop
+
+    def release_tail(self) -> None:
+        """Let the fake engine send the last byte of a `hold_tail` stream."""
+        assert self.engine.tail is not None
+        self.loop.call_soon_threadsafe(self.engine.tail.set)
 
     @classmethod
     @contextlib.contextmanager
@@ -145,7 +164,7 @@ class ProxyStack:
             raise errors[0]
         loop, stopping = stop[0]
         try:
-            yield cls(f"http://127.0.0.1:{port}", engine, state, ctx)
+            yield cls(f"http://127.0.0.1:{port}", engine, state, ctx, loop)
         finally:
             loop.call_soon_threadsafe(stopping.set)
             thread.join(10)

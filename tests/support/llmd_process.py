@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -10,10 +11,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+
+from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -90,6 +94,21 @@ class LlmdProcess:
             )
         return cls(process=process, port=port, runtime_dir=runtime_dir, log_path=log_path)
 
+    @classmethod
+    @contextlib.contextmanager
+    def running(
+        cls, config_text: str, workdir: Path | str = "llmd-test-", timeout_s: float = 60.0
+    ) -> Iterator[LlmdProcess]:
+        """`start` in `workdir` (a string: a fresh directory with that prefix), wait until
+        ready, and stop it when the block ends."""
+        where = short_tmpdir(workdir) if isinstance(workdir, str) else workdir
+        process = cls.start(config_text, workdir=where)
+        try:
+            process.wait_ready(timeout_s=timeout_s)
+            yield process
+        finally:
+            process.stop()
+
     def wait_ready(self, timeout_s: float = 400.0) -> None:
         """Poll GET /ready until 200. Raises RuntimeError (with the log tail) on exit or timeout."""
         deadline = time.monotonic() + timeout_s
@@ -120,6 +139,22 @@ class LlmdProcess:
         with self.admin() as admin:
             status: dict[str, Any] = admin.get("/status").json()
             return status
+
+    def wait_diagnosed(self, timeout_s: float, every_s: float) -> dict[str, Any]:
+        """The status's engine once it carries a diagnosis (polled every `every_s`). Fails the
+        test, with the log tail, when llmd exits or no diagnosis comes within `timeout_s`."""
+        engine: dict[str, Any] = {}
+
+        def diagnosed() -> bool:
+            nonlocal engine
+            assert self.process.poll() is None, self.log_tail()
+            if not (self.runtime_dir / "admin.sock").exists():
+                return False  # (httpx leaks the socket of a failed connect)
+            engine = self.admin_status()["engine"]
+            return bool(engine["diagnosis"])
+
+        assert wait_for(diagnosed, timeout_s, every_s=every_s), self.log_tail()
+        return engine
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])

@@ -11,7 +11,7 @@ from llmd.runtime import RuntimePaths
 from llmd.state import DaemonState
 from llmd.supervisor.state import EngineState
 from llmd.telemetry.observer import Observer
-from llmd.validation.models import Validators, model_sources
+from llmd.validation.pools import Validators, model_sources
 
 
 def daemon_state(

@@ -44,6 +44,7 @@ def build_server(options: SimOptions) -> SimServer:
         block_size=options.block_size,
         num_gpu_blocks=options.num_gpu_blocks,
         max_model_len=max_model_len,
+        prefix_caching=options.enable_prefix_caching,
     )
     engine = SimEngine.build(
         tokenizer=tokenizer,
@@ -55,16 +56,19 @@ def build_server(options: SimOptions) -> SimServer:
         num_gpu_blocks=options.num_gpu_blocks,
         policy=options.scheduling_policy,
         seed=options.seed,
+        prefix_caching=options.enable_prefix_caching,
     )
     return SimServer(
         engine=engine,
         tokenizer=tokenizer,
         metrics=metrics,
         model_name=options.served_model_name,
+        aliases=options.served_model_names,
+        lora_modules=dict(options.lora_modules),
+        api_keys=options.api_keys,
         model_root=str(model_dir),
         max_model_len=max_model_len,
         faults=options.faults,
-        request_overhead_s=options.timing.request_overhead_s,
         surface=SURFACES[options.vllm_version],
     )
 
