@@ -73,6 +73,7 @@ class ServerConfig:
         return int(self.listen.rpartition(":")[2])
 
 
+@dataclasses.dataclass(frozen=True)
 class SupervisorConfig:
     """Restart policy: exponential backoff, and when to give up on a failing engine."""
 
