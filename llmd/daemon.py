@@ -471,13 +471,14 @@ class Daemon:
         self.state.admission.pump()
 
     def _engine_changed(self, name: str) -> None:
-        """A supervisor's phase changed: when the engine serves names beyond its configured
-        one (several --served-model-name, LoRA adapters: its /v1/models at ready), it joins
+        """A supervisor's phase changed: when the engine serves other names than its configured
+        one (several --served-model-name, LoRA adapters: its /v1/models at ready), it moves to
         those pools and they get validators; then admission runs."""
         fleet, capacity = self.state.fleet, self.state.admission.capacity
         if name in fleet.engines and name in capacity.names():
             models = fleet.serving_models(name)
-            if models != self._engine_models.get(name, models[:1]):
+            configured = (fleet.engines[name].model,)
+            if models != self._engine_models.get(name, configured):
                 self._engine_models[name] = models
                 capacity.set_models(name, models)
                 self._configure_validators()

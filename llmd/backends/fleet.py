@@ -92,12 +92,12 @@ class Fleet:
     # -- models -------------------------------------------------------------------------------
 
     def serving_models(self, name: str) -> tuple[str, ...]:
-        """What backend `name` serves now: an engine its served name and every name its
-        /v1/models listed when it became ready (each --served-model-name, its LoRA adapters),
-        an upstream its configured or listed models."""
+        """What backend `name` serves now: an engine every name its /v1/models listed when it
+        became ready (each --served-model-name, its LoRA adapters), its configured name until
+        then; an upstream its configured or listed models."""
         if name in self.engines:
             state = self.engines[name]
-            return tuple(dict.fromkeys((state.model, *state.served_models)))
+            return state.served_models or (state.model,)
         return self.upstreams[name].models
 
     def members(self, model: str) -> Iterator[str]:
