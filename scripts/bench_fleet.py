@@ -10,11 +10,12 @@ has twice the seats); both sims, llmd and the clients share this machine's cores
 
 **Affinity.** A pool of two with a shared-prefix workload: `--groups` prefix groups (a long
 system prompt each), requests of all groups interleaved, `--users` at once, with prefix
-affinity on (`routing.prefix_chars` 64) and off (0: least load only). The simulator has no
-prefix cache (its vllm:prefix_cache_hits stays 0), so the figure is llmd's placement:
-**locality**, the share of requests that ran on their group's most used backend (1.0: every
-group on one backend, the most a prefix cache could be used; 0.5: spread evenly over two), and
-the split of requests between the two engines.
+affinity on (`routing.prefix_chars` 64) and off (0: least load only). The figure is llmd's
+placement, not prefix-cache hits (the shared prompt is shorter than one KV block of the
+simulator, so its prefix cache could not hit either way): **locality**, the share of requests
+that ran on their group's most used backend (1.0: every group on one backend, the most a
+prefix cache could be used; 0.5: spread evenly over two), and the split of requests between
+the two engines.
 
 Rounds alternate the order of the set-ups; the report gives each figure's median and range.
 
