@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
+import os
 import sys
 import time
 from collections.abc import Coroutine, Sequence
@@ -102,10 +104,15 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         daemon = Daemon(config, listen=args.listen, runtime_dir=args.runtime_dir)
         code: int = _run(daemon.serve())
-        return code
     except (OSError, RuntimeDirInUse) as exc:
         print(f"llmd: cannot start: {exc}", file=sys.stderr)
         return 1
+    # The daemon has stopped and logged it. Leave now: the interpreter's teardown costs a second
+    # or more once the tokenizer has imported torch (measured here: 1.2 s of a 1.7 s stop).
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _check_config(args: argparse.Namespace) -> int:

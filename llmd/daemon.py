@@ -27,7 +27,6 @@ from llmd.admin.server import AdminApp
 from llmd.admission.waiters import Admission
 from llmd.config import Config, EngineConfig, config_path, load_config
 from llmd.engine.client import EngineClient
-from llmd.engine.launch import installed_engine_build
 from llmd.errors import ActionRefused, ConfigError, EngineGaveUp
 from llmd.gpu.preflight import GpuReport, PreflightError, run_preflight
 from llmd.listeners import bind_tcp, bind_unix, set_send_buffer
@@ -114,9 +113,7 @@ class Daemon:
     async def serve(self) -> int:
         """Run until SIGTERM/SIGINT or until the engine is given up; the process exit code."""
         try:
-            self.gpu = await asyncio.to_thread(
-                run_preflight, self.config.engine, installed_engine_build()
-            )
+            self.gpu = await asyncio.to_thread(run_preflight, self.config.engine)
         except PreflightError as exc:
             log.error("gpu_preflight_failed", error=str(exc))
             self.reporter.stopping(f"GPU preflight failed: {exc}")

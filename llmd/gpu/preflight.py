@@ -13,6 +13,7 @@ from typing import Any
 
 from llmd.config import EngineConfig
 from llmd.engine.args import engine_flag
+from llmd.engine.launch import installed_engine_build
 from llmd.errors import LlmdError
 
 # vLLM's default --gpu-memory-utilization (0.10 to 0.32): the fraction of *total* device memory
@@ -134,8 +135,9 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def run_preflight(engine: EngineConfig, engine_build: str) -> GpuReport:
-    """`preflight` with the real NVML (pynvml is imported here, not at llmd's import)."""
+def run_preflight(engine: EngineConfig) -> GpuReport:
+    """`preflight` with the real NVML (pynvml is imported here, not at llmd's import) and the
+    vLLM build the engine's Python has (`installed_engine_build`; blocks: run it in a thread)."""
     import pynvml
 
-    return preflight(pynvml, engine, engine_build)
+    return preflight(pynvml, engine, installed_engine_build(engine.python))

@@ -6,6 +6,7 @@ import dataclasses
 import enum
 import time
 
+from llmd.engine.versions import ASSUMED, EngineApi
 from llmd.errors import EngineUnavailable
 from llmd.status import EngineStatus
 from llmd.supervisor.exits import ExitReason
@@ -32,13 +33,15 @@ class EngineState:
     used to estimate `Retry-After` while a boot is under way. `failed_boots` counts boots that
     never became ready within the supervisor's failure window. `exits_by_reason` counts the
     exits llmd did not ask for, by `ExitReason.kind` (each one is followed by a restart or by
-    giving up).
+    giving up). `api` is the vLLM release the engine answers as (its GET /version, read when it
+    becomes ready), where llmd must mirror what differs between releases.
     """
 
     phase: EnginePhase = EnginePhase.STARTING
     pid: int | None = None
     model: str = ""
     engine_version: str = ""
+    api: EngineApi = ASSUMED
     max_model_len: int | None = None
     boot_started_at: float | None = None
     ready_at: float | None = None

@@ -15,6 +15,7 @@ import structlog
 
 from llmd.config import Config
 from llmd.engine.launch import engine_launch, installed_engine_build
+from llmd.engine.versions import ASSUMED, EngineApi
 from llmd.errors import EngineGaveUp
 from llmd.runtime import RuntimePaths
 from llmd.supervisor.exits import ExitReason, classify_exit
@@ -245,7 +246,9 @@ class Supervisor:
         self.state.ready_at = now
         self.state.model = self.config.engine.model_name
         self.state.engine_version = (
-            installed_engine_build() if self.config.engine.kind == "vllm" else "sim"
+            installed_engine_build(self.config.engine.python)
+            if self.config.engine.kind == "vllm"
+            else "sim"
         )
         with contextlib.suppress(
             aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, KeyError, IndexError
@@ -255,6 +258,14 @@ class Supervisor:
             ) as r:
                 models = await r.json()
             self.state.max_model_len = int(models["data"][0]["max_model_len"])
+        self.state.api = ASSUMED
+        with contextlib.suppress(
+            aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, KeyError, TypeError
+        ):
+            async with probe.get(
+                "http://engine/version", timeout=aiohttp.ClientTimeout(total=5)
+            ) as r:
+                self.state.api = EngineApi.parse((await r.json())["version"])
         self.state.phase = EnginePhase.SERVING
         self._served.set()
         log.info(
@@ -262,6 +273,7 @@ class Supervisor:
             pid=self.state.pid,
             boot_s=round(self.state.boot_s, 1),
             max_model_len=self.state.max_model_len,
+            vllm_release=".".join(map(str, self.state.api.release)),
         )
 
     def _record_exit(self, reason: ExitReason) -> None:

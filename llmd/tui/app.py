@@ -102,40 +102,56 @@ class TopApp(App[None]):
     def on_mount(self) -> None:
         for widget_id, title in PANEL_TITLES.items():
             self.query_one(f"#{widget_id}").border_title = title
-        self.header.show(None, self.link)
+        self.header.show(self.snapshot, self.link)
         self.sequences.focus()
-        # After the first refresh: by then every panel's own children are composed (a panel
-        # shown earlier found no '#spark' on a loaded machine).
-        self.call_after_refresh(self.run_worker, self._poll(), name="poll", exclusive=True)
+        # At once: a panel takes a snapshot whether or not its own parts are composed yet.
+        self.run_worker(self._poll(), name="poll", exclusive=True)
 
     async def _poll(self) -> None:
         while True:
-            await self.refresh_status()
+            try:
+                await self.refresh_status()
+            except Exception as exc:  # a fault in llmd-top itself: say it, keep polling
+                self.link.not_shown(_said(exc))
+                self.notify(f"llmd-top: {_said(exc)}", severity="error", timeout=10)
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.interval_s)
 
     async def refresh_status(self) -> None:
-        """Fetch one snapshot and show it, or show that the daemon cannot be reached."""
+        """Fetch one snapshot and show it, or show that the daemon cannot be reached, or that
+        the snapshot could not be shown (the last one shown stays on screen)."""
         try:
             snapshot = await self.client.status()
         except (AdminUnreachable, AdminRefused) as exc:
-            self.link.lost(str(exc))
-            self.add_class("-stale")
-            self.header.show(self.snapshot, self.link)
+            self._lost(str(exc))
+            return
+        except Exception as exc:  # any other failure to fetch is a lost daemon too
+            self._lost(_said(exc))
             return
         was_lost = self.link.fetched and not self.link.connected
         self.link.up()
         self.remove_class("-stale")
+        try:
+            self.show(snapshot)
+        except Exception as exc:  # a snapshot this llmd-top cannot read (say, a missing key)
+            self.link.not_shown(_said(exc))
+            self.header.show(self.snapshot, self.link)
+            return
         for note in changes(self.snapshot, snapshot):
             self.notify(note, title="llmd", timeout=10)
         if was_lost:
             self.notify("reconnected to llmd", title="llmd", timeout=10)
         self.snapshot = snapshot
-        self.show(snapshot)
+
+    def _lost(self, error: str) -> None:
+        self.link.lost(error)
+        self.add_class("-stale")
+        self.header.show(self.snapshot, self.link)
 
     def show(self, s: Snapshot) -> None:
-        """Hand snapshot `s` to every panel."""
+        """Hand snapshot `s` to every panel (each takes it at any time: before it is composed,
+        after it was removed). Raises what a panel raises on a snapshot it cannot read."""
         self.header.show(s, self.link)
         for panel in (self.kv, self.gpu, self.latency, self.throughput, self.queues,
                       self.tenants, self.counts, self.events):  # fmt: skip
@@ -240,8 +256,16 @@ class TopApp(App[None]):
             except (AdminUnreachable, AdminRefused) as exc:
                 self.notify(f"{what} failed: {exc}", severity="error", timeout=10)
                 return
+            except Exception as exc:  # a fault in llmd-top itself must not end the dashboard
+                self.notify(f"{what} failed: {_said(exc)}", severity="error", timeout=10)
+                return
             self.notify(f"{what}: done", timeout=5)
             self._wake.set()
 
         self.notify(f"{what}…", timeout=3)
         self.run_worker(run(), name=what, group="actions")
+
+
+def _said(exc: Exception) -> str:
+    """An unexpected exception as the header says it: `KeyError: 'engine'`."""
+    return f"{type(exc).__name__}: {exc}"

@@ -1,5 +1,6 @@
 """llmd-top's connection to the daemon as the header shows it: up or lost (since when, why),
-and what changed across the last two snapshots that the operator must be told about."""
+whether the last snapshot could be shown, and what changed across the last two snapshots that
+the operator must be told about."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ Snapshot = dict[str, Any]
 @dataclasses.dataclass
 class Link:
     """The state of the connection to the admin socket. `lost_since` is Unix time (s) of the
-    first failed fetch in a row; None while connected."""
+    first failed fetch in a row; None while connected. `fault` says why the last snapshot
+    fetched could not be shown (a snapshot llmd-top cannot read, a fault in llmd-top itself);
+    None from the next fetch on."""
 
     socket: str
     interval_s: float
@@ -21,11 +24,13 @@ class Link:
     lost_since: float | None = None
     error: str | None = None
     fetched: int = 0
+    fault: str | None = None
 
     def up(self) -> None:
         self.connected = True
         self.lost_since = None
         self.error = None
+        self.fault = None
         self.fetched += 1
 
     def lost(self, error: str) -> None:
@@ -33,6 +38,9 @@ class Link:
             self.lost_since = time.time()
         self.connected = False
         self.error = error
+
+    def not_shown(self, error: str) -> None:
+        self.fault = error
 
 
 def changes(before: Snapshot | None, after: Snapshot) -> list[str]:

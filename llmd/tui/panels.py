@@ -1,5 +1,7 @@
 """The dashboard's panels, one widget each. Every panel's `show(snapshot)` renders the figures
-the daemon sent; none computes a figure of its own."""
+the daemon sent; none computes a figure of its own. `show` may come at any time: before the
+panel is composed or mounted, while it is on screen, after it was removed; a panel never looks
+its own parts up in the DOM (they may not exist yet), it holds them."""
 
 from __future__ import annotations
 
@@ -73,7 +75,12 @@ class HeaderPanel(Static):
             else:
                 line.append("admitting", style="green")
         line.append("\n")
-        if link.connected:
+        if link.connected and link.fault is not None:
+            line.append(" SNAPSHOT NOT SHOWN ", style="bold reverse red")
+            line.append(f" {link.fault} · retrying every {link.interval_s:g} s")
+            if s is not None:
+                line.append(" · showing the last snapshot shown", style="dim")
+        elif link.connected:
             line.append(f" connected to {link.socket} · refresh {link.interval_s:g} s", "dim")
         else:
             since = (
@@ -167,16 +174,18 @@ class LatencyPanel(Panel):
 
 class ThroughputPanel(Widget):
     """Generated tokens/s now and as a sparkline over the snapshots fetched so far (one point
-    each), with the prompt and request rates."""
+    each), with the prompt and request rates. Its three parts are made with the panel, so a
+    snapshot shown before they are composed is drawn once they are."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.history: list[float] = []
+        self.rate = Static(id="rate")
+        self.spark = Sparkline([], id="spark")
+        self.rates = Static(id="rates")
 
     def compose(self) -> ComposeResult:
-        yield Static(id="rate")
-        yield Sparkline([], id="spark")
-        yield Static(id="rates")
+        yield from (self.rate, self.spark, self.rates)
 
     def show(self, s: Snapshot) -> None:
         t = s.get("throughput") or {}
@@ -184,13 +193,13 @@ class ThroughputPanel(Widget):
         if generated is None:  # no engine reading yet: llmd's own count over the last minute
             generated = t.get("output_tokens_per_s")
         self.history = [*self.history[-(SPARK_POINTS - 1) :], generated or 0.0]
-        self.query_one("#spark", Sparkline).data = self.history
+        self.spark.data = self.history
         rate = Text(f"{fmt.rate(generated)}", style="bold")
         rate.append(" tokens/s generated", style="")
-        self.query_one("#rate", Static).update(rate)
+        self.rate.update(rate)
         rates = Text(f"prompt {fmt.rate(t.get('engine_prompt_tokens_per_s'))} tokens/s", "dim")
         rates.append(f"\nfinished {fmt.rate(t.get('requests_per_s'))} req/s (1 min)", "dim")
-        self.query_one("#rates", Static).update(rates)
+        self.rates.update(rates)
 
 
 class CountsPanel(Panel):

@@ -73,10 +73,17 @@ class SequenceTable(DataTable[Text]):
         self._rows: list[tuple[str, ...]] = []
         self._total = 0
         self._by_id: dict[str, Sequence] = {}
+        # Columns are added on mount (measuring a label needs the running app); a snapshot
+        # shown before then waits here and is drawn on mount.
+        self._columns_added = False
+        self._pending: tuple[list[Sequence], int] | None = None
 
     def on_mount(self) -> None:
         for column in COLUMNS:
             self.add_column(self._label(column), width=column.width, key=column.key)
+        self._columns_added = True
+        if self._pending is not None:
+            self.show(*self._pending)
 
     @property
     def selected_id(self) -> str | None:
@@ -90,7 +97,12 @@ class SequenceTable(DataTable[Text]):
         return self._by_id.get(self.selected_id or "")
 
     def show(self, sequences: list[Sequence], total: int) -> None:
-        """List `sequences` (the snapshot's, `total` in flight) sorted and filtered."""
+        """List `sequences` (the snapshot's, `total` in flight) sorted and filtered; before the
+        table is mounted, remember them and list them on mount."""
+        if not self._columns_added:
+            self._pending = (sequences, total)
+            return
+        self._pending = None
         self._total = total
         self._by_id = {s["id"]: s for s in sequences}
         wanted = [s for s in sequences if self._matches(s)]

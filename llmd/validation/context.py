@@ -13,6 +13,7 @@ from typing import Literal
 
 from llmd.config import ValidationConfig
 from llmd.engine.args import COMPLETIONS_DEFAULT_MAX_TOKENS
+from llmd.engine.versions import ASSUMED, EngineApi
 from llmd.errors import ContextLengthExceeded, InvalidRequest
 from llmd.validation.fields import Endpoint, OutputRequest
 
@@ -38,15 +39,19 @@ def check_context(
     config: ValidationConfig,
     policy: Policy,
     truncate_prompt_tokens: int | None = None,
+    api: EngineApi = ASSUMED,
 ) -> ContextDecision:
     """Decide the output budget of a request whose sequences have `prompt_tokens` each.
 
     A prompt that leaves no room for one output token is always refused. Over the room (or
     over `config.max_tokens_limit`), `reject` raises and `clamp` lowers max_tokens. An omitted
-    max_tokens gets `config.default_max_tokens`, fitted to the room.
+    max_tokens gets `config.default_max_tokens`, fitted to the room. `truncate_prompt_tokens`
+    cuts the prompt as the engine's release (`api`) will.
     Raises ContextLengthExceeded (the context) or InvalidRequest (the operator's limit).
     """
-    prompt = _effective_prompt(max(prompt_tokens), max_model_len, truncate_prompt_tokens)
+    prompt = _effective_prompt(
+        max(prompt_tokens), max_model_len, truncate_prompt_tokens, output, api
+    )
     room = max_model_len - prompt
     prompt_param = "messages" if endpoint is Endpoint.CHAT else "prompt"
     if room < 1:
@@ -78,17 +83,27 @@ def check_context(
     )
 
 
-def _effective_prompt(prompt: int, max_model_len: int, truncate: int | None) -> int:
-    """The prompt length after vLLM's `truncate_prompt_tokens` (-1: the context less one)."""
+def _effective_prompt(
+    prompt: int, max_model_len: int, truncate: int | None, output: OutputRequest, api: EngineApi
+) -> int:
+    """The prompt length after vLLM's `truncate_prompt_tokens`: at most `max_model_len` (-1:
+    the context less one) in 0.32; at most `max_model_len - max_tokens` (-1: that many) in 0.31,
+    with its own wording for a bound too large (renderers/params.py `TokenizeParams`)."""
     if truncate is None:
         return prompt
-    if truncate > max_model_len:
+    if api.truncation_keeps_room_for_output:
+        bound = max_model_len - (output.max_tokens or 0)
+        over = f"max_model_len - {output.field} = {bound}"
+        keep = bound
+    else:
+        bound, over, keep = max_model_len, f"max_model_len = {max_model_len}", max_model_len - 1
+    if truncate > bound:
         raise InvalidRequest(
-            f"truncate_prompt_tokens={truncate} cannot be greater than max_model_len "
-            f"= {max_model_len}. Please request a smaller truncation size.",
+            f"truncate_prompt_tokens={truncate} cannot be greater than {over}. "
+            "Please request a smaller truncation size.",
             param="truncate_prompt_tokens",
         )
-    return min(prompt, max_model_len - 1 if truncate == -1 else truncate)
+    return min(prompt, keep if truncate == -1 else truncate)
 
 
 def _default(

@@ -14,11 +14,13 @@ while waiting its turn is never counted (its task is cancelled).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
+import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import structlog
@@ -114,8 +116,10 @@ class Validator:
         return self.loading
 
     async def load_tokenizer(self) -> None:
-        """Load the local tokenizer on a thread; on failure, or when the settings say so, count
-        through the engine (logged). The counter it replaces is closed."""
+        """Load the local tokenizer on a daemon thread; on failure, or when the settings say so,
+        count through the engine (logged). The counter it replaces is closed. The thread is
+        llmd's own, not the loop's executor: a stop that comes while it loads (seconds:
+        transformers imports torch) does not wait for it."""
         local: LocalCounter | None = None
         given = flags_given(self.engine_args, ENGINE_RENDERING_ARGS)
         if self.config.tokenizer == "engine":
@@ -125,7 +129,7 @@ class Validator:
         else:
             started = time.monotonic()
             try:
-                local = await asyncio.to_thread(LocalCounter.load, self.tokenizer_path)
+                local = await _on_daemon_thread(LocalCounter.load, self.tokenizer_path)
             except TokenizerUnavailable as exc:
                 log.warning("tokenizer_fallback_engine", path=self.tokenizer_path, reason=str(exc))
             else:
@@ -160,7 +164,9 @@ class Validator:
         fields = read_fields(endpoint, body)
         self._check_sizes(fields)
         if fields.model is not None and fields.model not in self.served_models:
-            raise ModelNotFound(fields.model, self.served_models)
+            raise ModelNotFound(
+                fields.model, self.served_models, self.engine.api.names_models_when_not_found
+            )
         max_model_len = self.engine.max_model_len
         self._check_token_ids(fields.prompt)
         counts = await self._count(fields.prompt, fields.model, max_model_len, rank)
@@ -172,7 +178,7 @@ class Validator:
         else:
             decision = check_context(
                 endpoint, counts, fields.output, max_model_len, self.config, policy,
-                fields.truncate_prompt_tokens,
+                fields.truncate_prompt_tokens, self.engine.api,
             )  # fmt: skip
         response_headers: list[tuple[bytes, bytes]] = []
         max_tokens = fields.output.max_tokens
@@ -244,3 +250,32 @@ def _policy(headers: list[Any], default: Policy) -> Policy:
                 f"header x-llmd-context-policy must be 'reject' or 'clamp', got {value!r}"
             )
     return default
+
+
+T = TypeVar("T")
+
+
+async def _on_daemon_thread(call: Callable[[str], T], arg: str) -> T:
+    """`call(arg)` on a new daemon thread, awaited. Unlike `asyncio.to_thread`, neither the
+    loop's shutdown nor the interpreter's exit waits for it."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if done.done():  # the awaiting task was cancelled
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            result, error = call(arg), None
+        except BaseException as exc:  # handed to the awaiting task
+            result, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name="tokenizer-load", daemon=True).start()
+    return await done

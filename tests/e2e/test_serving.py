@@ -14,6 +14,7 @@ import pytest
 
 from tests.support.engine_metrics import engine_gauge, wait_for_gauge
 from tests.support.llmd_process import LlmdProcess
+from tests.support.vllm_python import vllm_version
 
 pytestmark = pytest.mark.e2e
 
@@ -175,4 +176,5 @@ def test_status_cli_reports_the_engine(real_llmd: LlmdProcess) -> None:
     assert status["engine"]["state"] == "serving"
     assert status["engine"]["pid"] > 0 and status["engine"]["max_model_len"] == 1024
     assert status["engine"]["version"].startswith("vllm")
+    assert status["engine"]["version"].endswith(f" {vllm_version()}")  # engine.python's vLLM
     assert time.time() - status["taken_at"] < 10

@@ -10,6 +10,7 @@ from typing import Any
 import tomli_w
 
 from tests.support.llmd_process import REPO
+from tests.support.vllm_python import VLLM_PYTHON
 
 
 def shipped_config(
@@ -26,5 +27,7 @@ def shipped_config(
 
 
 def demo_config(model: Path, **sections: dict[str, Any]) -> str:
-    """etc/demo.toml (the real vLLM CPU engine, as the demo runs it) for `model`."""
-    return shipped_config("demo.toml", model, (), **sections)
+    """etc/demo.toml (the real vLLM CPU engine, as the demo runs it) for `model`, its engine run
+    by the tests' vLLM Python (`engine.python`, see tests/support/vllm_engine.py)."""
+    engine = {"python": VLLM_PYTHON, **sections.pop("engine", {})}
+    return shipped_config("demo.toml", model, (), engine=engine, **sections)

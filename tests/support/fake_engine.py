@@ -17,10 +17,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import uvicorn
 from aiohttp import web
 
 from llmd.config import AdmissionConfig, Config, EngineConfig, ServerConfig, ValidationConfig
+from llmd.engine.versions import EngineApi
 from llmd.proxy.app import build_app
 from llmd.state import DaemonState
 from llmd.supervisor.state import EnginePhase, EngineState
@@ -108,7 +110,8 @@ class ProxyStack:
         `admission` replaces the default AdmissionConfig, `engine` the FakeEngine.
 
         With `real_engine` (a running engine's Unix socket) the proxy relays to it instead of
-        to the fake engine (whose `received` then stays empty).
+        to the fake engine (whose `received` then stays empty), knowing its vLLM release from
+        its GET /version as the supervisor does.
         """
         config = Config(
             server=ServerConfig(runtime_dir=str(runtime_dir), max_body_bytes=1024 * 1024),
@@ -117,6 +120,10 @@ class ProxyStack:
             admission=admission or AdmissionConfig(),
         )
         state = EngineState(phase=EnginePhase.SERVING, max_model_len=max_model_len)
+        if real_engine is not None:
+            with httpx.Client(transport=httpx.HTTPTransport(uds=str(real_engine))) as client:
+                version = client.get("http://engine/version", timeout=30).json()["version"]
+            state.api = EngineApi.parse(version)
         # No request log lines: the stack outlives each test's output capture.
         observer = Observer(log_requests="off")
         ctx = daemon_state(config, state, observer, runtime_dir)

@@ -103,18 +103,22 @@ class LlmdProcess:
                     return
             except httpx.HTTPError:
                 pass
-            time.sleep(0.5)
+            time.sleep(0.1)
         raise RuntimeError(f"llmd not ready after {timeout_s}s:\n{self.log_tail()}")
 
     def stop(self, timeout_s: float = 90.0) -> int:
         """SIGTERM llmd and wait for it; its exit status (SIGKILL after `timeout_s`)."""
         return stop_process(self.process, timeout_s)
 
+    def admin(self, timeout_s: float = 5.0) -> httpx.Client:
+        """A client of the admin API on its socket (base URL http://llmd)."""
+        transport = httpx.HTTPTransport(uds=str(self.runtime_dir / "admin.sock"))
+        return httpx.Client(transport=transport, base_url="http://llmd", timeout=timeout_s)
+
     def admin_status(self) -> dict[str, Any]:
         """GET /status on the admin socket: the Status snapshot as JSON."""
-        transport = httpx.HTTPTransport(uds=str(self.runtime_dir / "admin.sock"))
-        with httpx.Client(transport=transport, timeout=5) as admin:
-            status: dict[str, Any] = admin.get("http://llmd/status").json()
+        with self.admin() as admin:
+            status: dict[str, Any] = admin.get("/status").json()
             return status
 
     def log_tail(self, lines: int = 40) -> str:

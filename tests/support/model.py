@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -13,8 +14,10 @@ from tests.support.llmd_process import REPO
 TINY_MODEL = Path(os.environ.get("LLMD_TINY_MODEL", REPO / "var" / "models" / "tiny"))
 
 
+@functools.cache
 def ensure_tiny_model() -> Path:
-    """Generate the tiny model if it is missing (idempotent); its directory."""
+    """Generate the tiny model if it is missing (idempotent; checked once per test session);
+    its directory."""
     subprocess.run(
         [sys.executable, str(REPO / "scripts" / "make_tiny_model.py"), str(TINY_MODEL)],
         check=True,

@@ -2,6 +2,7 @@
 that hold llmd's view of the engine to the engine itself (contract, token-count parity).
 
 One per test module (the `vllm_engine` fixture in tests/conftest.py): a boot takes 20-80 s.
+It runs on `VLLM_PYTHON` (tests/support/vllm_python.py).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import dataclasses
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +21,7 @@ import httpx
 from llmd.engine.amx import host_has_amx, with_amx_permission
 from tests.support.llmd_process import short_tmpdir
 from tests.support.sim_process import health_status
+from tests.support.vllm_python import VLLM_PYTHON
 
 MAX_MODEL_LEN = 1024
 # ENGINE.md: the CPU build needs an explicit KV size and a small memory fraction.
@@ -68,7 +69,7 @@ def vllm_engine(model: Path, timeout_s: float = 400.0) -> Iterator[Engine]:
     workdir = short_tmpdir("llmd-vllm-")
     socket, log_path = workdir / "engine.sock", workdir / "vllm.log"
     argv = [
-        sys.executable,
+        VLLM_PYTHON,
         "-m",
         "vllm.entrypoints.openai.api_server",
         "--model",

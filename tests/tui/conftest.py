@@ -31,32 +31,46 @@ def example_status() -> Snapshot:
 
 
 class FakeDaemon:
-    """Stands in for DaemonClient: serves `snapshot` (None: unreachable), records actions."""
+    """Stands in for DaemonClient: serves `snapshot` (the recorded one by default), records
+    actions. `reachable = False`: every call fails as a missing daemon does; `failure`: every
+    call raises it (a fault the client did not foresee). `fetches` counts status calls."""
 
     def __init__(self, snapshot: Snapshot | None = None) -> None:
         self.socket = Path("/run/llmd/admin.sock")
         self.snapshot = copy.deepcopy(snapshot) if snapshot is not None else example_status()
         self.reachable = True
+        self.failure: Exception | None = None
         self.calls: list[str] = []
+        self.fetches = 0
 
     async def status(self) -> Snapshot:
-        if not self.reachable:
-            raise AdminUnreachable(f"no llmd daemon answers on {self.socket}")
+        self.fetches += 1
+        self._answer()
         return copy.deepcopy(self.snapshot)
 
+    def _answer(self) -> None:
+        if self.failure is not None:
+            raise self.failure
+        if not self.reachable:
+            raise AdminUnreachable(f"no llmd daemon answers on {self.socket}")
+
     async def drain(self) -> Answer:
+        self._answer()
         self.calls.append("drain")
         return {}
 
     async def resume(self) -> Answer:
+        self._answer()
         self.calls.append("resume")
         return {}
 
     async def restart(self) -> Answer:
+        self._answer()
         self.calls.append("restart")
         return {}
 
     async def cancel(self, request_id: str) -> Answer:
+        self._answer()
         self.calls.append(f"cancel {request_id}")
         return {}
 
@@ -82,7 +96,9 @@ async def until(pilot: Pilot[Any], condition: Callable[[], bool], timeout_s: flo
 
 
 async def settled_text(pilot: Pilot[Any], timeout_s: float = 10.0) -> str:
-    """The screen once two captures 0.1 s apart agree (layout and cursor done)."""
+    """The screen once the footer lists the keys (it is composed after the panels) and two
+    captures 0.1 s apart agree (layout and cursor done)."""
+    await until(pilot, lambda: "quit" in screen_text(pilot.app).splitlines()[-1], timeout_s)
     deadline = time.monotonic() + timeout_s
     before = screen_text(pilot.app)
     while True:
@@ -93,9 +109,10 @@ async def settled_text(pilot: Pilot[Any], timeout_s: float = 10.0) -> str:
         before = now
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def llmd() -> Iterator[LlmdProcess]:
-    """A live llmd on the simulator with slow steps (streams last seconds)."""
+    """A live llmd on the simulator with slow steps (streams last seconds), shared by the live
+    and tmux tests (each leaves it serving and admitting)."""
     process = LlmdProcess.start(sim_config(ensure_tiny_model(), SLOW))
     process.wait_ready(timeout_s=30)
     yield process

@@ -3,8 +3,12 @@ filter, sort, losing and finding the daemon again, and the `llmd-top` arguments.
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
+import pytest
+from textual.app import ComposeResult
+
+import llmd.tui.app
 from llmd.tui.app import TopApp
 from llmd.tui.cli import _parser
 from llmd.tui.link import changes
@@ -131,3 +135,91 @@ async def test_refresh_goes_on_under_a_dialog() -> None:
         await until(pilot, lambda: app.snapshot is not None and app.snapshot["in_flight"] == 42)
         await pilot.press("n")
         await until(pilot, lambda: "in flight 42" in screen_text(app))
+
+
+class ShownBeforeCompose(TopApp):
+    """llmd-top handed the recorded snapshot while it composes: no panel (nor the parts of one)
+    is composed or mounted yet, as when a first fetch wins the race with the layout."""
+
+    CSS_PATH = Path(llmd.tui.app.__file__).with_name("top.tcss")
+
+    def compose(self) -> ComposeResult:
+        self.show(example_status())
+        yield from super().compose()
+
+
+async def test_a_snapshot_shown_before_compose_is_drawn_once_composed() -> None:
+    """Every panel takes a snapshot before it is composed and draws it once mounted: the
+    tokens/s parts, the sequence table's rows, the tables."""
+    daemon = FakeDaemon()
+    daemon.reachable = False  # nothing fetched: what shows is what was handed over early
+    app = ShownBeforeCompose(daemon, interval_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: daemon.fetches >= 2)
+        table = app.query_one(SequenceTable)
+        await until(pilot, lambda: len(table.ids) == 40)
+        screen = screen_text(app)
+        assert "tokens/s generated" in screen and "finished" in screen and "interactive" in screen
+        assert "CONNECTING" in screen and app.is_running
+
+
+async def test_panels_removed_from_the_screen_take_snapshots_without_failing() -> None:
+    """With every panel removed, snapshots keep arriving and the header keeps up with them."""
+    daemon = FakeDaemon()
+    app = TopApp(daemon, interval_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.snapshot is not None)
+        for panel in (app.kv, app.gpu, app.latency, app.throughput, app.queues, app.tenants,
+                      app.counts, app.sequences, app.events):  # fmt: skip
+            await panel.remove()
+        daemon.snapshot["in_flight"] = 41
+        await until(pilot, lambda: "in flight 41" in screen_text(app))
+        fetched = daemon.fetches
+        await until(pilot, lambda: daemon.fetches >= fetched + 3)
+        assert app.link.fault is None and app.is_running
+
+
+async def test_a_failing_fetch_is_shown_and_polling_goes_on() -> None:
+    """A fetch that raises what the client did not foresee: the header says it, the last
+    snapshot stays, polling goes on and finds the daemon again; a failing action is a notice."""
+    daemon = FakeDaemon()
+    app = TopApp(daemon, interval_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.snapshot is not None)
+        daemon.failure = RuntimeError("the socket caught fire")
+        await until(pilot, lambda: "RuntimeError: the socket caught fire" in screen_text(app))
+        screen = screen_text(app)
+        assert "NOT CONNECTED" in screen and "showing the last snapshot" in screen
+        fetched = daemon.fetches
+        await until(pilot, lambda: daemon.fetches >= fetched + 3)
+        await pilot.press("u")
+        await until(
+            pilot,
+            lambda: (
+                "resume failed: RuntimeError: the socket caught fire"
+                in [n.message for n in app._notifications]
+            ),
+        )
+        daemon.failure = None
+        await until(pilot, lambda: "connected to /run/llmd/admin.sock" in screen_text(app))
+        assert app.is_running
+
+
+async def test_a_snapshot_that_cannot_be_shown_is_said_and_polling_goes_on() -> None:
+    """A snapshot a panel cannot read (a key missing): the header says SNAPSHOT NOT SHOWN with
+    the error, the last snapshot shown stays, and the next good snapshot is shown again."""
+    daemon = FakeDaemon()
+    app = TopApp(daemon, interval_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.snapshot is not None)
+        del daemon.snapshot["kv_cache"]
+        daemon.snapshot["in_flight"] = 41
+        await until(pilot, lambda: "SNAPSHOT NOT SHOWN" in screen_text(app))
+        screen = screen_text(app)
+        assert "KeyError: 'kv_cache'" in screen and "showing the last snapshot shown" in screen
+        assert app.snapshot is not None and app.snapshot["in_flight"] == 40
+        fetched = daemon.fetches
+        await until(pilot, lambda: daemon.fetches >= fetched + 3)
+        daemon.snapshot["kv_cache"] = example_status()["kv_cache"]
+        await until(pilot, lambda: "connected to /run/llmd/admin.sock" in screen_text(app))
+        assert "in flight 41" in screen_text(app) and app.is_running

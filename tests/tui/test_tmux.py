@@ -91,4 +91,7 @@ def test_llmd_top_in_a_real_terminal(llmd: LlmdProcess) -> None:
         assert not tmux.alive()
     finally:
         tmux.kill()
+        with llmd.admin() as admin:  # the hanging request would outlast the test by a drain
+            admin.post("/requests/tmux-stream-1/cancel")
         stream.join(30)
+        assert not stream.is_alive()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llmd.config import ValidationConfig
+from llmd.engine.versions import EngineApi
 from llmd.errors import ContextLengthExceeded, InvalidRequest
 from llmd.validation.context import check_context
 from llmd.validation.fields import Endpoint, OutputRequest
@@ -125,3 +126,23 @@ def test_truncate_prompt_tokens_counts_the_truncated_prompt() -> None:
         check_context(
             COMPLETIONS, [5], out(1), 1024, DEFAULTS, "reject", truncate_prompt_tokens=2000
         )
+
+
+V031 = EngineApi((0, 31))
+
+
+def test_truncation_follows_the_engines_release() -> None:
+    """truncate_prompt_tokens -1 on a 2,000-token prompt asking 100: vLLM 0.32 keeps 1,023
+    prompt tokens (1 left: reject), 0.31 keeps 924 (the 100 fit); a bound over the limit is
+    refused in each release's words."""
+    with pytest.raises(ContextLengthExceeded):
+        check_context(COMPLETIONS, [2000], out(100), 1024, DEFAULTS, "reject", -1)
+    decision = check_context(COMPLETIONS, [2000], out(100), 1024, DEFAULTS, "reject", -1, V031)
+    assert decision.max_tokens is None
+    assert check_context(COMPLETIONS, [2000], out(100), 1024, DEFAULTS, "reject", 924, V031) == (
+        decision
+    )
+    with pytest.raises(InvalidRequest, match=r"than max_model_len - max_tokens = 924\."):
+        check_context(COMPLETIONS, [2000], out(100), 1024, DEFAULTS, "reject", 925, V031)
+    with pytest.raises(InvalidRequest, match=r"than max_model_len = 1024\."):
+        check_context(COMPLETIONS, [2000], out(100), 1024, DEFAULTS, "reject", 1025)

@@ -29,7 +29,7 @@ async def serve(options: SimOptions) -> int:
     from llmd.engine.sim.app import BootError, build_server, start
     from llmd.engine.sim.logs import log_stats
 
-    log.info("vLLM API server version 0.32.0 (llmd simulator)")
+    log.info("vLLM API server version %s (llmd simulator)", options.vllm_version)
     log.info("non-default args: %s", options)
     faults = options.faults
     if faults.boot_delay_s:

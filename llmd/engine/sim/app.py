@@ -16,6 +16,7 @@ from llmd.engine.sim.logs import AccessLogger
 from llmd.engine.sim.metrics import SimMetrics
 from llmd.engine.sim.options import SimOptions
 from llmd.engine.sim.server import SimServer
+from llmd.engine.sim.surface import SURFACES
 from llmd.engine.sim.tokenizer import SimTokenizer
 
 log = logging.getLogger("vllm.entrypoints.openai.api_server")
@@ -64,6 +65,7 @@ def build_server(options: SimOptions) -> SimServer:
         max_model_len=max_model_len,
         faults=options.faults,
         request_overhead_s=options.timing.request_overhead_s,
+        surface=SURFACES[options.vllm_version],
     )
 
 

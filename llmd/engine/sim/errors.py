@@ -58,13 +58,11 @@ def validation_error(kind: str, loc: str, msg: str, value: object) -> SimHTTPErr
     )
 
 
-def model_not_found(name: str, served: str) -> SimHTTPError:
-    """404 for a `model` this server does not serve."""
+def model_not_found(name: str, served: str, name_served: bool = True) -> SimHTTPError:
+    """404 for a `model` this server does not serve; vLLM 0.32 names the `served` one."""
+    aliases = f" Valid aliases: {served}." if name_served else ""
     return SimHTTPError(
-        404,
-        f"The model `{name}` does not exist. Valid aliases: {served}.",
-        type="NotFoundError",
-        param="model",
+        404, f"The model `{name}` does not exist.{aliases}", type="NotFoundError", param="model"
     )
 
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from llmd.engine.sim.faults import FaultOptions
+from llmd.engine.sim.surface import DEFAULT_VERSION, SURFACES
 from llmd.engine.sim.timing import TimingModel
 
 
@@ -37,6 +38,7 @@ class SimOptions:
     timing: TimingModel = dataclasses.field(default_factory=TimingModel)
     faults: FaultOptions = dataclasses.field(default_factory=FaultOptions)
     stats_interval_s: float = 10.0
+    vllm_version: str = DEFAULT_VERSION
 
 
 def parse_options(argv: Sequence[str] | None = None) -> SimOptions:
@@ -82,13 +84,15 @@ def parse_options(argv: Sequence[str] | None = None) -> SimOptions:
         timing=timing,
         faults=faults,
         stats_interval_s=args.stats_interval,
+        vllm_version=args.vllm_version,
     )
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m llmd.engine.sim",
-        description="A vLLM-compatible simulator: vLLM 0.32's OpenAI surface over a timing model.",
+        description="A vLLM-compatible simulator: vLLM's OpenAI surface (0.32, or 0.31 with "
+        "--vllm-version) over a timing model.",
     )
     p.add_argument("--model", required=True, help="model directory (its tokenizer is used)")
     p.add_argument("--served-model-name", default="", help="name clients send as `model`")
@@ -96,6 +100,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="TCP host when --port is given")
     p.add_argument("--port", type=int, default=0, help="serve on TCP instead of (or besides) --uds")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated tokens")
+    p.add_argument(
+        "--vllm-version",
+        choices=sorted(SURFACES),
+        default=DEFAULT_VERSION,
+        help="the vLLM release whose API behaviour to mimic (llmd/engine/sim/surface.py)",
+    )
     limits = p.add_argument_group("engine limits (as vLLM's flags)")
     limits.add_argument("--max-model-len", type=int, default=0)
     limits.add_argument("--max-num-seqs", type=int, default=SimOptions.max_num_seqs)

