@@ -81,3 +81,20 @@ def test_more_kv_than_the_budget_is_refused(running: ProxyStack) -> None:
     assert running.engine.hold is not None
     running.engine.hold.set()
     assert httpx.post(url, json=chat(2, max_tokens=1000), timeout=30).status_code == 200
+
+
+def test_more_prompts_than_the_limit_is_refused(running: ProxyStack) -> None:
+    """A completions request with 65 prompts (validation.max_prompts 64): 400 invalid_request
+    naming `prompt`; 2 prompts with n = 4 (8 seats, as many as the engine has) reach it."""
+    url = running.base_url + "/v1/completions"
+    many = {"model": "tiny", "prompt": ["hi"] * 65, "max_tokens": 5}
+    answer = httpx.post(url, json=many, timeout=30)
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["param"] == "prompt" and "64" in error["message"]
+    assert running.engine.received == []
+    assert running.engine.hold is not None
+    running.engine.hold.set()
+    two = {"model": "tiny", "prompt": ["hi", "ho"], "max_tokens": 5, "n": 4}
+    assert httpx.post(url, json=two, timeout=30).status_code == 200
+    assert len(running.engine.received) == 1
