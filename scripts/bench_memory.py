@@ -8,7 +8,10 @@ samples llmd's RSS every 20 ms until every request is answered, then reads it on
 the queue has drained. The idle figure is taken once the tokenizer has loaded. Prints, per
 round: the answers by status, the peak RSS over the idle RSS, that growth against
 `admission.max_queued_bytes` (the issue's target: under 3x), and the RSS after the drain (flat:
-back near the idle figure, not growing round after round).
+back near the idle figure, not growing round after round). By default the connection limit is
+set above the flood, so that the body budget is what bounds llmd's memory (uvicorn counts open
+connections: a burst of more connections than `server.max_connections` is answered 503
+`too_many_connections`, nearly all of it, before any body is read).
 
     flock /tmp/llmd-heavy.lock .venv/bin/python scripts/bench_memory.py [--rounds 2]
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import json
 import statistics
 import sys
@@ -57,8 +61,8 @@ def padded_body(body_kb: int, hold_s: float) -> bytes:
 
 
 async def flood(url: str, body: bytes, count: int, pid: int) -> tuple[dict[str, int], int]:
-    """`count` requests at once; their answers by status ('reset': the connection broke before
-    an answer) and the peak RSS of `pid` seen while they ran."""
+    """`count` requests at once; their answers by status and error code ('reset': the
+    connection broke before an answer) and the peak RSS of `pid` seen while they ran."""
     statuses: collections.Counter[str] = collections.Counter()
     connector = aiohttp.TCPConnector(limit=0, force_close=True)
     timeout = aiohttp.ClientTimeout(total=900)
@@ -68,8 +72,12 @@ async def flood(url: str, body: bytes, count: int, pid: int) -> tuple[dict[str, 
             headers = {"content-type": "application/json"}
             try:
                 async with session.post(url, data=body, headers=headers) as response:
-                    await response.read()
-                    statuses[str(response.status)] += 1
+                    answer = await response.read()
+                    code = ""
+                    if response.status != 200:
+                        with contextlib.suppress(ValueError, KeyError, TypeError):
+                            code = " " + str(json.loads(answer)["error"]["code"])
+                    statuses[f"{response.status}{code}"] += 1
             except (aiohttp.ClientError, OSError):
                 statuses["reset"] += 1
 
@@ -99,12 +107,19 @@ def main() -> None:
     parser.add_argument("--budget-mib", type=int, default=256, help="admission.max_queued_bytes")
     parser.add_argument("--hold-s", type=float, default=0.25)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        help="server.max_connections (default: the requests and 100 more, so that the body "
+        "budget bounds what is held, not the connection limit)",
+    )
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     budget = args.budget_mib * MIB
     config = sim_config(
         ensure_tiny_model(),
         admission={"max_in_flight": 16, "max_queued_bytes": budget},
+        server={"max_connections": args.max_connections or args.requests + 100},
     )
     llmd = LlmdProcess.start(config)
     rounds = []
