@@ -1,5 +1,5 @@
 """The `llmd` command: `serve` (what systemd runs), `check-config`, the client verbs, `bench`,
-`release`."""
+`release`, `tune`, `doctor`."""
 
 from __future__ import annotations
 
@@ -41,8 +41,25 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--runtime-dir", help="directory for the admin and engine sockets")
     serve.set_defaults(func=_serve)
 
-    check = verbs.add_parser("check-config", help="validate a config file without starting")
+    check = verbs.add_parser(
+        "check-config",
+        help="validate a config file without starting, and size the engine's memory",
+        description="Validate a config file, then size the plan from the model's config.json: "
+        "KV bytes per token, the KV tokens the engine settings leave, and warnings.",
+    )
     check.add_argument("path", nargs="?", help="config file (default as for serve)")
+    check.add_argument(
+        "--gpu-memory-gib",
+        type=float,
+        metavar="G",
+        help="plan for a GPU of G GiB instead of the one NVML sees",
+    )
+    check.add_argument(
+        "--typical-tokens",
+        type=int,
+        metavar="N",
+        help="prompt + output tokens of a typical request (default 2048, at most max-model-len)",
+    )
     check.set_defaults(func=_check_config)
 
     status = verbs.add_parser("status", help="show the daemon's and the engine's state")
@@ -72,8 +89,12 @@ def _parser() -> argparse.ArgumentParser:
         sub.set_defaults(func=_simple_verb)
 
     from llmd.bench.command import add_parser as add_bench_parser
+    from llmd.doctor.command import add_parser as add_doctor_parser
+    from llmd.tune.command import add_parser as add_tune_parser
 
     add_bench_parser(verbs)
+    add_tune_parser(verbs)
+    add_doctor_parser(verbs)
 
     from llmd.releases.command import add_parser as add_release_parser
 
@@ -126,6 +147,19 @@ def _check_config(args: argparse.Namespace) -> int:
         f"{path}: ok (engine {config.engine.kind}, model {config.engine.model_name}, "
         f"listen {config.server.listen})"
     )
+    from llmd.errors import SizingError
+    from llmd.sizing.engine import plan_engine
+    from llmd.sizing.report import format_plan
+
+    try:
+        plan, memory = plan_engine(
+            config.engine, planned_gib=args.gpu_memory_gib, typical_tokens=args.typical_tokens
+        )
+    except SizingError as exc:
+        print(f"sizing: skipped: {exc}")
+        return 0
+    print(f"sizing ({Path(config.engine.model) / 'config.json'}):")
+    print(format_plan(plan, memory))
     return 0
 
 
@@ -257,6 +291,11 @@ def format_status(status: dict[str, Any]) -> str:
         ("uptime", _duration(uptime) if uptime is not None else "-"),
         ("restarts", str(engine["restarts"])),
         ("last exit", last_exit),
+        *[
+            ("diagnosis", f"{f['message']}; hint: {f['hint']}")
+            for f in (engine.get("diagnosis") or ())[:1]
+            if f["severity"] == "error"
+        ],
         (
             "llmd",
             f"{status['llmd_version']} on {status['listen']}  in flight {status['in_flight']}"

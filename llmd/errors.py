@@ -6,6 +6,8 @@
     ├── RuntimeDirInUse              another llmd runs with this runtime directory
     ├── BenchError                   `llmd bench` cannot run: bad option, target unreachable
     ├── ReleaseError                 a release cannot be created, read or removed (llmd/releases)
+    ├── SizingError                  a model cannot be sized: no config.json, a missing key
+    ├── TuneError                    `llmd tune` cannot run: bad option, llmd serving, no boot
     └── ApiError                     answered to an HTTP client (status, code, Retry-After)
         ├── InvalidRequest           400 invalid_request
         ├── BodyTooLarge             413 body_too_large
@@ -58,6 +60,16 @@ class BenchError(LlmdError):
 class ReleaseError(LlmdError):
     """A release record cannot be created, read or removed: the name is taken or invalid, the
     record is unreadable, the engine's interpreter cannot be asked; the message says which."""
+
+
+class SizingError(LlmdError):
+    """A model's memory cannot be worked out: its config.json is missing, unreadable or lacks a
+    key the sizing needs, or a dtype is unknown."""
+
+
+class TuneError(LlmdError):
+    """`llmd tune` cannot run as asked: a bad option, llmd serving on the GPU, an engine that
+    does not boot with a setting."""
 
 
 class ApiError(LlmdError):

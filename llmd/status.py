@@ -25,7 +25,8 @@ MAX_SEQUENCES = 1000
 @dataclasses.dataclass(frozen=True)
 class EngineStatus:
     """The engine: phase, pid, model, version, uptime (s), restarts, last exit (kind and detail),
-    exits by reason, and its own running/waiting gauges (`metrics_age_s`: how old they are)."""
+    exits by reason, its own running/waiting gauges (`metrics_age_s`: how old they are), and the
+    diagnosis of its last boot or exit (findings: check, severity, message, hint, evidence)."""
 
     state: str
     pid: int | None
@@ -40,6 +41,7 @@ class EngineStatus:
     running: int | None = None
     waiting: int | None = None
     metrics_age_s: float | None = None
+    diagnosis: tuple[dict[str, str], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

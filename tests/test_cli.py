@@ -26,3 +26,17 @@ def test_a_status_from_an_older_daemon_still_prints() -> None:
     status = json.loads(EXAMPLE.read_text())
     old = {k: status[k] for k in ("llmd_version", "listen", "draining", "in_flight", "engine")}
     assert len(format_status(old).splitlines()) == 6
+
+
+def test_the_diagnosis_of_a_failed_exit_is_summarised() -> None:
+    """The first error finding of the engine's diagnosis follows the last exit, with its hint."""
+    status = json.loads(EXAMPLE.read_text())
+    status["engine"]["diagnosis"] = [
+        {"check": "model_not_found", "severity": "error", "message": "the model could not be "
+         "found or read", "hint": "set engine.model to a local model directory", "evidence": ""},
+    ]  # fmt: skip
+    lines = format_status(status).splitlines()
+    assert lines[5] == (
+        "diagnosis  the model could not be found or read; hint: set engine.model to a local "
+        "model directory"
+    )

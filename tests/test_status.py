@@ -35,6 +35,9 @@ SCHEMA: dict[str, Any] = {
         "uptime_s": OPT_NUM, "restarts": int, "last_exit_reason": OPT_STR,
         "last_exit_detail": OPT_STR, "exits_by_reason": {str: int}, "running": OPT_INT,
         "waiting": OPT_INT, "metrics_age_s": OPT_NUM,
+        "diagnosis": [{
+            "check": str, "severity": str, "message": str, "hint": str, "evidence": str,
+        }],
     },
     "kv_cache": {
         "usage": OPT_NUM, "capacity_tokens": OPT_INT, "block_size": OPT_INT, "num_blocks": OPT_INT,

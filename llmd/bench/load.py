@@ -95,6 +95,10 @@ async def run_step(
         step = _Step(spec, clock_zero)
         if sampler is not None:
             sampler.start(clock_zero)
+        shared = scenario.shared_prefix_tokens
+        prefix = (
+            prompts.build(shared, random.Random(f"{spec.seed}:shared-prefix")) if shared else ""
+        )
 
         async def user(number: int) -> None:
             rng = random.Random(f"{spec.seed}:user:{number}")
@@ -105,7 +109,11 @@ async def run_step(
                 prompt_rng = random.Random(f"{spec.seed}:prompt:{index}")
                 call = Call(
                     model=spec.model,
-                    prompt=prompts.build(plan.prompt_tokens, prompt_rng),
+                    prompt=prompts.build(
+                        plan.prompt_tokens,
+                        prompt_rng,
+                        prefix if plan.prompt_tokens > shared else "",
+                    ),
                     max_tokens=plan.output_tokens,
                     disconnect_after=plan.disconnect_after,
                     headers=spec.headers,

@@ -1,7 +1,8 @@
 """Prompt texts of a target token length: exact with the model's tokenizer, else approximate.
 
 Every prompt is a fresh random run of common words (seeded per request), so no two requests share
-a prefix and the engine's prefix cache cannot make the load look lighter than it is.
+a prefix and the engine's prefix cache cannot make the load look lighter than it is; unless the
+scenario gives them one shared prefix on purpose (G, a chat app's system prompt).
 """
 
 from __future__ import annotations
@@ -56,11 +57,14 @@ class PromptBuilder:
         assert self._tok is not None
         return len(self._tok.encode(text, add_special_tokens=True).ids)
 
-    def build(self, tokens: int, rng: random.Random) -> str:
-        """A prompt of `tokens` tokens (exact with a tokenizer, within one or two otherwise)."""
+    def build(self, tokens: int, rng: random.Random, prefix: str = "") -> str:
+        """A prompt of `tokens` tokens (exact with a tokenizer, within one or two otherwise),
+        starting with `prefix` (itself shorter than `tokens`) when one is given."""
+        lead = prefix + " " if prefix else ""
         if self._tok is None:
-            return _words(rng, max(1, round(tokens / TOKENS_PER_WORD)))
-        text = _words(rng, tokens + 8)
+            own = tokens - round(len(prefix.split()) * TOKENS_PER_WORD) if prefix else tokens
+            return lead + _words(rng, max(1, round(own / TOKENS_PER_WORD)))
+        text = lead + _words(rng, max(1, tokens - (self.count(lead) if prefix else 0)) + 8)
         for _ in range(6):
             encoding = self._tok.encode(text, add_special_tokens=True)
             count = len(encoding.ids)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from rich.console import Group
 from rich.table import Table
@@ -74,10 +75,15 @@ def sweep_table(report: BenchReport) -> Table:
     queued = any(s.peak_llmd_queue is not None for s in rows)
     if queued:  # llmd's own queue, when its /metrics has one (admission)
         table.add_column("peak llmd queue", justify="right")
+    prefix = report.options.scenario.shared_prefix_tokens > 0
+    if prefix:  # the engine's prefix cache, in the shared-prefix scenario
+        table.add_column("prefix hits", justify="right")
     for step in rows:
         cells = step_row(step)
         if queued:
             cells.append(_num(step.peak_llmd_queue))
+        if prefix:
+            cells.append(_pct(step.prefix_cache_hit_rate))
         table.add_row(*cells)
     return table
 
@@ -162,19 +168,43 @@ def plot(report: BenchReport, path: Path) -> None:
                 color=line.get_color(),
                 label=f"operating point ({label})",
             )
-    slo = report.options.slo_ttft_p95_ms
-    ttft.axhline(slo, linestyle="--", color="grey", label=f"SLO {slo:g} ms")
     ticks = sorted({s.concurrency for steps in report.steps.values() for s in steps})
+    scenario = report.options.scenario
+    finish_plot(
+        figure,
+        (throughput, ttft),
+        ticks,
+        "concurrency",
+        report.options.slo_ttft_p95_ms,
+        f"llmd bench, scenario {scenario.name} ({scenario.title}), {report.model}",
+        path,
+    )
+
+
+def finish_plot(
+    figure: Any,
+    axes: tuple[Any, Any],
+    ticks: list[int],
+    xlabel: str,
+    slo_ms: float,
+    title: str,
+    path: Path,
+) -> None:
+    """Style a tokens/s and a TTFT p95 panel (log2 x axis at `ticks`, the SLO as a dashed line),
+    title the figure and save it as a PNG at `path` (used by `llmd bench` and `llmd tune`)."""
+    import matplotlib.pyplot as plt
+
+    throughput, ttft = axes
+    ttft.axhline(slo_ms, linestyle="--", color="grey", label=f"SLO {slo_ms:g} ms")
     for axis, ylabel in ((throughput, "output tokens/s"), (ttft, "TTFT p95 (ms)")):
         axis.set_xscale("log", base=2)
         axis.set_xticks(ticks, [str(t) for t in ticks])
         axis.minorticks_off()
-        axis.set_xlabel("concurrency")
+        axis.set_xlabel(xlabel)
         axis.set_ylabel(ylabel)
         axis.grid(True, alpha=0.3)
         axis.legend()
-    scenario = report.options.scenario
-    figure.suptitle(f"llmd bench, scenario {scenario.name} ({scenario.title}), {report.model}")
+    figure.suptitle(title)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)

@@ -85,6 +85,7 @@ class BenchReport:
                 "think_s": options.scenario.think_s,
                 "burst_every_s": options.scenario.burst_every_s,
                 "disconnect_share": options.scenario.disconnect_share,
+                "shared_prefix_tokens": options.scenario.shared_prefix_tokens,
             },
             "options": {
                 "url": options.url,

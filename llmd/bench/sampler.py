@@ -4,6 +4,8 @@ Engine names are vLLM's (ENGINE.md): `vllm:kv_cache_usage_perc` (0..1; `vllm:gpu
 before 0.11), `vllm:num_requests_waiting`, `vllm:num_requests_running`; llmd re-exports them as
 `llmd_engine_kv_cache_usage_ratio`, `llmd_engine_requests_waiting` and `_running`, and shows its
 own admission queue as `llmd_queue_depth{class}` (names of the observability work, issue 6).
+The engine's prefix-cache counters (`vllm:prefix_cache_queries_total`, `_hits_total`, in prompt
+tokens; vLLM v1) are read the same way, and once more when the step ends.
 Each family is summed over its label sets. Only the lines of those families are handed to
 prometheus_client's parser, so a scrape of a large /metrics page costs the bench little CPU.
 """
@@ -29,19 +31,24 @@ KV_USAGE = (
 WAITING = ("vllm:num_requests_waiting", "llmd_engine_requests_waiting")
 RUNNING = ("vllm:num_requests_running", "llmd_engine_requests_running")
 QUEUED = ("llmd_queue_depth",)
-WANTED = (*KV_USAGE, *WAITING, *RUNNING, *QUEUED)
+PREFIX_QUERIES = ("vllm:prefix_cache_queries_total",)
+PREFIX_HITS = ("vllm:prefix_cache_hits_total",)
+WANTED = (*KV_USAGE, *WAITING, *RUNNING, *QUEUED, *PREFIX_QUERIES, *PREFIX_HITS)
 
 
 @dataclasses.dataclass(frozen=True)
 class GaugeSample:
     """One round of scrapes: `t` seconds since the step began; None where no source has the
-    family. `queued` is llmd's own queue (all classes), present only when llmd is scraped."""
+    family. `queued` is llmd's own queue (all classes), present only when llmd is scraped;
+    `prefix_queries` and `prefix_hits` the engine's prefix-cache counters (tokens, cumulative)."""
 
     t: float
     kv_usage: float | None
     waiting: float | None
     running: float | None
     queued: float | None = None
+    prefix_queries: float | None = None
+    prefix_hits: float | None = None
 
 
 def parse_gauges(text: str) -> dict[str, float]:
@@ -93,9 +100,13 @@ class GaugeSampler:
                 (source, await stack.enter_async_context(source.session(timeout_s=5)))
                 for source in self.sources
             ]
-            while True:
-                await self.scrape(sessions, clock_zero)
-                await asyncio.sleep(self.interval_s)
+            try:
+                while True:
+                    await self.scrape(sessions, clock_zero)
+                    await asyncio.sleep(self.interval_s)
+            except asyncio.CancelledError:
+                await self.scrape(sessions, clock_zero)  # the counters as the step ended
+                raise
 
     async def scrape(
         self, sessions: Sequence[tuple[Target, aiohttp.ClientSession]], clock_zero: float
@@ -119,5 +130,7 @@ class GaugeSampler:
                 waiting=_first(sums, WAITING),
                 running=_first(sums, RUNNING),
                 queued=_first(sums, QUEUED),
+                prefix_queries=_first(sums, PREFIX_QUERIES),
+                prefix_hits=_first(sums, PREFIX_HITS),
             )
         )

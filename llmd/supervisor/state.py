@@ -6,6 +6,7 @@ import dataclasses
 import enum
 import time
 
+from llmd.doctor.findings import Finding
 from llmd.engine.versions import ASSUMED, EngineApi
 from llmd.errors import EngineUnavailable
 from llmd.status import EngineStatus
@@ -34,7 +35,9 @@ class EngineState:
     never became ready within the supervisor's failure window. `exits_by_reason` counts the
     exits llmd did not ask for, by `ExitReason.kind` (each one is followed by a restart or by
     giving up). `api` is the vLLM release the engine answers as (its GET /version, read when it
-    becomes ready), where llmd must mirror what differs between releases.
+    becomes ready), where llmd must mirror what differs between releases. `diagnosis` is what
+    `llmd.doctor.diagnosis` found in the engine's output at its last boot or unrequested exit
+    (slow paths at boot; the cause of a failure).
     """
 
     phase: EnginePhase = EnginePhase.STARTING
@@ -51,6 +54,7 @@ class EngineState:
     last_exit: ExitReason | None = None
     exits_by_reason: dict[str, int] = dataclasses.field(default_factory=dict)
     restart_at: float | None = None
+    diagnosis: tuple[Finding, ...] = ()
 
     @property
     def serving(self) -> bool:
@@ -95,4 +99,5 @@ class EngineState:
             running=sample.running if sample else None,
             waiting=sample.waiting if sample else None,
             metrics_age_s=round(now - sample.taken_at, 2) if sample else None,
+            diagnosis=tuple(finding.to_dict() for finding in self.diagnosis),
         )

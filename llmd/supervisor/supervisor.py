@@ -9,11 +9,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Iterable
 
 import aiohttp
 import structlog
 
 from llmd.config import Config
+from llmd.doctor.diagnosis import diagnose
 from llmd.engine.launch import engine_launch, installed_engine_build
 from llmd.engine.versions import ASSUMED, EngineApi
 from llmd.errors import EngineGaveUp
@@ -160,7 +162,7 @@ class Supervisor:
             process = await EngineProcess.spawn(launch, self._forward_output)
         except OSError as exc:
             failed = ExitReason("exit_code", f"cannot start {launch.argv[0]}: {exc.strerror}")
-            self._record_exit(failed)
+            self._record_exit(failed, ())
             return failed, False
         self._process = process
         self.state.pid = process.pid
@@ -171,6 +173,7 @@ class Supervisor:
         ready = await self._wait_ready(probe, exited)
         forced: ExitReason | None = None
         if ready:
+            self.state.diagnosis = diagnose(process.output.recent)  # slow paths seen at boot
             await self._mark_serving(probe)
             forced = await self._watch_health(probe, exited)
         elif not exited.done() and not self._stopping.is_set():
@@ -202,7 +205,7 @@ class Supervisor:
             )
         self.state.pid = None
         forget_engine(pid_file, record)  # its group is stopped: nothing is left to find
-        self._record_exit(reason)
+        self._record_exit(reason, process.output.recent)
         return reason, ready
 
     async def _wait_ready(self, probe: aiohttp.ClientSession, exited: asyncio.Task[int]) -> bool:
@@ -276,8 +279,10 @@ class Supervisor:
             vllm_release=".".join(map(str, self.state.api.release)),
         )
 
-    def _record_exit(self, reason: ExitReason) -> None:
+    def _record_exit(self, reason: ExitReason, lines: Iterable[str]) -> None:
         self.state.last_exit = reason
+        if reason.kind not in ("stopped", "restart_requested"):
+            self.state.diagnosis = diagnose(list(lines), reason.kind, reason.detail)
         if reason.kind != "stopped":
             counts = self.state.exits_by_reason
             counts[reason.kind] = counts.get(reason.kind, 0) + 1

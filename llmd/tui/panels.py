@@ -52,7 +52,8 @@ def _grid(*columns: tuple[str, str]) -> Table:
 
 class HeaderPanel(Static):
     """Engine state, model, uptime, restarts, draining, in flight (relayed to the engine) and
-    queued in llmd; and the connection line."""
+    queued in llmd; the cause of the engine's failure and its hint (the daemon's diagnosis)
+    while it is not serving; the connection line."""
 
     def show(self, s: Snapshot | None, link: Link) -> None:
         line = Text()
@@ -74,6 +75,7 @@ class HeaderPanel(Static):
                 line.append(" DRAINING ", style="bold reverse yellow")
             else:
                 line.append("admitting", style="green")
+            _diagnosis(line, engine)
         line.append("\n")
         if link.connected and link.fault is not None:
             line.append(" SNAPSHOT NOT SHOWN ", style="bold reverse red")
@@ -94,6 +96,18 @@ class HeaderPanel(Static):
             if s is not None:
                 line.append(" · showing the last snapshot", style="dim")
         self.update(line)
+
+
+def _diagnosis(line: Text, engine: dict[str, Any]) -> None:
+    """The daemon's first error finding on a failed or restarting engine (an older daemon sends
+    no diagnosis)."""
+    errors = [f for f in engine.get("diagnosis") or () if f["severity"] == "error"]
+    if engine["state"] == "serving" or not errors:
+        return
+    line.append("\n")
+    line.append(" DIAGNOSIS ", style="bold reverse red")
+    line.append(f" {errors[0]['message']}", style="bold")
+    line.append(f" · hint: {errors[0]['hint']}")
 
 
 class KvCachePanel(Panel):

@@ -65,7 +65,7 @@ def assert_consistent(results: list[RequestResult], summary: StepSummary) -> Non
         assert 0 <= p50 <= p95 <= p99
 
 
-@pytest.mark.parametrize("name", list("ABCDEF"))
+@pytest.mark.parametrize("name", list("ABCDEFG"))
 async def test_scenario_against_the_simulator(fast_sim: SimProcess, name: str) -> None:
     """One short step of each scenario gives consistent figures; in F exactly the planned
     requests hang up, each after its planned number of chunks."""
@@ -98,6 +98,35 @@ async def test_scenario_against_the_simulator(fast_sim: SimProcess, name: str) -
     for r in run.results:
         if r.outcome == "disconnected":
             assert r.output_tokens == r.chunks == plans[r.index].disconnect_after
+
+
+async def test_the_shared_prefix_scenario_reports_the_prefix_cache_hit_rate(
+    fast_sim: SimProcess,
+) -> None:
+    """G sends one 512-token system prompt before every question: the simulator's prefix cache
+    (vLLM's, 128-token blocks) serves its 4 blocks to all but the first request, so most prompt
+    tokens are hits; B's prompts share nothing and hit (almost) nothing."""
+    target = Target.parse("target", f"unix:{fast_sim.socket}")
+    rates = {}
+    for name in ("G", "B"):
+        spec = StepSpec(
+            scenario=scenario(name),
+            concurrency=2,
+            duration_s=30.0,
+            max_requests=12,
+            seed=9,
+            timeout_s=30,
+            model="tiny",
+            max_model_len=MAX_MODEL_LEN,
+        )
+        run = await run_step(
+            target, spec, PromptBuilder(ensure_tiny_model()), GaugeSampler([target], 0.05)
+        )
+        summary = summarize("target", 2, run.results, run.wall_s, run.samples, run.client_cpu_s)
+        assert_consistent(run.results, summary)
+        rates[name] = summary.prefix_cache_hit_rate
+    assert rates["G"] is not None and rates["G"] > 0.6
+    assert rates["B"] is not None and rates["B"] < 0.05
 
 
 def test_cli_writes_json_and_plot(fast_sim: SimProcess, tmp_path: Path) -> None:

@@ -32,3 +32,13 @@ def test_missing_tokenizer_is_a_bench_error(tmp_path: Path) -> None:
     """A directory without tokenizer.json is refused by name."""
     with pytest.raises(BenchError, match=r"no tokenizer\.json"):
         PromptBuilder(tmp_path)
+
+
+def test_a_shared_prefix_starts_every_prompt_and_the_count_stays_exact() -> None:
+    """With a prefix the prompt starts with it and still has exactly the asked tokens."""
+    builder = PromptBuilder(ensure_tiny_model())
+    prefix = builder.build(64, random.Random("system"))
+    for seed in range(5):
+        prompt = builder.build(90, random.Random(seed), prefix)
+        assert prompt.startswith(prefix + " ")
+        assert builder.count(prompt) == 90

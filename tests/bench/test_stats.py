@@ -13,6 +13,7 @@ from llmd.bench.stats import (
     StepSummary,
     operating_point,
     percentile,
+    prefix_hit_rate,
     ratios,
     stability,
     summarize,
@@ -145,3 +146,16 @@ def test_prompt_counts_that_differ_from_the_plan_are_counted() -> None:
     summary = summarize("direct", 1, results, 1.0, [], 0.0)
     assert summary.prompt_mismatches == 1
     assert (summary.prompt_tokens, summary.planned_prompt_tokens) == (22, 30)
+
+
+def test_prefix_hit_rate_is_hits_over_queries_across_the_step() -> None:
+    """Counters are cumulative: the rate is their growth from the first to the last reading;
+    without two readings, or without lookups, there is none."""
+    samples = [
+        GaugeSample(0.0, None, None, None, prefix_queries=1000.0, prefix_hits=100.0),
+        GaugeSample(0.5, None, None, None),
+        GaugeSample(1.0, None, None, None, prefix_queries=3000.0, prefix_hits=1700.0),
+    ]
+    assert prefix_hit_rate(samples) == 0.8
+    assert prefix_hit_rate(samples[:1]) is None
+    assert prefix_hit_rate([samples[0], samples[0]]) is None

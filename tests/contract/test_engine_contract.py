@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.contract.conftest import MAX_MODEL_LEN, Engine
 from tests.support.vllm_python import vllm_release
+from tests.support.waiting import wait_for
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "Hello world"}]}
 ERROR_KEYS = {"message", "type", "param", "code"}
@@ -428,3 +429,30 @@ async def test_disconnect_aborts_within_a_second(engine: Engine, stream: bool) -
     assert total(engine, "vllm:request_success_total", finished_reason="abort") == aborted_before
     generated = total(engine, "vllm:generation_tokens_total") - generated_before
     assert generated < 0.8 * 160 * 1000, f"{generated} tokens: the sequences ran on"
+
+
+def test_a_repeated_prompt_hits_the_prefix_cache(engine: Engine) -> None:
+    """Prefix caching is on by default (vLLM 0.32): a prompt sent a second time finds its full
+    KV blocks cached. Queries count the prompt's tokens; hits count the cached ones, whole
+    blocks only, never the last prompt token."""
+    info = metric_samples(engine)["vllm:cache_config_info"][0].labels
+    assert info["enable_prefix_caching"] == "True"
+    block = int(info["block_size"])
+    prompt = "prefix contract " + " ".join(["river garden window letter"] * 80)
+    with engine.client() as client:
+        count = client.post("/tokenize", json={"model": "tiny", "prompt": prompt}).json()["count"]
+        body = {"model": "tiny", "prompt": prompt, "max_tokens": 2}
+        before = total(engine, "vllm:prefix_cache_queries_total")
+        assert client.post("/v1/completions", json=body).status_code == 200
+        # The engine's counters may trail its answer by a step: wait for the first request's.
+        assert wait_for(
+            lambda: total(engine, "vllm:prefix_cache_queries_total") >= before + count, 5
+        )
+        queries = total(engine, "vllm:prefix_cache_queries_total")
+        hits = total(engine, "vllm:prefix_cache_hits_total")
+        assert client.post("/v1/completions", json=body).status_code == 200
+        assert wait_for(
+            lambda: total(engine, "vllm:prefix_cache_queries_total") >= queries + count, 5
+        )
+    assert total(engine, "vllm:prefix_cache_queries_total") - queries == count
+    assert total(engine, "vllm:prefix_cache_hits_total") - hits == (count - 1) // block * block

@@ -15,6 +15,8 @@ from typing import Any
 
 import httpx
 
+from tests.support.waiting import wait_for
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -120,6 +122,22 @@ class LlmdProcess:
         with self.admin() as admin:
             status: dict[str, Any] = admin.get("/status").json()
             return status
+
+    def wait_diagnosed(self, timeout_s: float, every_s: float) -> dict[str, Any]:
+        """The status's engine once it carries a diagnosis (polled every `every_s`). Fails the
+        test, with the log tail, when llmd exits or no diagnosis comes within `timeout_s`."""
+        engine: dict[str, Any] = {}
+
+        def diagnosed() -> bool:
+            nonlocal engine
+            assert self.process.poll() is None, self.log_tail()
+            if not (self.runtime_dir / "admin.sock").exists():
+                return False  # (httpx leaks the socket of a failed connect)
+            engine = self.admin_status()["engine"]
+            return bool(engine["diagnosis"])
+
+        assert wait_for(diagnosed, timeout_s, every_s=every_s), self.log_tail()
+        return engine
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])

@@ -2,48 +2,10 @@
 
 from __future__ import annotations
 
-import types
-from typing import Any
-
 from llmd.telemetry.gpu import GpuReader
+from tests.support.nvml import fake_nvml
 
 GIB = 1024**3
-
-
-class NVMLError(Exception):
-    pass
-
-
-def fake_nvml(*, present: bool = True, devices: int = 2, power: bool = True) -> Any:
-    """An object with pynvml's names, answering as a host with `devices` H100s would."""
-    calls = {"init": 0}
-
-    def init() -> None:
-        calls["init"] += 1
-        if not present:
-            raise NVMLError("NVML Shared Library Not Found")
-
-    def power_usage(handle: str) -> int:
-        if not power:
-            raise NVMLError("Not Supported")
-        return 350_500
-
-    return types.SimpleNamespace(
-        calls=calls,
-        NVMLError=NVMLError,
-        NVML_TEMPERATURE_GPU=0,
-        nvmlInit=init,
-        nvmlShutdown=lambda: None,
-        nvmlDeviceGetCount=lambda: devices,
-        nvmlDeviceGetHandleByIndex=lambda i: f"handle{i}",
-        nvmlDeviceGetName=lambda h: b"NVIDIA H100 80GB HBM3",
-        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(
-            free=20 * GIB, total=80 * GIB, used=60 * GIB
-        ),
-        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=87, memory=40),
-        nvmlDeviceGetTemperature=lambda h, sensor: 61,
-        nvmlDeviceGetPowerUsage=power_usage,
-    )
 
 
 def test_reads_every_device_in_base_units() -> None:

@@ -137,6 +137,49 @@ async def test_refresh_goes_on_under_a_dialog() -> None:
         await until(pilot, lambda: "in flight 42" in screen_text(app))
 
 
+async def test_a_failed_engine_shows_its_diagnosis_and_hint() -> None:
+    """The engine gave up (state failed): the header names the cause and the setting to change,
+    and keeps it on screen, dimmed, when the daemon has exited (NOT CONNECTED)."""
+    snapshot = example_status()
+    snapshot["engine"].update(
+        state="failed",
+        last_exit_reason="oom",
+        diagnosis=[
+            {
+                "check": "oom",
+                "severity": "error",
+                "message": "the engine ran out of GPU memory (weights + KV cache + activations)",
+                "hint": "lower --max-model-len or --max-num-seqs in engine.args",
+                "evidence": "torch.OutOfMemoryError: CUDA out of memory.",
+            }
+        ],
+    )
+    daemon = FakeDaemon(snapshot)
+    app = TopApp(daemon, interval_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: "DIAGNOSIS" in screen_text(app))
+        screen = screen_text(app)
+        assert "the engine ran out of GPU memory" in screen
+        assert "hint: lower --max-model-len or --max-num-seqs in engine.args" in screen
+        daemon.reachable = False
+        await until(pilot, lambda: "NOT CONNECTED" in screen_text(app))
+        assert "DIAGNOSIS" in screen_text(app)
+
+
+async def test_a_serving_engine_shows_no_diagnosis_line() -> None:
+    """Boot-time slow paths (warnings) do not take header space while the engine serves."""
+    snapshot = example_status()
+    snapshot["engine"]["diagnosis"] = [
+        {"check": "slow_path", "severity": "warning", "message": "V1 model runner",
+         "hint": "install triton", "evidence": ""},
+    ]  # fmt: skip
+    app = TopApp(FakeDaemon(snapshot), interval_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.snapshot is not None)
+        await pilot.pause()
+        assert "DIAGNOSIS" not in screen_text(app)
+
+
 class ShownBeforeCompose(TopApp):
     """llmd-top handed the recorded snapshot while it composes: no panel (nor the parts of one)
     is composed or mounted yet, as when a first fetch wins the race with the layout."""

@@ -44,6 +44,7 @@ def build_server(options: SimOptions) -> SimServer:
         block_size=options.block_size,
         num_gpu_blocks=options.num_gpu_blocks,
         max_model_len=max_model_len,
+        prefix_caching=options.enable_prefix_caching,
     )
     engine = SimEngine.build(
         tokenizer=tokenizer,
@@ -55,6 +56,7 @@ def build_server(options: SimOptions) -> SimServer:
         num_gpu_blocks=options.num_gpu_blocks,
         policy=options.scheduling_policy,
         seed=options.seed,
+        prefix_caching=options.enable_prefix_caching,
     )
     return SimServer(
         engine=engine,

@@ -22,6 +22,7 @@ from llmd.engine.sim.errors import SimHTTPError, engine_dead
 from llmd.engine.sim.faults import RequestFault
 from llmd.engine.sim.kv import BlockPool
 from llmd.engine.sim.metrics import SimMetrics
+from llmd.engine.sim.prefix import PrefixCache
 from llmd.engine.sim.requests import GenerationRequest
 from llmd.engine.sim.scheduler import FinishReason, Scheduler, SeqStatus, Sequence, Step
 from llmd.engine.sim.timing import TimingModel
@@ -52,6 +53,7 @@ class RequestState:
     scheduled_at: float | None = None
     first_token_at: float | None = None
     last_token_at: float | None = None
+    cached_tokens: int = 0
     changed: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
 
     @property
@@ -89,6 +91,7 @@ class SimEngine:
         scheduler: Scheduler,
         seed: int = 0,
         clock: Callable[[], float] = time.monotonic,
+        prefix_cache: PrefixCache | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.metrics = metrics
@@ -96,6 +99,7 @@ class SimEngine:
         self.scheduler = scheduler
         self.seed = seed
         self.clock = clock
+        self.prefix_cache = prefix_cache
         self.dead = False
         self._states: dict[Sequence, RequestState] = {}
         self._wake = asyncio.Event()
@@ -117,8 +121,10 @@ class SimEngine:
         num_gpu_blocks: int,
         policy: str = "fcfs",
         seed: int = 0,
+        prefix_caching: bool = False,
     ) -> SimEngine:
-        """An engine with a fresh scheduler and KV pool of the given shape."""
+        """An engine with a fresh scheduler and KV pool of the given shape (and a prefix cache
+        of up to `num_gpu_blocks` blocks when `prefix_caching`)."""
         scheduler = Scheduler(
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
@@ -126,7 +132,12 @@ class SimEngine:
             policy="priority" if policy == "priority" else "fcfs",
         )
         return cls(
-            tokenizer=tokenizer, metrics=metrics, timing=timing, scheduler=scheduler, seed=seed
+            tokenizer=tokenizer,
+            metrics=metrics,
+            timing=timing,
+            scheduler=scheduler,
+            seed=seed,
+            prefix_cache=PrefixCache(block_size, num_gpu_blocks) if prefix_caching else None,
         )
 
     def start(self) -> None:
@@ -166,6 +177,8 @@ class SimEngine:
             arrival=now,
             rng=random.Random(int.from_bytes(digest, "big")),
         )
+        if self.prefix_cache is not None:  # its cached leading blocks need no prefill
+            state.cached_tokens = seq.computed = self.prefix_cache.cached_tokens(request.prompt_ids)
         if not fault.hang:  # a hung request is accepted and never scheduled
             self._states[seq] = state
             self.scheduler.add(seq)
@@ -255,6 +268,9 @@ class SimEngine:
             self.metrics.ttft.observe(now - state.arrival)
             self.metrics.prompt_tokens.inc(state.seq.prompt_tokens)
             self.metrics.prefix_queries.inc(state.seq.prompt_tokens)
+            self.metrics.prefix_hits.inc(state.cached_tokens)
+            if self.prefix_cache is not None:
+                self.prefix_cache.insert(state.request.prompt_ids)
             self.prompt_tokens_done += state.seq.prompt_tokens
         elif state.last_token_at is not None:
             self.metrics.itl.observe(now - state.last_token_at)

@@ -85,7 +85,13 @@ class SimMetrics:
     """The engine's metrics in their own registry; `render()` is the /metrics body."""
 
     def __init__(
-        self, model_name: str, *, block_size: int, num_gpu_blocks: int, max_model_len: int
+        self,
+        model_name: str,
+        *,
+        block_size: int,
+        num_gpu_blocks: int,
+        max_model_len: int,
+        prefix_caching: bool = False,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         labels = ("model_name", "engine")
@@ -190,7 +196,7 @@ class SimMetrics:
         info.labels(
             block_size=str(block_size),
             cache_dtype="auto",
-            enable_prefix_caching="False",
+            enable_prefix_caching=str(prefix_caching),
             engine="0",
             kv_cache_size_tokens=str(block_size * num_gpu_blocks),
             num_cpu_blocks="None",

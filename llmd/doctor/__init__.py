@@ -1,0 +1,2 @@
+"""`llmd doctor`: the pre-deployment checks (architecture, tokenizer, memory, versions and
+instruction set) and the diagnosis of the engine's recent exits, each finding with a hint."""

@@ -1,0 +1,240 @@
+"""The `llmd tune` verb: its flags, the refusal to share the GPU with a serving llmd, the live
+display, and the table, JSON and plot at the end."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from llmd.bench.scenarios import SCENARIOS
+from llmd.releases.store import DEFAULT_STATE_DIR
+
+EXIT_USAGE = 2
+# The one engine a config has until engines get names ([engines.NAME], DESIGN.md).
+ENGINE_NAME = "main"
+EPILOG = """For each --max-num-seqs value tune boots the engine alone with it (on a private socket),
+runs the `llmd bench` scenario with as many users as seats (or --concurrency), and records TTFT
+p50/p95, tokens/s, peak KV cache, peak GPU memory (NVML), errors and timeouts, and a verdict:
+stable, near full (KV >= 90% or GPU memory >= 95%), timeouts (over 1% failed). The recommendation
+is the setting with the most tokens/s whose TTFT p95 is within the SLO and that had no timeouts;
+its engine args are printed and written to the JSON (put them in engine.args), and with
+--release NAME recorded as a release (`llmd release show NAME`; deploying it through the smoke
+gate comes with `llmd deploy`). Scenario G (a shared system prompt) runs every setting with
+prefix caching on and off.
+
+It refuses to run while an llmd daemon answers on --runtime-dir: stop it, or drain it
+(`llmd drain --wait`) and name its drained engine with --engine main.
+
+examples:
+  llmd tune --config /etc/llmd/llmd.toml --slo-ttft-p95-ms 500 --output tune.json
+  llmd tune --config etc/demo.toml --max-num-seqs 4,16,64 --duration 20 --scenario E \\
+      --slo-ttft-p95-ms 300 --output docs/tune/demo.json
+  journalctl -u llmd -o cat > traffic.log
+  llmd tune --config /etc/llmd/llmd.toml --from-traffic traffic.log --slo-ttft-p95-ms 800 \\
+      --output tune.json
+"""
+
+
+def add_parser(verbs: Any) -> None:
+    """Add `tune` to the `llmd` subparsers `verbs`."""
+    tune = verbs.add_parser(
+        "tune",
+        help="find the engine's --max-num-seqs: boot it per setting, load it, recommend args",
+        description="Tune the engine the seeds' way: raise --max-num-seqs step by step, run the "
+        "same load at each step, and recommend the setting with the most throughput whose TTFT "
+        "p95 stays within the SLO.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    tune.add_argument("--config", help="config file (default $LLMD_CONFIG, /etc/llmd/llmd.toml)")
+    tune.add_argument(
+        "--engine", metavar="NAME", help="run while llmd serves, this engine being drained"
+    )
+    tune.add_argument(
+        "--runtime-dir", help="where a running llmd would answer (default: server.runtime_dir)"
+    )
+    tune.add_argument(
+        "--slo-ttft-p95-ms", metavar="MS", type=float, required=True, help="TTFT p95 bound"
+    )
+    tune.add_argument(
+        "--scenario",
+        default="B",
+        type=str.upper,
+        choices=[name for name in SCENARIOS if not SCENARIOS[name].single],
+        help="the bench scenario to load each setting with (B)",
+    )
+    tune.add_argument(
+        "--max-num-seqs", metavar="LIST", help="settings to try, e.g. 8,16,32 (8,16,32,64)"
+    )
+    tune.add_argument(
+        "--concurrency", metavar="N", type=int, help="users at every step (default: the setting)"
+    )
+    tune.add_argument(
+        "--duration", metavar="S", type=float, default=30.0, help="seconds of load per step (30)"
+    )
+    tune.add_argument("--max-requests", metavar="N", type=int, default=10_000)
+    tune.add_argument(
+        "--timeout", metavar="S", type=float, default=120.0, help="per request, seconds (120)"
+    )
+    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument(
+        "--from-traffic",
+        metavar="FILE",
+        help="lengths from llmd's request log (journalctl -u llmd -o cat; '-' stdin) instead of "
+        "the scenario's; proposes --max-model-len from their 99th percentile",
+    )
+    tune.add_argument("--output", metavar="FILE", type=Path, required=True, help="JSON figures")
+    tune.add_argument(
+        "--release",
+        metavar="NAME",
+        help="record the recommended engine args as release NAME (see `llmd release`)",
+    )
+    tune.add_argument(
+        "--state-dir",
+        default=str(DEFAULT_STATE_DIR),
+        help=f"where --release writes (default {DEFAULT_STATE_DIR})",
+    )
+    tune.add_argument("--plot", metavar="FILE", type=Path, help="PNG (default: --output .png)")
+    tune.add_argument("--quiet", action="store_true", help="no progress display")
+    tune.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the tune the flags describe: 0 done, 1 an engine failed to boot, llmd serves, or the
+    release could not be recorded (or there was no recommendation to record), 2 a usage error,
+    78 a bad config."""
+    from llmd.config import config_path, load_config
+    from llmd.errors import BenchError, ConfigError, ReleaseError, TuneError
+    from llmd.tune.release import check_release, record_release
+
+    try:
+        config = load_config(config_path(args.config))
+    except ConfigError as exc:
+        print(f"llmd tune: {exc}", file=sys.stderr)
+        return 78
+    try:
+        options = _options(args, config)
+        if args.release:
+            check_release(Path(args.state_dir), args.release)
+        _refuse_if_serving(Path(args.runtime_dir or config.server.runtime_dir), args.engine)
+        report = _run(options, args.quiet)
+    except BenchError as exc:
+        print(f"llmd tune: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (TuneError, ReleaseError) as exc:
+        print(f"llmd tune: {exc}", file=sys.stderr)
+        return 1
+    _show(report, args)
+    if not args.release:
+        return 0
+    if report.recommended_args is None:
+        print(f"llmd tune: no release {args.release}: nothing to recommend", file=sys.stderr)
+        return 1
+    try:
+        release, path = record_release(
+            Path(args.state_dir), args.release, config.engine, report.recommended_args
+        )
+    except ReleaseError as exc:
+        print(f"llmd tune: {exc}", file=sys.stderr)
+        return 1
+    print(f"release {release.name} recorded in {path} with the recommended engine args")
+    return 0
+
+
+def _options(args: argparse.Namespace, config: Any) -> Any:
+    """TuneOptions from the flags. Raises `TuneError`, `BenchError`."""
+    from llmd.bench.scenarios import scenario
+    from llmd.errors import SizingError, TuneError
+    from llmd.sizing.model import load_shape
+    from llmd.tune.runner import TuneOptions
+    from llmd.tune.settings import parse_max_num_seqs, settings_for
+    from llmd.tune.traffic import traffic_from
+
+    if args.engine is not None and args.engine != ENGINE_NAME:
+        raise TuneError(f"no engine named {args.engine!r}: this config has one, {ENGINE_NAME!r}")
+    if min(args.duration, args.max_requests, args.timeout) <= 0 or (args.concurrency or 1) < 1:
+        raise TuneError("--duration, --max-requests, --timeout and --concurrency must be > 0")
+    chosen = scenario(args.scenario)
+    traffic = None
+    if args.from_traffic:
+        try:
+            positions = load_shape(Path(config.engine.model)).max_positions
+        except SizingError:
+            positions = None
+        traffic = traffic_from(args.from_traffic, positions)
+        chosen = dataclasses.replace(chosen, mix=traffic.mix)
+    settings = settings_for(parse_max_num_seqs(args.max_num_seqs), chosen.shared_prefix_tokens > 0)
+    return TuneOptions(
+        config=config,
+        settings=settings,
+        scenario=chosen,
+        slo_ttft_p95_ms=args.slo_ttft_p95_ms,
+        concurrency=args.concurrency,
+        duration_s=args.duration,
+        max_requests=args.max_requests,
+        timeout_s=args.timeout,
+        seed=args.seed,
+        traffic=traffic,
+    )
+
+
+def _refuse_if_serving(runtime_dir: Path, engine: str | None) -> None:
+    """Raise `TuneError` when an llmd daemon answers in `runtime_dir`, unless `engine` names
+    its engine and the daemon has drained it (draining, nothing in flight)."""
+    from llmd.admin.client import AdminRefused, AdminUnreachable, admin_request
+    from llmd.errors import TuneError
+    from llmd.runtime import RuntimePaths
+
+    socket = RuntimePaths(runtime_dir).admin_socket
+    try:
+        status = asyncio.run(admin_request(socket, "GET", "/status", timeout_s=5.0))
+    except (AdminUnreachable, AdminRefused, TimeoutError):
+        return
+    if engine is not None and status.get("draining") and not status.get("in_flight"):
+        return
+    raise TuneError(
+        f"llmd serves on {socket} (engine {status['engine']['state']}): tune boots its own "
+        "engine and must not share the GPU with it. Stop llmd, or drain it "
+        f"(llmd drain --wait --runtime-dir {runtime_dir}) and pass --engine {ENGINE_NAME}"
+    )
+
+
+def _run(options: Any, quiet: bool) -> Any:
+    from rich.console import Console
+
+    from llmd.telemetry.gpu import nvml_reader
+    from llmd.tune.display import TuneLiveDisplay
+    from llmd.tune.runner import run_tune
+
+    reader = nvml_reader()
+    try:
+        if quiet:
+            return asyncio.run(run_tune(options, reader))
+        with TuneLiveDisplay(Console(stderr=True)) as display:
+            return asyncio.run(run_tune(options, reader, display))
+    finally:
+        reader.close()
+
+
+def _show(report: Any, args: argparse.Namespace) -> None:
+    from rich.console import Console
+
+    from llmd.tune import report as tune_report
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=180)  # a file or a pipe: keep each step on one line
+    console.print(tune_report.render(report))
+    tune_report.write_json(report, args.output, command=shlex.join(["llmd", *sys.argv[1:]]))
+    print(f"figures: {args.output}")
+    plot_path = args.plot or args.output.with_suffix(".png")
+    try:
+        tune_report.plot(report, plot_path)
+        print(f"plot: {plot_path}")
+    except ImportError:
+        print("plot skipped: matplotlib is not installed (pip install 'llmd[bench]')")

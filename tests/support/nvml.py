@@ -1,0 +1,44 @@
+"""pynvml replaced at its boundary: an object with its names, answering as a host with H100s."""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+GIB = 1024**3
+
+
+class NVMLError(Exception):
+    pass
+
+
+def fake_nvml(*, present: bool = True, devices: int = 2, power: bool = True) -> Any:
+    """An object with pynvml's names, answering as a host with `devices` H100s would."""
+    calls = {"init": 0}
+
+    def init() -> None:
+        calls["init"] += 1
+        if not present:
+            raise NVMLError("NVML Shared Library Not Found")
+
+    def power_usage(handle: str) -> int:
+        if not power:
+            raise NVMLError("Not Supported")
+        return 350_500
+
+    return types.SimpleNamespace(
+        calls=calls,
+        NVMLError=NVMLError,
+        NVML_TEMPERATURE_GPU=0,
+        nvmlInit=init,
+        nvmlShutdown=lambda: None,
+        nvmlDeviceGetCount=lambda: devices,
+        nvmlDeviceGetHandleByIndex=lambda i: f"handle{i}",
+        nvmlDeviceGetName=lambda h: b"NVIDIA H100 80GB HBM3",
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(
+            free=20 * GIB, total=80 * GIB, used=60 * GIB
+        ),
+        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=87, memory=40),
+        nvmlDeviceGetTemperature=lambda h, sensor: 61,
+        nvmlDeviceGetPowerUsage=power_usage,
+    )
