@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Literal
 
 from llmd.admission.tenants import load_tenants
-from llmd.binding import bind_table
+from llmd.binding import at_line, bind_table
 from llmd.errors import ConfigError
 
 DEFAULT_CONFIG_PATH = Path("/etc/llmd/llmd.toml")
@@ -22,13 +23,21 @@ DEFAULT_CONFIG_PATH = Path("/etc/llmd/llmd.toml")
 @dataclasses.dataclass(frozen=True)
 class ServerConfig:
     """The public HTTP listener and the runtime directory (admin and engine sockets).
-    `max_connections`: connections (or requests) the public listener keeps open at once; past
-    it, 503 too_many_connections (0: no limit)."""
+
+    Request limits: `max_body_bytes` (as sent and once decoded), `max_header_bytes` (request
+    line and headers) and `max_headers` (how many). `cors_allowed_origins`: origins whose web
+    pages may call the API (`"*"`: any); none by default. `max_connections`: connections (or
+    requests) the public listener keeps open at once; past it, 503 too_many_connections (0: no
+    limit).
+    """
 
     listen: str = "127.0.0.1:8000"
     runtime_dir: str = "/run/llmd"
     max_body_bytes: int = 4 * 1024 * 1024
     max_connections: int = 2048
+    max_header_bytes: int = 32 * 1024
+    max_headers: int = 100
+    cors_allowed_origins: tuple[str, ...] = ()
     drain_timeout_s: float = 30.0
     send_timeout_s: float = 15.0
     send_buffer_bytes: int = 65536
@@ -51,8 +60,9 @@ class EngineConfig:
     served_model_name: str = ""
     python: str = ""
     command: tuple[str, ...] = ()
-    args: tuple[str, ...] = ()
-    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    # May hold secrets (--api-key, VLLM_API_KEY, HF_TOKEN): never echoed in a config error.
+    args: tuple[str, ...] = dataclasses.field(default=(), metadata={"secret": True})
+    env: dict[str, str] = dataclasses.field(default_factory=dict, metadata={"secret": True})
     start_timeout_s: float = 900.0
     stop_timeout_s: float = 20.0
     health_interval_s: float = 2.0
@@ -197,18 +207,23 @@ def load_config(path: Path, *, listen: str | None = None, runtime_dir: str | Non
     Raises `ConfigError` for a missing or unreadable file, bad TOML, unknown keys or wrong types.
     """
     try:
-        raw = tomllib.loads(path.read_text())
+        text = path.read_text()
+        raw = tomllib.loads(text)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
-    config: Config = bind_table(Config, {**raw, "source": str(path)}, prefix="")
+    try:
+        config: Config = bind_table(Config, {**raw, "source": str(path)}, prefix="")
+    except ConfigError as exc:
+        raise at_line(exc, text, str(path)) from None
     server = dataclasses.replace(
         config.server,
         listen=listen or config.server.listen,
         runtime_dir=runtime_dir or config.server.runtime_dir,
     )
     _check_listen(server.listen, "server.listen")
+    _check_limits(server)
     engine = config.engine
     if not engine.model:
         raise ConfigError(f"{path}: engine.model is required (a model directory or name)")
@@ -234,6 +249,23 @@ def _check_admission(admission: AdmissionConfig, path: Path) -> AdmissionConfig:
         tenants = (path.parent / tenants).resolve()
     load_tenants(tenants)
     return dataclasses.replace(admission, tenants_file=str(tenants))
+
+
+def _check_limits(server: ServerConfig) -> None:
+    """Request limits that would refuse every request."""
+    for key in ("max_body_bytes", "max_header_bytes", "max_headers"):
+        if getattr(server, key) == 0:
+            raise ConfigError(f"server.{key} = 0: expected a whole number > 0")
+    for origin in server.cors_allowed_origins:
+        scheme, sep, rest = origin.partition("://")
+        if origin != "*" and (not sep or not rest or "/" in rest or not _SCHEME.match(scheme)):
+            raise ConfigError(
+                f"server.cors_allowed_origins: {origin!r} is not an origin: expected "
+                "'*' or SCHEME://HOST[:PORT] (no path), e.g. 'http://localhost:3000'"
+            )
+
+
+_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*$")
 
 
 def _check_listen(value: str, key: str) -> None:

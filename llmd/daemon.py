@@ -33,6 +33,7 @@ from llmd.listeners import bind_tcp, bind_unix, set_send_buffer
 from llmd.logs import configure_logging, line_limiter
 from llmd.proxy.app import build_app
 from llmd.proxy.connections import limited_protocol
+from llmd.proxy.protocol import bounded_protocol
 from llmd.reload import ReloadPlan, changed_engine_keys, plan_reload
 from llmd.runtime import RuntimePaths
 from llmd.state import DaemonState
@@ -148,7 +149,7 @@ class Daemon:
             build_app(self.state),
             self.public,
             lifespan="on",
-            http=limited_protocol(self.state),
+            http=limited_protocol(self.state, bounded_protocol(lambda: self.config.server)),
         )
         self._start_server("admin", AdminApp(self.state, self.actions), admin, lifespan="off")
         self._tasks["engine"] = asyncio.create_task(self.supervisor.run(), name="supervisor")
@@ -251,10 +252,12 @@ class Daemon:
         """Configure every part from `config`: at start-up and on each reload alike. Tenants
         are read again, admission's classes and limits, validation's policy and tokenizer,
         the observer, the restart policy, logging, the listener's send buffer and connection
-        limit and telemetry's intervals all take the new values. Raises ConfigError (the
-        tenants file) before any part has changed."""
+        limit and telemetry's intervals all take the new values, and the engine client its API
+        key (of the engine table in use). Raises ConfigError (the tenants file) before any part
+        has changed."""
         self.state.admission.configure(config)  # first: it alone can still fail
         self.config = self.state.config = self.supervisor.config = config
+        self.state.upstream.configure(config.engine)
         self.state.validator.configure(config)
         self.state.observer.configure(config.telemetry.top_tenants, config.logging.requests)
         self.reporter.max_failed_boots = config.supervisor.max_failed_boots
@@ -316,6 +319,7 @@ class Daemon:
             self.paths.engine_socket,
             config.telemetry,
             on_sample=self.state.admission.engine_sampled,
+            headers=lambda: self.state.upstream.auth,
         )
         self._telemetry = asyncio.create_task(run_quietly(self.scraper), name="telemetry")
 
@@ -332,7 +336,8 @@ class Daemon:
             lifespan=lifespan,
             log_config=None,
             access_log=False,
-            http=http or "httptools",
+            # httptools, with the request head bounded by [server] (llmd/proxy/protocol.py)
+            http=http or bounded_protocol(lambda: self.config.server),
             timeout_graceful_shutdown=5,
         )
         server = _EmbeddedServer(config)

@@ -11,13 +11,16 @@
     └── ApiError                     answered to an HTTP client (status, code, Retry-After)
         ├── InvalidRequest           400 invalid_request
         ├── BodyTooLarge             413 body_too_large
+        ├── UnsupportedMediaType     415 invalid_request (content type or coding; + Accept-Encoding)
+        ├── HeadersTooLarge          431 headers_too_large (the request head over its limits)
         ├── ContextLengthExceeded    400 context_length_exceeded
         ├── InvalidConfig            400 invalid_config (admin API: a reload the config refuses)
         ├── NotFound                 404 not_found
         ├── ModelNotFound            404, shaped as vLLM answers an unknown model
-        ├── MethodNotAllowed         405 method_not_allowed
+        ├── MethodNotAllowed         405 method_not_allowed (+ Allow)
         ├── ActionRefused            409 action_refused (admin API: makes no sense now)
         ├── InvalidApiKey            401 invalid_api_key (keys are configured, this one is not)
+        ├── PermissionDenied         403 permission_denied (a valid key without this right)
         ├── RateLimited              429 rate_limited (tenant over its limits; + Retry-After)
         ├── QueueFull                429 queue_full (the class queue is full; + Retry-After)
         ├── QueueTimeout             503 queue_timeout (queue wait over timeout or deadline)
@@ -25,7 +28,8 @@
         ├── Draining                 503 draining (+ Retry-After)
         ├── TooManyConnections       503 too_many_connections (server.max_connections reached)
         ├── RequestCancelled         503 cancelled (an operator ended it; x-should-retry: false)
-        └── EngineError              502 engine_error (engine failed mid-request)
+        ├── EngineError              502 engine_error (engine failed mid-request)
+        └── InternalError            500 internal_error (a fault in llmd; logged with its id)
 
 Library and OS errors are translated into these at the boundary that meets them (config loading,
 the upstream relay); `ApiError.body()` is the only place an error body is written.
@@ -42,7 +46,14 @@ class LlmdError(Exception):
 
 
 class ConfigError(LlmdError):
-    """The configuration cannot be used; the message names the key, value and expectation."""
+    """The configuration cannot be used; the message names the key, value and expectation
+    (never a value that may be a secret). `key` is the dotted key at fault, when one is, and
+    `line` its line in the file, when known."""
+
+    def __init__(self, message: str, key: str | None = None, line: int | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.line = line
 
 
 class EngineGaveUp(LlmdError):
@@ -77,7 +88,8 @@ class ApiError(LlmdError):
 
     Attributes: `status` (HTTP status), `code` (stable machine-readable reason, DESIGN.md table),
     `type` (OpenAI error type), `param` (offending request field or None), `retry_after_s`
-    (seconds, sent as `Retry-After` rounded up; required for 429 and 503).
+    (seconds, sent as `Retry-After` rounded up; required for 429 and 503), `extra_headers`
+    (more response headers the status calls for, e.g. `Allow` on a 405).
     """
 
     status = 500
@@ -95,6 +107,7 @@ class ApiError(LlmdError):
         self.message = message
         self.param = param
         self.retry_after_s = retry_after_s
+        self.extra_headers: list[tuple[bytes, bytes]] = []
 
     def body(self) -> bytes:
         """The body `{"error": {"message", "type", "param", "code"}}` (OpenAI; vLLM 0.10.1+)."""
@@ -110,7 +123,7 @@ class ApiError(LlmdError):
             headers.append((b"retry-after", str(seconds).encode()))
         if self.should_retry is not None:
             headers.append((b"x-should-retry", b"true" if self.should_retry else b"false"))
-        return headers
+        return headers + self.extra_headers
 
     def sse_event(self) -> bytes:
         """The in-band form for a stream that already started: an error event, then `[DONE]`."""
@@ -130,6 +143,29 @@ class BodyTooLarge(ApiError):
 
     status = 413
     code = "body_too_large"
+    type = "invalid_request_error"
+
+
+class UnsupportedMediaType(ApiError):
+    """The body is not `application/json`, or is sent in a content coding llmd does not decode
+    (then `Accept-Encoding` lists the ones it does: RFC 9110 §15.5.16)."""
+
+    status = 415
+    code = "invalid_request"
+    type = "invalid_request_error"
+
+    def __init__(self, message: str, *, param: str, accept_encoding: str | None = None) -> None:
+        super().__init__(message, param=param)
+        if accept_encoding is not None:
+            self.extra_headers.append((b"accept-encoding", accept_encoding.encode()))
+
+
+class HeadersTooLarge(ApiError):
+    """The request head (request line and headers) is over `server.max_header_bytes`, or has
+    more than `server.max_headers` headers (RFC 6585 §5)."""
+
+    status = 431
+    code = "headers_too_large"
     type = "invalid_request_error"
 
 
@@ -175,11 +211,16 @@ class ModelNotFound(ApiError):
 
 
 class MethodNotAllowed(ApiError):
-    """The route exists but not for this HTTP method."""
+    """The route exists but not for this HTTP method; `Allow` lists the methods it takes
+    (RFC 9110 §15.5.6)."""
 
     status = 405
     code = "method_not_allowed"
     type = "invalid_request_error"
+
+    def __init__(self, message: str, *, allow: str) -> None:
+        super().__init__(message)
+        self.extra_headers.append((b"allow", allow.encode("latin-1")))
 
 
 class ActionRefused(ApiError):
@@ -200,6 +241,14 @@ class InvalidApiKey(ApiError):
 
     status = 401
     code = "invalid_api_key"
+    type = "invalid_request_error"
+
+
+class PermissionDenied(ApiError):
+    """The request's key is valid but its tenant may not do this (read `/metrics`)."""
+
+    status = 403
+    code = "permission_denied"
     type = "invalid_request_error"
 
 
@@ -271,3 +320,16 @@ class EngineError(ApiError):
     status = 502
     code = "engine_error"
     type = "server_error"
+
+
+class InternalError(ApiError):
+    """An unexpected exception inside llmd before the response started: a bug, answered 500
+    with the request's id (the log line that says what happened carries the same id)."""
+
+    status = 500
+    code = "internal_error"
+    type = "server_error"
+
+    def __init__(self, request_id: str | None = None) -> None:
+        where = f" (request {request_id})" if request_id else ""
+        super().__init__(f"internal error in llmd{where}; its log says what happened")

@@ -23,6 +23,7 @@ from llmd.config import LoggingConfig
 from llmd.telemetry.events import recent_events
 
 SUPPRESSED_EVENT = "log_lines_suppressed"
+LIBRARY_EVENT = "library_logged"
 # Fields that tell one kind of event from another; anything else (ids, timings) varies per line.
 _KEY_FIELDS = ("code", "reason", "outcome", "status", "level")
 _VARYING = re.compile(r"0x[0-9a-fA-F]+|[0-9a-fA-F]{8,}|\d+")
@@ -34,8 +35,9 @@ def rate_key(event: MutableMapping[str, Any]) -> Key | None:
     """The rate-limit key of a log event, or None for events never limited.
 
     A finished request's line is its own key when it succeeded (one line per request); failures
-    share a key per outcome, status and code. Engine output lines are keyed by their text with
-    numbers and hex ids masked, so repeats of one message collapse.
+    share a key per outcome, status and code. Engine output lines and libraries' lines are keyed
+    by their text with numbers and hex ids masked (and the library's logger), so repeats of one
+    message collapse.
     """
     name = str(event.get("event"))
     if name == SUPPRESSED_EVENT:
@@ -45,6 +47,9 @@ def rate_key(event: MutableMapping[str, Any]) -> Key | None:
     fields = tuple(str(event[f]) for f in _KEY_FIELDS if f in event)
     if name == "engine_output":
         return (name, *fields, _VARYING.sub("#", str(event.get("line", "")))[:200])
+    if name == LIBRARY_EVENT:
+        masked = _VARYING.sub("#", str(event.get("message", "")))[:200]
+        return (name, str(event.get("logger")), *fields, masked)
     return (name, *fields)
 
 
@@ -140,8 +145,9 @@ def line_limiter() -> LineLimiter:
 def configure_logging(config: LoggingConfig, stream: Any = None) -> None:
     """Route structlog and stdlib logging to `stream` (default stderr) at `config.level`.
 
-    Events are data: `log.info("engine_exited", reason=...)`. uvicorn's own loggers are kept at
-    WARNING (llmd logs its requests itself) and rendered the same way.
+    Events are data: `log.info("engine_exited", reason=...)`. Records of the standard library's
+    logging (uvicorn, aiohttp) become structlog events (`LibraryLogHandler`), so they pass the
+    same rate limiter; uvicorn's own loggers are kept at WARNING (llmd logs its requests itself).
     """
     stream = stream or sys.stderr
     _limiter.lines = config.rate_limit_lines
@@ -170,14 +176,24 @@ def configure_logging(config: LoggingConfig, stream: Any = None) -> None:
         logger_factory=structlog.PrintLoggerFactory(stream),
         cache_logger_on_first_use=False,
     )
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(
-        structlog.stdlib.ProcessorFormatter(
-            processor=renderer, foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name]
-        )
-    )
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    root.handlers[:] = [LibraryLogHandler()]
     root.setLevel(level)
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "aiohttp"):
         logging.getLogger(name).setLevel(max(level, logging.WARNING))
+
+
+class LibraryLogHandler(logging.Handler):
+    """Passes the standard library's log records (uvicorn's, aiohttp's, asyncio's) through
+    structlog, as `library_logged` events with the `logger` and its `message` (and the
+    exception, if any), so they take the same way as llmd's own: the rate limiter, the
+    recent events, one renderer."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            fields: dict[str, Any] = {"logger": record.name, "message": record.getMessage()}
+            if record.exc_info:
+                fields["exc_info"] = record.exc_info
+            structlog.get_logger(record.name).log(record.levelno, LIBRARY_EVENT, **fields)
+        except Exception:
+            self.handleError(record)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from llmd.binding import key_line
 from llmd.config import Config, config_path, load_config
 from llmd.errors import ConfigError
 
@@ -69,7 +70,7 @@ def test_unknown_key_names_the_key_and_the_known_ones(tmp_path: Path) -> None:
         ),
         (
             '[engine]\nmodel = "m"\nargs = "--x"\n',
-            r"engine.args = '--x': expected a list of strings",
+            r"llmd.toml:3: engine.args: expected a list of strings",
         ),
         (
             '[engine]\nmodel = "m"\n[supervisor]\nmax_failed_boots = 2.5\n',
@@ -85,7 +86,7 @@ def test_unknown_key_names_the_key_and_the_known_ones(tmp_path: Path) -> None:
         ),
         (
             '[engine]\nmodel = "m"\nenv = { A = 1 }\n',
-            r"engine.env = \{'A': 1\}: expected a table of strings",
+            r"llmd.toml:3: engine.env: expected a table of strings \(its value is not shown",
         ),
         ("engine = 3\n", r"engine: expected a table, got 3"),
         ("[server]\n", r"engine.model is required"),
@@ -93,7 +94,8 @@ def test_unknown_key_names_the_key_and_the_known_ones(tmp_path: Path) -> None:
     ],
 )
 def test_bad_values_name_key_value_and_expectation(tmp_path: Path, text: str, message: str) -> None:
-    """Each wrong type or value names the key, the value given and what was expected."""
+    """Each wrong type or value names the key, the value given (unless it may be a secret:
+    then the line) and what was expected."""
     with pytest.raises(ConfigError, match=message):
         load_config(write(tmp_path, text))
 
@@ -127,3 +129,33 @@ def test_config_path_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LLMD_CONFIG", "/srv/a.toml")
     assert config_path(None) == Path("/srv/a.toml")
     assert config_path("/srv/b.toml") == Path("/srv/b.toml")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[engine]\nmodel = "m"\nenv = { VLLM_API_KEY = 12345678 }\n',
+        '[engine]\nmodel = "m"\n\nargs = "--api-key 12345678"\n',
+        '[engine]\nmodel = "m"\nargs = ["--api-key", 12345678]\n',
+    ],
+)
+def test_engine_args_and_env_are_never_echoed(tmp_path: Path, text: str) -> None:
+    """engine.args and engine.env may hold secrets (--api-key, VLLM_API_KEY): an error names
+    the key and its line, never the value."""
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, text))
+    message = str(caught.value)
+    assert "12345678" not in message and "not shown" in message
+    line = next(n for n, row in enumerate(text.splitlines(), 1) if "12345678" in row)
+    assert f"llmd.toml:{line}: engine." in message
+
+
+def test_key_line_finds_keys_under_their_tables() -> None:
+    """The line of a dotted key: `name = ...` under its [table] (quoted names too), a table
+    by its header; None when the scan cannot tell."""
+    text = '[a]\nx = 1\n[b."c d"]\n  x=2\n"y" = 3\n[e]\n'
+    assert key_line(text, "a.x") == 2
+    assert key_line(text, "b.c d.x") == 4
+    assert key_line(text, "b.c d.y") == 5
+    assert key_line(text, "e") == 6
+    assert key_line(text, "a.zz") is None

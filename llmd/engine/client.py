@@ -1,7 +1,7 @@
 """The one HTTP client llmd's request path uses to reach the engine on its Unix socket.
 
 Opened and closed by the proxy app's lifespan; the relay and the validator's engine counter
-(`/tokenize`) take their session from it.
+(`/tokenize`) take their session from it, and send its `auth` headers (the engine's API key).
 """
 
 from __future__ import annotations
@@ -12,14 +12,24 @@ from pathlib import Path
 
 import aiohttp
 
+from llmd.config import EngineConfig
+from llmd.engine.args import engine_auth_headers
+
 
 class EngineClient:
     """An aiohttp session on the engine socket at `socket_path`, open between `open()` and its
-    end; `session()` raises RuntimeError outside it."""
+    end; `session()` raises RuntimeError outside it. `auth` holds the headers that authenticate
+    llmd to the engine (`configure`)."""
 
     def __init__(self, socket_path: Path) -> None:
         self.socket_path = socket_path
+        self.auth: dict[str, str] = {}
         self._session: aiohttp.ClientSession | None = None
+
+    def configure(self, engine: EngineConfig) -> None:
+        """Take the engine table (at start-up, on a reload, before a restart applies a new
+        one): the API key the engine asks for (`engine.args --api-key`, VLLM_API_KEY)."""
+        self.auth = engine_auth_headers(engine)
 
     def session(self) -> aiohttp.ClientSession:
         """The open session. Raises RuntimeError when the client is not open."""

@@ -1,4 +1,5 @@
-"""The public ASGI app: routes, the shared upstream client's lifespan, and error handlers."""
+"""The public ASGI app: routes, the shared upstream client's lifespan, error handlers, and the
+middleware around them (outermost first): CORS → request id (and internal errors) → routes."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-import structlog
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -19,14 +19,14 @@ from llmd.errors import (
     InvalidRequest,
     MethodNotAllowed,
     NotFound,
+    PermissionDenied,
 )
+from llmd.proxy.cors import Cors
 from llmd.proxy.middleware import RequestIdMiddleware
 from llmd.proxy.relay import Relay
 from llmd.proxy.stalls import watch_stalls
 from llmd.proxy.writer import ErrorResponse
 from llmd.state import DaemonState
-
-log = structlog.get_logger("llmd.proxy")
 
 
 def build_app(state: DaemonState) -> Starlette:
@@ -53,6 +53,15 @@ def build_app(state: DaemonState) -> Starlette:
         return JSONResponse({"status": "ready", "model": state.engine.model})
 
     async def metrics(request: Request) -> Response:
+        # With keys configured, /metrics names tenants and their traffic: only a key whose
+        # tenant has `metrics = true` may read it (401 without a key, 403 with another).
+        if state.admission.tenants.keys_required:
+            tenant = state.admission.authenticate(request.scope["headers"])
+            if not tenant.metrics:
+                raise PermissionDenied(
+                    f"tenant {tenant.name} may not read /metrics (set metrics = true in its "
+                    "table of the tenants file)"
+                )
         return Response(state.observer.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     routes = [
@@ -66,9 +75,11 @@ def build_app(state: DaemonState) -> Starlette:
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        exception_handlers={HTTPException: _http_exception, Exception: _unexpected},
+        exception_handlers={HTTPException: _http_exception, ApiError: _api_error},
     )
+    # add_middleware puts each one outside those added before it.
     app.add_middleware(RequestIdMiddleware)
+    app.add_middleware(Cors, server_config=lambda: state.config.server)
     return app
 
 
@@ -77,12 +88,16 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     if exc.status_code == 404:
         return ErrorResponse(NotFound(f"no route {request.method} {request.url.path}"))
     if exc.status_code == 405:
+        allow = (exc.headers or {}).get("Allow", "")
         return ErrorResponse(
-            MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}")
+            MethodNotAllowed(
+                f"{request.method} is not allowed on {request.url.path}; it takes {allow}",
+                allow=allow,
+            )
         )
     return ErrorResponse(InvalidRequest(str(exc.detail)))
 
 
-async def _unexpected(request: Request, exc: Exception) -> Response:
-    log.error("unexpected_error", path=request.url.path, error=repr(exc))
-    return ErrorResponse(ApiError("internal error in llmd; see its log"))
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return ErrorResponse(exc)

@@ -2,7 +2,8 @@
 
 uvicorn takes no new request past `limit_concurrency` open connections or running requests, and
 answers it with its own 503 (`flow_control.service_unavailable`: plain text, no Retry-After).
-`limited_protocol` is uvicorn's httptools protocol with that answer replaced by llmd's: 503
+`limited_protocol` is llmd's httptools protocol (`protocol.py`: the request head bounded) with
+that answer replaced by llmd's: 503
 `too_many_connections`, OpenAI-shaped, with Retry-After (the time for one release at the
 measured rate), counted as a rejection. The limit bounds what connections cost llmd (each
 may buffer up to uvicorn's 64 KiB of body before llmd reads it); the body budget
@@ -25,9 +26,14 @@ from llmd.proxy.writer import send_error
 from llmd.state import DaemonState
 
 
-def limited_protocol(state: DaemonState) -> type[asyncio.Protocol]:
-    """uvicorn's httptools protocol answering requests past its `limit_concurrency` with
-    llmd's 503 `too_many_connections` (accounted in `state.observer`)."""
+def limited_protocol(
+    state: DaemonState, base: type[asyncio.Protocol] = HttpToolsProtocol
+) -> type[asyncio.Protocol]:
+    """`base` (uvicorn's httptools protocol or a subclass: llmd/proxy/protocol.py) answering
+    requests past its `limit_concurrency` with llmd's 503 `too_many_connections` (accounted in
+    `state.observer`). Raises TypeError for a `base` that is not an HttpToolsProtocol."""
+    if not issubclass(base, HttpToolsProtocol):
+        raise TypeError(f"{base.__name__} is not uvicorn's httptools protocol")
 
     async def over_limit(
         scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
@@ -41,7 +47,7 @@ def limited_protocol(state: DaemonState) -> type[asyncio.Protocol]:
         state.observer.rejected(uuid.uuid4().hex, error.status, str(error.code), now)
         await send_error(send, error)  # type: ignore[arg-type]
 
-    class LimitedHttpToolsProtocol(HttpToolsProtocol):
+    class LimitedHttpToolsProtocol(base):  # type: ignore[valid-type,misc]
         """uvicorn's protocol; `_start_asgi_task` is where every request's app is started,
         the limit's answer included (uvicorn 0.30+: pinned by tests/proxy/test_connections.py)."""
 

@@ -68,9 +68,11 @@ class Exchange:
         return Phase.PREFILL if self.first_byte_at is None else Phase.DECODE
 
     def queue_ms(self) -> float:
-        """Milliseconds waited for admission (so far, while still queued)."""
-        now = time.monotonic()
-        return ((self.admitted_at or now) - (self.queued_at or now)) * 1000
+        """Milliseconds waited for admission (so far, while still queued; 0 if it never
+        joined the queue)."""
+        if self.queued_at is None:
+            return 0.0
+        return ((self.admitted_at or time.monotonic()) - self.queued_at) * 1000
 
     def as_snapshot(self, now: float) -> SequenceStatus:
         """This request as one row of the Status's sequences, at `now` (monotonic s)."""

@@ -6,16 +6,25 @@ import re
 import uuid
 from typing import Any
 
+import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from llmd.errors import InternalError
+from llmd.proxy.writer import send_error
+
+log = structlog.get_logger("llmd.proxy")
 _REQUEST_ID = re.compile(rb"^[\x21-\x7e]{1,128}$")
 REQUEST_ID_KEY = "llmd.request_id"
 
 
 class RequestIdMiddleware:
-    """Keeps the client's `x-request-id` (printable ASCII, <= 128 bytes) or makes one.
+    """Keeps the client's `x-request-id` (printable ASCII, <= 128 bytes) or makes one, and
+    answers an exception that escaped the routes (a bug in llmd) with that id.
 
-    The id is put in `scope["llmd.request_id"]` and echoed on the response.
+    The id is put in `scope["llmd.request_id"]` and echoed on the response. An exception
+    before the response started is answered 500 `internal_error`; either way it is logged
+    once (`unexpected_error`, with the id and the traceback) and never reaches uvicorn, which
+    would log it again without the id.
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -28,12 +37,28 @@ class RequestIdMiddleware:
         given = next((v for k, v in scope["headers"] if k == b"x-request-id"), b"")
         request_id = given if _REQUEST_ID.match(given) else uuid.uuid4().hex.encode()
         scope[REQUEST_ID_KEY] = request_id.decode()
+        started = False
 
         async def send_with_id(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
                 headers: list[Any] = list(message.get("headers", []))
                 headers.append((b"x-request-id", request_id))
                 message = {**message, "headers": headers}
+                started = True
             await send(message)
 
-        await self.app(scope, receive, send_with_id)
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception as exc:
+            log.error(
+                "unexpected_error",
+                request_id=scope[REQUEST_ID_KEY],
+                method=scope.get("method"),
+                path=scope.get("path"),
+                response_started=started,
+                error=repr(exc),
+                exc_info=exc,
+            )
+            if not started:
+                await send_error(send_with_id, InternalError(scope[REQUEST_ID_KEY]))

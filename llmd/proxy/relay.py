@@ -3,16 +3,18 @@
     authenticate → check availability → read → validate → admit → relay
 
 Each stage is a small method with a typed result, and raises an `ApiError` to refuse. The first
-three run as the request arrives (a refusal is answered at once and accounted); before its body
-is read a request reserves its size in admission's body budget (429 `queue_full` past it).
-`validate`, `admit` and `relay` run in one task raced against the client's `http.disconnect`,
-with the request live in the in-flight registry from its first byte of validation: a client
-that leaves while it waits for its tokenizer turn is never counted, one that leaves while
-queued never reaches the engine, and one that leaves mid-stream has its upstream request
-closed, which is what makes vLLM abort the sequence (ENGINE.md); a drain waits for all of them.
-The body's bytes and parsed object are dropped as soon as the engine request is built, and the
-bytes sent once they have gone to the engine. Pure ASGI; the bytes to the client go through
-`writer.ClientWriter`, the engine side is `upstream.forward`.
+three run as the request arrives (a refusal is answered at once and accounted; any other
+exception is a bug in llmd, answered 500 `internal_error` with the request id, logged once with
+its traceback and accounted as an error); before its body is read a request reserves its size
+in admission's body budget (429 `queue_full` past it). `validate`, `admit` and `relay` run in
+one task raced against the client's `http.disconnect`, with the request live in the in-flight
+registry from its first byte of validation: a client that leaves while it waits for its
+tokenizer turn is never counted, one that leaves while queued never reaches the engine, and one
+that leaves mid-stream has its upstream request closed, which is what makes vLLM abort the
+sequence (ENGINE.md); a drain waits for all of them. The body's bytes and parsed object are
+dropped as soon as the engine request is built, and the bytes sent once they have gone to the
+engine. Pure ASGI; the bytes to the client go through `writer.ClientWriter`, the engine side is
+`upstream.forward`.
 """
 
 from __future__ import annotations
@@ -31,8 +33,15 @@ from llmd.admission.classes import Priority
 from llmd.admission.cost import request_cost
 from llmd.admission.tenants import ANONYMOUS, Tenant
 from llmd.admission.waiters import Request, Ticket
-from llmd.errors import ApiError, InvalidRequest
-from llmd.proxy.body import ClientGone, parse_object, read_body
+from llmd.errors import ApiError, InternalError, InvalidRequest
+from llmd.proxy.body import (
+    ClientGone,
+    body_coding,
+    check_content_type,
+    parse_object,
+    read_body,
+    without_bom,
+)
 from llmd.proxy.inflight import Exchange
 from llmd.proxy.middleware import REQUEST_ID_KEY
 from llmd.proxy.upstream import forward
@@ -43,6 +52,8 @@ from llmd.validation.fields import Endpoint
 log = structlog.get_logger("llmd.proxy")
 
 _ENDPOINTS = {"/v1/chat/completions": Endpoint.CHAT, "/v1/completions": Endpoint.COMPLETIONS}
+# A request answered before it reached admission's queue waited there for no time.
+NOT_QUEUED = (b"x-llmd-queue-ms", b"0")
 
 
 @dataclasses.dataclass
@@ -109,7 +120,7 @@ class Relay:
             tenant = self.authenticate(arrival)
             self.check_available()
             hold = self.hold_body(arrival)
-            body = await self.read(receive, hold)
+            body = await self.read(arrival, receive, hold)
         except ClientGone:
             if hold is not None:
                 hold.release()
@@ -118,6 +129,11 @@ class Relay:
             if hold is not None:
                 hold.release()
             await self.refuse(arrival, error, send)
+            return
+        except Exception as exc:
+            if hold is not None:
+                hold.release()
+            await self.fail(arrival, exc, send)
             return
         exchange = Exchange(
             arrival.request_id, body.stream, started_at=arrival.at, tenant=arrival.tenant
@@ -151,18 +167,21 @@ class Relay:
         size = min(int(length), limit) if length.isdigit() else limit
         return self.state.admission.hold_body(size)
 
-    async def read(self, receive: Receive, hold: BodyHold | None) -> Body:
-        """The whole body, parsed (nothing for a GET); its reservation resized to what was
-        read. Raises BodyTooLarge (413), InvalidRequest (400), ClientGone."""
+    async def read(self, arrival: Arrival, receive: Receive, hold: BodyHold | None) -> Body:
+        """The whole body, decoded and parsed (nothing for a GET): `application/json` only, in
+        no content coding or gzip or deflate; its reservation resized to what was read. Raises
+        UnsupportedMediaType (415), BodyTooLarge (413), InvalidRequest (400), ClientGone."""
         if self.method != "POST":
             return Body(b"", {}, stream=False)
-        raw = await read_body(receive, self.state.config.server.max_body_bytes)
+        check_content_type(arrival.headers)
+        coding = body_coding(arrival.headers)
+        raw = await read_body(receive, self.state.config.server.max_body_bytes, coding)
         if hold is not None:
             hold.resize(len(raw))
         payload = parse_object(raw)
         if not isinstance(payload.get("stream"), bool | None):
             raise InvalidRequest("'stream' must be a boolean", param="stream")
-        return Body(raw, payload, stream=bool(payload.get("stream")), hold=hold)
+        return Body(without_bom(raw), payload, stream=bool(payload.get("stream")), hold=hold)
 
     async def validate(
         self, arrival: Arrival, exchange: Exchange, tenant: Tenant, body: Body
@@ -178,7 +197,7 @@ class Relay:
         arrival.request_class = exchange.request_class = cls.label
         deadline = admission.deadline(arrival.headers, arrival.at)
         valid = await self.state.validator.check(
-            self.endpoint, body.payload, body.raw, arrival.headers, rank=int(cls)
+            self.endpoint, body.payload, body.raw, arrival.headers, int(cls)
         )
         raw = valid.body
         if admission.engine_priority:  # `payload` carries validation's changes (edited in place)
@@ -229,7 +248,27 @@ class Relay:
                 arrival.tenant,
                 arrival.request_class,
             )
-        await send_error(send, error)
+        await send_error(send, error, [NOT_QUEUED])
+
+    async def fail(self, arrival: Arrival, exc: Exception, send: Send) -> None:
+        """Answer 500 for an exception a stage raised unexpectedly (a bug in llmd): logged once,
+        with the request id and the traceback, and accounted as an error."""
+        log.error("unexpected_error", request_id=arrival.request_id, error=repr(exc), exc_info=exc)
+        error = InternalError(arrival.request_id)
+        if self.endpoint is not None:
+            self.state.observer.finished(
+                Exchange(
+                    arrival.request_id,
+                    stream=False,
+                    started_at=arrival.at,
+                    tenant=arrival.tenant,
+                    request_class=arrival.request_class,
+                    status=error.status,
+                    error_code=str(error.code),
+                    ended_at=time.monotonic(),
+                )
+            )
+        await send_error(send, error, [NOT_QUEUED])
 
     async def run(
         self,
@@ -286,6 +325,11 @@ class Relay:
         except ApiError as error:
             exchange.rejected = exchange.admitted_at is None
             await answer_error(writer, error)
+        except Exception as exc:  # a bug in llmd: answered 500, logged once with its traceback
+            log.error(
+                "unexpected_error", request_id=exchange.request_id, error=repr(exc), exc_info=exc
+            )
+            await answer_error(writer, InternalError(exchange.request_id), log_it=False)
         finally:
             body.release()
             if ticket is not None:

@@ -35,7 +35,7 @@ async def forward(
     Raises EngineUnavailable (503: the engine is not accepting, or answered 503) or
     EngineError (502: it failed, or its connection did, or a stream ended mid-event).
     """
-    headers = {"x-request-id": exchange.request_id}
+    headers = {**state.upstream.auth, "x-request-id": exchange.request_id}
     if body:
         headers["content-type"] = "application/json"
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Sequence
 
 import structlog
 from starlette.responses import Response
@@ -24,11 +25,14 @@ SSE_BOUNDARY = b"\n\n"
 DONE_EVENT = SSE_BOUNDARY + b"data: [DONE]\n\n"
 
 
-async def send_error(send: Send, error: ApiError) -> None:
+async def send_error(
+    send: Send, error: ApiError, headers: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
     """Answer `error` as a complete OpenAI-shaped JSON response (with Retry-After on 429 and
-    503): the one writer of every error llmd answers, public and admin API alike."""
+    503), with `headers` added: the one writer of every error llmd answers, public and admin
+    API alike."""
     body = error.body()
-    headers = [*error.headers(), (b"content-length", str(len(body)).encode())]
+    headers = [*error.headers(), *headers, (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": error.status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
@@ -83,19 +87,23 @@ class ClientWriter:
             exchange.answered = True
 
 
-async def answer_error(send: ClientWriter, error: ApiError) -> None:
-    """Send `error` as a response, or in-band as an SSE event when the stream has started."""
+async def answer_error(send: ClientWriter, error: ApiError, *, log_it: bool = True) -> None:
+    """Send `error` as a response (with the time queued, `x-llmd-queue-ms`), or in-band as an
+    SSE event when the stream has started. Logged as `request_failed` unless `log_it` is
+    False (the caller logged it)."""
     exchange = send.exchange
     exchange.error_code = str(error.code)
     with contextlib.suppress(OSError):
         if not exchange.response_started:
             exchange.status = error.status
-            await send_error(send._send, error)
+            queue_ms = str(round(exchange.queue_ms())).encode()
+            await send_error(send._send, error, [(b"x-llmd-queue-ms", queue_ms)])
         elif exchange.stream:
             prefix = b"" if send.between_events else SSE_BOUNDARY
             await send.body(prefix + error.sse_event(), more=False)
         else:
             await send.body(b"", more=False)
-    log.warning(
-        "request_failed", request_id=exchange.request_id, code=error.code, error=error.message
-    )
+    if log_it:
+        log.warning(
+            "request_failed", request_id=exchange.request_id, code=error.code, error=error.message
+        )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import time
+from typing import Any
 
 from llmd.doctor.findings import Finding
 from llmd.engine.versions import ASSUMED, EngineApi
@@ -25,11 +26,22 @@ class EnginePhase(enum.StrEnum):
     FAILED = "failed"
 
 
+def model_ids(listing: Any) -> tuple[str, ...]:
+    """The `id`s of an OpenAI model list (`{"data": [{"id": ...}, ...]}`), in order; () when
+    the listing has none."""
+    data = listing.get("data") if isinstance(listing, dict) else None
+    if not isinstance(data, list):
+        return ()
+    return tuple(c["id"] for c in data if isinstance(c, dict) and isinstance(c.get("id"), str))
+
+
 @dataclasses.dataclass
 class EngineState:
     """Mutable, single-writer (the supervisor) view of the engine.
 
-    `model` is the name clients use (set from the config before the first boot). Times are
+    `model` is the name clients use (set from the config before the first boot);
+    `served_models` every name the serving boot answers to, as its /v1/models lists them (its
+    served names and LoRA adapters; empty before the first ready boot). Times are
     `time.monotonic()` seconds; `boot_s` is how long the last successful boot took,
     used to estimate `Retry-After` while a boot is under way. `failed_boots` counts boots that
     never became ready within the supervisor's failure window. `exits_by_reason` counts the
@@ -44,6 +56,7 @@ class EngineState:
     pid: int | None = None
     model: str = ""
     engine_version: str = ""
+    served_models: tuple[str, ...] = ()
     api: EngineApi = ASSUMED
     max_model_len: int | None = None
     boot_started_at: float | None = None

@@ -16,6 +16,7 @@ import structlog
 
 from llmd.config import Config
 from llmd.doctor.diagnosis import diagnose
+from llmd.engine.args import engine_auth_headers, without_secrets
 from llmd.engine.launch import engine_launch, installed_engine_build
 from llmd.engine.versions import ASSUMED, EngineApi
 from llmd.errors import EngineGaveUp
@@ -24,7 +25,7 @@ from llmd.supervisor.exits import ExitReason, classify_exit
 from llmd.supervisor.leftovers import forget_engine, record_engine, stop_leftover
 from llmd.supervisor.policy import ExitRecord, GiveUp, decide_restart
 from llmd.supervisor.process import EngineProcess
-from llmd.supervisor.state import EnginePhase, EngineState
+from llmd.supervisor.state import EnginePhase, EngineState, model_ids
 
 log = structlog.get_logger("llmd.supervisor")
 
@@ -166,7 +167,7 @@ class Supervisor:
             return failed, False
         self._process = process
         self.state.pid = process.pid
-        log.info("engine_started", pid=process.pid, argv=" ".join(launch.argv))
+        log.info("engine_started", pid=process.pid, argv=" ".join(without_secrets(launch.argv)))
         pid_file = self.paths.engine_pid_file
         record = await asyncio.to_thread(record_engine, pid_file, process.pgid)
         exited = asyncio.create_task(process.wait(), name="engine-wait")
@@ -236,7 +237,9 @@ class Supervisor:
     async def _healthy(self, probe: aiohttp.ClientSession) -> bool:
         try:
             async with probe.get(
-                "http://engine/health", timeout=aiohttp.ClientTimeout(total=5)
+                "http://engine/health",
+                headers=engine_auth_headers(self.config.engine),
+                timeout=aiohttp.ClientTimeout(total=5),
             ) as r:
                 return r.status == 200
         except (TimeoutError, aiohttp.ClientError, OSError):
@@ -257,9 +260,12 @@ class Supervisor:
             aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, KeyError, IndexError
         ):
             async with probe.get(
-                "http://engine/v1/models", timeout=aiohttp.ClientTimeout(total=5)
+                "http://engine/v1/models",
+                headers=engine_auth_headers(self.config.engine),
+                timeout=aiohttp.ClientTimeout(total=5),
             ) as r:
                 models = await r.json()
+            self.state.served_models = model_ids(models)
             self.state.max_model_len = int(models["data"][0]["max_model_len"])
         self.state.api = ASSUMED
         with contextlib.suppress(

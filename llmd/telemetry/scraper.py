@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import aiohttp
@@ -31,7 +31,8 @@ RATE_SPAN_S = 5.0
 class Scraper:
     """Keeps `observer.engine_sample`, `engine_token_rates` and `gpus` fresh, and hands each
     engine sample to `on_sample` (admission's view of the engine's load): one reader of the
-    engine's /metrics for all of llmd, since each read costs the engine's API server CPU."""
+    engine's /metrics for all of llmd, since each read costs the engine's API server CPU.
+    `headers` gives the headers that authenticate llmd to the engine, read at each scrape."""
 
     def __init__(
         self,
@@ -41,6 +42,7 @@ class Scraper:
         config: TelemetryConfig,
         gpu_reader: Callable[[], GpuReader] = nvml_reader,
         on_sample: Callable[[EngineSample | None], None] | None = None,
+        headers: Callable[[], Mapping[str, str]] = dict,
     ) -> None:
         self.observer = observer
         self.engine = engine
@@ -48,6 +50,7 @@ class Scraper:
         self.config = config
         self._gpu_reader = gpu_reader
         self._on_sample = on_sample
+        self._headers = headers
         self._history: collections.deque[EngineSample] = collections.deque()
 
     async def run(self) -> None:
@@ -79,7 +82,7 @@ class Scraper:
             self._forget()
             return
         try:
-            async with session.get("http://engine/metrics") as response:
+            async with session.get("http://engine/metrics", headers=self._headers()) as response:
                 response.raise_for_status()
                 text = await response.text()
             sample = parse_engine_metrics(text, time.monotonic())

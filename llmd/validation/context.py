@@ -20,6 +20,12 @@ from llmd.validation.fields import Endpoint, OutputRequest
 Policy = Literal["reject", "clamp"]
 
 
+class AtLeast(int):
+    """A prompt token count where counting stopped early (the text is longer than any prompt
+    that fits could be): the true count is at least this. An int everywhere else, so the
+    check treats it as the count it bounds; only the refusal's wording differs."""
+
+
 @dataclasses.dataclass(frozen=True)
 class ContextDecision:
     """What to change in the request: `max_tokens` to write into `field` (None: nothing), and
@@ -43,7 +49,8 @@ def check_context(
 ) -> ContextDecision:
     """Decide the output budget of a request whose sequences have `prompt_tokens` each.
 
-    A prompt that leaves no room for one output token is always refused. Over the room (or
+    A prompt that leaves no room for one output token is always refused (an `AtLeast` count
+    is named as such). Over the room (or
     over `config.max_tokens_limit`), `reject` raises and `clamp` lowers max_tokens. An omitted
     max_tokens gets `config.default_max_tokens`, fitted to the room. `truncate_prompt_tokens`
     cuts the prompt as the engine's release (`api`) will.
@@ -55,9 +62,10 @@ def check_context(
     room = max_model_len - prompt
     prompt_param = "messages" if endpoint is Endpoint.CHAT else "prompt"
     if room < 1:
+        size = f"at least {prompt} tokens" if isinstance(prompt, AtLeast) else f"{prompt} tokens"
         raise ContextLengthExceeded(
             f"This model's maximum context length is {max_model_len} tokens. However, your "
-            f"prompt is {prompt} tokens, which leaves no room for output. Reduce the prompt "
+            f"prompt is {size}, which leaves no room for output. Reduce the prompt "
             f"to at most {max_model_len - 1} tokens.",
             param=prompt_param,
         )

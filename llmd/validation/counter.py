@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from llmd.errors import ApiError, EngineError, EngineUnavailable, InvalidRequest
+from llmd.validation.context import AtLeast
 from llmd.validation.conversation import (
     ContentFormat,
     build_conversation,
@@ -70,8 +71,13 @@ class LocalCounter:
         """
         try:
             from transformers import AutoTokenizer
+            from transformers.utils import logging as transformers_logging
         except ImportError as exc:
             raise TokenizerUnavailable(f"transformers is not installed: {exc}") from exc
+        # transformers writes its warnings to stderr with a handler of its own; send them the
+        # way of every library's lines instead (llmd.logs: rate-limited, rendered as llmd's).
+        transformers_logging.disable_default_handler()
+        transformers_logging.enable_propagation()
         try:
             tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         except (OSError, ValueError, KeyError) as exc:
@@ -109,7 +115,9 @@ class LocalCounter:
         """Prompt tokens per sequence (one per completion prompt), on the tokenizer thread.
 
         A text longer than `limit` tokens could possibly be is not tokenized: it counts as
-        `limit + 1` (vLLM 0.32 refuses it the same way, `TokenizeParams._text_len_check`).
+        `AtLeast` its characters over the longest token's (more than `limit`; vLLM 0.32 refuses
+        it the same way, `TokenizeParams._text_len_check`). Raises InvalidRequest (naming the
+        field) when the chat template or the tokenizer refuses the input.
         """
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self.count_now, prompt, limit)
@@ -118,17 +126,20 @@ class LocalCounter:
         """Prompt tokens per sequence, on the calling thread (blocking); see `count`."""
         if isinstance(prompt, CompletionPrompt):
             return [
-                len(p) if isinstance(p, list) else self._encode(p, prompt.add_special_tokens, limit)
+                len(p)
+                if isinstance(p, list)
+                else self._encode(p, prompt.add_special_tokens, limit, "prompt")
                 for p in prompt.prompts
             ]
-        return [self._encode(self.render(prompt), prompt.add_special_tokens, limit)]
+        return [self._encode(self.render(prompt), prompt.add_special_tokens, limit, "messages")]
 
     def render(self, prompt: ChatPrompt) -> str:
-        """The chat template applied to `prompt`, as text (vLLM 0.32 `safe_apply_chat_template`)."""
+        """The chat template applied to `prompt`, as text (vLLM 0.32 `safe_apply_chat_template`).
+        Raises InvalidRequest when the template refuses the messages."""
         assert self._template is not None
-        conversation = build_conversation(prompt.messages, self._format, self._template)
         extra = {k: v for k, v in prompt.template_kwargs.items() if k not in _HF_PARAMS}
         try:
+            conversation = build_conversation(prompt.messages, self._format, self._template)
             text: str = self._tokenizer.apply_chat_template(
                 conversation,
                 chat_template=self._template,
@@ -138,23 +149,40 @@ class LocalCounter:
                 **extra,
             )
         except Exception as exc:  # the template rejects the input: vLLM answers 400 too
-            raise InvalidRequest(f"the chat template rejected the messages: {exc}") from exc
+            raise InvalidRequest(
+                f"the chat template rejected the messages: {exc}", param="messages"
+            ) from exc
         return text
 
-    def _encode(self, text: str, add_special_tokens: bool, limit: int | None) -> int:
-        if limit is not None and len(text) > limit * self.max_chars_per_token:
-            return limit + 1  # every token is at most max_chars_per_token characters long
-        ids = self._tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"]
+    def _encode(self, text: str, add_special_tokens: bool, limit: int | None, field: str) -> int:
+        """Tokens in `text` (from request field `field`). Raises InvalidRequest when the
+        tokenizer refuses it (vLLM answers such input with 400 too)."""
+        longest = self.max_chars_per_token
+        if limit is not None and len(text) > limit * longest:
+            # Every token is at most `longest` characters long: the count is at least this.
+            return AtLeast(-(-len(text) // longest))
+        try:
+            ids = self._tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"]
+        except Exception as exc:
+            raise InvalidRequest(
+                f"the tokenizer refused the {field}: {type(exc).__name__}: {exc}", param=field
+            ) from exc
         return len(ids)
 
 
 class EngineCounter:
     """Counts through the engine's `POST /tokenize` (vLLM 0.32; counts but does not check
-    the context length). `session` gives the proxy's shared client on the engine's socket.
+    the context length). `session` gives the proxy's shared client on the engine's socket,
+    `headers` the headers that authenticate llmd to the engine.
     """
 
-    def __init__(self, session: Callable[[], aiohttp.ClientSession]) -> None:
+    def __init__(
+        self,
+        session: Callable[[], aiohttp.ClientSession],
+        headers: Callable[[], Mapping[str, str]] = dict,
+    ) -> None:
         self._session = session
+        self._headers = headers
 
     async def count(self, prompt: Prompt, model: str | None) -> list[int]:
         if isinstance(prompt, CompletionPrompt):
@@ -176,7 +204,7 @@ class EngineCounter:
                 "http://engine/tokenize",
                 data=json.dumps(body),
                 timeout=_TOKENIZE_TIMEOUT,
-                headers={"content-type": "application/json"},
+                headers={**self._headers(), "content-type": "application/json"},
             ) as response:
                 payload = await response.read()
                 status = response.status

@@ -1,9 +1,9 @@
 """The validation step of the proxy: one parsed body in, the body to relay (or an error) out.
 
 Order: the fields llmd reads (400 `invalid_request`, also past `validation.max_n` or
-`max_prompts`) → the model name (404) → prompt tokens, counted as the engine will → the
-context check (400 `context_length_exceeded`, or a clamp). The body is re-serialised only when
-llmd changed it (a clamp or a default max_tokens).
+`max_prompts`) → the model name (404; any name the engine serves, `models.py`) → prompt tokens,
+counted as the engine will → the context check (400 `context_length_exceeded`, or a clamp).
+The body is re-serialised only when llmd changed it (a clamp or a default max_tokens).
 
 Counting is shared by every request in flight, so it is taken in turns by class (interactive
 first, `turns.py`): one at a time on the local tokenizer's thread, at most
@@ -26,8 +26,8 @@ import aiohttp
 import structlog
 
 from llmd.config import Config
-from llmd.engine.args import flags_given
-from llmd.errors import InvalidRequest, ModelNotFound
+from llmd.engine.args import engine_auth_headers, flags_given
+from llmd.errors import InvalidRequest
 from llmd.supervisor.state import EngineState
 from llmd.validation.context import ContextDecision, Policy, check_context
 from llmd.validation.counter import EngineCounter, LocalCounter, TokenizerUnavailable
@@ -38,6 +38,7 @@ from llmd.validation.fields import (
     RequestFields,
     read_fields,
 )
+from llmd.validation.models import ServedModels
 from llmd.validation.turns import Turns
 
 log = structlog.get_logger("llmd.validation")
@@ -84,7 +85,9 @@ class Validator:
     ) -> None:
         self.engine = engine
         self.local: LocalCounter | None = None
-        self.remote = EngineCounter(session)
+        self.engine_headers: dict[str, str] = {}
+        self.remote = EngineCounter(session, lambda: self.engine_headers)
+        self.models = ServedModels(engine, session, lambda: self.engine_headers)
         self.local_turns = Turns(1)
         self.remote_turns = Turns(config.validation.max_tokenize_calls)
         self.loading: asyncio.Task[None] | None = None
@@ -99,7 +102,8 @@ class Validator:
         (`start_loading`; the old one counts until the new one is in)."""
         self.config = config.validation
         self.remote_turns.resize(config.validation.max_tokenize_calls)
-        self.served_models = [config.engine.model_name]
+        self.models.fallback = config.engine.model_name
+        self.engine_headers = engine_auth_headers(config.engine)
         self.tokenizer_path = config.validation.tokenizer_path or config.engine.model
         self.engine_args = config.engine.args
         source = (config.validation.tokenizer, self.tokenizer_path, self.engine_args)
@@ -163,10 +167,8 @@ class Validator:
         policy = _policy(headers, self.config.context_policy)
         fields = read_fields(endpoint, body)
         self._check_sizes(fields)
-        if fields.model is not None and fields.model not in self.served_models:
-            raise ModelNotFound(
-                fields.model, self.served_models, self.engine.api.names_models_when_not_found
-            )
+        if fields.model is not None:
+            await self.models.check(fields.model)
         max_model_len = self.engine.max_model_len
         self._check_token_ids(fields.prompt)
         counts = await self._count(fields.prompt, fields.model, max_model_len, rank)

@@ -99,3 +99,37 @@ def test_nested_class_table_keeps_its_own_defaults(tmp_path: Path) -> None:
     config.write_text('[engine]\nmodel = "m"\n[admission.batch]\nqueue_size = 3\n')
     batch = load_config(config).admission.batch
     assert (batch.queue_size, batch.queue_timeout_s, batch.aging_s) == (3, 600.0, 15.0)
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ('[tenants.a]\nmax_queued = 1\nkeys = ["sk-live-0123456789"]\n', 3),
+        (f'[tenants.a]\nkeys = [\n  "{"0" * 64}",\n  "sk-live-0123456789",\n]\n', 4),
+        ('[tenants.a]\nkeys = "sk-live-0123456789"\n', 2),
+        ('[tenants.a]\ntoken = "sk-live-0123456789"\n', 2),
+        ('[tenants.a]\n\n[other]\nkey = "sk-live-0123456789"\n', 3),
+    ],
+)
+def test_a_key_written_by_mistake_is_never_echoed(tmp_path: Path, text: str, line: int) -> None:
+    """A plaintext key where a digest belongs (or any value of the wrong shape): the error
+    names the file, the line and the key, never the value."""
+    with pytest.raises(ConfigError) as caught:
+        load_tenants(write(tmp_path, text))
+    message = str(caught.value)
+    assert "sk-live" not in message and "0123456789" not in message
+    assert message.startswith(f"{tmp_path / 'tenants.toml'}:{line}: ")
+
+
+def test_a_tenant_may_be_allowed_to_read_metrics(tmp_path: Path) -> None:
+    """`metrics = true` lets a tenant's keys read /metrics; the default is false."""
+    path = write(
+        tmp_path,
+        f'[tenants.prom]\nkeys = ["{hash_key("p")}"]\nmetrics = true\n'
+        f'[tenants.app]\nkeys = ["{hash_key("a")}"]\n',
+    )
+    directory = load_tenants(path)
+    assert directory.authenticate([(b"authorization", b"Bearer p")]).metrics
+    assert not directory.authenticate([(b"authorization", b"Bearer a")]).metrics
+    with pytest.raises(ConfigError, match="metrics: expected true or false"):
+        load_tenants(write(tmp_path, "[tenants.x]\nmetrics = 1\n"))

@@ -9,33 +9,21 @@ silently: a missing model is generated, a failed boot fails the tests with the e
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.sim_process import SimProcess
+from tests.support.engines import booted_engine
 from tests.support.vllm_engine import MAX_MODEL_LEN, Engine
-from tests.support.vllm_python import vllm_version
 
-
-@contextlib.contextmanager
-def _sim_engine(model: Path) -> Iterator[Engine]:
-    sim = SimProcess.start(
-        model, "--max-model-len", str(MAX_MODEL_LEN), "--vllm-version", vllm_version()
-    )
-    try:
-        sim.wait_ready()
-        yield Engine("sim", sim.socket, sim.log_path)
-    finally:
-        sim.stop()
+__all__ = ["MAX_MODEL_LEN", "Engine"]
 
 
 @pytest.fixture(scope="session")
 def sim_engine(tiny_model_dir: Path) -> Iterator[Engine]:
     """The simulator with its calibrated (default) timing."""
-    with _sim_engine(tiny_model_dir) as engine:
+    with booted_engine("sim", tiny_model_dir) as engine:
         yield engine
 
 

@@ -142,7 +142,12 @@ def test_bad_bodies_get_openai_errors(
     real_llmd: LlmdProcess, content: bytes, status: int, code: str
 ) -> None:
     """Malformed bodies are refused by llmd with an OpenAI-shaped error, never a 500."""
-    response = httpx.post(real_llmd.base_url + "/v1/chat/completions", content=content, timeout=10)
+    response = httpx.post(
+        real_llmd.base_url + "/v1/chat/completions",
+        content=content,
+        headers={"content-type": "application/json"},
+        timeout=10,
+    )
     assert response.status_code == status
     assert response.json()["error"]["code"] == code
     assert set(response.json()["error"]) == {"message", "type", "param", "code"}

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from llmd.engine.args import engine_flag, flags_given, float_flag, int_flag, with_flag, without_flag
+from llmd.config import EngineConfig
+from llmd.engine.args import (
+    engine_api_key,
+    engine_auth_headers,
+    engine_flag,
+    flags_given,
+    float_flag,
+    int_flag,
+    with_flag,
+    without_flag,
+    without_secrets,
+)
 
 
 def test_a_flag_in_either_form_and_the_last_one_wins() -> None:
@@ -33,6 +44,28 @@ def test_which_flags_are_given() -> None:
         "--chat-template",
         "--tokenizer",
     ]
+
+
+def test_the_engines_api_key_is_found_as_the_engine_finds_it() -> None:
+    """--api-key in engine.args (its first value; the last flag wins), else VLLM_API_KEY from
+    engine.env, else from llmd's environment; none: no Authorization header."""
+    flagged = EngineConfig(args=("--api-key", "k1", "k2"), env={"VLLM_API_KEY": "e"})
+    assert engine_api_key(flagged, {}) == "k1"
+    assert engine_api_key(EngineConfig(args=("--api-key=k3",)), {}) == "k3"
+    assert engine_api_key(EngineConfig(env={"VLLM_API_KEY": "e"}), {"VLLM_API_KEY": "o"}) == "e"
+    assert engine_api_key(EngineConfig(), {"VLLM_API_KEY": "o"}) == "o"
+    assert engine_api_key(EngineConfig(), {}) is None
+    assert engine_auth_headers(flagged, {}) == {"Authorization": "Bearer k1"}
+    assert engine_auth_headers(EngineConfig(), {}) == {}
+
+
+def test_secrets_are_hidden_in_logged_command_lines() -> None:
+    """--api-key (all its values) and --hf-token are masked, in either form; the rest stays."""
+    argv = ["vllm", "--api-key", "a", "b", "--max-model-len", "5", "--hf-token=t", "--api-key=c"]
+    assert without_secrets(argv) == [
+        "vllm", "--api-key", "***", "***", "--max-model-len", "5", "--hf-token=***",
+        "--api-key=***",
+    ]  # fmt: skip
 
 
 def test_with_flag_replaces_every_earlier_value() -> None:

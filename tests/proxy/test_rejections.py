@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from llmd.admission.tenants import hash_key
-from tests.support.accounting import Tally, assert_counted_as_rejection
+from tests.support.accounting import Tally, assert_counted_as_rejection, tenant_with_metrics
 from tests.support.llmd_process import LlmdProcess, short_tmpdir
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
@@ -36,6 +36,7 @@ def llmd() -> Iterator[LlmdProcess]:
         f'[tenants.limited]\nkeys = ["{hash_key(LIMITED)}"]\nmax_concurrency = 1\n'
         f'max_queued = 1\ndefault_class = "interactive"\n'
         f'[tenants.free]\nkeys = ["{hash_key(FREE)}"]\ndefault_class = "interactive"\n'
+        + tenant_with_metrics()
     )
     config = sim_config(
         ensure_tiny_model(),

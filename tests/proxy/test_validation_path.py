@@ -15,6 +15,7 @@ from tests.validation.conftest import STRING_TEMPLATE, make_tokenizer_dir
 
 MAX_MODEL_LEN = 64
 USER = [{"role": "user", "content": "hi"}]
+JSON = {"content-type": "application/json"}
 
 
 @pytest.fixture(scope="module")
@@ -135,13 +136,13 @@ def test_hygiene_errors_name_the_field(
 def test_malformed_and_non_object_json_are_400(client: httpx.Client) -> None:
     """Bodies that are not JSON objects are 400 invalid_request."""
     for raw in (b"{", b"[1]", b"\xff"):
-        answer = client.post("/v1/completions", content=raw)
+        answer = client.post("/v1/completions", content=raw, headers=JSON)
         assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_request"
 
 
 def test_body_over_limit_is_413(client: httpx.Client) -> None:
     """A body over server.max_body_bytes is 413 body_too_large."""
-    answer = client.post("/v1/completions", content=b"x" * (1024 * 1024 + 1))
+    answer = client.post("/v1/completions", content=b"x" * (1024 * 1024 + 1), headers=JSON)
     assert answer.status_code == 413
 
 

@@ -9,15 +9,27 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmd.admission.tenants import hash_key
 from tests.support.llmd_process import LlmdProcess
 from tests.support.waiting import wait_for
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
+# The key /metrics is read with: a daemon with tenants needs one with `metrics = true`
+# (`tenant_with_metrics()` in its tenants file); one without keys ignores it.
+METRICS_KEY = "key-metrics"
+
+
+def tenant_with_metrics() -> str:
+    """A tenants-file table whose key (METRICS_KEY) may read /metrics."""
+    return f'[tenants.prometheus]\nkeys = ["{hash_key(METRICS_KEY)}"]\nmetrics = true\n'
+
+
 def samples(llmd: LlmdProcess) -> Samples:
     """Every sample of llmd's /metrics, by name and labels."""
-    text = httpx.get(llmd.base_url + "/metrics", timeout=10).text
+    headers = {"authorization": f"Bearer {METRICS_KEY}"}
+    text = httpx.get(llmd.base_url + "/metrics", headers=headers, timeout=10).text
     return {
         (s.name, frozenset(s.labels.items())): s.value
         for family in text_string_to_metric_families(text)

@@ -36,7 +36,10 @@ class FakeEngine:
     bodies of its /tokenize calls in the order they came (`tokenized`) with the most that ran
     at once (`tokenizing_peak`). `tokenize_delay_s` slows each /tokenize call; `linger_s` keeps
     a stream open that long after its `data: [DONE]`; while `hold` is clear, generation
-    requests wait (once received) until a test sets it."""
+    requests wait (once received) until a test sets it.
+
+    A streamed request with `"hold_tail": true` gets its stream less the last byte (the `\n`
+    that ends the last event), which follows once `tail` is set."""
 
     received: list[tuple[str, Any]] = dataclasses.field(default_factory=list)
     tokenized: list[Any] = dataclasses.field(default_factory=list)
@@ -45,9 +48,12 @@ class FakeEngine:
     tokenize_delay_s: float = 0.0
     linger_s: float = 0.0
     hold: threading.Event | None = None
+    tail: asyncio.Event | None = None
 
     def app(self) -> web.Application:
-        async def generate(request: web.Request) -> web.Response:
+        self.tail = asyncio.Event()
+
+        async def generate(request: web.Request) -> web.StreamResponse:
             body = await request.json()
             self.received.append((request.path, body))
             if self.hold is not None:
@@ -55,7 +61,14 @@ class FakeEngine:
             if body.get("stream"):
                 response = web.StreamResponse(headers={"content-type": "text/event-stream"})
                 await response.prepare(request)
-                await response.write(b'data: {"choices": []}\n\ndata: [DONE]\n\n')
+                events = b'data: {"choices": []}\n\ndata: [DONE]\n\n'
+                if body.get("hold_tail"):
+                    assert self.tail is not None
+                    await response.write(events[:-1])
+                    await self.tail.wait()
+                    self.tail.clear()
+                    events = events[-1:]
+                await response.write(events)
                 await asyncio.sleep(self.linger_s)
                 await response.write_eof()
                 return response
@@ -93,6 +106,12 @@ class ProxyStack:
     engine: FakeEngine
     engine_state: EngineState
     ctx: DaemonState
+    loop: asyncio.AbstractEventLoop
+
+    def release_tail(self) -> None:
+        """Let the fake engine send the last byte of a `hold_tail` stream."""
+        assert self.engine.tail is not None
+        self.loop.call_soon_threadsafe(self.engine.tail.set)
 
     @classmethod
     @contextlib.contextmanager
@@ -169,7 +188,7 @@ class ProxyStack:
             raise errors[0]
         loop, stopping = stop[0]
         try:
-            yield cls(f"http://127.0.0.1:{port}", engine, state, ctx)
+            yield cls(f"http://127.0.0.1:{port}", engine, state, ctx, loop)
         finally:
             loop.call_soon_threadsafe(stopping.set)
             thread.join(10)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +93,21 @@ class LlmdProcess:
                 env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
             )
         return cls(process=process, port=port, runtime_dir=runtime_dir, log_path=log_path)
+
+    @classmethod
+    @contextlib.contextmanager
+    def running(
+        cls, config_text: str, workdir: Path | str = "llmd-test-", timeout_s: float = 60.0
+    ) -> Iterator[LlmdProcess]:
+        """`start` in `workdir` (a string: a fresh directory with that prefix), wait until
+        ready, and stop it when the block ends."""
+        where = short_tmpdir(workdir) if isinstance(workdir, str) else workdir
+        process = cls.start(config_text, workdir=where)
+        try:
+            process.wait_ready(timeout_s=timeout_s)
+            yield process
+        finally:
+            process.stop()
 
     def wait_ready(self, timeout_s: float = 400.0) -> None:
         """Poll GET /ready until 200. Raises RuntimeError (with the log tail) on exit or timeout."""

@@ -14,8 +14,10 @@ import pytest
 from aiohttp import web
 
 from llmd.errors import InvalidRequest
+from llmd.validation.context import AtLeast
 from llmd.validation.counter import EngineCounter, LocalCounter, TokenizerUnavailable
 from llmd.validation.fields import Endpoint, Prompt, read_fields
+from tests.support.log_capture import Captured
 
 
 def chat(messages: list[dict[str, Any]], **extra: Any) -> Prompt:
@@ -58,9 +60,11 @@ def test_completions_count_each_prompt_with_bos(counter: LocalCounter) -> None:
 
 
 def test_overlong_text_is_not_tokenized(counter: LocalCounter) -> None:
-    """Text longer than `limit` tokens could be counts as limit+1 without tokenizing it."""
-    text = "x" * (counter.max_chars_per_token * 100 + 1)
-    assert counter.count_now(completion(text), limit=100) == [101]
+    """Text longer than `limit` tokens could be counts, untokenized, as AtLeast a true bound."""
+    text = "x" * (counter.max_chars_per_token * 300 + 1)
+    (count,) = counter.count_now(completion(text), limit=100)
+    assert isinstance(count, AtLeast) and count == 301
+    assert counter.count_now(completion(text)) >= [301]  # tokenized in full: the bound holds
 
 
 def test_openai_format_template_sees_parts(parts_tokenizer_dir: Path) -> None:
@@ -169,3 +173,17 @@ async def test_engine_counter_unreachable_is_503(tmp_path: Path) -> None:
             await EngineCounter(lambda: session).count(completion("abc"), None)
     assert getattr(caught.value, "status", None) == 503
     await asyncio.sleep(0)
+
+
+def test_transformers_warnings_take_llmds_log_pipeline(
+    counter: LocalCounter, captured_logs: Captured
+) -> None:
+    """Once a tokenizer is loaded, transformers' own warnings (written to stderr by its own
+    handler otherwise) are llmd's library_logged lines."""
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.get_logger("transformers.tokenization_utils_base").warning("careful")
+    (line,) = [
+        line for line in captured_logs.lines() if line.get("logger", "").startswith("transformers")
+    ]
+    assert line["event"] == "library_logged" and line["message"] == "careful"

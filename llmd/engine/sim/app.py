@@ -63,10 +63,12 @@ def build_server(options: SimOptions) -> SimServer:
         tokenizer=tokenizer,
         metrics=metrics,
         model_name=options.served_model_name,
+        aliases=options.served_model_names,
+        lora_modules=dict(options.lora_modules),
+        api_keys=options.api_keys,
         model_root=str(model_dir),
         max_model_len=max_model_len,
         faults=options.faults,
-        request_overhead_s=options.timing.request_overhead_s,
         surface=SURFACES[options.vllm_version],
     )
 

@@ -1,10 +1,10 @@
 """The engine core: drives the scheduler in simulated time and turns steps into tokens.
 
 One task runs steps back to back while there is work: plan a step, wait the time the timing
-model gives it, apply it, hand each request its new tokens. Requests wait on their own
-`RequestState` (tokens so far, finish reason, or the error that ended them). Aborting a request
-frees its seat and blocks at once. The engine can also die (fault injection): every request in
-flight ends with EngineDeadError and new ones are refused.
+model gives it, apply it, pass the new tokens to the API server (`Frontend`), which hands them to
+their requests. Requests wait on their own `RequestState` (tokens so far, finish reason, or the
+error that ended them). Aborting a request frees its seat and blocks at once. The engine can also
+die (fault injection): every request in flight ends with EngineDeadError and new ones are refused.
 """
 
 from __future__ import annotations
@@ -20,15 +20,27 @@ from collections.abc import AsyncIterator, Callable
 
 from llmd.engine.sim.errors import SimHTTPError, engine_dead
 from llmd.engine.sim.faults import RequestFault
+from llmd.engine.sim.frontend import Frontend
 from llmd.engine.sim.kv import BlockPool
 from llmd.engine.sim.metrics import SimMetrics
 from llmd.engine.sim.prefix import PrefixCache
 from llmd.engine.sim.requests import GenerationRequest
-from llmd.engine.sim.scheduler import FinishReason, Scheduler, SeqStatus, Sequence, Step
+from llmd.engine.sim.scheduler import (
+    Emitted,
+    FinishReason,
+    Scheduler,
+    SeqStatus,
+    Sequence,
+    Step,
+)
 from llmd.engine.sim.timing import TimingModel
 from llmd.engine.sim.tokenizer import SimTokenizer
 
 log = logging.getLogger("vllm.v1.engine.core")
+# How far the step clock may run behind real time and still catch up (steps then follow each other
+# without a pause until it is even): the simulator's own work between steps (HTTP, JSON) is not
+# engine time. A longer stall (the process was off the CPU) is dropped, not made up in a burst.
+MAX_LAG_S = 0.05
 
 
 @dataclasses.dataclass(eq=False)
@@ -101,10 +113,15 @@ class SimEngine:
         self.clock = clock
         self.prefix_cache = prefix_cache
         self.dead = False
+        self.frontend = Frontend(
+            timing.request_overhead_s, timing.output_token_s, timing.output_step_s, clock
+        )
         self._states: dict[Sequence, RequestState] = {}
+        self._handing_over: set[Sequence] = set()  # in the API server, not yet in the engine
         self._wake = asyncio.Event()
         self._ids = itertools.count()
         self._task: asyncio.Task[None] | None = None
+        self._frontend_task: asyncio.Task[None] | None = None
         self.prompt_tokens_done = 0
         self.generation_tokens_done = 0
 
@@ -141,13 +158,15 @@ class SimEngine:
         )
 
     def start(self) -> None:
-        """Start the step loop on the running event loop."""
+        """Start the step loop and the API server's worker on the running event loop."""
         self._task = asyncio.create_task(self._run(), name="sim-engine-core")
+        self._frontend_task = asyncio.create_task(self.frontend.run(), name="sim-frontend")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        tasks = [t for t in (self._task, self._frontend_task) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     # --- requests ------------------------------------------------------------------------------
 
@@ -181,16 +200,26 @@ class SimEngine:
             state.cached_tokens = seq.computed = self.prefix_cache.cached_tokens(request.prompt_ids)
         if not fault.hang:  # a hung request is accepted and never scheduled
             self._states[seq] = state
+            self._handing_over.add(seq)
+            self.frontend.take_request(lambda: self._handed_over(seq))
+        return state
+
+    def _handed_over(self, seq: Sequence) -> None:
+        """The API server has passed `seq` to the engine core (unless it ended meanwhile)."""
+        if seq in self._handing_over:
+            self._handing_over.discard(seq)
             self.scheduler.add(seq)
             self._changed()
-        return state
 
     def abort(self, state: RequestState) -> None:
         """End `state` now (the client left): its seat and KV blocks are free at once."""
         if state.done:
             return
         if self._states.pop(state.seq, None) is not None:  # hung requests were never queued
-            self.scheduler.abort(state.seq)
+            if state.seq in self._handing_over:
+                self._handing_over.discard(state.seq)
+            else:
+                self.scheduler.abort(state.seq)
         state.finish_reason = "abort"
         self._record_finished(state, self.clock())
         self._changed()
@@ -206,6 +235,7 @@ class SimEngine:
             state.changed.set()
             self.metrics.success["error"].inc()
         self._states.clear()
+        self._handing_over.clear()
         if self._task is not None:
             self._task.cancel()
 
@@ -220,20 +250,21 @@ class SimEngine:
     # --- the step loop -------------------------------------------------------------------------
 
     async def _run(self) -> None:
+        ended = float("-inf")  # when the previous step ended, on the step clock
         while True:
-            if not self.scheduler.has_work:
-                self._wake.clear()
-                await self._wake.wait()
-                continue
-            started = self.clock()
-            step = self.scheduler.schedule()
+            step = self.scheduler.schedule() if self.scheduler.has_work else None
             if not step:
+                ended = float("-inf")  # idle: the next step starts when work comes
                 self._wake.clear()
                 await self._wake.wait()
                 continue
+            now = self.clock()
+            started = ended if now - ended <= MAX_LAG_S else now
             self._on_scheduled(step, started)
-            duration = self.timing.step_s(step.prefill_tokens, step.decode_seqs)
-            await asyncio.sleep(max(0.0, started + duration - self.clock()))
+            ended = started + self.timing.step_s(
+                step.prefill_tokens, step.decode_seqs, step.decode_context
+            )
+            await asyncio.sleep(max(0.0, ended - self.clock()))
             self._on_completed(step)
 
     def _on_scheduled(self, step: Step, now: float) -> None:
@@ -246,14 +277,21 @@ class SimEngine:
         self._update_gauges()
 
     def _on_completed(self, step: Step) -> None:
+        emitted = self.scheduler.complete(step)
+        self._update_gauges()
+        if emitted:
+            self.frontend.take_outputs(len(emitted), lambda: self._deliver(emitted))
+
+    def _deliver(self, emitted: list[Emitted]) -> None:
+        """The API server hands a step's tokens to their requests (those still in flight)."""
         now = self.clock()
-        for emitted in self.scheduler.complete(step):
-            state = self._states.get(emitted.seq)
+        for item in emitted:
+            state = self._states.get(item.seq)
             if state is None:
                 continue
             self._emit_token(state, now)
-            if emitted.finished and state.finish_reason is None:
-                state.finish_reason = emitted.finished
+            if item.finished and state.finish_reason is None:
+                state.finish_reason = item.finished
             if state.finish_reason is not None:
                 self._states.pop(state.seq, None)
                 self._record_finished(state, now)
@@ -286,7 +324,7 @@ class SimEngine:
                     piece = piece[: max(0, keep)]
                     state.stop_reason = stop
                     state.finish_reason = "stop"
-                    self.scheduler.stop(state.seq)
+                    self.scheduler.abort(state.seq, "stop")
                     break
         state.token_ids.append(token_id)
         state.pieces.append(piece)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import os
 from collections.abc import Sequence
 from typing import Literal
 
@@ -19,10 +21,16 @@ from llmd.engine.sim.timing import TimingModel
 @dataclasses.dataclass(frozen=True)
 class SimOptions:
     """Everything the simulator runs with. `max_model_len` 0 means the model's own
-    (`max_position_embeddings` in config.json), as vLLM defaults it."""
+    (`max_position_embeddings` in config.json), as vLLM defaults it. `served_model_name` is the
+    first of `served_model_names` (the name it answers and labels metrics with, as vLLM);
+    `lora_modules` maps adapter names to paths (served, not applied); `api_keys` (from
+    `--api-key`, else VLLM_API_KEY) guard the `/v1` routes as vLLM's do."""
 
     model: str
     served_model_name: str
+    served_model_names: tuple[str, ...] = ()
+    lora_modules: tuple[tuple[str, str], ...] = ()
+    api_keys: tuple[str, ...] = ()
     uds: str = ""
     host: str = "127.0.0.1"
     port: int = 0
@@ -55,7 +63,10 @@ def parse_options(argv: Sequence[str] | None = None) -> SimOptions:
         step_base_s=args.step_base_ms / 1000,
         prefill_token_s=args.prefill_token_us / 1e6,
         decode_seq_s=args.decode_seq_us / 1e6,
+        decode_context_token_s=args.decode_context_token_us / 1e6,
         request_overhead_s=args.request_overhead_ms / 1000,
+        output_token_s=args.output_token_us / 1e6,
+        output_step_s=args.output_step_us / 1e6,
     )
     if args.zero_latency:
         timing = TimingModel.zero()
@@ -70,9 +81,14 @@ def parse_options(argv: Sequence[str] | None = None) -> SimOptions:
         error_rate=args.fault_error_rate,
         error_status=args.fault_error_status,
     )
+    names = tuple(args.served_model_name or ()) or (args.model,)
+    keys = [k for k in (args.api_key or [os.environ.get("VLLM_API_KEY")]) if k]
     return SimOptions(
         model=args.model,
-        served_model_name=args.served_model_name or args.model,
+        served_model_name=names[0],
+        served_model_names=names,
+        lora_modules=tuple(_lora_module(parser, m) for m in args.lora_modules or ()),
+        api_keys=tuple(keys),
         uds=args.uds or "",
         host=args.host,
         port=args.port,
@@ -91,6 +107,20 @@ def parse_options(argv: Sequence[str] | None = None) -> SimOptions:
     )
 
 
+def _lora_module(parser: argparse.ArgumentParser, spec: str) -> tuple[str, str]:
+    """(name, path) of a `--lora-modules` value: `NAME=PATH` or vLLM's JSON form."""
+    if spec.startswith("{"):
+        try:
+            module = json.loads(spec)
+            return str(module["name"]), str(module["path"])
+        except (ValueError, KeyError, TypeError):
+            parser.error(f"--lora-modules: cannot read {spec!r}")
+    name, sep, path = spec.partition("=")
+    if not sep or not name:
+        parser.error(f"--lora-modules: expected NAME=PATH, got {spec!r}")
+    return name, path
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m llmd.engine.sim",
@@ -98,7 +128,19 @@ def _parser() -> argparse.ArgumentParser:
         "--vllm-version) over a timing model.",
     )
     p.add_argument("--model", required=True, help="model directory (its tokenizer is used)")
-    p.add_argument("--served-model-name", default="", help="name clients send as `model`")
+    p.add_argument(
+        "--served-model-name", nargs="+", help="names clients send as `model` (the first one used)"
+    )
+    p.add_argument(
+        "--lora-modules",
+        nargs="+",
+        metavar="NAME=PATH",
+        help="LoRA adapters to serve by name (listed and accepted; the simulator applies none)",
+    )
+    p.add_argument("--enable-lora", action="store_true", help="accepted, as vLLM's")
+    p.add_argument(
+        "--api-key", nargs="+", help="keys the /v1 routes require (default: $VLLM_API_KEY)"
+    )
     p.add_argument("--uds", help="serve on this Unix socket")
     p.add_argument("--host", default="127.0.0.1", help="TCP host when --port is given")
     p.add_argument("--port", type=int, default=0, help="serve on TCP instead of (or besides) --uds")
@@ -132,7 +174,28 @@ def _parser() -> argparse.ArgumentParser:
     timing.add_argument("--prefill-token-us", type=float, default=default.prefill_token_s * 1e6)
     timing.add_argument("--decode-seq-us", type=float, default=default.decode_seq_s * 1e6)
     timing.add_argument(
-        "--request-overhead-ms", type=float, default=default.request_overhead_s * 1000
+        "--decode-context-token-us",
+        type=float,
+        default=default.decode_context_token_s * 1e6,
+        help="per cached token a decode attends to",
+    )
+    timing.add_argument(
+        "--request-overhead-ms",
+        type=float,
+        default=default.request_overhead_s * 1000,
+        help="API-server time per request, one request at a time",
+    )
+    timing.add_argument(
+        "--output-token-us",
+        type=float,
+        default=default.output_token_s * 1e6,
+        help="API-server time per generated token",
+    )
+    timing.add_argument(
+        "--output-step-us",
+        type=float,
+        default=default.output_step_s * 1e6,
+        help="API-server time per engine step's outputs",
     )
     timing.add_argument(
         "--zero-latency", action="store_true", help="no simulated time: answer at once"

@@ -62,11 +62,12 @@ class Sequence:
 @dataclasses.dataclass(frozen=True)
 class Scheduled:
     """One sequence's share of a step: `tokens` computed; `decode` when it is a single-token
-    decode rather than (part of) a prefill."""
+    decode rather than (part of) a prefill; `context` the tokens already in its KV cache."""
 
     seq: Sequence
     tokens: int
     decode: bool
+    context: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +84,11 @@ class Step:
     @property
     def decode_seqs(self) -> int:
         return sum(1 for s in self.scheduled if s.decode)
+
+    @property
+    def decode_context(self) -> int:
+        """KV-cache tokens the step's decodes attend to, summed over them."""
+        return sum(s.context for s in self.scheduled if s.decode)
 
     def __bool__(self) -> bool:
         return bool(self.scheduled)
@@ -132,15 +138,17 @@ class Scheduler:
         seq.status = SeqStatus.WAITING
         self._push(seq, front=False)
 
-    def abort(self, seq: Sequence) -> None:
-        """End `seq` now wherever it is, freeing its blocks at once. Idempotent."""
+    def abort(self, seq: Sequence, reason: FinishReason = "abort") -> None:
+        """End `seq` now wherever it is (running or waiting), freeing its blocks at once, with
+        `reason`: 'abort' (the client left) or 'stop' (the API server saw a stop string; vLLM's
+        frontend aborts the request in the engine core then). Idempotent."""
         if seq.status is SeqStatus.FINISHED:
             return
         if seq.status is SeqStatus.RUNNING:
             self.running.remove(seq)
         else:
             self._remove_waiting(seq)
-        self._finish(seq, "abort")
+        self._finish(seq, reason)
 
     def _push(self, seq: Sequence, *, front: bool) -> None:
         if self.policy == "fcfs":
@@ -201,7 +209,7 @@ class Scheduler:
                 planned[head] = tokens
                 budget -= tokens
         scheduled = tuple(
-            Scheduled(seq, tokens, decode=seq.generated > 0 and seq.pending == 1)
+            Scheduled(seq, tokens, seq.generated > 0 and seq.pending == 1, seq.computed)
             for seq, tokens in planned.items()
             if tokens > 0
         )
@@ -260,12 +268,6 @@ class Scheduler:
                 self._finish(seq, finished)
             emitted.append(Emitted(seq, finished))
         return emitted
-
-    def stop(self, seq: Sequence) -> None:
-        """End a running sequence that hit a stop condition (a stop string, EOS)."""
-        if seq.status is SeqStatus.RUNNING:
-            self.running.remove(seq)
-            self._finish(seq, "stop")
 
     def _finish(self, seq: Sequence, reason: FinishReason) -> None:
         self.pool.give_back(seq.blocks)

@@ -34,6 +34,7 @@ log = logging.getLogger("vllm.entrypoints.openai.api_server")
 SSE_HEADERS = {"content-type": "text/event-stream; charset=utf-8"}
 JSON = "application/json"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
 
 
 class SimServer:
@@ -49,19 +50,23 @@ class SimServer:
         model_root: str,
         max_model_len: int,
         faults: FaultOptions,
-        request_overhead_s: float = 0.0,
         on_exit: Callable[[int], None] | None = None,
+        aliases: tuple[str, ...] = (),
+        lora_modules: dict[str, str] | None = None,
+        api_keys: tuple[str, ...] = (),
         surface: Surface = SURFACES[DEFAULT_VERSION],
     ) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
         self.metrics = metrics
         self.model_name = model_name
+        self.aliases = aliases or (model_name,)
+        self.lora_modules = lora_modules or {}
+        self.api_keys = api_keys
         self.model_root = model_root
         self.max_model_len = max_model_len
         self.faults = faults
         self.request_fault = RequestFault.parse(faults.request)
-        self.request_overhead_s = request_overhead_s
         self.on_exit = on_exit or _hard_exit
         self.surface = surface
         self.generation_requests = 0
@@ -69,7 +74,8 @@ class SimServer:
         self._rng = random.Random(0)
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[_fastapi_errors], client_max_size=64 * 1024 * 1024)
+        middlewares = [_fastapi_errors, *([self._authenticate] if self.api_keys else [])]
+        app = web.Application(middlewares=middlewares, client_max_size=64 * 1024 * 1024)
         app.router.add_get("/health", self.health)
         app.router.add_get("/version", self.version)
         app.router.add_get("/v1/models", self.models)
@@ -86,14 +92,33 @@ class SimServer:
     async def version(self, request: web.Request) -> web.Response:
         return web.json_response({"version": self.surface.version})
 
+    @web.middleware
+    async def _authenticate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """vLLM 0.32's `--api-key` (serve/middleware/authenticate.py): a bearer key on every
+        path under /v1, /v2, /inference, /cohere but OPTIONS; else 401 `{"error":
+        "Unauthorized"}`."""
+        if request.method != "OPTIONS" and request.path.startswith(_GUARDED_PREFIXES):
+            scheme, _, key = request.headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or key not in self.api_keys:
+                return web.json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)
+
     async def models(self, request: web.Request) -> web.Response:
-        card = {
-            "id": self.model_name,
+        """Every served name, then every LoRA adapter (parent: the first name), as vLLM."""
+        cards = [self._card(name, self.model_root, None) for name in self.aliases]
+        cards += [
+            self._card(name, path, self.model_name) for name, path in self.lora_modules.items()
+        ]
+        return _json(dumps({"object": "list", "data": cards}))
+
+    def _card(self, name: str, root: str, parent: str | None) -> dict[str, object]:
+        return {
+            "id": name,
             "object": "model",
             "created": self.created,
             "owned_by": "vllm",
-            "root": self.model_root,
-            "parent": None,
+            "root": root,
+            "parent": parent,
             "max_model_len": self.max_model_len,
             "permission": [
                 {
@@ -112,7 +137,6 @@ class SimServer:
                 }
             ],
         }
-        return _json(dumps({"object": "list", "data": [card]}))
 
     async def metrics_text(self, request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), headers={"content-type": CONTENT_TYPE})
@@ -164,15 +188,15 @@ class SimServer:
         if fault.die_after == 0:
             _drop_connection(request)
             return web.Response(status=500)
-        delay = self.request_overhead_s + fault.delay_s
-        if delay:
-            await asyncio.sleep(delay)
+        if fault.delay_s:
+            await asyncio.sleep(fault.delay_s)
         try:
             state = self.engine.submit(parsed, fault, request.headers.get("x-request-id", ""))
         except SimHTTPError as error:
             return _error(error)
         request_id = request.headers.get("x-request-id") or secrets.token_hex(8)
-        writer = ResponseWriter(state, self.model_name, request_id)
+        answered_as = body.get("model") if body.get("model") in self.lora_modules else None
+        writer = ResponseWriter(state, answered_as or self.model_name, request_id)
         try:
             if parsed.stream:
                 return await self._stream(request, state, writer)
@@ -265,8 +289,10 @@ class SimServer:
         return response
 
     def _check_model(self, name: object) -> None:
-        if name is not None and name != self.model_name:
-            raise errors.model_not_found(str(name), self.model_name, self.surface.names_models)
+        if name is not None and name not in self.aliases and name not in self.lora_modules:
+            raise errors.model_not_found(
+                str(name), ", ".join(self.aliases), self.surface.names_models
+            )
 
 
 def _json(body: bytes, status: int = 200) -> web.Response:

@@ -41,7 +41,8 @@ async def make_sim(tiny_model: Path) -> AsyncIterator[SimFactory]:
 
     async def factory(*args: str) -> RunningSim:
         socket = short_tmpdir("llmd-simt-") / "engine.sock"
-        timing_given = any(a.startswith(("--step-", "--decode-", "--prefill-")) for a in args)
+        timing_flags = ("--step-", "--decode-", "--prefill-", "--request-", "--output-")
+        timing_given = any(a.startswith(timing_flags) for a in args)
         argv = [
             "--model",
             str(tiny_model),

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.engine.sim.conftest import RunningSim, SimFactory
 
@@ -180,3 +181,43 @@ async def _sleep(seconds: float) -> None:
 
 
 _ = httpx
+
+
+async def test_an_api_key_guards_the_v1_routes_as_vllms_does(
+    make_sim: SimFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--api-key (one or more; VLLM_API_KEY without the flag) guards /v1 routes but OPTIONS:
+    401 {"error": "Unauthorized"} without a matching bearer key; /health, /metrics and
+    /tokenize stay open (vLLM 0.32 serve/middleware/authenticate.py)."""
+    flagged = await make_sim("--api-key", "k1", "k2")
+    answer = await flagged.client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 1})
+    assert answer.status_code == 401 and answer.json() == {"error": "Unauthorized"}
+    for key in ("k1", "k2"):
+        ok = await flagged.client.get("/v1/models", headers={"authorization": f"Bearer {key}"})
+        assert ok.status_code == 200
+    assert (await flagged.client.get("/health")).status_code == 200
+    assert (await flagged.client.get("/metrics")).status_code == 200
+    assert (await flagged.client.post("/tokenize", json={"prompt": "hi"})).status_code == 200
+    monkeypatch.setenv("VLLM_API_KEY", "from-env")
+    from_env = await make_sim()
+    assert (await from_env.client.get("/v1/models")).status_code == 401
+    headers = {"authorization": "Bearer from-env"}
+    assert (await from_env.client.get("/v1/models", headers=headers)).status_code == 200
+
+
+async def test_every_served_name_and_lora_adapter_is_listed_and_served(
+    make_sim: SimFactory,
+) -> None:
+    """--served-model-name a b and --lora-modules x=PATH: /v1/models lists a, b, then x
+    (parent a); each is accepted as `model` (the answer names a, or the adapter); others 404."""
+    sim = await make_sim(
+        "--served-model-name", "a", "b", "--enable-lora", "--lora-modules", "x=/adapters/x"
+    )
+    cards = (await sim.client.get("/v1/models")).json()["data"]
+    assert [(c["id"], c["parent"]) for c in cards] == [("a", None), ("b", None), ("x", "a")]
+    for name, answered_as in (("a", "a"), ("b", "a"), ("x", "x")):
+        body = {"model": name, "prompt": "hi", "max_tokens": 1}
+        reply = await sim.client.post("/v1/completions", json=body)
+        assert reply.status_code == 200 and reply.json()["model"] == answered_as
+    missing = await sim.client.post("/v1/completions", json={"model": "tiny", "prompt": "hi"})
+    assert missing.status_code == 404

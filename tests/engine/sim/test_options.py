@@ -1,0 +1,28 @@
+"""The simulator's command line: timing flags reach the timing model in its units."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from llmd.engine.sim.options import parse_options
+from llmd.engine.sim.timing import TimingModel
+
+
+def test_timing_flags_are_converted_to_seconds() -> None:
+    """Each timing flag, given in ms or us as its name says, lands in the model in seconds."""
+    options = parse_options(
+        ["--model", "m", "--uds", "s.sock", "--step-base-ms", "3", "--prefill-token-us", "10",
+         "--decode-seq-us", "80", "--decode-context-token-us", "0.5",
+         "--request-overhead-ms", "1.5", "--output-token-us", "20", "--output-step-us", "300"]
+    )  # fmt: skip
+    expected = TimingModel(0.003, 0.00001, 0.00008, 0.0000005, 0.0015, 0.00002, 0.0003)
+    assert dataclasses.astuple(options.timing) == pytest.approx(dataclasses.astuple(expected))
+
+
+def test_defaults_are_the_fitted_model_and_zero_latency_zeroes_everything() -> None:
+    """No timing flag: the fitted defaults; --zero-latency: no simulated time at all."""
+    assert parse_options(["--model", "m", "--uds", "s.sock"]).timing == TimingModel()
+    zero = parse_options(["--model", "m", "--uds", "s.sock", "--zero-latency"]).timing
+    assert zero.is_zero and zero == TimingModel.zero()
