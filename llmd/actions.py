@@ -66,7 +66,8 @@ class OperatorActions:
     def drain(self, deadline_s: float | None = None, reject_queued: bool = False) -> dict[str, Any]:
         """Stop admitting (new requests get 503 `draining` with Retry-After); in-flight work
         finishes, and so does work queued in llmd unless `reject_queued`, which answers it 503
-        `draining` now. After `deadline_s` seconds, what is still in flight ends with an in-band
+        `draining` now (and those still being validated as they reach admission, until a
+        resume). After `deadline_s` seconds, what is still in flight ends with an in-band
         error. Idempotent; a new deadline replaces the old one. Refused during shutdown."""
         self._refuse_during("drain", SHUTDOWN)
         self._drain_asked = True
@@ -77,7 +78,12 @@ class OperatorActions:
         self._cancel_deadline()
         if deadline_s is not None:
             self._deadline = asyncio.create_task(self.wait_drained(deadline_s))
-        log.info("drain_started", in_flight=len(self.state.inflight), deadline_s=deadline_s)
+        log.info(
+            "drain_started",
+            in_flight=self.state.inflight.relayed(),
+            queued=len(self.state.inflight) - self.state.inflight.relayed(),
+            deadline_s=deadline_s,
+        )
         return self.summary()
 
     def resume(self) -> dict[str, Any]:
@@ -87,6 +93,7 @@ class OperatorActions:
         self._cancel_deadline()
         self._drain_asked = False
         self.state.draining = False
+        self.state.admission.reopen()
         log.info("drain_ended")
         return self.summary()
 
@@ -161,11 +168,13 @@ class OperatorActions:
         return ended
 
     def summary(self) -> dict[str, Any]:
-        """What every action answers: whether llmd drains, requests in flight, the engine's
-        phase."""
+        """What every action answers: whether llmd drains, requests in flight (relayed to the
+        engine) and queued (waiting in llmd), the engine's phase."""
+        relayed = self.state.inflight.relayed()
         return {
             "draining": self.state.draining,
-            "in_flight": len(self.state.inflight),
+            "in_flight": relayed,
+            "queued": len(self.state.inflight) - relayed,
             "engine": self.state.engine.phase.value,
         }
 

@@ -214,14 +214,23 @@ def _call(
 def _drain(args: argparse.Namespace) -> int:
     queued = "reject" if args.reject_queued else "wait"
     answer = _call(args, "POST", "/drain", {"deadline_s": args.timeout, "queued": queued})
-    print(f"draining: {answer['in_flight']} in flight")
+    print(f"draining: {_live(answer)}")
     if not args.wait:
         return 0
     deadline = time.monotonic() + (args.timeout + 5 if args.timeout is not None else 3600)
-    while (in_flight := _call(args, "GET", "/status")["in_flight"]) and time.monotonic() < deadline:
+    while (live := _call(args, "GET", "/status")) and time.monotonic() < deadline:
+        if not live["in_flight"] and not live.get("queued"):
+            break
         time.sleep(0.5)
-    print("drained" if not in_flight else f"still {in_flight} in flight")
-    return 0 if not in_flight else 1
+    done = not live["in_flight"] and not live.get("queued")
+    print("drained" if done else f"still {_live(live)}")
+    return 0 if done else 1
+
+
+def _live(answer: dict[str, Any]) -> str:
+    """'N in flight' (relayed to the engine), with ', M queued' when requests wait in llmd."""
+    queued = answer.get("queued") or 0
+    return f"{answer['in_flight']} in flight" + (f", {queued} queued" if queued else "")
 
 
 def _simple_verb(args: argparse.Namespace) -> int:
@@ -290,7 +299,7 @@ def format_status(status: dict[str, Any]) -> str:
         (
             "llmd",
             f"{status['llmd_version']} on {status['listen']}  in flight {status['in_flight']}"
-            f"  draining {'yes' if status['draining'] else 'no'}",
+            f"  queued {status.get('queued', 0)}  draining {'yes' if status['draining'] else 'no'}",
         ),
     ]
     if "kv_cache" in status:

@@ -75,4 +75,5 @@ class DaemonState:
             counts=telemetry.counts,
             started_at=round(self.started_at, 3),
             events=recent_events().recent(),
+            queued=inflight.queued,
         )

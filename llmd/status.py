@@ -73,7 +73,8 @@ class QueueStatus:
 
 @dataclasses.dataclass(frozen=True)
 class TenantStatus:
-    """One tenant: requests in flight and queued, and its limits (None: unlimited)."""
+    """One tenant: requests in flight (relayed to the engine) and queued (in admission's
+    queue), and its limits (None: unlimited)."""
 
     name: str
     in_flight: int = 0
@@ -143,8 +144,10 @@ class CountsStatus:
 @dataclasses.dataclass(frozen=True)
 class Status:
     """Everything an operator sees at a glance; `taken_at` and `started_at` (when this llmd
-    process started: a new value means the daemon restarted) are Unix time (s); `events` are
-    the recent notable log events, oldest first (llmd.telemetry.events)."""
+    process started: a new value means the daemon restarted) are Unix time (s); `in_flight`
+    counts the requests relayed to the engine now, `queued` those waiting in llmd (being
+    validated or in admission's queue); `events` are the recent notable log events, oldest
+    first (llmd.telemetry.events)."""
 
     llmd_version: str
     taken_at: float
@@ -162,6 +165,7 @@ class Status:
     counts: CountsStatus | None = None
     started_at: float | None = None
     events: tuple[Event, ...] = ()
+    queued: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """The snapshot as JSON-ready dicts and lists (what `dataclasses.asdict` gives, without

@@ -29,6 +29,7 @@ SCHEMA: dict[str, Any] = {
     "listen": str,
     "draining": bool,
     "in_flight": int,
+    "queued": int,
     "engine": {
         "state": str, "pid": OPT_INT, "model": str, "version": str, "max_model_len": OPT_INT,
         "uptime_s": OPT_NUM, "restarts": int, "last_exit_reason": OPT_STR,

@@ -7,18 +7,29 @@ a Retry-After).
 **Between classes**: interactive before normal before batch, with aging by class. A lower class
 that has had work waiting and no release for its `aging_s` (since its last release, or since it
 last became non-empty) is overdue: it gets the next release (its DRR pick), which restarts its
-clock. So under continuous interactive load:
+clock. Aging gives a starved class a minimum rate (one release per aging_s), not a share: a
+batch flood's own backlog does not make it overdue while it is being served, so interactive
+work keeps the rest.
 
-    the batch class gets a release at least every aging_s(batch) plus one release opportunity;
-    a batch request with k batch requests released before it waits at most
-    (k + 1) x (aging_s + one opportunity) (defaults: 30 s each; the head of the batch queue
-    waits at most 30 s plus one opportunity).
+**A pick the gate refuses** (its seats or KV do not fit yet, the engine is busy) keeps its
+place: nothing of its own class or of a class below passes it, but the classes above it do: the
+walk goes on to them and releases what the gate admits. So one refused pick never stalls the
+classes above it (an overdue batch request waiting for room does not hold interactive ones).
+To keep a refused pick from starving in turn, passing is bounded: a class that has gone its
+*hold time* without a release (2 x aging_s; for the top class, which does not age, 2 x the
+shortest aging_s) is *held*: its pick goes first, ahead of overdue and higher classes, and if
+the gate refuses it nothing is released until it is. The gate admits anything on an idle
+engine (and validation refuses a request that could not fit the engine alone), so a held pick
+goes at the latest once the requests in flight when it was first refused have ended (one
+drain). Under continuous load:
 
-A release opportunity is the capacity gate admitting a request. An overdue pick the gate refuses
-is not passed by anyone (head of line), and the gate always admits when nothing is in flight, so
-the wait for one opportunity is at most the longest request then running. Aging gives a starved
-class a minimum rate (one release per aging_s), not a share: a batch flood's own backlog does
-not make it overdue while it is being served, so interactive work keeps the rest.
+    the whole queue waits behind a held pick for at most one drain, and only after the others
+    have passed it for its hold time minus its aging_s;
+    the head of a class's queue waits at most aging_s plus one release opportunity when its
+    pick fits as it comes (a release opportunity: the gate admitting it), and at most its
+    hold time plus one drain per class held before it (its own included; at most three) in
+    any case (batch defaults: 30 s plus the longest requests running); a request with k
+    requests of its class released before it waits at most k + 1 times that.
 
 **Within a class, between tenants**: deficit round-robin (Shreedhar & Varghese, SIGCOMM 1995)
 over token cost (prompt tokens + max_tokens), each tenant's quantum scaled by its weight, so
@@ -42,12 +53,12 @@ from collections.abc import Iterator, Mapping
 from typing import Protocol
 
 from llmd.admission.classes import Priority
+from llmd.admission.rates import ReleaseRates, Scope
 from llmd.admission.tenants import Tenant
 
 # Deficit added to a tenant of weight 1 per round: about one large request. Larger quanta make
 # rounds coarser; smaller ones only cost more loop turns (fast-forwarded, see _pick_drr).
 QUANTUM_TOKENS = 4096
-_RATE_WINDOW_S = 30.0
 
 
 class Reason(enum.StrEnum):
@@ -79,13 +90,16 @@ class ClassPolicy:
 
 @dataclasses.dataclass(eq=False)
 class Entry:
-    """One request as the scheduler sees it. `cost` is tokens (prompt + max_tokens);
-    `deadline` is an absolute time on the caller's clock, or None."""
+    """One request as the scheduler sees it. `cost` is the KV tokens it may hold (the sum over
+    its sequences of prompt + max_tokens, llmd/admission/cost.py); `seats` the sequences it
+    runs in the engine (prompts x n); `deadline` an absolute time on the caller's clock, or
+    None."""
 
     tenant: Tenant
     cls: Priority
     cost: int
     deadline: float | None = None
+    seats: int = 1
     enqueued_at: float = 0.0
     released_at: float | None = None
     state: State = State.QUEUED
@@ -97,7 +111,8 @@ class Entry:
 
 @dataclasses.dataclass(frozen=True)
 class Rejection:
-    """`entry` is refused: `reason`, and `retry_after_s` from the release rate and its position."""
+    """`entry` is refused: `reason`, and `retry_after_s` from the release rate of the scope it
+    waited on and its position there (llmd/admission/rates.py)."""
 
     entry: Entry
     reason: Reason
@@ -106,8 +121,14 @@ class Rejection:
 
 @dataclasses.dataclass
 class Decisions:
+    """One `decide`: the entries released (in order), those rejected, the picks the gate
+    refused (each held back its own class and those below), and the held pick, if one stopped
+    every release (see the module docstring)."""
+
     released: list[Entry] = dataclasses.field(default_factory=list)
     rejected: list[Rejection] = dataclasses.field(default_factory=list)
+    refused: list[Entry] = dataclasses.field(default_factory=list)
+    held: Entry | None = None
 
 
 class Gate(Protocol):
@@ -132,33 +153,6 @@ class _ClassQueue:
     waiting_since: float = 0.0  # last release, or when the class last became non-empty
 
 
-class ReleaseRate:
-    """Releases per second over the last 30 s, for Retry-After estimates."""
-
-    def __init__(self) -> None:
-        self._times: collections.deque[float] = collections.deque()
-
-    def record(self, now: float) -> None:
-        self._times.append(now)
-        while self._times and self._times[0] < now - _RATE_WINDOW_S:
-            self._times.popleft()
-
-    def per_s(self, now: float) -> float | None:
-        """Releases per second, or None before two releases were seen in the window."""
-        while self._times and self._times[0] < now - _RATE_WINDOW_S:
-            self._times.popleft()
-        if len(self._times) < 2:
-            return None
-        return len(self._times) / max(now - self._times[0], 1.0)
-
-    def wait_s(self, position: int, now: float) -> float:
-        """Seconds until `position` entries ahead have been released (1 s each with no rate yet),
-        between 1 s and 10 minutes."""
-        rate = self.per_s(now)
-        estimate = (position + 1) / rate if rate else float(position + 1)
-        return min(max(1.0, estimate), 600.0)
-
-
 class Scheduler:
     """Queues and the release order. Single-threaded; every method takes the current time."""
 
@@ -166,7 +160,7 @@ class Scheduler:
         self.classes = {cls: _ClassQueue(policies[cls]) for cls in Priority}
         self.in_flight: collections.Counter[str] = collections.Counter()
         self.queued_by_tenant: collections.Counter[str] = collections.Counter()
-        self.release_rate = ReleaseRate()
+        self.rates = ReleaseRates()
         self._expiry: list[tuple[float, int, Entry]] = []
         self._seq = itertools.count(1)
 
@@ -186,9 +180,11 @@ class Scheduler:
         entry.enqueued_at = now
         entry.seq = next(self._seq)
         if tenant.max_queued and self.queued_by_tenant[tenant.name] >= tenant.max_queued:
-            return self._reject(entry, Reason.RATE_LIMITED, self.queued_by_tenant[tenant.name], now)
+            position = self.queued_by_tenant[tenant.name]
+            return self._reject(entry, Reason.RATE_LIMITED, (tenant.name, None), position, now)
         if queue.size >= queue.policy.queue_size:
-            return self._reject(entry, Reason.QUEUE_FULL, self._ahead(entry.cls), now)
+            position = self._ahead(entry.cls)
+            return self._reject(entry, Reason.QUEUE_FULL, (None, entry.cls), position, now)
         fifo = queue.queues.get(tenant.name)
         if fifo is None:
             fifo = queue.queues[tenant.name] = collections.deque()
@@ -223,22 +219,30 @@ class Scheduler:
     # -- decisions -------------------------------------------------------------------------
 
     def decide(self, now: float, gate: Gate) -> Decisions:
-        """Reject what expired, then release while `gate` admits the next entry in order."""
+        """Reject what expired, then release in order what `gate` admits. A refused pick holds
+        back its own class and those below it (the classes above pass it), unless it is held:
+        then nothing more is released (module docstring)."""
         decisions = Decisions(rejected=self._expire(now))
+        blocked: set[Priority] = set()
         while True:
-            picked = self._next(now)
+            picked = self._next(now, blocked)
             if picked is None:
                 break
-            entry, overdue = picked
+            entry, overdue, held = picked
             if not gate.admits(entry, overdue):
-                break
+                decisions.refused.append(entry)
+                if held:
+                    decisions.held = entry
+                    break
+                blocked.update(c for c in Priority if c >= entry.cls)
+                continue
             self._charge(entry)
             self._remove(entry)
             entry.state = State.RELEASED
             entry.released_at = now
             self.classes[entry.cls].waiting_since = now
             self.in_flight[entry.tenant.name] += 1
-            self.release_rate.record(now)
+            self.rates.record(entry.tenant.name, entry.cls, now)
             gate.on_release(entry)
             decisions.released.append(entry)
         return decisions
@@ -269,16 +273,20 @@ class Scheduler:
             _, _, entry = heapq.heappop(self._expiry)
             if entry.state is not State.QUEUED:
                 continue
-            position = self._ahead(entry.cls)
+            scope = (entry.tenant.name, entry.cls)
+            position = len(self.classes[entry.cls].queues[entry.tenant.name]) - 1
             self._remove(entry)
             by_deadline = entry.deadline is not None and entry.deadline <= now
             reason = Reason.DEADLINE if by_deadline else Reason.QUEUE_TIMEOUT
-            rejected.append(self._reject(entry, reason, position, now))
+            rejected.append(self._reject(entry, reason, scope, position, now))
         return rejected
 
-    def _reject(self, entry: Entry, reason: Reason, position: int, now: float) -> Rejection:
+    def _reject(
+        self, entry: Entry, reason: Reason, scope: Scope, position: int, now: float
+    ) -> Rejection:
+        """`entry` refused; Retry-After from `scope`'s release rate with `position` ahead."""
         entry.state = State.REJECTED
-        return Rejection(entry, reason, self.release_rate.wait_s(position, now))
+        return Rejection(entry, reason, self.rates.wait_s(scope, position, now))
 
     def _ahead(self, cls: Priority) -> int:
         """Entries served before a new one of class `cls`: its class and every higher one."""
@@ -288,34 +296,46 @@ class Scheduler:
         tenant = queue.queues[tenant_name][0].tenant
         return not tenant.max_concurrency or self.in_flight[tenant_name] < tenant.max_concurrency
 
-    def _next(self, now: float) -> tuple[Entry, bool] | None:
-        """The entry to release next, and whether it goes as overdue (aging)."""
-        top = next(
-            (c for c in Priority if any(self._eligible(t, self.classes[c]) for t in
-                                        self.classes[c].ring)),
-            None,
-        )  # fmt: skip
-        if top is None:
+    def _next(self, now: float, blocked: set[Priority]) -> tuple[Entry, bool, bool] | None:
+        """The entry to release next, whether it goes as overdue (aging), and whether its class
+        is held (see the module docstring); classes in `blocked` are not considered. A held
+        class goes first, then an overdue one, then the top class."""
+        ready = [
+            cls
+            for cls in Priority
+            if cls not in blocked
+            and any(self._eligible(name, self.classes[cls]) for name in self.classes[cls].ring)
+        ]
+        if not ready:
             return None
-        overdue = self._overdue_class(top, now)
+        held = self._longest_waiting([c for c in ready if self._held(c, now)])
+        if held is not None:
+            return self._pick_drr(self.classes[held]), True, True
+        top = ready[0]
+        aged = [c for c in ready[1:] if self._overdue(c, now)]
+        overdue = self._longest_waiting(aged)
         if overdue is not None:
-            return self._pick_drr(self.classes[overdue]), True
-        return self._pick_drr(self.classes[top]), False
+            return self._pick_drr(self.classes[overdue]), True, False
+        return self._pick_drr(self.classes[top]), False, False
 
-    def _overdue_class(self, top: Priority, now: float) -> Priority | None:
-        """The class below `top` longest without a release past its aging_s, if any, among
-        those with an eligible tenant."""
-        found: Priority | None = None
-        for cls in Priority:
-            queue = self.classes[cls]
-            aging = queue.policy.aging_s
-            if cls <= top or not aging or now - queue.waiting_since < aging:
-                continue
-            if not any(self._eligible(name, queue) for name in queue.ring):
-                continue
-            if found is None or queue.waiting_since < self.classes[found].waiting_since:
-                found = cls
-        return found
+    def _overdue(self, cls: Priority, now: float) -> bool:
+        """Whether class `cls` has gone its aging_s without a release (never, with none)."""
+        queue = self.classes[cls]
+        aging = queue.policy.aging_s
+        return bool(aging) and now - queue.waiting_since >= aging
+
+    def _held(self, cls: Priority, now: float) -> bool:
+        """Whether class `cls` has gone its hold time without a release: 2 x its aging_s, or
+        2 x the shortest aging_s for a class that does not age (the top one)."""
+        aging = self.classes[cls].policy.aging_s or min(
+            (q.policy.aging_s for q in self.classes.values() if q.policy.aging_s),
+            default=math.inf,
+        )
+        return now - self.classes[cls].waiting_since >= 2 * aging
+
+    def _longest_waiting(self, classes: list[Priority]) -> Priority | None:
+        """Of `classes`, the one longest without a release."""
+        return min(classes, key=lambda cls: self.classes[cls].waiting_since, default=None)
 
     def _pick_drr(self, queue: _ClassQueue) -> Entry:
         """Deficit round-robin over the class's tenants: the head the ring now points at.

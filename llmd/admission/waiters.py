@@ -18,16 +18,14 @@ from typing import Any
 
 import structlog
 
+from llmd.admission.bodies import BodyBudget, BodyHold
 from llmd.admission.capacity import CapacityGate, EngineLoad
 from llmd.admission.classes import PRIORITY_HEADER, Priority, requested_class
+from llmd.admission.cost import Cost
 from llmd.admission.scheduler import ClassPolicy, Entry, Reason, Rejection, Scheduler, State
 from llmd.admission.tenants import Tenant, load_tenants
 from llmd.config import AdmissionConfig, Config, EngineConfig
-from llmd.engine.args import (
-    COMPLETIONS_DEFAULT_MAX_TOKENS,
-    DEFAULT_MAX_NUM_SEQS,
-    engine_flag,
-)
+from llmd.engine.args import DEFAULT_MAX_NUM_SEQS, engine_flag
 from llmd.errors import ApiError, InvalidRequest, QueueFull, QueueTimeout, RateLimited
 from llmd.status import QueueStatus, TenantStatus
 from llmd.supervisor.state import EngineState
@@ -47,12 +45,13 @@ IN_FLIGHT_OVER_SEQS = 1.0
 
 @dataclasses.dataclass(frozen=True)
 class Request:
-    """What admission needs of a request: its tenant, class, token cost, ASGI headers."""
+    """What admission needs of a request: its tenant, class, cost (seats and KV tokens,
+    llmd/admission/cost.py) and deadline (monotonic s, from its arrival; None: none)."""
 
     tenant: Tenant
     cls: Priority
-    cost: int
-    headers: list[Any]
+    cost: Cost
+    deadline: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,9 +77,12 @@ class Admission:
         self.engine = engine
         self.scheduler = Scheduler(_policies(config.admission))
         self.gate = CapacityGate(max_in_flight=max_in_flight(config.engine, config.admission))
+        self.bodies = BodyBudget(config.admission.max_queued_bytes)
         self._waiters: dict[Entry, asyncio.Future[None]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
+        # Set by a drain that turns the queue away: new admissions get it too, until a resume.
+        self.turned_away: ApiError | None = None
         self.configure(config)
 
     def configure(self, config: Config) -> None:
@@ -99,6 +101,7 @@ class Admission:
         gate.kv_high_watermark = admission.kv_high_watermark
         gate.kv_overcommit = admission.kv_overcommit
         gate.max_engine_waiting = admission.max_engine_waiting
+        self.bodies.limit = admission.max_queued_bytes
         self.engine_priority = engine_flag(config.engine.args, "--scheduling-policy") == "priority"
         if self._waiters:
             self._pump()
@@ -116,14 +119,59 @@ class Admission:
         header = next((v for k, v in headers if k == PRIORITY_HEADER), None)
         return requested_class(header, tenant.default_class, tenant.highest_class)
 
+    def hold_body(self, nbytes: int) -> BodyHold:
+        """Reserve `nbytes` of the body budget for a request about to be read
+        (llmd/admission/bodies.py). Raises QueueFull (429) past `max_queued_bytes`."""
+        hold = self.bodies.reserve(nbytes)
+        if hold is None:
+            scheduler = self.scheduler
+            retry = scheduler.rates.wait_s((None, None), scheduler.queued(), time.monotonic())
+            raise QueueFull(
+                f"llmd holds {self.bodies.held:,} bytes of requests waiting for the engine, "
+                f"near its limit of {self.bodies.limit:,}; retry later",
+                retry_after_s=retry,
+            )
+        return hold
+
+    def deadline(self, headers: list[Any], arrived_at: float) -> float | None:
+        """The request's deadline (monotonic s) from `x-llmd-deadline-ms`, counted from its
+        arrival at `arrived_at` (monotonic s), or None. Raises InvalidRequest (400)."""
+        value = next((v for k, v in headers if k == DEADLINE_HEADER), None)
+        if value is None:
+            return None
+        if not value.isdigit() or not 0 < int(value) <= 86_400_000:
+            raise InvalidRequest(
+                "header x-llmd-deadline-ms must be a whole number of ms in 1..86400000, "
+                f"got {value!r}"
+            )
+        return arrived_at + int(value) / 1000
+
+    def check_fits(self, cost: Cost) -> None:
+        """Refuse a request that could not start even on an idle engine (more sequences than
+        the engine's seats, more KV tokens than its budget). Raises InvalidRequest (400)."""
+        why = self.gate.never_fits(cost.seats, cost.tokens)
+        if why is not None:
+            raise InvalidRequest(
+                f"this request cannot be served: {why}; lower n, the number of prompts or "
+                "max_tokens"
+            )
+
     async def admit(self, request: Request) -> Ticket:
         """Wait until the request may go to the engine. Raises the rejection as an ApiError
-        (429 rate_limited/queue_full, 503 queue_timeout, 400 for a bad deadline header);
-        on cancellation (the client left) the request leaves the queue at once. The caller
-        counts cancellations (it knows the phase)."""
+        (429 rate_limited/queue_full, 503 queue_timeout; 503 draining once a drain turned the
+        queue away); on cancellation (the client left) the request leaves the queue at once.
+        The caller counts cancellations (it knows the phase)."""
+        if self.turned_away is not None:
+            raise self.turned_away
         now = time.monotonic()
-        deadline = _deadline(request.headers, now)
-        entry = Entry(tenant=request.tenant, cls=request.cls, cost=request.cost, deadline=deadline)
+        cost = request.cost
+        entry = Entry(
+            tenant=request.tenant,
+            cls=request.cls,
+            cost=cost.tokens,
+            seats=cost.seats,
+            deadline=request.deadline,
+        )
         rejection = self.scheduler.submit(entry, now)
         if rejection is not None:
             raise self._rejected(rejection)
@@ -145,8 +193,10 @@ class Admission:
         return Ticket(entry, queue_ms=(entry.released_at - entry.enqueued_at) * 1000)
 
     def reject_queued(self, error: ApiError) -> int:
-        """Answer every request still queued with `error` (a drain that turns the queue away);
-        how many were."""
+        """Answer every request still queued with `error` (a drain that turns the queue away),
+        and every request that reaches admission from now on until `reopen` (those still being
+        validated); how many were queued."""
+        self.turned_away = error
         rejected = 0
         for entry in list(self.scheduler.entries()):
             future = self._waiters.get(entry)
@@ -156,6 +206,10 @@ class Admission:
         self._pump()
         return rejected
 
+    def reopen(self) -> None:
+        """Queue requests again after `reject_queued` (a resume)."""
+        self.turned_away = None
+
     def finish(self, ticket: Ticket) -> None:
         """The request has ended (any way): its capacity goes to the next in line."""
         entry = ticket.entry
@@ -164,21 +218,10 @@ class Admission:
             self.gate.on_finish(entry)
             self._pump()
 
-    def cost(self, prompt_tokens: int | None, max_tokens: int | None, n: int, chat: bool) -> int:
-        """Token cost of a request: (prompt + max_tokens) x n. An omitted max_tokens is the
-        engine's default: the rest of the context for chat, 16 for completions (vLLM 0.32)."""
-        prompt = prompt_tokens or 0
-        if max_tokens is None:
-            limit = self.engine.max_model_len
-            max_tokens = (
-                max(limit - prompt, 0) if chat and limit else COMPLETIONS_DEFAULT_MAX_TOKENS
-            )
-        return max(1, (prompt + max_tokens) * max(n, 1))
-
     def as_snapshot(self, now: float, in_flight: Mapping[str, int]) -> AdmissionSnapshot:
         """The queues at `now` (monotonic s): depth and oldest wait per class; and one row per
-        configured tenant and per tenant in `in_flight` (requests live in llmd, relayed or
-        queued, by tenant): in flight, queued, and its limits (None: unlimited)."""
+        configured tenant and per tenant in `in_flight` (requests relayed to the engine, by
+        tenant) or queued: in flight, queued, and its limits (None: unlimited)."""
         oldest: dict[Priority, float] = {}
         queued: dict[str, int] = {}
         for entry in self.scheduler.entries():
@@ -201,7 +244,7 @@ class Admission:
                 max_in_flight=limits[name].max_concurrency or None if name in limits else None,
                 max_queued=limits[name].max_queued or None if name in limits else None,
             )
-            for name in sorted({*in_flight, *limits})
+            for name in sorted({*in_flight, *queued, *limits})
         )
         return AdmissionSnapshot(queues, tenants)
 
@@ -309,15 +352,3 @@ def _policies(admission: AdmissionConfig) -> dict[Priority, ClassPolicy]:
     return {
         cls: ClassPolicy(c.queue_size, c.queue_timeout_s, c.aging_s) for cls, c in classes.items()
     }
-
-
-def _deadline(headers: list[Any], now: float) -> float | None:
-    """Absolute deadline from `x-llmd-deadline-ms` (ms from now). Raises InvalidRequest."""
-    value = next((v for k, v in headers if k == DEADLINE_HEADER), None)
-    if value is None:
-        return None
-    if not value.isdigit() or not 0 < int(value) <= 86_400_000:
-        raise InvalidRequest(
-            f"header x-llmd-deadline-ms must be a whole number of ms in 1..86400000, got {value!r}"
-        )
-    return now + int(value) / 1000

@@ -3,13 +3,18 @@
     authenticate → check availability → read → validate → admit → relay
 
 Each stage is a small method with a typed result, and raises an `ApiError` to refuse. The first
-four run as the request arrives (a refusal is answered at once and accounted; any other
+three run as the request arrives (a refusal is answered at once and accounted; any other
 exception is a bug in llmd, answered 500 `internal_error` with the request id, logged once with
-its traceback and accounted as an error); `admit` and
-`relay` run in one task raced against the client's `http.disconnect`, so a client that leaves
-while queued never reaches the engine, and one that leaves mid-stream has its upstream request
-closed, which is what makes vLLM abort the sequence (ENGINE.md). Pure ASGI; the bytes to the
-client go through `writer.ClientWriter`, the engine side is `upstream.forward`.
+its traceback and accounted as an error); before its body is read a request reserves its size
+in admission's body budget (429 `queue_full` past it). `validate`, `admit` and `relay` run in
+one task raced against the client's `http.disconnect`, with the request live in the in-flight
+registry from its first byte of validation: a client that leaves while it waits for its
+tokenizer turn is never counted, one that leaves while queued never reaches the engine, and one
+that leaves mid-stream has its upstream request closed, which is what makes vLLM abort the
+sequence (ENGINE.md); a drain waits for all of them. The body's bytes and parsed object are
+dropped as soon as the engine request is built, and the bytes sent once they have gone to the
+engine. Pure ASGI; the bytes to the client go through `writer.ClientWriter`, the engine side is
+`upstream.forward`.
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ from typing import Any
 import structlog
 from starlette.types import Message, Receive, Scope, Send
 
+from llmd.admission.bodies import BodyHold
 from llmd.admission.classes import Priority
+from llmd.admission.cost import request_cost
 from llmd.admission.tenants import ANONYMOUS, Tenant
 from llmd.admission.waiters import Request, Ticket
 from llmd.errors import ApiError, InternalError, InvalidRequest
@@ -61,26 +68,40 @@ class Arrival:
     request_class: str = Priority.NORMAL.label
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class Body:
-    """The request body: its bytes, the parsed JSON object, and whether it asks to stream."""
+    """The request body: its bytes, the parsed JSON object, whether it asks to stream, and its
+    share of admission's body budget (None: not reserved, a GET). `drop` lets the bytes and
+    the object go (once the engine request is built); `release` gives the share back."""
 
     raw: bytes
     payload: dict[str, Any]
     stream: bool
+    hold: BodyHold | None = None
+
+    def drop(self) -> None:
+        self.raw, self.payload = b"", {}
+
+    def release(self) -> None:
+        if self.hold is not None:
+            self.hold.release()
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class Prepared:
-    """A request ready for the engine: the bytes to send, whether it streams, what admission
-    weighs (None: not admitted, e.g. `/v1/models`), its prompt tokens (None: not counted) and
-    headers for the client's response (validation's notes)."""
+    """A request ready for the engine: the bytes to send (until `take_body`), whether it
+    streams, what admission weighs (None: not admitted, e.g. `/v1/models`) and headers for the
+    client's response (validation's notes)."""
 
     body: bytes
     stream: bool
     request: Request | None
-    prompt_tokens: int | None
     response_headers: list[tuple[bytes, bytes]]
+
+    def take_body(self) -> bytes:
+        """The bytes to send, which this object no longer holds."""
+        body, self.body = self.body, b""
+        return body
 
 
 class Relay:
@@ -94,28 +115,33 @@ class Relay:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         arrival = Arrival(scope[REQUEST_ID_KEY], time.monotonic(), scope["headers"])
+        hold: BodyHold | None = None
         try:
             tenant = self.authenticate(arrival)
             self.check_available()
-            body = await self.read(arrival, receive)
-            prepared = await self.validate(arrival, tenant, body)
+            hold = self.hold_body(arrival)
+            body = await self.read(arrival, receive, hold)
         except ClientGone:
+            if hold is not None:
+                hold.release()
             return
         except ApiError as error:
+            if hold is not None:
+                hold.release()
             await self.refuse(arrival, error, send)
             return
         except Exception as exc:
+            if hold is not None:
+                hold.release()
             await self.fail(arrival, exc, send)
             return
         exchange = Exchange(
-            arrival.request_id,
-            prepared.stream,
-            started_at=arrival.at,
-            prompt_tokens=prepared.prompt_tokens,
-            tenant=arrival.tenant,
-            request_class=arrival.request_class,
+            arrival.request_id, body.stream, started_at=arrival.at, tenant=arrival.tenant
         )
-        await self.run(exchange, prepared, receive, _with_headers(send, prepared.response_headers))
+        try:
+            await self.run(exchange, arrival, tenant, body, receive, send)
+        finally:
+            body.release()
 
     # -- the stages, in order ----------------------------------------------------------------
 
@@ -131,51 +157,83 @@ class Relay:
         if error is not None:
             raise error
 
-    async def read(self, arrival: Arrival, receive: Receive) -> Body:
+    def hold_body(self, arrival: Arrival) -> BodyHold | None:
+        """Reserve the body's size (Content-Length, else the body limit) in admission's body
+        budget before reading it (None for a GET). Raises QueueFull (429) past the budget."""
+        if self.method != "POST":
+            return None
+        limit = self.state.config.server.max_body_bytes
+        length = next((v for k, v in arrival.headers if k == b"content-length"), b"")
+        size = min(int(length), limit) if length.isdigit() else limit
+        return self.state.admission.hold_body(size)
+
+    async def read(self, arrival: Arrival, receive: Receive, hold: BodyHold | None) -> Body:
         """The whole body, decoded and parsed (nothing for a GET): `application/json` only, in
-        no content coding or gzip or deflate. Raises UnsupportedMediaType (415), BodyTooLarge
-        (413), InvalidRequest (400), ClientGone."""
+        no content coding or gzip or deflate; its reservation resized to what was read. Raises
+        UnsupportedMediaType (415), BodyTooLarge (413), InvalidRequest (400), ClientGone."""
         if self.method != "POST":
             return Body(b"", {}, stream=False)
         check_content_type(arrival.headers)
         coding = body_coding(arrival.headers)
         raw = await read_body(receive, self.state.config.server.max_body_bytes, coding)
+        if hold is not None:
+            hold.resize(len(raw))
         payload = parse_object(raw)
         if not isinstance(payload.get("stream"), bool | None):
             raise InvalidRequest("'stream' must be a boolean", param="stream")
-        return Body(without_bom(raw), payload, stream=bool(payload.get("stream")))
+        return Body(without_bom(raw), payload, stream=bool(payload.get("stream")), hold=hold)
 
-    async def validate(self, arrival: Arrival, tenant: Tenant, body: Body) -> Prepared:
-        """Class, fields, model, prompt tokens and context of a generation request, and its
-        cost for admission (other routes pass as they are). Raises ApiError (400, 404)."""
+    async def validate(
+        self, arrival: Arrival, exchange: Exchange, tenant: Tenant, body: Body
+    ) -> Prepared:
+        """Class, deadline (from arrival), fields, model, prompt tokens (counted in the class's
+        turn) and context of a generation request, and its cost for admission (other routes
+        pass as they are). The body's bytes and object are dropped once the bytes to send are
+        built. Raises ApiError (400, 404)."""
         if self.endpoint is None:
-            return Prepared(body.raw, body.stream, None, None, [])
+            return Prepared(body.raw, body.stream, None, [])
         admission = self.state.admission
         cls = admission.classify(tenant, arrival.headers)
-        arrival.request_class = cls.label
+        arrival.request_class = exchange.request_class = cls.label
+        deadline = admission.deadline(arrival.headers, arrival.at)
         valid = await self.state.validator.check(
-            self.endpoint, body.payload, body.raw, arrival.headers
+            self.endpoint, body.payload, body.raw, arrival.headers, int(cls)
         )
         raw = valid.body
         if admission.engine_priority:  # `payload` carries validation's changes (edited in place)
             raw = _with_priority(body.payload, cls)
-        chat = self.endpoint is Endpoint.CHAT
-        cost = admission.cost(valid.prompt_tokens, valid.max_tokens, valid.n, chat)
-        request = Request(tenant, cls, cost, arrival.headers)
-        return Prepared(raw, body.stream, request, valid.prompt_tokens, valid.response_headers)
+        body.drop()
+        if body.hold is not None:
+            body.hold.resize(len(raw))
+        exchange.prompt_tokens = valid.prompt_tokens
+        cost = request_cost(
+            valid.prompt_counts,
+            valid.max_tokens,
+            valid.n,
+            rest_of_context=valid.rest_of_context,
+            max_model_len=self.state.engine.max_model_len,
+        )
+        admission.check_fits(cost)
+        return Prepared(
+            raw, body.stream, Request(tenant, cls, cost, deadline), valid.response_headers
+        )
 
-    async def admit(self, prepared: Prepared) -> Ticket | None:
+    async def admit(self, exchange: Exchange, prepared: Prepared) -> Ticket | None:
         """Wait in admission's queue until the engine may take the request (None: not
-        admitted). Raises RateLimited, QueueFull (429), QueueTimeout (503)."""
+        admitted). Raises RateLimited, QueueFull (429), QueueTimeout, Draining (503)."""
         if prepared.request is None:
             return None
+        exchange.queued_at = time.monotonic()
         return await self.state.admission.admit(prepared.request)
 
-    async def relay(self, exchange: Exchange, prepared: Prepared, writer: ClientWriter) -> None:
-        """One upstream request, its answer streamed through. Raises EngineError (502),
-        EngineUnavailable (503)."""
+    async def relay(
+        self, exchange: Exchange, prepared: Prepared, body: Body, writer: ClientWriter
+    ) -> None:
+        """One upstream request, its answer streamed through; the body's budget share is
+        given back as it goes. Raises EngineError (502), EngineUnavailable (503)."""
         exchange.admitted_at = time.monotonic()
-        await forward(self.state, self.method, self.path, exchange, prepared.body, writer)
+        body.release()
+        await forward(self.state, self.method, self.path, exchange, prepared.take_body(), writer)
 
     # -- around the stages -------------------------------------------------------------------
 
@@ -213,16 +271,24 @@ class Relay:
         await send_error(send, error, [NOT_QUEUED])
 
     async def run(
-        self, exchange: Exchange, prepared: Prepared, receive: Receive, send: Send
+        self,
+        exchange: Exchange,
+        arrival: Arrival,
+        tenant: Tenant,
+        body: Body,
+        receive: Receive,
+        send: Send,
     ) -> None:
-        """Admit and relay until done or until the client leaves, whichever comes first."""
-        work = asyncio.create_task(self._admit_and_relay(exchange, prepared, send))
+        """Validate, admit and relay until done or until the client leaves, whichever comes
+        first. A client that leaves once it has its whole answer (a stream's `[DONE]`) while
+        the engine has not closed its side yet has not cancelled anything."""
+        work = asyncio.create_task(self._serve(exchange, arrival, tenant, body, send))
         exchange.task = work
         watcher = asyncio.create_task(_wait_disconnect(receive))
         self.state.inflight.add(exchange)
         try:
             await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
-            if not work.done():
+            if not work.done() and not exchange.answered:
                 exchange.client_gone = True  # the observer counts it, by phase
                 log.debug(
                     "client_disconnected", request_id=exchange.request_id, phase=exchange.phase
@@ -239,19 +305,25 @@ class Relay:
         if self.endpoint is not None:
             self.state.observer.finished(exchange)
 
-    async def _admit_and_relay(self, exchange: Exchange, prepared: Prepared, send: Send) -> None:
-        """The last two stages; their errors become OpenAI-shaped answers (in-band once the
-        response has started). Admission's capacity is given back however it ends."""
+    async def _serve(
+        self, exchange: Exchange, arrival: Arrival, tenant: Tenant, body: Body, send: Send
+    ) -> None:
+        """The last three stages; their errors become OpenAI-shaped answers (in-band once the
+        response has started), a rejection when the request never reached the engine.
+        Admission's capacity is given back however it ends."""
         writer = ClientWriter(send, exchange)
         ticket: Ticket | None = None
         try:
-            ticket = await self.admit(prepared)
-            await self.relay(exchange, prepared, writer)
+            prepared = await self.validate(arrival, exchange, tenant, body)
+            writer = ClientWriter(_with_headers(send, prepared.response_headers), exchange)
+            ticket = await self.admit(exchange, prepared)
+            await self.relay(exchange, prepared, body, writer)
         except asyncio.CancelledError:
             if exchange.abort_error is None:
                 raise  # the client left: nothing to answer
             await answer_error(writer, exchange.abort_error)
         except ApiError as error:
+            exchange.rejected = exchange.admitted_at is None
             await answer_error(writer, error)
         except Exception as exc:  # a bug in llmd: answered 500, logged once with its traceback
             log.error(
@@ -259,6 +331,7 @@ class Relay:
             )
             await answer_error(writer, InternalError(exchange.request_id), log_it=False)
         finally:
+            body.release()
             if ticket is not None:
                 self.state.admission.finish(ticket)
 

@@ -29,7 +29,8 @@ async def forward(
     body: bytes,
     writer: ClientWriter,
 ) -> None:
-    """Send `method path` with `body` to the engine and relay its answer through `writer`.
+    """Send `method path` with `body` to the engine and relay its answer through `writer`;
+    `body` is let go once sent (the caller keeps no other reference).
 
     Raises EngineUnavailable (503: the engine is not accepting, or answered 503) or
     EngineError (502: it failed, or its connection did, or a stream ended mid-event).
@@ -43,6 +44,7 @@ async def forward(
         )
     except _UPSTREAM_LOST as exc:
         raise _connection_error(state, exc) from exc
+    del body  # sent (the engine answered): not kept for the length of the generation
     try:
         if response.status >= 500:
             raise _engine_status_error(response.status, await response.read())

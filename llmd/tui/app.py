@@ -156,7 +156,7 @@ class TopApp(App[None]):
         for panel in (self.kv, self.gpu, self.latency, self.throughput, self.queues,
                       self.tenants, self.counts, self.events):  # fmt: skip
             panel.show(s)
-        self.sequences.show(s["sequences"], s["in_flight"])
+        self.sequences.show(s["sequences"], s["in_flight"] + (s.get("queued") or 0))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """--readonly: the control actions are gone (not shown, keys do nothing)."""
@@ -165,10 +165,11 @@ class TopApp(App[None]):
     # Keys ---------------------------------------------------------------------------------
 
     def action_drain(self) -> None:
-        in_flight = self.snapshot["in_flight"] if self.snapshot else "?"
+        s = self.snapshot
+        live = f"{s['in_flight']} in flight and {s.get('queued') or 0} queued" if s else "? live"
         self._confirm(
             f"Drain llmd? New requests get 503 with Retry-After until you resume (u);\n"
-            f"the {in_flight} in flight finish.",
+            f"the {live} finish.",
             "drain",
             self.client.drain,
         )
@@ -235,7 +236,7 @@ class TopApp(App[None]):
     def _reshow(self) -> None:
         s = self.snapshot
         if s is not None:
-            self.sequences.show(s["sequences"], s["in_flight"])
+            self.sequences.show(s["sequences"], s["in_flight"] + (s.get("queued") or 0))
 
     def _confirm(
         self, question: str, what: str, call: Callable[[], Awaitable[dict[str, Any]]]

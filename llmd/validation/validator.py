@@ -1,9 +1,14 @@
 """The validation step of the proxy: one parsed body in, the body to relay (or an error) out.
 
-Order: the fields llmd reads (400 `invalid_request`) → the model name (404; any name the engine
-serves, `models.py`) → prompt tokens,
+Order: the fields llmd reads (400 `invalid_request`, also past `validation.max_n` or
+`max_prompts`) → the model name (404; any name the engine serves, `models.py`) → prompt tokens,
 counted as the engine will → the context check (400 `context_length_exceeded`, or a clamp).
 The body is re-serialised only when llmd changed it (a clamp or a default max_tokens).
+
+Counting is shared by every request in flight, so it is taken in turns by class (interactive
+first, `turns.py`): one at a time on the local tokenizer's thread, at most
+`validation.max_tokenize_calls` at once on the engine's /tokenize. A request whose client left
+while waiting its turn is never counted (its task is cancelled).
 """
 
 from __future__ import annotations
@@ -26,8 +31,15 @@ from llmd.errors import InvalidRequest
 from llmd.supervisor.state import EngineState
 from llmd.validation.context import ContextDecision, Policy, check_context
 from llmd.validation.counter import EngineCounter, LocalCounter, TokenizerUnavailable
-from llmd.validation.fields import CompletionPrompt, Endpoint, Prompt, read_fields
+from llmd.validation.fields import (
+    CompletionPrompt,
+    Endpoint,
+    Prompt,
+    RequestFields,
+    read_fields,
+)
 from llmd.validation.models import ServedModels
+from llmd.validation.turns import Turns
 
 log = structlog.get_logger("llmd.validation")
 
@@ -47,15 +59,22 @@ CLAMPED_HEADER = b"x-llmd-max-tokens-clamped"
 @dataclasses.dataclass(frozen=True)
 class Validated:
     """A request that may go to the engine: `body` (the client's bytes unless llmd changed
-    them), `prompt_tokens` (longest sequence; None when not counted), the effective
-    `max_tokens` (None: the engine's default), `n`, and headers for the client's response.
+    them), `prompt_counts` (tokens of each prompt), the effective `max_tokens` (None: the
+    engine's default, which is the rest of the context when `rest_of_context`, else 16), `n`,
+    and headers for the client's response.
     """
 
     body: bytes
-    prompt_tokens: int | None
+    prompt_counts: tuple[int, ...]
     max_tokens: int | None
     n: int
+    rest_of_context: bool
     response_headers: list[tuple[bytes, bytes]]
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The longest prompt's tokens."""
+        return max(self.prompt_counts)
 
 
 class Validator:
@@ -69,6 +88,8 @@ class Validator:
         self.engine_headers: dict[str, str] = {}
         self.remote = EngineCounter(session, lambda: self.engine_headers)
         self.models = ServedModels(engine, session, lambda: self.engine_headers)
+        self.local_turns = Turns(1)
+        self.remote_turns = Turns(config.validation.max_tokenize_calls)
         self.loading: asyncio.Task[None] | None = None
         self._warned_no_limit = False
         self._tokenizer_source: tuple[object, ...] = ()
@@ -80,6 +101,7 @@ class Validator:
         `tokenizer_path`, or the engine's model or rendering args) loads the tokenizer again
         (`start_loading`; the old one counts until the new one is in)."""
         self.config = config.validation
+        self.remote_turns.resize(config.validation.max_tokenize_calls)
         self.models.fallback = config.engine.model_name
         self.engine_headers = engine_auth_headers(config.engine)
         self.tokenizer_path = config.validation.tokenizer_path or config.engine.model
@@ -133,16 +155,23 @@ class Validator:
             self.local.close()
 
     async def check(
-        self, endpoint: Endpoint, body: dict[str, Any], raw: bytes, headers: list[Any]
+        self,
+        endpoint: Endpoint,
+        body: dict[str, Any],
+        raw: bytes,
+        headers: list[Any],
+        rank: int = 0,
     ) -> Validated:
-        """Validate parsed `body` (bytes `raw`) sent with ASGI `headers`. Raises ApiError."""
+        """Validate parsed `body` (bytes `raw`) sent with ASGI `headers`; its prompt is counted
+        in its class's turn (`rank`: 0 first). Raises ApiError."""
         policy = _policy(headers, self.config.context_policy)
         fields = read_fields(endpoint, body)
+        self._check_sizes(fields)
         if fields.model is not None:
             await self.models.check(fields.model)
         max_model_len = self.engine.max_model_len
         self._check_token_ids(fields.prompt)
-        counts = await self._count(fields.prompt, fields.model, max_model_len)
+        counts = await self._count(fields.prompt, fields.model, max_model_len, rank)
         if max_model_len is None:
             if not self._warned_no_limit:
                 log.warning("context_check_skipped", reason="max_model_len unknown")
@@ -162,13 +191,45 @@ class Validator:
             response_headers.append(
                 (CLAMPED_HEADER, f"{decision.clamped_from}->{decision.max_tokens}".encode())
             )
-        return Validated(raw, max(counts), max_tokens, fields.output.n, response_headers)
+        rest_of_context = max_tokens is None and (
+            endpoint is Endpoint.CHAT or not fields.output.omitted
+        )
+        return Validated(
+            raw, tuple(counts), max_tokens, fields.output.n, rest_of_context, response_headers
+        )
 
-    async def _count(self, prompt: Prompt, model: str | None, limit: int | None) -> list[int]:
+    def _check_sizes(self, fields: RequestFields) -> None:
+        """`n` and the number of prompts within this server's limits. Raises InvalidRequest."""
+        n, limit = fields.output.n, self.config.max_n
+        if limit and n > limit:
+            raise InvalidRequest(
+                f"'n' is {n}, over this server's limit of {limit} sequences per prompt",
+                param="n",
+            )
+        prompt, limit = fields.prompt, self.config.max_prompts
+        if limit and isinstance(prompt, CompletionPrompt) and len(prompt.prompts) > limit:
+            raise InvalidRequest(
+                f"'prompt' holds {len(prompt.prompts)} prompts, over this server's limit of "
+                f"{limit} per request",
+                param="prompt",
+            )
+
+    async def _count(
+        self, prompt: Prompt, model: str | None, limit: int | None, rank: int
+    ) -> list[int]:
+        """Tokens per prompt, counted in turn: locally when the tokenizer renders it as the
+        engine does, else by the engine's /tokenize."""
         local = self.local
         if local is not None and local.can_count(prompt):
-            return await local.count(prompt, limit)
-        return await self.remote.count(prompt, model)
+            async with self.local_turns.turn(rank):
+                return await local.count(prompt, limit)
+        ids_only = isinstance(prompt, CompletionPrompt) and all(
+            isinstance(p, list) for p in prompt.prompts
+        )
+        if ids_only:
+            return await self.remote.count(prompt, model)  # token ids: counted without a call
+        async with self.remote_turns.turn(rank):
+            return await self.remote.count(prompt, model)
 
     def _check_token_ids(self, prompt: Prompt) -> None:
         """Token ids past the vocabulary: 400, as vLLM 0.32 answers (`renderers/base.py`)."""

@@ -8,6 +8,7 @@ import dataclasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from llmd.admission.capacity import CapacityGate, EngineLoad
 from llmd.admission.classes import Priority
 from llmd.admission.scheduler import (
     QUANTUM_TOKENS,
@@ -29,6 +30,15 @@ TENANTS = [
     Tenant("b", max_concurrency=0, max_queued=0, weight=3.0),
     Tenant("c", max_concurrency=1, max_queued=2, weight=0.5),
 ]
+
+
+def aged_policies(aging: float) -> dict[Priority, ClassPolicy]:
+    """Unbounded queues without timeouts; normal and batch age after `aging` seconds."""
+    return {
+        Priority.INTERACTIVE: ClassPolicy(100_000, 1e9, 0.0),
+        Priority.NORMAL: ClassPolicy(100_000, 1e9, aging),
+        Priority.BATCH: ClassPolicy(100_000, 1e9, aging),
+    }
 
 
 @dataclasses.dataclass
@@ -134,12 +144,7 @@ def test_batch_gets_a_release_every_aging_interval_under_interactive_load(
 ) -> None:
     """Under continuous interactive load (more than the engine takes), the j-th batch request
     is released within (j + 1) x (aging_s + one release opportunity): the docstring's bound."""
-    policies = {
-        Priority.INTERACTIVE: ClassPolicy(100_000, 1e9, 0.0),
-        Priority.NORMAL: ClassPolicy(100_000, 1e9, aging),
-        Priority.BATCH: ClassPolicy(100_000, 1e9, aging),
-    }
-    scheduler = Scheduler(policies)
+    scheduler = Scheduler(aged_policies(aging))
     gate = SlotGate(slots)
     user, batcher = Tenant("user"), Tenant("batcher")
     batch = [Entry(batcher, Priority.BATCH, 500) for _ in range(batch_count)]
@@ -250,3 +255,126 @@ def test_head_of_line_is_not_passed_when_the_gate_refuses() -> None:
     scheduler.finish(running)
     gate.on_finish(running)
     assert scheduler.decide(0.0, gate).released == [big, small]
+
+
+def test_an_oversized_batch_request_does_not_stall_interactive_ones() -> None:
+    """The issue's case: KV 65,536 tokens, one 1,000-token request running, a batch request
+    with n = 16, prompt 2,000 and max_tokens 2,048 queued at t = 1. Once it is overdue and
+    refused, interactive requests arriving at t = 20 are still released; it is held from
+    t = 31 (2 x aging_s), and goes as soon as the engine is idle."""
+    policies = {
+        Priority.INTERACTIVE: ClassPolicy(256, 1e9, 0.0),
+        Priority.NORMAL: ClassPolicy(1024, 1e9, 5.0),
+        Priority.BATCH: ClassPolicy(4096, 1e9, 15.0),
+    }
+    scheduler = Scheduler(policies)
+    gate = CapacityGate(max_in_flight=128, load=EngineLoad(kv_tokens=65_536))
+    user, jobs = Tenant("user"), Tenant("jobs")
+    running = Entry(user, Priority.INTERACTIVE, 1_000)
+    scheduler.submit(running, 0.0)
+    assert scheduler.decide(0.0, gate).released == [running]
+    big = Entry(jobs, Priority.BATCH, (2_000 + 2_048) * 16, seats=16)
+    scheduler.submit(big, 1.0)
+    assert scheduler.decide(16.0, gate).refused == [big]  # does not fit beside `running`
+    late = [Entry(user, Priority.INTERACTIVE, 500) for _ in range(3)]
+    for entry in late:
+        scheduler.submit(entry, 20.0)
+    decisions = scheduler.decide(20.0, gate)
+    assert decisions.refused == [big] and decisions.held is None  # overdue, refused, passed
+    assert decisions.released == late
+    blocked = Entry(user, Priority.INTERACTIVE, 10)
+    scheduler.submit(blocked, 31.0)
+    held = scheduler.decide(31.0, gate)
+    assert held.held is big and held.released == []  # 2 x aging_s: nothing passes it now
+    for entry in [running, *late]:
+        scheduler.finish(entry)
+        gate.on_finish(entry)
+    assert scheduler.decide(32.0, gate).released == [big]  # the idle engine takes it first
+    assert blocked.state is State.QUEUED
+
+
+@dataclasses.dataclass
+class SizedGate(SlotGate):
+    """A gate with `slots` seats that refuses an entry costing more than `room` unless the
+    engine is idle (a request too big to fit beside others), and counts seats per entry."""
+
+    room: int = 1000
+
+    def admits(self, entry: Entry, overdue: bool) -> bool:
+        if self.in_flight == 0:
+            return True
+        return self.in_flight + entry.seats <= self.slots and entry.cost <= self.room
+
+    def on_release(self, entry: Entry) -> None:
+        self.in_flight += entry.seats
+
+    def on_finish(self, entry: Entry) -> None:
+        self.in_flight -= entry.seats
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    aging=st.floats(0.5, 5.0),
+    dt=st.floats(0.05, 0.5),
+    duration=st.integers(1, 6),
+    slots=st.integers(2, 6),
+    arrivals=st.lists(
+        st.tuples(st.sampled_from(list(Priority)), st.booleans(), st.integers(1, 3)),
+        min_size=1,
+        max_size=200,
+    ),
+)
+def test_a_refused_pick_holds_back_only_its_class_and_below_for_a_bounded_time(
+    aging: float,
+    dt: float,
+    duration: int,
+    slots: int,
+    arrivals: list[tuple[Priority, bool, int]],
+) -> None:
+    """Under any mix of small and big (fit only on an idle engine) requests, each running
+    `duration` steps: after every decision, a class with work left is held back only by a
+    refused pick of its own class or one above, or by a held pick; a pick is held only once
+    its class has gone its hold time (2 x aging_s) without a release; and every request is
+    released within its hold time plus one drain (the longest request running) per class
+    held before it, its own included, per request of its class ahead of it and for itself."""
+    scheduler = Scheduler(aged_policies(aging))
+    gate = SizedGate(slots)
+    tenant = Tenant("t")
+    running: list[tuple[int, Entry]] = []  # (ends at step, entry)
+    queued_at: dict[Entry, float] = {}
+    ahead: dict[Entry, int] = {}
+    step = 0
+    pending = list(arrivals)
+    while pending or scheduler.queued() or running:
+        now = step * dt
+        if pending:  # one arrival per step
+            cls, big, seats = pending.pop(0)
+            entry = Entry(tenant, cls, 5000 if big else 10, seats=seats)
+            ahead[entry] = scheduler.queued(cls)
+            scheduler.submit(entry, now)
+            queued_at[entry] = now
+        for ends, entry in [r for r in running if r[0] <= step]:
+            running.remove((ends, entry))
+            scheduler.finish(entry)
+            gate.on_finish(entry)
+        decisions = scheduler.decide(now, gate)
+        for entry in decisions.released:
+            running.append((step + duration, entry))
+            # Per request ahead in its class, then its own turn: its hold time (2 x aging_s)
+            # and one drain per class held before it (three at most), each drain being the
+            # longest request then running, at this simulation's step granularity.
+            drain = (duration + 1) * dt
+            bound = (ahead[entry] + 1) * (2 * aging + 3 * drain + dt)
+            wait = now - queued_at[entry]
+            assert wait <= bound + 1e-9, (entry, wait, bound)
+        if decisions.held is not None:  # hold time: 2 x aging_s (the shortest, for the top)
+            waited = now - scheduler.classes[decisions.held.cls].waiting_since
+            assert waited >= 2 * aging - 1e-9
+        else:
+            for cls in Priority:
+                if scheduler.queued(cls):
+                    assert any(r.cls <= cls for r in decisions.refused), (cls, decisions)
+        for entry in decisions.refused:
+            assert entry.state is State.QUEUED
+        step += 1
+        assert step < 100_000
