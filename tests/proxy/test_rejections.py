@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -222,3 +223,22 @@ def test_too_many_sequences_is_a_rejection(llmd: LlmdProcess) -> None:
     )
     check(llmd, before, answer, "invalid_request", 400)
     assert answer.json()["error"]["param"] == "n"
+
+
+def test_huge_integers_are_refused_and_the_queue_serves_on(llmd: LlmdProcess) -> None:
+    """n or max_tokens past a float's range (the fuzz found n = 10**400 reaching the scheduler's
+    deficit arithmetic as a 500 that poisoned the queue): each is a 400 naming its field, and a
+    plain request right after is served."""
+    for field in ("n", "max_tokens"):
+        answer = httpx.post(
+            llmd.base_url + "/v1/chat/completions",
+            content=json.dumps({**CHAT, field: 10**400}),
+            headers={**headers(FREE), "content-type": "application/json"},
+            timeout=30,
+        )
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"]["param"] == field
+    served = httpx.post(
+        llmd.base_url + "/v1/chat/completions", json=CHAT, headers=headers(FREE), timeout=30
+    )
+    assert served.status_code == 200, served.text
