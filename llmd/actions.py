@@ -88,10 +88,11 @@ class OperatorActions:
     ) -> dict[str, Any]:
         """Stop admitting (new requests get 503 `draining` with Retry-After); in-flight work
         finishes, and so does work queued in llmd unless `reject_queued`, which answers it 503
-        `draining` now. After `deadline_s` seconds, what is still in flight ends with an in-band
-        error. With `engine`, only that engine stops taking requests (its deadline ends only
-        its requests). Idempotent; a new deadline replaces the old one. Refused during
-        shutdown."""
+        `draining` now (and, for a drain of llmd, those still being validated as they reach
+        admission, until a resume). After `deadline_s` seconds, what is still in flight ends
+        with an in-band error. With `engine`, only that engine stops taking requests (its
+        deadline ends only its requests). Idempotent; a new deadline replaces the old one.
+        Refused during shutdown."""
         self._refuse_during("drain", SHUTDOWN)
         if engine is not None:
             self._check_engine(engine)
@@ -102,14 +103,16 @@ class OperatorActions:
             self.state.draining = True
         if reject_queued:
             error = Draining("llmd is draining; queued requests were turned away", retry_after_s=5)
-            self.state.admission.reject_queued(error)
+            self.state.admission.reject_queued(error)  # llmd's drain only (the admin API)
         self._cancel_deadline()
         if deadline_s is not None:
             self._deadline = asyncio.create_task(self.wait_drained(deadline_s, engine=engine))
+        relayed = self.state.inflight.relayed()
         log.info(
             "drain_started",
             engine=engine,
             in_flight=self._in_flight(engine),
+            queued=len(self.state.inflight) - relayed,
             deadline_s=deadline_s,
         )
         return self.summary()
@@ -127,6 +130,7 @@ class OperatorActions:
         else:
             self._drain_asked = False
             self.state.draining = False
+            self.state.admission.reopen()
             for name in self._drained:
                 self._set_draining(name, False)
             self._drained.clear()
@@ -247,13 +251,15 @@ class OperatorActions:
         return ended
 
     def summary(self) -> dict[str, Any]:
-        """What every action answers: whether llmd drains, requests in flight, the engine's
-        phase (the `main` or first engine's), and each engine's phase and whether it is
-        drained."""
+        """What every action answers: whether llmd drains, requests in flight (relayed to a
+        backend) and queued (waiting in llmd), the engine's phase (the `main` or first
+        engine's), and each engine's phase and whether it is drained."""
         capacity = self.state.admission.capacity
+        relayed = self.state.inflight.relayed()
         return {
             "draining": self.state.draining,
-            "in_flight": len(self.state.inflight),
+            "in_flight": relayed,
+            "queued": len(self.state.inflight) - relayed,
             "engine": self.state.engine.phase.value,
             "engines": {
                 name: {
@@ -279,7 +285,7 @@ class OperatorActions:
 
     def _in_flight(self, engine: str | None) -> int:
         inflight = self.state.inflight
-        return len(inflight) if engine is None else len(inflight.on_backend(engine))
+        return inflight.relayed() if engine is None else len(inflight.on_backend(engine))
 
     def _refuse_during(self, action: str, *states: str) -> None:
         if self.under_way in states:

@@ -228,23 +228,31 @@ def _drain(args: argparse.Namespace) -> int:
     body = {"deadline_s": args.timeout, "queued": queued, "engine": args.engine}
     answer = _call(args, "POST", "/drain", body)
     what = f"engine {args.engine}" if args.engine else "llmd"
-    print(f"draining {what}: {answer['in_flight']} in flight")
+    print(f"draining {what}: {_live(answer)}")
     if not args.wait:
         return 0
     deadline = time.monotonic() + (args.timeout + 5 if args.timeout is not None else 3600)
-    while (in_flight := _in_flight(args)) and time.monotonic() < deadline:
+    while (left := _left(args)) and time.monotonic() < deadline:
         time.sleep(0.5)
-    print("drained" if not in_flight else f"still {in_flight} in flight")
-    return 0 if not in_flight else 1
+    print("drained" if not left else f"still {left}")
+    return 0 if not left else 1
 
 
-def _in_flight(args: argparse.Namespace) -> int:
-    """Requests in flight in llmd, or on `args.engine`."""
+def _live(answer: dict[str, Any]) -> str:
+    """'N in flight' (relayed to a backend), with ', M queued' when requests wait in llmd."""
+    queued = answer.get("queued") or 0
+    return f"{answer['in_flight']} in flight" + (f", {queued} queued" if queued else "")
+
+
+def _left(args: argparse.Namespace) -> str:
+    """What a drain still waits for ('' once drained): requests relayed or queued in llmd,
+    or relayed to `args.engine`."""
     status = _call(args, "GET", "/status")
-    if not args.engine:
-        return int(status["in_flight"])
-    entry = next((e for e in status.get("engines", []) if e["name"] == args.engine), None)
-    return int(entry["in_flight"]) if entry else 0
+    if args.engine:
+        entry = next((e for e in status.get("engines", []) if e["name"] == args.engine), None)
+        in_flight = int(entry["in_flight"]) if entry else 0
+        return f"{in_flight} in flight" if in_flight else ""
+    return _live(status) if status["in_flight"] or status.get("queued") else ""
 
 
 def _simple_verb(args: argparse.Namespace) -> int:

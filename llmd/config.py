@@ -51,12 +51,15 @@ class ServerConfig:
 
     Request limits: `max_body_bytes` (as sent and once decoded), `max_header_bytes` (request
     line and headers) and `max_headers` (how many). `cors_allowed_origins`: origins whose web
-    pages may call the API (`"*"`: any); none by default.
+    pages may call the API (`"*"`: any); none by default. `max_connections`: connections (or
+    requests) the public listener keeps open at once; past it, 503 too_many_connections (0: no
+    limit).
     """
 
     listen: str = "127.0.0.1:8000"
     runtime_dir: str = "/run/llmd"
     max_body_bytes: int = 4 * 1024 * 1024
+    max_connections: int = 2048
     max_header_bytes: int = 32 * 1024
     max_headers: int = 100
     cors_allowed_origins: tuple[str, ...] = ()
@@ -116,15 +119,22 @@ class ValidationConfig:
     written into chat requests that omit max_tokens (0: the engine's own default, the rest of
     the context). `max_tokens_limit`:
     the most output tokens one request may ask for (0: only the context limits it).
+    `max_n`: the most sequences (`n`) one request may ask per prompt; `max_prompts`: the most
+    prompts one completions request may carry.
     `tokenizer`: `auto` (local if it loads, else the engine's /tokenize) or `engine` (always ask).
     `tokenizer_path`: where the local tokenizer is loaded from (default: `engine.model`).
+    `max_tokenize_calls`: requests counted through the engine's /tokenize at once (the others
+    wait their turn, interactive first).
     """
 
     context_policy: Literal["reject", "clamp"] = "reject"
     default_max_tokens: int = 2048
     max_tokens_limit: int = 0
+    max_n: int = 16
+    max_prompts: int = 64
     tokenizer: Literal["auto", "engine"] = "auto"
     tokenizer_path: str = ""
+    max_tokenize_calls: int = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,10 +162,13 @@ class AdmissionConfig:
     the reserved prompt + max_tokens of running requests may sum to. `max_engine_waiting`:
     release normal and batch requests only while the engine reports at most this many waiting.
     The engine's load comes from the telemetry scraper (`telemetry.engine_interval_s`).
+    `max_queued_bytes`: request bodies llmd may hold for requests not yet sent to the engine
+    (being read, validated or queued); past it new requests get 429 queue_full (0: no limit).
     """
 
     tenants_file: str = ""
     max_in_flight: int = 0
+    max_queued_bytes: int = 256 * 1024 * 1024
     batch_reserve: int = 4
     kv_high_watermark: float = 0.9
     kv_overcommit: float = 1.0

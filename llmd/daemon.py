@@ -34,6 +34,7 @@ from llmd.gpu.preflight import GpuReport, PreflightError, run_preflight
 from llmd.listeners import bind_tcp, bind_unix, set_send_buffer
 from llmd.logs import configure_logging, line_limiter
 from llmd.proxy.app import build_app
+from llmd.proxy.connections import limited_protocol
 from llmd.proxy.protocol import bounded_protocol
 from llmd.reload import ReloadPlan, changed_engine_keys, plan_reload, with_engine_tables
 from llmd.routing.backend import BackendKind
@@ -123,6 +124,7 @@ class Daemon:
         # The names each engine's pools hold beyond its configured one (`_engine_changed`).
         self._engine_models: dict[str, tuple[str, ...]] = {}
         self._servers: list[_EmbeddedServer] = []
+        self._proxy: _EmbeddedServer | None = None
         self._telemetry: asyncio.Task[None] | None = None
         self._telemetry_key: tuple[object, ...] = ()
         self._lock: int | None = None
@@ -166,7 +168,13 @@ class Daemon:
         server = self.config.server
         self.public = bind_tcp(server.host, server.port, server.send_buffer_bytes)
         admin = bind_unix(self.paths.admin_socket, mode=0o660)
-        self._start_server("proxy", build_app(self.state), self.public, lifespan="on")
+        self._start_server(
+            "proxy",
+            build_app(self.state),
+            self.public,
+            lifespan="on",
+            http=limited_protocol(self.state, bounded_protocol(lambda: self.config.server)),
+        )
         self._start_server("admin", AdminApp(self.state, self.actions), admin, lifespan="off")
         for name in self.supervisors:
             self.start_engine(name)
@@ -281,9 +289,10 @@ class Daemon:
         """Configure every part from `config`: at start-up and on each reload alike. Tenants
         are read again, admission's classes and limits, each backend's capacity, routing,
         the upstreams (added, changed, removed), validation's policy and tokenizers, the
-        observer, the restart policy, logging, the listener's send buffer and telemetry's
-        intervals all take the new values, and each engine's client its API key (of the engine
-        table in use). Raises ConfigError (the tenants file) before any part has changed."""
+        observer, the restart policy, logging, the listener's send buffer and connection limit
+        and telemetry's intervals all take the new values, and each engine's client its API
+        key (of the engine table in use). Raises ConfigError (the tenants file) before any part
+        has changed."""
         admission = self.state.admission
         admission.configure(config)  # first: it alone can still fail
         self.config = self.state.config = config
@@ -298,6 +307,11 @@ class Daemon:
         configure_logging(config.logging)
         if self.public is not None:
             set_send_buffer(self.public, config.server.send_buffer_bytes)
+        if self._proxy is not None:
+            # uvicorn reads it for each new connection, and counts that connection too: a
+            # request is refused once `limit_concurrency` connections are open with it.
+            limit = config.server.max_connections
+            self._proxy.config.limit_concurrency = limit + 1 if limit else None
         self._start_telemetry()
 
     def reload(self) -> ReloadPlan:
@@ -516,7 +530,12 @@ class Daemon:
         self._telemetry = asyncio.create_task(run_quietly(self.scraper), name="telemetry")
 
     def _start_server(
-        self, name: str, app: object, sock: socket.socket, lifespan: Literal["on", "off"]
+        self,
+        name: str,
+        app: object,
+        sock: socket.socket,
+        lifespan: Literal["on", "off"],
+        http: type[asyncio.Protocol] | None = None,
     ) -> None:
         config = uvicorn.Config(
             app,  # type: ignore[arg-type]
@@ -524,11 +543,13 @@ class Daemon:
             log_config=None,
             access_log=False,
             # httptools, with the request head bounded by [server] (llmd/proxy/protocol.py)
-            http=bounded_protocol(lambda: self.config.server),
+            http=http or bounded_protocol(lambda: self.config.server),
             timeout_graceful_shutdown=5,
         )
         server = _EmbeddedServer(config)
         self._servers.append(server)
+        if name == "proxy":
+            self._proxy = server
         self._tasks[name] = asyncio.create_task(server.serve(sockets=[sock]), name=name)
 
     def _tick(self) -> None:

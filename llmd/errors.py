@@ -26,7 +26,8 @@
         ├── QueueTimeout             503 queue_timeout (queue wait over timeout or deadline)
         ├── EngineUnavailable        503 engine_unavailable (+ Retry-After)
         ├── Draining                 503 draining (+ Retry-After)
-        ├── RequestCancelled         503 cancelled (an operator ended it)
+        ├── TooManyConnections       503 too_many_connections (server.max_connections reached)
+        ├── RequestCancelled         503 cancelled (an operator ended it; x-should-retry: false)
         ├── EngineError              502 engine_error (engine failed mid-request)
         └── InternalError            500 internal_error (a fault in llmd; logged with its id)
 
@@ -94,6 +95,10 @@ class ApiError(LlmdError):
     status = 500
     code: str | int = "internal_error"
     type = "server_error"
+    # `x-should-retry`: what the openai clients obey over their own retry rule (openai-python
+    # `_base_client._should_retry`: "true" retries, "false" never; else 408, 409, 429, 5xx
+    # retry). None: no header, the client's rule applies.
+    should_retry: bool | None = None
 
     def __init__(
         self, message: str, *, param: str | None = None, retry_after_s: float | None = None
@@ -110,11 +115,14 @@ class ApiError(LlmdError):
         return json.dumps({"error": error}).encode()
 
     def headers(self) -> list[tuple[bytes, bytes]]:
-        """Response headers: content type, and `Retry-After` (whole seconds, >= 1) on 429/503."""
+        """Response headers: content type, `Retry-After` (whole seconds, >= 1) on 429/503, and
+        `x-should-retry` when the error says whether a client should resend."""
         headers = [(b"content-type", b"application/json")]
         if self.retry_after_s is not None or self.status in (429, 503):
             seconds = max(1, math.ceil(self.retry_after_s or 1))
             headers.append((b"retry-after", str(seconds).encode()))
+        if self.should_retry is not None:
+            headers.append((b"x-should-retry", b"true" if self.should_retry else b"false"))
         return headers + self.extra_headers
 
     def sse_event(self) -> bytes:
@@ -284,12 +292,26 @@ class Draining(ApiError):
     type = "server_error"
 
 
+class TooManyConnections(ApiError):
+    """The public listener has `server.max_connections` connections or requests open."""
+
+    status = 503
+    code = "too_many_connections"
+    type = "server_error"
+
+
 class RequestCancelled(ApiError):
-    """An operator cancelled this request (`POST /requests/{id}/cancel` on the admin API)."""
+    """An operator cancelled this request (`POST /requests/{id}/cancel` on the admin API).
+
+    503 with `x-should-retry: false`: the status says the service did not serve it, the header
+    keeps the official openai clients (which retry any 5xx twice) from sending it again, so a
+    cancelled request stays cancelled. Other clients see the code `cancelled`.
+    """
 
     status = 503
     code = "cancelled"
     type = "server_error"
+    should_retry = False
 
 
 class EngineError(ApiError):

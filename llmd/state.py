@@ -140,4 +140,5 @@ class DaemonState:
             events=recent_events().recent(),
             engines=engines,
             models=models,
+            queued=inflight.queued,
         )

@@ -99,7 +99,8 @@ class QueueStatus:
 
 @dataclasses.dataclass(frozen=True)
 class TenantStatus:
-    """One tenant: requests in flight and queued, and its limits (None: unlimited)."""
+    """One tenant: requests in flight (relayed to the engine) and queued (in admission's
+    queue), and its limits (None: unlimited)."""
 
     name: str
     in_flight: int = 0
@@ -172,10 +173,12 @@ class CountsStatus:
 @dataclasses.dataclass(frozen=True)
 class Status:
     """Everything an operator sees at a glance; `taken_at` and `started_at` (when this llmd
-    process started: a new value means the daemon restarted) are Unix time (s); `events` are
-    the recent notable log events, oldest first (llmd.telemetry.events). `engines` has one
-    entry per backend (engines, then upstreams, config order) and `models` one per served
-    model; `engine` and `kv_cache` are the `main` engine's (or the first backend's)."""
+    process started: a new value means the daemon restarted) are Unix time (s); `in_flight`
+    counts the requests relayed to a backend now, `queued` those waiting in llmd (being
+    validated or in admission's queue); `events` are the recent notable log events, oldest
+    first (llmd.telemetry.events). `engines` has one entry per backend (engines, then
+    upstreams, config order) and `models` one per served model; `engine` and `kv_cache` are
+    the `main` engine's (or the first backend's)."""
 
     llmd_version: str
     taken_at: float
@@ -193,6 +196,7 @@ class Status:
     counts: CountsStatus | None = None
     started_at: float | None = None
     events: tuple[Event, ...] = ()
+    queued: int = 0
     engines: tuple[EngineStatus, ...] = ()
     models: tuple[ModelStatus, ...] = ()
 

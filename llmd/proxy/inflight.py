@@ -1,4 +1,5 @@
-"""The requests currently being relayed, so a drain can wait for them or end them in-band."""
+"""The live requests (being validated, queued in llmd, or relayed to the engine), so a drain
+can wait for them or end them in-band."""
 
 from __future__ import annotations
 
@@ -23,21 +24,25 @@ class Exchange:
     `response_started` tells whether the error must go in-band.
 
     The rest is the request's record for telemetry (times are `time.monotonic()` seconds):
-    `started_at` (the request arrived), `queued_at` (validated, waiting for admission: the
-    exchange is made then), `admitted_at` (released to the engine; None while queued),
-    `first_byte_at` (the first body chunk to the client: time to first token), `ended_at`;
-    `tenant` and `request_class` (admission fills them), `model` (the pool it asked for) and
-    `backend` (where it runs; None while queued), `prompt_tokens` (from validation),
+    `started_at` (the request arrived; the exchange is made once its body is read),
+    `queued_at` (validated, it joined admission's queue; None before), `admitted_at`
+    (released to a backend; None while validated or queued), `first_byte_at` (the first
+    body chunk to the client: time to first token), `ended_at`; `tenant` and
+    `request_class` (admission fills them), `model` (the pool it asked for) and `backend`
+    (where it runs; None while queued), `prompt_tokens` (from validation),
     `output_tokens` (so far: the usage figure when the engine sends one, else one per streamed
-    event), the response `status`, `error_code` when llmd answered an error, and `client_gone`
-    when the client left first. `send_since` is when a send to the client began that has not
-    returned yet: a client that stopped reading (llmd/proxy/stalls.py ends those).
+    event), the response `status`, `error_code` when llmd answered an error, `rejected` when
+    that error came before the request reached the engine (validation, admission: a
+    rejection, not a failure), `client_gone` when the client left first, and `answered` once
+    the client has its whole answer (a stream's `data: [DONE]` went out: leaving after that is
+    no cancellation). `send_since` is when a send to the client began that has not returned
+    yet: a client that stopped reading (llmd/proxy/stalls.py ends those).
     """
 
     request_id: str
     stream: bool
     started_at: float = dataclasses.field(default_factory=time.monotonic)
-    queued_at: float = dataclasses.field(default_factory=time.monotonic)
+    queued_at: float | None = None
     task: asyncio.Task[None] | None = None
     response_started: bool = False
     abort_error: ApiError | None = None
@@ -50,20 +55,26 @@ class Exchange:
     output_tokens: int = 0
     status: int | None = None
     error_code: str | None = None
+    rejected: bool = False
     client_gone: bool = False
+    answered: bool = False
     send_since: float | None = None
     model: str | None = None
     backend: str | None = None
 
     @property
     def phase(self) -> Phase:
-        """`queued` (not yet released), `prefill` (no output yet) or `decode`."""
+        """`queued` (not yet released: validated or waiting in the queue), `prefill` (no output
+        yet) or `decode`."""
         if self.admitted_at is None:
             return Phase.QUEUED
         return Phase.PREFILL if self.first_byte_at is None else Phase.DECODE
 
     def queue_ms(self) -> float:
-        """Milliseconds waited for admission (so far, while still queued)."""
+        """Milliseconds waited for admission (so far, while still queued; 0 if it never
+        joined the queue)."""
+        if self.queued_at is None:
+            return 0.0
         return ((self.admitted_at or time.monotonic()) - self.queued_at) * 1000
 
     def as_snapshot(self, now: float) -> SequenceStatus:
@@ -110,10 +121,12 @@ class Exchange:
 
 @dataclasses.dataclass(frozen=True)
 class InFlightSnapshot:
-    """The in-flight registry's part of the Status: how many requests are live, the oldest
-    `MAX_SEQUENCES` of them as rows, the count by tenant and the count on each backend."""
+    """The in-flight registry's part of the Status: how many live requests are relayed to a
+    backend (`count`) and how many wait in llmd (`queued`: validated or in admission's queue),
+    the oldest `MAX_SEQUENCES` of all as rows, the relayed ones by tenant and by backend."""
 
     count: int
+    queued: int
     sequences: tuple[SequenceStatus, ...]
     by_tenant: dict[str, int]
     by_backend: dict[str, int]
@@ -135,17 +148,24 @@ class InFlight:
         """The live exchanges, oldest first."""
         return sorted(self._exchanges, key=lambda exchange: exchange.started_at)
 
+    def relayed(self) -> int:
+        """Live requests released to the engine (the rest wait in llmd)."""
+        return sum(exchange.admitted_at is not None for exchange in self._exchanges)
+
     def as_snapshot(self, now: float) -> InFlightSnapshot:
         """The live requests at `now` (monotonic s), for the Status."""
         exchanges = self.exchanges()
         by_tenant: dict[str, int] = {}
         by_backend: dict[str, int] = {}
+        relayed = 0
         for exchange in exchanges:
-            by_tenant[exchange.tenant] = by_tenant.get(exchange.tenant, 0) + 1
-            if exchange.backend is not None:
-                by_backend[exchange.backend] = by_backend.get(exchange.backend, 0) + 1
+            if exchange.admitted_at is not None:
+                relayed += 1
+                by_tenant[exchange.tenant] = by_tenant.get(exchange.tenant, 0) + 1
+                if exchange.backend is not None:
+                    by_backend[exchange.backend] = by_backend.get(exchange.backend, 0) + 1
         rows = tuple(exchange.as_snapshot(now) for exchange in exchanges[:MAX_SEQUENCES])
-        return InFlightSnapshot(len(exchanges), rows, by_tenant, by_backend)
+        return InFlightSnapshot(relayed, len(exchanges) - relayed, rows, by_tenant, by_backend)
 
     def add(self, exchange: Exchange) -> None:
         self._exchanges.add(exchange)

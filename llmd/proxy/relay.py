@@ -3,16 +3,20 @@
     authenticate → check availability → read → route → validate → admit → relay
 
 Each stage is a small method with a typed result, and raises an `ApiError` to refuse. The first
-five run as the request arrives (a refusal is answered at once and accounted; any other
+four run as the request arrives (a refusal is answered at once and accounted; any other
 exception is a bug in llmd, answered 500 `internal_error` with the request id, logged once with
-its traceback and accounted as an error); `admit` and
-`relay` run in one task raced against the client's `http.disconnect`, so a client that leaves
-while queued never reaches a backend, and one that leaves mid-stream has its backend request
-closed, which is what makes vLLM abort the sequence (ENGINE.md). `route` picks the request's
-pool by its model; admission picks the backend in it; a backend that fails before the client
-has a byte is tried once more on another backend of the pool (llmd/routing/retry.py). Pure
-ASGI; the bytes to the client go through `writer.ClientWriter`, the backend side is
-`upstream.forward`.
+its traceback and accounted as an error); before its body is read a request reserves its size
+in admission's body budget (429 `queue_full` past it). `validate`, `admit` and `relay` run in
+one task raced against the client's `http.disconnect`, with the request live in the in-flight
+registry from its first byte of validation: a client that leaves while it waits for its
+tokenizer turn is never counted, one that leaves while queued never reaches a backend, and one
+that leaves mid-stream has its backend request closed, which is what makes vLLM abort the
+sequence (ENGINE.md); a drain waits for all of them. `route` picks the request's pool by its
+model; admission picks the backend in it; a backend that fails before the client has a byte is
+tried once more on another backend of the pool (llmd/routing/retry.py). The body's parsed
+object is dropped as soon as the backend request is built, and the bytes to send once the
+relay ends (a retry may need them until the first byte). Pure ASGI; the bytes to the client go
+through `writer.ClientWriter`, the backend side is `upstream.forward`.
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ from typing import Any
 import structlog
 from starlette.types import Message, Receive, Scope, Send
 
+from llmd.admission.bodies import BodyHold
 from llmd.admission.classes import Priority
+from llmd.admission.cost import request_cost
 from llmd.admission.tenants import ANONYMOUS, Tenant
 from llmd.admission.waiters import Request, Ticket
 from llmd.errors import ApiError, InternalError, InvalidRequest, ModelNotFound
@@ -67,28 +73,40 @@ class Arrival:
     model: str | None = None
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class Body:
-    """The request body: its bytes, the parsed JSON object, and whether it asks to stream."""
+    """The request body: its bytes, the parsed JSON object, whether it asks to stream, and its
+    share of admission's body budget (None: not reserved). `drop` lets the bytes and the
+    object go (once the backend request is built); `release` gives the share back."""
 
     raw: bytes
     payload: dict[str, Any]
     stream: bool
+    hold: BodyHold | None = None
+
+    def drop(self) -> None:
+        self.raw, self.payload = b"", {}
+
+    def release(self) -> None:
+        if self.hold is not None:
+            self.hold.release()
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class Prepared:
     """A request ready for a backend: the bytes to send (`priority_body`: with vLLM's
     `priority` field, for engines run with --scheduling-policy priority), whether it streams,
-    what admission weighs, its prompt tokens (None: not counted) and headers for the
-    client's response (validation's notes)."""
+    what admission weighs and headers for the client's response (validation's notes).
+    `drop` lets the bytes go (the relay has ended)."""
 
     body: bytes
     priority_body: bytes
     stream: bool
     request: Request
-    prompt_tokens: int | None
     response_headers: list[tuple[bytes, bytes]]
+
+    def drop(self) -> None:
+        self.body = self.priority_body = b""
 
 
 class Relay:
@@ -102,30 +120,38 @@ class Relay:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         arrival = Arrival(scope[REQUEST_ID_KEY], time.monotonic(), scope["headers"])
+        hold: BodyHold | None = None
         try:
             tenant = self.authenticate(arrival)
             self.check_available()
-            body = await self.read(arrival, receive)
+            hold = self.hold_body(arrival)
+            body = await self.read(arrival, receive, hold)
             model = self.route(arrival, body)
-            prepared = await self.validate(arrival, tenant, body, model)
         except ClientGone:
+            if hold is not None:
+                hold.release()
             return
         except ApiError as error:
+            if hold is not None:
+                hold.release()
             await self.refuse(arrival, error, send)
             return
         except Exception as exc:
+            if hold is not None:
+                hold.release()
             await self.fail(arrival, exc, send)
             return
         exchange = Exchange(
             arrival.request_id,
-            prepared.stream,
+            body.stream,
             started_at=arrival.at,
-            prompt_tokens=prepared.prompt_tokens,
             tenant=arrival.tenant,
-            request_class=arrival.request_class,
             model=model,
         )
-        await self.run(exchange, prepared, receive, _with_headers(send, prepared.response_headers))
+        try:
+            await self.run(exchange, arrival, tenant, body, receive, send)
+        finally:
+            body.release()
 
     # -- the stages, in order ----------------------------------------------------------------
 
@@ -141,17 +167,26 @@ class Relay:
         if error is not None:
             raise error
 
-    async def read(self, arrival: Arrival, receive: Receive) -> Body:
+    def hold_body(self, arrival: Arrival) -> BodyHold:
+        """Reserve the body's size (Content-Length, else the body limit) in admission's body
+        budget before reading it. Raises QueueFull (429) past the budget."""
+        limit = self.state.config.server.max_body_bytes
+        length = next((v for k, v in arrival.headers if k == b"content-length"), b"")
+        size = min(int(length), limit) if length.isdigit() else limit
+        return self.state.admission.hold_body(size)
+
+    async def read(self, arrival: Arrival, receive: Receive, hold: BodyHold) -> Body:
         """The whole body, decoded and parsed: `application/json` only, in no content coding
-        or gzip or deflate. Raises UnsupportedMediaType (415), BodyTooLarge (413),
-        InvalidRequest (400), ClientGone."""
+        or gzip or deflate; its reservation resized to what was read. Raises
+        UnsupportedMediaType (415), BodyTooLarge (413), InvalidRequest (400), ClientGone."""
         check_content_type(arrival.headers)
         coding = body_coding(arrival.headers)
         raw = await read_body(receive, self.state.config.server.max_body_bytes, coding)
+        hold.resize(len(raw))
         payload = parse_object(raw)
         if not isinstance(payload.get("stream"), bool | None):
             raise InvalidRequest("'stream' must be a boolean", param="stream")
-        return Body(without_bom(raw), payload, stream=bool(payload.get("stream")))
+        return Body(without_bom(raw), payload, stream=bool(payload.get("stream")), hold=hold)
 
     def route(self, arrival: Arrival, body: Body) -> str:
         """The model whose pool serves the request: its `model` (omitted: the one model llmd
@@ -177,44 +212,61 @@ class Relay:
             raise self.state.pool_unavailable(model)
         return model
 
-    async def validate(self, arrival: Arrival, tenant: Tenant, body: Body, model: str) -> Prepared:
-        """Class, fields, prompt tokens and context of a generation request (by its model's
-        validator: tokenizer and context length), its cost and its prefix key for admission.
-        Raises ApiError (400)."""
+    async def validate(
+        self, arrival: Arrival, exchange: Exchange, tenant: Tenant, body: Body, model: str
+    ) -> Prepared:
+        """Class, deadline (from arrival), fields, prompt tokens (counted in the class's turn)
+        and context of a generation request (by its model's validator: tokenizer and context
+        length), its cost (a request that fits no backend of its pool is refused) and its
+        prefix key for admission. The body's object is dropped once the bytes to send are
+        built. Raises ApiError (400)."""
         admission = self.state.admission
         cls = admission.classify(tenant, arrival.headers)
-        arrival.request_class = cls.label
+        arrival.request_class = exchange.request_class = cls.label
+        deadline = admission.deadline(arrival.headers, arrival.at)
         validator = self.state.validators.for_model(model)
-        valid = await validator.check(self.endpoint, body.payload, body.raw, arrival.headers)
+        valid = await validator.check(
+            self.endpoint, body.payload, body.raw, arrival.headers, int(cls)
+        )
         # `payload` carries validation's changes (edited in place).
         priority_body = _with_priority(body.payload, cls) if admission.priority_backends else b""
-        chat = self.endpoint is Endpoint.CHAT
-        limit = validator.engine.max_model_len
-        cost = admission.cost(valid.prompt_tokens, valid.max_tokens, valid.n, chat, limit)
         key = prefix_key(body.payload, admission.prefix_chars) if admission.prefix_chars else None
-        request = Request(tenant, cls, cost, arrival.headers, model=model, affinity=key)
-        return Prepared(
-            valid.body,
-            priority_body,
-            body.stream,
-            request,
-            valid.prompt_tokens,
-            valid.response_headers,
+        body.drop()
+        if body.hold is not None:
+            body.hold.resize(len(valid.body) + len(priority_body))
+        exchange.prompt_tokens = valid.prompt_tokens
+        cost = request_cost(
+            valid.prompt_counts,
+            valid.max_tokens,
+            valid.n,
+            rest_of_context=valid.rest_of_context,
+            max_model_len=validator.engine.max_model_len,
         )
+        admission.check_fits(cost, model)
+        request = Request(tenant, cls, cost, deadline, model=model, affinity=key)
+        return Prepared(valid.body, priority_body, body.stream, request, valid.response_headers)
 
-    async def admit(self, prepared: Prepared) -> Ticket:
+    async def admit(self, exchange: Exchange, prepared: Prepared) -> Ticket:
         """Wait in admission's queue until a backend of the request's pool may take it (the
-        ticket's `entry.backend`). Raises RateLimited, QueueFull (429), QueueTimeout (503)."""
+        ticket's `entry.backend`). Raises RateLimited, QueueFull (429), QueueTimeout, Draining
+        (503)."""
+        exchange.queued_at = time.monotonic()
         return await self.state.admission.admit(prepared.request)
 
     async def relay(
-        self, exchange: Exchange, prepared: Prepared, writer: ClientWriter, ticket: Ticket
+        self,
+        exchange: Exchange,
+        prepared: Prepared,
+        body: Body,
+        writer: ClientWriter,
+        ticket: Ticket,
     ) -> None:
         """One backend request, its answer streamed through; a backend that fails before the
         client has a byte is tried once more on another backend of the pool (none left, or a
-        failure after the first byte: the error goes to the client). Raises EngineError
-        (502), EngineUnavailable (503)."""
+        failure after the first byte: the error goes to the client). The body's budget share
+        is given back as it goes. Raises EngineError (502), EngineUnavailable (503)."""
         exchange.admitted_at = time.monotonic()
+        body.release()
         admission = self.state.admission
         tries = Tries()
         backend = ticket.entry.backend
@@ -222,10 +274,10 @@ class Relay:
         while True:
             tries.sent(backend)
             exchange.backend = backend
-            body = prepared.priority_body if backend in admission.priority_backends else None
+            data = prepared.priority_body if backend in admission.priority_backends else b""
             try:
                 await forward(
-                    self.state, backend, self.path, exchange, body or prepared.body, writer
+                    self.state, backend, self.path, exchange, data or prepared.body, writer
                 )
                 return
             except ApiError as error:
@@ -282,16 +334,24 @@ class Relay:
         await send_error(send, error, [NOT_QUEUED])
 
     async def run(
-        self, exchange: Exchange, prepared: Prepared, receive: Receive, send: Send
+        self,
+        exchange: Exchange,
+        arrival: Arrival,
+        tenant: Tenant,
+        body: Body,
+        receive: Receive,
+        send: Send,
     ) -> None:
-        """Admit and relay until done or until the client leaves, whichever comes first."""
-        work = asyncio.create_task(self._admit_and_relay(exchange, prepared, send))
+        """Validate, admit and relay until done or until the client leaves, whichever comes
+        first. A client that leaves once it has its whole answer (a stream's `[DONE]`) while
+        the backend has not closed its side yet has not cancelled anything."""
+        work = asyncio.create_task(self._serve(exchange, arrival, tenant, body, send))
         exchange.task = work
         watcher = asyncio.create_task(_wait_disconnect(receive))
         self.state.inflight.add(exchange)
         try:
             await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
-            if not work.done():
+            if not work.done() and not exchange.answered:
                 exchange.client_gone = True  # the observer counts it, by phase
                 log.debug(
                     "client_disconnected", request_id=exchange.request_id, phase=exchange.phase
@@ -307,19 +367,26 @@ class Relay:
             log.error("relay_failed", request_id=exchange.request_id, error=repr(exc))
         self.state.observer.finished(exchange)
 
-    async def _admit_and_relay(self, exchange: Exchange, prepared: Prepared, send: Send) -> None:
-        """The last two stages; their errors become OpenAI-shaped answers (in-band once the
-        response has started). Admission's capacity is given back however it ends."""
+    async def _serve(
+        self, exchange: Exchange, arrival: Arrival, tenant: Tenant, body: Body, send: Send
+    ) -> None:
+        """The last three stages; their errors become OpenAI-shaped answers (in-band once the
+        response has started), a rejection when the request never reached a backend.
+        Admission's capacity is given back however it ends."""
         writer = ClientWriter(send, exchange)
         ticket: Ticket | None = None
+        prepared: Prepared | None = None
         try:
-            ticket = await self.admit(prepared)
-            await self.relay(exchange, prepared, writer, ticket)
+            prepared = await self.validate(arrival, exchange, tenant, body, str(exchange.model))
+            writer = ClientWriter(_with_headers(send, prepared.response_headers), exchange)
+            ticket = await self.admit(exchange, prepared)
+            await self.relay(exchange, prepared, body, writer, ticket)
         except asyncio.CancelledError:
             if exchange.abort_error is None:
                 raise  # the client left: nothing to answer
             await answer_error(writer, exchange.abort_error)
         except ApiError as error:
+            exchange.rejected = exchange.admitted_at is None
             await answer_error(writer, error)
         except Exception as exc:  # a bug in llmd: answered 500, logged once with its traceback
             log.error(
@@ -327,6 +394,9 @@ class Relay:
             )
             await answer_error(writer, InternalError(exchange.request_id), log_it=False)
         finally:
+            body.release()
+            if prepared is not None:
+                prepared.drop()
             if ticket is not None:
                 self.state.admission.finish(ticket)
 

@@ -33,7 +33,9 @@ async def forward(
     body: bytes,
     writer: ClientWriter,
 ) -> None:
-    """POST `body` to `path` on `backend` and relay its answer through `writer`.
+    """POST `body` to `path` on `backend` and relay its answer through `writer`; this function
+    lets `body` go once sent (the caller keeps it only while a retry on another backend may
+    still send it, llmd/routing/retry.py).
 
     Raises EngineUnavailable (503: the backend is not accepting, or answered 503) or
     EngineError (502: it failed, or its connection did, or a stream ended mid-event); whether
@@ -48,6 +50,7 @@ async def forward(
     except _UPSTREAM_LOST as exc:
         _record(breaker, failed=True)
         raise _connection_error(state, backend, exc) from exc
+    del body  # sent (the backend answered): not kept here for the length of the generation
     try:
         _record(breaker, failed=response.status >= 500)
         if response.status >= 500:

@@ -21,6 +21,8 @@ from llmd.proxy.inflight import Exchange
 log = structlog.get_logger("llmd.proxy")
 
 SSE_BOUNDARY = b"\n\n"
+# The last event of an OpenAI stream, after the blank line that ends the one before it.
+DONE_EVENT = SSE_BOUNDARY + b"data: [DONE]\n\n"
 
 
 async def send_error(
@@ -50,7 +52,8 @@ class ErrorResponse(Response):
 
 class ClientWriter:
     """Wraps ASGI `send` for one exchange: remembers whether the response has started (so an
-    error goes in-band) and the stream's last bytes (whether it ended between SSE events)."""
+    error goes in-band) and the stream's last bytes (whether it ended between SSE events, and
+    whether `data: [DONE]` went out: then the exchange is `answered`)."""
 
     def __init__(self, send: Send, exchange: Exchange) -> None:
         self._send = send
@@ -60,7 +63,7 @@ class ClientWriter:
     @property
     def between_events(self) -> bool:
         """Whether what was sent so far ends at an SSE event boundary (a blank line)."""
-        return self.tail == SSE_BOUNDARY
+        return self.tail.endswith(SSE_BOUNDARY)
 
     async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         self.exchange.response_started = True
@@ -72,15 +75,17 @@ class ClientWriter:
     async def body(self, chunk: bytes, *, more: bool) -> None:
         exchange = self.exchange
         if chunk:
-            # The last two bytes of the stream so far, across chunk boundaries: an engine may
-            # split the blank line that ends an event between two reads.
-            self.tail = (self.tail + chunk)[-2:]
+            # The last bytes of the stream so far, across chunk boundaries: an engine may split
+            # the blank line that ends an event between two reads.
+            self.tail = (self.tail + chunk)[-len(DONE_EVENT) :]
             exchange.saw_body(chunk)
         # A send blocks while the client's transport buffer is full; the stall watcher
         # (llmd/proxy/stalls.py) ends exchanges blocked longer than server.send_timeout_s.
         exchange.send_since = time.monotonic()
         await self._send({"type": "http.response.body", "body": chunk, "more_body": more})
         exchange.send_since = None
+        if chunk and exchange.stream and self.tail.endswith(DONE_EVENT):
+            exchange.answered = True
 
 
 async def answer_error(send: ClientWriter, error: ApiError, *, log_it: bool = True) -> None:

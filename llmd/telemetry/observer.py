@@ -46,13 +46,14 @@ class Record(Protocol):
     backend: str | None
     prompt_tokens: int | None
     started_at: float
-    queued_at: float
+    queued_at: float | None
     admitted_at: float | None
     first_byte_at: float | None
     ended_at: float | None
     output_tokens: int
     status: int | None
     error_code: str | None
+    rejected: bool
     client_gone: bool
     abort_error: ApiError | None
 
@@ -163,8 +164,23 @@ class Observer:
         )
 
     def finished(self, record: Record) -> None:
-        """Account a request that was relayed to the engine, once it has ended."""
+        """Account a request once it has ended: as a rejection when llmd answered it with an
+        error before it reached a backend (`record.rejected`: validation, admission, a drain
+        that turned the queue away), else as a request relayed to a backend."""
         now = record.ended_at or time.monotonic()
+        if record.rejected:
+            self.rejected(
+                record.request_id,
+                record.status or 0,
+                record.error_code or "internal_error",
+                record.started_at,
+                record.tenant,
+                record.request_class,
+                record.model,
+                ended_at=now,
+                queue_s=None if record.queued_at is None else now - record.queued_at,
+            )
+            return
         outcome = _outcome(record)
         status = record.status or 0
         m = self.metrics
@@ -172,7 +188,8 @@ class Observer:
         klass = record.request_class
         model = record.model or ""
         length = input_length_label(record.prompt_tokens)
-        queue_s = (record.admitted_at or now) - record.queued_at
+        admitted = record.admitted_at or now
+        queue_s = admitted - (record.queued_at or admitted)
         ttft_s = None if record.first_byte_at is None else record.first_byte_at - record.started_at
         total_s = now - record.started_at
         m.requests.labels(tenant, klass, str(status), model).inc()
@@ -230,10 +247,14 @@ class Observer:
         tenant: str = "anonymous",
         request_class: str = "normal",
         model: str | None = None,
+        *,
+        ended_at: float | None = None,
+        queue_s: float | None = None,
     ) -> None:
         """Account a request answered with an error before it reached a backend
         (`code`: the error's code, the rejection reason; `model`: the served model it asked
-        for, when it got that far)."""
+        for, when it got that far; `queue_s`: how long it waited in admission's queue, for one
+        turned away from there)."""
         m = self.metrics
         m.requests.labels(m.tenant(tenant), request_class, str(status), model or "").inc()
         m.rejections.labels(code).inc()
@@ -249,7 +270,8 @@ class Observer:
                 tenant=tenant,
                 **{"class": request_class},
                 status=status,
-                total_ms=_ms(time.monotonic() - started_at),
+                **({} if queue_s is None else {"queue_ms": _ms(queue_s)}),
+                total_ms=_ms((ended_at or time.monotonic()) - started_at),
                 outcome="rejected",
                 code=code,
             )

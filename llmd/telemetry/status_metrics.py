@@ -1,7 +1,8 @@
 """The Prometheus gauges read from the Status snapshot at scrape time, and the suppressed log
 lines: per backend (label `engine`) up, restarts, drained, llmd's requests there, KV cache,
-running and waiting; llmd draining, queue depth, in flight by tenant, GPUs. Names and labels
-are a contract (shared/DESIGN.md; pinned by tests/telemetry/test_metrics.py).
+running and waiting; llmd draining, queue depth, in flight (relayed to a backend) and queued
+by tenant (global, over every pool), GPUs. Names and labels are a contract (shared/DESIGN.md;
+pinned by tests/telemetry/test_metrics.py).
 """
 
 from __future__ import annotations
@@ -53,13 +54,20 @@ def _status_families(status: Status, tenant: TenantLabels) -> Iterator[Metric]:
     in_flight = GaugeMetricFamily(
         "llmd_in_flight", "Requests relayed to the engine now.", labels=["tenant"]
     )
-    by_label: dict[str, int] = {}
+    queued = GaugeMetricFamily(
+        "llmd_queued", "Requests waiting in llmd's queues now.", labels=["tenant"]
+    )
+    relayed: dict[str, int] = {}
+    waiting: dict[str, int] = {}
     for row in status.tenants:
         label = tenant(row.name)
-        by_label[label] = by_label.get(label, 0) + row.in_flight
-    for label, count in sorted(by_label.items()):
-        in_flight.add_metric([label], count)
+        relayed[label] = relayed.get(label, 0) + row.in_flight
+        waiting[label] = waiting.get(label, 0) + row.queued
+    for label in sorted(relayed):
+        in_flight.add_metric([label], relayed[label])
+        queued.add_metric([label], waiting[label])
     yield in_flight
+    yield queued
     yield from _gpu_families(status)
 
 

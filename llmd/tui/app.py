@@ -160,7 +160,7 @@ class TopApp(App[None]):
                       self.tenants, self.counts, self.events):  # fmt: skip
             panel.show(s)
         self.engines.show(s.get("engines") or [])
-        self.sequences.show(s["sequences"], s["in_flight"])
+        self.sequences.show(s["sequences"], s["in_flight"] + (s.get("queued") or 0))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """--readonly: the control actions are gone (not shown, keys do nothing)."""
@@ -178,9 +178,11 @@ class TopApp(App[None]):
                 lambda: self.client.drain(engine),
             )
             return
+        s = self.snapshot
+        live = f"{s['in_flight']} in flight and {s.get('queued') or 0} queued" if s else "? live"
         self._confirm(
             f"Drain llmd? New requests get 503 with Retry-After until you resume (u);\n"
-            f"the {self._in_flight(None)} in flight finish.",
+            f"the {live} finish.",
             "drain",
             self.client.drain,
         )
@@ -276,7 +278,7 @@ class TopApp(App[None]):
     def _reshow(self) -> None:
         s = self.snapshot
         if s is not None:
-            self.sequences.show(s["sequences"], s["in_flight"])
+            self.sequences.show(s["sequences"], s["in_flight"] + (s.get("queued") or 0))
 
     def _confirm(
         self, question: str, what: str, call: Callable[[], Awaitable[dict[str, Any]]]

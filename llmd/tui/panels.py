@@ -51,8 +51,9 @@ def _grid(*columns: tuple[str, str]) -> Table:
 
 
 class HeaderPanel(Static):
-    """Engine state, model, uptime, restarts, draining, in flight; the cause of the engine's
-    failure and its hint (the daemon's diagnosis) while it is not serving; the connection line."""
+    """Engine state, model, uptime, restarts, draining, in flight (relayed to the engine) and
+    queued in llmd; the cause of the engine's failure and its hint (the daemon's diagnosis)
+    while it is not serving; the connection line."""
 
     def show(self, s: Snapshot | None, link: Link) -> None:
         line = Text()
@@ -67,7 +68,9 @@ class HeaderPanel(Static):
             line.append(f"  restarts {engine['restarts']}")
             if engine["last_exit_reason"]:
                 line.append(f" (last: {engine['last_exit_reason']})")
-            line.append(f"  in flight {s['in_flight']}  ")
+            queued = s.get("queued") or 0
+            line.append(f"  in flight {s['in_flight']}" + (f" queued {queued}" if queued else ""))
+            line.append("  ")
             if s["draining"]:
                 line.append(" DRAINING ", style="bold reverse yellow")
             else:

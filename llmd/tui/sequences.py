@@ -99,8 +99,9 @@ class SequenceTable(DataTable[Text]):
         return self._by_id.get(self.selected_id or "")
 
     def show(self, sequences: list[Sequence], total: int) -> None:
-        """List `sequences` (the snapshot's, `total` in flight) sorted and filtered; before the
-        table is mounted, remember them and list them on mount."""
+        """List `sequences` (the snapshot's; `total` live: relayed to the engine or queued in
+        llmd) sorted and filtered; before the table is mounted, remember them and list them on
+        mount."""
         if not self._columns_added:
             self._pending = (sequences, total)
             return
@@ -157,7 +158,7 @@ class SequenceTable(DataTable[Text]):
     def _title(self) -> None:
         shown = f"{len(self.ids)} of {self._total}" if self.filter_text else f"{self._total}"
         label = next(c.label for c in COLUMNS if c.key == self.sort_by)
-        title = f"sequences · {shown} in flight · sorted by {label}"
+        title = f"sequences · {shown} live · sorted by {label}"
         if self.filter_text:
             title += f" · filter “{self.filter_text}”"
         self.border_title = title

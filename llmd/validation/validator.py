@@ -1,9 +1,14 @@
 """The validation step of the proxy: one parsed body in, the body to relay (or an error) out.
 
-Order: the fields llmd reads (400 `invalid_request`) → the model name (404; any name the engine
-serves, `models.py`) → prompt tokens,
+Order: the fields llmd reads (400 `invalid_request`, also past `validation.max_n` or
+`max_prompts`) → the model name (404; any name the engine serves, `models.py`) → prompt tokens,
 counted as the engine will → the context check (400 `context_length_exceeded`, or a clamp).
 The body is re-serialised only when llmd changed it (a clamp or a default max_tokens).
+
+Counting is shared by every request in flight, so it is taken in turns by class (interactive
+first, `turns.py`): one at a time on the local tokenizer's thread, at most
+`validation.max_tokenize_calls` at once on the engine's /tokenize. A request whose client left
+while waiting its turn is never counted (its task is cancelled).
 """
 
 from __future__ import annotations
@@ -31,7 +36,14 @@ from llmd.validation.counter import (
     LocalCounter,
     TokenizerUnavailable,
 )
-from llmd.validation.fields import CompletionPrompt, Endpoint, Prompt, read_fields
+from llmd.validation.fields import (
+    CompletionPrompt,
+    Endpoint,
+    Prompt,
+    RequestFields,
+    read_fields,
+)
+from llmd.validation.turns import Turns
 
 log = structlog.get_logger("llmd.validation")
 
@@ -73,15 +85,24 @@ class ModelSource:
 @dataclasses.dataclass(frozen=True)
 class Validated:
     """A request that may go to the engine: `body` (the client's bytes unless llmd changed
-    them), `prompt_tokens` (longest sequence; None when not counted), the effective
-    `max_tokens` (None: the engine's default), `n`, and headers for the client's response.
+    them), `prompt_counts` (tokens of each prompt), the effective `max_tokens` (None: the
+    engine's default, which is the rest of the context when `rest_of_context`, else 16), `n`,
+    and headers for the client's response; `counted` False when nothing here could count the
+    prompts (then `prompt_counts` are zeros, one per prompt).
     """
 
     body: bytes
-    prompt_tokens: int | None
+    prompt_counts: tuple[int, ...]
     max_tokens: int | None
     n: int
+    rest_of_context: bool
     response_headers: list[tuple[bytes, bytes]]
+    counted: bool = True
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        """The longest prompt's tokens (None: not counted, `prompt_counts` are zeros)."""
+        return max(self.prompt_counts) if self.counted else None
 
 
 class Validator:
@@ -99,6 +120,8 @@ class Validator:
         self.engine = engine
         self.local: LocalCounter | None = None
         self.remote = EngineCounter(client)
+        self.local_turns = Turns(1)
+        self.remote_turns = Turns(config.validation.max_tokenize_calls)
         self.loading: asyncio.Task[None] | None = None
         self._warned_no_limit = False
         self._warned_no_count = False
@@ -116,6 +139,7 @@ class Validator:
             path = config.validation.tokenizer_path or engine.model
             model = ModelSource(engine.model_name, path, engine.args)
         self.config = config.validation
+        self.remote_turns.resize(config.validation.max_tokenize_calls)
         self.served_models = [model.name]
         self.tokenizer_path = model.tokenizer_path
         self.engine_args = model.engine_args
@@ -170,16 +194,33 @@ class Validator:
             self.local.close()
 
     async def check(
-        self, endpoint: Endpoint, body: dict[str, Any], raw: bytes, headers: list[Any]
+        self,
+        endpoint: Endpoint,
+        body: dict[str, Any],
+        raw: bytes,
+        headers: list[Any],
+        rank: int = 0,
     ) -> Validated:
-        """Validate parsed `body` (bytes `raw`) sent with ASGI `headers`. Raises ApiError."""
+        """Validate parsed `body` (bytes `raw`) sent with ASGI `headers`; its prompt is counted
+        in its class's turn (`rank`: 0 first). Raises ApiError."""
         policy = _policy(headers, self.config.context_policy)
         fields = read_fields(endpoint, body)
+        self._check_sizes(fields)
         max_model_len = self.engine.max_model_len
         self._check_token_ids(fields.prompt)
-        counts = await self._count(fields.prompt, fields.model, max_model_len)
-        if not counts:
-            return Validated(raw, None, fields.output.max_tokens, fields.output.n, [])
+        counts = await self._count(fields.prompt, fields.model, max_model_len, rank)
+        if not counts:  # nothing here can count them: the engine checks the context
+            uncounted = (0,) * _prompts(fields.prompt)
+            return Validated(
+                raw,
+                uncounted,
+                fields.output.max_tokens,
+                fields.output.n,
+                fields.output.max_tokens is None
+                and (endpoint is Endpoint.CHAT or not fields.output.omitted),
+                [],
+                counted=False,
+            )
         if max_model_len is None:
             if not self._warned_no_limit:
                 log.warning("context_check_skipped", reason="max_model_len unknown")
@@ -199,16 +240,48 @@ class Validator:
             response_headers.append(
                 (CLAMPED_HEADER, f"{decision.clamped_from}->{decision.max_tokens}".encode())
             )
-        return Validated(raw, max(counts), max_tokens, fields.output.n, response_headers)
+        rest_of_context = max_tokens is None and (
+            endpoint is Endpoint.CHAT or not fields.output.omitted
+        )
+        return Validated(
+            raw, tuple(counts), max_tokens, fields.output.n, rest_of_context, response_headers
+        )
 
-    async def _count(self, prompt: Prompt, model: str | None, limit: int | None) -> list[int]:
-        """Prompt tokens per sequence; none when nothing here can count them (the backend has
-        no /tokenize and no local tokenizer loaded): then the engine checks the context."""
+    def _check_sizes(self, fields: RequestFields) -> None:
+        """`n` and the number of prompts within this server's limits. Raises InvalidRequest."""
+        n, limit = fields.output.n, self.config.max_n
+        if limit and n > limit:
+            raise InvalidRequest(
+                f"'n' is {n}, over this server's limit of {limit} sequences per prompt",
+                param="n",
+            )
+        prompt, limit = fields.prompt, self.config.max_prompts
+        if limit and isinstance(prompt, CompletionPrompt) and len(prompt.prompts) > limit:
+            raise InvalidRequest(
+                f"'prompt' holds {len(prompt.prompts)} prompts, over this server's limit of "
+                f"{limit} per request",
+                param="prompt",
+            )
+
+    async def _count(
+        self, prompt: Prompt, model: str | None, limit: int | None, rank: int
+    ) -> list[int]:
+        """Tokens per prompt, counted in turn: locally when the tokenizer renders it as the
+        engine does, else by a backend's /tokenize; none when nothing here can count them (the
+        backend has no /tokenize and no local tokenizer is loaded): then the engine checks the
+        context."""
         local = self.local
         if local is not None and local.can_count(prompt):
-            return await local.count(prompt, limit)
+            async with self.local_turns.turn(rank):
+                return await local.count(prompt, limit)
+        ids_only = isinstance(prompt, CompletionPrompt) and all(
+            isinstance(p, list) for p in prompt.prompts
+        )
         try:
-            return await self.remote.count(prompt, model)
+            if ids_only:
+                return await self.remote.count(prompt, model)  # token ids: counted without a call
+            async with self.remote_turns.turn(rank):
+                return await self.remote.count(prompt, model)
         except CountUnsupported as exc:
             if not self._warned_no_count:
                 log.warning("context_check_skipped", model=model, reason=str(exc))
@@ -265,3 +338,8 @@ async def _on_daemon_thread(call: Callable[[str], T], arg: str) -> T:
 
     threading.Thread(target=run, name="tokenizer-load", daemon=True).start()
     return await done
+
+
+def _prompts(prompt: Prompt) -> int:
+    """How many prompts the request holds (chat: one)."""
+    return len(prompt.prompts) if isinstance(prompt, CompletionPrompt) else 1

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
+from tests.support.accounting import log_lines
 from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
 from tests.support.streams import SLOW, STREAM, Stream
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +81,45 @@ def test_cancel_one_request_by_id(llmd: LlmdProcess) -> None:
     assert victim.last_event()["error"]["code"] == "cancelled"
     assert bystander.last_event()["choices"][0]["finish_reason"] == "length"
     assert missing.status_code == 404
+
+
+def test_a_cancelled_request_is_not_resent_by_the_openai_client(llmd: LlmdProcess) -> None:
+    """A non-streamed completion cancelled by the operator reaches the official openai client
+    (which retries any 5xx twice by default) as one 503 `cancelled` with `x-should-retry:
+    false`: the client does not send it again, so llmd sees it once."""
+    request_id = "cancel-once-1"
+    client = openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="unused", max_retries=2)
+    outcome: list[BaseException | object] = []
+
+    def call() -> None:
+        try:
+            outcome.append(
+                client.completions.create(
+                    model="tiny",
+                    prompt="Hello",
+                    max_tokens=5,
+                    extra_headers={"x-request-id": request_id},
+                    extra_body={"sim_fault": "delay:2"},
+                )
+            )
+        except openai.APIStatusError as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    live = lambda: any(s["id"] == request_id for s in llmd.admin_status()["sequences"])  # noqa: E731
+    assert wait_for(live, timeout_s=10)
+    transport = httpx.HTTPTransport(uds=str(llmd.runtime_dir / "admin.sock"))
+    with httpx.Client(transport=transport) as admin:
+        assert admin.post(f"http://llmd/requests/{request_id}/cancel").status_code == 200
+    thread.join(30)
+    (error,) = outcome
+    assert isinstance(error, openai.InternalServerError), error
+    assert error.response.headers["x-should-retry"] == "false"
+    assert error.body is not None and error.body["code"] == "cancelled"  # type: ignore[index]
+    assert wait_for(lambda: any(log_lines(llmd, request_id)), timeout_s=5)
+    finished = [r for r in log_lines(llmd, request_id) if r["event"] == "request_finished"]
+    assert len(finished) == 1 and finished[0]["outcome"] == "aborted"
 
 
 def test_restart_drains_then_boots_a_new_engine(llmd: LlmdProcess) -> None:

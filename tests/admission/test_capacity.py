@@ -55,3 +55,40 @@ def test_batch_reserve_is_kept_for_higher_classes_unless_overdue() -> None:
     for _ in range(2):
         gate.on_release(entry(1))
     assert not gate.admits(entry(1, Priority.INTERACTIVE), False)
+
+
+def test_seats_are_sequences_not_requests() -> None:
+    """32 requests with n = 4 take the engine's 128 seats: a 33rd waits, and a request of one
+    sequence takes the one seat left after 31 of them and a request of 3."""
+    gate = CapacityGate(max_in_flight=128)
+    for _ in range(32):
+        four = Entry(Tenant(), Priority.NORMAL, 10, seats=4)
+        assert gate.admits(four, False)
+        gate.on_release(four)
+    assert gate.in_flight == 128
+    assert not gate.admits(entry(1, Priority.INTERACTIVE), False)
+    gate.on_finish(four)
+    assert not gate.admits(Entry(Tenant(), Priority.NORMAL, 10, seats=5), False)
+    assert gate.admits(Entry(Tenant(), Priority.NORMAL, 10, seats=4), False)
+
+
+def test_the_batch_reserve_is_kept_in_seats() -> None:
+    """Batch may not take the last batch_reserve seats with a multi-sequence request either:
+    a batch request of 4 sequences waits while fewer than 4 + reserve seats are free."""
+    gate = CapacityGate(max_in_flight=16, batch_reserve=4)
+    gate.on_release(Entry(Tenant(), Priority.BATCH, 10, seats=8))
+    assert not gate.admits(Entry(Tenant(), Priority.BATCH, 10, seats=5), False)
+    assert gate.admits(Entry(Tenant(), Priority.BATCH, 10, seats=4), False)
+    assert gate.admits(Entry(Tenant(), Priority.INTERACTIVE, 10, seats=8), False)
+
+
+def test_never_fits_names_requests_no_idle_engine_could_take() -> None:
+    """More sequences than max_in_flight, or more KV tokens than the budget (capacity x
+    watermark x overcommit), cannot run even alone; the reason says which."""
+    gate = CapacityGate(max_in_flight=128, load=EngineLoad(kv_tokens=65_536))
+    assert gate.never_fits(16, 58_982) is None
+    seats = gate.never_fits(129, 10)
+    assert seats is not None and "129 sequences" in seats
+    tokens = gate.never_fits(16, (2_000 + 2_048) * 16)
+    assert tokens is not None and "64,768 tokens" in tokens and "58,982" in tokens
+    assert CapacityGate(max_in_flight=128).never_fits(16, 10**9) is None  # capacity unknown

@@ -8,6 +8,7 @@ import dataclasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from llmd.admission.capacity import CapacityGate, EngineLoad
 from llmd.admission.classes import Priority
 from llmd.admission.scheduler import (
     QUANTUM_TOKENS,
@@ -31,6 +32,15 @@ TENANTS = [
 ]
 
 
+def aged_policies(aging: float) -> dict[Priority, ClassPolicy]:
+    """Unbounded queues without timeouts; normal and batch age after `aging` seconds."""
+    return {
+        Priority.INTERACTIVE: ClassPolicy(100_000, 1e9, 0.0),
+        Priority.NORMAL: ClassPolicy(100_000, 1e9, aging),
+        Priority.BATCH: ClassPolicy(100_000, 1e9, aging),
+    }
+
+
 @dataclasses.dataclass
 class SlotGate:
     """A gate with `slots` engine slots; admits anything when nothing is in flight."""
@@ -49,14 +59,10 @@ class SlotGate:
 
 
 @dataclasses.dataclass
-class PoolSlots:
-    """One SlotGate per pool (`entry.model`): a pool's refusal holds only its own entries."""
+class PoolGates:
+    """One gate per pool (`entry.model`): a pool's refusal holds only its own entries."""
 
-    slots: dict[str, int]
-    gates: dict[str, SlotGate] = dataclasses.field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.gates = {pool: SlotGate(n) for pool, n in self.slots.items()}
+    gates: dict[str, SlotGate]
 
     def admits(self, entry: Entry, overdue: bool) -> str | None:
         return entry.model if self.gates[entry.model].admits(entry, overdue) else None
@@ -67,6 +73,11 @@ class PoolSlots:
 
     def on_finish(self, entry: Entry) -> None:
         self.gates[entry.model].on_finish(entry)
+
+
+def pool_slots(slots: dict[str, int]) -> PoolGates:
+    """A SlotGate of `slots[pool]` slots per pool."""
+    return PoolGates({pool: SlotGate(n) for pool, n in slots.items()})
 
 
 POOLS = ["small", "big"]
@@ -98,7 +109,7 @@ def test_limits_hold_and_cancelled_entries_never_run(
     rejected entries are never released; nothing queued outlives its timeout; work never waits
     on an idle pool, whatever the other pool holds (but for a tenant at its concurrency)."""
     scheduler = Scheduler(POLICIES)
-    gate = PoolSlots({"small": slots, "big": big_slots})
+    gate = pool_slots({"small": slots, "big": big_slots})
     now = 0.0
     entries: list[Entry] = []
     released: list[Entry] = []
@@ -169,12 +180,7 @@ def test_batch_gets_a_release_every_aging_interval_under_interactive_load(
 ) -> None:
     """Under continuous interactive load (more than the engine takes), the j-th batch request
     is released within (j + 1) x (aging_s + one release opportunity): the docstring's bound."""
-    policies = {
-        Priority.INTERACTIVE: ClassPolicy(100_000, 1e9, 0.0),
-        Priority.NORMAL: ClassPolicy(100_000, 1e9, aging),
-        Priority.BATCH: ClassPolicy(100_000, 1e9, aging),
-    }
-    scheduler = Scheduler(policies)
+    scheduler = Scheduler(aged_policies(aging))
     gate = SlotGate(slots)
     user, batcher = Tenant("user"), Tenant("batcher")
     batch = [Entry(batcher, Priority.BATCH, 500) for _ in range(batch_count)]
@@ -306,7 +312,7 @@ def test_the_aging_bound_holds_per_pool_while_another_pool_serves_the_class(
         Priority.BATCH: ClassPolicy(100_000, 1e9, aging),
     }
     scheduler = Scheduler(policies)
-    gate = PoolSlots({"a": slots, "b": 10**6})
+    gate = pool_slots({"a": slots, "b": 10**6})
     user, batcher = Tenant("user"), Tenant("batcher")
     batch = [Entry(batcher, Priority.BATCH, 500, model="a") for _ in range(batch_count)]
     for entry in batch:
@@ -336,7 +342,7 @@ def test_a_full_pool_holds_only_its_own_entries_in_fifo_order() -> None:
     """A refusal for one pool lets the same tenant's later entries for another pool go; the
     held ones keep their order for when their pool has room."""
     scheduler = Scheduler(POLICIES)
-    gate = PoolSlots({"big": 1, "small": 10})
+    gate = pool_slots({"big": 1, "small": 10})
     tenant = Tenant("t")
     running = Entry(tenant, Priority.NORMAL, 10, model="big")
     big1, small1, big2, small2 = (
@@ -349,3 +355,167 @@ def test_a_full_pool_holds_only_its_own_entries_in_fifo_order() -> None:
     scheduler.finish(running)
     gate.on_finish(running)
     assert scheduler.decide(0.0, gate).released == [big1]
+
+
+def test_an_oversized_batch_request_does_not_stall_interactive_ones() -> None:
+    """The issue's case: KV 65,536 tokens, one 1,000-token request running, a batch request
+    with n = 16, prompt 2,000 and max_tokens 2,048 queued at t = 1. Once it is overdue and
+    refused, interactive requests arriving at t = 20 are still released; it is held from
+    t = 31 (2 x aging_s), and goes as soon as the engine is idle."""
+    policies = {
+        Priority.INTERACTIVE: ClassPolicy(256, 1e9, 0.0),
+        Priority.NORMAL: ClassPolicy(1024, 1e9, 5.0),
+        Priority.BATCH: ClassPolicy(4096, 1e9, 15.0),
+    }
+    scheduler = Scheduler(policies)
+    gate = OneEngine(CapacityGate(max_in_flight=128, load=EngineLoad(kv_tokens=65_536)))
+    user, jobs = Tenant("user"), Tenant("jobs")
+    running = Entry(user, Priority.INTERACTIVE, 1_000)
+    scheduler.submit(running, 0.0)
+    assert scheduler.decide(0.0, gate).released == [running]
+    big = Entry(jobs, Priority.BATCH, (2_000 + 2_048) * 16, seats=16)
+    scheduler.submit(big, 1.0)
+    assert scheduler.decide(16.0, gate).refused == [big]  # does not fit beside `running`
+    late = [Entry(user, Priority.INTERACTIVE, 500) for _ in range(3)]
+    for entry in late:
+        scheduler.submit(entry, 20.0)
+    decisions = scheduler.decide(20.0, gate)
+    assert decisions.refused == [big] and decisions.held == []  # overdue, refused, passed
+    assert decisions.released == late
+    blocked = Entry(user, Priority.INTERACTIVE, 10)
+    scheduler.submit(blocked, 31.0)
+    held = scheduler.decide(31.0, gate)
+    assert held.held == [big] and held.released == []  # 2 x aging_s: nothing passes it now
+    for entry in [running, *late]:
+        scheduler.finish(entry)
+        gate.gate.on_finish(entry)
+    assert scheduler.decide(32.0, gate).released == [big]  # the idle engine takes it first
+    assert blocked.state is State.QUEUED
+
+
+@dataclasses.dataclass
+class SizedGate(SlotGate):
+    """A gate with `slots` seats that refuses an entry costing more than `room` unless the
+    engine is idle (a request too big to fit beside others), and counts seats per entry."""
+
+    room: int = 1000
+
+    def admits(self, entry: Entry, overdue: bool) -> str | None:
+        if self.in_flight == 0:
+            return "engine"
+        fits = self.in_flight + entry.seats <= self.slots and entry.cost <= self.room
+        return "engine" if fits else None
+
+    def on_release(self, entry: Entry, backend: str) -> None:
+        self.in_flight += entry.seats
+
+    def on_finish(self, entry: Entry) -> None:
+        self.in_flight -= entry.seats
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    aging=st.floats(0.5, 5.0),
+    dt=st.floats(0.05, 0.5),
+    duration=st.integers(1, 6),
+    slots=st.integers(2, 6),
+    arrivals=st.lists(
+        st.tuples(
+            st.sampled_from(list(Priority)),
+            st.booleans(),
+            st.integers(1, 3),
+            st.sampled_from(POOLS),
+        ),
+        min_size=1,
+        max_size=200,
+    ),
+)
+def test_a_refused_pick_holds_back_only_its_class_and_below_on_its_pool_for_a_bounded_time(
+    aging: float,
+    dt: float,
+    duration: int,
+    slots: int,
+    arrivals: list[tuple[Priority, bool, int, str]],
+) -> None:
+    """Under any mix of small and big (fit only on an idle engine) requests for two pools,
+    each running `duration` steps: after every decision, a class with work left on a pool is
+    held back only by a refused pick of its own class or one above on that pool, or by a held
+    pick on that pool; a pick is held only once its class has gone its hold time (2 x aging_s)
+    on its pool without a release there; and every request is released within its hold time
+    plus one drain (the longest request running) per class held before it, its own included,
+    per request of its class and pool ahead of it and for itself."""
+    scheduler = Scheduler(aged_policies(aging))
+    gate = PoolGates({pool: SizedGate(slots) for pool in POOLS})
+    tenant = Tenant("t")
+    running: list[tuple[int, Entry]] = []  # (ends at step, entry)
+    queued_at: dict[Entry, float] = {}
+    ahead: dict[Entry, int] = {}
+    step = 0
+    pending = list(arrivals)
+    while pending or scheduler.queued() or running:
+        now = step * dt
+        if pending:  # one arrival per step
+            cls, big, seats, pool = pending.pop(0)
+            entry = Entry(tenant, cls, 5000 if big else 10, seats=seats, model=pool)
+            ahead[entry] = scheduler.classes[cls].pools[pool]
+            scheduler.submit(entry, now)
+            queued_at[entry] = now
+        for ends, entry in [r for r in running if r[0] <= step]:
+            running.remove((ends, entry))
+            scheduler.finish(entry)
+            gate.on_finish(entry)
+        decisions = scheduler.decide(now, gate)
+        for entry in decisions.released:
+            running.append((step + duration, entry))
+            # Per request ahead in its class, then its own turn: its hold time (2 x aging_s)
+            # and one drain per class held before it (three at most), each drain being the
+            # longest request then running, at this simulation's step granularity.
+            drain = (duration + 1) * dt
+            bound = (ahead[entry] + 1) * (2 * aging + 3 * drain + dt)
+            wait = now - queued_at[entry]
+            assert wait <= bound + 1e-9, (entry, wait, bound)
+        for held in decisions.held:  # hold time: 2 x aging_s (the shortest, for the top)
+            waited = now - scheduler.classes[held.cls].waiting_since[held.model]
+            assert waited >= 2 * aging - 1e-9
+        held_pools = {held.model for held in decisions.held}
+        for cls in Priority:
+            for pool in POOLS:
+                if scheduler.classes[cls].pools[pool] and pool not in held_pools:
+                    refusals = [r for r in decisions.refused if r.model == pool]
+                    assert any(r.cls <= cls for r in refusals), (cls, pool, decisions)
+        for entry in decisions.refused:
+            assert entry.state is State.QUEUED
+        step += 1
+        assert step < 100_000
+
+
+@dataclasses.dataclass
+class OneEngine:
+    """llmd/admission/capacity.py's gate as the scheduler's Gate of one backend, "engine"."""
+
+    gate: CapacityGate
+
+    def admits(self, entry: Entry, overdue: bool) -> str | None:
+        return "engine" if self.gate.admits(entry, overdue) else None
+
+    def on_release(self, entry: Entry, backend: str) -> None:
+        self.gate.on_release(entry)
+
+
+def test_a_held_pick_stops_only_its_own_pool() -> None:
+    """A batch pick held on pool "big" (its hold time passed, it does not fit beside what
+    runs) stops every release on "big", interactive included, while "small" serves on."""
+    scheduler = Scheduler(aged_policies(1.0))
+    gate = PoolGates({pool: SizedGate(4) for pool in POOLS})
+    tenant = Tenant("t")
+    running = Entry(tenant, Priority.INTERACTIVE, 10, model="big")
+    scheduler.submit(running, 0.0)
+    assert scheduler.decide(0.0, gate).released == [running]
+    huge = Entry(tenant, Priority.BATCH, 5000, model="big")
+    scheduler.submit(huge, 0.0)
+    later = [Entry(tenant, Priority.INTERACTIVE, 10, model=m) for m in ("big", "small")]
+    for entry in later:
+        scheduler.submit(entry, 2.5)
+    decisions = scheduler.decide(2.5, gate)
+    assert decisions.held == [huge] and decisions.released == [later[1]]
+    assert later[0].state is State.QUEUED

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 
 import pytest
 
 from llmd.admission.classes import Priority
+from llmd.admission.cost import Cost
 from llmd.admission.waiters import Admission, Request, max_in_flight
 from llmd.config import AdmissionConfig, Config, EngineConfig
-from llmd.errors import QueueTimeout
+from llmd.errors import InvalidRequest, QueueTimeout
+from llmd.routing.backend import BackendKind
 from llmd.supervisor.state import EnginePhase, EngineState
 
 
@@ -22,9 +25,10 @@ def admission(**fields: object) -> Admission:
     return Admission(config, {"main": EngineState(phase=EnginePhase.SERVING, max_model_len=1024)})
 
 
-def request(adm: Admission, cls: Priority = Priority.NORMAL, **headers: str) -> Request:
-    raw = [(k.encode(), v.encode()) for k, v in headers.items()]
-    return Request(adm.tenants.tenants()[0], cls, 100, raw)
+def request(
+    adm: Admission, cls: Priority = Priority.NORMAL, deadline: float | None = None
+) -> Request:
+    return Request(adm.tenants.tenants()[0], cls, Cost(seats=1, tokens=100), deadline)
 
 
 async def test_waits_for_a_slot_and_leaves_the_queue_when_cancelled() -> None:
@@ -48,10 +52,32 @@ async def test_deadline_header_rejects_while_queued() -> None:
     """x-llmd-deadline-ms passes while queued: QueueTimeout (503) with Retry-After."""
     adm = admission()
     await adm.admit(request(adm))
+    deadline = adm.deadline([(b"x-llmd-deadline-ms", b"30")], time.monotonic())
     with pytest.raises(QueueTimeout) as caught:
-        await adm.admit(request(adm, **{"x-llmd-deadline-ms": "30"}))
+        await adm.admit(request(adm, deadline=deadline))
     assert caught.value.retry_after_s is not None and caught.value.retry_after_s >= 1
     assert "x-llmd-deadline-ms" in caught.value.message
+
+
+async def test_deadline_counts_from_arrival_not_from_admission() -> None:
+    """A deadline that passed before the request reached admission (it arrived 0.5 s ago, with
+    200 ms to go) is answered at once, while the engine is busy, not 200 ms later."""
+    adm = admission()
+    await adm.admit(request(adm))
+    arrived = time.monotonic() - 0.5
+    deadline = adm.deadline([(b"x-llmd-deadline-ms", b"200")], arrived)
+    assert deadline == pytest.approx(arrived + 0.2)
+    started = time.monotonic()
+    with pytest.raises(QueueTimeout):
+        await adm.admit(request(adm, deadline=deadline))
+    assert time.monotonic() - started < 0.15
+
+
+@pytest.mark.parametrize("value", [b"0", b"-5", b"1.5", b"soon", b"86400001"])
+def test_bad_deadline_header_is_400(value: bytes) -> None:
+    """x-llmd-deadline-ms must be whole milliseconds in 1..86,400,000."""
+    with pytest.raises(InvalidRequest, match="x-llmd-deadline-ms"):
+        admission().deadline([(b"x-llmd-deadline-ms", value)], 0.0)
 
 
 def test_engine_flags_set_priority_and_max_in_flight() -> None:
@@ -64,9 +90,13 @@ def test_engine_flags_set_priority_and_max_in_flight() -> None:
     assert max_in_flight(EngineConfig(model="m"), AdmissionConfig()) == 128
 
 
-def test_cost_uses_the_engines_default_output_when_max_tokens_is_omitted() -> None:
-    """Omitted max_tokens: the rest of the context for chat, 16 for completions; times n."""
-    adm = admission()
-    assert adm.cost(24, None, 1, chat=True, max_model_len=1024) == 1024
-    assert adm.cost(24, None, 1, chat=False, max_model_len=1024) == 40
-    assert adm.cost(24, 10, 2, chat=True, max_model_len=1024) == 68
+def test_a_request_is_refused_only_when_it_fits_no_backend_of_its_pool() -> None:
+    """never_fits per pool: more seats than one backend has but not than another's passes;
+    more than every backend of the pool has is a 400 saying why."""
+    adm = admission()  # `main`: one seat
+    (model,) = adm.capacity.models()
+    adm.add_backend("wide", BackendKind.ENGINE, [model])
+    adm.capacity.gate("wide").max_in_flight = 4
+    adm.check_fits(Cost(seats=4, tokens=100), model)
+    with pytest.raises(InvalidRequest, match="5 sequences at once"):
+        adm.check_fits(Cost(seats=5, tokens=100), model)

@@ -21,7 +21,7 @@ import httpx
 import uvicorn
 from aiohttp import web
 
-from llmd.config import Config, EngineConfig, ServerConfig, ValidationConfig
+from llmd.config import AdmissionConfig, Config, EngineConfig, ServerConfig, ValidationConfig
 from llmd.engine.versions import EngineApi
 from llmd.proxy.app import build_app
 from llmd.state import DaemonState
@@ -32,12 +32,22 @@ from tests.support.state import daemon_state
 
 @dataclasses.dataclass
 class FakeEngine:
-    """What the fake engine saw: (path, parsed body) for each generation request.
+    """What the fake engine saw: (path, parsed body) for each generation request, and the
+    bodies of its /tokenize calls in the order they came (`tokenized`) with the most that ran
+    at once (`tokenizing_peak`). `tokenize_delay_s` slows each /tokenize call; `linger_s` keeps
+    a stream open that long after its `data: [DONE]`; while `hold` is clear, generation
+    requests wait (once received) until a test sets it.
 
     A streamed request with `"hold_tail": true` gets its stream less the last byte (the `\n`
     that ends the last event), which follows once `tail` is set."""
 
     received: list[tuple[str, Any]] = dataclasses.field(default_factory=list)
+    tokenized: list[Any] = dataclasses.field(default_factory=list)
+    tokenizing: int = 0
+    tokenizing_peak: int = 0
+    tokenize_delay_s: float = 0.0
+    linger_s: float = 0.0
+    hold: threading.Event | None = None
     tail: asyncio.Event | None = None
 
     def app(self) -> web.Application:
@@ -46,6 +56,8 @@ class FakeEngine:
         async def generate(request: web.Request) -> web.StreamResponse:
             body = await request.json()
             self.received.append((request.path, body))
+            if self.hold is not None:
+                await asyncio.to_thread(self.hold.wait)
             if body.get("stream"):
                 response = web.StreamResponse(headers={"content-type": "text/event-stream"})
                 await response.prepare(request)
@@ -57,12 +69,20 @@ class FakeEngine:
                     self.tail.clear()
                     events = events[-1:]
                 await response.write(events)
+                await asyncio.sleep(self.linger_s)
                 await response.write_eof()
                 return response
             return web.json_response({"object": "fake", "choices": [], "echo": body})
 
         async def tokenize(request: web.Request) -> web.Response:
             body = await request.json()
+            self.tokenized.append(body)
+            self.tokenizing += 1
+            self.tokenizing_peak = max(self.tokenizing_peak, self.tokenizing)
+            try:
+                await asyncio.sleep(self.tokenize_delay_s)
+            finally:
+                self.tokenizing -= 1
             return web.json_response({"count": len(json.dumps(body)), "max_model_len": 0})
 
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -101,9 +121,12 @@ class ProxyStack:
         runtime_dir: Path,
         max_model_len: int,
         real_engine: Path | None = None,
+        engine: FakeEngine | None = None,
+        admission: AdmissionConfig | None = None,
         **validation: Any,
     ) -> Iterator[ProxyStack]:
-        """Start the stack; stop it on exit. `validation` sets ValidationConfig fields.
+        """Start the stack; stop it on exit. `validation` sets ValidationConfig fields,
+        `admission` replaces the default AdmissionConfig, `engine` the FakeEngine.
 
         With `real_engine` (a running engine's Unix socket) the proxy relays to it instead of
         to the fake engine (whose `received` then stays empty), knowing its vLLM release from
@@ -113,6 +136,7 @@ class ProxyStack:
             server=ServerConfig(runtime_dir=str(runtime_dir), max_body_bytes=1024 * 1024),
             engine=EngineConfig(model=str(model_dir), served_model_name="tiny"),
             validation=ValidationConfig(**validation),
+            admission=admission or AdmissionConfig(),
         )
         state = EngineState(phase=EnginePhase.SERVING, max_model_len=max_model_len)
         if real_engine is not None:
@@ -122,7 +146,7 @@ class ProxyStack:
         # No request log lines: the stack outlives each test's output capture.
         observer = Observer(log_requests="off")
         ctx = daemon_state(config, state, observer, runtime_dir)
-        engine = FakeEngine()
+        engine = engine or FakeEngine()
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

@@ -3,11 +3,14 @@ prometheus_client.parser), tenant folding, input-length buckets, gauges from the
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmd.admission.classes import Priority
+from llmd.admission.scheduler import Entry
 from llmd.config import Config, EngineConfig
 from llmd.proxy.inflight import Exchange
 from llmd.state import DaemonState
@@ -46,6 +49,7 @@ SERIES = {
     "llmd_engine_requests_waiting": ("gauge", ENGINE),
     "llmd_queue_depth": ("gauge", {"class"}),
     "llmd_in_flight": ("gauge", {"tenant"}),
+    "llmd_queued": ("gauge", {"tenant"}),
     "llmd_gpu_utilization_ratio": ("gauge", {"gpu", "name"}),
     "llmd_gpu_memory_used_bytes": ("gauge", {"gpu", "name"}),
     "llmd_gpu_memory_total_bytes": ("gauge", {"gpu", "name"}),
@@ -142,6 +146,24 @@ def test_gauges_come_from_the_snapshot() -> None:
     assert value("llmd_queue_depth", {"class": "batch"}) == 0
     assert value("llmd_gpu_power_watts", {"gpu": "0", "name": "NVIDIA H100"}) == 300
     assert value("llmd_log_lines_suppressed_total", {"event": "engine_output"}) == 4
+
+
+def test_in_flight_counts_what_is_relayed_and_queued_has_its_own_gauge() -> None:
+    """A tenant with one request in the engine and one in llmd's queue: llmd_in_flight 1 (its
+    help says "relayed to the engine"), llmd_queued 1; the Status agrees."""
+    ctx = busy_context()  # its live exchange for 'acme' is still being validated
+    tenant = ctx.admission.tenants.tenants()[0]
+    relayed = Exchange("relayed", stream=True, tenant=tenant.name)
+    relayed.admitted_at = time.monotonic()
+    ctx.inflight.add(relayed)
+    ctx.inflight.add(Exchange("queued", stream=True, tenant=tenant.name))
+    ctx.admission.scheduler.submit(Entry(tenant, Priority.NORMAL, 10), time.monotonic())
+    value = ctx.observer.metrics.registry.get_sample_value
+    assert value("llmd_in_flight", {"tenant": tenant.name}) == 1
+    assert value("llmd_queued", {"tenant": tenant.name}) == 1
+    assert not value("llmd_in_flight", {"tenant": "acme"})  # validating: not relayed
+    status = ctx.snapshot()
+    assert (status.in_flight, status.queued) == (1, 2)
 
 
 def test_the_grafana_dashboard_uses_only_contracted_series() -> None:

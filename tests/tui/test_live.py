@@ -106,6 +106,31 @@ async def test_drain_from_the_tui_with_20_streams_in_flight(llmd: LlmdProcess) -
     assert served.status_code == 200
 
 
+async def test_a_rejection_shows_as_a_rejection(llmd: LlmdProcess) -> None:
+    """A request refused by admission (a bad x-llmd-deadline-ms) is counted under `rejected`
+    with its code in the counts panel, and not under `errors`."""
+    app = top(llmd)
+    async with (
+        httpx.AsyncClient(base_url=llmd.base_url, timeout=30) as client,
+        app.run_test(size=SIZE) as pilot,
+    ):
+        await until(pilot, lambda: app.snapshot is not None)
+        assert app.snapshot is not None
+        before = app.snapshot["counts"]
+        bad = {"x-llmd-deadline-ms": "soon"}
+        assert (await client.post("/v1/completions", json=SHORT, headers=bad)).status_code == 400
+
+        def counted() -> bool:
+            counts = app.snapshot["counts"] if app.snapshot else before
+            was = before["rejections"].get("invalid_request", 0)
+            return bool(counts["rejections"].get("invalid_request", 0) == was + 1)
+
+        await until(pilot, counted)
+        assert app.snapshot is not None
+        assert app.snapshot["counts"]["errors"] == before["errors"]
+        await until(pilot, lambda: "invalid_request" in screen_text(app))
+
+
 @pytest.fixture
 def workdir() -> Iterator[object]:
     yield short_tmpdir("llmd-top-")

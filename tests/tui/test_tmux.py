@@ -78,7 +78,7 @@ def test_llmd_top_in_a_real_terminal(llmd: LlmdProcess) -> None:
     try:
         # What every terminal size shows: on a small window (tmux may keep 80 columns when no
         # client is attached) the header and the table rows can be cut; the panel titles stay.
-        screen = tmux.wait_for(lambda s: "sequences · 1 in flight" in s and "engine_ready" in s)
+        screen = tmux.wait_for(lambda s: "sequences · 1 live" in s and "engine_ready" in s)
         assert "recent events" in screen and "queues" in screen and "tenants" in screen
         tmux.run("send-keys", "-t", "top", "?")
         tmux.wait_for(lambda s: "drain: stop admitting" in s)

@@ -20,8 +20,11 @@ def test_example_config_documents_the_defaults() -> None:
         "context_policy": "reject",
         "default_max_tokens": 2048,
         "max_tokens_limit": 0,
+        "max_n": 16,
+        "max_prompts": 64,
         "tokenizer": "auto",
         "tokenizer_path": "",
+        "max_tokenize_calls": 8,
     }
     assert ValidationConfig(**documented) == ValidationConfig()
 

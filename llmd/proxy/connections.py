@@ -1,0 +1,59 @@
+"""The public listener's connection limit (`server.max_connections`), answered as llmd answers.
+
+uvicorn takes no new request past `limit_concurrency` open connections or running requests, and
+answers it with its own 503 (`flow_control.service_unavailable`: plain text, no Retry-After).
+`limited_protocol` is llmd's httptools protocol (`protocol.py`: the request head bounded) with
+that answer replaced by llmd's: 503
+`too_many_connections`, OpenAI-shaped, with Retry-After (the time for one release at the
+measured rate), counted as a rejection. The limit bounds what connections cost llmd (each
+may buffer up to uvicorn's 64 KiB of body before llmd reads it); the body budget
+(llmd/admission/bodies.py) bounds the bodies it reads. uvicorn reads the limit from its config
+for each new connection, so a reload applies it to the connections that follow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+from uvicorn._types import ASGI3Application, ASGIReceiveCallable, ASGISendCallable, Scope
+from uvicorn.protocols.http.flow_control import service_unavailable
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
+from llmd.errors import TooManyConnections
+from llmd.proxy.writer import send_error
+from llmd.state import DaemonState
+
+
+def limited_protocol(
+    state: DaemonState, base: type[asyncio.Protocol] = HttpToolsProtocol
+) -> type[asyncio.Protocol]:
+    """`base` (uvicorn's httptools protocol or a subclass: llmd/proxy/protocol.py) answering
+    requests past its `limit_concurrency` with llmd's 503 `too_many_connections` (accounted in
+    `state.observer`). Raises TypeError for a `base` that is not an HttpToolsProtocol."""
+    if not issubclass(base, HttpToolsProtocol):
+        raise TypeError(f"{base.__name__} is not uvicorn's httptools protocol")
+
+    async def over_limit(
+        scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
+    ) -> None:
+        now = time.monotonic()
+        limit = state.config.server.max_connections
+        error = TooManyConnections(
+            f"llmd has {limit} connections or requests open, its limit; retry later",
+            retry_after_s=state.admission.scheduler.rates.wait_s((None, None), 0, now),
+        )
+        state.observer.rejected(uuid.uuid4().hex, error.status, str(error.code), now)
+        await send_error(send, error)  # type: ignore[arg-type]
+
+    class LimitedHttpToolsProtocol(base):  # type: ignore[valid-type,misc]
+        """uvicorn's protocol; `_start_asgi_task` is where every request's app is started,
+        the limit's answer included (uvicorn 0.30+: pinned by tests/proxy/test_connections.py)."""
+
+        def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+            if app is service_unavailable:
+                app = over_limit
+            super()._start_asgi_task(cycle, app)
+
+    return LimitedHttpToolsProtocol

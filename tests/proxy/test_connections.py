@@ -1,0 +1,77 @@
+"""The public listener's connection limit (server.max_connections): past it, llmd's own 503
+`too_many_connections` with Retry-After (not uvicorn's plain-text one), counted as a
+rejection; a reload applies a new limit to the connections that follow."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import httpx
+
+from tests.support.accounting import Tally
+from tests.support.llmd_process import LlmdProcess, short_tmpdir
+from tests.support.model import ensure_tiny_model
+from tests.support.sim_process import sim_config
+from tests.support.waiting import until
+
+CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5}
+
+
+def config(max_connections: int) -> str:
+    return sim_config(ensure_tiny_model(), server={"max_connections": max_connections})
+
+
+@contextlib.asynccontextmanager
+async def connections_held(llmd: LlmdProcess, count: int) -> AsyncIterator[None]:
+    """`count` connections, each with a stream that hangs in the engine, until the block ends."""
+    clients = [httpx.AsyncClient(base_url=llmd.base_url, timeout=30) for _ in range(count)]
+    body = {**CHAT, "stream": True, "sim_fault": "hang"}
+
+    async def hang(client: httpx.AsyncClient) -> None:
+        async with client.stream("POST", "/v1/chat/completions", json=body):
+            await asyncio.Event().wait()
+
+    tasks = [asyncio.create_task(hang(client)) for client in clients]
+    try:
+        live = lambda: len(llmd.admin_status()["sequences"]) == count  # noqa: E731
+        assert await until(live, timeout_s=10)
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for client in clients:
+            await client.aclose()
+
+
+async def test_past_the_limit_llmd_answers_503_with_retry_after_and_a_reload_raises_it() -> None:
+    """max_connections = 3 with three streams open: a fourth connection gets 503
+    too_many_connections, OpenAI-shaped, with Retry-After, counted in llmd_rejections_total;
+    after a reload to 8 the next one is served."""
+    workdir = short_tmpdir("llmd-conn-")
+    llmd = LlmdProcess.start(config(3), workdir=workdir)
+    try:
+        llmd.wait_ready(timeout_s=30)
+        before = Tally.take(llmd)
+        async with connections_held(llmd, 3):
+            async with httpx.AsyncClient(base_url=llmd.base_url, timeout=30) as fourth:
+                refused = await fourth.post("/v1/chat/completions", json=CHAT)
+            (workdir / "llmd.toml").write_text(config(8))
+            transport = httpx.AsyncHTTPTransport(uds=str(llmd.runtime_dir / "admin.sock"))
+            async with httpx.AsyncClient(transport=transport, base_url="http://llmd") as admin:
+                assert (await admin.post("/reload")).status_code == 200
+            async with httpx.AsyncClient(base_url=llmd.base_url, timeout=30) as fifth:
+                served = await fifth.post("/v1/chat/completions", json=CHAT)
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["error"]["code"] == "too_many_connections"
+        assert int(refused.headers["retry-after"]) >= 1
+        assert served.status_code == 200, served.text
+        after = Tally.take(llmd)
+        assert (
+            after.rejections("too_many_connections") - before.rejections("too_many_connections")
+            == 1
+        )
+    finally:
+        llmd.stop()

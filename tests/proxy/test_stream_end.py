@@ -1,0 +1,69 @@
+"""The end of a relayed request: a client that closes right after `data: [DONE]` has not
+cancelled anything, and a request's body leaves llmd's body budget once sent to the engine.
+Against a fake engine that keeps its stream open after `[DONE]`."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.support.fake_engine import FakeEngine, ProxyStack
+from tests.support.waiting import wait_for
+from tests.validation.conftest import STRING_TEMPLATE, make_tokenizer_dir
+
+USER = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyStack]:
+    """The proxy before an engine that closes its streams 3 s after their `[DONE]`."""
+    model = make_tokenizer_dir(tmp_path_factory.mktemp("model"), STRING_TEMPLATE)
+    runtime = Path(tmp_path_factory.mktemp("run"))
+    with ProxyStack.run(model, runtime, 4096, engine=FakeEngine(linger_s=3.0)) as stack:
+        yield stack
+
+
+def test_a_client_closing_after_done_is_not_a_cancellation(running: ProxyStack) -> None:
+    """The official openai client closes its stream as soon as it reads `[DONE]`, before the
+    engine closes its side: the request is accounted as a success, not a cancellation."""
+    tallies = running.ctx.observer.tallies
+    before = tallies.requests, sum(tallies.cancellations.values()), tallies.errors
+    client = openai.OpenAI(base_url=running.base_url + "/v1", api_key="unused", max_retries=0)
+    with client.chat.completions.create(
+        model="tiny",
+        messages=USER,  # type: ignore[arg-type]
+        max_tokens=5,
+        stream=True,
+    ) as stream:
+        chunks = list(stream)
+    assert len(chunks) == 1  # the fake engine's one event, then [DONE]
+    assert wait_for(lambda: tallies.requests == before[0] + 1, timeout_s=10)
+    assert (sum(tallies.cancellations.values()), tallies.errors) == before[1:]
+    assert running.ctx.observer.windows.e2e.percentiles(60).count >= 1
+
+
+def test_a_body_leaves_the_budget_once_sent_to_the_engine(running: ProxyStack) -> None:
+    """While the engine still streams a request (held open after `[DONE]`), its body no
+    longer counts in the body budget; nothing is held once it has ended."""
+    budget = running.ctx.admission.bodies
+    body = {"model": "tiny", "messages": USER, "max_tokens": 5, "stream": True,
+            "blob": "x" * 100_000}  # fmt: skip
+    done = threading.Event()
+
+    def stream() -> None:
+        with httpx.stream("POST", running.base_url + "/v1/chat/completions", json=body) as r:
+            for _ in r.iter_bytes():
+                pass
+        done.set()
+
+    thread = threading.Thread(target=stream)
+    thread.start()
+    assert wait_for(lambda: len(running.engine.received) > 0, timeout_s=10)
+    assert not done.is_set() and budget.held == 0
+    thread.join(10)
+    assert done.is_set() and budget.held == 0
