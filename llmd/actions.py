@@ -1,9 +1,12 @@
 """Operator actions on a running llmd: drain, resume, restart, reload, cancel, and shutdown.
 
 The admin API and the daemon's signal handling call these; each returns a JSON-able summary or
-raises ActionRefused (409) when it makes no sense in llmd's current state. They run one at a
-time: a restart (it waits for the drain and for the new engine) or a shutdown is under way until
-it ends, and what else may happen then is:
+raises ActionRefused (409) when it makes no sense in llmd's current state, NotFound (404) for
+an engine llmd does not have. Drain, resume and restart act on every engine, or on one
+(`engine`): drained alone, an engine takes no new request (its pool's other backends do; a pool
+with none left answers 503 with Retry-After) while those running there finish. They run one at
+a time: a restart (it waits for the drain and for the new engine) or a shutdown is under way
+until it ends, and what else may happen then is:
 
     asked \\ under way   restart                              shutdown
     drain               yes (admission stays closed after)   refused: shutting down
@@ -18,11 +21,12 @@ A reload never yields to the event loop, so nothing runs during one.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import structlog
 
-from llmd.errors import ActionRefused, Draining, RequestCancelled
+from llmd.errors import ActionRefused, Draining, NotFound, RequestCancelled
 from llmd.reload import ReloadPlan
 from llmd.state import DaemonState
 from llmd.supervisor.supervisor import Supervisor
@@ -38,84 +42,158 @@ _WHY = {
 
 
 class ConfigOwner(Protocol):
-    """The daemon: it owns the config and applies it to every part."""
+    """The daemon: it owns the config, the engines' supervisors, and applies the config."""
 
     def reload(self) -> ReloadPlan:
         """Read the config file again and apply it. Raises ConfigError (nothing changed)."""
         ...
 
-    def apply_pending_engine(self) -> list[str]:
-        """Apply the engine table a reload kept pending; the keys it changed."""
+    def pending_engines(self) -> list[str]:
+        """The engines a reload left pending: changed, added or removed."""
+        ...
+
+    async def apply_pending_engine(self, name: str) -> list[str]:
+        """Apply engine `name`'s table a reload kept pending (adding or removing the engine);
+        the keys it changed."""
+        ...
+
+    def start_engine(self, name: str) -> bool:
+        """Run engine `name`'s supervisor again when it gave up; whether it did."""
         ...
 
 
 class OperatorActions:
     """Drain, resume, restart, reload, cancel and shutdown over one daemon state and its
-    supervisor, one at a time (see the module docstring)."""
+    engines' supervisors (a live mapping, by name), one at a time (see the module
+    docstring)."""
 
-    def __init__(self, state: DaemonState, supervisor: Supervisor, owner: ConfigOwner) -> None:
+    def __init__(
+        self, state: DaemonState, supervisors: Mapping[str, Supervisor], owner: ConfigOwner
+    ) -> None:
         self.state = state
-        self.supervisor = supervisor
+        self.supervisors = supervisors
         self.owner = owner
         self.under_way: str | None = None
-        # The operator asked for a drain that no resume has ended: admission stays closed
-        # after a restart.
+        # The operator asked for a drain that no resume has ended (of llmd, or of engines by
+        # name): admission stays closed after a restart.
         self._drain_asked = False
+        self._drained: set[str] = set()
         self._deadline: asyncio.Task[int] | None = None
 
-    def drain(self, deadline_s: float | None = None, reject_queued: bool = False) -> dict[str, Any]:
+    def drain(
+        self,
+        deadline_s: float | None = None,
+        reject_queued: bool = False,
+        engine: str | None = None,
+    ) -> dict[str, Any]:
         """Stop admitting (new requests get 503 `draining` with Retry-After); in-flight work
         finishes, and so does work queued in llmd unless `reject_queued`, which answers it 503
-        `draining` now (and those still being validated as they reach admission, until a
-        resume). After `deadline_s` seconds, what is still in flight ends with an in-band
-        error. Idempotent; a new deadline replaces the old one. Refused during shutdown."""
+        `draining` now (and, for a drain of llmd, those still being validated as they reach
+        admission, until a resume). After `deadline_s` seconds, what is still in flight ends
+        with an in-band error. With `engine`, only that engine stops taking requests (its
+        deadline ends only its requests). Idempotent; a new deadline replaces the old one.
+        Refused during shutdown."""
         self._refuse_during("drain", SHUTDOWN)
-        self._drain_asked = True
-        self.state.draining = True
+        if engine is not None:
+            self._check_engine(engine)
+            self._drained.add(engine)
+            self._set_draining(engine, True)
+        else:
+            self._drain_asked = True
+            self.state.draining = True
         if reject_queued:
             error = Draining("llmd is draining; queued requests were turned away", retry_after_s=5)
-            self.state.admission.reject_queued(error)
+            self.state.admission.reject_queued(error)  # llmd's drain only (the admin API)
         self._cancel_deadline()
         if deadline_s is not None:
-            self._deadline = asyncio.create_task(self.wait_drained(deadline_s))
+            self._deadline = asyncio.create_task(self.wait_drained(deadline_s, engine=engine))
+        relayed = self.state.inflight.relayed()
         log.info(
             "drain_started",
-            in_flight=self.state.inflight.relayed(),
-            queued=len(self.state.inflight) - self.state.inflight.relayed(),
+            engine=engine,
+            in_flight=self._in_flight(engine),
+            queued=len(self.state.inflight) - relayed,
             deadline_s=deadline_s,
         )
         return self.summary()
 
-    def resume(self) -> dict[str, Any]:
-        """Admit requests again (ends a drain and its deadline). Refused during a restart (it
-        resumes by itself) and during shutdown."""
+    def resume(self, engine: str | None = None) -> dict[str, Any]:
+        """Admit requests again (ends a drain and its deadline); with `engine`, that engine
+        takes requests again. Refused during a restart (it resumes by itself) and during
+        shutdown."""
         self._refuse_during("resume", RESTART, SHUTDOWN)
         self._cancel_deadline()
-        self._drain_asked = False
-        self.state.draining = False
-        self.state.admission.reopen()
-        log.info("drain_ended")
+        if engine is not None:
+            self._check_engine(engine)
+            self._drained.discard(engine)
+            self._set_draining(engine, False)
+        else:
+            self._drain_asked = False
+            self.state.draining = False
+            self.state.admission.reopen()
+            for name in self._drained:
+                self._set_draining(name, False)
+            self._drained.clear()
+        log.info("drain_ended", engine=engine)
         return self.summary()
 
-    async def restart(self) -> dict[str, Any]:
+    async def restart(self, engine: str | None = None) -> dict[str, Any]:
         """Drain (up to server.drain_timeout_s; an operator's drain deadline keeps running),
-        apply an engine table a reload kept pending, restart the engine and wait until the new
-        one serves (up to engine.start_timeout_s), then admit again unless the operator drained.
-        Refused while a restart or a shutdown is under way."""
+        apply the engine tables a reload kept pending, restart the engines and wait until the
+        new ones serve (up to each one's start_timeout_s), then admit again unless the
+        operator drained. With `engine`, only that engine: the others serve on; an engine a
+        reload added starts, one it removed stops, one that gave up boots again. Refused while
+        a restart or a shutdown is under way."""
         self._refuse_during("restart", RESTART, SHUTDOWN)
+        if engine is not None and engine not in self.owner.pending_engines():
+            self._check_engine(engine)
         self.under_way = RESTART
         try:
-            self.state.draining = True
-            ended = await self.wait_drained(self.state.config.server.drain_timeout_s)
-            applied = self.owner.apply_pending_engine()
-            restarted = await self.supervisor.restart()
-            if restarted:
-                await self.supervisor.wait_serving(self.state.config.engine.start_timeout_s)
+            if engine is None:
+                result = await self._restart_all()
+            else:
+                result = await self._restart_one(engine)
         finally:
             if self.under_way == RESTART:
                 self.under_way = None
                 self.state.draining = self._drain_asked
-        return {**self.summary(), "restarted": restarted, "ended": ended, "applied": applied}
+        return {**self.summary(), **result}
+
+    async def _restart_all(self) -> dict[str, Any]:
+        self.state.draining = True
+        ended = await self.wait_drained(self.state.config.server.drain_timeout_s)
+        applied: list[str] = []
+        for name in self.owner.pending_engines():
+            applied += await self.owner.apply_pending_engine(name)
+        supervisors = dict(self.supervisors)
+        fresh = {name for name in supervisors if self.owner.start_engine(name)}
+        done = await asyncio.gather(
+            *(s.restart() for name, s in supervisors.items() if name not in fresh)
+        )
+        await asyncio.gather(
+            *(s.wait_serving(s.engine.start_timeout_s) for s in supervisors.values())
+        )
+        return {"restarted": any(done) or bool(fresh), "ended": ended, "applied": applied}
+
+    async def _restart_one(self, name: str) -> dict[str, Any]:
+        draining = name in self.state.admission.capacity.names()
+        if draining:
+            self._set_draining(name, True)
+        try:
+            timeout = self.state.config.server.drain_timeout_s
+            ended = await self.wait_drained(timeout, engine=name) if draining else 0
+            applied = await self.owner.apply_pending_engine(name)
+            supervisor = self.supervisors.get(name)
+            if supervisor is None:  # removed
+                return {"restarted": False, "ended": ended, "applied": applied}
+            added = f"engines.{name}" in applied  # booting now, for the first time
+            restarted = added or self.owner.start_engine(name) or await supervisor.restart()
+            if restarted:
+                await supervisor.wait_serving(supervisor.engine.start_timeout_s)
+        finally:
+            if name in self.state.admission.capacity.names():
+                self._set_draining(name, name in self._drained)
+        return {"restarted": restarted, "ended": ended, "applied": applied}
 
     def reload(self) -> dict[str, Any]:
         """Re-read the config file and apply it; what cannot apply now is listed. Raises
@@ -128,6 +206,7 @@ class OperatorActions:
             "needs_restart": plan.needs_restart,
             "llmd_restart": plan.llmd_restart,
             "engine_pending": plan.engine_keys,
+            "engines_pending": sorted(plan.engines),
         }
 
     def cancel(self, request_id: str) -> dict[str, Any] | None:
@@ -145,11 +224,14 @@ class OperatorActions:
         self.under_way = SHUTDOWN
         self.state.draining = True
 
-    async def wait_drained(self, deadline_s: float, hurry: asyncio.Event | None = None) -> int:
-        """Wait until nothing is in flight, at most `deadline_s` (or until `hurry` is set), then
-        end what remains in-band. How many requests were ended."""
+    async def wait_drained(
+        self, deadline_s: float, hurry: asyncio.Event | None = None, engine: str | None = None
+    ) -> int:
+        """Wait until nothing is in flight (nothing on `engine`, when given), at most
+        `deadline_s` (or until `hurry` is set), then end what remains in-band. How many
+        requests were ended."""
         inflight = self.state.inflight
-        idle = asyncio.create_task(inflight.wait_idle(deadline_s))
+        idle = asyncio.create_task(inflight.wait_idle(deadline_s, backend=engine))
         waits: set[asyncio.Future[Any]] = {idle}
         if hurry is not None:
             waits.add(asyncio.ensure_future(hurry.wait()))
@@ -161,22 +243,49 @@ class OperatorActions:
         if idle.done() and not idle.cancelled() and idle.result():
             return 0
         ended = inflight.abort_all(
-            Draining("llmd is draining and the drain deadline passed", retry_after_s=1)
+            Draining("llmd is draining and the drain deadline passed", retry_after_s=1),
+            backend=engine,
         )
-        log.warning("drain_deadline_passed", ended=ended)
-        await inflight.wait_idle(5.0)
+        log.warning("drain_deadline_passed", engine=engine, ended=ended)
+        await inflight.wait_idle(5.0, backend=engine)
         return ended
 
     def summary(self) -> dict[str, Any]:
-        """What every action answers: whether llmd drains, requests in flight (relayed to the
-        engine) and queued (waiting in llmd), the engine's phase."""
+        """What every action answers: whether llmd drains, requests in flight (relayed to a
+        backend) and queued (waiting in llmd), the engine's phase (the `main` or first
+        engine's), and each engine's phase and whether it is drained."""
+        capacity = self.state.admission.capacity
         relayed = self.state.inflight.relayed()
         return {
             "draining": self.state.draining,
             "in_flight": relayed,
             "queued": len(self.state.inflight) - relayed,
             "engine": self.state.engine.phase.value,
+            "engines": {
+                name: {
+                    "state": state.phase.value,
+                    "draining": name in capacity.names() and capacity.draining(name),
+                }
+                for name, state in self.state.fleet.engines.items()
+            },
         }
+
+    def _check_engine(self, engine: str) -> None:
+        if engine not in self.supervisors:
+            raise NotFound(
+                f"no engine {engine!r}; engines: {', '.join(self.supervisors) or 'none'}"
+            )
+
+    def _set_draining(self, engine: str, draining: bool) -> None:
+        capacity = self.state.admission.capacity
+        if engine in capacity.names():
+            hint = self.state.config.server.drain_timeout_s if draining else None
+            capacity.set_draining(engine, hint)
+            self.state.admission.pump()
+
+    def _in_flight(self, engine: str | None) -> int:
+        inflight = self.state.inflight
+        return inflight.relayed() if engine is None else len(inflight.on_backend(engine))
 
     def _refuse_during(self, action: str, *states: str) -> None:
         if self.under_way in states:

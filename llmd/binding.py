@@ -22,7 +22,9 @@ def bind_table(cls: type[Any], raw: object, prefix: str = "", *, secret: bool = 
     unknown keys, wrong types and negative numbers raise ConfigError (with its `key`) naming
     `prefix` + key, the value (unless `secret`, or the field is marked secret) and what was
     expected. Keys left out keep the dataclass defaults; a nested table starts from its
-    parent's default for that field. A field named `source` is never listed as a key."""
+    parent's default for that field. A field typed `dict[str, SomeDataclass]` takes named
+    tables (`[engines.NAME]`), each bound the same way. A field named `source` is never listed
+    as a key."""
     if not isinstance(raw, dict):
         key = prefix.rstrip(".") or "config"
         got = HIDDEN if secret else f"got {raw!r}"
@@ -105,6 +107,14 @@ def _convert(hint: Any, value: object, key: str, secret: bool) -> object:
             return tuple(value)
         raise _invalid(key, value, secret, "expected a list of strings")
     if origin is dict:
+        item = typing.get_args(hint)[1]
+        if isinstance(item, type) and dataclasses.is_dataclass(item):
+            if not isinstance(value, dict):
+                raise _invalid(key, value, secret, f"expected tables [{key}.NAME]")
+            return {
+                name: bind_table(item, raw, f"{key}.{name}.", secret=secret)
+                for name, raw in value.items()
+            }
         if isinstance(value, dict) and all(isinstance(v, str) for v in value.values()):
             return dict(value)
         raise _invalid(key, value, secret, "expected a table of strings")

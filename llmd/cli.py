@@ -62,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.set_defaults(func=_check_config)
 
-    status = verbs.add_parser("status", help="show the daemon's and the engine's state")
+    status = verbs.add_parser("status", help="show the state of llmd, each engine and each model")
     status.add_argument("--json", action="store_true", help="print the Status snapshot as JSON")
     status.add_argument("--runtime-dir", default=ServerConfig.runtime_dir)
     status.set_defaults(func=_status)
@@ -73,18 +73,23 @@ def _parser() -> argparse.ArgumentParser:
     drain.add_argument(
         "--reject-queued", action="store_true", help="answer requests queued in llmd 503 now"
     )
+    drain.add_argument(
+        "--engine", help="drain this engine only: it takes no new request, the others serve on"
+    )
     drain.add_argument("--runtime-dir", default=ServerConfig.runtime_dir)
     drain.set_defaults(func=_drain)
     for verb, help_text in (
         ("resume", "admit requests again after a drain"),
-        ("restart", "drain, restart the engine (with a reloaded engine table), resume"),
+        ("restart", "drain, restart the engines (with reloaded engine tables), resume"),
         (
             "reload",
-            "re-read the config: limits, tenants, validation, telemetry and logging apply now; "
-            "engine changes wait for `llmd restart`",
+            "re-read the config: limits, tenants, upstreams, routing, validation, telemetry and "
+            "logging apply now; engine changes wait for `llmd restart [--engine NAME]`",
         ),
     ):
         sub = verbs.add_parser(verb, help=help_text)
+        if verb != "reload":
+            sub.add_argument("--engine", help=f"{verb} this engine only (default: every engine)")
         sub.add_argument("--runtime-dir", default=ServerConfig.runtime_dir)
         sub.set_defaults(func=_simple_verb)
 
@@ -143,23 +148,28 @@ def _check_config(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"llmd: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    print(
-        f"{path}: ok (engine {config.engine.kind}, model {config.engine.model_name}, "
-        f"listen {config.server.listen})"
-    )
+    backends = [
+        f"engine {name} ({engine.kind}, model {engine.model_name})"
+        for name, engine in config.engine_tables.items()
+    ]
+    backends += [f"upstream {name} ({upstream.url})" for name, upstream in config.upstreams.items()]
+    print(f"{path}: ok ({', '.join(backends)}; listen {config.server.listen})")
     from llmd.errors import SizingError
     from llmd.sizing.engine import plan_engine
     from llmd.sizing.report import format_plan
 
-    try:
-        plan, memory = plan_engine(
-            config.engine, planned_gib=args.gpu_memory_gib, typical_tokens=args.typical_tokens
-        )
-    except SizingError as exc:
-        print(f"sizing: skipped: {exc}")
-        return 0
-    print(f"sizing ({Path(config.engine.model) / 'config.json'}):")
-    print(format_plan(plan, memory))
+    several = len(config.engine_tables) > 1
+    for name, engine in config.engine_tables.items():
+        label = f"engine {name}, " if several else ""
+        try:
+            plan, memory = plan_engine(
+                engine, planned_gib=args.gpu_memory_gib, typical_tokens=args.typical_tokens
+            )
+        except SizingError as exc:
+            print(f"sizing: {label}skipped: {exc}")
+            continue
+        print(f"sizing ({label}{Path(engine.model) / 'config.json'}):")
+        print(format_plan(plan, memory))
     return 0
 
 
@@ -186,6 +196,8 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(status, indent=2))
     else:
+        from llmd.admin.status_text import format_status
+
         print(format_status(status))
     return 0
 
@@ -213,43 +225,68 @@ def _call(
 
 def _drain(args: argparse.Namespace) -> int:
     queued = "reject" if args.reject_queued else "wait"
-    answer = _call(args, "POST", "/drain", {"deadline_s": args.timeout, "queued": queued})
-    print(f"draining: {_live(answer)}")
+    body = {"deadline_s": args.timeout, "queued": queued, "engine": args.engine}
+    answer = _call(args, "POST", "/drain", body)
+    what = f"engine {args.engine}" if args.engine else "llmd"
+    print(f"draining {what}: {_live(answer)}")
     if not args.wait:
         return 0
     deadline = time.monotonic() + (args.timeout + 5 if args.timeout is not None else 3600)
-    while (live := _call(args, "GET", "/status")) and time.monotonic() < deadline:
-        if not live["in_flight"] and not live.get("queued"):
-            break
+    while (left := _left(args)) and time.monotonic() < deadline:
         time.sleep(0.5)
-    done = not live["in_flight"] and not live.get("queued")
-    print("drained" if done else f"still {_live(live)}")
-    return 0 if done else 1
+    print("drained" if not left else f"still {left}")
+    return 0 if not left else 1
 
 
 def _live(answer: dict[str, Any]) -> str:
-    """'N in flight' (relayed to the engine), with ', M queued' when requests wait in llmd."""
+    """'N in flight' (relayed to a backend), with ', M queued' when requests wait in llmd."""
     queued = answer.get("queued") or 0
     return f"{answer['in_flight']} in flight" + (f", {queued} queued" if queued else "")
 
 
+def _left(args: argparse.Namespace) -> str:
+    """What a drain still waits for ('' once drained): requests relayed or queued in llmd,
+    or relayed to `args.engine`."""
+    status = _call(args, "GET", "/status")
+    if args.engine:
+        entry = next((e for e in status.get("engines", []) if e["name"] == args.engine), None)
+        in_flight = int(entry["in_flight"]) if entry else 0
+        return f"{in_flight} in flight" if in_flight else ""
+    return _live(status) if status["in_flight"] or status.get("queued") else ""
+
+
 def _simple_verb(args: argparse.Namespace) -> int:
-    # A restart drains, then waits for the new engine to serve (engine.start_timeout_s).
-    answer = _call(args, "POST", "/" + args.verb, timeout_s=RESTART_TIMEOUT_S)
+    # A restart drains, then waits for the new engines to serve (engine.start_timeout_s).
+    engine = getattr(args, "engine", None)
+    body = {"engine": engine} if engine else None
+    answer = _call(args, "POST", "/" + args.verb, body, timeout_s=RESTART_TIMEOUT_S)
     if args.verb == "reload":
         print(reload_message(answer))
     elif args.verb == "restart":
-        print(restart_message(answer))
+        print(restart_message(answer, engine))
     else:
-        print(f"admitting requests; engine {answer['engine']}")
+        what = f"engine {engine} takes requests again" if engine else "admitting requests"
+        print(f"{what}; {_phases(answer)}")
     return 0
+
+
+def _phases(answer: dict[str, Any]) -> str:
+    """'engine serving', or each engine's phase when there are several."""
+    engines = answer.get("engines") or {}
+    if len(engines) <= 1:
+        return f"engine {answer['engine']}"
+    return "engines " + ", ".join(f"{name} {e['state']}" for name, e in engines.items())
 
 
 def reload_message(answer: dict[str, Any]) -> str:
     """What `llmd reload` prints: what applied, and what waits for which restart."""
-    lines = ["reloaded: limits, tenants, validation, telemetry and logging apply now"]
+    lines = [
+        "reloaded: limits, tenants, upstreams, routing, validation, telemetry and logging apply now"
+    ]
     if answer.get("engine_pending"):
-        lines.append(f"kept for the next `llmd restart`: {', '.join(answer['engine_pending'])}")
+        engines = answer.get("engines_pending") or []
+        verb = f"llmd restart --engine {engines[0]}" if len(engines) == 1 else "llmd restart"
+        lines.append(f"kept for the next `{verb}`: {', '.join(answer['engine_pending'])}")
     if answer.get("llmd_restart"):
         lines.append(
             f"needs llmd itself restarted (systemctl restart llmd): "
@@ -258,148 +295,20 @@ def reload_message(answer: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def restart_message(answer: dict[str, Any]) -> str:
-    """What `llmd restart` prints: whether the engine restarted, with the engine settings a
-    reload had kept pending and this restart applied."""
-    if not answer["restarted"]:
+def restart_message(answer: dict[str, Any], engine: str | None = None) -> str:
+    """What `llmd restart [--engine NAME]` prints: whether the engine(s) restarted, with the
+    engine settings a reload had kept pending and this restart applied."""
+    if engine is not None and engine not in (answer.get("engines") or {engine: None}):
+        message = f"engine {engine} removed"
+    elif not answer["restarted"]:
         message = "no engine was running (the next boot uses the current config)"
+    elif engine is not None:
+        message = f"engine {engine} restarted; {answer['engines'][engine]['state']}"
     else:
-        message = f"engine restarted; engine {answer['engine']}"
+        message = f"engine restarted; {_phases(answer)}"
     if answer.get("applied"):
         message += f"; applied {', '.join(answer['applied'])}"
     return message
-
-
-def format_status(status: dict[str, Any]) -> str:
-    """The human form of a Status snapshot (as JSON-decoded): a compact, aligned summary.
-
-    Sections a daemon did not send (an older llmd) are left out.
-    """
-    engine = status["engine"]
-    uptime = engine["uptime_s"]
-    last_exit = (
-        f"{engine['last_exit_reason']} ({engine['last_exit_detail']})"
-        if engine["last_exit_reason"]
-        else "-"
-    )
-    rows = [
-        (
-            "engine",
-            f"{engine['state']}  pid {engine['pid'] or '-'}  {engine['version'] or ''}".rstrip(),
-        ),
-        ("model", f"{engine['model']}  max_model_len {engine['max_model_len'] or '-'}"),
-        ("uptime", _duration(uptime) if uptime is not None else "-"),
-        ("restarts", str(engine["restarts"])),
-        ("last exit", last_exit),
-        *[
-            ("diagnosis", f"{f['message']}; hint: {f['hint']}")
-            for f in (engine.get("diagnosis") or ())[:1]
-            if f["severity"] == "error"
-        ],
-        (
-            "llmd",
-            f"{status['llmd_version']} on {status['listen']}  in flight {status['in_flight']}"
-            f"  queued {status.get('queued', 0)}  draining {'yes' if status['draining'] else 'no'}",
-        ),
-    ]
-    if "kv_cache" in status:
-        rows += _load_rows(status)
-    return "\n".join(f"{name:<10} {value}" for name, value in rows)
-
-
-def _load_rows(status: dict[str, Any]) -> list[tuple[str, str]]:
-    """Rows for the engine load, GPUs, queues, latency, throughput and counts."""
-    engine, kv = status["engine"], status["kv_cache"]
-    capacity = f" of {kv['capacity_tokens']:,} tokens" if kv["capacity_tokens"] else ""
-    rows = [
-        (
-            "load",
-            f"KV {_percent(kv['usage'])}{capacity}  running {_num(engine['running'])}"
-            f"  waiting {_num(engine['waiting'])}",
-        )
-    ]
-    gpus = status["gpus"]
-    for gpu in gpus["devices"]:
-        memory = (
-            f"{gpu['memory_used_bytes'] / 2**30:.1f}/{gpu['memory_total_bytes'] / 2**30:.1f} GiB"
-            if gpu["memory_total_bytes"]
-            else "- GiB"
-        )
-        rows.append(
-            (
-                f"gpu {gpu['index']}",
-                f"{gpu['name']}  {_percent(gpu['utilization'])}  {memory}"
-                f"  {_num(gpu['temperature_c'])} C  {_num(gpu['power_w'])} W",
-            )
-        )
-    if not gpus["devices"]:
-        rows.append(("gpu", f"none ({gpus['reason']})"))
-    rows.append(
-        (
-            "queues",
-            "  ".join(
-                f"{q['name']} {q['depth']}"
-                + (f" (oldest {q['oldest_wait_s']:.1f}s)" if q["oldest_wait_s"] else "")
-                for q in status["queues"]
-            ),
-        )
-    )
-    phases = {"queued": 0, "prefill": 0, "decode": 0}
-    for sequence in status["sequences"]:
-        phases[sequence["phase"]] = phases.get(sequence["phase"], 0) + 1
-    rows.append(("sequences", "  ".join(f"{name} {n}" for name, n in phases.items())))
-    window = status["latency"]["last_1m"]
-    rows.append(
-        (
-            "latency 1m",
-            "  ".join(
-                f"{label} {_ms(window[key]['p50'])}/{_ms(window[key]['p95'])}"
-                f"/{_ms(window[key]['p99'])}"
-                for key, label in (("queue_wait", "queue"), ("ttft", "TTFT"), ("e2e", "e2e"))
-            )
-            + "  (p50/p95/p99 ms)",
-        )
-    )
-    rate = status["throughput"]
-    engine_rate = rate["engine_generation_tokens_per_s"]
-    rows.append(
-        (
-            "throughput",
-            f"{rate['requests_per_s']:.1f} req/s  {rate['output_tokens_per_s']:.0f} tok/s out"
-            + (f"  engine {engine_rate:.0f} tok/s" if engine_rate is not None else ""),
-        )
-    )
-    counts = status["counts"]
-    rejections = ", ".join(f"{k} {v}" for k, v in sorted(counts["rejections"].items()))
-    cancelled = sum(counts["cancellations"].values())
-    rows.append(
-        (
-            "counts",
-            f"requests {counts['requests']}  rejected {sum(counts['rejections'].values())}"
-            + (f" ({rejections})" if rejections else "")
-            + f"  cancelled {cancelled}  timeouts {counts['timeouts']}"
-            f"  errors {counts['errors']}",
-        )
-    )
-    return rows
-
-
-def _percent(ratio: float | None) -> str:
-    return "-" if ratio is None else f"{ratio * 100:.0f}%"
-
-
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:g}"
-
-
-def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1000:.0f}"
-
-
-def _duration(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h {minutes}m {secs}s" if hours else f"{minutes}m {secs}s"
 
 
 def _run(coro: Coroutine[Any, Any, Any]) -> Any:

@@ -14,8 +14,33 @@ from pathlib import Path
 from typing import Literal
 
 from llmd.admission.tenants import load_tenants
+from llmd.backends.config import (
+    MAIN,
+    EngineConfig,
+    RoutingConfig,
+    UpstreamConfig,
+    check_backends,
+    engine_tables,
+)
 from llmd.binding import at_line, bind_table
 from llmd.errors import ConfigError
+
+__all__ = [
+    "MAIN",
+    "AdmissionConfig",
+    "ClassConfig",
+    "Config",
+    "EngineConfig",
+    "LoggingConfig",
+    "RoutingConfig",
+    "ServerConfig",
+    "SupervisorConfig",
+    "TelemetryConfig",
+    "UpstreamConfig",
+    "ValidationConfig",
+    "config_path",
+    "load_config",
+]
 
 DEFAULT_CONFIG_PATH = Path("/etc/llmd/llmd.toml")
 
@@ -49,28 +74,6 @@ class ServerConfig:
     @property
     def port(self) -> int:
         return int(self.listen.rpartition(":")[2])
-
-
-@dataclasses.dataclass(frozen=True)
-class EngineConfig:
-    """What engine to run and how: `kind` picks the adapter (`vllm` or `sim`)."""
-
-    kind: Literal["vllm", "sim"] = "vllm"
-    model: str = ""
-    served_model_name: str = ""
-    python: str = ""
-    command: tuple[str, ...] = ()
-    # May hold secrets (--api-key, VLLM_API_KEY, HF_TOKEN): never echoed in a config error.
-    args: tuple[str, ...] = dataclasses.field(default=(), metadata={"secret": True})
-    env: dict[str, str] = dataclasses.field(default_factory=dict, metadata={"secret": True})
-    start_timeout_s: float = 900.0
-    stop_timeout_s: float = 20.0
-    health_interval_s: float = 2.0
-
-    @property
-    def model_name(self) -> str:
-        """The name clients use in `model`: `served_model_name`, else the model path."""
-        return self.served_model_name or self.model
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,16 +186,39 @@ class AdmissionConfig:
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """The whole configuration, as loaded from one TOML file."""
+    """The whole configuration, as loaded from one TOML file.
+
+    The supervised engines are `[engine]` alone (one engine named `main`) or `[engines.NAME]`
+    (never both): read them from `engine_tables`. `upstreams` are servers llmd routes to but
+    does not supervise; `routing` says how a request picks one backend of its model's pool.
+    """
 
     server: ServerConfig = dataclasses.field(default_factory=ServerConfig)
     engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
+    engines: dict[str, EngineConfig] = dataclasses.field(default_factory=dict)
+    upstreams: dict[str, UpstreamConfig] = dataclasses.field(default_factory=dict)
+    routing: RoutingConfig = dataclasses.field(default_factory=RoutingConfig)
     supervisor: SupervisorConfig = dataclasses.field(default_factory=SupervisorConfig)
     logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
     telemetry: TelemetryConfig = dataclasses.field(default_factory=TelemetryConfig)
     validation: ValidationConfig = dataclasses.field(default_factory=ValidationConfig)
     admission: AdmissionConfig = dataclasses.field(default_factory=AdmissionConfig)
     source: str = ""
+
+    @property
+    def engine_tables(self) -> dict[str, EngineConfig]:
+        """Every supervised engine by name, in config order: `[engines.NAME]`, or `[engine]`
+        alone as `main` (none when neither names a model: an llmd of upstreams only)."""
+        if self.engines:
+            return self.engines
+        return {MAIN: self.engine} if self.engine.model else {}
+
+    def served_models(self) -> list[str]:
+        """The model names the config itself names: each engine's served name and each
+        upstream's `models` (an upstream without them adds what its /v1/models lists)."""
+        names = [engine.model_name for engine in self.engine_tables.values()]
+        names += [model for upstream in self.upstreams.values() for model in upstream.models]
+        return list(dict.fromkeys(names))
 
 
 def config_path(explicit: str | None) -> Path:
@@ -203,8 +229,10 @@ def config_path(explicit: str | None) -> Path:
 def load_config(path: Path, *, listen: str | None = None, runtime_dir: str | None = None) -> Config:
     """Read, validate and freeze the config at `path`; CLI overrides replace file values.
 
-    Relative `engine.model` paths are resolved against the config file's directory.
-    Raises `ConfigError` for a missing or unreadable file, bad TOML, unknown keys or wrong types.
+    Relative model paths are resolved against the config file's directory. Raises
+    `ConfigError` for a missing or unreadable file, bad TOML, unknown keys or wrong types, and
+    the cross-table checks of llmd/backends/config.py (both `[engine]` and `[engines.*]`, GPU
+    sharing without explicit KV sizes, bad upstream URLs).
     """
     try:
         text = path.read_text()
@@ -224,14 +252,30 @@ def load_config(path: Path, *, listen: str | None = None, runtime_dir: str | Non
     )
     _check_listen(server.listen, "server.listen")
     _check_limits(server)
-    engine = config.engine
-    if not engine.model:
-        raise ConfigError(f"{path}: engine.model is required (a model directory or name)")
+    engines = engine_tables(config.engine if "engine" in raw else None, config.engines)
+    for name, engine in engines.items():
+        if not engine.model:
+            where = "engine" if "engine" in raw else f"engines.{name}"
+            raise ConfigError(f"{path}: {where}.model is required (a model directory or name)")
+    check_backends(engines, config.upstreams, config.routing)
+    engines = {name: _resolve_model(engine, path) for name, engine in engines.items()}
+    admission = _check_admission(config.admission, path)
+    single = "engine" in raw
+    return dataclasses.replace(
+        config,
+        server=server,
+        engine=engines[MAIN] if single else EngineConfig(),
+        engines={} if single else engines,
+        admission=admission,
+    )
+
+
+def _resolve_model(engine: EngineConfig, path: Path) -> EngineConfig:
+    """A relative model path that exists beside the config file, made absolute."""
     model = Path(engine.model).expanduser()
     if not model.is_absolute() and (path.parent / model).exists():
-        engine = dataclasses.replace(engine, model=str((path.parent / model).resolve()))
-    admission = _check_admission(config.admission, path)
-    return dataclasses.replace(config, server=server, engine=engine, admission=admission)
+        return dataclasses.replace(engine, model=str((path.parent / model).resolve()))
+    return engine
 
 
 def _check_admission(admission: AdmissionConfig, path: Path) -> AdmissionConfig:

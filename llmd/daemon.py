@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
+import functools
 import os
 import signal
 import socket
@@ -25,8 +25,10 @@ import uvicorn
 from llmd.actions import OperatorActions
 from llmd.admin.server import AdminApp
 from llmd.admission.waiters import Admission
-from llmd.config import Config, EngineConfig, config_path, load_config
-from llmd.engine.client import EngineClient
+from llmd.backends.config import shared_gpus
+from llmd.backends.fleet import Fleet, PoolLimits
+from llmd.backends.upstream import UpstreamState, run_probe
+from llmd.config import Config, EngineConfig, UpstreamConfig, config_path, load_config
 from llmd.errors import ActionRefused, ConfigError, EngineGaveUp
 from llmd.gpu.preflight import GpuReport, PreflightError, run_preflight
 from llmd.listeners import bind_tcp, bind_unix, set_send_buffer
@@ -34,24 +36,26 @@ from llmd.logs import configure_logging, line_limiter
 from llmd.proxy.app import build_app
 from llmd.proxy.connections import limited_protocol
 from llmd.proxy.protocol import bounded_protocol
-from llmd.reload import ReloadPlan, changed_engine_keys, plan_reload
+from llmd.reload import ReloadPlan, changed_engine_keys, plan_reload, with_engine_tables
+from llmd.routing.backend import BackendKind
 from llmd.runtime import RuntimePaths
 from llmd.state import DaemonState
-from llmd.supervisor.state import EngineState
+from llmd.supervisor.state import EnginePhase, EngineState
 from llmd.supervisor.supervisor import Supervisor
 from llmd.systemd.notify import Notifier
 from llmd.systemd.reporter import ServiceReporter
 from llmd.telemetry.observer import Observer
-from llmd.telemetry.scraper import Scraper, run_quietly
+from llmd.telemetry.scraper import Scraper, ScrapeTarget, run_quietly
 from llmd.telemetry.status_metrics import StatusCollector
-from llmd.validation.validator import Validator
+from llmd.validation.pools import Validators, model_sources
 
 log = structlog.get_logger("llmd.daemon")
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
-# The engine failed to boot `supervisor.max_failed_boots` times within the window. Listed in the
-# unit's RestartPreventExitStatus: restarting llmd would not fix a broken model or a full GPU.
+# Every engine failed to boot `supervisor.max_failed_boots` times within the window, and no
+# upstream is configured. Listed in the unit's RestartPreventExitStatus: restarting llmd would
+# not fix a broken model or a full GPU.
 EXIT_ENGINE_GAVE_UP = 79
 # sysexits.h EX_CONFIG: the configuration cannot work (also: a GPU engine on a host without one).
 EXIT_CONFIG = 78
@@ -68,7 +72,8 @@ class _EmbeddedServer(uvicorn.Server):
 
 
 class Daemon:
-    """One llmd instance: the public proxy, the admin API and the supervised engine.
+    """One llmd instance: the public proxy, the admin API, the supervised engines and the
+    upstreams.
 
     `listen` and `runtime_dir` are the command line's overrides of the config file's values;
     a reload keeps them.
@@ -80,41 +85,60 @@ class Daemon:
         self.config = config
         self.overrides = {"listen": listen, "runtime_dir": runtime_dir}
         self.paths = RuntimePaths(Path(config.server.runtime_dir))
-        engine = EngineState(model=config.engine.model_name)
-        upstream = EngineClient(self.paths.engine_socket)
+        fleet = Fleet(self.paths)
+        for name, engine in config.engine_tables.items():
+            fleet.add_engine(name, engine)
+        for name, upstream in config.upstreams.items():
+            fleet.add_upstream(name, upstream)
         self.state = DaemonState(
             config=config,
             paths=self.paths,
-            engine=engine,
-            admission=Admission(config, engine),
-            validator=Validator(config, engine, upstream.session),
+            fleet=fleet,
+            admission=Admission(config, fleet.engines),
+            validators=Validators(fleet.client_of, lambda model: PoolLimits(fleet, model)),
             observer=Observer(config.telemetry.top_tenants, config.logging.requests),
-            upstream=upstream,
         )
         metrics = self.state.observer.metrics
         metrics.registry.register(
             StatusCollector(self.state.snapshot, lambda: line_limiter().suppressed, metrics.tenant)
         )
-        self.supervisor = Supervisor(config, self.paths, self.state.engine)
-        self.actions = OperatorActions(self.state, self.supervisor, self)
+        # One lock per GPU that several engines share: they boot one after the other.
+        self.boot_locks = {gpu: asyncio.Lock() for gpu in shared_gpus(config.engine_tables)}
+        self.supervisors: dict[str, Supervisor] = {}
+        for name, engine in config.engine_tables.items():
+            self._supervise(name, engine)
+        # The upstream tables the fleet runs (a reload diffs the new ones against them).
+        self.upstream_tables: dict[str, UpstreamConfig] = dict(config.upstreams)
+        self.actions = OperatorActions(self.state, self.supervisors, self)
         self.reporter = ServiceReporter(Notifier(), config.supervisor.max_failed_boots)
-        # The engine table of a reload, kept for the next `llmd restart` (None: none pending).
-        self.pending_engine: EngineConfig | None = None
+        # Engine tables of a reload, kept for `llmd restart [--engine NAME]` (None: removed).
+        self.pending: dict[str, EngineConfig | None] = {}
         self.exit_code = EXIT_OK
         self.gpu: GpuReport | None = None
         self.scraper: Scraper | None = None
         self.public: socket.socket | None = None
         self._signals: asyncio.Queue[signal.Signals] = asyncio.Queue()
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._engine_tasks: dict[str, asyncio.Task[None]] = {}
+        self._probes: dict[str, asyncio.Task[None]] = {}
+        # The names each engine's pools hold beyond its configured one (`_engine_changed`).
+        self._engine_models: dict[str, tuple[str, ...]] = {}
         self._servers: list[_EmbeddedServer] = []
         self._proxy: _EmbeddedServer | None = None
         self._telemetry: asyncio.Task[None] | None = None
+        self._telemetry_key: tuple[object, ...] = ()
         self._lock: int | None = None
 
+    @property
+    def pending_engine(self) -> EngineConfig | None:
+        """The `main` engine's pending table, when it alone changed (one [engine])."""
+        return self.pending.get("main") if set(self.pending) == {"main"} else None
+
     async def serve(self) -> int:
-        """Run until SIGTERM/SIGINT or until the engine is given up; the process exit code."""
+        """Run until SIGTERM/SIGINT, or until every engine has given up and no upstream is
+        left; the process exit code."""
         try:
-            self.gpu = await asyncio.to_thread(run_preflight, self.config.engine)
+            self.gpu = await asyncio.to_thread(run_preflight, self.config.engine_tables)
         except PreflightError as exc:
             log.error("gpu_preflight_failed", error=str(exc))
             self.reporter.stopping(f"GPU preflight failed: {exc}")
@@ -152,22 +176,27 @@ class Daemon:
             http=limited_protocol(self.state, bounded_protocol(lambda: self.config.server)),
         )
         self._start_server("admin", AdminApp(self.state, self.actions), admin, lifespan="off")
-        self._tasks["engine"] = asyncio.create_task(self.supervisor.run(), name="supervisor")
+        for name in self.supervisors:
+            self.start_engine(name)
+        for name in self.state.fleet.upstreams:
+            self._start_probe(name)
         self.apply(self.config)
         log.info(
             "llmd_started",
             listen=self.config.server.listen,
             runtime_dir=str(self.paths.root),
-            engine=self.config.engine.kind,
-            model=self.config.engine.model_name,
+            engines={n: e.kind for n, e in self.config.engine_tables.items()},
+            upstreams={n: u.url for n, u in self.config.upstreams.items()},
+            models=list(self.state.admission.capacity.models()),
         )
 
     async def main_loop(self) -> None:
-        """Wait for a signal, a dead part, or the next housekeeping tick."""
+        """Wait for a signal, a dead part, an engine given up, or the next housekeeping
+        tick."""
         while True:
             next_signal = asyncio.create_task(self._signals.get())
             done, _ = await asyncio.wait(
-                {next_signal, *self._tasks.values()},
+                {next_signal, *self._tasks.values(), *self._engine_tasks.values()},
                 timeout=TICK_S,
                 return_when=asyncio.FIRST_COMPLETED,
             )
@@ -177,6 +206,9 @@ class Daemon:
             for name, task in self._tasks.items():
                 if task in done:
                     self.exit_code = _part_exit_code(name, task)
+                    return
+            for name, task in list(self._engine_tasks.items()):
+                if task in done and self._engine_ended(name, task):
                     return
             if next_signal in done:
                 sig = next_signal.result()
@@ -215,20 +247,25 @@ class Daemon:
             servers = [self._tasks[n] for n in ("proxy", "admin") if n in self._tasks]
             if servers:
                 await asyncio.wait(servers)
-        # 4. Stop the engine: SIGTERM the group, SIGKILL it after the timeout, reap (an engine
-        #    being spawned right now included).
-        async with self._step("stop_engine"):
-            await self.supervisor.stop()
-            if "engine" in self._tasks:
-                await asyncio.wait({self._tasks["engine"]})
-        # 5. Stop telemetry.
+        # 4. Stop the engines, all at once: SIGTERM each group, SIGKILL it after the timeout,
+        #    reap (an engine being spawned right now included).
+        async with self._step("stop_engines"):
+            await asyncio.gather(*(s.stop() for s in self.supervisors.values()))
+            if self._engine_tasks:
+                await asyncio.wait(self._engine_tasks.values())
+        # 5. Stop telemetry and the upstream probes.
         async with self._step("stop_telemetry"):
+            tasks = [*self._probes.values()]
             if self._telemetry is not None:
-                self._telemetry.cancel()
-                await asyncio.wait({self._telemetry})
+                tasks.append(self._telemetry)
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                await asyncio.wait(tasks)
         # 6. Remove the sockets and the signal handlers.
         async with self._step("remove_sockets"):
-            for path in (self.paths.admin_socket, self.paths.engine_socket):
+            sockets = [self.paths.socket_of(name) for name in self.supervisors]
+            for path in (self.paths.admin_socket, *sockets):
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
         async with self._step("remove_signal_handlers"):
@@ -250,15 +287,21 @@ class Daemon:
 
     def apply(self, config: Config) -> None:
         """Configure every part from `config`: at start-up and on each reload alike. Tenants
-        are read again, admission's classes and limits, validation's policy and tokenizer,
-        the observer, the restart policy, logging, the listener's send buffer and connection
-        limit and telemetry's intervals all take the new values, and the engine client its API
+        are read again, admission's classes and limits, each backend's capacity, routing,
+        the upstreams (added, changed, removed), validation's policy and tokenizers, the
+        observer, the restart policy, logging, the listener's send buffer and connection limit
+        and telemetry's intervals all take the new values, and each engine's client its API
         key (of the engine table in use). Raises ConfigError (the tenants file) before any part
         has changed."""
-        self.state.admission.configure(config)  # first: it alone can still fail
-        self.config = self.state.config = self.supervisor.config = config
-        self.state.upstream.configure(config.engine)
-        self.state.validator.configure(config)
+        admission = self.state.admission
+        admission.configure(config)  # first: it alone can still fail
+        self.config = self.state.config = config
+        self._apply_upstreams(config)
+        admission.configure(config)  # the limits of upstreams added just now
+        for name, supervisor in self.supervisors.items():
+            supervisor.policy = config.supervisor
+            self.state.fleet.client(name).configure(supervisor.engine)
+        self._configure_validators()
         self.state.observer.configure(config.telemetry.top_tenants, config.logging.requests)
         self.reporter.max_failed_boots = config.supervisor.max_failed_boots
         configure_logging(config.logging)
@@ -269,14 +312,13 @@ class Daemon:
             # request is refused once `limit_concurrency` connections are open with it.
             limit = config.server.max_connections
             self._proxy.config.limit_concurrency = limit + 1 if limit else None
-        if self.scraper is None or self.scraper.config != config.telemetry:
-            self._start_telemetry(config)
+        self._start_telemetry()
 
     def reload(self) -> ReloadPlan:
         """SIGHUP or the admin API: read the config file again and `apply` it. Keys that
-        cannot change in a running llmd are left as they are and listed in the plan; a new
-        engine table is kept for the next `llmd restart`. Raises ConfigError, logged, when the
-        file does not validate: then nothing changes."""
+        cannot change in a running llmd are left as they are and listed in the plan; new,
+        changed or removed engine tables are kept for `llmd restart [--engine NAME]`. Raises
+        ConfigError, logged, when the file does not validate: then nothing changes."""
         self.reporter.reloading()
         try:
             new = load_config(config_path(self.config.source), **self.overrides)
@@ -286,8 +328,8 @@ class Daemon:
             log.error("reload_rejected", error=str(exc))
             raise
         finally:
-            self.reporter.reloaded(serving=self.state.engine.serving)
-        self.pending_engine = plan.engine
+            self.reporter.reloaded(ready=self._service_ready())
+        self.pending = dict(plan.engines)
         log.info(
             "config_reloaded",
             needs_llmd_restart=plan.llmd_restart,
@@ -295,32 +337,196 @@ class Daemon:
         )
         return plan
 
-    def apply_pending_engine(self) -> list[str]:
-        """Apply the engine table a reload kept pending (before the engine restarts); the
-        `engine.*` keys it changed."""
-        if self.pending_engine is None:
+    def pending_engines(self) -> list[str]:
+        """The engines whose table a reload kept pending."""
+        return list(self.pending)
+
+    async def apply_pending_engine(self, name: str) -> list[str]:
+        """Apply engine `name`'s table a reload kept pending, before it (re)starts: a changed
+        table is the next boot's, a new engine is added and boots, a removed one is stopped
+        and leaves its pools. The keys it changed (`engines.NAME` for an engine added or
+        removed)."""
+        if name not in self.pending:
             return []
-        keys = changed_engine_keys(self.config.engine, self.pending_engine)
-        self.apply(dataclasses.replace(self.config, engine=self.pending_engine))
-        self.pending_engine = None
-        log.info("engine_config_applied", keys=keys)
+        table = self.pending.pop(name)
+        tables = dict(self.config.engine_tables)
+        current = tables.get(name)
+        if table is None:
+            await self._unsupervise(name)
+            del tables[name]
+            keys = [f"engines.{name}"]
+        elif current is None:
+            tables[name] = table
+            self._supervise(name, table)
+            keys = [f"engines.{name}"]
+        else:
+            prefix = "engine" if set(tables) == {"main"} else f"engines.{name}"
+            keys = changed_engine_keys(current, table, prefix)
+            tables[name] = table
+            self.supervisors[name].engine = table
+            self.state.fleet.gpus[name] = table.gpus
+        self.apply(with_engine_tables(self.config, tables))
+        if current is None and table is not None:
+            self.start_engine(name)
+        log.info("engine_config_applied", engine=name, keys=keys)
         return keys
+
+    def start_engine(self, name: str) -> bool:
+        """Run engine `name`'s supervisor when it is not running (at start-up, when added, or
+        after it gave up: an operator's restart); whether it started one."""
+        task = self._engine_tasks.get(name)
+        if task is not None and not task.done():
+            return False
+        supervisor = self.supervisors[name]
+        self._engine_tasks[name] = asyncio.create_task(supervisor.run(), name=f"engine:{name}")
+        return True
 
     # -- helpers -----------------------------------------------------------------------------
 
-    def _start_telemetry(self, config: Config) -> None:
-        """(Re)start the telemetry task with `config.telemetry`'s intervals. Telemetry is not a
-        part whose end stops llmd: it logs its own failures and is cancelled at shutdown."""
+    def _supervise(self, name: str, engine: EngineConfig) -> None:
+        """A supervisor for engine `name` (its state in the fleet, its gate in the pools); it
+        boots when `start_engine` runs it."""
+        fleet, admission = self.state.fleet, self.state.admission
+        if name not in fleet.engines:
+            fleet.add_engine(name, engine)
+        if name not in admission.capacity.names():
+            admission.add_backend(name, BackendKind.ENGINE, [engine.model_name])
+        locks = [self.boot_locks[gpu] for gpu in sorted(engine.devices) if gpu in self.boot_locks]
+        self.supervisors[name] = Supervisor(
+            name,
+            engine,
+            self.config.supervisor,
+            self.paths,
+            fleet.engines[name],
+            boot_locks=locks,
+            on_change=functools.partial(self._engine_changed, name),
+        )
+
+    async def _unsupervise(self, name: str) -> None:
+        """Stop engine `name` and forget it: it leaves its pools (requests running there were
+        drained first) and the fleet."""
+        supervisor = self.supervisors.pop(name)
+        await supervisor.stop()
+        task = self._engine_tasks.pop(name, None)
+        if task is not None:
+            await asyncio.wait({task})
+        self.state.admission.remove_backend(name)
+        self.state.fleet.remove(name)
+        self._start_telemetry()
+
+    def _engine_ended(self, name: str, task: asyncio.Task[None]) -> bool:
+        """Engine `name`'s supervisor ended on its own: it gave up (the others serve on), or
+        failed. Whether llmd must stop: when it failed, or when every engine has given up
+        and no upstream is configured (exit 79)."""
+        del self._engine_tasks[name]
+        exc = None if task.cancelled() else task.exception()
+        if not isinstance(exc, EngineGaveUp):
+            self.exit_code = _part_exit_code(f"engine:{name}", task)
+            return True
+        log.error("engine_given_up", engine=name, detail=str(exc))
+        self.state.admission.pump()
+        running = [n for n, t in self._engine_tasks.items() if not t.done()]
+        if not running and not self.state.fleet.upstreams:
+            log.error("every_engine_given_up", exit_code=EXIT_ENGINE_GAVE_UP)
+            self.exit_code = EXIT_ENGINE_GAVE_UP
+            return True
+        return False
+
+    def _apply_upstreams(self, config: Config) -> None:
+        """Pool membership of the upstreams: a new one joins (and is probed), a changed one
+        is replaced (new client, new breaker), a removed one takes no new request (those
+        running there finish)."""
+        fleet, admission = self.state.fleet, self.state.admission
+        for name, old in list(self.upstream_tables.items()):
+            if config.upstreams.get(name) != old:
+                probe = self._probes.pop(name, None)
+                if probe is not None:
+                    probe.cancel()
+                admission.remove_backend(name)
+                fleet.remove(name)
+                del self.upstream_tables[name]
+                log.info("upstream_removed", upstream=name)
+        for name, upstream in config.upstreams.items():
+            if name in self.upstream_tables:
+                continue
+            fleet.add_upstream(name, upstream)
+            admission.add_backend(name, BackendKind.UPSTREAM, upstream.models)
+            self.upstream_tables[name] = upstream
+            if self._tasks:  # running: probe it now (at start-up, `startup` does)
+                self._start_probe(name)
+            log.info("upstream_added", upstream=name, url=upstream.url)
+
+    def _start_probe(self, name: str) -> None:
+        fleet, capacity = self.state.fleet, self.state.admission.capacity
+        breaker = capacity.breaker(name)
+        assert breaker is not None
+        self._probes[name] = asyncio.create_task(
+            run_probe(
+                fleet.upstreams[name],
+                fleet.client(name),
+                breaker,
+                lambda: self.config.routing.probe_interval_s,
+                lambda models: self._upstream_listed(name, models),
+            ),
+            name=f"probe:{name}",
+        )
+
+    def _upstream_listed(self, name: str, models: tuple[str, ...]) -> None:
+        """An upstream's /v1/models answered: without configured `models`, what it lists is
+        its pool membership."""
+        upstream = self.state.fleet.upstreams.get(name)
+        if upstream is None or upstream.configured or upstream.models == models:
+            self.state.admission.pump()
+            return
+        upstream.models = models
+        self.state.admission.capacity.set_models(name, models)
+        self._configure_validators()
+        log.info("upstream_models_listed", upstream=name, models=list(models))
+        self.state.admission.pump()
+
+    def _engine_changed(self, name: str) -> None:
+        """A supervisor's phase changed: when the engine serves other names than its configured
+        one (several --served-model-name, LoRA adapters: its /v1/models at ready), it moves to
+        those pools and they get validators; then admission runs."""
+        fleet, capacity = self.state.fleet, self.state.admission.capacity
+        if name in fleet.engines and name in capacity.names():
+            models = fleet.serving_models(name)
+            configured = (fleet.engines[name].model,)
+            if models != self._engine_models.get(name, configured):
+                self._engine_models[name] = models
+                capacity.set_models(name, models)
+                self._configure_validators()
+                log.info("engine_models_listed", engine=name, models=list(models))
+        self.state.admission.pump()
+
+    def _configure_validators(self) -> None:
+        sources = model_sources(self.config, self.state.fleet.upstream_models())
+        self.state.validators.configure(self.config, sources)
+
+    def _start_telemetry(self) -> None:
+        """(Re)start the telemetry task when its intervals or the backends changed.
+        Telemetry is not a part whose end stops llmd: it logs its own failures and is
+        cancelled at shutdown."""
+        fleet = self.state.fleet
+        key = (self.config.telemetry, tuple(fleet.engines), tuple(fleet.upstreams))
+        if self._telemetry is not None and key == self._telemetry_key:
+            return
         if self._telemetry is not None:
             self._telemetry.cancel()
+        targets = [
+            ScrapeTarget(name, fleet.client(name), functools.partial(_serving, state))
+            for name, state in fleet.engines.items()
+        ] + [
+            ScrapeTarget(name, fleet.client(name), functools.partial(_healthy, upstream))
+            for name, upstream in fleet.upstreams.items()
+        ]
         self.scraper = Scraper(
             self.state.observer,
-            self.state.engine,
-            self.paths.engine_socket,
-            config.telemetry,
+            targets,
+            self.config.telemetry,
             on_sample=self.state.admission.engine_sampled,
-            headers=lambda: self.state.upstream.auth,
         )
+        self._telemetry_key = key
         self._telemetry = asyncio.create_task(run_quietly(self.scraper), name="telemetry")
 
     def _start_server(
@@ -350,13 +556,28 @@ class Daemon:
         """Housekeeping once a tick: the service state to systemd, the watchdog ping, the
         summaries of rate-limited log lines."""
         line_limiter().flush()
-        stall_limit = self.config.engine.stop_timeout_s + 15.0
+        running = [
+            supervisor
+            for name, supervisor in self.supervisors.items()
+            if name in self._engine_tasks and not self._engine_tasks[name].done()
+        ]
         self.reporter.tick(
-            self.state.engine,
+            self.state.fleet.engines,
+            ready=self._service_ready(),
             draining=self.state.draining,
             in_flight=len(self.state.inflight),
-            making_progress=_age(self.supervisor.last_progress) < stall_limit,
+            making_progress=all(
+                _age(s.last_progress) < s.engine.stop_timeout_s + 15.0 for s in running
+            ),
         )
+
+    def _service_ready(self) -> bool:
+        """What systemd hears as READY: every engine has booted (serving) or given up, and at
+        least one serves (an llmd of upstreams only is ready at once). Upstreams, outside
+        llmd's control, do not hold it back; `/ready` says whether each model is served."""
+        phases = [state.phase for state in self.state.fleet.engines.values()]
+        booted = all(p in (EnginePhase.SERVING, EnginePhase.FAILED) for p in phases)
+        return booted and (not phases or EnginePhase.SERVING in phases)
 
     @contextlib.asynccontextmanager
     async def _step(self, name: str) -> AsyncIterator[None]:
@@ -367,6 +588,14 @@ class Daemon:
             log.error("shutdown_step_failed", step=name, error=repr(exc))
             if self.exit_code == EXIT_OK:
                 self.exit_code = EXIT_FAILURE
+
+
+def _serving(engine: EngineState) -> bool:
+    return engine.serving
+
+
+def _healthy(upstream: UpstreamState) -> bool:
+    return upstream.healthy is True
 
 
 def _age(monotonic_s: float) -> float:

@@ -8,6 +8,7 @@ import fcntl
 import os
 from pathlib import Path
 
+from llmd.backends.config import MAIN
 from llmd.errors import RuntimeDirInUse
 
 
@@ -24,13 +25,27 @@ class RuntimePaths:
 
     @property
     def engine_socket(self) -> Path:
-        """The engine's Unix socket (vLLM `--uds`)."""
-        return self.root / "engine.sock"
+        """The `main` engine's Unix socket (vLLM `--uds`)."""
+        return self.socket_of(MAIN)
 
     @property
     def engine_pid_file(self) -> Path:
-        """The running engine's process group and start time (llmd.supervisor.leftovers)."""
-        return self.root / "engine.pid"
+        """The `main` engine's pid file (`pid_file_of`)."""
+        return self.pid_file_of(MAIN)
+
+    def socket_of(self, engine: str) -> Path:
+        """Engine `engine`'s Unix socket: `engine.sock` for `main` (as with one engine),
+        `engine-NAME.sock` for the others."""
+        return self.root / f"{_stem(engine)}.sock"
+
+    def pid_file_of(self, engine: str) -> Path:
+        """Engine `engine`'s process group and start time while it runs
+        (llmd.supervisor.leftovers): `engine.pid` for `main`, `engine-NAME.pid` for others."""
+        return self.root / f"{_stem(engine)}.pid"
+
+    def pid_files(self) -> list[Path]:
+        """Every engine pid file in the directory (a killed llmd's, whatever its config)."""
+        return sorted(self.root.glob("engine*.pid"))
 
     @property
     def lock_file(self) -> Path:
@@ -59,3 +74,7 @@ class RuntimePaths:
         if not self.root.is_dir():
             self.root.mkdir(parents=True)
             os.chmod(self.root, 0o750)
+
+
+def _stem(engine: str) -> str:
+    return "engine" if engine == MAIN else f"engine-{engine}"

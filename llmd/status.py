@@ -24,9 +24,15 @@ MAX_SEQUENCES = 1000
 
 @dataclasses.dataclass(frozen=True)
 class EngineStatus:
-    """The engine: phase, pid, model, version, uptime (s), restarts, last exit (kind and detail),
-    exits by reason, its own running/waiting gauges (`metrics_age_s`: how old they are), and the
-    diagnosis of its last boot or exit (findings: check, severity, message, hint, evidence)."""
+    """One backend: phase, pid, model, version, uptime (s), restarts, last exit (kind and
+    detail), exits by reason, its own running/waiting gauges (`metrics_age_s`: how old they
+    are), and the diagnosis of its last boot or exit (findings: check, severity, message, hint,
+    evidence). Then which backend: `name`, `kind` (`engine` llmd supervises, `upstream` it
+    does not), its `gpus`, the release it serves (`release`: null until releases are
+    deployed), its KV usage (0..1) and capacity (tokens) from its metrics, llmd's requests
+    there (`in_flight`), whether an operator drained it, and for an upstream its `url` and
+    circuit `breaker` state (closed, open, half_open). An upstream's `state` is serving,
+    unreachable (breaker open), probing (half open) or unknown (no answer yet)."""
 
     state: str
     pid: int | None
@@ -42,6 +48,26 @@ class EngineStatus:
     waiting: int | None = None
     metrics_age_s: float | None = None
     diagnosis: tuple[dict[str, str], ...] = ()
+    name: str = "main"
+    kind: str = "engine"
+    gpus: tuple[str, ...] = ()
+    release: str | None = None
+    kv_usage: float | None = None
+    kv_capacity_tokens: int | None = None
+    in_flight: int = 0
+    draining: bool = False
+    url: str | None = None
+    breaker: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelStatus:
+    """One served model: its pool's backends (config order) and whether one of them can take
+    a request now (`available`)."""
+
+    name: str
+    backends: tuple[str, ...]
+    available: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +112,8 @@ class TenantStatus:
 @dataclasses.dataclass(frozen=True)
 class SequenceStatus:
     """One live request: `phase` queued, prefill (no output yet) or decode; `age_s` since it was
-    received; `ttft_s` when its first byte went out; `tokens_per_s` of output since then."""
+    received; `ttft_s` when its first byte went out; `tokens_per_s` of output since then;
+    the `model` it asked for and the `backend` it runs on (null while queued)."""
 
     id: str
     tenant: str
@@ -98,6 +125,8 @@ class SequenceStatus:
     age_s: float
     ttft_s: float | None
     tokens_per_s: float | None
+    model: str | None = None
+    backend: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,9 +174,11 @@ class CountsStatus:
 class Status:
     """Everything an operator sees at a glance; `taken_at` and `started_at` (when this llmd
     process started: a new value means the daemon restarted) are Unix time (s); `in_flight`
-    counts the requests relayed to the engine now, `queued` those waiting in llmd (being
+    counts the requests relayed to a backend now, `queued` those waiting in llmd (being
     validated or in admission's queue); `events` are the recent notable log events, oldest
-    first (llmd.telemetry.events)."""
+    first (llmd.telemetry.events). `engines` has one entry per backend (engines, then
+    upstreams, config order) and `models` one per served model; `engine` and `kv_cache` are
+    the `main` engine's (or the first backend's)."""
 
     llmd_version: str
     taken_at: float
@@ -166,6 +197,8 @@ class Status:
     started_at: float | None = None
     events: tuple[Event, ...] = ()
     queued: int = 0
+    engines: tuple[EngineStatus, ...] = ()
+    models: tuple[ModelStatus, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The snapshot as JSON-ready dicts and lists (what `dataclasses.asdict` gives, without

@@ -95,22 +95,26 @@ def run(workload: Workload, epsilon: float | None, seed: int) -> Result:
     hits = keyed = spilled = off_home = 0
     imbalance_area, last_t = 0.0, 0.0
     tenant = Tenant()
-    key_of = (lambda entry: None) if epsilon is None else keys.__getitem__
+
+    def key_of(key: str | None) -> str | None:
+        return None if epsilon is None else key
+
     while events:
         t, _, kind, entry = heapq.heappop(events)
         fills = [capacity.gate(name).in_flight / workload.seats for name in names]
         imbalance_area += (max(fills) - min(fills)) * (t - last_t)
         last_t = t
         if kind == "arrive":
-            entry = Entry(tenant, Priority.NORMAL, 1)
             group = rng.choices(range(workload.groups), weights)[0]
-            keys[entry] = None if rng.random() < workload.unkeyed else f"group-{group}"
+            key = None if rng.random() < workload.unkeyed else f"group-{group}"
+            entry = Entry(tenant, Priority.NORMAL, 1, model=MODEL, affinity=key_of(key))
+            keys[entry] = key
             scheduler.submit(entry, t)
         else:
             assert entry is not None
             scheduler.finish(entry)
             capacity.on_finish(entry)
-        gate = PoolGate(capacity, MODEL, key_of, t)
+        gate = PoolGate(capacity, t)
         for released in scheduler.decide(t, gate).released:
             backend = capacity.backend_of(released)
             assert backend is not None

@@ -79,7 +79,7 @@ async def main() -> None:
         engine=EngineConfig(model=str(Path(args.model).resolve()), served_model_name="tiny")
     )
     state = EngineState(phase=EnginePhase.SERVING, max_model_len=LIMIT)
-    validator = Validator(config, state, session=lambda: None)  # type: ignore[arg-type,return-value]
+    validator = Validator(config, state, client=lambda: None)  # type: ignore[arg-type,return-value]
     await validator.load_tokenizer()
     if validator.local is None:
         raise SystemExit(f"no local tokenizer in {args.model}")

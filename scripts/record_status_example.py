@@ -2,9 +2,10 @@
 """Record tests/data/status_example.json: the Status of a live llmd on the simulator under load.
 
 Starts `llmd serve` on etc/sim.toml with slow engine steps and a small KV cache (so sequences
-stay active, some wait, and the KV gauge moves), sends 40 streaming requests, a few refused ones
-and one whose client leaves, then saves `GET /status` from the admin socket. The TUI's snapshot
-tests render this file. Run from the repo root: `.venv/bin/python scripts/record_status_example.py`.
+stay active, some wait in llmd and some in the engine, and the KV gauge moves), sends 40
+streaming requests, a few refused ones and one whose client leaves, then saves `GET /status`
+from the admin socket. The TUI's snapshot tests render this file. Run from the repo root:
+`.venv/bin/python scripts/record_status_example.py`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from tests.support.sim_process import sim_config  # noqa: E402
 
 OUT = REPO / "tests" / "data" / "status_example.json"
 SIM_ARGS = ("--step-base-ms", "25", "--num-gpu-blocks", "24", "--max-num-seqs", "32")
+# KV reservations past the cache, so that the example has every phase: sequences queued in llmd
+# (the gate's KV budget), waiting in the engine (prefill) and decoding.
+ADMISSION = {"kv_overcommit": 4.0}
 
 
 def chat(text: str, max_tokens: int, stream: bool = True) -> dict[str, object]:
@@ -65,7 +69,7 @@ async def load(llmd: LlmdProcess) -> dict[str, object]:
 
 
 def main() -> None:
-    llmd = LlmdProcess.start(sim_config(ensure_tiny_model(), SIM_ARGS))
+    llmd = LlmdProcess.start(sim_config(ensure_tiny_model(), SIM_ARGS, admission=ADMISSION))
     try:
         llmd.wait_ready(timeout_s=60)
         status = asyncio.run(load(llmd))

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from llmd.binding import key_line
-from llmd.config import Config, config_path, load_config
+from llmd.config import Config, UpstreamConfig, config_path, load_config
 from llmd.errors import ConfigError
+from llmd.routing.breaker import BreakerPolicy
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -36,10 +37,30 @@ def test_example_config_documents_every_key() -> None:
 
     raw = tomllib.loads((REPO / "etc" / "llmd.toml").read_text())
     for section in dataclasses.fields(Config):
-        if section.name == "source":
+        if section.name in ("source", "engines", "upstreams"):  # etc/llmd-multi.toml's
             continue
         keys = {f.name for f in dataclasses.fields(getattr(config, section.name))}
         assert set(raw[section.name]) == keys, section.name
+    assert set(raw["routing"]["breaker"]) == {f.name for f in dataclasses.fields(BreakerPolicy)}
+
+
+def test_multi_engine_example_is_accepted_by_check_config() -> None:
+    """etc/llmd-multi.toml passes `llmd check-config` and its upstream sets every key."""
+    import dataclasses
+    import subprocess
+    import sys
+    import tomllib
+
+    path = REPO / "etc" / "llmd-multi.toml"
+    done = subprocess.run(
+        [sys.executable, "-m", "llmd.cli", "check-config", str(path)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "engine big (vllm, model qwen2.5-14b)" in done.stdout
+    assert "upstream lab (http://10.0.0.5:8000)" in done.stdout
+    raw = tomllib.loads(path.read_text())
+    assert set(raw["upstreams"]["lab"]) == {f.name for f in dataclasses.fields(UpstreamConfig)}
 
 
 @pytest.mark.parametrize("name", ["llmd.toml", "demo.toml"])
@@ -129,6 +150,100 @@ def test_config_path_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LLMD_CONFIG", "/srv/a.toml")
     assert config_path(None) == Path("/srv/a.toml")
     assert config_path("/srv/b.toml") == Path("/srv/b.toml")
+
+
+MULTI = """
+[engines.big]
+model = "org/big"
+served_model_name = "big"
+gpus = ["0", "1"]
+
+[engines.small-a]
+model = "org/small"
+served_model_name = "small"
+gpus = ["2"]
+
+[upstreams.lab]
+url = "unix:/run/lab.sock"
+models = ["lab-70b"]
+api_key_env = "LAB_KEY"
+
+[routing]
+epsilon = 0.5
+
+[routing.breaker]
+cooldown_s = 2
+"""
+
+
+def test_engines_upstreams_and_routing_tables(tmp_path: Path) -> None:
+    """[engines.NAME], [upstreams.NAME] and [routing] load in config order, with defaults."""
+    config = load_config(write(tmp_path, MULTI))
+    assert list(config.engine_tables) == ["big", "small-a"]
+    assert config.engine_tables["big"].gpus == ("0", "1")
+    assert config.upstreams["lab"].models == ("lab-70b",)
+    assert config.upstreams["lab"].max_in_flight == 128
+    assert config.routing.epsilon == 0.5 and config.routing.breaker.cooldown_s == 2.0
+    assert config.routing.breaker.consecutive_failures == 5
+    assert config.served_models() == ["big", "small", "lab-70b"]
+
+
+def test_engine_alone_is_one_engine_named_main(tmp_path: Path) -> None:
+    """The old single [engine] table keeps working: one engine named `main`."""
+    config = load_config(write(tmp_path, '[engine]\nmodel = "m"\n'))
+    assert list(config.engine_tables) == ["main"] and config.engine.model == "m"
+
+
+def test_upstreams_alone_are_a_config(tmp_path: Path) -> None:
+    """An llmd of upstreams only needs no engine table."""
+    config = load_config(write(tmp_path, '[upstreams.lab]\nurl = "https://lab:8000"\n'))
+    assert config.engine_tables == {} and config.served_models() == []
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '[engine]\nmodel = "m"\n[engines.b]\nmodel = "m"\n',
+            r"both \[engine\] and \[engines.\*\] are set \(engines.b\)",
+        ),
+        ('[engines.b]\nkind = "sim"\n', r"engines.b.model is required"),
+        ('[engines."a b"]\nmodel = "m"\n', r"backend name 'a b'"),
+        (
+            '[engines.x]\nmodel = "m"\n[upstreams.x]\nurl = "http://h:1"\n',
+            r"engines.x and upstreams.x: a backend name is used twice",
+        ),
+        ('[upstreams.lab]\nurl = "10.0.0.5:8000"\n', r"upstreams.lab.url = '10.0.0.5:8000'"),
+        ('[upstreams.lab]\nurl = "http://h:1"\nmax_in_flight = 0\n', "max_in_flight = 0"),
+        ('[engines.a]\nmodel = "m"\ngpus = ["1", "1"]\n', r"engines.a.gpus .* listed twice"),
+        (
+            '[engines.a]\nmodel = "m"\ngpus = ["0"]\nenv = { CUDA_VISIBLE_DEVICES = "1" }\n',
+            r"engines.a.gpus and engines.a.env.CUDA_VISIBLE_DEVICES are both set",
+        ),
+        (
+            '[engines.a]\nmodel = "m"\n[engines.b]\nmodel = "n"\n'
+            'args = ["--kv-cache-memory-bytes", "1000"]\n',
+            r"engines a, b share GPU 0: each needs --kv-cache-memory-bytes .*engines.a.args",
+        ),
+        ("[routing.breaker]\nfailure_ratio = 1.5\n[engine]\nmodel = 'm'\n", "failure_ratio"),
+        ("[engines]\nbig = 3\n", r"engines.big: expected a table"),
+    ],
+)
+def test_bad_backend_tables_name_the_keys(tmp_path: Path, text: str, message: str) -> None:
+    """Each wrong engine, upstream or routing table is refused, naming the keys."""
+    with pytest.raises(ConfigError, match=message):
+        load_config(write(tmp_path, text))
+
+
+def test_engines_on_separate_gpus_or_with_kv_bytes_may_share(tmp_path: Path) -> None:
+    """Two engines may share a GPU when both size their KV cache in bytes; simulators and
+    engines on other GPUs never conflict."""
+    kv = 'args = ["--kv-cache-memory-bytes", "1000"]\n'
+    text = (
+        '[engines.a]\nmodel = "m"\n' + kv + '[engines.b]\nmodel = "n"\n' + kv
+        + '[engines.c]\nmodel = "m"\ngpus = ["1"]\n[engines.d]\nkind = "sim"\nmodel = "m"\n'
+    )  # fmt: skip
+    assert len(load_config(write(tmp_path, text)).engine_tables) == 4
 
 
 @pytest.mark.parametrize(

@@ -19,11 +19,15 @@ import structlog
 import tomli_w
 
 from llmd.admin.client import AdminRefused, admin_request
+from llmd.admission.capacity import CapacityGate
 from llmd.admission.classes import Priority
 from llmd.config import Config, load_config
 from llmd.daemon import Daemon
 from llmd.listeners import send_buffer
 from llmd.logs import configure_logging, line_limiter
+from llmd.routing.breaker import BreakerPolicy
+from llmd.supervisor.supervisor import Supervisor
+from llmd.validation.validator import Validator
 from tests.support.llmd_process import free_port, short_tmpdir
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
@@ -34,6 +38,23 @@ Probe = Callable[[Daemon], Any]
 
 def _class_probe(cls: Priority, field: str) -> Probe:
     return lambda d: getattr(d.state.admission.scheduler.classes[cls].policy, field)
+
+
+def _main(d: Daemon) -> Supervisor:
+    return d.supervisors["main"]
+
+
+def _validator(d: Daemon) -> Validator:
+    return d.state.validators.for_model("tiny")
+
+
+def _gate(d: Daemon) -> CapacityGate:
+    return d.state.admission.capacity.gate("main")
+
+
+def _breaker_probe(field: str) -> Probe:
+    """What every upstream's breaker follows (and the next upstream's will)."""
+    return lambda d: getattr(d.state.admission.breaker_policy, field)
 
 
 def _renderer(d: Daemon) -> str:
@@ -61,13 +82,13 @@ PROBES: dict[str, Probe] = {
     "server.max_header_bytes": lambda d: _head_limits(d)[0],
     "server.max_headers": lambda d: _head_limits(d)[1],
     "server.cors_allowed_origins": lambda d: d.state.config.server.cors_allowed_origins,
-    "supervisor.backoff_initial_s": lambda d: d.supervisor.config.supervisor.backoff_initial_s,
-    "supervisor.backoff_max_s": lambda d: d.supervisor.config.supervisor.backoff_max_s,
+    "supervisor.backoff_initial_s": lambda d: _main(d).policy.backoff_initial_s,
+    "supervisor.backoff_max_s": lambda d: _main(d).policy.backoff_max_s,
     "supervisor.max_failed_boots": lambda d: {
-        d.supervisor.config.supervisor.max_failed_boots,
+        _main(d).policy.max_failed_boots,
         d.reporter.max_failed_boots,
     },
-    "supervisor.failure_window_s": lambda d: d.supervisor.config.supervisor.failure_window_s,
+    "supervisor.failure_window_s": lambda d: _main(d).policy.failure_window_s,
     "logging.level": lambda d: logging.getLevelName(logging.getLogger().level).lower(),
     "logging.format": _renderer,
     "logging.requests": lambda d: d.state.observer.log_requests,
@@ -76,21 +97,29 @@ PROBES: dict[str, Probe] = {
     "telemetry.engine_interval_s": lambda d: d.scraper.config.engine_interval_s,
     "telemetry.gpu_interval_s": lambda d: d.scraper.config.gpu_interval_s,
     "telemetry.top_tenants": lambda d: d.state.observer.metrics.tenant.limit,
-    "validation.context_policy": lambda d: d.state.validator.config.context_policy,
-    "validation.default_max_tokens": lambda d: d.state.validator.config.default_max_tokens,
-    "validation.max_tokens_limit": lambda d: d.state.validator.config.max_tokens_limit,
-    "validation.max_n": lambda d: d.state.validator.config.max_n,
-    "validation.max_prompts": lambda d: d.state.validator.config.max_prompts,
-    "validation.max_tokenize_calls": lambda d: d.state.validator.remote_turns.slots,
-    "validation.tokenizer": lambda d: "engine" if d.state.validator.local is None else "auto",
-    "validation.tokenizer_path": lambda d: d.state.validator.config.tokenizer_path,
+    "validation.context_policy": lambda d: _validator(d).config.context_policy,
+    "validation.default_max_tokens": lambda d: _validator(d).config.default_max_tokens,
+    "validation.max_tokens_limit": lambda d: _validator(d).config.max_tokens_limit,
+    "validation.max_n": lambda d: _validator(d).config.max_n,
+    "validation.max_prompts": lambda d: _validator(d).config.max_prompts,
+    "validation.max_tokenize_calls": lambda d: _validator(d).remote_turns.slots,
+    "validation.tokenizer": lambda d: "engine" if _validator(d).local is None else "auto",
+    "validation.tokenizer_path": lambda d: _validator(d).tokenizer_path,
     "admission.tenants_file": lambda d: str(d.state.admission.tenants.path or ""),
-    "admission.max_in_flight": lambda d: d.state.admission.gate.max_in_flight,
+    "admission.max_in_flight": lambda d: _gate(d).max_in_flight,
     "admission.max_queued_bytes": lambda d: d.state.admission.bodies.limit,
-    "admission.batch_reserve": lambda d: d.state.admission.gate.batch_reserve,
-    "admission.kv_high_watermark": lambda d: d.state.admission.gate.kv_high_watermark,
-    "admission.kv_overcommit": lambda d: d.state.admission.gate.kv_overcommit,
-    "admission.max_engine_waiting": lambda d: d.state.admission.gate.max_engine_waiting,
+    "admission.batch_reserve": lambda d: _gate(d).batch_reserve,
+    "admission.kv_high_watermark": lambda d: _gate(d).kv_high_watermark,
+    "admission.kv_overcommit": lambda d: _gate(d).kv_overcommit,
+    "admission.max_engine_waiting": lambda d: _gate(d).max_engine_waiting,
+    "routing.prefix_chars": lambda d: d.state.admission.prefix_chars,
+    "routing.epsilon": lambda d: d.state.admission.capacity.affinity.epsilon,
+    "routing.slack": lambda d: d.state.admission.capacity.affinity.slack,
+    "routing.probe_interval_s": lambda d: d.config.routing.probe_interval_s,
+    **{
+        f"routing.breaker.{field.name}": _breaker_probe(field.name)
+        for field in dataclasses.fields(BreakerPolicy)
+    },
     **{
         f"admission.{cls.label}.{field}": _class_probe(cls, field)
         for cls in Priority
@@ -113,11 +142,16 @@ LIVE_FORM: dict[str, Callable[[Any], Any]] = {
 }
 
 
+# Tables of named tables: walked by their own tests (tests/test_fleet.py: an upstream added,
+# changed and removed by a reload; an engine added and removed by `llmd restart --engine`).
+NAMED_TABLES = ("engines", "upstreams")
+
+
 def leaf_fields(cls: type[Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
     """Every key of the config (dotted) and its type, generated from the dataclasses."""
     hints = typing.get_type_hints(cls)
     for field in dataclasses.fields(cls):
-        if field.name == "source":
+        if field.name == "source" or field.name in NAMED_TABLES:
             continue
         hint = hints[field.name]
         if dataclasses.is_dataclass(hint):
@@ -176,7 +210,7 @@ class Live:
         answer: dict[str, Any] = await admin_request(
             self.daemon.paths.admin_socket, "POST", "/reload"
         )
-        loading = self.daemon.state.validator.loading
+        loading = self.daemon.state.validators.for_model("tiny").loading
         if loading is not None:
             await asyncio.wait({loading})
         return answer
@@ -222,13 +256,13 @@ async def test_every_config_field_takes_effect_or_is_reported(live: Live) -> Non
         new = changed_value(key, hint, old, live.workdir)
         probe = PROBES.get(key)
         before = probe(daemon) if probe else None
-        engine_before = daemon.supervisor.config.engine
+        engine_before = _main(daemon).engine
         answer = await live.reload(with_value(live.raw, key, new))
         if key in answer["needs_restart"]:
             reported.append(key)
             assert key in (answer["llmd_restart"] + answer["engine_pending"])
             assert probe is None or probe(daemon) == before, key
-            assert daemon.supervisor.config.engine == engine_before, key
+            assert _main(daemon).engine == engine_before, key
             assert config_value(daemon.config, key) == old, key
         else:
             assert probe is not None, f"{key}: neither applied (no probe) nor reported"
@@ -240,7 +274,7 @@ async def test_every_config_field_takes_effect_or_is_reported(live: Live) -> Non
         back = await live.reload(live.raw)
         assert back["needs_restart"] == [], key
         assert probe is None or probe(daemon) == before, f"{key} after the reload back"
-    assert len(walked) == len(list(leaf_fields(Config))) and len(walked) >= 45
+    assert len(walked) == len(list(leaf_fields(Config))) and len(walked) >= 56
     assert {"server.listen", "server.runtime_dir", "engine.args", "engine.model"} <= set(reported)
     assert all(key.startswith("engine.") for key in reported if not key.startswith("server."))
     assert daemon.state.engine.serving and daemon.pending_engine is None
@@ -268,12 +302,12 @@ async def test_restart_applies_the_pending_engine_table(live: Live) -> None:
     args = [*live.raw["engine"]["args"], "--max-num-seqs", "40"]
     answer = await live.reload(with_value(live.raw, "engine.args", args))
     assert answer["engine_pending"] == ["engine.args"]
-    assert daemon.state.admission.gate.max_in_flight == 128
+    assert _gate(daemon).max_in_flight == 128
     restarted = await admin_request(daemon.paths.admin_socket, "POST", "/restart", timeout_s=120)
     assert restarted["restarted"] and restarted["applied"] == ["engine.args"]
     assert restarted["engine"] == "serving"
-    assert daemon.supervisor.config.engine.args == tuple(args)
-    assert daemon.state.admission.gate.max_in_flight == 40 and daemon.pending_engine is None
+    assert _main(daemon).engine.args == tuple(args)
+    assert _gate(daemon).max_in_flight == 40 and daemon.pending_engine is None
     again = await admin_request(daemon.paths.admin_socket, "POST", "/restart", timeout_s=120)
     assert again["applied"] == []
 
@@ -288,10 +322,10 @@ async def test_shutdown_runs_every_step_when_one_fails(
     async def broken_stop() -> None:
         raise RuntimeError("stop failed on purpose")
 
-    real_stop = daemon.supervisor.stop
-    monkeypatch.setattr(daemon.supervisor, "stop", broken_stop)
+    real_stop = _main(daemon).stop
+    monkeypatch.setattr(_main(daemon), "stop", broken_stop)
     await daemon.shutdown()
     assert not daemon.paths.admin_socket.exists()
     assert daemon.exit_code == 1
-    monkeypatch.setattr(daemon.supervisor, "stop", real_stop)
+    monkeypatch.setattr(_main(daemon), "stop", real_stop)
     await real_stop()  # the engine this test left running

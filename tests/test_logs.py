@@ -43,7 +43,8 @@ def test_a_storm_of_identical_failures_is_bounded_and_counted(captured_logs: Cap
     metrics = observer.metrics.registry
     assert (
         metrics.get_sample_value(
-            "llmd_requests_total", {"tenant": "anonymous", "class": "normal", "status": "502"}
+            "llmd_requests_total",
+            {"tenant": "anonymous", "class": "normal", "status": "502", "model": "tiny"},
         )
         == STORM
     )

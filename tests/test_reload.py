@@ -15,7 +15,7 @@ import pytest
 from openai import OpenAI
 
 from llmd.admission.tenants import hash_key
-from llmd.config import Config, EngineConfig, ServerConfig, SupervisorConfig
+from llmd.config import Config, EngineConfig, ServerConfig, SupervisorConfig, UpstreamConfig
 from llmd.reload import plan_reload
 from tests.support.llmd_process import LlmdProcess, short_tmpdir
 from tests.support.model import ensure_tiny_model
@@ -38,6 +38,24 @@ def test_limits_apply_and_listen_and_engine_changes_wait() -> None:
     assert plan.llmd_restart == ["server.listen"] and plan.engine_keys == ["engine.model"]
     assert plan.engine == new.engine
     assert plan.needs_restart == ["server.listen", "engine.model"]
+
+
+def test_engines_added_changed_or_removed_wait_and_upstreams_apply() -> None:
+    """Per engine: a changed table names its keys (`engines.NAME.KEY`), an added or removed
+    engine its table (`engines.NAME`), all kept for `llmd restart --engine NAME` while the
+    applied config keeps the running engines; upstreams apply at once."""
+    a, b = EngineConfig(model="a"), EngineConfig(model="b")
+    current = Config(engine=None, engines={"pa": a, "pb": a})
+    new = Config(
+        engine=None,
+        engines={"pa": dataclasses.replace(a, args=("--y",)), "pc": b},
+        upstreams={"lab": UpstreamConfig(url="http://10.0.0.5:8000", models=("far",))},
+    )
+    plan = plan_reload(current, new)
+    assert plan.engines == {"pa": new.engines["pa"], "pb": None, "pc": b}
+    assert plan.engine_keys == ["engines.pa.args", "engines.pb", "engines.pc"]
+    assert plan.config.engine_tables == {"pa": a, "pb": a}
+    assert plan.config.upstreams == new.upstreams
 
 
 def test_a_send_buffer_back_to_zero_needs_new_sockets() -> None:

@@ -22,6 +22,17 @@ OPT_INT = (int, type(None))
 OPT_STR = (str, type(None))
 PERCENTILES = {"p50": OPT_NUM, "p95": OPT_NUM, "p99": OPT_NUM, "count": int}
 LATENCY = {"queue_wait": PERCENTILES, "ttft": PERCENTILES, "e2e": PERCENTILES}
+# One backend (an engine llmd supervises, or an upstream): `engine` and each of `engines`.
+ENGINE = {
+    "state": str, "pid": OPT_INT, "model": str, "version": str, "max_model_len": OPT_INT,
+    "uptime_s": OPT_NUM, "restarts": int, "last_exit_reason": OPT_STR,
+    "last_exit_detail": OPT_STR, "exits_by_reason": {str: int}, "running": OPT_INT,
+    "waiting": OPT_INT, "metrics_age_s": OPT_NUM,
+    "diagnosis": [{"check": str, "severity": str, "message": str, "hint": str, "evidence": str}],
+    "name": str, "kind": str, "gpus": [str],
+    "release": OPT_STR, "kv_usage": OPT_NUM, "kv_capacity_tokens": OPT_INT, "in_flight": int,
+    "draining": bool, "url": OPT_STR, "breaker": OPT_STR,
+}  # fmt: skip
 # The contract. Fields may be added (with the TUI and README); never renamed or removed.
 SCHEMA: dict[str, Any] = {
     "llmd_version": str,
@@ -30,15 +41,7 @@ SCHEMA: dict[str, Any] = {
     "draining": bool,
     "in_flight": int,
     "queued": int,
-    "engine": {
-        "state": str, "pid": OPT_INT, "model": str, "version": str, "max_model_len": OPT_INT,
-        "uptime_s": OPT_NUM, "restarts": int, "last_exit_reason": OPT_STR,
-        "last_exit_detail": OPT_STR, "exits_by_reason": {str: int}, "running": OPT_INT,
-        "waiting": OPT_INT, "metrics_age_s": OPT_NUM,
-        "diagnosis": [{
-            "check": str, "severity": str, "message": str, "hint": str, "evidence": str,
-        }],
-    },
+    "engine": ENGINE,
     "kv_cache": {
         "usage": OPT_NUM, "capacity_tokens": OPT_INT, "block_size": OPT_INT, "num_blocks": OPT_INT,
     },
@@ -57,7 +60,7 @@ SCHEMA: dict[str, Any] = {
     "sequences": [{
         "id": str, "tenant": str, "request_class": str, "phase": str, "stream": bool,
         "prompt_tokens": OPT_INT, "output_tokens": int, "age_s": NUM, "ttft_s": OPT_NUM,
-        "tokens_per_s": OPT_NUM,
+        "tokens_per_s": OPT_NUM, "model": OPT_STR, "backend": OPT_STR,
     }],
     "latency": {"last_1m": LATENCY, "last_5m": LATENCY},
     "throughput": {
@@ -71,6 +74,8 @@ SCHEMA: dict[str, Any] = {
     },
     "started_at": OPT_NUM,
     "events": [{"at": NUM, "level": str, "event": str, "message": str}],
+    "engines": [ENGINE],
+    "models": [{"name": str, "backends": [str], "available": bool}],
 }  # fmt: skip
 
 
@@ -104,14 +109,15 @@ def busy_snapshot() -> dict[str, Any]:
         Config(engine=EngineConfig(model="tiny")),
         EngineState(phase=EnginePhase.SERVING, exits_by_reason={"oom_killed": 1}),
     )
-    ctx.observer.engine_sample = EngineSample(0.0, 3, 1, 0.4, 100, 16, 10.0, 20.0)
+    ctx.observer.engine_samples["main"] = EngineSample(0.0, 3, 1, 0.4, 100, 16, 10.0, 20.0)
     ctx.observer.gpus = GpuReading((GpuDevice(0, "H100", 0.9, 1, 2, 60.0, None),), None)
     ctx.observer.finished(finished_exchange())
     ctx.observer.rejected("r", 429, "queue_full", started_at=0.0)
     for phase in ("queued", "prefill", "decode"):
-        exchange = Exchange(phase, stream=True)
+        exchange = Exchange(phase, stream=True, model="tiny")
         if phase != "queued":
             exchange.admitted_at = exchange.started_at
+            exchange.backend = "main"
         if phase == "decode":
             exchange.first_byte_at = exchange.started_at
         ctx.inflight.add(exchange)
@@ -123,7 +129,12 @@ def test_a_live_snapshot_matches_the_schema() -> None:
     status = busy_snapshot()
     assert mismatches(status, SCHEMA) == []
     assert [s["phase"] for s in status["sequences"]] == ["queued", "prefill", "decode"]
+    assert [s["backend"] for s in status["sequences"]] == [None, "main", "main"]
     assert status["counts"]["rejections"] == {"queue_full": 1}
+    (engine,) = status["engines"]
+    assert engine == status["engine"] and engine["name"] == "main" and engine["in_flight"] == 2
+    assert engine["kv_usage"] == 0.4 and engine["kind"] == "engine"
+    assert status["models"] == [{"name": "tiny", "backends": ["main"], "available": True}]
 
 
 def test_an_idle_snapshot_matches_the_schema() -> None:

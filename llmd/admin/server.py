@@ -1,7 +1,8 @@
 """The admin API: a small pure-ASGI app served on the admin Unix socket.
 
 Routes: `GET /status` (the Status snapshot), `POST /drain` (JSON body, optional
-`{"deadline_s": S, "queued": "wait" | "reject"}`), `POST /resume`, `POST /restart`, `POST /reload`,
+`{"deadline_s": S, "queued": "wait" | "reject", "engine": NAME}`), `POST /resume` and
+`POST /restart` (optional `{"engine": NAME}`: that engine only), `POST /reload`,
 `POST /requests/{id}/cancel`. Bodies are read with the public API's limit
 (`server.max_body_bytes`); errors are OpenAI-shaped, as on the public API. Access control is the
 socket's mode (0660: root and the llmd group), set when the daemon binds it.
@@ -64,11 +65,16 @@ class AdminApp:
             queued = body.get("queued", "wait")
             if queued not in ("wait", "reject"):
                 raise InvalidRequest("queued must be 'wait' or 'reject'", param="queued")
-            return self.actions.drain(deadline, reject_queued=queued == "reject")
+            engine = _engine(body)
+            if engine is not None and queued == "reject":
+                raise InvalidRequest(
+                    "queued 'reject' drains all of llmd, not one engine", param="queued"
+                )
+            return self.actions.drain(deadline, reject_queued=queued == "reject", engine=engine)
         if path == "/resume":
-            return self.actions.resume()
+            return self.actions.resume(_engine(body))
         if path == "/restart":
-            return await self.actions.restart()
+            return await self.actions.restart(_engine(body))
         if path == "/reload":
             return self.actions.reload()
         if path.startswith(_CANCEL_PREFIX) and path.endswith(_CANCEL_SUFFIX):
@@ -78,6 +84,14 @@ class AdminApp:
                 raise NotFound(f"no request {request_id} in flight")
             return result
         raise NotFound(f"no admin route {method} {path}")
+
+
+def _engine(body: dict[str, Any]) -> str | None:
+    """The body's `engine` (None: every engine). Raises InvalidRequest for a non-string."""
+    engine = body.get("engine")
+    if engine is not None and not isinstance(engine, str):
+        raise InvalidRequest("engine must be an engine's name", param="engine")
+    return engine
 
 
 async def _json(send: Send, status: int, payload: Any) -> None:

@@ -1,40 +1,50 @@
-"""The scheduler core: queues per class and tenant, and which request the engine gets next.
+"""The scheduler core: queues per class and tenant, and which request goes to a backend next.
 
 Pure: no asyncio, no I/O. The caller passes the clock (`now`, seconds) and a capacity `Gate`, and
-gets back decisions: which entries to release to the engine, which to reject (with a reason and
-a Retry-After).
+gets back decisions: which entries to release (and to which backend the gate chose), which to
+reject (with a reason and a Retry-After).
 
-**Between classes**: interactive before normal before batch, with aging by class. A lower class
-that has had work waiting and no release for its `aging_s` (since its last release, or since it
-last became non-empty) is overdue: it gets the next release (its DRR pick), which restarts its
-clock. Aging gives a starved class a minimum rate (one release per aging_s), not a share: a
-batch flood's own backlog does not make it overdue while it is being served, so interactive
-work keeps the rest.
+**Pools.** Each entry belongs to the pool of its model (`Entry.model`: every backend serving
+that name; one pool when llmd serves one model). The gate answers for the entry's own pool, so
+a request waits in llmd only for capacity on its own pool. Classes, aging, holding, DRR and
+tenant limits are one layer over every pool, with their clocks kept per class and pool.
 
-**A pick the gate refuses** (its seats or KV do not fit yet, the engine is busy) keeps its
-place: nothing of its own class or of a class below passes it, but the classes above it do: the
-walk goes on to them and releases what the gate admits. So one refused pick never stalls the
-classes above it (an overdue batch request waiting for room does not hold interactive ones).
-To keep a refused pick from starving in turn, passing is bounded: a class that has gone its
-*hold time* without a release (2 x aging_s; for the top class, which does not age, 2 x the
-shortest aging_s) is *held*: its pick goes first, ahead of overdue and higher classes, and if
-the gate refuses it nothing is released until it is. The gate admits anything on an idle
-engine (and validation refuses a request that could not fit the engine alone), so a held pick
-goes at the latest once the requests in flight when it was first refused have ended (one
-drain). Under continuous load:
+**Between classes**: interactive before normal before batch, with aging by class and pool. A
+lower class that has had work waiting for a pool and no release there for its `aging_s` (since
+its last release on that pool, or since its queue for that pool last became non-empty) is
+overdue on that pool: it gets that pool's next release (its DRR pick among its entries for the
+pool), which restarts the clock. Aging gives a starved class a minimum rate per pool (one
+release per aging_s), not a share: a batch flood's own backlog does not make it overdue while
+it is being served, so interactive work keeps the rest. Releases on other pools do not reset a
+pool's clock, so a class served on one pool is not starved on another.
 
-    the whole queue waits behind a held pick for at most one drain, and only after the others
-    have passed it for its hold time minus its aging_s;
-    the head of a class's queue waits at most aging_s plus one release opportunity when its
-    pick fits as it comes (a release opportunity: the gate admitting it), and at most its
-    hold time plus one drain per class held before it (its own included; at most three) in
-    any case (batch defaults: 30 s plus the longest requests running); a request with k
-    requests of its class released before it waits at most k + 1 times that.
+**A pick the gate refuses** (its seats or KV do not fit yet on any backend of its pool, the
+pool is busy or down) keeps its place: for the rest of the pass, nothing of its class or of a
+class below passes it *on its pool* (the pool is blocked for those classes), but the classes
+above it go on on that pool, and every class goes on on the other pools. So one refused pick
+never stalls the classes above it, nor another pool. To keep a refused pick from starving in
+turn, passing is bounded: a class that has gone its *hold time* on a pool without a release
+there (2 x aging_s; for the top class, which does not age, 2 x the shortest aging_s) is *held*
+on that pool: its pick for the pool goes first, ahead of overdue and higher classes, and if the
+gate refuses it nothing more is released on that pool until it is (other pools go on). A
+backend with nothing in flight admits anything (and validation refuses a request that could not
+fit a backend of its pool alone), so a held pick goes at the latest once the requests in flight
+on one backend of its pool when it was first refused have ended (one drain). Under continuous
+load on a pool:
+
+    the pool's queue waits behind a held pick for at most one drain of a backend, and only
+    after the others have passed it for its hold time minus its aging_s;
+    the head of a class's queue for a pool waits at most aging_s plus one release opportunity
+    of the pool when its pick fits as it comes (a release opportunity: the gate admitting it
+    on a backend of the pool), and at most its hold time plus one drain per class held before
+    it on that pool (its own included; at most three) in any case (batch defaults: 30 s plus
+    the longest requests running on a backend of the pool); a request with k requests of its
+    class and pool released before it waits at most k + 1 times that.
 
 **Within a class, between tenants**: deficit round-robin (Shreedhar & Varghese, SIGCOMM 1995)
-over token cost (prompt tokens + max_tokens), each tenant's quantum scaled by its weight, so
+over token cost (KV tokens, llmd/admission/cost.py), each tenant's quantum scaled by its weight, so
 backlogged tenants get tokens in proportion to their weights, within one maximum request cost.
-Within a tenant and class, first in, first out.
+Within a tenant and class, first in, first out among the entries whose pool is not blocked.
 
 **Limits**: a tenant at `max_concurrency` is skipped (its entries wait); a tenant with
 `max_queued` entries waiting, or a class with `queue_size` entries, rejects new ones (429); an
@@ -49,7 +59,7 @@ import enum
 import heapq
 import itertools
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Set
 from typing import Protocol
 
 from llmd.admission.classes import Priority
@@ -93,7 +103,8 @@ class Entry:
     """One request as the scheduler sees it. `cost` is the KV tokens it may hold (the sum over
     its sequences of prompt + max_tokens, llmd/admission/cost.py); `seats` the sequences it
     runs in the engine (prompts x n); `deadline` an absolute time on the caller's clock, or
-    None."""
+    None. `model` names its pool; `affinity` is its prefix key (llmd/routing/prefix.py; None:
+    none); `backend` is where the gate released it (None while queued)."""
 
     tenant: Tenant
     cls: Priority
@@ -104,6 +115,9 @@ class Entry:
     released_at: float | None = None
     state: State = State.QUEUED
     seq: int = 0
+    model: str = ""
+    affinity: str | None = None
+    backend: str | None = None
 
     def __repr__(self) -> str:
         return f"Entry({self.seq}, {self.tenant.name}, {self.cls.label}, {self.cost}, {self.state})"
@@ -121,28 +135,32 @@ class Rejection:
 
 @dataclasses.dataclass
 class Decisions:
-    """One `decide`: the entries released (in order), those rejected, the picks the gate
-    refused (each held back its own class and those below), and the held pick, if one stopped
-    every release (see the module docstring)."""
+    """One `decide`: the entries released (in order, each with its `backend`), those rejected,
+    the picks the gate refused (each held back its class and those below on its pool), and the
+    held picks the gate refused (each stopped every release on its pool; see the module
+    docstring)."""
 
     released: list[Entry] = dataclasses.field(default_factory=list)
     rejected: list[Rejection] = dataclasses.field(default_factory=list)
     refused: list[Entry] = dataclasses.field(default_factory=list)
-    held: Entry | None = None
+    held: list[Entry] = dataclasses.field(default_factory=list)
 
 
 class Gate(Protocol):
-    """Capacity: whether the engine can take `entry` now (`overdue`: released by aging), and
-    the accounting of a release (see llmd/admission/capacity.py)."""
+    """Capacity: which backend of `entry`'s pool can take it now (None: none can; `overdue`:
+    released by aging), and the accounting of a release there (llmd/routing/capacity.py over
+    one llmd/admission/capacity.py gate per backend)."""
 
-    def admits(self, entry: Entry, overdue: bool) -> bool: ...
+    def admits(self, entry: Entry, overdue: bool) -> str | None: ...
 
-    def on_release(self, entry: Entry) -> None: ...
+    def on_release(self, entry: Entry, backend: str) -> None: ...
 
 
 @dataclasses.dataclass
 class _ClassQueue:
-    """One class: a FIFO per tenant, and the DRR ring of tenants with entries."""
+    """One class: a FIFO per tenant, the DRR ring of tenants with entries, and per pool its
+    entries' count and aging clock (its last release there, or when its queue for that pool
+    last became non-empty)."""
 
     policy: ClassPolicy
     queues: dict[str, collections.deque[Entry]] = dataclasses.field(default_factory=dict)
@@ -150,7 +168,10 @@ class _ClassQueue:
     deficit: dict[str, float] = dataclasses.field(default_factory=dict)
     credited: bool = False  # ring[0] got its quantum for this visit
     size: int = 0
-    waiting_since: float = 0.0  # last release, or when the class last became non-empty
+    pools: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    waiting_since: dict[str, float] = dataclasses.field(default_factory=dict)
+    # Per tenant, its queued entries by pool: whether it has work a pass may release.
+    tenant_pools: dict[str, collections.Counter[str]] = dataclasses.field(default_factory=dict)
 
 
 class Scheduler:
@@ -188,12 +209,15 @@ class Scheduler:
         fifo = queue.queues.get(tenant.name)
         if fifo is None:
             fifo = queue.queues[tenant.name] = collections.deque()
+            queue.tenant_pools[tenant.name] = collections.Counter()
         if not fifo:
             queue.ring.append(tenant.name)
             queue.deficit[tenant.name] = 0.0
         fifo.append(entry)
-        if not queue.size:
-            queue.waiting_since = now
+        if not queue.pools[entry.model]:
+            queue.waiting_since[entry.model] = now
+        queue.pools[entry.model] += 1
+        queue.tenant_pools[tenant.name][entry.model] += 1
         queue.size += 1
         self.queued_by_tenant[tenant.name] += 1
         expires = now + queue.policy.queue_timeout_s
@@ -219,31 +243,35 @@ class Scheduler:
     # -- decisions -------------------------------------------------------------------------
 
     def decide(self, now: float, gate: Gate) -> Decisions:
-        """Reject what expired, then release in order what `gate` admits. A refused pick holds
-        back its own class and those below it (the classes above pass it), unless it is held:
-        then nothing more is released (module docstring)."""
+        """Reject what expired, then release in order what `gate` admits. A refused pick blocks
+        its pool, for the rest of this pass, for its class and those below (the classes above,
+        and the other pools, pass it); a refused held pick blocks its pool for every class
+        (module docstring)."""
         decisions = Decisions(rejected=self._expire(now))
-        blocked: set[Priority] = set()
+        blocked: dict[Priority, set[str]] = {cls: set() for cls in Priority}
         while True:
             picked = self._next(now, blocked)
             if picked is None:
                 break
             entry, overdue, held = picked
-            if not gate.admits(entry, overdue):
+            backend = gate.admits(entry, overdue)
+            if backend is None:
                 decisions.refused.append(entry)
                 if held:
-                    decisions.held = entry
-                    break
-                blocked.update(c for c in Priority if c >= entry.cls)
+                    decisions.held.append(entry)
+                below = Priority if held else [c for c in Priority if c >= entry.cls]
+                for cls in below:
+                    blocked[cls].add(entry.model)
                 continue
             self._charge(entry)
             self._remove(entry)
             entry.state = State.RELEASED
             entry.released_at = now
-            self.classes[entry.cls].waiting_since = now
+            entry.backend = backend
+            self.classes[entry.cls].waiting_since[entry.model] = now
             self.in_flight[entry.tenant.name] += 1
             self.rates.record(entry.tenant.name, entry.cls, now)
-            gate.on_release(entry)
+            gate.on_release(entry, backend)
             decisions.released.append(entry)
         return decisions
 
@@ -292,53 +320,92 @@ class Scheduler:
         """Entries served before a new one of class `cls`: its class and every higher one."""
         return sum(self.classes[c].size for c in Priority if c <= cls)
 
-    def _eligible(self, tenant_name: str, queue: _ClassQueue) -> bool:
+    def _eligible(
+        self, tenant_name: str, queue: _ClassQueue, blocked: Set[str], only: str | None = None
+    ) -> bool:
+        """Whether the tenant is under its concurrency limit and has an entry in a pool not
+        `blocked` (and in pool `only`, when given)."""
         tenant = queue.queues[tenant_name][0].tenant
-        return not tenant.max_concurrency or self.in_flight[tenant_name] < tenant.max_concurrency
+        if tenant.max_concurrency and self.in_flight[tenant_name] >= tenant.max_concurrency:
+            return False
+        pools = queue.tenant_pools[tenant_name]
+        if only is not None:
+            return bool(pools[only]) and only not in blocked
+        return any(count and pool not in blocked for pool, count in pools.items())
 
-    def _next(self, now: float, blocked: set[Priority]) -> tuple[Entry, bool, bool] | None:
+    def _next(
+        self, now: float, blocked: Mapping[Priority, Set[str]]
+    ) -> tuple[Entry, bool, bool] | None:
         """The entry to release next, whether it goes as overdue (aging), and whether its class
-        is held (see the module docstring); classes in `blocked` are not considered. A held
-        class goes first, then an overdue one, then the top class."""
-        ready = [
-            cls
-            for cls in Priority
-            if cls not in blocked
-            and any(self._eligible(name, self.classes[cls]) for name in self.classes[cls].ring)
-        ]
+        is held on its pool (see the module docstring); `blocked` names, per class, the pools
+        not considered. A held (class, pool) goes first, then an overdue one, then the top
+        class's DRR pick among its pools not blocked."""
+        ready = [(cls, pool) for cls in Priority for pool in self._ready_pools(cls, blocked[cls])]
         if not ready:
             return None
-        held = self._longest_waiting([c for c in ready if self._held(c, now)])
+        held = self._longest_waiting([(c, p) for c, p in ready if self._held(c, p, now)])
         if held is not None:
-            return self._pick_drr(self.classes[held]), True, True
-        top = ready[0]
-        aged = [c for c in ready[1:] if self._overdue(c, now)]
+            cls, pool = held
+            return self._pick_drr(self.classes[cls], blocked[cls], pool), True, True
+        top = ready[0][0]
+        aged = [(c, p) for c, p in ready if c > top and self._overdue(c, p, now)]
         overdue = self._longest_waiting(aged)
         if overdue is not None:
-            return self._pick_drr(self.classes[overdue]), True, False
-        return self._pick_drr(self.classes[top]), False, False
+            cls, pool = overdue
+            return self._pick_drr(self.classes[cls], blocked[cls], pool), True, False
+        return self._pick_drr(self.classes[top], blocked[top]), False, False
 
-    def _overdue(self, cls: Priority, now: float) -> bool:
-        """Whether class `cls` has gone its aging_s without a release (never, with none)."""
+    def _ready_pools(self, cls: Priority, blocked: Set[str]) -> list[str]:
+        """The pools, not `blocked`, where class `cls` has an entry of an eligible tenant."""
+        queue = self.classes[cls]
+        return [
+            pool
+            for pool, count in queue.pools.items()
+            if count
+            and pool not in blocked
+            and any(self._eligible(name, queue, blocked, pool) for name in queue.ring)
+        ]
+
+    def _overdue(self, cls: Priority, pool: str, now: float) -> bool:
+        """Whether class `cls` has gone its aging_s without a release on `pool` (never, with
+        none)."""
         queue = self.classes[cls]
         aging = queue.policy.aging_s
-        return bool(aging) and now - queue.waiting_since >= aging
+        return bool(aging) and now - queue.waiting_since[pool] >= aging
 
-    def _held(self, cls: Priority, now: float) -> bool:
-        """Whether class `cls` has gone its hold time without a release: 2 x its aging_s, or
-        2 x the shortest aging_s for a class that does not age (the top one)."""
+    def _held(self, cls: Priority, pool: str, now: float) -> bool:
+        """Whether class `cls` has gone its hold time without a release on `pool`: 2 x its
+        aging_s, or 2 x the shortest aging_s for a class that does not age (the top one)."""
         aging = self.classes[cls].policy.aging_s or min(
             (q.policy.aging_s for q in self.classes.values() if q.policy.aging_s),
             default=math.inf,
         )
-        return now - self.classes[cls].waiting_since >= 2 * aging
+        return now - self.classes[cls].waiting_since[pool] >= 2 * aging
 
-    def _longest_waiting(self, classes: list[Priority]) -> Priority | None:
-        """Of `classes`, the one longest without a release."""
-        return min(classes, key=lambda cls: self.classes[cls].waiting_since, default=None)
+    def _longest_waiting(
+        self, candidates: list[tuple[Priority, str]]
+    ) -> tuple[Priority, str] | None:
+        """Of `candidates` (class, pool), the one longest without a release."""
+        return min(
+            candidates,
+            key=lambda found: self.classes[found[0]].waiting_since[found[1]],
+            default=None,
+        )
 
-    def _pick_drr(self, queue: _ClassQueue) -> Entry:
-        """Deficit round-robin over the class's tenants: the head the ring now points at.
+    def _head(
+        self, tenant_name: str, queue: _ClassQueue, blocked: Set[str], only: str | None
+    ) -> Entry:
+        """The tenant's first entry in a pool not `blocked` (in pool `only`, when given); the
+        tenant must be eligible for them."""
+        return next(
+            entry
+            for entry in queue.queues[tenant_name]
+            if entry.model not in blocked and (only is None or entry.model == only)
+        )
+
+    def _pick_drr(self, queue: _ClassQueue, blocked: Set[str], only: str | None = None) -> Entry:
+        """Deficit round-robin over the class's tenants: the head the ring now points at
+        (among the entries of pools not `blocked`, of pool `only` when given).
 
         Leaves the ring where it is, so a pick the gate refuses is picked again next time.
         The class must have an eligible tenant.
@@ -347,8 +414,8 @@ class Scheduler:
         turns = 0
         while True:
             name = ring[0]
-            if self._eligible(name, queue):
-                head = queue.queues[name][0]
+            if self._eligible(name, queue, blocked, only):
+                head = self._head(name, queue, blocked, only)
                 if not queue.credited:
                     queue.deficit[name] += QUANTUM_TOKENS * head.tenant.weight
                     queue.credited = True
@@ -358,20 +425,20 @@ class Scheduler:
             queue.credited = False
             turns += 1
             if turns % len(ring) == 0:
-                self._fast_forward(queue)
+                self._fast_forward(queue, blocked, only)
 
-    def _fast_forward(self, queue: _ClassQueue) -> None:
+    def _fast_forward(self, queue: _ClassQueue, blocked: Set[str], only: str | None) -> None:
         """After a whole round with no pick, add the rounds that would pass with none at once."""
         rounds = math.inf
-        for name in queue.ring:
-            if self._eligible(name, queue):
-                head = queue.queues[name][0]
-                need = head.cost - queue.deficit[name]
-                rounds = min(rounds, math.ceil(need / (QUANTUM_TOKENS * head.tenant.weight)))
+        eligible = [name for name in queue.ring if self._eligible(name, queue, blocked, only)]
+        for name in eligible:
+            head = self._head(name, queue, blocked, only)
+            need = head.cost - queue.deficit[name]
+            rounds = min(rounds, math.ceil(need / (QUANTUM_TOKENS * head.tenant.weight)))
         if rounds is math.inf:
             raise AssertionError("no eligible tenant in the DRR ring")
-        for name in queue.ring:
-            if rounds > 1 and self._eligible(name, queue):
+        for name in eligible:
+            if rounds > 1:
                 weight = queue.queues[name][0].tenant.weight
                 queue.deficit[name] += (rounds - 1) * QUANTUM_TOKENS * weight
 
@@ -390,10 +457,13 @@ class Scheduler:
         fifo = queue.queues[name]
         fifo.remove(entry)
         queue.size -= 1
+        queue.pools[entry.model] -= 1
+        queue.tenant_pools[name][entry.model] -= 1
         self.queued_by_tenant[name] -= 1
         if fifo:
             return
         del queue.queues[name]
+        del queue.tenant_pools[name]
         if queue.ring and queue.ring[0] == name:
             queue.credited = False
         queue.ring.remove(name)

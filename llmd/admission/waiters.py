@@ -1,10 +1,12 @@
 """The asyncio side of admission: requests wait here until the scheduler releases them.
 
-`Admission.admit` queues a request and returns once the engine may take it (or raises the
-rejection as an ApiError); `finish` gives its capacity back. Each of those, every scrape of the
-engine's metrics, and a timer at the next queue timeout run the pure scheduler (`_pump`), which
-wakes the released waiters and fails the rejected ones. A waiter whose task is cancelled (its
-client left) is removed from the queue at once and never reaches the engine.
+`Admission.admit` queues a request and returns once a backend of its model's pool may take it
+(or raises the rejection as an ApiError); `finish` gives its capacity back. Each of those,
+every scrape of a backend's metrics, a supervisor's phase change and a timer at the next queue
+timeout run the pure scheduler (`pump`) over every pool's capacity (llmd/routing/capacity.py:
+one capacity gate per backend), which wakes the released waiters and fails the rejected ones.
+A waiter whose task is cancelled (its client left) is removed from the queue at once and never
+reaches a backend.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +29,12 @@ from llmd.admission.tenants import Tenant, load_tenants
 from llmd.config import AdmissionConfig, Config, EngineConfig
 from llmd.engine.args import DEFAULT_MAX_NUM_SEQS, engine_flag
 from llmd.errors import ApiError, InvalidRequest, QueueFull, QueueTimeout, RateLimited
+from llmd.routing.backend import BackendKind
+from llmd.routing.breaker import CircuitBreaker
+from llmd.routing.capacity import PoolCapacity, PoolGate
+from llmd.routing.choice import AffinityPolicy
 from llmd.status import QueueStatus, TenantStatus
-from llmd.supervisor.state import EngineState
+from llmd.supervisor.state import EnginePhase, EngineState
 from llmd.telemetry.engine import EngineSample
 
 log = structlog.get_logger("llmd.admission")
@@ -46,12 +52,16 @@ IN_FLIGHT_OVER_SEQS = 1.0
 @dataclasses.dataclass(frozen=True)
 class Request:
     """What admission needs of a request: its tenant, class, cost (seats and KV tokens,
-    llmd/admission/cost.py) and deadline (monotonic s, from its arrival; None: none)."""
+    llmd/admission/cost.py), deadline (monotonic s, from its arrival; None: none), the model
+    whose pool serves it ("": the one pool of an llmd serving one model) and its prefix key
+    (llmd/routing/prefix.py; None: none)."""
 
     tenant: Tenant
     cls: Priority
     cost: Cost
     deadline: float | None = None
+    model: str = ""
+    affinity: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,48 +74,93 @@ class AdmissionSnapshot:
 
 @dataclasses.dataclass
 class Ticket:
-    """An admitted request: hand it back to `Admission.finish` when the request ends."""
+    """An admitted request: hand it back to `Admission.finish` when the request ends.
+    `entry.backend` is where it runs."""
 
     entry: Entry
     queue_ms: float
 
 
 class Admission:
-    """Tenants, the scheduler and the capacity gate of one llmd; lives as long as the proxy."""
+    """Tenants, the scheduler and every backend's capacity gate in pools (`capacity`); lives
+    as long as the proxy. `engines` are the supervised engines' published states by name
+    (their serving state reaches the gates at each pump)."""
 
-    def __init__(self, config: Config, engine: EngineState) -> None:
-        self.engine = engine
+    def __init__(self, config: Config, engines: Mapping[str, EngineState]) -> None:
+        self.engines = engines
         self.scheduler = Scheduler(_policies(config.admission))
-        self.gate = CapacityGate(max_in_flight=max_in_flight(config.engine, config.admission))
+        self.capacity = PoolCapacity()
         self.bodies = BodyBudget(config.admission.max_queued_bytes)
         self._waiters: dict[Entry, asyncio.Future[None]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         # Set by a drain that turns the queue away: new admissions get it too, until a resume.
         self.turned_away: ApiError | None = None
+        self._last_waiting: dict[str, int] = {}
+        self.priority_backends: frozenset[str] = frozenset()
+        self.breaker_policy = config.routing.breaker
+        for name, state in engines.items():
+            engine = config.engine_tables.get(name)
+            self.add_backend(
+                name, BackendKind.ENGINE, [engine.model_name if engine else state.model]
+            )
+        for name, upstream in config.upstreams.items():
+            self.add_backend(name, BackendKind.UPSTREAM, upstream.models)
         self.configure(config)
+
+    def add_backend(self, name: str, kind: BackendKind, models: Sequence[str]) -> None:
+        """A backend joins the pools of `models` (none yet: an upstream whose models come from
+        its /v1/models, `capacity.set_models`); an upstream gets a circuit breaker. An engine
+        serves only once its state says so (not before its first boot). Its gate's limits are
+        set by the next `configure`. Raises ValueError for a name already there."""
+        breaker = CircuitBreaker(self.breaker_policy) if kind is BackendKind.UPSTREAM else None
+        engine = self.engines.get(name)
+        serving = kind is BackendKind.UPSTREAM or (engine is not None and engine.serving)
+        gate = CapacityGate(max_in_flight=1, serving=serving)
+        self.capacity.add(name, kind, models, gate, breaker)
+
+    def remove_backend(self, name: str) -> None:
+        """Take a backend out of the pools: requests running there finish there."""
+        self.capacity.remove(name)
+        self._last_waiting.pop(name, None)
 
     def configure(self, config: Config) -> None:
         """Take `config` (at start-up and on each reload): tenants read again from their file,
-        the class policies, the capacity gate's limits, vLLM priority from the engine's args.
-        Raises ConfigError (the tenants file) before anything has changed. Requests in flight
-        keep their slots; queued ones are released by the new limits at once."""
+        the class policies, each backend's capacity limits, the routing policy (affinity, each
+        upstream breaker's policy), vLLM priority from each engine's args. Raises ConfigError
+        (the tenants file) before anything has changed. Requests in flight keep their slots;
+        queued ones are released by the new limits at once."""
         admission = config.admission
         tenants_file = Path(admission.tenants_file) if admission.tenants_file else None
         self.tenants = load_tenants(tenants_file)
         self.config = admission
         self.scheduler.set_policies(_policies(admission))
-        gate = self.gate
-        gate.max_in_flight = max_in_flight(config.engine, admission)
-        gate.batch_reserve = admission.batch_reserve
-        gate.kv_high_watermark = admission.kv_high_watermark
-        gate.kv_overcommit = admission.kv_overcommit
-        gate.max_engine_waiting = admission.max_engine_waiting
+        routing = config.routing
+        self.capacity.affinity = AffinityPolicy(routing.epsilon, routing.slack)
+        self.breaker_policy = routing.breaker
+        self.prefix_chars = routing.prefix_chars
+        engines, upstreams = config.engine_tables, config.upstreams
+        for name in self.capacity.names():
+            gate = self.capacity.gate(name)
+            if name in upstreams:
+                gate.max_in_flight = upstreams[name].max_in_flight
+            elif name in engines:
+                gate.max_in_flight = max_in_flight(engines[name], admission)
+            gate.batch_reserve = admission.batch_reserve
+            gate.kv_high_watermark = admission.kv_high_watermark
+            gate.kv_overcommit = admission.kv_overcommit
+            gate.max_engine_waiting = admission.max_engine_waiting
+            breaker = self.capacity.breaker(name)
+            if breaker is not None:
+                breaker.policy = routing.breaker
         self.bodies.limit = admission.max_queued_bytes
-        self.engine_priority = engine_flag(config.engine.args, "--scheduling-policy") == "priority"
+        self.priority_backends = frozenset(
+            name
+            for name, engine in engines.items()
+            if engine_flag(engine.args, "--scheduling-policy") == "priority"
+        )
         if self._waiters:
-            self._pump()
-        self._last_waiting = 0
+            self.pump()
 
     # -- request side ----------------------------------------------------------------------
 
@@ -146,14 +201,18 @@ class Admission:
             )
         return arrived_at + int(value) / 1000
 
-    def check_fits(self, cost: Cost) -> None:
-        """Refuse a request that could not start even on an idle engine (more sequences than
-        the engine's seats, more KV tokens than its budget). Raises InvalidRequest (400)."""
-        why = self.gate.never_fits(cost.seats, cost.tokens)
-        if why is not None:
+    def check_fits(self, cost: Cost, model: str) -> None:
+        """Refuse a request that could not start even on an idle backend of `model`'s pool
+        (more sequences than every backend's seats, more KV tokens than every backend's
+        budget; the reason given is the first backend's). Raises InvalidRequest (400)."""
+        reasons = [
+            self.capacity.gate(name).never_fits(cost.seats, cost.tokens)
+            for name in self.capacity.pool(model) or ()
+        ]
+        if reasons and all(why is not None for why in reasons):
             raise InvalidRequest(
-                f"this request cannot be served: {why}; lower n, the number of prompts or "
-                "max_tokens"
+                f"this request cannot be served: {reasons[0]}; lower n, the number of prompts "
+                "or max_tokens"
             )
 
     async def admit(self, request: Request) -> Ticket:
@@ -164,6 +223,8 @@ class Admission:
         if self.turned_away is not None:
             raise self.turned_away
         now = time.monotonic()
+        models = self.capacity.models()
+        model = request.model or (models[0] if len(models) == 1 else "")
         cost = request.cost
         entry = Entry(
             tenant=request.tenant,
@@ -171,6 +232,8 @@ class Admission:
             cost=cost.tokens,
             seats=cost.seats,
             deadline=request.deadline,
+            model=model,
+            affinity=request.affinity,
         )
         rejection = self.scheduler.submit(entry, now)
         if rejection is not None:
@@ -178,12 +241,12 @@ class Admission:
         future = asyncio.get_running_loop().create_future()
         self._waiters[entry] = future
         try:
-            self._pump()
+            self.pump()
             if entry.state is not State.RELEASED:
                 await future
         except asyncio.CancelledError:
             if self.scheduler.cancel(entry):
-                self._pump()
+                self.pump()
             elif entry.state is State.RELEASED:  # released, but the client left meanwhile
                 self.finish(Ticket(entry, 0.0))
             raise
@@ -203,7 +266,7 @@ class Admission:
             if self.scheduler.cancel(entry) and future is not None and not future.done():
                 future.set_exception(error)
                 rejected += 1
-        self._pump()
+        self.pump()
         return rejected
 
     def reopen(self) -> None:
@@ -215,8 +278,18 @@ class Admission:
         entry = ticket.entry
         if entry.state is State.RELEASED:
             self.scheduler.finish(entry)
-            self.gate.on_finish(entry)
-            self._pump()
+            self.capacity.on_finish(entry)
+            self.pump()
+
+    def reroute(self, ticket: Ticket, exclude: frozenset[str]) -> str | None:
+        """Move an admitted request whose backend failed before the first byte to another
+        available backend of its pool not in `exclude` (its capacity moves with it); the new
+        backend, or None when there is none (llmd/routing/retry.py: once)."""
+        entry = ticket.entry
+        backend = self.capacity.reroute(entry, exclude, time.monotonic())
+        if backend is not None:
+            entry.backend = backend
+        return backend
 
     def as_snapshot(self, now: float, in_flight: Mapping[str, int]) -> AdmissionSnapshot:
         """The queues at `now` (monotonic s): depth and oldest wait per class; and one row per
@@ -250,10 +323,10 @@ class Admission:
 
     # -- engine side -----------------------------------------------------------------------
 
-    def engine_sampled(self, sample: EngineSample | None) -> None:
-        """A new read of the engine's /metrics (the telemetry scraper's, every
-        `telemetry.engine_interval_s`; None: unknown or not serving): update the gate's view of
-        the engine and release what it now allows."""
+    def engine_sampled(self, backend: str, sample: EngineSample | None) -> None:
+        """A new read of `backend`'s /metrics (the telemetry scraper's, every
+        `telemetry.engine_interval_s`; None: unknown or not serving): update its gate's view of
+        its load and release what it now allows."""
         load = None
         if sample is not None and sample.running is not None:
             load = EngineLoad(
@@ -262,23 +335,34 @@ class Admission:
                 kv_usage=sample.kv_usage or 0.0,
                 kv_tokens=sample.kv_capacity_tokens,
             )
-        self.update_load(load)
-        self._pump()
+        self.update_load(backend, load)
+        self.pump()
 
-    def update_load(self, load: EngineLoad | None) -> None:
-        """Take a new scrape. Waiting counts only when two scrapes in a row report it: a request
-        llmd has just released waits in the engine for one step, which is no overload."""
+    def update_load(self, backend: str, load: EngineLoad | None) -> None:
+        """Take a new scrape of `backend` (one that left the pools is ignored). Waiting counts
+        only when two scrapes in a row report it: a request llmd has just released waits in
+        the engine for one step, which is no overload."""
+        if backend not in self.capacity.names():
+            return
         if load is not None:
-            waiting = min(load.waiting, self._last_waiting)
-            self._last_waiting = load.waiting
+            waiting = min(load.waiting, self._last_waiting.get(backend, 0))
+            self._last_waiting[backend] = load.waiting
             load = dataclasses.replace(load, waiting=waiting)
-        self.gate.load = load
+        self.capacity.gate(backend).load = load
 
-    def _pump(self) -> None:
-        """Run the scheduler now: wake released waiters, fail rejected ones, re-arm the timer."""
-        self.gate.serving = self.engine.serving
+    def pump(self) -> None:
+        """Run the scheduler now: wake released waiters, fail rejected ones, re-arm the timer.
+        Each engine's serving state (and when a down one should be back) reaches its gate
+        first."""
         now = time.monotonic()
-        decisions = self.scheduler.decide(now, self.gate)
+        names = self.capacity.names()
+        for name, engine in self.engines.items():
+            if name in names:
+                back_at = None
+                if not engine.serving and engine.phase is not EnginePhase.FAILED:
+                    back_at = now + engine.retry_after_s()
+                self.capacity.set_serving(name, engine.serving, back_at)
+        decisions = self.scheduler.decide(now, PoolGate(self.capacity, now))
         for entry in decisions.released:
             future = self._waiters.get(entry)
             if future is not None and not future.done():
@@ -304,7 +388,7 @@ class Admission:
 
     def _on_timer(self) -> None:
         self._timer = self._timer_at = None
-        self._pump()
+        self.pump()
 
     def _rejected(self, rejection: Rejection) -> ApiError:
         """The client-facing error for a rejection (counted and logged, key never included)."""

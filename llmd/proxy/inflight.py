@@ -26,9 +26,10 @@ class Exchange:
     The rest is the request's record for telemetry (times are `time.monotonic()` seconds):
     `started_at` (the request arrived; the exchange is made once its body is read),
     `queued_at` (validated, it joined admission's queue; None before), `admitted_at`
-    (released to the engine; None while validated or queued), `first_byte_at` (the first
+    (released to a backend; None while validated or queued), `first_byte_at` (the first
     body chunk to the client: time to first token), `ended_at`; `tenant` and
-    `request_class` (admission fills them), `prompt_tokens` (from validation),
+    `request_class` (admission fills them), `model` (the pool it asked for) and `backend`
+    (where it runs; None while queued), `prompt_tokens` (from validation),
     `output_tokens` (so far: the usage figure when the engine sends one, else one per streamed
     event), the response `status`, `error_code` when llmd answered an error, `rejected` when
     that error came before the request reached the engine (validation, admission: a
@@ -58,6 +59,8 @@ class Exchange:
     client_gone: bool = False
     answered: bool = False
     send_since: float | None = None
+    model: str | None = None
+    backend: str | None = None
 
     @property
     def phase(self) -> Phase:
@@ -89,6 +92,8 @@ class Exchange:
             age_s=round(now - self.started_at, 3),
             ttft_s=round(first - self.started_at, 4) if first is not None else None,
             tokens_per_s=round(self.output_tokens / decode_s, 1) if decode_s > 0.05 else None,
+            model=self.model,
+            backend=self.backend,
         )
 
     def saw_body(self, chunk: bytes) -> None:
@@ -116,14 +121,15 @@ class Exchange:
 
 @dataclasses.dataclass(frozen=True)
 class InFlightSnapshot:
-    """The in-flight registry's part of the Status: how many live requests are relayed to the
-    engine (`count`) and how many wait in llmd (`queued`: validated or in admission's queue),
-    the oldest `MAX_SEQUENCES` of all as rows, and the relayed ones by tenant."""
+    """The in-flight registry's part of the Status: how many live requests are relayed to a
+    backend (`count`) and how many wait in llmd (`queued`: validated or in admission's queue),
+    the oldest `MAX_SEQUENCES` of all as rows, the relayed ones by tenant and by backend."""
 
     count: int
     queued: int
     sequences: tuple[SequenceStatus, ...]
     by_tenant: dict[str, int]
+    by_backend: dict[str, int]
 
 
 class InFlight:
@@ -133,6 +139,7 @@ class InFlight:
         self._exchanges: set[Exchange] = set()
         self._idle = asyncio.Event()
         self._idle.set()
+        self._removed = asyncio.Event()
 
     def __len__(self) -> int:
         return len(self._exchanges)
@@ -149,13 +156,16 @@ class InFlight:
         """The live requests at `now` (monotonic s), for the Status."""
         exchanges = self.exchanges()
         by_tenant: dict[str, int] = {}
+        by_backend: dict[str, int] = {}
         relayed = 0
         for exchange in exchanges:
             if exchange.admitted_at is not None:
                 relayed += 1
                 by_tenant[exchange.tenant] = by_tenant.get(exchange.tenant, 0) + 1
+                if exchange.backend is not None:
+                    by_backend[exchange.backend] = by_backend.get(exchange.backend, 0) + 1
         rows = tuple(exchange.as_snapshot(now) for exchange in exchanges[:MAX_SEQUENCES])
-        return InFlightSnapshot(relayed, len(exchanges) - relayed, rows, by_tenant)
+        return InFlightSnapshot(relayed, len(exchanges) - relayed, rows, by_tenant, by_backend)
 
     def add(self, exchange: Exchange) -> None:
         self._exchanges.add(exchange)
@@ -167,13 +177,25 @@ class InFlight:
 
     def remove(self, exchange: Exchange) -> None:
         self._exchanges.discard(exchange)
+        self._removed.set()
         if not self._exchanges:
             self._idle.set()
 
-    async def wait_idle(self, timeout_s: float) -> bool:
-        """Wait until no exchange is live, at most `timeout_s` seconds; True when idle."""
+    def on_backend(self, backend: str) -> list[Exchange]:
+        """The live exchanges running on `backend`."""
+        return [e for e in self._exchanges if e.backend == backend]
+
+    async def wait_idle(self, timeout_s: float, backend: str | None = None) -> bool:
+        """Wait until no exchange is live (none on `backend`, when given), at most `timeout_s`
+        seconds; True when idle."""
         try:
-            await asyncio.wait_for(self._idle.wait(), timeout=timeout_s)
+            if backend is None:
+                await asyncio.wait_for(self._idle.wait(), timeout=timeout_s)
+                return True
+            async with asyncio.timeout(timeout_s):
+                while self.on_backend(backend):
+                    self._removed.clear()
+                    await self._removed.wait()
         except TimeoutError:
             return False
         return True
@@ -199,6 +221,8 @@ class InFlight:
         exchange.task.cancel()
         return True
 
-    def abort_all(self, error: ApiError) -> int:
-        """End every live exchange with `error`; how many were ended."""
-        return sum(self.abort(exchange, error) for exchange in list(self._exchanges))
+    def abort_all(self, error: ApiError, backend: str | None = None) -> int:
+        """End every live exchange (every one on `backend`, when given) with `error`; how
+        many were ended."""
+        ended = self.on_backend(backend) if backend is not None else list(self._exchanges)
+        return sum(self.abort(exchange, error) for exchange in ended)

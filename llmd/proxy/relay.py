@@ -1,20 +1,22 @@
 """The relay endpoint: one client request in named stages, like uvicorn's `Server._serve`.
 
-    authenticate → check availability → read → validate → admit → relay
+    authenticate → check availability → read → route → validate → admit → relay
 
 Each stage is a small method with a typed result, and raises an `ApiError` to refuse. The first
-three run as the request arrives (a refusal is answered at once and accounted; any other
+four run as the request arrives (a refusal is answered at once and accounted; any other
 exception is a bug in llmd, answered 500 `internal_error` with the request id, logged once with
 its traceback and accounted as an error); before its body is read a request reserves its size
 in admission's body budget (429 `queue_full` past it). `validate`, `admit` and `relay` run in
 one task raced against the client's `http.disconnect`, with the request live in the in-flight
 registry from its first byte of validation: a client that leaves while it waits for its
-tokenizer turn is never counted, one that leaves while queued never reaches the engine, and one
-that leaves mid-stream has its upstream request closed, which is what makes vLLM abort the
-sequence (ENGINE.md); a drain waits for all of them. The body's bytes and parsed object are
-dropped as soon as the engine request is built, and the bytes sent once they have gone to the
-engine. Pure ASGI; the bytes to the client go through `writer.ClientWriter`, the engine side is
-`upstream.forward`.
+tokenizer turn is never counted, one that leaves while queued never reaches a backend, and one
+that leaves mid-stream has its backend request closed, which is what makes vLLM abort the
+sequence (ENGINE.md); a drain waits for all of them. `route` picks the request's pool by its
+model; admission picks the backend in it; a backend that fails before the client has a byte is
+tried once more on another backend of the pool (llmd/routing/retry.py). The body's parsed
+object is dropped as soon as the backend request is built, and the bytes to send once the
+relay ends (a retry may need them until the first byte). Pure ASGI; the bytes to the client go
+through `writer.ClientWriter`, the backend side is `upstream.forward`.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from llmd.admission.classes import Priority
 from llmd.admission.cost import request_cost
 from llmd.admission.tenants import ANONYMOUS, Tenant
 from llmd.admission.waiters import Request, Ticket
-from llmd.errors import ApiError, InternalError, InvalidRequest
+from llmd.errors import ApiError, InternalError, InvalidRequest, ModelNotFound
 from llmd.proxy.body import (
     ClientGone,
     body_coding,
@@ -46,6 +48,8 @@ from llmd.proxy.inflight import Exchange
 from llmd.proxy.middleware import REQUEST_ID_KEY
 from llmd.proxy.upstream import forward
 from llmd.proxy.writer import ClientWriter, answer_error, send_error
+from llmd.routing.prefix import prefix_key
+from llmd.routing.retry import Retry, Tries
 from llmd.state import DaemonState
 from llmd.validation.fields import Endpoint
 
@@ -66,13 +70,14 @@ class Arrival:
     headers: list[Any]
     tenant: str = ANONYMOUS
     request_class: str = Priority.NORMAL.label
+    model: str | None = None
 
 
 @dataclasses.dataclass
 class Body:
     """The request body: its bytes, the parsed JSON object, whether it asks to stream, and its
-    share of admission's body budget (None: not reserved, a GET). `drop` lets the bytes and
-    the object go (once the engine request is built); `release` gives the share back."""
+    share of admission's body budget (None: not reserved). `drop` lets the bytes and the
+    object go (once the backend request is built); `release` gives the share back."""
 
     raw: bytes
     payload: dict[str, Any]
@@ -89,29 +94,29 @@ class Body:
 
 @dataclasses.dataclass
 class Prepared:
-    """A request ready for the engine: the bytes to send (until `take_body`), whether it
-    streams, what admission weighs (None: not admitted, e.g. `/v1/models`) and headers for the
-    client's response (validation's notes)."""
+    """A request ready for a backend: the bytes to send (`priority_body`: with vLLM's
+    `priority` field, for engines run with --scheduling-policy priority), whether it streams,
+    what admission weighs and headers for the client's response (validation's notes).
+    `drop` lets the bytes go (the relay has ended)."""
 
     body: bytes
+    priority_body: bytes
     stream: bool
-    request: Request | None
+    request: Request
     response_headers: list[tuple[bytes, bytes]]
 
-    def take_body(self) -> bytes:
-        """The bytes to send, which this object no longer holds."""
-        body, self.body = self.body, b""
-        return body
+    def drop(self) -> None:
+        self.body = self.priority_body = b""
 
 
 class Relay:
-    """ASGI endpoint relaying `method path` to the engine (chat, completions, models)."""
+    """ASGI endpoint relaying `POST path` (chat or completions) to a backend of the pool of
+    the request's model."""
 
-    def __init__(self, state: DaemonState, path: str, method: str = "POST") -> None:
+    def __init__(self, state: DaemonState, path: str) -> None:
         self.state = state
         self.path = path
-        self.method = method
-        self.endpoint = _ENDPOINTS.get(path)
+        self.endpoint = _ENDPOINTS[path]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         arrival = Arrival(scope[REQUEST_ID_KEY], time.monotonic(), scope["headers"])
@@ -121,6 +126,7 @@ class Relay:
             self.check_available()
             hold = self.hold_body(arrival)
             body = await self.read(arrival, receive, hold)
+            model = self.route(arrival, body)
         except ClientGone:
             if hold is not None:
                 hold.release()
@@ -136,7 +142,11 @@ class Relay:
             await self.fail(arrival, exc, send)
             return
         exchange = Exchange(
-            arrival.request_id, body.stream, started_at=arrival.at, tenant=arrival.tenant
+            arrival.request_id,
+            body.stream,
+            started_at=arrival.at,
+            tenant=arrival.tenant,
+            model=model,
         )
         try:
             await self.run(exchange, arrival, tenant, body, receive, send)
@@ -152,102 +162,155 @@ class Relay:
         return tenant
 
     def check_available(self) -> None:
-        """Raises Draining or EngineUnavailable (503 + Retry-After) when llmd admits nothing."""
+        """Raises Draining (503 + Retry-After) when llmd admits nothing."""
         error = self.state.unavailable()
         if error is not None:
             raise error
 
-    def hold_body(self, arrival: Arrival) -> BodyHold | None:
+    def hold_body(self, arrival: Arrival) -> BodyHold:
         """Reserve the body's size (Content-Length, else the body limit) in admission's body
-        budget before reading it (None for a GET). Raises QueueFull (429) past the budget."""
-        if self.method != "POST":
-            return None
+        budget before reading it. Raises QueueFull (429) past the budget."""
         limit = self.state.config.server.max_body_bytes
         length = next((v for k, v in arrival.headers if k == b"content-length"), b"")
         size = min(int(length), limit) if length.isdigit() else limit
         return self.state.admission.hold_body(size)
 
-    async def read(self, arrival: Arrival, receive: Receive, hold: BodyHold | None) -> Body:
-        """The whole body, decoded and parsed (nothing for a GET): `application/json` only, in
-        no content coding or gzip or deflate; its reservation resized to what was read. Raises
+    async def read(self, arrival: Arrival, receive: Receive, hold: BodyHold) -> Body:
+        """The whole body, decoded and parsed: `application/json` only, in no content coding
+        or gzip or deflate; its reservation resized to what was read. Raises
         UnsupportedMediaType (415), BodyTooLarge (413), InvalidRequest (400), ClientGone."""
-        if self.method != "POST":
-            return Body(b"", {}, stream=False)
         check_content_type(arrival.headers)
         coding = body_coding(arrival.headers)
         raw = await read_body(receive, self.state.config.server.max_body_bytes, coding)
-        if hold is not None:
-            hold.resize(len(raw))
+        hold.resize(len(raw))
         payload = parse_object(raw)
         if not isinstance(payload.get("stream"), bool | None):
             raise InvalidRequest("'stream' must be a boolean", param="stream")
         return Body(without_bom(raw), payload, stream=bool(payload.get("stream")), hold=hold)
 
+    def route(self, arrival: Arrival, body: Body) -> str:
+        """The model whose pool serves the request: its `model` (omitted: the one model llmd
+        serves). Raises InvalidRequest (400: not a string, or omitted while llmd serves
+        several), ModelNotFound (404: no backend serves it, as vLLM answers),
+        EngineUnavailable (503 + Retry-After: no backend of the pool can take it now)."""
+        capacity = self.state.admission.capacity
+        model = body.payload.get("model")
+        served = capacity.models()
+        if model is None and len(served) == 1:
+            model = served[0]
+        elif model is None:
+            raise InvalidRequest(
+                f"'model' is required: llmd serves {', '.join(served)}", param="model"
+            )
+        if not isinstance(model, str):
+            raise InvalidRequest("'model' must be a string", param="model")
+        if capacity.pool(model) is None:
+            api = self.state.engine.api
+            raise ModelNotFound(model, list(served), api.names_models_when_not_found)
+        arrival.model = model
+        if not capacity.available(model, time.monotonic()):
+            raise self.state.pool_unavailable(model)
+        return model
+
     async def validate(
-        self, arrival: Arrival, exchange: Exchange, tenant: Tenant, body: Body
+        self, arrival: Arrival, exchange: Exchange, tenant: Tenant, body: Body, model: str
     ) -> Prepared:
-        """Class, deadline (from arrival), fields, model, prompt tokens (counted in the class's
-        turn) and context of a generation request, and its cost for admission (other routes
-        pass as they are). The body's bytes and object are dropped once the bytes to send are
-        built. Raises ApiError (400, 404)."""
-        if self.endpoint is None:
-            return Prepared(body.raw, body.stream, None, [])
+        """Class, deadline (from arrival), fields, prompt tokens (counted in the class's turn)
+        and context of a generation request (by its model's validator: tokenizer and context
+        length), its cost (a request that fits no backend of its pool is refused) and its
+        prefix key for admission. The body's object is dropped once the bytes to send are
+        built. Raises ApiError (400)."""
         admission = self.state.admission
         cls = admission.classify(tenant, arrival.headers)
         arrival.request_class = exchange.request_class = cls.label
         deadline = admission.deadline(arrival.headers, arrival.at)
-        valid = await self.state.validator.check(
+        validator = self.state.validators.for_model(model)
+        valid = await validator.check(
             self.endpoint, body.payload, body.raw, arrival.headers, int(cls)
         )
-        raw = valid.body
-        if admission.engine_priority:  # `payload` carries validation's changes (edited in place)
-            raw = _with_priority(body.payload, cls)
+        # `payload` carries validation's changes (edited in place).
+        priority_body = _with_priority(body.payload, cls) if admission.priority_backends else b""
+        key = prefix_key(body.payload, admission.prefix_chars) if admission.prefix_chars else None
         body.drop()
         if body.hold is not None:
-            body.hold.resize(len(raw))
+            body.hold.resize(len(valid.body) + len(priority_body))
         exchange.prompt_tokens = valid.prompt_tokens
         cost = request_cost(
             valid.prompt_counts,
             valid.max_tokens,
             valid.n,
             rest_of_context=valid.rest_of_context,
-            max_model_len=self.state.engine.max_model_len,
+            max_model_len=validator.engine.max_model_len,
         )
-        admission.check_fits(cost)
-        return Prepared(
-            raw, body.stream, Request(tenant, cls, cost, deadline), valid.response_headers
-        )
+        admission.check_fits(cost, model)
+        request = Request(tenant, cls, cost, deadline, model=model, affinity=key)
+        return Prepared(valid.body, priority_body, body.stream, request, valid.response_headers)
 
-    async def admit(self, exchange: Exchange, prepared: Prepared) -> Ticket | None:
-        """Wait in admission's queue until the engine may take the request (None: not
-        admitted). Raises RateLimited, QueueFull (429), QueueTimeout, Draining (503)."""
-        if prepared.request is None:
-            return None
+    async def admit(self, exchange: Exchange, prepared: Prepared) -> Ticket:
+        """Wait in admission's queue until a backend of the request's pool may take it (the
+        ticket's `entry.backend`). Raises RateLimited, QueueFull (429), QueueTimeout, Draining
+        (503)."""
         exchange.queued_at = time.monotonic()
         return await self.state.admission.admit(prepared.request)
 
     async def relay(
-        self, exchange: Exchange, prepared: Prepared, body: Body, writer: ClientWriter
+        self,
+        exchange: Exchange,
+        prepared: Prepared,
+        body: Body,
+        writer: ClientWriter,
+        ticket: Ticket,
     ) -> None:
-        """One upstream request, its answer streamed through; the body's budget share is
-        given back as it goes. Raises EngineError (502), EngineUnavailable (503)."""
+        """One backend request, its answer streamed through; a backend that fails before the
+        client has a byte is tried once more on another backend of the pool (none left, or a
+        failure after the first byte: the error goes to the client). The body's budget share
+        is given back as it goes. Raises EngineError (502), EngineUnavailable (503)."""
         exchange.admitted_at = time.monotonic()
         body.release()
-        await forward(self.state, self.method, self.path, exchange, prepared.take_body(), writer)
+        admission = self.state.admission
+        tries = Tries()
+        backend = ticket.entry.backend
+        assert backend is not None
+        while True:
+            tries.sent(backend)
+            exchange.backend = backend
+            data = prepared.priority_body if backend in admission.priority_backends else b""
+            try:
+                await forward(
+                    self.state, backend, self.path, exchange, data or prepared.body, writer
+                )
+                return
+            except ApiError as error:
+                decision = tries.after_failure(response_started=exchange.response_started)
+                moved = None
+                if isinstance(decision, Retry):
+                    moved = admission.reroute(ticket, decision.exclude)
+                if moved is None:
+                    raise
+                self.state.observer.retried(backend, exchange.model)
+                log.warning(
+                    "request_retried",
+                    request_id=exchange.request_id,
+                    failed=backend,
+                    backend=moved,
+                    code=error.code,
+                    error=error.message,
+                )
+                backend = moved
 
     # -- around the stages -------------------------------------------------------------------
 
     async def refuse(self, arrival: Arrival, error: ApiError, send: Send) -> None:
         """Answer a request refused before it was queued, and account it."""
-        if self.endpoint is not None:
-            self.state.observer.rejected(
-                arrival.request_id,
-                error.status,
-                str(error.code),
-                arrival.at,
-                arrival.tenant,
-                arrival.request_class,
-            )
+        self.state.observer.rejected(
+            arrival.request_id,
+            error.status,
+            str(error.code),
+            arrival.at,
+            arrival.tenant,
+            arrival.request_class,
+            arrival.model,
+        )
         await send_error(send, error, [NOT_QUEUED])
 
     async def fail(self, arrival: Arrival, exc: Exception, send: Send) -> None:
@@ -255,19 +318,19 @@ class Relay:
         with the request id and the traceback, and accounted as an error."""
         log.error("unexpected_error", request_id=arrival.request_id, error=repr(exc), exc_info=exc)
         error = InternalError(arrival.request_id)
-        if self.endpoint is not None:
-            self.state.observer.finished(
-                Exchange(
-                    arrival.request_id,
-                    stream=False,
-                    started_at=arrival.at,
-                    tenant=arrival.tenant,
-                    request_class=arrival.request_class,
-                    status=error.status,
-                    error_code=str(error.code),
-                    ended_at=time.monotonic(),
-                )
+        self.state.observer.finished(
+            Exchange(
+                arrival.request_id,
+                stream=False,
+                started_at=arrival.at,
+                tenant=arrival.tenant,
+                request_class=arrival.request_class,
+                status=error.status,
+                error_code=str(error.code),
+                ended_at=time.monotonic(),
+                model=arrival.model,
             )
+        )
         await send_error(send, error, [NOT_QUEUED])
 
     async def run(
@@ -281,7 +344,7 @@ class Relay:
     ) -> None:
         """Validate, admit and relay until done or until the client leaves, whichever comes
         first. A client that leaves once it has its whole answer (a stream's `[DONE]`) while
-        the engine has not closed its side yet has not cancelled anything."""
+        the backend has not closed its side yet has not cancelled anything."""
         work = asyncio.create_task(self._serve(exchange, arrival, tenant, body, send))
         exchange.task = work
         watcher = asyncio.create_task(_wait_disconnect(receive))
@@ -302,22 +365,22 @@ class Relay:
         if not work.cancelled() and (exc := work.exception()) is not None:
             exchange.error_code = exchange.error_code or "internal_error"
             log.error("relay_failed", request_id=exchange.request_id, error=repr(exc))
-        if self.endpoint is not None:
-            self.state.observer.finished(exchange)
+        self.state.observer.finished(exchange)
 
     async def _serve(
         self, exchange: Exchange, arrival: Arrival, tenant: Tenant, body: Body, send: Send
     ) -> None:
         """The last three stages; their errors become OpenAI-shaped answers (in-band once the
-        response has started), a rejection when the request never reached the engine.
+        response has started), a rejection when the request never reached a backend.
         Admission's capacity is given back however it ends."""
         writer = ClientWriter(send, exchange)
         ticket: Ticket | None = None
+        prepared: Prepared | None = None
         try:
-            prepared = await self.validate(arrival, exchange, tenant, body)
+            prepared = await self.validate(arrival, exchange, tenant, body, str(exchange.model))
             writer = ClientWriter(_with_headers(send, prepared.response_headers), exchange)
             ticket = await self.admit(exchange, prepared)
-            await self.relay(exchange, prepared, body, writer)
+            await self.relay(exchange, prepared, body, writer, ticket)
         except asyncio.CancelledError:
             if exchange.abort_error is None:
                 raise  # the client left: nothing to answer
@@ -332,6 +395,8 @@ class Relay:
             await answer_error(writer, InternalError(exchange.request_id), log_it=False)
         finally:
             body.release()
+            if prepared is not None:
+                prepared.drop()
             if ticket is not None:
                 self.state.admission.finish(ticket)
 

@@ -1,21 +1,25 @@
-"""The engine side of a relayed request: one upstream request, its answer passed to the client.
+"""The backend side of a relayed request: one request to one backend, its answer passed to the
+client.
 
-The upstream body is forwarded chunk by chunk as it arrives (`iter_any`: whatever the socket
+The backend's body is forwarded chunk by chunk as it arrives (`iter_any`: whatever the socket
 has, never waiting to fill a buffer). The response is closed however the relay ends, never put
 back in a pool mid-body: closing it is what makes vLLM abort the sequence. Failures of the
-engine or of its connection become OpenAI-shaped errors here (the one place they are
-translated).
+backend or of its connection become OpenAI-shaped errors here (the one place they are
+translated), and are recorded in an upstream's circuit breaker: a refused or lost connection,
+a timeout or a 5xx is a failure, any other answer a success (a 4xx is the request's fault).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import aiohttp
 
 from llmd.errors import ApiError, EngineError, EngineUnavailable
 from llmd.proxy.inflight import Exchange
 from llmd.proxy.writer import ClientWriter
+from llmd.routing.breaker import CircuitBreaker
 from llmd.state import DaemonState
 
 _UPSTREAM_LOST = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
@@ -23,29 +27,32 @@ _UPSTREAM_LOST = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 async def forward(
     state: DaemonState,
-    method: str,
+    backend: str,
     path: str,
     exchange: Exchange,
     body: bytes,
     writer: ClientWriter,
 ) -> None:
-    """Send `method path` with `body` to the engine and relay its answer through `writer`;
-    `body` is let go once sent (the caller keeps no other reference).
+    """POST `body` to `path` on `backend` and relay its answer through `writer`; this function
+    lets `body` go once sent (the caller keeps it only while a retry on another backend may
+    still send it, llmd/routing/retry.py).
 
-    Raises EngineUnavailable (503: the engine is not accepting, or answered 503) or
-    EngineError (502: it failed, or its connection did, or a stream ended mid-event).
+    Raises EngineUnavailable (503: the backend is not accepting, or answered 503) or
+    EngineError (502: it failed, or its connection did, or a stream ended mid-event); whether
+    the client has seen a byte by then is `exchange.response_started`.
     """
-    headers = {**state.upstream.auth, "x-request-id": exchange.request_id}
-    if body:
-        headers["content-type"] = "application/json"
+    client = state.fleet.client(backend)
+    breaker = _breaker(state, backend)
+    headers = {**client.headers(), "x-request-id": exchange.request_id}
+    headers["content-type"] = "application/json"
     try:
-        response = await state.upstream.session().request(
-            method, "http://engine" + path, data=body or None, headers=headers
-        )
+        response = await client.session().post(client.url(path), data=body, headers=headers)
     except _UPSTREAM_LOST as exc:
-        raise _connection_error(state, exc) from exc
-    del body  # sent (the engine answered): not kept for the length of the generation
+        _record(breaker, failed=True)
+        raise _connection_error(state, backend, exc) from exc
+    del body  # sent (the backend answered): not kept here for the length of the generation
     try:
+        _record(breaker, failed=response.status >= 500)
         if response.status >= 500:
             raise _engine_status_error(response.status, await response.read())
         content_type = response.headers.get("content-type", "application/json").encode()
@@ -64,22 +71,41 @@ async def forward(
             raise EngineError("the engine closed the stream mid-event")
         await writer.body(b"", more=False)
     except _UPSTREAM_LOST as exc:
-        raise _connection_error(state, exc) from exc
+        _record(breaker, failed=True)
+        raise _connection_error(state, backend, exc) from exc
     finally:
         response.close()
 
 
-def _connection_error(state: DaemonState, exc: BaseException) -> ApiError:
-    """The error for a lost or refused engine connection."""
-    # Refused or missing socket: the engine is not accepting (it died a moment ago, or is
-    # between boots) and nothing was sent, so the client may simply retry.
-    engine = state.engine
-    if not engine.serving:
+def _breaker(state: DaemonState, backend: str) -> CircuitBreaker | None:
+    """`backend`'s breaker (an upstream's; None for an engine, or one a reload removed)."""
+    try:
+        return state.admission.capacity.breaker(backend)
+    except KeyError:
+        return None
+
+
+def _record(breaker: CircuitBreaker | None, *, failed: bool) -> None:
+    if breaker is None:
+        return
+    if failed:
+        breaker.record_failure(time.monotonic())
+    else:
+        breaker.record_success(time.monotonic())
+
+
+def _connection_error(state: DaemonState, backend: str, exc: BaseException) -> ApiError:
+    """The error for a lost or refused connection to `backend`."""
+    # Refused or missing socket: the backend is not accepting (an engine that died a moment
+    # ago, or is between boots) and nothing was sent, so the client may simply retry.
+    engine = state.fleet.engines.get(backend)
+    if engine is not None and not engine.serving:
         return engine.unavailable_error()
     if isinstance(exc, aiohttp.ClientConnectorError):
+        retry_after = engine.retry_after_s() if engine is not None else 1.0
         return EngineUnavailable(
-            "the engine refused the connection (it may have just stopped); retry later",
-            retry_after_s=engine.retry_after_s(),
+            f"{backend} refused the connection (it may have just stopped); retry later",
+            retry_after_s=retry_after,
         )
     return EngineError(f"the engine connection failed: {type(exc).__name__}: {exc}".rstrip(": "))
 

@@ -41,12 +41,13 @@ class ErrorResponse(Response):
     """`error` as a Starlette response, for the app's exception handlers and `/ready`: written
     by `send_error` like every other error llmd answers."""
 
-    def __init__(self, error: ApiError) -> None:
+    def __init__(self, error: ApiError, headers: list[tuple[bytes, bytes]] | None = None) -> None:
         super().__init__(status_code=error.status)
         self.error = error
+        self.extra = headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send_error(send, self.error)
+        await send_error(send, self.error, self.extra or ())
 
 
 class ClientWriter:

@@ -99,8 +99,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def configured_engines(config: Config) -> dict[str, EngineConfig]:
-    """The engines of a config by name: today the one `[engine]`, named `main` (DESIGN.md)."""
-    return {"main": config.engine}
+    """The engines of a config by name: `[engines.NAME]`, or `[engine]` alone as `main`."""
+    return config.engine_tables
 
 
 def _count(text: str) -> int:

@@ -11,7 +11,7 @@ llmd only for capacity on its own pool. Pure: the caller passes `now` (monotonic
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from llmd.admission.capacity import CapacityGate
 from llmd.admission.scheduler import Entry
@@ -27,7 +27,9 @@ MAX_WAIT_S = 600.0
 @dataclasses.dataclass
 class _Slot:
     """One backend: its gate (llmd's accounting, the engine's load, serving), its breaker
-    (upstreams), and when a down engine should serve again (`back_at`, None: not expected)."""
+    (upstreams), when a down engine should serve again (`back_at`, None: not expected), and
+    whether an operator drained it (`drained_for`: the Retry-After it gives; None: not
+    drained)."""
 
     name: str
     kind: BackendKind
@@ -35,9 +37,14 @@ class _Slot:
     gate: CapacityGate
     breaker: CircuitBreaker | None
     back_at: float | None = None
+    drained_for: float | None = None
 
     def available(self, now: float) -> bool:
-        return self.gate.serving and (self.breaker is None or self.breaker.available(now))
+        return (
+            self.gate.serving
+            and self.drained_for is None
+            and (self.breaker is None or self.breaker.available(now))
+        )
 
     def view(self, now: float) -> Backend:
         gate, breaker = self.gate, self.breaker
@@ -59,6 +66,8 @@ class _Slot:
         wait = 0.0
         if not self.gate.serving:
             wait = self.back_at - now if self.back_at is not None else MAX_WAIT_S
+        if self.drained_for is not None:
+            wait = max(wait, self.drained_for)
         if self.breaker is not None:
             wait = max(wait, self.breaker.retry_after_s(now))
         return wait
@@ -97,11 +106,11 @@ class PoolCapacity:
         gate: CapacityGate,
         breaker: CircuitBreaker | None = None,
     ) -> None:
-        """Add backend `name` serving `models` (at least one). Raises ValueError for a name
-        already added or no models."""
+        """Add backend `name` serving `models` (none yet: an upstream whose models are read
+        from it later, `set_models`). Raises ValueError for a name already added."""
         models = tuple(models)
-        if name in self._slots or not models:
-            raise ValueError(f"backend {name!r} is already added or serves no model")
+        if name in self._slots:
+            raise ValueError(f"backend {name!r} is already added")
         self._slots[name] = _Slot(name, kind, models, gate, breaker)
         self._regroup()
 
@@ -110,6 +119,16 @@ class PoolCapacity:
         there finish there (and count in its old gate). Raises KeyError."""
         del self._slots[name]
         self._regroup()
+
+    def set_models(self, name: str, models: Iterable[str]) -> None:
+        """Backend `name` now serves `models` (an upstream's /v1/models changed): it joins
+        and leaves pools; its gate and breaker stay. Raises KeyError."""
+        self._slots[name].models = tuple(models)
+        self._regroup()
+
+    def names(self) -> tuple[str, ...]:
+        """Every backend's name, in the order added."""
+        return tuple(self._slots)
 
     def pool(self, model: str) -> tuple[str, ...] | None:
         """The backends serving `model` in config order, or None: an unknown model."""
@@ -134,6 +153,16 @@ class PoolCapacity:
         slot = self._slots[backend]
         slot.gate.serving = serving
         slot.back_at = None if serving else back_at
+
+    def set_draining(self, backend: str, retry_after_s: float | None) -> None:
+        """An operator drains `backend` (`retry_after_s`: what a request that finds its whole
+        pool drained is told) or resumes it (None). A drained backend takes no new request;
+        those running there finish. Raises KeyError."""
+        self._slots[backend].drained_for = retry_after_s
+
+    def draining(self, backend: str) -> bool:
+        """Whether an operator drained `backend`. Raises KeyError."""
+        return self._slots[backend].drained_for is not None
 
     def backends(self, now: float, model: str | None = None) -> list[Backend]:
         """Every backend (or `model`'s pool) as it is at `now`, in config order."""
@@ -192,13 +221,14 @@ class PoolCapacity:
         return choice.backend
 
     def available(self, model: str, now: float) -> bool:
-        """Whether some backend of `model`'s pool can take requests now (serving and
-        reachable; its seats may still be full: then requests queue)."""
+        """Whether some backend of `model`'s pool can take requests now (serving, not
+        drained, reachable; its seats may still be full: then requests queue)."""
         return any(self._slots[name].available(now) for name in self._pools.get(model, ()))
 
     def retry_after_s(self, model: str, now: float) -> float:
         """Retry-After (1..600 s) for a pool with no available backend: the soonest any of
-        them is expected back (a breaker's cooldown, an engine's restart backoff and boot)."""
+        them is expected back (a breaker's cooldown, an engine's restart backoff and boot, a
+        drain's hint)."""
         waits = [self._slots[name].wait_s(now) for name in self._pools.get(model, ())]
         return min(max(1.0, min(waits, default=MAX_WAIT_S)), MAX_WAIT_S)
 
@@ -213,33 +243,26 @@ class PoolCapacity:
 
 
 class PoolGate:
-    """The scheduler's `Gate` (llmd/admission/scheduler.py) over one model's pool at one
-    `now`, for today's `Scheduler.decide`: `admits` picks a backend, `on_release` starts the
-    entry there. `key_of` gives an entry's prefix key."""
+    """The scheduler's `Gate` (llmd/admission/scheduler.py) over every pool at one `now`:
+    `admits` picks a backend of the entry's pool (`entry.model`) by its prefix key
+    (`entry.affinity`), `on_release` starts the entry there. `choices` keeps each release's
+    choice (affinity, spilled) for the caller to count."""
 
-    def __init__(
-        self,
-        capacity: PoolCapacity,
-        model: str,
-        key_of: Callable[[Entry], str | None],
-        now: float,
-    ) -> None:
+    def __init__(self, capacity: PoolCapacity, now: float) -> None:
         self.capacity = capacity
-        self.model = model
-        self.key_of = key_of
         self.now = now
         self.choices: dict[Entry, Choice] = {}
         self._offer: tuple[Entry, Choice] | None = None
 
-    def admits(self, entry: Entry, overdue: bool) -> bool:
-        choice = self.capacity.admits(entry, overdue, self.now, self.model, self.key_of(entry))
+    def admits(self, entry: Entry, overdue: bool) -> str | None:
+        choice = self.capacity.admits(entry, overdue, self.now, entry.model, entry.affinity)
         self._offer = (entry, choice) if choice is not None else None
-        return choice is not None
+        return choice.backend if choice is not None else None
 
-    def on_release(self, entry: Entry) -> None:
+    def on_release(self, entry: Entry, backend: str) -> None:
         offer = self._offer
-        if offer is None or offer[0] is not entry:
+        if offer is None or offer[0] is not entry or offer[1].backend != backend:
             raise RuntimeError("on_release without a matching admits")
         self._offer = None
         self.choices[entry] = offer[1]
-        self.capacity.on_release(entry, offer[1].backend, self.now, self.model)
+        self.capacity.on_release(entry, backend, self.now, entry.model)

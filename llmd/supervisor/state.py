@@ -46,10 +46,11 @@ class EngineState:
     used to estimate `Retry-After` while a boot is under way. `failed_boots` counts boots that
     never became ready within the supervisor's failure window. `exits_by_reason` counts the
     exits llmd did not ask for, by `ExitReason.kind` (each one is followed by a restart or by
-    giving up). `api` is the vLLM release the engine answers as (its GET /version, read when it
-    becomes ready), where llmd must mirror what differs between releases. `diagnosis` is what
-    `llmd.doctor.diagnosis` found in the engine's output at its last boot or unrequested exit
-    (slow paths at boot; the cause of a failure).
+    giving up). `card` is the engine's own `/v1/models` entry for its model, read when it
+    became ready (None: not read). `api` is the vLLM release the engine answers as (its GET
+    /version, read when it becomes ready), where llmd must mirror what differs between releases.
+    `diagnosis` is what `llmd.doctor.diagnosis` found in the engine's output at its last boot
+    or unrequested exit (slow paths at boot; the cause of a failure).
     """
 
     phase: EnginePhase = EnginePhase.STARTING
@@ -67,6 +68,7 @@ class EngineState:
     last_exit: ExitReason | None = None
     exits_by_reason: dict[str, int] = dataclasses.field(default_factory=dict)
     restart_at: float | None = None
+    card: dict[str, Any] | None = None
     diagnosis: tuple[Finding, ...] = ()
 
     @property

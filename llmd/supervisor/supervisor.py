@@ -1,7 +1,11 @@
 """The supervisor: keeps one engine serving, restarting it by policy, and stops it cleanly.
 
 Lifecycle of one engine: spawn → wait for `/health` 200 (or exit, or start timeout) → serve,
-probing `/health` → exit (classified) → restart after backoff, or give up.
+probing `/health` → exit (classified) → restart after backoff, or give up. One supervisor per
+engine, each with its own process group, socket, pid file, exit history, backoff and give-up:
+one engine's crash loop never touches another. Engines that share a GPU boot one after the
+other (`boot_locks`: held from the spawn until the engine serves or exits), since vLLM checks a
+device's free memory while it boots (vllm#10533).
 """
 
 from __future__ import annotations
@@ -9,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from pathlib import Path
 
 import aiohttp
 import structlog
 
-from llmd.config import Config
+from llmd.config import EngineConfig, SupervisorConfig
 from llmd.doctor.diagnosis import diagnose
 from llmd.engine.args import engine_auth_headers, without_secrets
 from llmd.engine.launch import engine_launch, installed_engine_build
@@ -35,12 +40,29 @@ UNHEALTHY_PROBES = 3
 
 
 class Supervisor:
-    """Runs the engine described by `config.engine` and publishes its state into `state`."""
+    """Runs engine `name` as `engine` describes it, restarting it by `policy`, and publishes
+    its state into `state`; `on_change()` is called when it starts or stops serving (admission
+    pumps then). `engine` and `policy` may be replaced while it runs: the policy applies to
+    the next decision, the engine table to the next boot."""
 
-    def __init__(self, config: Config, paths: RuntimePaths, state: EngineState) -> None:
-        self.config = config
+    def __init__(
+        self,
+        name: str,
+        engine: EngineConfig,
+        policy: SupervisorConfig,
+        paths: RuntimePaths,
+        state: EngineState,
+        boot_locks: Sequence[asyncio.Lock] = (),
+        on_change: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.name = name
+        self.engine = engine
+        self.policy = policy
         self.paths = paths
         self.state = state
+        self.boot_locks = boot_locks
+        self.on_change = on_change
+        self.log = log.bind(engine=name)
         self._stopping = asyncio.Event()
         self._served = asyncio.Event()  # the engine of this boot serves
         self._done = asyncio.Event()  # run() is not running
@@ -52,12 +74,19 @@ class Supervisor:
         # watchdog only while this moves.
         self.last_progress = time.monotonic()
 
+    @property
+    def socket(self) -> Path:
+        """The engine's Unix socket in the runtime directory."""
+        return self.paths.socket_of(self.name)
+
     async def run(self) -> None:
-        """Keep the engine up until `stop()`. Raises `EngineGaveUp` when the policy gives up."""
+        """Keep the engine up until `stop()`. Raises `EngineGaveUp` when the policy gives up.
+        May run again after giving up (an operator's restart): with a fresh history."""
         self._done.clear()
+        self._history.clear()
         try:
             await self._stop_leftover()
-            connector = aiohttp.UnixConnector(path=str(self.paths.engine_socket))
+            connector = aiohttp.UnixConnector(path=str(self.socket))
             async with aiohttp.ClientSession(connector=connector) as probe:
                 while not self._stopping.is_set():
                     reason, was_ready = await self._run_once(probe)
@@ -75,30 +104,31 @@ class Supervisor:
         """Stop what an llmd killed before it could stop its engine left in this runtime
         directory (llmd.supervisor.leftovers), before this llmd starts its own."""
         pids = await asyncio.to_thread(
-            stop_leftover, self.paths.engine_pid_file, self.config.engine.stop_timeout_s
+            stop_leftover, self.paths.pid_file_of(self.name), self.engine.stop_timeout_s
         )
         if pids:
-            log.warning("engine_leftover_stopped", pids=pids)
+            self.log.warning("engine_leftover_stopped", pids=pids)
 
     async def _back_off(self, reason: ExitReason, was_ready: bool) -> None:
         """Wait as the restart policy says after an unrequested exit. Raises EngineGaveUp."""
         now = time.monotonic()
         self._history.append(ExitRecord(at=now, was_ready=was_ready))
-        window = self.config.supervisor.failure_window_s
+        window = self.policy.failure_window_s
         self.state.failed_boots = sum(
             1 for record in self._history if not record.was_ready and now - record.at <= window
         )
-        decision = decide_restart(self.config.supervisor, self._history, now)
+        decision = decide_restart(self.policy, self._history, now)
         if isinstance(decision, GiveUp):
             self.state.phase = EnginePhase.FAILED
-            log.error("engine_gave_up", failed_boots=decision.failed_boots, reason=reason.kind)
+            self.on_change()
+            self.log.error("engine_gave_up", failed_boots=decision.failed_boots, reason=reason.kind)
             raise EngineGaveUp(
-                f"engine failed to boot {decision.failed_boots} times within {window:g}s; "
-                f"last: {reason.detail}"
+                f"engine {self.name} failed to boot {decision.failed_boots} times within "
+                f"{window:g}s; last: {reason.detail}"
             )
         self.state.phase = EnginePhase.RESTARTING
         restart_at = self.state.restart_at = now + decision.delay_s
-        log.warning(
+        self.log.warning(
             "engine_restart_scheduled",
             delay_s=decision.delay_s,
             attempt=decision.attempt,
@@ -120,8 +150,9 @@ class Supervisor:
         self._restart_requested = True
         self.state.phase = EnginePhase.RESTARTING
         self._served.clear()  # wait_serving() now waits for the next engine
-        log.warning("engine_restart_requested", pid=process.pid)
-        await process.stop_group(self.config.engine.stop_timeout_s)
+        self.on_change()
+        self.log.warning("engine_restart_requested", pid=process.pid)
+        await process.stop_group(self.engine.stop_timeout_s)
         return True
 
     async def wait_serving(self, timeout_s: float) -> bool:
@@ -146,52 +177,55 @@ class Supervisor:
         if self.state.phase is not EnginePhase.STOPPED:
             self.state.phase = EnginePhase.STOPPING
         if self._process is not None:
-            await self._process.stop_group(self.config.engine.stop_timeout_s)
+            await self._process.stop_group(self.engine.stop_timeout_s)
         await self._done.wait()
         self.state.phase = EnginePhase.STOPPED
 
     async def _run_once(self, probe: aiohttp.ClientSession) -> tuple[ExitReason, bool]:
         """Boot one engine and serve until it exits; return why, and whether it became ready."""
-        launch = engine_launch(self.config.engine, self.paths.engine_socket)
+        engine = self.engine
+        launch = engine_launch(engine, self.socket)
         self._served.clear()
         self.state.boot_started_at = time.monotonic()
         self.state.ready_at = None
         self.state.phase = (
             EnginePhase.STARTING if not self.state.restarts else EnginePhase.RESTARTING
         )
-        try:
-            process = await EngineProcess.spawn(launch, self._forward_output)
-        except OSError as exc:
-            failed = ExitReason("exit_code", f"cannot start {launch.argv[0]}: {exc.strerror}")
-            self._record_exit(failed, ())
-            return failed, False
-        self._process = process
-        self.state.pid = process.pid
-        log.info("engine_started", pid=process.pid, argv=" ".join(without_secrets(launch.argv)))
-        pid_file = self.paths.engine_pid_file
-        record = await asyncio.to_thread(record_engine, pid_file, process.pgid)
-        exited = asyncio.create_task(process.wait(), name="engine-wait")
-        ready = await self._wait_ready(probe, exited)
+        async with self._booting():
+            try:
+                process = await EngineProcess.spawn(launch, self._forward_output)
+            except OSError as exc:
+                failed = ExitReason("exit_code", f"cannot start {launch.argv[0]}: {exc.strerror}")
+                self._record_exit(failed, ())
+                return failed, False
+            self._process = process
+            self.state.pid = process.pid
+            self.log.info(
+                "engine_started", pid=process.pid, argv=" ".join(without_secrets(launch.argv))
+            )
+            pid_file = self.paths.pid_file_of(self.name)
+            record = await asyncio.to_thread(record_engine, pid_file, process.pgid)
+            exited = asyncio.create_task(process.wait(), name=f"engine-wait-{self.name}")
+            ready = await self._wait_ready(probe, exited)
         forced: ExitReason | None = None
         if ready:
             self.state.diagnosis = diagnose(process.output.recent)  # slow paths seen at boot
             await self._mark_serving(probe)
             forced = await self._watch_health(probe, exited)
         elif not exited.done() and not self._stopping.is_set():
-            forced = ExitReason(
-                "start_timeout", f"not ready after {self.config.engine.start_timeout_s:g}s"
-            )
+            forced = ExitReason("start_timeout", f"not ready after {engine.start_timeout_s:g}s")
         if self._stopping.is_set() or self._restart_requested:
             # stop() or restart() is taking the group down; a stop that came while this engine
             # was being spawned found no process to stop, so this stop is the one that does.
-            await process.stop_group(self.config.engine.stop_timeout_s)
+            await process.stop_group(engine.stop_timeout_s)
             returncode = await exited
         elif forced is not None:
-            await process.stop_group(self.config.engine.stop_timeout_s)
+            await process.stop_group(engine.stop_timeout_s)
             returncode = await exited
         else:
             returncode = await exited
             self.state.phase = EnginePhase.RESTARTING  # stop routing to it before the cleanup
+            self.on_change()
             # The leader died on its own: its engine-core and workers may survive it (vllm#55510).
             await process.stop_group(timeout_s=5.0)
         if self._restart_requested:
@@ -209,8 +243,17 @@ class Supervisor:
         self._record_exit(reason, process.output.recent)
         return reason, ready
 
+    @contextlib.asynccontextmanager
+    async def _booting(self) -> AsyncIterator[None]:
+        """Hold the boot locks of the GPUs this engine shares (in a fixed order, so that two
+        engines never hold one each) for the body of the `async with`."""
+        async with contextlib.AsyncExitStack() as stack:
+            for lock in self.boot_locks:
+                await stack.enter_async_context(lock)
+            yield
+
     async def _wait_ready(self, probe: aiohttp.ClientSession, exited: asyncio.Task[int]) -> bool:
-        deadline = time.monotonic() + self.config.engine.start_timeout_s
+        deadline = time.monotonic() + self.engine.start_timeout_s
         while time.monotonic() < deadline and not exited.done() and not self._stopping.is_set():
             self.last_progress = time.monotonic()
             if await self._healthy(probe):
@@ -224,13 +267,14 @@ class Supervisor:
         failures = 0
         while not self._stopping.is_set():
             self.last_progress = time.monotonic()
-            await asyncio.wait({exited}, timeout=self.config.engine.health_interval_s)
+            await asyncio.wait({exited}, timeout=self.engine.health_interval_s)
             if exited.done() or self._stopping.is_set():
                 return None
             failures = 0 if await self._healthy(probe) else failures + 1
             if failures >= UNHEALTHY_PROBES:
-                log.error("engine_unhealthy", probes=failures)
+                self.log.error("engine_unhealthy", probes=failures)
                 self.state.phase = EnginePhase.RESTARTING
+                self.on_change()
                 return ExitReason("engine_dead", f"/health failed {failures} times in a row")
         return None
 
@@ -238,7 +282,7 @@ class Supervisor:
         try:
             async with probe.get(
                 "http://engine/health",
-                headers=engine_auth_headers(self.config.engine),
+                headers=engine_auth_headers(self.engine),
                 timeout=aiohttp.ClientTimeout(total=5),
             ) as r:
                 return r.status == 200
@@ -250,21 +294,20 @@ class Supervisor:
         assert self.state.boot_started_at is not None
         self.state.boot_s = now - self.state.boot_started_at
         self.state.ready_at = now
-        self.state.model = self.config.engine.model_name
+        self.state.model = self.engine.model_name
         self.state.engine_version = (
-            installed_engine_build(self.config.engine.python)
-            if self.config.engine.kind == "vllm"
-            else "sim"
+            installed_engine_build(self.engine.python) if self.engine.kind == "vllm" else "sim"
         )
         with contextlib.suppress(
             aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, KeyError, IndexError
         ):
             async with probe.get(
                 "http://engine/v1/models",
-                headers=engine_auth_headers(self.config.engine),
+                headers=engine_auth_headers(self.engine),
                 timeout=aiohttp.ClientTimeout(total=5),
             ) as r:
                 models = await r.json()
+            self.state.card = dict(models["data"][0])
             self.state.served_models = model_ids(models)
             self.state.max_model_len = int(models["data"][0]["max_model_len"])
         self.state.api = ASSUMED
@@ -277,7 +320,8 @@ class Supervisor:
                 self.state.api = EngineApi.parse((await r.json())["version"])
         self.state.phase = EnginePhase.SERVING
         self._served.set()
-        log.info(
+        self.on_change()
+        self.log.info(
             "engine_ready",
             pid=self.state.pid,
             boot_s=round(self.state.boot_s, 1),
@@ -292,13 +336,14 @@ class Supervisor:
         if reason.kind != "stopped":
             counts = self.state.exits_by_reason
             counts[reason.kind] = counts.get(reason.kind, 0) + 1
-        level = log.info if reason.kind == "stopped" else log.error
+        level = self.log.info if reason.kind == "stopped" else self.log.error
         level("engine_exited", reason=reason.kind, detail=reason.detail)
 
     def _forward_output(self, level: str, message: str) -> None:
         if self.state.phase is EnginePhase.STOPPING:
             # vLLM logs an EngineDeadError traceback even on a shutdown llmd asked for.
-            log.info("engine_output", level=level.lower(), line=message)
+            self.log.info("engine_output", level=level.lower(), line=message)
             return
-        method = {"CRITICAL": log.critical, "ERROR": log.error}.get(level, log.warning)
+        logger = self.log
+        method = {"CRITICAL": logger.critical, "ERROR": logger.error}.get(level, logger.warning)
         method("engine_output", level=level.lower(), line=message)

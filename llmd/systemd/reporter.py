@@ -1,11 +1,13 @@
 """What llmd tells systemd on each main-loop tick: READY, STATUS, EXTEND_TIMEOUT_USEC, WATCHDOG.
 
-`status_line` is pure; `ServiceReporter` remembers what it sent so each message goes once.
+`status_line` and `fleet_line` are pure; `ServiceReporter` remembers what it sent so each
+message goes once.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 from llmd.supervisor.state import EnginePhase, EngineState
 from llmd.systemd.notify import Notifier
@@ -35,6 +37,32 @@ def status_line(
     return phase.value
 
 
+def fleet_line(
+    engines: Mapping[str, EngineState], *, draining: bool, in_flight: int, max_failed_boots: int
+) -> str:
+    """STATUS= for any number of engines: one engine's line as `status_line` gives it; with
+    several, how many serve and each one that does not, e.g. 'serving 2/3 engines: 4 in
+    flight; small-b: restarting engine (2/5): oom'; without engines, the in-flight count."""
+    if len(engines) == 1:
+        (engine,) = engines.values()
+        return status_line(
+            engine, draining=draining, in_flight=in_flight, max_failed_boots=max_failed_boots
+        )
+    if draining:
+        return f"draining: {in_flight} in flight"
+    serving = sum(engine.serving for engine in engines.values())
+    line = f"serving {serving}/{len(engines)} engines: {in_flight} in flight"
+    if not engines:
+        line = f"serving: {in_flight} in flight"
+    for name, engine in engines.items():
+        if not engine.serving:
+            state = status_line(
+                engine, draining=False, in_flight=in_flight, max_failed_boots=max_failed_boots
+            )
+            line += f"; {name}: {state}"
+    return line
+
+
 class ServiceReporter:
     """Sends the service state to systemd through `notifier`, once per change."""
 
@@ -45,19 +73,28 @@ class ServiceReporter:
         self._last_status = ""
 
     def tick(
-        self, engine: EngineState, *, draining: bool, in_flight: int, making_progress: bool
+        self,
+        engines: Mapping[str, EngineState],
+        *,
+        ready: bool,
+        draining: bool,
+        in_flight: int,
+        making_progress: bool,
     ) -> None:
-        """Report the state now; ping the watchdog only when `making_progress`."""
-        line = status_line(
-            engine, draining=draining, in_flight=in_flight, max_failed_boots=self.max_failed_boots
+        """Report the state now: READY=1 once `ready`, start-timeout extensions before (while
+        some engine has not given up); ping the watchdog only when `making_progress`."""
+        line = fleet_line(
+            engines, draining=draining, in_flight=in_flight, max_failed_boots=self.max_failed_boots
         )
         fields: dict[str, str | int] = {}
         if line != self._last_status:
             fields["STATUS"] = self._last_status = line
-        if engine.serving and not self._ready_sent:
+        if ready and not self._ready_sent:
             fields["READY"] = 1
             self._ready_sent = True
-        elif not self._ready_sent and engine.phase is not EnginePhase.FAILED:
+        elif not self._ready_sent and any(
+            engine.phase is not EnginePhase.FAILED for engine in engines.values()
+        ):
             fields["EXTEND_TIMEOUT_USEC"] = EXTEND_TIMEOUT_USEC
         if making_progress and self.notifier.watchdog_interval_s is not None:
             fields["WATCHDOG"] = 1
@@ -70,10 +107,10 @@ class ServiceReporter:
             RELOADING=1, MONOTONIC_USEC=time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
         )
 
-    def reloaded(self, serving: bool) -> None:
-        """A reload has ended: READY=1 now when the engine serves, else on the first tick that
-        finds it serving (systemd keeps the unit in `reloading` until then)."""
-        if serving:
+    def reloaded(self, ready: bool) -> None:
+        """A reload has ended: READY=1 now when llmd is ready (its engines serve), else on the
+        first tick that finds it ready (systemd keeps the unit in `reloading` until then)."""
+        if ready:
             self.notifier.notify(READY=1, STATUS=self._last_status)
             self._ready_sent = True
         else:

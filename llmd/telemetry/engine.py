@@ -29,7 +29,10 @@ _WANTED = (*_GAUGES, _CACHE_INFO)
 class EngineSample:
     """One scrape of the engine: gauges summed over label sets, counters as totals.
 
-    `kv_usage` is 0..1; `num_gpu_blocks` * `block_size` is the KV capacity in tokens. Fields are
+    `kv_usage` is 0..1, the mean over the engine's label sets; `num_gpu_blocks` (summed over
+    them) * `block_size` is the KV capacity in tokens. A vLLM with --data-parallel-size labels
+    each rank's series with its `engine` index: the server's load is their sum, its KV usage
+    their mean. Fields are
     None when the engine did not report them; `taken_at` is `time.monotonic()` seconds.
     """
 
@@ -54,6 +57,7 @@ def parse_engine_metrics(text: str, taken_at: float) -> EngineSample:
     is not Prometheus exposition format."""
     kept = "\n".join(line for line in text.splitlines() if line.startswith(_WANTED)) + "\n"
     values: dict[str, float] = {}
+    kv_engines = 0
     blocks: int | None = None
     block_size: int | None = None
     for family in text_string_to_metric_families(kept):
@@ -61,14 +65,18 @@ def parse_engine_metrics(text: str, taken_at: float) -> EngineSample:
             if sample.name in _GAUGES:
                 key = _GAUGES[sample.name]
                 values[key] = values.get(key, 0.0) + sample.value
+                kv_engines += key == "kv_usage"
             elif sample.name == _CACHE_INFO:
-                blocks = _int_label(sample.labels.get("num_gpu_blocks"))
+                engine_blocks = _int_label(sample.labels.get("num_gpu_blocks"))
+                if engine_blocks is not None:
+                    blocks = (blocks or 0) + engine_blocks
                 block_size = _int_label(sample.labels.get("block_size"))
+    kv_usage = values.get("kv_usage")
     return EngineSample(
         taken_at=taken_at,
         running=_int(values.get("running")),
         waiting=_int(values.get("waiting")),
-        kv_usage=values.get("kv_usage"),
+        kv_usage=kv_usage / kv_engines if kv_usage is not None else None,
         num_gpu_blocks=blocks,
         block_size=block_size,
         prompt_tokens_total=values.get("prompt_tokens_total"),

@@ -4,7 +4,9 @@ snapshot at scrape time are `llmd.telemetry.status_metrics`'s.
 
 Names and labels are a contract (shared/DESIGN.md; pinned by tests/telemetry/test_metrics.py):
 prefix `llmd_`, base units (seconds, bytes, ratios 0..1), bounded label sets. Tenant labels past
-the first `top_tenants` distinct tenants read `other`; prompt lengths are four buckets.
+the first `top_tenants` distinct tenants read `other`; prompt lengths are four buckets; `model`
+is a model some backend serves ("" when the request never named one llmd serves) and `engine`
+a configured backend's name.
 """
 
 from __future__ import annotations
@@ -84,8 +86,14 @@ class ProxyMetrics:
         self.tenant = TenantLabels(top_tenants)
         r = self.registry
         self.requests = Counter(
-            "llmd_requests", "Finished requests by tenant, class and HTTP status.",
-            ["tenant", "class", "status"], registry=r,
+            "llmd_requests", "Finished requests by tenant, class, HTTP status and model.",
+            ["tenant", "class", "status", "model"], registry=r,
+        )  # fmt: skip
+        self.backend_requests = Counter(
+            "llmd_backend_requests",
+            "Requests sent to each backend, by outcome: answered, failed (the client got the "
+            "error) or retried (failed before the first byte, sent once more elsewhere).",
+            ["engine", "model", "outcome"], registry=r,
         )  # fmt: skip
         self.queue_wait = _histogram(r, "llmd_queue_wait_seconds", "Time queued before release.")
         self.ttft = _histogram(
@@ -121,5 +129,9 @@ class ProxyMetrics:
 
 def _histogram(registry: CollectorRegistry, name: str, documentation: str) -> Histogram:
     return Histogram(
-        name, documentation, ["class", "input_length"], buckets=LATENCY_BUCKETS, registry=registry
+        name,
+        documentation,
+        ["class", "input_length", "model"],
+        buckets=LATENCY_BUCKETS,
+        registry=registry,
     )

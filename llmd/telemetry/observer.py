@@ -42,6 +42,8 @@ class Record(Protocol):
     request_id: str
     tenant: str
     request_class: str
+    model: str | None
+    backend: str | None
     prompt_tokens: int | None
     started_at: float
     queued_at: float | None
@@ -92,9 +94,9 @@ class Windows:
 
 @dataclasses.dataclass(frozen=True)
 class TelemetrySnapshot:
-    """The observer's part of the Status: the engine's KV cache and latest scrape (`engine`,
-    for its running and waiting gauges), the GPUs, latency over 1 and 5 minutes, throughput
-    and the counts since start."""
+    """The observer's part of the Status: the primary backend's KV cache and latest scrape
+    (`engine`, for its running and waiting gauges), the GPUs, latency over 1 and 5 minutes,
+    throughput and the counts since start."""
 
     engine: EngineSample | None
     kv_cache: KvCacheStatus
@@ -112,8 +114,10 @@ class Observer:
         self.windows = Windows()
         self.tallies = Tallies()
         self.log_requests = log_requests
-        self.engine_sample: EngineSample | None = None
-        self.engine_token_rates: tuple[float, float] | None = None  # prompt, generation per s
+        # The latest scrape of each backend's /metrics, and its prompt and generation token
+        # rates (per s), by backend name.
+        self.engine_samples: dict[str, EngineSample] = {}
+        self.engine_token_rates: dict[str, tuple[float, float]] = {}
         self.gpus = GpuReading()
 
     def configure(self, top_tenants: int, log_requests: str) -> None:
@@ -122,9 +126,10 @@ class Observer:
         self.metrics.tenant.limit = top_tenants
         self.log_requests = log_requests
 
-    def as_snapshot(self) -> TelemetrySnapshot:
-        """The readings, windows and tallies now, for the Status."""
-        sample = self.engine_sample
+    def as_snapshot(self, primary: str | None = None) -> TelemetrySnapshot:
+        """The readings, windows and tallies now, for the Status: the KV cache and engine
+        sample of backend `primary`, the engines' token rates summed over every backend."""
+        sample = self.engine_samples.get(primary) if primary is not None else None
         kv_cache = KvCacheStatus()
         if sample is not None:
             kv_cache = KvCacheStatus(
@@ -134,7 +139,8 @@ class Observer:
                 num_blocks=sample.num_gpu_blocks,
             )
         requests, prompt, output = self.windows.throughput.rates(60, 3)
-        rates = self.engine_token_rates
+        known = list(self.engine_token_rates.values())
+        rates = (sum(r[0] for r in known), sum(r[1] for r in known)) if known else None
         tallies = self.tallies
         return TelemetrySnapshot(
             engine=sample,
@@ -159,8 +165,8 @@ class Observer:
 
     def finished(self, record: Record) -> None:
         """Account a request once it has ended: as a rejection when llmd answered it with an
-        error before it reached the engine (`record.rejected`: validation, admission, a drain
-        that turned the queue away), else as a request relayed to the engine."""
+        error before it reached a backend (`record.rejected`: validation, admission, a drain
+        that turned the queue away), else as a request relayed to a backend."""
         now = record.ended_at or time.monotonic()
         if record.rejected:
             self.rejected(
@@ -170,6 +176,7 @@ class Observer:
                 record.started_at,
                 record.tenant,
                 record.request_class,
+                record.model,
                 ended_at=now,
                 queue_s=None if record.queued_at is None else now - record.queued_at,
             )
@@ -179,19 +186,25 @@ class Observer:
         m = self.metrics
         tenant = m.tenant(record.tenant)
         klass = record.request_class
+        model = record.model or ""
         length = input_length_label(record.prompt_tokens)
         admitted = record.admitted_at or now
         queue_s = admitted - (record.queued_at or admitted)
         ttft_s = None if record.first_byte_at is None else record.first_byte_at - record.started_at
         total_s = now - record.started_at
-        m.requests.labels(tenant, klass, str(status)).inc()
-        m.queue_wait.labels(klass, length).observe(queue_s)
+        m.requests.labels(tenant, klass, str(status), model).inc()
+        if record.backend is not None:
+            answered = status and status < 500 and record.error_code is None
+            m.backend_requests.labels(
+                record.backend, model, "answered" if answered else "failed"
+            ).inc()
+        m.queue_wait.labels(klass, length, model).observe(queue_s)
         self.windows.queue_wait.add(queue_s)
         if ttft_s is not None and status == 200:
-            m.ttft.labels(klass, length).observe(ttft_s)
+            m.ttft.labels(klass, length, model).observe(ttft_s)
             self.windows.ttft.add(ttft_s)
         if outcome == "ok":
-            m.e2e.labels(klass, length).observe(total_s)
+            m.e2e.labels(klass, length, model).observe(total_s)
             self.windows.e2e.add(total_s)
         prompt = record.prompt_tokens or 0
         m.prompt_tokens.labels(tenant).inc(prompt)
@@ -213,6 +226,8 @@ class Observer:
                 request_id=record.request_id,
                 tenant=record.tenant,
                 **{"class": klass},
+                model=record.model,
+                backend=record.backend,
                 status=status,
                 prompt_tokens=record.prompt_tokens,
                 output_tokens=record.output_tokens,
@@ -231,15 +246,17 @@ class Observer:
         started_at: float,
         tenant: str = "anonymous",
         request_class: str = "normal",
+        model: str | None = None,
         *,
         ended_at: float | None = None,
         queue_s: float | None = None,
     ) -> None:
-        """Account a request answered with an error before it reached the engine
-        (`code`: the error's code, the rejection reason; `queue_s`: how long it waited in
-        admission's queue, for one turned away from there)."""
+        """Account a request answered with an error before it reached a backend
+        (`code`: the error's code, the rejection reason; `model`: the served model it asked
+        for, when it got that far; `queue_s`: how long it waited in admission's queue, for one
+        turned away from there)."""
         m = self.metrics
-        m.requests.labels(m.tenant(tenant), request_class, str(status)).inc()
+        m.requests.labels(m.tenant(tenant), request_class, str(status), model or "").inc()
         m.rejections.labels(code).inc()
         self.tallies.requests += 1
         self.tallies.rejections[code] += 1
@@ -258,6 +275,11 @@ class Observer:
                 outcome="rejected",
                 code=code,
             )
+
+    def retried(self, backend: str, model: str | None) -> None:
+        """Account a request that failed on `backend` before the first byte and was sent once
+        more to another backend of its pool."""
+        self.metrics.backend_requests.labels(backend, model or "", "retried").inc()
 
     def _timeout(self, request_class: str) -> None:
         self.metrics.timeouts.labels(request_class).inc()

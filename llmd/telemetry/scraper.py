@@ -1,23 +1,26 @@
-"""The telemetry task: reads the engine's /metrics over its Unix socket and the GPUs through NVML,
-on their own intervals, into the observer (and so into the Status snapshot and /metrics).
+"""The telemetry task: reads each backend's /metrics (an engine over its Unix socket, an upstream
+at its URL) and the GPUs through NVML, on their own intervals, into the observer (and so into
+the Status snapshot and /metrics).
 
-Started by the daemon and cancelled at shutdown; it never ends on its own. A failed read is
-logged (rate-limited) and the figures it would have refreshed read as unknown.
+Started by the daemon and cancelled at shutdown (and restarted when the backends or the
+intervals change); it never ends on its own. A failed read is logged (rate-limited) and the
+figures it would have refreshed read as unknown; a backend that has no /metrics (404: a router
+in front of vLLM) is read no more.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import time
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Callable, Sequence
 
 import aiohttp
 import structlog
 
 from llmd.config import TelemetryConfig
-from llmd.supervisor.state import EngineState
+from llmd.engine.client import EngineClient
 from llmd.telemetry.engine import EngineSample, parse_engine_metrics
 from llmd.telemetry.gpu import GpuReader, nvml_reader
 from llmd.telemetry.observer import Observer
@@ -28,45 +31,49 @@ log = structlog.get_logger("llmd.telemetry")
 RATE_SPAN_S = 5.0
 
 
+@dataclasses.dataclass(frozen=True)
+class ScrapeTarget:
+    """One backend to read: its name, its client, and whether it serves now (an engine that
+    does not is not read)."""
+
+    name: str
+    client: EngineClient
+    serving: Callable[[], bool] = lambda: True
+
+
 class Scraper:
-    """Keeps `observer.engine_sample`, `engine_token_rates` and `gpus` fresh, and hands each
-    engine sample to `on_sample` (admission's view of the engine's load): one reader of the
-    engine's /metrics for all of llmd, since each read costs the engine's API server CPU.
-    `headers` gives the headers that authenticate llmd to the engine, read at each scrape."""
+    """Keeps `observer.engine_samples`, `engine_token_rates` (per backend) and `gpus` fresh, and
+    hands each sample to `on_sample(backend, sample)` (admission's view of the backend's
+    load): one reader of each backend's /metrics for all of llmd, since each read costs the
+    engine's API server CPU."""
 
     def __init__(
         self,
         observer: Observer,
-        engine: EngineState,
-        engine_socket: Path,
+        targets: Sequence[ScrapeTarget],
         config: TelemetryConfig,
         gpu_reader: Callable[[], GpuReader] = nvml_reader,
-        on_sample: Callable[[EngineSample | None], None] | None = None,
-        headers: Callable[[], Mapping[str, str]] = dict,
+        on_sample: Callable[[str, EngineSample | None], None] | None = None,
     ) -> None:
         self.observer = observer
-        self.engine = engine
-        self.engine_socket = engine_socket
+        self.targets = tuple(targets)
         self.config = config
         self._gpu_reader = gpu_reader
         self._on_sample = on_sample
-        self._headers = headers
-        self._history: collections.deque[EngineSample] = collections.deque()
+        self._history: dict[str, collections.deque[EngineSample]] = {}
 
     async def run(self) -> None:
-        """Read the engine and the GPUs until cancelled."""
+        """Read the backends and the GPUs until cancelled."""
         reader = await asyncio.to_thread(self._gpu_reader)
-        connector = aiohttp.UnixConnector(path=str(self.engine_socket), force_close=True)
-        timeout = aiohttp.ClientTimeout(total=max(2.0, self.config.engine_interval_s * 4))
         try:
-            async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-                await asyncio.gather(self._engine_loop(session), self._gpu_loop(reader))
+            await asyncio.gather(
+                self._gpu_loop(reader), *(self._engine_loop(t) for t in self.targets)
+            )
         finally:
             reader.close()
 
-    async def _engine_loop(self, session: aiohttp.ClientSession) -> None:
-        while True:
-            await self.scrape_engine(session)
+    async def _engine_loop(self, target: ScrapeTarget) -> None:
+        while await self.scrape_engine(target):
             await asyncio.sleep(self.config.engine_interval_s)
 
     async def _gpu_loop(self, reader: GpuReader) -> None:
@@ -76,30 +83,46 @@ class Scraper:
                 return  # no driver or no GPU: that will not change while llmd runs
             await asyncio.sleep(self.config.gpu_interval_s)
 
-    async def scrape_engine(self, session: aiohttp.ClientSession) -> None:
-        """One read of the engine's /metrics (nothing while it is not serving)."""
-        if not self.engine.serving:
-            self._forget()
-            return
+    async def scrape_engine(self, target: ScrapeTarget) -> bool:
+        """One read of `target`'s /metrics (nothing while it is not serving); False when it
+        has none (404): it is not read again."""
+        if not target.serving():
+            self._forget(target.name)
+            return True
+        client = target.client
+        timeout = aiohttp.ClientTimeout(total=max(2.0, self.config.engine_interval_s * 4))
         try:
-            async with session.get("http://engine/metrics", headers=self._headers()) as response:
+            async with client.session().get(
+                client.url("/metrics"), headers=client.headers(), timeout=timeout
+            ) as response:
+                if response.status == 404:
+                    log.warning("engine_metrics_unavailable", backend=target.name)
+                    self._forget(target.name)
+                    return False
                 response.raise_for_status()
                 text = await response.text()
             sample = parse_engine_metrics(text, time.monotonic())
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
-            log.warning("engine_metrics_failed", error=f"{type(exc).__name__}: {exc}")
-            self._forget()
-            return
-        self.observer.engine_sample = sample
-        self.observer.engine_token_rates = self._rates(sample)
+            log.warning(
+                "engine_metrics_failed", backend=target.name, error=f"{type(exc).__name__}: {exc}"
+            )
+            self._forget(target.name)
+            return True
+        self.observer.engine_samples[target.name] = sample
+        rates = self._rates(target.name, sample)
+        if rates is None:
+            self.observer.engine_token_rates.pop(target.name, None)
+        else:
+            self.observer.engine_token_rates[target.name] = rates
         if self._on_sample is not None:
-            self._on_sample(sample)
+            self._on_sample(target.name, sample)
+        return True
 
-    def _rates(self, sample: EngineSample) -> tuple[float, float] | None:
+    def _rates(self, name: str, sample: EngineSample) -> tuple[float, float] | None:
         """Prompt and generation tokens per second over the samples of the last RATE_SPAN_S."""
         if sample.prompt_tokens_total is None or sample.generation_tokens_total is None:
             return None
-        history = self._history
+        history = self._history.setdefault(name, collections.deque())
         if history and (history[-1].generation_tokens_total or 0) > sample.generation_tokens_total:
             history.clear()  # a new engine: its counters started again
         history.append(sample)
@@ -114,12 +137,12 @@ class Scraper:
             (sample.generation_tokens_total - (first.generation_tokens_total or 0.0)) / elapsed,
         )
 
-    def _forget(self) -> None:
-        self.observer.engine_sample = None
-        self.observer.engine_token_rates = None
-        self._history.clear()
+    def _forget(self, name: str) -> None:
+        self.observer.engine_samples.pop(name, None)
+        self.observer.engine_token_rates.pop(name, None)
+        self._history.pop(name, None)
         if self._on_sample is not None:
-            self._on_sample(None)
+            self._on_sample(name, None)
 
 
 async def run_quietly(scraper: Scraper) -> None:

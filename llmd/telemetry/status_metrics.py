@@ -1,7 +1,8 @@
 """The Prometheus gauges read from the Status snapshot at scrape time, and the suppressed log
-lines: engine up, restarts, draining, KV cache, engine running and waiting, queue depth, in
-flight (relayed to the engine) and queued by tenant, GPUs. Names and labels are a contract
-(shared/DESIGN.md; pinned by tests/telemetry/test_metrics.py).
+lines: per backend (label `engine`) up, restarts, drained, llmd's requests there, KV cache,
+running and waiting; llmd draining, queue depth, in flight (relayed to a backend) and queued
+by tenant (global, over every pool), GPUs. Names and labels are a contract (shared/DESIGN.md;
+pinned by tests/telemetry/test_metrics.py).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from llmd.status import Status
+from llmd.status import EngineStatus, Status
 from llmd.telemetry.metrics import TenantLabels
 
 
@@ -44,31 +45,8 @@ class StatusCollector(Collector):
 
 
 def _status_families(status: Status, tenant: TenantLabels) -> Iterator[Metric]:
-    engine = status.engine
-    yield _gauge("llmd_engine_up", "1 when the engine serves requests.", engine.state == "serving")
-    restarts = CounterMetricFamily(
-        "llmd_engine_restarts", "Engine exits llmd did not ask for, by reason.", labels=["reason"]
-    )
-    for reason, count in sorted(engine.exits_by_reason.items()):
-        restarts.add_metric([reason], count)
-    yield restarts
+    yield from _engine_families(status)
     yield _gauge("llmd_draining", "1 while llmd admits no new requests.", status.draining)
-    if status.kv_cache.usage is not None:
-        yield _gauge(
-            "llmd_engine_kv_cache_usage_ratio",
-            "Engine KV-cache usage, 0..1.",
-            status.kv_cache.usage,
-        )
-    if status.kv_cache.capacity_tokens is not None:
-        yield _gauge(
-            "llmd_engine_kv_cache_capacity_tokens",
-            "Engine KV-cache capacity in tokens.",
-            status.kv_cache.capacity_tokens,
-        )
-    if engine.running is not None:
-        yield _gauge("llmd_engine_requests_running", "Sequences the engine runs.", engine.running)
-    if engine.waiting is not None:
-        yield _gauge("llmd_engine_requests_waiting", "Requests the engine queues.", engine.waiting)
     depth = GaugeMetricFamily("llmd_queue_depth", "Requests queued in llmd.", labels=["class"])
     for queue in status.queues:
         depth.add_metric([queue.name], queue.depth)
@@ -91,6 +69,40 @@ def _status_families(status: Status, tenant: TenantLabels) -> Iterator[Metric]:
     yield in_flight
     yield queued
     yield from _gpu_families(status)
+
+
+def _engine_families(status: Status) -> Iterator[Metric]:
+    """One series per backend (label `engine`: its configured name), from its Status entry."""
+    engines = status.engines or (status.engine,)
+    restarts = CounterMetricFamily(
+        "llmd_engine_restarts",
+        "Engine exits llmd did not ask for, by engine and reason.",
+        labels=["engine", "reason"],
+    )
+    for engine in engines:
+        for reason, count in sorted(engine.exits_by_reason.items()):
+            restarts.add_metric([engine.name, reason], count)
+    yield restarts
+    specs: tuple[tuple[str, str, Callable[[EngineStatus], float | None]], ...] = (
+        ("llmd_engine_up", "1 when the backend serves requests.", lambda e: e.state == "serving"),
+        ("llmd_engine_draining", "1 while an operator drained the backend.", lambda e: e.draining),
+        ("llmd_engine_in_flight", "llmd's requests on the backend.", lambda e: e.in_flight),
+        ("llmd_engine_kv_cache_usage_ratio", "Engine KV-cache usage, 0..1.", lambda e: e.kv_usage),
+        (
+            "llmd_engine_kv_cache_capacity_tokens",
+            "Engine KV-cache capacity in tokens.",
+            lambda e: e.kv_capacity_tokens,
+        ),
+        ("llmd_engine_requests_running", "Sequences the engine runs.", lambda e: e.running),
+        ("llmd_engine_requests_waiting", "Requests the engine queues.", lambda e: e.waiting),
+    )
+    for name, documentation, value_of in specs:
+        family = GaugeMetricFamily(name, documentation, labels=["engine"])
+        for engine in engines:
+            value = value_of(engine)
+            if value is not None:
+                family.add_metric([engine.name], float(value))
+        yield family
 
 
 def _gpu_families(status: Status) -> Iterator[Metric]:

@@ -18,6 +18,7 @@ from textual.containers import Horizontal
 from textual.widgets import DataTable, Footer, Input
 
 from llmd.tui.client import AdminRefused, AdminUnreachable, DaemonClient, Snapshot
+from llmd.tui.engines import EngineTable
 from llmd.tui.link import Link, changes
 from llmd.tui.panels import (
     CountsPanel,
@@ -86,7 +87,8 @@ class TopApp(App[None]):
         self.counts = CountsPanel(id="counts", classes="panel")
         self.sequences = SequenceTable(id="sequences", classes="panel")
         self.events = EventsPanel(id="events", classes="panel")
-        self.filter = Input(placeholder="filter: id, tenant, class or phase", id="filter")
+        self.engines = EngineTable(id="engines", classes="panel")
+        self.filter = Input(placeholder="filter: id, tenant, class, phase or backend", id="filter")
 
     def compose(self) -> ComposeResult:
         yield self.header
@@ -94,6 +96,7 @@ class TopApp(App[None]):
             yield from (self.kv, self.gpu, self.latency, self.throughput)
         with Horizontal(id="middle"):
             yield from (self.queues, self.tenants, self.counts)
+        yield self.engines
         yield self.sequences
         yield self.events
         yield self.filter
@@ -156,6 +159,7 @@ class TopApp(App[None]):
         for panel in (self.kv, self.gpu, self.latency, self.throughput, self.queues,
                       self.tenants, self.counts, self.events):  # fmt: skip
             panel.show(s)
+        self.engines.show(s.get("engines") or [])
         self.sequences.show(s["sequences"], s["in_flight"] + (s.get("queued") or 0))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -165,6 +169,15 @@ class TopApp(App[None]):
     # Keys ---------------------------------------------------------------------------------
 
     def action_drain(self) -> None:
+        engine = self._target()
+        if engine is not None:
+            self._confirm(
+                f"Drain engine {engine}? It takes no new request (the rest of its pool does)\n"
+                f"until you resume it (u); the {self._in_flight(engine)} in flight there finish.",
+                f"drain {engine}",
+                lambda: self.client.drain(engine),
+            )
+            return
         s = self.snapshot
         live = f"{s['in_flight']} in flight and {s.get('queued') or 0} queued" if s else "? live"
         self._confirm(
@@ -175,12 +188,25 @@ class TopApp(App[None]):
         )
 
     def action_resume(self) -> None:
+        engine = self._target()
+        if engine is not None:
+            self._act(f"resume {engine}", lambda: self.client.resume(engine))
+            return
         self._act("resume", self.client.resume)
 
     def action_restart(self) -> None:
+        engine = self._target()
+        if engine is not None:
+            self._confirm(
+                f"Restart engine {engine}? llmd drains it first (its requests finish, up to the\n"
+                "drain timeout), then boots it again; the other engines serve on.",
+                f"restart {engine}",
+                lambda: self.client.restart(engine),
+            )
+            return
         self._confirm(
-            "Restart the engine? llmd drains first (in-flight requests finish, up to the\n"
-            "drain timeout), then boots a new engine and admits again.",
+            "Restart the engines? llmd drains first (in-flight requests finish, up to the\n"
+            "drain timeout), then boots new engines and admits again.",
             "restart",
             self.client.restart,
         )
@@ -232,6 +258,22 @@ class TopApp(App[None]):
         self._reshow()
 
     # Helpers ------------------------------------------------------------------------------
+
+    def _target(self) -> str | None:
+        """The engine the drain, resume and restart keys act on: the engines panel's selected
+        row while that panel has the focus; None (all of llmd) otherwise."""
+        if self.engines.display and self.engines.has_focus:
+            return self.engines.selected()
+        return None
+
+    def _in_flight(self, engine: str | None) -> Any:
+        """Requests in flight in llmd (or on `engine`), as the last snapshot said ('?')."""
+        if self.snapshot is None:
+            return "?"
+        if engine is None:
+            return self.snapshot["in_flight"]
+        entries = self.snapshot.get("engines") or []
+        return next((e["in_flight"] for e in entries if e["name"] == engine), "?")
 
     def _reshow(self) -> None:
         s = self.snapshot

@@ -35,17 +35,20 @@ class DaemonClient:
         answer: Snapshot = await self._call("GET", "/status", timeout_s=STATUS_TIMEOUT_S)
         return answer
 
-    async def drain(self) -> Answer:
-        """POST /drain without a deadline: stop admitting, let in-flight work finish."""
-        return await self._call("POST", "/drain", {})
+    async def drain(self, engine: str | None = None) -> Answer:
+        """POST /drain without a deadline: stop admitting, let in-flight work finish (with
+        `engine`: that engine only takes no new request)."""
+        return await self._call("POST", "/drain", _engine(engine))
 
-    async def resume(self) -> Answer:
-        """POST /resume: admit requests again."""
-        return await self._call("POST", "/resume")
+    async def resume(self, engine: str | None = None) -> Answer:
+        """POST /resume: admit requests again (with `engine`: that engine takes requests
+        again)."""
+        return await self._call("POST", "/resume", _engine(engine))
 
-    async def restart(self) -> Answer:
-        """POST /restart: drain, restart the engine, resume (answers when it is done)."""
-        return await self._call("POST", "/restart", timeout_s=RESTART_TIMEOUT_S)
+    async def restart(self, engine: str | None = None) -> Answer:
+        """POST /restart: drain, restart the engines (with `engine`: that one), resume
+        (answers when it is done)."""
+        return await self._call("POST", "/restart", _engine(engine), timeout_s=RESTART_TIMEOUT_S)
 
     async def cancel(self, request_id: str) -> Answer:
         """POST /requests/{id}/cancel: end that request (in-band error for a stream)."""
@@ -67,3 +70,8 @@ class DaemonClient:
         except aiohttp.ClientError as exc:  # a daemon that answered with something unreadable
             raise AdminUnreachable(f"unreadable answer from {self.socket}: {exc}") from exc
         return answer
+
+
+def _engine(engine: str | None) -> dict[str, Any]:
+    """The body naming one engine, or none (every engine)."""
+    return {"engine": engine} if engine is not None else {}

@@ -11,11 +11,12 @@ from textual.widgets import Static
 HELP = """\
 [b]d[/]  drain: stop admitting; in-flight requests finish; new ones get 503 + Retry-After
 [b]u[/]  resume: admit requests again
-[b]r[/]  restart: drain, restart the engine, resume
+[b]r[/]  restart: drain, restart the engines, resume
 [b]c[/]  cancel the selected sequence (its client gets an in-band error)
-[b]/[/]  filter sequences by id, tenant, class or phase (Esc clears)
+[b]/[/]  filter sequences by id, tenant, class, phase or backend (Esc clears)
 [b]s[/]  sort sequences by the next column (again: reverse); clicking a header sorts too
-[b]↑ ↓ PgUp PgDn[/]  move through the sequences
+[b]↑ ↓ PgUp PgDn[/]  move through the sequences (or the engines)
+[b]Tab[/]  to the engines panel (several engines): there d, u and r act on the selected one
 [b]?[/]  this help        [b]q[/]  quit
 
 d, r and c ask first: [b]y[/] confirms, any other key cancels.

@@ -35,6 +35,7 @@ COLUMNS = (
     Column("tenant", "tenant", 14),
     Column("request_class", "class", 11),
     Column("phase", "phase", 7),
+    Column("backend", "backend", 10),
     Column("prompt_tokens", "prompt", 7, fmt.count, right=True),
     Column("output_tokens", "output", 7, fmt.count, right=True),
     Column("age_s", "age", 8, fmt.duration, right=True),
@@ -43,7 +44,8 @@ COLUMNS = (
 )
 PHASE_STYLE = {"queued": "yellow", "prefill": "cyan", "decode": "green"}
 DEFAULT_SORT = "age_s"
-FILTERED = ("id", "tenant", "request_class", "phase")  # what `/` matches, as substrings
+# What `/` matches, as substrings.
+FILTERED = ("id", "tenant", "request_class", "phase", "backend")
 
 
 def _plain(column: Column, sequence: Sequence) -> str:

@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from llmd.engine.client import EngineClient
 from llmd.errors import ApiError, EngineError, EngineUnavailable, InvalidRequest
 from llmd.validation.context import AtLeast
 from llmd.validation.conversation import (
@@ -42,6 +43,10 @@ _HF_PARAMS = frozenset(
 
 class TokenizerUnavailable(Exception):
     """No local tokenizer could be loaded from the given path."""
+
+
+class CountUnsupported(Exception):
+    """The backend has no `/tokenize` (404: a router in front of vLLM, another server)."""
 
 
 class LocalCounter:
@@ -171,18 +176,12 @@ class LocalCounter:
 
 
 class EngineCounter:
-    """Counts through the engine's `POST /tokenize` (vLLM 0.32; counts but does not check
-    the context length). `session` gives the proxy's shared client on the engine's socket,
-    `headers` the headers that authenticate llmd to the engine.
-    """
+    """Counts through a backend's `POST /tokenize` (vLLM 0.32; counts but does not check
+    the context length). `client` gives the client of a backend serving the model. Raises
+    CountUnsupported when the backend answers 404 (it has no /tokenize)."""
 
-    def __init__(
-        self,
-        session: Callable[[], aiohttp.ClientSession],
-        headers: Callable[[], Mapping[str, str]] = dict,
-    ) -> None:
-        self._session = session
-        self._headers = headers
+    def __init__(self, client: Callable[[], EngineClient]) -> None:
+        self._client = client
 
     async def count(self, prompt: Prompt, model: str | None) -> list[int]:
         if isinstance(prompt, CompletionPrompt):
@@ -199,12 +198,13 @@ class EngineCounter:
     async def _tokenize(self, body: dict[str, Any], model: str | None) -> int:
         if model is not None:
             body["model"] = model
+        client = self._client()
         try:
-            async with self._session().post(
-                "http://engine/tokenize",
+            async with client.session().post(
+                client.url("/tokenize"),
                 data=json.dumps(body),
                 timeout=_TOKENIZE_TIMEOUT,
-                headers={**self._headers(), "content-type": "application/json"},
+                headers={**client.headers(), "content-type": "application/json"},
             ) as response:
                 payload = await response.read()
                 status = response.status
@@ -213,6 +213,8 @@ class EngineCounter:
                 f"cannot count prompt tokens: the engine's /tokenize failed: {exc!r}",
                 retry_after_s=1,
             ) from exc
+        if status == 404:
+            raise CountUnsupported(f"{client.url('/tokenize')} answered 404")
         return _tokenize_count(status, payload)
 
 

@@ -20,17 +20,22 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-import aiohttp
 import structlog
 
 from llmd.config import Config
-from llmd.engine.args import engine_auth_headers, flags_given
+from llmd.engine.args import flags_given
+from llmd.engine.client import EngineClient
+from llmd.engine.versions import EngineApi
 from llmd.errors import InvalidRequest
-from llmd.supervisor.state import EngineState
 from llmd.validation.context import ContextDecision, Policy, check_context
-from llmd.validation.counter import EngineCounter, LocalCounter, TokenizerUnavailable
+from llmd.validation.counter import (
+    CountUnsupported,
+    EngineCounter,
+    LocalCounter,
+    TokenizerUnavailable,
+)
 from llmd.validation.fields import (
     CompletionPrompt,
     Endpoint,
@@ -38,7 +43,6 @@ from llmd.validation.fields import (
     RequestFields,
     read_fields,
 )
-from llmd.validation.models import ServedModels
 from llmd.validation.turns import Turns
 
 log = structlog.get_logger("llmd.validation")
@@ -56,12 +60,35 @@ POLICY_HEADER = b"x-llmd-context-policy"
 CLAMPED_HEADER = b"x-llmd-max-tokens-clamped"
 
 
+class ContextSource(Protocol):
+    """Where the model's context length comes from (an engine's state, a pool's backends), and
+    the vLLM release whose answers llmd mirrors for it (llmd/engine/versions.py)."""
+
+    @property
+    def max_model_len(self) -> int | None: ...
+
+    @property
+    def api(self) -> EngineApi: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSource:
+    """What validation knows of one served model: its `name`, the directory its tokenizer loads
+    from (`tokenizer_path`; '': none here, count through a backend's /tokenize), and the engine
+    args that change how prompts are rendered."""
+
+    name: str
+    tokenizer_path: str = ""
+    engine_args: tuple[str, ...] = ()
+
+
 @dataclasses.dataclass(frozen=True)
 class Validated:
     """A request that may go to the engine: `body` (the client's bytes unless llmd changed
     them), `prompt_counts` (tokens of each prompt), the effective `max_tokens` (None: the
     engine's default, which is the rest of the context when `rest_of_context`, else 16), `n`,
-    and headers for the client's response.
+    and headers for the client's response; `counted` False when nothing here could count the
+    prompts (then `prompt_counts` are zeros, one per prompt).
     """
 
     body: bytes
@@ -70,42 +97,52 @@ class Validated:
     n: int
     rest_of_context: bool
     response_headers: list[tuple[bytes, bytes]]
+    counted: bool = True
 
     @property
-    def prompt_tokens(self) -> int:
-        """The longest prompt's tokens."""
-        return max(self.prompt_counts)
+    def prompt_tokens(self) -> int | None:
+        """The longest prompt's tokens (None: not counted, `prompt_counts` are zeros)."""
+        return max(self.prompt_counts) if self.counted else None
 
 
 class Validator:
-    """Validates generation requests for one engine; owns the prompt token counters."""
+    """Validates generation requests for one model (one pool of backends); owns its prompt
+    token counters. `engine` gives the context length; `client` a client of a backend
+    serving the model (for its /tokenize)."""
 
     def __init__(
-        self, config: Config, engine: EngineState, session: Callable[[], aiohttp.ClientSession]
+        self,
+        config: Config,
+        engine: ContextSource,
+        client: Callable[[], EngineClient],
+        model: ModelSource | None = None,
     ) -> None:
         self.engine = engine
         self.local: LocalCounter | None = None
-        self.engine_headers: dict[str, str] = {}
-        self.remote = EngineCounter(session, lambda: self.engine_headers)
-        self.models = ServedModels(engine, session, lambda: self.engine_headers)
+        self.remote = EngineCounter(client)
         self.local_turns = Turns(1)
         self.remote_turns = Turns(config.validation.max_tokenize_calls)
         self.loading: asyncio.Task[None] | None = None
         self._warned_no_limit = False
+        self._warned_no_count = False
         self._tokenizer_source: tuple[object, ...] = ()
-        self.configure(config)
+        self.configure(config, model)
 
-    def configure(self, config: Config) -> None:
-        """Take `config` (at start-up and on each reload): the context policy and the output
-        limits apply to the next request; a changed tokenizer setting (`validation.tokenizer`,
-        `tokenizer_path`, or the engine's model or rendering args) loads the tokenizer again
-        (`start_loading`; the old one counts until the new one is in)."""
+    def configure(self, config: Config, model: ModelSource | None = None) -> None:
+        """Take `config` (at start-up and on each reload) and the model's source (None: the
+        single `[engine]`'s): the context policy and the output limits apply to the next
+        request; a changed tokenizer setting (`validation.tokenizer`, the tokenizer path, or
+        the engine's rendering args) loads the tokenizer again (`start_loading`; the old one
+        counts until the new one is in)."""
+        if model is None:
+            engine = config.engine
+            path = config.validation.tokenizer_path or engine.model
+            model = ModelSource(engine.model_name, path, engine.args)
         self.config = config.validation
         self.remote_turns.resize(config.validation.max_tokenize_calls)
-        self.models.fallback = config.engine.model_name
-        self.engine_headers = engine_auth_headers(config.engine)
-        self.tokenizer_path = config.validation.tokenizer_path or config.engine.model
-        self.engine_args = config.engine.args
+        self.served_models = [model.name]
+        self.tokenizer_path = model.tokenizer_path
+        self.engine_args = model.engine_args
         source = (config.validation.tokenizer, self.tokenizer_path, self.engine_args)
         changed, self._tokenizer_source = source != self._tokenizer_source, source
         if changed and self.loading is not None:  # loaded before: load again
@@ -128,6 +165,8 @@ class Validator:
         given = flags_given(self.engine_args, ENGINE_RENDERING_ARGS)
         if self.config.tokenizer == "engine":
             log.info("tokenizer_engine", reason="validation.tokenizer = engine")
+        elif not self.tokenizer_path:
+            log.info("tokenizer_engine", model=self.served_models[0], reason="no local model")
         elif given and not self.config.tokenizer_path:
             log.warning("tokenizer_fallback_engine", reason="engine.args set " + ", ".join(given))
         else:
@@ -167,11 +206,21 @@ class Validator:
         policy = _policy(headers, self.config.context_policy)
         fields = read_fields(endpoint, body)
         self._check_sizes(fields)
-        if fields.model is not None:
-            await self.models.check(fields.model)
         max_model_len = self.engine.max_model_len
         self._check_token_ids(fields.prompt)
         counts = await self._count(fields.prompt, fields.model, max_model_len, rank)
+        if not counts:  # nothing here can count them: the engine checks the context
+            uncounted = (0,) * _prompts(fields.prompt)
+            return Validated(
+                raw,
+                uncounted,
+                fields.output.max_tokens,
+                fields.output.n,
+                fields.output.max_tokens is None
+                and (endpoint is Endpoint.CHAT or not fields.output.omitted),
+                [],
+                counted=False,
+            )
         if max_model_len is None:
             if not self._warned_no_limit:
                 log.warning("context_check_skipped", reason="max_model_len unknown")
@@ -218,7 +267,9 @@ class Validator:
         self, prompt: Prompt, model: str | None, limit: int | None, rank: int
     ) -> list[int]:
         """Tokens per prompt, counted in turn: locally when the tokenizer renders it as the
-        engine does, else by the engine's /tokenize."""
+        engine does, else by a backend's /tokenize; none when nothing here can count them (the
+        backend has no /tokenize and no local tokenizer is loaded): then the engine checks the
+        context."""
         local = self.local
         if local is not None and local.can_count(prompt):
             async with self.local_turns.turn(rank):
@@ -226,10 +277,16 @@ class Validator:
         ids_only = isinstance(prompt, CompletionPrompt) and all(
             isinstance(p, list) for p in prompt.prompts
         )
-        if ids_only:
-            return await self.remote.count(prompt, model)  # token ids: counted without a call
-        async with self.remote_turns.turn(rank):
-            return await self.remote.count(prompt, model)
+        try:
+            if ids_only:
+                return await self.remote.count(prompt, model)  # token ids: counted without a call
+            async with self.remote_turns.turn(rank):
+                return await self.remote.count(prompt, model)
+        except CountUnsupported as exc:
+            if not self._warned_no_count:
+                log.warning("context_check_skipped", model=model, reason=str(exc))
+                self._warned_no_count = True
+            return []
 
     def _check_token_ids(self, prompt: Prompt) -> None:
         """Token ids past the vocabulary: 400, as vLLM 0.32 answers (`renderers/base.py`)."""
@@ -281,3 +338,8 @@ async def _on_daemon_thread(call: Callable[[str], T], arg: str) -> T:
 
     threading.Thread(target=run, name="tokenizer-load", daemon=True).start()
     return await done
+
+
+def _prompts(prompt: Prompt) -> int:
+    """How many prompts the request holds (chat: one)."""
+    return len(prompt.prompts) if isinstance(prompt, CompletionPrompt) else 1

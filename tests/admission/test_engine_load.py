@@ -1,4 +1,4 @@
-"""Admission's view of the engine's load, from the telemetry scraper's reads of its /metrics."""
+"""Admission's view of each backend's load, from the telemetry scraper's reads of its /metrics."""
 
 from __future__ import annotations
 
@@ -13,21 +13,21 @@ from llmd.telemetry.engine import parse_engine_metrics
 
 def test_engine_sample_becomes_the_gates_load() -> None:
     """Running, waiting (after two reads in a row), KV usage and capacity reach the gate."""
-    admission = Admission(Config(engine=EngineConfig(model="m")), EngineState())
+    admission = Admission(Config(engine=EngineConfig(model="m")), {"main": EngineState()})
     metrics = SimMetrics("tiny", block_size=16, num_gpu_blocks=64, max_model_len=256)
     metrics.running.set(3)
     metrics.waiting.set(2)
     metrics.kv_usage.set(0.25)
     sample = parse_engine_metrics(metrics.render().decode(), time.monotonic())
-    admission.engine_sampled(sample)
-    admission.engine_sampled(sample)
-    load = admission.gate.load
+    admission.engine_sampled("main", sample)
+    admission.engine_sampled("main", sample)
+    load = admission.capacity.gate("main").load
     assert load is not None
     assert (load.running, load.waiting, load.kv_usage, load.kv_tokens) == (3, 2, 0.25, 1024)
 
 
 def test_no_sample_means_unknown_load() -> None:
     """A failed read (or an engine not serving) leaves only llmd's own accounting."""
-    admission = Admission(Config(engine=EngineConfig(model="m")), EngineState())
-    admission.engine_sampled(None)
-    assert admission.gate.load is None
+    admission = Admission(Config(engine=EngineConfig(model="m")), {"main": EngineState()})
+    admission.engine_sampled("main", None)
+    assert admission.capacity.gate("main").load is None

@@ -48,22 +48,46 @@ class SlotGate:
     slots: int
     in_flight: int = 0
 
-    def admits(self, entry: Entry, overdue: bool) -> bool:
-        return self.in_flight == 0 or self.in_flight < self.slots
+    def admits(self, entry: Entry, overdue: bool) -> str | None:
+        return "engine" if self.in_flight == 0 or self.in_flight < self.slots else None
 
-    def on_release(self, entry: Entry) -> None:
+    def on_release(self, entry: Entry, backend: str) -> None:
         self.in_flight += 1
 
     def on_finish(self, entry: Entry) -> None:
         self.in_flight -= 1
 
 
+@dataclasses.dataclass
+class PoolGates:
+    """One gate per pool (`entry.model`): a pool's refusal holds only its own entries."""
+
+    gates: dict[str, SlotGate]
+
+    def admits(self, entry: Entry, overdue: bool) -> str | None:
+        return entry.model if self.gates[entry.model].admits(entry, overdue) else None
+
+    def on_release(self, entry: Entry, backend: str) -> None:
+        assert backend == entry.model
+        self.gates[backend].on_release(entry, backend)
+
+    def on_finish(self, entry: Entry) -> None:
+        self.gates[entry.model].on_finish(entry)
+
+
+def pool_slots(slots: dict[str, int]) -> PoolGates:
+    """A SlotGate of `slots[pool]` slots per pool."""
+    return PoolGates({pool: SlotGate(n) for pool, n in slots.items()})
+
+
+POOLS = ["small", "big"]
 submit = st.tuples(
     st.just("submit"),
     st.sampled_from(TENANTS),
     st.sampled_from(list(Priority)),
     st.integers(1, 3000),
     st.one_of(st.none(), st.floats(0.1, 30.0)),
+    st.sampled_from(POOLS),
 )
 action = st.one_of(
     submit,
@@ -74,20 +98,26 @@ action = st.one_of(
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.integers(1, 4), st.lists(action, max_size=120))
-def test_limits_hold_and_cancelled_entries_never_run(slots: int, actions: list[tuple]) -> None:  # type: ignore[type-arg]
-    """Under any sequence of submits, cancels, finishes and time: tenant concurrency and queue
-    limits, class queue sizes and engine slots hold; cancelled or rejected entries are never
-    released; nothing queued outlives its timeout; work never waits on an idle engine."""
+@given(st.integers(1, 4), st.integers(1, 3), st.lists(action, max_size=120))
+def test_limits_hold_and_cancelled_entries_never_run(
+    slots: int,
+    big_slots: int,
+    actions: list[tuple],  # type: ignore[type-arg]
+) -> None:
+    """Under any sequence of submits (to two pools), cancels, finishes and time: tenant
+    concurrency and queue limits, class queue sizes and each pool's slots hold; cancelled or
+    rejected entries are never released; nothing queued outlives its timeout; work never waits
+    on an idle pool, whatever the other pool holds (but for a tenant at its concurrency)."""
     scheduler = Scheduler(POLICIES)
-    gate = SlotGate(slots)
+    gate = pool_slots({"small": slots, "big": big_slots})
     now = 0.0
     entries: list[Entry] = []
     released: list[Entry] = []
     for act in actions:
         if act[0] == "submit":
-            _, tenant, cls, cost, deadline = act
-            entry = Entry(tenant, cls, cost, deadline=None if deadline is None else now + deadline)
+            _, tenant, cls, cost, deadline, pool = act
+            deadline = None if deadline is None else now + deadline
+            entry = Entry(tenant, cls, cost, deadline=deadline, model=pool)
             rejection = scheduler.submit(entry, now)
             if rejection is not None:
                 assert rejection.reason in (Reason.RATE_LIMITED, Reason.QUEUE_FULL)
@@ -113,7 +143,10 @@ def test_limits_hold_and_cancelled_entries_never_run(slots: int, actions: list[t
             assert rejection.reason in (Reason.QUEUE_TIMEOUT, Reason.DEADLINE)
             assert rejection.entry.state is State.REJECTED
         running = [e for e in released if e.state is State.RELEASED]
-        assert gate.in_flight == len(running) <= slots
+        for pool, pool_gate in gate.gates.items():
+            on_pool = [e for e in running if e.model == pool]
+            assert all(e.backend == pool for e in on_pool)
+            assert pool_gate.in_flight == len(on_pool) <= pool_gate.slots
         for tenant in TENANTS:
             mine = [e for e in running if e.tenant is tenant]
             assert not tenant.max_concurrency or len(mine) <= tenant.max_concurrency
@@ -125,8 +158,11 @@ def test_limits_hold_and_cancelled_entries_never_run(slots: int, actions: list[t
             assert entry.state is State.QUEUED
             assert now - entry.enqueued_at < POLICIES[entry.cls].queue_timeout_s
             assert entry.deadline is None or entry.deadline > now
-        if scheduler.queued():
-            assert gate.in_flight > 0, "work waits while the engine is idle"
+        for pool, pool_gate in gate.gates.items():
+            waiting = [e for e in scheduler.entries() if e.model == pool]
+            if any(scheduler.in_flight[e.tenant.name] < (e.tenant.max_concurrency or 10**9)
+                   for e in waiting):  # fmt: skip
+                assert pool_gate.in_flight > 0, f"work waits while pool {pool} is idle"
     assert len({id(e) for e in released}) == len(released)
     assert all(e.state in (State.RELEASED, State.FINISHED) for e in released)
 
@@ -240,8 +276,8 @@ def test_head_of_line_is_not_passed_when_the_gate_refuses() -> None:
     """When the gate refuses the next entry, nothing behind it is released instead."""
 
     class Tokens(SlotGate):
-        def admits(self, entry: Entry, overdue: bool) -> bool:
-            return self.in_flight == 0 or entry.cost <= 100
+        def admits(self, entry: Entry, overdue: bool) -> str | None:
+            return "engine" if self.in_flight == 0 or entry.cost <= 100 else None
 
     scheduler = Scheduler(POLICIES)
     gate = Tokens(10)
@@ -257,6 +293,70 @@ def test_head_of_line_is_not_passed_when_the_gate_refuses() -> None:
     assert scheduler.decide(0.0, gate).released == [big, small]
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    aging=st.floats(0.5, 10.0),
+    dt=st.floats(0.05, 1.0),
+    batch_count=st.integers(1, 4),
+    slots=st.integers(1, 3),
+)
+def test_the_aging_bound_holds_per_pool_while_another_pool_serves_the_class(
+    aging: float, dt: float, batch_count: int, slots: int
+) -> None:
+    """Batch requests for a pool flooded by interactive work are released within the
+    docstring's bound, (j + 1) x (aging_s + one opportunity of that pool), even while batch
+    requests for another pool are released all the time (they do not reset its clock)."""
+    policies = {
+        Priority.INTERACTIVE: ClassPolicy(100_000, 1e9, 0.0),
+        Priority.NORMAL: ClassPolicy(100_000, 1e9, aging),
+        Priority.BATCH: ClassPolicy(100_000, 1e9, aging),
+    }
+    scheduler = Scheduler(policies)
+    gate = pool_slots({"a": slots, "b": 10**6})
+    user, batcher = Tenant("user"), Tenant("batcher")
+    batch = [Entry(batcher, Priority.BATCH, 500, model="a") for _ in range(batch_count)]
+    for entry in batch:
+        scheduler.submit(entry, 0.0)
+    now = 0.0
+    running: list[Entry] = []
+    for _ in range(int((batch_count + 1) * (aging / dt + 2)) + 10):
+        for _ in range(3):
+            scheduler.submit(Entry(user, Priority.INTERACTIVE, 50, model="a"), now)
+        scheduler.submit(Entry(batcher, Priority.BATCH, 500, model="b"), now)
+        on_a = [e for e in running if e.model == "a"]
+        if on_a:  # one request of pool a ends per step: one release opportunity there
+            scheduler.finish(on_a[0])
+            gate.on_finish(on_a[0])
+            running.remove(on_a[0])
+        released = scheduler.decide(now, gate).released
+        assert any(e.model == "b" for e in released)  # the batch class is served on b
+        running.extend(e for e in released if e.model == "a")
+        for j, entry in enumerate(batch):
+            if entry.state is State.QUEUED:
+                assert now < (j + 1) * (aging + dt) + 1e-9, (j, now)
+        now += dt
+    assert all(e.state is not State.QUEUED for e in batch)
+
+
+def test_a_full_pool_holds_only_its_own_entries_in_fifo_order() -> None:
+    """A refusal for one pool lets the same tenant's later entries for another pool go; the
+    held ones keep their order for when their pool has room."""
+    scheduler = Scheduler(POLICIES)
+    gate = pool_slots({"big": 1, "small": 10})
+    tenant = Tenant("t")
+    running = Entry(tenant, Priority.NORMAL, 10, model="big")
+    big1, small1, big2, small2 = (
+        Entry(tenant, Priority.NORMAL, 10, model=m) for m in ("big", "small", "big", "small")
+    )
+    for entry in (running, big1, small1, big2, small2):
+        scheduler.submit(entry, 0.0)
+    assert scheduler.decide(0.0, gate).released == [running, small1, small2]
+    assert (small1.backend, big1.backend) == ("small", None)
+    scheduler.finish(running)
+    gate.on_finish(running)
+    assert scheduler.decide(0.0, gate).released == [big1]
+
+
 def test_an_oversized_batch_request_does_not_stall_interactive_ones() -> None:
     """The issue's case: KV 65,536 tokens, one 1,000-token request running, a batch request
     with n = 16, prompt 2,000 and max_tokens 2,048 queued at t = 1. Once it is overdue and
@@ -268,7 +368,7 @@ def test_an_oversized_batch_request_does_not_stall_interactive_ones() -> None:
         Priority.BATCH: ClassPolicy(4096, 1e9, 15.0),
     }
     scheduler = Scheduler(policies)
-    gate = CapacityGate(max_in_flight=128, load=EngineLoad(kv_tokens=65_536))
+    gate = OneEngine(CapacityGate(max_in_flight=128, load=EngineLoad(kv_tokens=65_536)))
     user, jobs = Tenant("user"), Tenant("jobs")
     running = Entry(user, Priority.INTERACTIVE, 1_000)
     scheduler.submit(running, 0.0)
@@ -280,15 +380,15 @@ def test_an_oversized_batch_request_does_not_stall_interactive_ones() -> None:
     for entry in late:
         scheduler.submit(entry, 20.0)
     decisions = scheduler.decide(20.0, gate)
-    assert decisions.refused == [big] and decisions.held is None  # overdue, refused, passed
+    assert decisions.refused == [big] and decisions.held == []  # overdue, refused, passed
     assert decisions.released == late
     blocked = Entry(user, Priority.INTERACTIVE, 10)
     scheduler.submit(blocked, 31.0)
     held = scheduler.decide(31.0, gate)
-    assert held.held is big and held.released == []  # 2 x aging_s: nothing passes it now
+    assert held.held == [big] and held.released == []  # 2 x aging_s: nothing passes it now
     for entry in [running, *late]:
         scheduler.finish(entry)
-        gate.on_finish(entry)
+        gate.gate.on_finish(entry)
     assert scheduler.decide(32.0, gate).released == [big]  # the idle engine takes it first
     assert blocked.state is State.QUEUED
 
@@ -300,12 +400,13 @@ class SizedGate(SlotGate):
 
     room: int = 1000
 
-    def admits(self, entry: Entry, overdue: bool) -> bool:
+    def admits(self, entry: Entry, overdue: bool) -> str | None:
         if self.in_flight == 0:
-            return True
-        return self.in_flight + entry.seats <= self.slots and entry.cost <= self.room
+            return "engine"
+        fits = self.in_flight + entry.seats <= self.slots and entry.cost <= self.room
+        return "engine" if fits else None
 
-    def on_release(self, entry: Entry) -> None:
+    def on_release(self, entry: Entry, backend: str) -> None:
         self.in_flight += entry.seats
 
     def on_finish(self, entry: Entry) -> None:
@@ -319,26 +420,32 @@ class SizedGate(SlotGate):
     duration=st.integers(1, 6),
     slots=st.integers(2, 6),
     arrivals=st.lists(
-        st.tuples(st.sampled_from(list(Priority)), st.booleans(), st.integers(1, 3)),
+        st.tuples(
+            st.sampled_from(list(Priority)),
+            st.booleans(),
+            st.integers(1, 3),
+            st.sampled_from(POOLS),
+        ),
         min_size=1,
         max_size=200,
     ),
 )
-def test_a_refused_pick_holds_back_only_its_class_and_below_for_a_bounded_time(
+def test_a_refused_pick_holds_back_only_its_class_and_below_on_its_pool_for_a_bounded_time(
     aging: float,
     dt: float,
     duration: int,
     slots: int,
-    arrivals: list[tuple[Priority, bool, int]],
+    arrivals: list[tuple[Priority, bool, int, str]],
 ) -> None:
-    """Under any mix of small and big (fit only on an idle engine) requests, each running
-    `duration` steps: after every decision, a class with work left is held back only by a
-    refused pick of its own class or one above, or by a held pick; a pick is held only once
-    its class has gone its hold time (2 x aging_s) without a release; and every request is
-    released within its hold time plus one drain (the longest request running) per class
-    held before it, its own included, per request of its class ahead of it and for itself."""
+    """Under any mix of small and big (fit only on an idle engine) requests for two pools,
+    each running `duration` steps: after every decision, a class with work left on a pool is
+    held back only by a refused pick of its own class or one above on that pool, or by a held
+    pick on that pool; a pick is held only once its class has gone its hold time (2 x aging_s)
+    on its pool without a release there; and every request is released within its hold time
+    plus one drain (the longest request running) per class held before it, its own included,
+    per request of its class and pool ahead of it and for itself."""
     scheduler = Scheduler(aged_policies(aging))
-    gate = SizedGate(slots)
+    gate = PoolGates({pool: SizedGate(slots) for pool in POOLS})
     tenant = Tenant("t")
     running: list[tuple[int, Entry]] = []  # (ends at step, entry)
     queued_at: dict[Entry, float] = {}
@@ -348,9 +455,9 @@ def test_a_refused_pick_holds_back_only_its_class_and_below_for_a_bounded_time(
     while pending or scheduler.queued() or running:
         now = step * dt
         if pending:  # one arrival per step
-            cls, big, seats = pending.pop(0)
-            entry = Entry(tenant, cls, 5000 if big else 10, seats=seats)
-            ahead[entry] = scheduler.queued(cls)
+            cls, big, seats, pool = pending.pop(0)
+            entry = Entry(tenant, cls, 5000 if big else 10, seats=seats, model=pool)
+            ahead[entry] = scheduler.classes[cls].pools[pool]
             scheduler.submit(entry, now)
             queued_at[entry] = now
         for ends, entry in [r for r in running if r[0] <= step]:
@@ -367,14 +474,48 @@ def test_a_refused_pick_holds_back_only_its_class_and_below_for_a_bounded_time(
             bound = (ahead[entry] + 1) * (2 * aging + 3 * drain + dt)
             wait = now - queued_at[entry]
             assert wait <= bound + 1e-9, (entry, wait, bound)
-        if decisions.held is not None:  # hold time: 2 x aging_s (the shortest, for the top)
-            waited = now - scheduler.classes[decisions.held.cls].waiting_since
+        for held in decisions.held:  # hold time: 2 x aging_s (the shortest, for the top)
+            waited = now - scheduler.classes[held.cls].waiting_since[held.model]
             assert waited >= 2 * aging - 1e-9
-        else:
-            for cls in Priority:
-                if scheduler.queued(cls):
-                    assert any(r.cls <= cls for r in decisions.refused), (cls, decisions)
+        held_pools = {held.model for held in decisions.held}
+        for cls in Priority:
+            for pool in POOLS:
+                if scheduler.classes[cls].pools[pool] and pool not in held_pools:
+                    refusals = [r for r in decisions.refused if r.model == pool]
+                    assert any(r.cls <= cls for r in refusals), (cls, pool, decisions)
         for entry in decisions.refused:
             assert entry.state is State.QUEUED
         step += 1
         assert step < 100_000
+
+
+@dataclasses.dataclass
+class OneEngine:
+    """llmd/admission/capacity.py's gate as the scheduler's Gate of one backend, "engine"."""
+
+    gate: CapacityGate
+
+    def admits(self, entry: Entry, overdue: bool) -> str | None:
+        return "engine" if self.gate.admits(entry, overdue) else None
+
+    def on_release(self, entry: Entry, backend: str) -> None:
+        self.gate.on_release(entry)
+
+
+def test_a_held_pick_stops_only_its_own_pool() -> None:
+    """A batch pick held on pool "big" (its hold time passed, it does not fit beside what
+    runs) stops every release on "big", interactive included, while "small" serves on."""
+    scheduler = Scheduler(aged_policies(1.0))
+    gate = PoolGates({pool: SizedGate(4) for pool in POOLS})
+    tenant = Tenant("t")
+    running = Entry(tenant, Priority.INTERACTIVE, 10, model="big")
+    scheduler.submit(running, 0.0)
+    assert scheduler.decide(0.0, gate).released == [running]
+    huge = Entry(tenant, Priority.BATCH, 5000, model="big")
+    scheduler.submit(huge, 0.0)
+    later = [Entry(tenant, Priority.INTERACTIVE, 10, model=m) for m in ("big", "small")]
+    for entry in later:
+        scheduler.submit(entry, 2.5)
+    decisions = scheduler.decide(2.5, gate)
+    assert decisions.held == [huge] and decisions.released == [later[1]]
+    assert later[0].state is State.QUEUED

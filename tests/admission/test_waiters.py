@@ -13,6 +13,7 @@ from llmd.admission.cost import Cost
 from llmd.admission.waiters import Admission, Request, max_in_flight
 from llmd.config import AdmissionConfig, Config, EngineConfig
 from llmd.errors import InvalidRequest, QueueTimeout
+from llmd.routing.backend import BackendKind
 from llmd.supervisor.state import EnginePhase, EngineState
 
 
@@ -21,7 +22,7 @@ def admission(**fields: object) -> Admission:
         engine=EngineConfig(model="m", args=("--scheduling-policy=priority",)),
         admission=dataclasses.replace(AdmissionConfig(max_in_flight=1), **fields),  # type: ignore[arg-type]
     )
-    return Admission(config, EngineState(phase=EnginePhase.SERVING, max_model_len=1024))
+    return Admission(config, {"main": EngineState(phase=EnginePhase.SERVING, max_model_len=1024)})
 
 
 def request(
@@ -44,7 +45,7 @@ async def test_waits_for_a_slot_and_leaves_the_queue_when_cancelled() -> None:
     adm.finish(first)
     ticket = await asyncio.wait_for(second, 1)
     assert ticket.queue_ms >= 5
-    assert adm.gate.in_flight == 1 and adm.scheduler.queued() == 0
+    assert adm.capacity.gate("main").in_flight == 1 and adm.scheduler.queued() == 0
 
 
 async def test_deadline_header_rejects_while_queued() -> None:
@@ -80,9 +81,22 @@ def test_bad_deadline_header_is_400(value: bytes) -> None:
 
 
 def test_engine_flags_set_priority_and_max_in_flight() -> None:
-    """--scheduling-policy priority turns on the priority field; --max-num-seqs sizes the gate."""
-    assert admission().engine_priority
+    """--scheduling-policy priority turns on the priority field for that engine; --max-num-seqs
+    sizes its gate."""
+    assert admission().priority_backends == {"main"}
     engine = EngineConfig(model="m", args=("--max-num-seqs", "48"))
     assert max_in_flight(engine, AdmissionConfig()) == 48
     assert max_in_flight(engine, AdmissionConfig(max_in_flight=7)) == 7
     assert max_in_flight(EngineConfig(model="m"), AdmissionConfig()) == 128
+
+
+def test_a_request_is_refused_only_when_it_fits_no_backend_of_its_pool() -> None:
+    """never_fits per pool: more seats than one backend has but not than another's passes;
+    more than every backend of the pool has is a 400 saying why."""
+    adm = admission()  # `main`: one seat
+    (model,) = adm.capacity.models()
+    adm.add_backend("wide", BackendKind.ENGINE, [model])
+    adm.capacity.gate("wide").max_in_flight = 4
+    adm.check_fits(Cost(seats=4, tokens=100), model)
+    with pytest.raises(InvalidRequest, match="5 sequences at once"):
+        adm.check_fits(Cost(seats=5, tokens=100), model)

@@ -87,3 +87,34 @@ def test_lower_utilization_in_engine_args_is_respected() -> None:
     """--gpu-memory-utilization=0.4 needs only 40% free."""
     engine = EngineConfig(model="m", args=("--gpu-memory-utilization=0.4",))
     preflight(fake_nvml(free_gib=38), engine, "vllm 0.11.0")
+
+
+def shared(kv_gib: float) -> dict[str, EngineConfig]:
+    """Two engines on GPU 0, each with a KV cache of `kv_gib` and no local weights."""
+    args = ("--kv-cache-memory-bytes", str(int(kv_gib * GIB)))
+    return {
+        "a": EngineConfig(model="m", args=args, gpus=("0",)),
+        "b": EngineConfig(model="m", args=args, gpus=("0",)),
+    }
+
+
+def test_engines_sharing_a_gpu_must_fit_it_together() -> None:
+    """Two engines on one GPU: their KV caches plus 2 GiB each must fit its total memory
+    (else a permanent error naming both and the plan) and its free memory (else a transient
+    one); a plan that fits passes."""
+    report = preflight(fake_nvml(free_gib=40, total_gib=80), shared(10), "vllm 0.11.0")
+    assert report.devices == ("GPU 0 NVIDIA RTX 6000 Ada Generation: 40.0 of 80.0 GiB free",)
+    with pytest.raises(PreflightError, match=r"engines a, b cannot share GPU 0.*a 41\.0 GiB") as c:
+        preflight(fake_nvml(free_gib=80, total_gib=80), shared(39), "vllm 0.11.0")
+    assert c.value.permanent
+    with pytest.raises(PreflightError, match=r"GPU 0 .* has 20\.0 GiB free") as c:
+        preflight(fake_nvml(free_gib=20, total_gib=80), shared(10), "vllm 0.11.0")
+    assert not c.value.permanent
+
+
+def test_a_gpu_that_does_not_exist_is_refused() -> None:
+    """`gpus = ["3"]` on a host with one GPU: a permanent error naming the engine."""
+    engines = {"big": EngineConfig(model="m", gpus=("3",))}
+    with pytest.raises(PreflightError, match=r"GPU 3 \(of engines big\) does not exist") as c:
+        preflight(fake_nvml(), engines, "vllm 0.11.0")
+    assert c.value.permanent

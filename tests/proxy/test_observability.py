@@ -69,16 +69,19 @@ def test_metrics_count_real_traffic(llmd: LlmdProcess) -> None:
     def delta(name: str, **labels: str) -> float:
         return (value(found, name, **labels) or 0) - (value(base, name, **labels) or 0)
 
-    ok = {"tenant": "anonymous", "class": "normal", "status": "200"}
+    ok = {"tenant": "anonymous", "class": "normal", "status": "200", "model": "tiny"}
     assert delta("llmd_requests_total", **ok) == 5  # the abandoned stream had its 200
     assert delta("llmd_rejections_total", reason="context_length_exceeded") == 1
     assert delta("llmd_cancellations_total", phase="decode") == 1
-    lengths = {"class": "normal", "input_length": "le512"}
+    lengths = {"class": "normal", "input_length": "le512", "model": "tiny"}
     assert delta("llmd_e2e_request_latency_seconds_count", **lengths) == 4
     assert delta("llmd_generation_tokens_total", tenant="anonymous") >= 4 * 20
-    assert value(found, "llmd_engine_up") == 1
-    assert value(found, "llmd_engine_kv_cache_capacity_tokens") == 1024 * 128
-    assert value(found, "llmd_engine_requests_running") is not None
+    answered = {"engine": "main", "model": "tiny", "outcome": "answered"}
+    assert delta("llmd_backend_requests_total", **answered) == 5
+    main = {"engine": "main"}
+    assert value(found, "llmd_engine_up", **main) == 1
+    assert value(found, "llmd_engine_kv_cache_capacity_tokens", **main) == 1024 * 128
+    assert value(found, "llmd_engine_requests_running", **main) is not None
 
 
 def test_a_failure_storm_is_quiet_in_the_log_and_whole_in_the_counters(
@@ -101,7 +104,7 @@ def test_a_failure_storm_is_quiet_in_the_log_and_whole_in_the_counters(
             return await asyncio.gather(*(one() for _ in range(STORM)))
 
     assert set(asyncio.run(storm())) == {502}
-    failed = {"tenant": "anonymous", "class": "normal", "status": "502"}
+    failed = {"tenant": "anonymous", "class": "normal", "status": "502", "model": "tiny"}
 
     def counted(found: dict[tuple[str, frozenset[tuple[str, str]]], float]) -> float:
         return (value(found, "llmd_requests_total", **failed) or 0) - (

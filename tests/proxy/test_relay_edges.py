@@ -32,7 +32,7 @@ def server_lines(captured: Captured) -> list[dict[str, Any]]:
 
 def requests_with_status(stack: ProxyStack, status: str) -> float:
     registry = stack.ctx.observer.metrics.registry
-    labels = {"tenant": "anonymous", "class": "normal", "status": status}
+    labels = {"tenant": "anonymous", "class": "normal", "status": status, "model": "tiny"}
     return registry.get_sample_value("llmd_requests_total", labels) or 0.0
 
 
@@ -46,7 +46,7 @@ def test_an_exception_in_a_stage_is_a_500_with_the_id_counted_and_logged_once(
     async def broken(*args: Any) -> Any:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(stack.ctx.validator, "check", broken)
+    monkeypatch.setattr(stack.ctx.validators.for_model("tiny"), "check", broken)
     errors, counted = stack.ctx.observer.tallies.errors, requests_with_status(stack, "500")
     answer = httpx.post(
         stack.base_url + "/v1/chat/completions", json=CHAT, headers={"x-request-id": "bug-1"}

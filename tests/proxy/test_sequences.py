@@ -51,7 +51,7 @@ async def test_a_request_takes_a_seat_per_sequence(running: ProxyStack) -> None:
         ]
         assert await until(lambda: running.ctx.admission.scheduler.queued() == 1, timeout_s=10)
         assert len(running.engine.received) == 2
-        assert running.ctx.admission.gate.in_flight == 8
+        assert running.ctx.admission.capacity.gate("main").in_flight == 8
         hold.set()
         answers = await asyncio.gather(*sent)
     assert [a.status_code for a in answers] == [200] * 3
@@ -71,7 +71,7 @@ def test_more_sequences_than_the_engine_seats_is_refused(running: ProxyStack) ->
 def test_more_kv_than_the_budget_is_refused(running: ProxyStack) -> None:
     """With 8,192 KV tokens (budget 0.9 x 8,192), n = 8 sequences of up to 1,000 output tokens
     could never fit: 400 invalid_request naming the tokens; n = 2 fits."""
-    running.ctx.admission.gate.load = EngineLoad(kv_tokens=8192)
+    running.ctx.admission.capacity.gate("main").load = EngineLoad(kv_tokens=8192)
     url = running.base_url + "/v1/chat/completions"
     answer = httpx.post(url, json=chat(8, max_tokens=1000), timeout=30)
     assert answer.status_code == 400, answer.text

@@ -51,7 +51,7 @@ async def test_counts_take_turns_interactive_first(
     interactive one is counted as soon as the running count ends, before the two waiting
     batch requests."""
     with stack(model, tmp_path, slow_engine, calls=1) as running:
-        turns = running.ctx.validator.remote_turns
+        turns = running.ctx.validators.for_model("tiny").remote_turns
         async with httpx.AsyncClient(base_url=running.base_url, timeout=30) as client:
 
             def send(text: str, cls: str) -> asyncio.Task[httpx.Response]:
@@ -91,7 +91,7 @@ async def test_a_client_that_left_is_never_counted(
     """A request waiting for its turn whose client disconnects leaves the line: its prompt
     never reaches /tokenize, and llmd holds nothing of it afterwards."""
     with stack(model, tmp_path, slow_engine, calls=1) as running:
-        turns = running.ctx.validator.remote_turns
+        turns = running.ctx.validators.for_model("tiny").remote_turns
         async with (
             httpx.AsyncClient(base_url=running.base_url, timeout=30) as client,
             httpx.AsyncClient(base_url=running.base_url, timeout=30) as leaver,

@@ -195,34 +195,68 @@ def test_removed_backend_takes_no_new_work_and_its_running_entries_finish() -> N
     assert capacity.gate("lab").in_flight == 0
 
 
-def test_duplicate_or_empty_backends_are_refused() -> None:
-    """Backend names are unique and each serves a model."""
+def test_duplicate_backends_are_refused() -> None:
+    """Backend names are unique."""
     capacity = fleet()
-    for name, models in (("big", ["x"]), ("new", [])):
-        with pytest.raises(ValueError, match=name):
-            capacity.add(name, ENGINE, models, CapacityGate(max_in_flight=1))
+    with pytest.raises(ValueError, match="big"):
+        capacity.add("big", ENGINE, ["x"], CapacityGate(max_in_flight=1))
 
 
-def test_todays_scheduler_drives_a_pool() -> None:
-    """Scheduler.decide over a PoolGate: classes keep their order across the pool's backends,
-    and releases stop when every backend's seats are taken."""
+def test_an_upstream_joins_pools_when_its_models_are_known() -> None:
+    """An upstream added before its /v1/models answered is in no pool; `set_models` puts it
+    in (and later out of) pools, its gate and breaker kept."""
+    capacity = fleet()
+    capacity.add("far", UPSTREAM, [], CapacityGate(max_in_flight=2), CircuitBreaker())
+    assert capacity.pool("far-model") is None and "far" in capacity.names()
+    gate = capacity.gate("far")
+    capacity.set_models("far", ["far-model", "small"])
+    assert capacity.pool("far-model") == ("far",)
+    assert capacity.pool("small") == ("small-a", "small-b", "lab", "far")
+    assert release(capacity, "far-model") == "far" and gate.in_flight == 1
+    capacity.set_models("far", [])
+    assert capacity.pool("far-model") is None and capacity.gate("far") is gate
+
+
+def test_a_drained_backend_takes_no_new_request() -> None:
+    """Drained, a backend is skipped; a pool drained whole is unavailable with the drain's
+    Retry-After; running entries finish there; resumed, it takes requests again."""
+    capacity = fleet(seats=4)
+    item = entry()
+    capacity.on_release(item, "big", 0.0, "big")
+    capacity.set_draining("big", 30.0)
+    assert capacity.draining("big") and not capacity.available("big", 0.0)
+    assert capacity.retry_after_s("big", 0.0) == 30.0
+    capacity.set_draining("small-a", 30.0)
+    assert {release(capacity, "small") for _ in range(4)} == {"small-b", "lab"}
+    capacity.on_finish(item)
+    assert capacity.gate("big").in_flight == 0
+    capacity.set_draining("big", None)
+    assert release(capacity, "big") == "big"
+
+
+def test_the_scheduler_drives_the_pools() -> None:
+    """Scheduler.decide over a PoolGate: classes keep their order across a pool's backends,
+    releases to a pool stop when its backends' seats are taken, and another pool's entries
+    still go."""
     capacity = PoolCapacity()
     for name in ("a", "b"):
         capacity.add(name, ENGINE, ["m"], CapacityGate(max_in_flight=2))
+    capacity.add("c", ENGINE, ["other"], CapacityGate(max_in_flight=1))
     scheduler = Scheduler(POLICIES)
-    batch = [entry(cls=Priority.BATCH) for _ in range(3)]
-    interactive = [entry(cls=Priority.INTERACTIVE) for _ in range(3)]
-    for item in batch + interactive:
+    batch = [Entry(Tenant(), Priority.BATCH, 10, model="m") for _ in range(3)]
+    interactive = [Entry(Tenant(), Priority.INTERACTIVE, 10, model="m") for _ in range(3)]
+    other = Entry(Tenant(), Priority.BATCH, 10, model="other")
+    for item in [*batch, *interactive, other]:
         assert scheduler.submit(item, 0.0) is None
-    gate = PoolGate(capacity, "m", lambda e: None, now=0.0)
+    gate = PoolGate(capacity, now=0.0)
     released = scheduler.decide(0.0, gate).released
-    assert released[:3] == interactive and len(released) == 4
-    assert sorted(capacity.backend_of(e) or "" for e in released) == ["a", "a", "b", "b"]
+    assert released[:3] == interactive and len(released) == 5 and other in released
+    on_m = [e for e in released if e.model == "m"]
+    assert sorted(capacity.backend_of(e) or "" for e in on_m) == ["a", "a", "b", "b"]
+    assert all(e.backend == capacity.backend_of(e) for e in released)
     scheduler.finish(released[0])
     capacity.on_finish(released[0])
-    assert scheduler.decide(1.0, PoolGate(capacity, "m", lambda e: None, now=1.0)).released == [
-        batch[1]
-    ]
+    assert scheduler.decide(1.0, PoolGate(capacity, now=1.0)).released == [batch[1]]
 
 
 ops = st.lists(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from llmd.backends.config import MAIN
 from llmd.config import load_config
 from llmd.runtime import RuntimePaths
 from llmd.supervisor import supervisor as supervisor_module
@@ -26,7 +27,7 @@ def supervisor() -> Supervisor:
     config = load_config(workdir / "llmd.toml", runtime_dir=str(workdir / "run"))
     paths = RuntimePaths(Path(config.server.runtime_dir))
     paths.create()
-    return Supervisor(config, paths, EngineState())
+    return Supervisor(MAIN, config.engine, config.supervisor, paths, EngineState())
 
 
 def alive(pid: int) -> bool:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,3 +31,22 @@ def demo_config(model: Path, **sections: dict[str, Any]) -> str:
     by the tests' vLLM Python (`engine.python`, see tests/support/vllm_engine.py)."""
     engine = {"python": VLLM_PYTHON, **sections.pop("engine", {})}
     return shipped_config("demo.toml", model, (), engine=engine, **sections)
+
+
+def multi_sim_config(
+    model: Path,
+    engines: Mapping[str, tuple[str, Sequence[str]]],
+    **sections: dict[str, Any],
+) -> str:
+    """etc/sim.toml with its [engine] turned into one `[engines.NAME]` table per entry of
+    `engines` (NAME -> served model name, extra simulator flags), all on `model`, and
+    `sections` merged over it."""
+    raw = tomllib.loads((REPO / "etc" / "sim.toml").read_text())
+    base = {**raw.pop("engine"), "model": str(model)}
+    raw["engines"] = {
+        name: {**base, "served_model_name": served, "args": [*base.get("args", []), *args]}
+        for name, (served, args) in engines.items()
+    }
+    for section, values in sections.items():
+        raw.setdefault(section, {}).update(values)
+    return tomli_w.dumps(raw)

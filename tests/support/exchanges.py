@@ -20,8 +20,10 @@ def finished_exchange(
     error_code: str | None = None,
     client_gone: bool = False,
     request_id: str = "req-1",
+    model: str | None = "tiny",
+    backend: str | None = "main",
 ) -> Exchange:
-    """An Exchange as the relay leaves it when the request has ended."""
+    """An Exchange as the relay leaves it when the request has ended (on `backend`)."""
     start = time.monotonic() - total_s
     exchange = Exchange(request_id, stream=True, started_at=start, queued_at=start)
     exchange.tenant = tenant
@@ -34,4 +36,6 @@ def finished_exchange(
     exchange.ended_at = start + total_s
     exchange.error_code = error_code
     exchange.client_gone = client_gone
+    exchange.model = model
+    exchange.backend = backend
     return exchange

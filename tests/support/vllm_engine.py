@@ -60,14 +60,24 @@ class Engine:
 
 
 @contextlib.contextmanager
-def vllm_engine(model: Path, timeout_s: float = 400.0) -> Iterator[Engine]:
+def vllm_engine(
+    model: Path,
+    timeout_s: float = 400.0,
+    socket: Path | None = None,
+    args: tuple[str, ...] = (),
+) -> Iterator[Engine]:
     """Boot vLLM on `model` in a process group of its own (in this session: see
-    llmd/supervisor/process.py), yield it once /health is 200, stop its group.
+    llmd/supervisor/process.py), yield it once /health is 200, stop its group. `socket` is
+    where it serves (default: a fresh path; give the same one to start it again where a
+    client already points; a socket file nobody answers on is removed first, as vLLM does
+    not), `args` more vLLM flags.
 
     Raises RuntimeError, with the engine's log, when it exits or is not healthy in time.
     """
     workdir = short_tmpdir("llmd-vllm-")
-    socket, log_path = workdir / "engine.sock", workdir / "vllm.log"
+    socket, log_path = socket or workdir / "engine.sock", workdir / "vllm.log"
+    if health_status(socket) is None:  # a stopped vLLM's socket file: its bind would fail
+        socket.unlink(missing_ok=True)
     argv = [
         VLLM_PYTHON,
         "-m",
@@ -79,6 +89,7 @@ def vllm_engine(model: Path, timeout_s: float = 400.0) -> Iterator[Engine]:
         "--served-model-name",
         "tiny",
         *VLLM_ARGS,
+        *args,
     ]
     env = {**os.environ}
     if host_has_amx():  # as llmd launches it (llmd/engine/launch.py)

@@ -50,10 +50,16 @@ def test_ready_once_after_the_engine_serves_and_extensions_before() -> None:
     recorder = Recorder()
     reporter = ServiceReporter(recorder, max_failed_boots=5)  # type: ignore[arg-type]
     engine = EngineState(phase=EnginePhase.STARTING, boot_started_at=time.monotonic())
-    reporter.tick(engine, draining=False, in_flight=0, making_progress=True)
+    reporter.tick(
+        {"main": engine}, ready=engine.serving, draining=False, in_flight=0, making_progress=True
+    )
     engine.phase, engine.model = EnginePhase.SERVING, "tiny"
-    reporter.tick(engine, draining=False, in_flight=0, making_progress=True)
-    reporter.tick(engine, draining=False, in_flight=0, making_progress=True)
+    reporter.tick(
+        {"main": engine}, ready=engine.serving, draining=False, in_flight=0, making_progress=True
+    )
+    reporter.tick(
+        {"main": engine}, ready=engine.serving, draining=False, in_flight=0, making_progress=True
+    )
     first, second, third = recorder.sent
     assert "EXTEND_TIMEOUT_USEC" in first and "READY" not in first
     assert second["READY"] == 1 and second["STATUS"] == "serving tiny: 0 in flight"
@@ -65,7 +71,9 @@ def test_no_watchdog_ping_without_progress() -> None:
     recorder = Recorder()
     reporter = ServiceReporter(recorder, max_failed_boots=5)  # type: ignore[arg-type]
     engine = EngineState(phase=EnginePhase.SERVING, model="tiny")
-    reporter.tick(engine, draining=False, in_flight=0, making_progress=False)
+    reporter.tick(
+        {"main": engine}, ready=engine.serving, draining=False, in_flight=0, making_progress=False
+    )
     assert "WATCHDOG" not in recorder.sent[0]
 
 
@@ -76,12 +84,16 @@ def test_ready_after_a_reload_only_when_the_engine_serves() -> None:
     reporter = ServiceReporter(recorder, max_failed_boots=5)  # type: ignore[arg-type]
     engine = EngineState(phase=EnginePhase.RESTARTING, boot_started_at=time.monotonic())
     reporter.reloading()
-    reporter.reloaded(serving=engine.serving)
-    reporter.tick(engine, draining=False, in_flight=0, making_progress=True)
+    reporter.reloaded(ready=engine.serving)
+    reporter.tick(
+        {"main": engine}, ready=engine.serving, draining=False, in_flight=0, making_progress=True
+    )
     assert not any("READY" in message for message in recorder.sent)
     engine.phase, engine.model = EnginePhase.SERVING, "tiny"
-    reporter.tick(engine, draining=False, in_flight=0, making_progress=True)
+    reporter.tick(
+        {"main": engine}, ready=engine.serving, draining=False, in_flight=0, making_progress=True
+    )
     assert recorder.sent[-1]["READY"] == 1
     reporter.reloading()
-    reporter.reloaded(serving=engine.serving)
+    reporter.reloaded(ready=engine.serving)
     assert recorder.sent[-1]["READY"] == 1 and "RELOADING" in recorder.sent[-2]

@@ -51,3 +51,18 @@ def test_garbage_raises_value_error() -> None:
     """Text that is not Prometheus exposition format raises ValueError."""
     with pytest.raises(ValueError):
         parse_engine_metrics("vllm:num_requests_running{engine= 1 2 3\n", 0.0)
+
+
+def test_a_data_parallel_engine_is_read_as_the_sum_of_its_ranks() -> None:
+    """vLLM with --data-parallel-size labels each rank's series by `engine`: running, waiting,
+    tokens and KV blocks are summed, KV usage is the mean of the ranks'."""
+    rank1 = "\n".join(
+        line.replace('engine="0"', 'engine="1"').replace(" 7.0", " 1.0").replace(" 0.25", " 0.75")
+        for line in TEXT.splitlines()
+        if line.startswith("vllm:")
+    )
+    sample = parse_engine_metrics(TEXT + rank1 + "\n", taken_at=0.0)
+    assert (sample.running, sample.waiting) == (8, 6)
+    assert sample.kv_usage == 0.5
+    assert sample.num_gpu_blocks == 2048 and sample.kv_capacity_tokens == 262_144
+    assert sample.generation_tokens_total == 10_000.0

@@ -23,10 +23,12 @@ from llmd.telemetry.status_metrics import StatusCollector
 from tests.support.exchanges import finished_exchange
 from tests.support.state import daemon_state
 
-HISTOGRAM_LABELS = {"class", "input_length", "le"}
+HISTOGRAM_LABELS = {"class", "input_length", "model", "le"}
+ENGINE = {"engine"}
 # name -> (type, label names). The contract: change only with the README and the dashboard.
 SERIES = {
-    "llmd_requests": ("counter", {"tenant", "class", "status"}),
+    "llmd_requests": ("counter", {"tenant", "class", "status", "model"}),
+    "llmd_backend_requests": ("counter", {"engine", "model", "outcome"}),
     "llmd_queue_wait_seconds": ("histogram", HISTOGRAM_LABELS),
     "llmd_time_to_first_token_seconds": ("histogram", HISTOGRAM_LABELS),
     "llmd_e2e_request_latency_seconds": ("histogram", HISTOGRAM_LABELS),
@@ -36,13 +38,15 @@ SERIES = {
     "llmd_cancellations": ("counter", {"phase"}),
     "llmd_timeouts": ("counter", {"class"}),
     "llmd_log_lines_suppressed": ("counter", {"event"}),
-    "llmd_engine_up": ("gauge", set()),
-    "llmd_engine_restarts": ("counter", {"reason"}),
+    "llmd_engine_up": ("gauge", ENGINE),
+    "llmd_engine_restarts": ("counter", {"engine", "reason"}),
+    "llmd_engine_draining": ("gauge", ENGINE),
+    "llmd_engine_in_flight": ("gauge", ENGINE),
     "llmd_draining": ("gauge", set()),
-    "llmd_engine_kv_cache_usage_ratio": ("gauge", set()),
-    "llmd_engine_kv_cache_capacity_tokens": ("gauge", set()),
-    "llmd_engine_requests_running": ("gauge", set()),
-    "llmd_engine_requests_waiting": ("gauge", set()),
+    "llmd_engine_kv_cache_usage_ratio": ("gauge", ENGINE),
+    "llmd_engine_kv_cache_capacity_tokens": ("gauge", ENGINE),
+    "llmd_engine_requests_running": ("gauge", ENGINE),
+    "llmd_engine_requests_waiting": ("gauge", ENGINE),
     "llmd_queue_depth": ("gauge", {"class"}),
     "llmd_in_flight": ("gauge", {"tenant"}),
     "llmd_queued": ("gauge", {"tenant"}),
@@ -58,7 +62,7 @@ def busy_context(top_tenants: int = 20) -> DaemonState:
     """A context with a serving engine, one exit, engine and GPU readings, and traffic."""
     engine = EngineState(phase=EnginePhase.SERVING, exits_by_reason={"oom_killed": 1})
     ctx = daemon_state(Config(engine=EngineConfig(model="tiny")), engine, Observer(top_tenants))
-    ctx.observer.engine_sample = EngineSample(
+    ctx.observer.engine_samples["main"] = EngineSample(
         taken_at=0.0, running=3, waiting=1, kv_usage=0.4, num_gpu_blocks=100, block_size=16
     )
     ctx.observer.gpus = GpuReading(
@@ -100,7 +104,8 @@ def test_tenants_past_the_top_n_fold_into_other() -> None:
     registry = ctx.observer.metrics.registry
     count = {
         tenant: registry.get_sample_value(
-            "llmd_requests_total", {"tenant": tenant, "class": "normal", "status": "200"}
+            "llmd_requests_total",
+            {"tenant": tenant, "class": "normal", "status": "200", "model": "tiny"},
         )
         for tenant in ("a", "b", "c", "other")
     }
@@ -120,7 +125,7 @@ def test_latency_lands_in_the_class_and_length_series() -> None:
         finished_exchange(request_class="interactive", prompt_tokens=3000, ttft_s=0.2)
     )
     registry = ctx.observer.metrics.registry
-    labels = {"class": "interactive", "input_length": "le8192"}
+    labels = {"class": "interactive", "input_length": "le8192", "model": "tiny"}
     assert registry.get_sample_value("llmd_time_to_first_token_seconds_count", labels) == 1
     ttft_sum = registry.get_sample_value("llmd_time_to_first_token_seconds_sum", labels)
     assert ttft_sum == pytest.approx(0.2)
@@ -131,11 +136,13 @@ def test_gauges_come_from_the_snapshot() -> None:
     ctx = busy_context()
     registry = ctx.observer.metrics.registry
     value = registry.get_sample_value
-    assert value("llmd_engine_up") == 1
-    assert value("llmd_engine_kv_cache_usage_ratio") == 0.4
-    assert value("llmd_engine_kv_cache_capacity_tokens") == 1600
-    assert value("llmd_engine_requests_running") == 3
-    assert value("llmd_engine_restarts_total", {"reason": "oom_killed"}) == 1
+    main = {"engine": "main"}
+    assert value("llmd_engine_up", main) == 1
+    assert value("llmd_engine_kv_cache_usage_ratio", main) == 0.4
+    assert value("llmd_engine_kv_cache_capacity_tokens", main) == 1600
+    assert value("llmd_engine_requests_running", main) == 3
+    assert value("llmd_engine_restarts_total", {"engine": "main", "reason": "oom_killed"}) == 1
+    assert value("llmd_engine_draining", main) == 0
     assert value("llmd_queue_depth", {"class": "batch"}) == 0
     assert value("llmd_gpu_power_watts", {"gpu": "0", "name": "NVIDIA H100"}) == 300
     assert value("llmd_log_lines_suppressed_total", {"event": "engine_output"}) == 4

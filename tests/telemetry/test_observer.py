@@ -10,18 +10,20 @@ from tests.support.log_capture import Captured
 
 LINE_FIELDS = {
     "request_id", "tenant", "class", "status", "prompt_tokens", "output_tokens", "queue_ms",
-    "ttft_ms", "total_ms", "outcome", "event", "level", "timestamp",
+    "ttft_ms", "total_ms", "outcome", "event", "level", "timestamp", "model", "backend",
 }  # fmt: skip
 
 
 def test_the_request_line_has_the_contracted_fields(captured_logs: Captured) -> None:
-    """A completed request: one INFO line with id, tenant, class, status, tokens and times."""
+    """A completed request: one INFO line with id, tenant, class, model, backend, status,
+    tokens and times."""
     Observer().finished(finished_exchange(queue_s=0.1, ttft_s=0.3, total_s=1.0, prompt_tokens=42))
     (line,) = captured_logs.lines()
     assert set(line) == LINE_FIELDS
     assert line["event"] == "request_finished" and line["level"] == "info"
     assert (line["outcome"], line["status"], line["prompt_tokens"]) == ("ok", 200, 42)
     assert (line["queue_ms"], line["ttft_ms"], line["total_ms"]) == (100.0, 300.0, 1000.0)
+    assert (line["model"], line["backend"]) == ("tiny", "main")
 
 
 def test_cancellations_are_counted_by_phase(captured_logs: Captured) -> None:

@@ -54,19 +54,19 @@ class FakeDaemon:
         if not self.reachable:
             raise AdminUnreachable(f"no llmd daemon answers on {self.socket}")
 
-    async def drain(self) -> Answer:
-        self._answer()
-        self.calls.append("drain")
-        return {}
+    async def drain(self, engine: str | None = None) -> Answer:
+        return self._act("drain", engine)
 
-    async def resume(self) -> Answer:
-        self._answer()
-        self.calls.append("resume")
-        return {}
+    async def resume(self, engine: str | None = None) -> Answer:
+        return self._act("resume", engine)
 
-    async def restart(self) -> Answer:
+    async def restart(self, engine: str | None = None) -> Answer:
+        return self._act("restart", engine)
+
+    def _act(self, what: str, engine: str | None) -> Answer:
+        """Record `what` ('drain', or 'drain pb' for one engine)."""
         self._answer()
-        self.calls.append("restart")
+        self.calls.append(what if engine is None else f"{what} {engine}")
         return {}
 
     async def cancel(self, request_id: str) -> Answer:
@@ -117,3 +117,23 @@ def llmd() -> Iterator[LlmdProcess]:
     process.wait_ready(timeout_s=30)
     yield process
     process.stop()
+
+
+def fleet_status() -> Snapshot:
+    """The recorded status with three backends: engines pa and pb (pb drained) serving `tiny`,
+    and an upstream `lab` whose breaker is open."""
+    snapshot = example_status()
+    engine = snapshot["engines"][0]
+    snapshot["engines"] = [
+        {**engine, "name": "pa", "gpus": ["0"], "in_flight": 25},
+        {**engine, "name": "pb", "gpus": ["1"], "in_flight": 4, "draining": True},
+        {
+            **engine, "name": "lab", "kind": "upstream", "state": "unreachable", "pid": None,
+            "model": "big", "gpus": [], "url": "http://10.0.0.5:8000", "breaker": "open",
+            "in_flight": 0, "restarts": 0, "kv_usage": None, "running": None, "waiting": None,
+        },
+    ]  # fmt: skip
+    for i, sequence in enumerate(snapshot["sequences"]):
+        if sequence["backend"] is not None:
+            sequence["backend"] = "pb" if i % 5 == 0 else "pa"
+    return snapshot

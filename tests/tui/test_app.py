@@ -11,9 +11,10 @@ from textual.app import ComposeResult
 import llmd.tui.app
 from llmd.tui.app import TopApp
 from llmd.tui.cli import _parser
+from llmd.tui.engines import EngineTable
 from llmd.tui.link import changes
 from llmd.tui.sequences import SequenceTable
-from tests.tui.conftest import FakeDaemon, example_status, screen_text, until
+from tests.tui.conftest import FakeDaemon, example_status, fleet_status, screen_text, until
 
 SIZE = (160, 48)
 
@@ -267,3 +268,31 @@ async def test_a_snapshot_that_cannot_be_shown_is_said_and_polling_goes_on() -> 
         daemon.snapshot["kv_cache"] = example_status()["kv_cache"]
         await until(pilot, lambda: "connected to /run/llmd/admin.sock" in screen_text(app))
         assert "in flight 41" in screen_text(app) and app.is_running
+
+
+async def test_engine_keys_act_on_the_selected_engine() -> None:
+    """With several engines, Tab focuses the engines panel: there d and r (confirmed with y)
+    and u act on the engine under the cursor; back on the sequences they act on all of llmd.
+    With one engine the panel is hidden."""
+    daemon = FakeDaemon(fleet_status())
+    app = TopApp(daemon)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.snapshot is not None)
+        table = app.query_one(EngineTable)
+        assert table.display and table.names == ["pa", "pb", "lab"]
+        table.focus()
+        await pilot.press("down")
+        assert table.selected() == "pb"
+        await pilot.press("d")
+        assert "Drain engine pb?" in screen_text(app) and "the 4 in flight" in screen_text(app)
+        await pilot.press("y", "u", "r", "y")
+        await until(pilot, lambda: len(daemon.calls) == 3)
+        assert daemon.calls == ["drain pb", "resume pb", "restart pb"]
+        app.query_one(SequenceTable).focus()
+        await pilot.press("d", "y")
+        await until(pilot, lambda: len(daemon.calls) == 4)
+        assert daemon.calls[-1] == "drain"
+    single = TopApp(FakeDaemon())
+    async with single.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: single.snapshot is not None)
+        assert not single.query_one(EngineTable).display

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from llmd.tui.app import TopApp
-from tests.tui.conftest import FakeDaemon, example_status, settled_text, until
+from tests.tui.conftest import FakeDaemon, example_status, fleet_status, settled_text, until
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 UPDATE = os.environ.get("LLMD_UPDATE_SNAPSHOTS") == "1"
@@ -93,3 +93,12 @@ async def test_help_and_confirmation_dialogs() -> None:
         await pilot.press("x")
         await pilot.press("d")
         assert_snapshot("confirm_drain", await settled_text(pilot))
+
+
+async def test_dashboard_with_several_engines() -> None:
+    """Three backends: the engines panel lists each (state, drained, GPU or upstream, KV,
+    running, waiting, in flight, restarts) and the sequences show their backend."""
+    app = TopApp(FakeDaemon(fleet_status()), interval_s=3600)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.snapshot is not None)
+        assert_snapshot("dashboard_engines", await settled_text(pilot))

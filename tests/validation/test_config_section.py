@@ -68,6 +68,6 @@ async def test_engine_rendering_args_make_llmd_count_through_the_engine(
     from llmd.validation.validator import Validator
 
     engine = EngineConfig(model=str(tokenizer_dir), args=("--chat-template=/t.jinja",))
-    validator = Validator(Config(engine=engine), EngineState(), session=lambda: None)  # type: ignore[arg-type,return-value]
+    validator = Validator(Config(engine=engine), EngineState(), client=lambda: None)  # type: ignore[arg-type,return-value]
     await validator.load_tokenizer()
     assert validator.local is None

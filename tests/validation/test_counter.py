@@ -9,13 +9,18 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
 
+from llmd.engine.client import EngineClient
 from llmd.errors import InvalidRequest
 from llmd.validation.context import AtLeast
-from llmd.validation.counter import EngineCounter, LocalCounter, TokenizerUnavailable
+from llmd.validation.counter import (
+    CountUnsupported,
+    EngineCounter,
+    LocalCounter,
+    TokenizerUnavailable,
+)
 from llmd.validation.fields import Endpoint, Prompt, read_fields
 from tests.support.log_capture import Captured
 
@@ -111,7 +116,7 @@ async def test_counting_runs_off_the_event_loop(
 
 
 @pytest.fixture
-async def tokenize_engine(tmp_path: Path) -> AsyncIterator[tuple[aiohttp.ClientSession, list[Any]]]:
+async def tokenize_engine(tmp_path: Path) -> AsyncIterator[tuple[EngineClient, list[Any]]]:
     """A fake engine whose /tokenize counts characters, on a Unix socket; records bodies."""
     bodies: list[Any] = []
 
@@ -129,16 +134,16 @@ async def tokenize_engine(tmp_path: Path) -> AsyncIterator[tuple[aiohttp.ClientS
     await runner.setup()
     socket = str(tmp_path / "e.sock")
     await web.UnixSite(runner, socket).start()
-    session = aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=socket))
-    yield session, bodies
-    await session.close()
+    client = EngineClient(Path(socket))
+    yield client, bodies
+    await client.close()
     await runner.cleanup()
 
 
 async def test_engine_counter_asks_tokenize(tokenize_engine: Any) -> None:
     """The engine counter sends each text prompt to /tokenize; token ids are counted locally."""
-    session, bodies = tokenize_engine
-    engine = EngineCounter(lambda: session)
+    client, bodies = tokenize_engine
+    engine = EngineCounter(lambda: client)
     assert await engine.count(completion(["abc", "de"]), "tiny") == [3, 2]
     assert await engine.count(completion([1, 2, 3]), None) == [3]
     assert bodies == [
@@ -149,9 +154,9 @@ async def test_engine_counter_asks_tokenize(tokenize_engine: Any) -> None:
 
 async def test_engine_counter_sends_chat_fields_and_tools(tokenize_engine: Any) -> None:
     """Chat requests go to /tokenize with the fields that change the rendering."""
-    session, bodies = tokenize_engine
+    client, bodies = tokenize_engine
     tools = [{"type": "function", "function": {"name": "f"}}]
-    await EngineCounter(lambda: session).count(
+    await EngineCounter(lambda: client).count(
         chat([{"role": "user", "content": "x"}], tools=tools), None
     )
     assert bodies[0]["tools"] == tools
@@ -160,19 +165,35 @@ async def test_engine_counter_sends_chat_fields_and_tools(tokenize_engine: Any) 
 
 async def test_engine_counter_relays_engine_400(tokenize_engine: Any) -> None:
     """An engine 400 on /tokenize becomes the client's 400 with the engine's message."""
-    session, _ = tokenize_engine
+    client, _ = tokenize_engine
     with pytest.raises(InvalidRequest, match="bad role"):
-        await EngineCounter(lambda: session).count(chat([{"role": "bad", "content": "x"}]), None)
+        await EngineCounter(lambda: client).count(chat([{"role": "bad", "content": "x"}]), None)
 
 
 async def test_engine_counter_unreachable_is_503(tmp_path: Path) -> None:
     """No engine on the socket: 503 engine_unavailable (retry), never a 500."""
-    connector = aiohttp.UnixConnector(path=str(tmp_path / "missing.sock"))
-    async with aiohttp.ClientSession(connector=connector) as session:
+    client = EngineClient(tmp_path / "missing.sock")
+    async with client.open():
         with pytest.raises(Exception) as caught:
-            await EngineCounter(lambda: session).count(completion("abc"), None)
+            await EngineCounter(lambda: client).count(completion("abc"), None)
     assert getattr(caught.value, "status", None) == 503
     await asyncio.sleep(0)
+
+
+async def test_a_backend_without_tokenize_is_count_unsupported(tmp_path: Path) -> None:
+    """/tokenize answered 404 (a router in front of vLLM): CountUnsupported, so validation
+    skips its context check rather than refusing the request."""
+    app = web.Application()  # no routes: every path is 404
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.UnixSite(runner, str(tmp_path / "router.sock")).start()
+    client = EngineClient(tmp_path / "router.sock")
+    try:
+        with pytest.raises(CountUnsupported, match="404"):
+            await EngineCounter(lambda: client).count(completion("abc"), "m")
+    finally:
+        await client.close()
+        await runner.cleanup()
 
 
 def test_transformers_warnings_take_llmds_log_pipeline(

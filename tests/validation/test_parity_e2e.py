@@ -252,16 +252,15 @@ def test_unknown_model_matches_the_engine(engine: httpx.Client, proxy: httpx.Cli
 
 def test_engine_fallback_counts_like_local(engine_socket: Path) -> None:
     """Counting through the engine's /tokenize gives the same numbers as the local counter."""
-    import aiohttp
-
+    from llmd.engine.client import EngineClient
     from llmd.validation.counter import EngineCounter
 
     local = LocalCounter.load(str(tiny_model()))
 
     async def both() -> None:
-        connector = aiohttp.UnixConnector(path=str(engine_socket))
-        async with aiohttp.ClientSession(connector=connector) as session:
-            remote = EngineCounter(lambda: session)
+        client = EngineClient(engine_socket)
+        async with client.open():
+            remote = EngineCounter(lambda: client)
             for body in chat_corpus()[:40]:
                 prompt = read_fields(Endpoint.CHAT, body).prompt
                 assert await remote.count(prompt, "tiny") == local.count_now(prompt), json.dumps(

@@ -1,0 +1,168 @@
+"""`llmd status`'s human form of a Status snapshot: a compact, aligned summary, with a row per
+backend and per model when llmd has several."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def format_status(status: dict[str, Any]) -> str:
+    """The human form of a Status snapshot (as JSON-decoded): a compact, aligned summary.
+
+    Sections a daemon did not send (an older llmd) are left out.
+    """
+    engine = status["engine"]
+    uptime = engine["uptime_s"]
+    last_exit = (
+        f"{engine['last_exit_reason']} ({engine['last_exit_detail']})"
+        if engine["last_exit_reason"]
+        else "-"
+    )
+    rows = [
+        (
+            "engine",
+            f"{engine['state']}  pid {engine['pid'] or '-'}  {engine['version'] or ''}".rstrip(),
+        ),
+        ("model", f"{engine['model']}  max_model_len {engine['max_model_len'] or '-'}"),
+        ("uptime", _duration(uptime) if uptime is not None else "-"),
+        ("restarts", str(engine["restarts"])),
+        ("last exit", last_exit),
+        *[
+            ("diagnosis", f"{f['message']}; hint: {f['hint']}")
+            for f in (engine.get("diagnosis") or ())[:1]
+            if f["severity"] == "error"
+        ],
+        (
+            "llmd",
+            f"{status['llmd_version']} on {status['listen']}  in flight {status['in_flight']}"
+            f"  queued {status.get('queued', 0)}  draining {'yes' if status['draining'] else 'no'}",
+        ),
+    ]
+    if "kv_cache" in status:
+        rows += _load_rows(status)
+    rows += _fleet_rows(status)
+    return "\n".join(f"{name:<10} {value}" for name, value in rows)
+
+
+def _fleet_rows(status: dict[str, Any]) -> list[tuple[str, str]]:
+    """A row per backend and per model, when llmd has more than one backend (with one, the
+    rows above say it all)."""
+    backends = status.get("engines") or []
+    if len(backends) < 2:
+        return []
+    width = max(len(entry["name"]) for entry in backends)
+    rows = []
+    for entry in backends:
+        if entry["kind"] == "upstream":
+            what = f"upstream {entry['url']}  breaker {entry['breaker'] or '-'}"
+        else:
+            gpus = ",".join(entry["gpus"]) or "-"
+            what = f"pid {entry['pid'] or '-'}  gpus {gpus}  restarts {entry['restarts']}"
+        drained = "  drained" if entry["draining"] else ""
+        rows.append(
+            (
+                "backend",
+                f"{entry['name']:<{width}}  {entry['state']}{drained}  model {entry['model']}"
+                f"  {what}  KV {_percent(entry['kv_usage'])}  running {_num(entry['running'])}"
+                f"  waiting {_num(entry['waiting'])}  in flight {entry['in_flight']}",
+            )
+        )
+    for model in status.get("models") or []:
+        available = "available" if model["available"] else "UNAVAILABLE"
+        rows.append(("model", f"{model['name']}  {available}  on {', '.join(model['backends'])}"))
+    return rows
+
+
+def _load_rows(status: dict[str, Any]) -> list[tuple[str, str]]:
+    """Rows for the engine load, GPUs, queues, latency, throughput and counts."""
+    engine, kv = status["engine"], status["kv_cache"]
+    capacity = f" of {kv['capacity_tokens']:,} tokens" if kv["capacity_tokens"] else ""
+    rows = [
+        (
+            "load",
+            f"KV {_percent(kv['usage'])}{capacity}  running {_num(engine['running'])}"
+            f"  waiting {_num(engine['waiting'])}",
+        )
+    ]
+    gpus = status["gpus"]
+    for gpu in gpus["devices"]:
+        memory = (
+            f"{gpu['memory_used_bytes'] / 2**30:.1f}/{gpu['memory_total_bytes'] / 2**30:.1f} GiB"
+            if gpu["memory_total_bytes"]
+            else "- GiB"
+        )
+        rows.append(
+            (
+                f"gpu {gpu['index']}",
+                f"{gpu['name']}  {_percent(gpu['utilization'])}  {memory}"
+                f"  {_num(gpu['temperature_c'])} C  {_num(gpu['power_w'])} W",
+            )
+        )
+    if not gpus["devices"]:
+        rows.append(("gpu", f"none ({gpus['reason']})"))
+    rows.append(
+        (
+            "queues",
+            "  ".join(
+                f"{q['name']} {q['depth']}"
+                + (f" (oldest {q['oldest_wait_s']:.1f}s)" if q["oldest_wait_s"] else "")
+                for q in status["queues"]
+            ),
+        )
+    )
+    phases = {"queued": 0, "prefill": 0, "decode": 0}
+    for sequence in status["sequences"]:
+        phases[sequence["phase"]] = phases.get(sequence["phase"], 0) + 1
+    rows.append(("sequences", "  ".join(f"{name} {n}" for name, n in phases.items())))
+    window = status["latency"]["last_1m"]
+    rows.append(
+        (
+            "latency 1m",
+            "  ".join(
+                f"{label} {_ms(window[key]['p50'])}/{_ms(window[key]['p95'])}"
+                f"/{_ms(window[key]['p99'])}"
+                for key, label in (("queue_wait", "queue"), ("ttft", "TTFT"), ("e2e", "e2e"))
+            )
+            + "  (p50/p95/p99 ms)",
+        )
+    )
+    rate = status["throughput"]
+    engine_rate = rate["engine_generation_tokens_per_s"]
+    rows.append(
+        (
+            "throughput",
+            f"{rate['requests_per_s']:.1f} req/s  {rate['output_tokens_per_s']:.0f} tok/s out"
+            + (f"  engine {engine_rate:.0f} tok/s" if engine_rate is not None else ""),
+        )
+    )
+    counts = status["counts"]
+    rejections = ", ".join(f"{k} {v}" for k, v in sorted(counts["rejections"].items()))
+    cancelled = sum(counts["cancellations"].values())
+    rows.append(
+        (
+            "counts",
+            f"requests {counts['requests']}  rejected {sum(counts['rejections'].values())}"
+            + (f" ({rejections})" if rejections else "")
+            + f"  cancelled {cancelled}  timeouts {counts['timeouts']}"
+            f"  errors {counts['errors']}",
+        )
+    )
+    return rows
+
+
+def _percent(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio * 100:.0f}%"
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.0f}"
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes}m {secs}s" if hours else f"{minutes}m {secs}s"

@@ -1,0 +1,237 @@
+"""Every backend llmd routes to, by name: the supervised engines' published states, the
+upstreams' states, and one client each (llmd/engine/client.py).
+
+The pools and each backend's capacity are admission's (llmd/routing/capacity.py); this is the
+I/O side: where each backend is reached, what it said of its models, and its part of the
+Status. Supervisors write the engine states; upstream probes write the upstream states.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import structlog
+
+from llmd.backends.config import MAIN, EngineConfig, UpstreamConfig
+from llmd.backends.upstream import UpstreamState
+from llmd.engine.client import EngineClient
+from llmd.engine.versions import ASSUMED, EngineApi
+from llmd.routing.backend import BackendKind
+from llmd.routing.breaker import BreakerState
+from llmd.routing.capacity import PoolCapacity
+from llmd.runtime import RuntimePaths
+from llmd.status import EngineStatus, ModelStatus
+from llmd.supervisor.state import EngineState
+from llmd.telemetry.engine import EngineSample
+
+log = structlog.get_logger("llmd.backends")
+
+
+class Fleet:
+    """The backends by name (engines first, then upstreams, config order)."""
+
+    def __init__(self, paths: RuntimePaths) -> None:
+        self.paths = paths
+        self.engines: dict[str, EngineState] = {}
+        self.gpus: dict[str, tuple[str, ...]] = {}
+        self.upstreams: dict[str, UpstreamState] = {}
+        self.clients: dict[str, EngineClient] = {}
+        self._retired: list[EngineClient] = []
+
+    # -- membership ---------------------------------------------------------------------------
+
+    def add_engine(self, name: str, engine: EngineConfig) -> EngineState:
+        """A supervised engine on its socket in the runtime directory; its published state."""
+        state = self.engines[name] = EngineState(model=engine.model_name)
+        self.gpus[name] = engine.gpus
+        client = self.clients[name] = EngineClient(self.paths.socket_of(name))
+        client.configure(engine)
+        return state
+
+    def add_upstream(self, name: str, upstream: UpstreamConfig) -> UpstreamState:
+        """An upstream at its URL, with the key its `api_key_env` names (logged when unset)."""
+        key = os.environ.get(upstream.api_key_env) if upstream.api_key_env else None
+        if upstream.api_key_env and not key:
+            log.warning("upstream_key_missing", upstream=name, variable=upstream.api_key_env)
+        state = self.upstreams[name] = UpstreamState(name, upstream.url, upstream.models)
+        self.clients[name] = EngineClient(upstream.url, api_key=key)
+        return state
+
+    def remove(self, name: str) -> None:
+        """Forget a backend. Its client stays open until `close()`: requests still running
+        there finish on it."""
+        self.engines.pop(name, None)
+        self.gpus.pop(name, None)
+        self.upstreams.pop(name, None)
+        self._retired.append(self.clients.pop(name))
+
+    def client(self, name: str) -> EngineClient:
+        """The client of backend `name`. Raises KeyError."""
+        return self.clients[name]
+
+    def primary(self) -> EngineState:
+        """The `main` engine, else the first one; a placeholder when llmd has only upstreams."""
+        name = self.primary_name()
+        return self.engines[name] if name in self.engines else EngineState()
+
+    def primary_name(self) -> str | None:
+        """The backend the Status's `engine` and `kv_cache` keys show: the `main` engine, else
+        the first engine, else the first upstream (None: no backend)."""
+        if MAIN in self.engines:
+            return MAIN
+        return next(iter([*self.engines, *self.upstreams]), None)
+
+    async def close(self) -> None:
+        """Close every client (at shutdown)."""
+        for client in [*self.clients.values(), *self._retired]:
+            await client.close()
+
+    # -- models -------------------------------------------------------------------------------
+
+    def serving_models(self, name: str) -> tuple[str, ...]:
+        """What backend `name` serves now: an engine every name its /v1/models listed when it
+        became ready (each --served-model-name, its LoRA adapters), its configured name until
+        then; an upstream its configured or listed models."""
+        if name in self.engines:
+            state = self.engines[name]
+            return state.served_models or (state.model,)
+        return self.upstreams[name].models
+
+    def members(self, model: str) -> Iterator[str]:
+        """The backends serving `model`, engines first."""
+        for name in [*self.engines, *self.upstreams]:
+            if model in self.serving_models(name):
+                yield name
+
+    def client_of(self, model: str) -> EngineClient:
+        """A client of a backend serving `model`, a serving one when there is one (for its
+        /tokenize). Raises KeyError when none serves it."""
+        members = list(self.members(model))
+        serving = [n for n in members if n not in self.engines or self.engines[n].serving]
+        return self.clients[(serving or members)[0]]
+
+    def max_model_len(self, model: str) -> int | None:
+        """The smallest context length any backend serving `model` reported (None: none did):
+        a request that fits it fits every backend of the pool."""
+        lengths = [
+            self.engines[n].max_model_len if n in self.engines else
+            self.upstreams[n].max_model_len(model)
+            for n in self.members(model)
+        ]  # fmt: skip
+        known = [length for length in lengths if length]
+        return min(known) if known else None
+
+    def api(self, model: str) -> EngineApi:
+        """The vLLM release of the first engine serving `model` (upstreams are not asked:
+        the release llmd is built against)."""
+        engines = [self.engines[n] for n in self.members(model) if n in self.engines]
+        return engines[0].api if engines else ASSUMED
+
+    def card(self, model: str) -> dict[str, Any]:
+        """`model`'s entry for llmd's `/v1/models`: a backend's own card (vLLM's, with
+        `max_model_len` and `root`), else a minimal one."""
+        for name in self.members(model):
+            card = (
+                self.engines[name].card if name in self.engines else
+                self.upstreams[name].cards.get(model)
+            )  # fmt: skip
+            if card:
+                return {**card, "id": model}
+        return {"id": model, "object": "model", "owned_by": "llmd"}
+
+    def upstream_models(self) -> list[str]:
+        """Models backends listed that no engine table names: upstreams' models, and the
+        other names engines answer to (for validation's sources)."""
+        engine_models = {state.model for state in self.engines.values()}
+        listed = [m for state in self.engines.values() for m in state.served_models]
+        listed += [m for state in self.upstreams.values() for m in state.models]
+        return [m for m in dict.fromkeys(listed) if m not in engine_models]
+
+    # -- status -------------------------------------------------------------------------------
+
+    def as_snapshot(
+        self,
+        capacity: PoolCapacity,
+        samples: Mapping[str, EngineSample],
+        in_flight: Mapping[str, int],
+        now: float,
+    ) -> tuple[tuple[EngineStatus, ...], tuple[ModelStatus, ...]]:
+        """One entry per backend (each with its latest metrics `samples` and llmd's requests
+        there, `in_flight`), and one per served model, at `now` (monotonic s)."""
+        views = {view.name: view for view in capacity.backends(now)}
+        entries = []
+        for name, engine in self.engines.items():
+            sample = samples.get(name)
+            entries.append(
+                dataclasses.replace(
+                    engine.as_snapshot(sample, now),
+                    name=name,
+                    kind=BackendKind.ENGINE.value,
+                    gpus=self.gpus.get(name, ()),
+                    **self._load(name, sample, in_flight, capacity),
+                )
+            )
+        for name, upstream in self.upstreams.items():
+            view = views.get(name)
+            breaker = view.breaker if view is not None else None
+            sample = samples.get(name)
+            entries.append(
+                EngineStatus(
+                    state=upstream.phase(breaker or BreakerState.CLOSED),
+                    pid=None,
+                    model=", ".join(upstream.models),
+                    version="",
+                    max_model_len=None,
+                    uptime_s=None,
+                    restarts=0,
+                    last_exit_reason=None,
+                    last_exit_detail=upstream.error,
+                    running=sample.running if sample else None,
+                    waiting=sample.waiting if sample else None,
+                    metrics_age_s=round(now - sample.taken_at, 2) if sample else None,
+                    name=name,
+                    kind=BackendKind.UPSTREAM.value,
+                    url=upstream.url,
+                    breaker=breaker.value if breaker is not None else None,
+                    **self._load(name, sample, in_flight, capacity),
+                )
+            )
+        models = tuple(
+            ModelStatus(model, capacity.pool(model) or (), capacity.available(model, now))
+            for model in capacity.models()
+        )
+        return tuple(entries), models
+
+    def _load(
+        self,
+        name: str,
+        sample: EngineSample | None,
+        in_flight: Mapping[str, int],
+        capacity: PoolCapacity,
+    ) -> dict[str, Any]:
+        return {
+            "kv_usage": sample.kv_usage if sample else None,
+            "kv_capacity_tokens": sample.kv_capacity_tokens if sample else None,
+            "in_flight": in_flight.get(name, 0),
+            "draining": name in capacity.names() and capacity.draining(name),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolLimits:
+    """A model's context length as validation reads it (the fleet's smallest for the model),
+    and the vLLM release of its engines."""
+
+    fleet: Fleet
+    model: str
+
+    @property
+    def max_model_len(self) -> int | None:
+        return self.fleet.max_model_len(self.model)
+
+    @property
+    def api(self) -> EngineApi:
+        return self.fleet.api(self.model)

@@ -1,0 +1,83 @@
+"""`llmd status` human output: a compact summary of the recorded snapshot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from llmd.admin.status_text import format_status
+
+EXAMPLE = Path(__file__).parents[1] / "data" / "status_example.json"
+
+
+def test_the_summary_names_each_section() -> None:
+    """One line each for the engine, load, GPU, queues, sequences, latency, throughput, counts."""
+    text = format_status(json.loads(EXAMPLE.read_text()))
+    labels = [line.split("  ")[0].split(" ")[0] for line in text.splitlines()]
+    for label in (
+        "engine", "load", "gpu", "queues", "sequences", "latency", "throughput", "counts",
+    ):  # fmt: skip
+        assert label in labels, text
+    assert "KV " in text and "p50/p95/p99" in text and "no NVIDIA GPU" in text
+
+
+def test_a_status_from_an_older_daemon_still_prints() -> None:
+    """Only the engine section (llmd before the telemetry fields): the first six lines."""
+    status = json.loads(EXAMPLE.read_text())
+    old = {k: status[k] for k in ("llmd_version", "listen", "draining", "in_flight", "engine")}
+    assert len(format_status(old).splitlines()) == 6
+
+
+def test_the_diagnosis_of_a_failed_exit_is_summarised() -> None:
+    """The first error finding of the engine's diagnosis follows the last exit, with its hint."""
+    status = json.loads(EXAMPLE.read_text())
+    status["engine"]["diagnosis"] = [
+        {"check": "model_not_found", "severity": "error", "message": "the model could not be "
+         "found or read", "hint": "set engine.model to a local model directory", "evidence": ""},
+    ]  # fmt: skip
+    lines = format_status(status).splitlines()
+    assert lines[5] == (
+        "diagnosis  the model could not be found or read; hint: set engine.model to a local "
+        "model directory"
+    )
+
+
+def test_several_backends_get_a_row_each_and_each_model_one() -> None:
+    """Two engines and an upstream: a `backend` row each (state, model, drain, GPUs or URL and
+    breaker, load), a `model` row each with its pool and whether it is available."""
+    status = json.loads(EXAMPLE.read_text())
+    engine = status["engines"][0]
+    upstream = {
+        **engine, "name": "lab", "kind": "upstream", "state": "unreachable", "pid": None,
+        "model": "big", "url": "http://10.0.0.5:8000", "breaker": "open", "in_flight": 0,
+    }  # fmt: skip
+    status["engines"] = [
+        {**engine, "name": "pa", "gpus": ["0"]},
+        {**engine, "name": "pb", "gpus": ["1"], "draining": True},
+        upstream,
+    ]
+    status["models"] = [
+        {"name": "tiny", "backends": ["pa", "pb"], "available": True},
+        {"name": "big", "backends": ["lab"], "available": False},
+    ]
+    lines = format_status(status).splitlines()
+    backends = [line for line in lines if line.startswith("backend ")]
+    assert len(backends) == 3
+    assert "pa   serving  model tiny" in backends[0] and "gpus 0" in backends[0]
+    assert "serving  drained" in backends[1]
+    assert "lab  unreachable" in backends[2] and "breaker open" in backends[2]
+    models = [line for line in lines if line.startswith("model ")]
+    assert models[-2:] == [
+        "model      tiny  available  on pa, pb",
+        "model      big  UNAVAILABLE  on lab",
+    ]
+
+
+def test_one_backend_adds_no_fleet_rows() -> None:
+    """With one engine the summary is as it was: no backend or per-model rows."""
+    text = format_status(json.loads(EXAMPLE.read_text()))
+    lines = text.splitlines()
+    assert not any(line.startswith("backend ") for line in lines)
+    assert [line for line in lines if line.startswith("model ")] == [
+        "model      tiny  max_model_len 1024"
+    ]
