@@ -27,6 +27,7 @@ from llmd.admin.server import AdminApp
 from llmd.admission.waiters import Admission
 from llmd.backends.config import shared_gpus
 from llmd.backends.fleet import Fleet, PoolLimits
+from llmd.backends.relisting import ModelRelisting
 from llmd.backends.upstream import UpstreamState, run_probe
 from llmd.config import Config, EngineConfig, UpstreamConfig, config_path, load_config
 from llmd.errors import ActionRefused, ConfigError, EngineGaveUp
@@ -98,6 +99,7 @@ class Daemon:
             validators=Validators(fleet.client_of, lambda model: PoolLimits(fleet, model)),
             observer=Observer(config.telemetry.top_tenants, config.logging.requests),
         )
+        self.state.relisting = ModelRelisting(fleet.engines, fleet.clients, self._engine_changed)
         metrics = self.state.observer.metrics
         metrics.registry.register(
             StatusCollector(self.state.snapshot, lambda: line_limiter().suppressed, metrics.tenant)

@@ -11,6 +11,7 @@ import time
 from llmd import __version__
 from llmd.admission.waiters import Admission
 from llmd.backends.fleet import Fleet
+from llmd.backends.relisting import ModelRelisting
 from llmd.config import Config
 from llmd.errors import ApiError, Draining, EngineUnavailable, ModelNotFound
 from llmd.proxy.inflight import InFlight
@@ -40,6 +41,8 @@ class DaemonState:
     validators: Validators
     observer: Observer
     inflight: InFlight = dataclasses.field(default_factory=lambda: InFlight())
+    # Reads the engines' model lists again for a name no pool holds (set by the daemon).
+    relisting: ModelRelisting | None = None
     draining: bool = False
     started_at: float = dataclasses.field(default_factory=time.time)
 

@@ -126,7 +126,7 @@ class Relay:
             self.check_available()
             hold = self.hold_body(arrival)
             body = await self.read(arrival, receive, hold)
-            model = self.route(arrival, body)
+            model = await self.route(arrival, body)
         except ClientGone:
             if hold is not None:
                 hold.release()
@@ -188,11 +188,13 @@ class Relay:
             raise InvalidRequest("'stream' must be a boolean", param="stream")
         return Body(without_bom(raw), payload, stream=bool(payload.get("stream")), hold=hold)
 
-    def route(self, arrival: Arrival, body: Body) -> str:
+    async def route(self, arrival: Arrival, body: Body) -> str:
         """The model whose pool serves the request: its `model` (omitted: the one model llmd
-        serves). Raises InvalidRequest (400: not a string, or omitted while llmd serves
-        several), ModelNotFound (404: no backend serves it, as vLLM answers),
-        EngineUnavailable (503 + Retry-After: no backend of the pool can take it now)."""
+        serves; a name no pool holds makes llmd read the engines' model lists again first, at
+        most once a second: an adapter loaded at run time). Raises InvalidRequest (400: not a
+        string, or omitted while llmd serves several), ModelNotFound (404: no backend serves
+        it, as vLLM answers), EngineUnavailable (503 + Retry-After: no backend of the pool can
+        take it now)."""
         capacity = self.state.admission.capacity
         model = body.payload.get("model")
         served = capacity.models()
@@ -204,6 +206,9 @@ class Relay:
             )
         if not isinstance(model, str):
             raise InvalidRequest("'model' must be a string", param="model")
+        if capacity.pool(model) is None and self.state.relisting is not None:
+            await self.state.relisting.relist()
+            served = capacity.models()
         if capacity.pool(model) is None:
             api = self.state.engine.api
             raise ModelNotFound(model, list(served), api.names_models_when_not_found)

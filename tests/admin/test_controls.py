@@ -99,7 +99,7 @@ def test_a_cancelled_request_is_not_resent_by_the_openai_client(llmd: LlmdProces
                     prompt="Hello",
                     max_tokens=5,
                     extra_headers={"x-request-id": request_id},
-                    extra_body={"sim_fault": "delay:2"},
+                    extra_body={"sim_fault": "delay:20"},
                 )
             )
         except openai.APIStatusError as exc:
@@ -117,7 +117,7 @@ def test_a_cancelled_request_is_not_resent_by_the_openai_client(llmd: LlmdProces
     assert isinstance(error, openai.InternalServerError), error
     assert error.response.headers["x-should-retry"] == "false"
     assert error.body is not None and error.body["code"] == "cancelled"  # type: ignore[index]
-    assert wait_for(lambda: any(log_lines(llmd, request_id)), timeout_s=5)
+    assert wait_for(lambda: any(log_lines(llmd, request_id)), timeout_s=15)
     finished = [r for r in log_lines(llmd, request_id) if r["event"] == "request_finished"]
     assert len(finished) == 1 and finished[0]["outcome"] == "aborted"
 

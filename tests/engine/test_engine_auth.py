@@ -21,11 +21,17 @@ MESSAGES = [{"role": "user", "content": "Hi"}]
 
 @pytest.fixture(scope="module")
 def secured() -> Iterator[LlmdProcess]:
-    """The engine with --api-key, served as `a` and `b` with a LoRA adapter `x`; prompts
-    counted by the engine's /tokenize (validation.tokenizer = engine)."""
+    """The engine with --api-key, served as `a` and `b` with a LoRA adapter `x` (and adapters
+    loadable at run time); prompts counted by the engine's /tokenize (validation.tokenizer =
+    engine)."""
     args = ["--api-key", KEY, "--served-model-name", "a", "b"]
     args += ["--enable-lora", "--lora-modules", "x=/adapters/x"]
-    config = sim_config(ensure_tiny_model(), args, validation={"tokenizer": "engine"})
+    config = sim_config(
+        ensure_tiny_model(),
+        args,
+        engine={"env": {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}},
+        validation={"tokenizer": "engine"},
+    )
     with LlmdProcess.running(config, "llmd-auth-") as process:
         yield process
 
@@ -65,6 +71,24 @@ def test_every_served_name_and_adapter_is_accepted(secured: LlmdProcess) -> None
     missing = chat(secured, "tiny")
     assert missing.status_code == 404
     assert "Valid aliases: a, b, x." in missing.json()["error"]["message"]
+
+
+def test_an_adapter_loaded_at_run_time_is_served(secured: LlmdProcess) -> None:
+    """An adapter the engine loads while it runs (POST /v1/load_lora_adapter, vLLM 0.32 with
+    VLLM_ALLOW_RUNTIME_LORA_UPDATING) is served through llmd from then on: a name no pool holds
+    makes llmd read the engine's /v1/models again (at most once a second)."""
+    assert chat(secured, "late").status_code == 404
+    engine = httpx.HTTPTransport(uds=str(secured.engine_socket))
+    with httpx.Client(transport=engine, timeout=10) as direct:
+        loaded = direct.post(
+            "http://engine/v1/load_lora_adapter",
+            json={"lora_name": "late", "lora_path": "/adapters/late"},
+            headers={"Authorization": f"Bearer {KEY}"},
+        )
+    assert loaded.status_code == 200, loaded.text
+    assert wait_for(lambda: chat(secured, "late").status_code == 200, 30)
+    listed = httpx.get(secured.base_url + "/v1/models", timeout=10).json()["data"]
+    assert "late" in [model["id"] for model in listed]
 
 
 def test_the_key_is_never_logged(secured: LlmdProcess) -> None:

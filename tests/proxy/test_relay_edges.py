@@ -13,6 +13,7 @@ import pytest
 
 from tests.support.fake_engine import ProxyStack
 from tests.support.log_capture import Captured
+from tests.support.waiting import wait_for
 from tests.validation.conftest import STRING_TEMPLATE, make_tokenizer_dir
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
@@ -55,7 +56,8 @@ def test_an_exception_in_a_stage_is_a_500_with_the_id_counted_and_logged_once(
     error = answer.json()["error"]
     assert error["code"] == "internal_error" and "bug-1" in error["message"]
     assert answer.headers["x-llmd-queue-ms"] == "0"
-    assert stack.ctx.observer.tallies.errors == errors + 1
+    # Accounted once the answer has been sent: wait for it, bounded.
+    assert wait_for(lambda: stack.ctx.observer.tallies.errors == errors + 1, 10)
     assert requests_with_status(stack, "500") == counted + 1
     lines = server_lines(captured_logs)
     assert [line["event"] for line in lines] == ["unexpected_error"]

@@ -83,7 +83,23 @@ class SimServer:
         app.router.add_post("/tokenize", self.tokenize)
         app.router.add_post("/v1/chat/completions", self._generation("chat"))
         app.router.add_post("/v1/completions", self._generation("completion"))
+        if runtime_lora_updating():
+            app.router.add_post("/v1/load_lora_adapter", self.load_lora_adapter)
         return app
+
+    async def load_lora_adapter(self, request: web.Request) -> web.Response:
+        """vLLM 0.32's `POST /v1/load_lora_adapter` (serve/lora/api_router.py, only with
+        VLLM_ALLOW_RUNTIME_LORA_UPDATING): `{"lora_name", "lora_path"}` joins the served names
+        (listed by /v1/models from then on; not applied to the output); 200 with vLLM's text."""
+        body = await request.json()
+        name, path = body.get("lora_name"), body.get("lora_path")
+        if not isinstance(name, str) or not isinstance(path, str):
+            return web.json_response(
+                {"error": {"message": "lora_name and lora_path are required", "code": 400}},
+                status=400,
+            )
+        self.lora_modules[name] = path
+        return web.Response(text=f"Success: LoRA adapter '{name}' added successfully.")
 
     async def health(self, request: web.Request) -> web.Response:
         """200 with an empty body while the engine lives; 503 once it is dead (vLLM 0.32)."""
@@ -325,3 +341,8 @@ async def _fastapi_errors(request: web.Request, handler: Handler) -> web.StreamR
         return web.json_response({"detail": "Not Found"}, status=404)
     except web.HTTPMethodNotAllowed:
         return web.json_response({"detail": "Method Not Allowed"}, status=405)
+
+
+def runtime_lora_updating() -> bool:
+    """Whether VLLM_ALLOW_RUNTIME_LORA_UPDATING is on, read as vLLM 0.32's envs.py reads it."""
+    return os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "0").strip().lower() in ("1", "true")
