@@ -117,9 +117,12 @@ def test_a_cancelled_request_is_not_resent_by_the_openai_client(llmd: LlmdProces
     assert isinstance(error, openai.InternalServerError), error
     assert error.response.headers["x-should-retry"] == "false"
     assert error.body is not None and error.body["code"] == "cancelled"  # type: ignore[index]
-    assert wait_for(lambda: any(log_lines(llmd, request_id)), timeout_s=15)
-    finished = [r for r in log_lines(llmd, request_id) if r["event"] == "request_finished"]
-    assert len(finished) == 1 and finished[0]["outcome"] == "aborted"
+
+    def finished() -> list[dict[str, Any]]:
+        return [r for r in log_lines(llmd, request_id) if r["event"] == "request_finished"]
+
+    assert wait_for(lambda: bool(finished()), timeout_s=15)  # logged just after the answer
+    assert len(finished()) == 1 and finished()[0]["outcome"] == "aborted"
 
 
 def test_restart_drains_then_boots_a_new_engine(llmd: LlmdProcess) -> None:

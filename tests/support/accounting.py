@@ -69,11 +69,16 @@ def assert_counted_as_rejection(
     """The request `request_id` was accounted as one rejection with `code`: in
     llmd_rejections_total{reason}, in the status's rejections (not its errors), and in its
     log line (outcome `rejected`)."""
-    assert wait_for(lambda: any(log_lines(llmd, request_id)), timeout_s=5)
+
+    def finished() -> list[dict[str, Any]]:
+        return [r for r in log_lines(llmd, request_id) if r["event"] == "request_finished"]
+
+    # The request_finished line (written just after the answer) is the last of its accounting.
+    assert wait_for(lambda: bool(finished()), timeout_s=15)
     after = Tally.take(llmd)
     assert after.rejections(code) - before.rejections(code) == 1
     counts, earlier = after.status["counts"], before.status["counts"]
     assert counts["rejections"].get(code, 0) - earlier["rejections"].get(code, 0) == 1
     assert counts["errors"] == earlier["errors"]
-    (line,) = [r for r in log_lines(llmd, request_id) if r["event"] == "request_finished"]
+    (line,) = finished()
     assert (line["outcome"], line["code"], line["status"]) == ("rejected", code, status)
