@@ -42,12 +42,8 @@ def llmd() -> Iterator[LlmdProcess]:
             "interactive": {"queue_size": 2, "queue_timeout_s": 1.0, "aging_s": 0.0},
         },
     )
-    process = LlmdProcess.start(config, workdir=workdir)
-    try:
-        process.wait_ready(timeout_s=30)
+    with LlmdProcess.running(config, workdir, timeout_s=30) as process:
         yield process
-    finally:
-        process.stop()
 
 
 def auth(key: str, **headers: str) -> dict[str, str]:

@@ -50,12 +50,8 @@ def llmd() -> Iterator[LlmdProcess]:
             "normal": {"queue_size": 8, "queue_timeout_s": 1.0, "aging_s": 5.0},
         },
     )
-    process = LlmdProcess.start(config, workdir=workdir)
-    try:
-        process.wait_ready(timeout_s=30)
+    with LlmdProcess.running(config, workdir, timeout_s=30) as process:
         yield process
-    finally:
-        process.stop()
 
 
 def headers(key: str, request_id: str | None = None, **more: str) -> dict[str, str]:
