@@ -61,6 +61,12 @@ class Record(Protocol):
     def phase(self) -> str: ...
 
 
+class TtftSink(Protocol):
+    """Who else takes each answered request's TTFT: the SLO guard (llmd/admission/slo.py)."""
+
+    def observed(self, request_class: str, ttft_s: float, queue_s: float) -> None: ...
+
+
 @dataclasses.dataclass
 class Tallies:
     """Counts since llmd started: finished requests, rejections by reason, cancellations by
@@ -119,6 +125,7 @@ class Observer:
         self.engine_samples: dict[str, EngineSample] = {}
         self.engine_token_rates: dict[str, tuple[float, float]] = {}
         self.gpus = GpuReading()
+        self.ttft_sink: TtftSink | None = None
 
     def configure(self, top_tenants: int, log_requests: str) -> None:
         """Take new settings (a reload): the tenant label bound (tenants already labelled keep
@@ -203,6 +210,8 @@ class Observer:
         if ttft_s is not None and status == 200:
             m.ttft.labels(klass, length, model).observe(ttft_s)
             self.windows.ttft.add(ttft_s)
+            if self.ttft_sink is not None:
+                self.ttft_sink.observed(klass, ttft_s, queue_s)
         if outcome == "ok":
             m.e2e.labels(klass, length, model).observe(total_s)
             self.windows.e2e.add(total_s)
