@@ -191,7 +191,7 @@ class SloGuard:
         if after != before:
             log.warning(
                 "slo_guard_level_changed",
-                level=int(after),
+                guard_level=int(after),
                 previous=int(before),
                 name=Level(after).name.lower(),
                 reason=state.reason,
