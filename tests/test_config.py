@@ -299,7 +299,7 @@ def test_slo_guard_settings_are_checked(tmp_path: Path, text: str, message: str)
 
 def test_slo_budgets_default_to_interactive_and_normal_only(tmp_path: Path) -> None:
     """Interactive 1500 ms and normal 6000 ms TTFT p95 budgets by default, batch none; a class
-    table setting its budget keeps its other defaults."""
+    table setting its budget keeps its other defaults; the guard's settings as documented."""
     config = load_config(write(tmp_path, '[engine]\nmodel = "m"\n'))
     admission = config.admission
     budgets = [c.ttft_p95_budget_ms for c in (admission.interactive, admission.normal)]
@@ -307,3 +307,6 @@ def test_slo_budgets_default_to_interactive_and_normal_only(tmp_path: Path) -> N
     text = '[engine]\nmodel = "m"\n[admission.batch]\nttft_p95_budget_ms = 60000\n'
     batch = load_config(write(tmp_path, text)).admission.batch
     assert (batch.ttft_p95_budget_ms, batch.queue_size, batch.aging_s) == (60000, 4096, 15.0)
+    guard = admission.guard
+    settings = (guard.window_s, guard.min_samples, guard.dwell_s, guard.recover_ratio)
+    assert settings == (60, 20, 10.0, 0.8) and guard.max_tokens_cap == 256

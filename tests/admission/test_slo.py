@@ -18,7 +18,7 @@ from llmd.admission.slo import EVALUATE_EVERY_S, SloGuard
 from llmd.admission.tenants import Tenant
 from llmd.admission.waiters import Admission, Request
 from llmd.config import AdmissionConfig, ClassConfig, Config, EngineConfig, GuardConfig
-from llmd.errors import Overloaded
+from llmd.errors import Overloaded, QueueTimeout
 from llmd.supervisor.state import EnginePhase, EngineState
 from tests.support.log_capture import Captured
 
@@ -165,11 +165,13 @@ def test_a_reload_resets_the_operators_override_and_no_budget_means_level_0() ->
         guard.override("level five")
 
 
-def admission(guard_mode: str, batch_aging_s: float = 15.0) -> Admission:
+def admission(
+    guard_mode: str, batch_aging_s: float = 15.0, batch_timeout_s: float = 600.0
+) -> Admission:
     config = Config(
         engine=EngineConfig(model="m"),
         admission=dataclasses.replace(
-            CONFIG, batch=ClassConfig(4096, 600.0, batch_aging_s), max_in_flight=8
+            CONFIG, batch=ClassConfig(4096, batch_timeout_s, batch_aging_s), max_in_flight=8
         ),
     )
     adm = Admission(config, {"main": EngineState(phase=EnginePhase.SERVING, max_model_len=1024)})
@@ -230,3 +232,19 @@ async def test_shed_levels_refuse_new_batch_then_normal_never_interactive() -> N
     with pytest.raises(Overloaded):
         await adm.admit(request(adm, Priority.NORMAL))
     await asyncio.wait_for(adm.admit(request(adm, Priority.INTERACTIVE)), 5)
+
+
+async def test_held_batch_waits_within_its_queue_timeout() -> None:
+    """A batch request held at level 1 is answered 503 queue_timeout once its class's
+    queue_timeout_s passes, as any queued request."""
+    adm = admission("level 1", batch_timeout_s=0.05)
+    with pytest.raises(QueueTimeout):
+        await asyncio.wait_for(adm.admit(request(adm, Priority.BATCH)), 5)
+
+
+async def test_level_1_holds_nothing_when_batch_does_not_age() -> None:
+    """With batch aging_s = 0 nothing bounds a held batch request's wait, so level 1 does not
+    hold it (README)."""
+    adm = admission("level 1", batch_aging_s=0.0)
+    ticket = await asyncio.wait_for(adm.admit(request(adm, Priority.BATCH)), 5)
+    assert ticket.entry.cls is Priority.BATCH
