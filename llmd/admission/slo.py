@@ -89,9 +89,9 @@ class SloGuard:
             self._change(GuardState(since=self.clock(), reason=why))
 
     def observed(self, request_class: str, ttft_s: float, queue_s: float) -> None:
-        """A request of class `request_class` got its first token `ttft_s` after it arrived,
-        `queue_s` of it in admission's queue (the observer calls this for each answered
-        request)."""
+        """A streamed request of class `request_class` got its first token `ttft_s` after it
+        arrived, `queue_s` of it in admission's queue (the observer calls this for each
+        answered streamed request)."""
         self._ttft[Priority.parse(request_class)].add(ttft_s)
         self._after_queue.add(ttft_s - queue_s)
 

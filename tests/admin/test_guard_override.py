@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import openai
@@ -37,16 +37,30 @@ def cli(llmd: LlmdProcess, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def client(llmd: LlmdProcess, priority: str) -> openai.OpenAI:
-    return openai.OpenAI(
-        base_url=llmd.base_url + "/v1",
-        api_key="none",
-        max_retries=0,
-        default_headers={"x-llmd-priority": priority},
-    )
+@pytest.fixture
+def client(llmd: LlmdProcess) -> Iterator[Callable[[LlmdProcess, str], openai.OpenAI]]:
+    """Makes an openai client of `llmd` sending `x-llmd-priority`; each closed after the test."""
+    made: list[openai.OpenAI] = []
+
+    def make(llmd: LlmdProcess, priority: str) -> openai.OpenAI:
+        made.append(
+            openai.OpenAI(
+                base_url=llmd.base_url + "/v1",
+                api_key="none",
+                max_retries=0,
+                default_headers={"x-llmd-priority": priority},
+            )
+        )
+        return made[-1]
+
+    yield make
+    for one in made:
+        one.close()
 
 
-def test_pinned_levels_cap_and_shed_and_interactive_keeps_its_rights(llmd: LlmdProcess) -> None:
+def test_pinned_levels_cap_and_shed_and_interactive_keeps_its_rights(
+    llmd: LlmdProcess, client: Callable[[LlmdProcess, str], openai.OpenAI]
+) -> None:
     """level 2: a normal request's max_tokens is capped (x-llmd-max-tokens-capped 40->8, 8
     tokens come back); level 4: new batch and normal get 503 overloaded with Retry-After while
     an interactive one is served uncapped; `on` returns to automatic at level 0."""
@@ -72,6 +86,10 @@ def test_pinned_levels_cap_and_shed_and_interactive_keeps_its_rights(llmd: LlmdP
     )
     assert "x-llmd-max-tokens-capped" not in raw.headers
     assert raw.parse().usage is not None and raw.parse().usage.completion_tokens == 20
+    streamed = client(llmd, "interactive").chat.completions.create(
+        model="tiny", messages=MESSAGES, max_tokens=2, stream=True
+    )
+    assert len(list(streamed)) >= 2  # a streamed answer: its TTFT counts for the guard
 
     status = cli(llmd, "status")
     assert "slo guard  level 4 shed_normal (pinned): pinned by the operator" in status.stdout
