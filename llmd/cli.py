@@ -93,6 +93,14 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--runtime-dir", default=ServerConfig.runtime_dir)
         sub.set_defaults(func=_simple_verb)
 
+    guard = verbs.add_parser(
+        "guard", help="override the SLO guard until the next reload: off, on, or level N (0-4)"
+    )
+    guard.add_argument("mode", choices=("off", "on", "level"))
+    guard.add_argument("level", nargs="?", type=int, choices=range(5), help="with `level`")
+    guard.add_argument("--runtime-dir", default=ServerConfig.runtime_dir)
+    guard.set_defaults(func=_guard)
+
     from llmd.bench.command import add_parser as add_bench_parser
     from llmd.doctor.command import add_parser as add_doctor_parser
     from llmd.tune.command import add_parser as add_tune_parser
@@ -224,6 +232,17 @@ def _call(
     except AdminRefused as exc:
         print(f"llmd: {exc}", file=sys.stderr)
         raise SystemExit(1) from exc
+
+
+def _guard(args: argparse.Namespace) -> int:
+    if (args.mode == "level") != (args.level is not None):
+        print("llmd: guard takes a level (0-4) after `level`, and only there", file=sys.stderr)
+        return 2
+    from llmd.admin.status_text import guard_line
+
+    mode = f"level {args.level}" if args.mode == "level" else args.mode
+    print("slo guard " + guard_line(_call(args, "POST", "/guard", {"mode": mode})))
+    return 0
 
 
 def _drain(args: argparse.Namespace) -> int:

@@ -31,6 +31,7 @@ __all__ = [
     "ClassConfig",
     "Config",
     "EngineConfig",
+    "GuardConfig",
     "LoggingConfig",
     "RoutingConfig",
     "ServerConfig",
@@ -143,11 +144,29 @@ class ClassConfig:
 
     `aging_s`: when this class has had requests waiting and no release for this long, it gets
     the next release ahead of higher classes (see llmd/admission/scheduler).
+    `ttft_p95_budget_ms`: the class's time-to-first-token p95 budget the SLO guard keeps
+    (llmd/admission/guard.py; 0: none).
     """
 
     queue_size: int = 1024
     queue_timeout_s: float = 60.0
     aging_s: float = 10.0
+    ttft_p95_budget_ms: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class GuardConfig:
+    """The SLO guard's settings (llmd/admission/guard.py): a class's TTFT p95 is taken over the
+    last `window_s` seconds (10-300) and counts once it rests on `min_samples` requests; the
+    level changes at most every `dwell_s` seconds, and falls only while every class is under
+    `recover_ratio` (0-1) x its budget; from level 2, normal and batch requests released get at
+    most `max_tokens_cap` output tokens."""
+
+    window_s: int = 60
+    min_samples: int = 20
+    dwell_s: float = 10.0
+    recover_ratio: float = 0.8
+    max_tokens_cap: int = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,14 +193,19 @@ class AdmissionConfig:
     kv_overcommit: float = 1.0
     max_engine_waiting: int = 4
     interactive: ClassConfig = dataclasses.field(
-        default_factory=lambda: ClassConfig(queue_size=256, queue_timeout_s=10.0, aging_s=0.0)
+        default_factory=lambda: ClassConfig(
+            queue_size=256, queue_timeout_s=10.0, aging_s=0.0, ttft_p95_budget_ms=1500.0
+        )
     )
     normal: ClassConfig = dataclasses.field(
-        default_factory=lambda: ClassConfig(queue_size=1024, queue_timeout_s=60.0, aging_s=5.0)
+        default_factory=lambda: ClassConfig(
+            queue_size=1024, queue_timeout_s=60.0, aging_s=5.0, ttft_p95_budget_ms=6000.0
+        )
     )
     batch: ClassConfig = dataclasses.field(
         default_factory=lambda: ClassConfig(queue_size=4096, queue_timeout_s=600.0, aging_s=15.0)
     )
+    guard: GuardConfig = dataclasses.field(default_factory=GuardConfig)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,6 +310,7 @@ def _check_admission(admission: AdmissionConfig, path: Path) -> AdmissionConfig:
             f"admission.kv_high_watermark = {admission.kv_high_watermark!r}: "
             "expected a fraction in (0, 1]"
         )
+    _check_guard(admission.guard)
     if not admission.tenants_file:
         return admission
     tenants = Path(admission.tenants_file).expanduser()
@@ -293,6 +318,20 @@ def _check_admission(admission: AdmissionConfig, path: Path) -> AdmissionConfig:
         tenants = (path.parent / tenants).resolve()
     load_tenants(tenants)
     return dataclasses.replace(admission, tenants_file=str(tenants))
+
+
+def _check_guard(guard: GuardConfig) -> None:
+    """The SLO guard's settings within the ranges it can work with."""
+    checks = (
+        ("window_s", 10 <= guard.window_s <= 300, "whole seconds in 10..300"),
+        ("min_samples", guard.min_samples >= 1, "a whole number >= 1"),
+        ("recover_ratio", 0 < guard.recover_ratio < 1, "a fraction in (0, 1)"),
+        ("max_tokens_cap", guard.max_tokens_cap >= 1, "a whole number >= 1"),
+    )
+    for key, ok, expected in checks:
+        if not ok:
+            value = getattr(guard, key)
+            raise ConfigError(f"admission.guard.{key} = {value!r}: expected {expected}")
 
 
 def _check_limits(server: ServerConfig) -> None:

@@ -26,6 +26,7 @@
         ├── QueueTimeout             503 queue_timeout (queue wait over timeout or deadline)
         ├── EngineUnavailable        503 engine_unavailable (+ Retry-After)
         ├── Draining                 503 draining (+ Retry-After)
+        ├── Overloaded               503 overloaded (the SLO guard sheds the class; + Retry-After)
         ├── TooManyConnections       503 too_many_connections (server.max_connections reached)
         ├── RequestCancelled         503 cancelled (an operator ended it; x-should-retry: false)
         ├── EngineError              502 engine_error (engine failed mid-request)
@@ -289,6 +290,15 @@ class Draining(ApiError):
 
     status = 503
     code = "draining"
+    type = "server_error"
+
+
+class Overloaded(ApiError):
+    """The SLO guard sheds new requests of this class (llmd/admission/guard.py, levels 3 and
+    4); retry after `retry_after_s`, its expected recovery."""
+
+    status = 503
+    code = "overloaded"
     type = "server_error"
 
 

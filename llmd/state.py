@@ -46,6 +46,9 @@ class DaemonState:
     draining: bool = False
     started_at: float = dataclasses.field(default_factory=time.time)
 
+    def __post_init__(self) -> None:
+        self.observer.ttft_sink = self.admission.guard  # each answered request's TTFT
+
     @property
     def engine(self) -> EngineState:
         """The `main` engine's state (or the first engine's): the Status's `engine`."""
@@ -144,4 +147,5 @@ class DaemonState:
             engines=engines,
             models=models,
             queued=inflight.queued,
+            guard=self.admission.guard.as_snapshot(),
         )

@@ -171,6 +171,31 @@ class CountsStatus:
 
 
 @dataclasses.dataclass(frozen=True)
+class ClassTtftStatus:
+    """One class as the SLO guard sees it: its TTFT p95 (s; None before any request) over the
+    guard's window, how many requests it rests on, and its budget (s; None: none)."""
+
+    name: str
+    p95_s: float | None
+    samples: int
+    budget_s: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class GuardStatus:
+    """The SLO guard (llmd/admission/guard.py): its level in force (0-4) and that level's
+    name, why it is there, for how long (s), its `mode` (`auto`, `off` or `pinned` by the
+    operator), and each class's TTFT p95 against its budget."""
+
+    level: int
+    name: str
+    reason: str
+    since_s: float
+    mode: str
+    classes: tuple[ClassTtftStatus, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class Status:
     """Everything an operator sees at a glance; `taken_at` and `started_at` (when this llmd
     process started: a new value means the daemon restarted) are Unix time (s); `in_flight`
@@ -199,6 +224,7 @@ class Status:
     queued: int = 0
     engines: tuple[EngineStatus, ...] = ()
     models: tuple[ModelStatus, ...] = ()
+    guard: GuardStatus | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The snapshot as JSON-ready dicts and lists (what `dataclasses.asdict` gives, without

@@ -274,3 +274,39 @@ def test_key_line_finds_keys_under_their_tables() -> None:
     assert key_line(text, "b.c d.y") == 5
     assert key_line(text, "e") == 6
     assert key_line(text, "a.zz") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[admission.guard]\nwindow_s = 5\n", r"admission.guard.window_s = 5: expected whole"),
+        ("[admission.guard]\nrecover_ratio = 1.2\n", r"recover_ratio = 1.2: expected a fraction"),
+        ("[admission.guard]\nmin_samples = 0\n", r"min_samples = 0: expected a whole number"),
+        ("[admission.guard]\nmax_tokens_cap = 0\n", r"max_tokens_cap = 0: expected a whole"),
+        ("[admission.guard]\ndwell = 3\n", r"unknown key admission.guard.dwell = 3.*dwell_s"),
+        (
+            "[admission.normal]\nttft_p95_budget_ms = -1\n",
+            r"admission.normal.ttft_p95_budget_ms = -1: expected a number >= 0",
+        ),
+    ],
+)
+def test_slo_guard_settings_are_checked(tmp_path: Path, text: str, message: str) -> None:
+    """The SLO guard's budgets and settings out of range fail the load (`llmd check-config`)
+    naming the key, the value and what was expected."""
+    with pytest.raises(ConfigError, match=message):
+        load_config(write(tmp_path, '[engine]\nmodel = "m"\n' + text))
+
+
+def test_slo_budgets_default_to_interactive_and_normal_only(tmp_path: Path) -> None:
+    """Interactive 1500 ms and normal 6000 ms TTFT p95 budgets by default, batch none; a class
+    table setting its budget keeps its other defaults; the guard's settings as documented."""
+    config = load_config(write(tmp_path, '[engine]\nmodel = "m"\n'))
+    admission = config.admission
+    budgets = [c.ttft_p95_budget_ms for c in (admission.interactive, admission.normal)]
+    assert budgets == [1500.0, 6000.0] and admission.batch.ttft_p95_budget_ms == 0
+    text = '[engine]\nmodel = "m"\n[admission.batch]\nttft_p95_budget_ms = 60000\n'
+    batch = load_config(write(tmp_path, text)).admission.batch
+    assert (batch.ttft_p95_budget_ms, batch.queue_size, batch.aging_s) == (60000, 4096, 15.0)
+    guard = admission.guard
+    settings = (guard.window_s, guard.min_samples, guard.dwell_s, guard.recover_ratio)
+    assert settings == (60, 20, 10.0, 0.8) and guard.max_tokens_cap == 256

@@ -40,6 +40,15 @@ def _class_probe(cls: Priority, field: str) -> Probe:
     return lambda d: getattr(d.state.admission.scheduler.classes[cls].policy, field)
 
 
+def _budget_probe(cls: Priority) -> Probe:
+    """The SLO guard's TTFT p95 budget of `cls` in ms (0: none)."""
+    return lambda d: d.state.admission.guard.policy.budgets_s.get(cls, 0.0) * 1000
+
+
+def _guard_probe(field: str) -> Probe:
+    return lambda d: getattr(d.state.admission.guard.policy, field)
+
+
 def _main(d: Daemon) -> Supervisor:
     return d.supervisors["main"]
 
@@ -124,6 +133,12 @@ PROBES: dict[str, Probe] = {
         f"admission.{cls.label}.{field}": _class_probe(cls, field)
         for cls in Priority
         for field in ("queue_size", "queue_timeout_s", "aging_s")
+    },
+    **{f"admission.{cls.label}.ttft_p95_budget_ms": _budget_probe(cls) for cls in Priority},
+    "admission.guard.window_s": lambda d: d.state.admission.guard.window_s,
+    **{
+        f"admission.guard.{field}": _guard_probe(field)
+        for field in ("min_samples", "dwell_s", "recover_ratio", "max_tokens_cap")
     },
 }
 # Values a generic change would make invalid; the walk uses these instead.

@@ -3,13 +3,15 @@
 Routes: `GET /status` (the Status snapshot), `POST /drain` (JSON body, optional
 `{"deadline_s": S, "queued": "wait" | "reject", "engine": NAME}`), `POST /resume` and
 `POST /restart` (optional `{"engine": NAME}`: that engine only), `POST /reload`,
-`POST /requests/{id}/cancel`. Bodies are read with the public API's limit
-(`server.max_body_bytes`); errors are OpenAI-shaped, as on the public API. Access control is the
-socket's mode (0660: root and the llmd group), set when the daemon binds it.
+`POST /requests/{id}/cancel`, `POST /guard` (`{"mode": "off" | "on" | "level N"}`: the SLO
+guard's override until the next reload; answers the guard's status). Bodies are read with the
+public API's limit (`server.max_body_bytes`); errors are OpenAI-shaped, as on the public API.
+Access control is the socket's mode (0660: root and the llmd group), set when the daemon binds it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -77,6 +79,8 @@ class AdminApp:
             return await self.actions.restart(_engine(body))
         if path == "/reload":
             return self.actions.reload()
+        if path == "/guard":
+            return _guard(self.state, body)
         if path.startswith(_CANCEL_PREFIX) and path.endswith(_CANCEL_SUFFIX):
             request_id = path[len(_CANCEL_PREFIX) : -len(_CANCEL_SUFFIX)]
             result = self.actions.cancel(request_id)
@@ -92,6 +96,14 @@ def _engine(body: dict[str, Any]) -> str | None:
     if engine is not None and not isinstance(engine, str):
         raise InvalidRequest("engine must be an engine's name", param="engine")
     return engine
+
+
+def _guard(state: DaemonState, body: dict[str, Any]) -> Any:
+    """Override the SLO guard with `body["mode"]`; its status. Raises InvalidRequest."""
+    try:
+        return dataclasses.asdict(state.admission.guard.override(str(body.get("mode"))))
+    except ValueError as exc:
+        raise InvalidRequest(str(exc), param="mode") from None
 
 
 async def _json(send: Send, status: int, payload: Any) -> None:

@@ -41,6 +41,8 @@ def format_status(status: dict[str, Any]) -> str:
     if "kv_cache" in status:
         rows += _load_rows(status)
     rows += _fleet_rows(status)
+    if status.get("guard"):
+        rows.append(("slo guard", guard_line(status["guard"])))
     return "\n".join(f"{name:<10} {value}" for name, value in rows)
 
 
@@ -148,6 +150,21 @@ def _load_rows(status: dict[str, Any]) -> list[tuple[str, str]]:
         )
     )
     return rows
+
+
+def guard_line(guard: dict[str, Any]) -> str:
+    """The SLO guard in one line: level and name, mode, why, and each budgeted class's TTFT
+    p95 against its budget (e.g. `level 1 hold_batch (auto, 12s): interactive TTFT p95 ...;
+    interactive 1850/1500 ms (40 requests)`)."""
+    mode = guard["mode"] if guard["mode"] != "auto" else f"auto, {guard['since_s']:.0f}s"
+    classes = "  ".join(
+        f"{row['name']} {_ms(row['p95_s'])}/{_ms(row['budget_s'])} ms ({row['samples']} requests)"
+        for row in guard["classes"]
+        if row["budget_s"] is not None
+    )
+    reason = f": {guard['reason']}" if guard["reason"] else ""
+    budgets = f"; TTFT p95/budget {classes}" if classes else "; no class has a budget"
+    return f"level {guard['level']} {guard['name']} ({mode}){reason}{budgets}"
 
 
 def _percent(ratio: float | None) -> str:

@@ -287,6 +287,10 @@ class Scheduler:
             return self.classes[cls].size
         return sum(q.size for q in self.classes.values())
 
+    def oldest(self, cls: Priority) -> float | None:
+        """When the longest-waiting entry of class `cls` was queued (caller's clock), or None."""
+        return min((f[0].enqueued_at for f in self.classes[cls].queues.values() if f), default=None)
+
     def entries(self) -> Iterator[Entry]:
         """Every queued entry (any order)."""
         for queue in self.classes.values():

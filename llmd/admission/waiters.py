@@ -25,6 +25,7 @@ from llmd.admission.capacity import CapacityGate, EngineLoad
 from llmd.admission.classes import PRIORITY_HEADER, Priority, requested_class
 from llmd.admission.cost import Cost
 from llmd.admission.scheduler import ClassPolicy, Entry, Reason, Rejection, Scheduler, State
+from llmd.admission.slo import SloGuard
 from llmd.admission.tenants import Tenant, load_tenants
 from llmd.config import AdmissionConfig, Config, EngineConfig
 from llmd.engine.args import DEFAULT_MAX_NUM_SEQS, engine_flag
@@ -89,6 +90,7 @@ class Admission:
     def __init__(self, config: Config, engines: Mapping[str, EngineState]) -> None:
         self.engines = engines
         self.scheduler = Scheduler(_policies(config.admission))
+        self.guard = SloGuard(config.admission)  # configured again on reload: `configure`
         self.capacity = PoolCapacity()
         self.bodies = BodyBudget(config.admission.max_queued_bytes)
         self._waiters: dict[Entry, asyncio.Future[None]] = {}
@@ -135,6 +137,7 @@ class Admission:
         self.tenants = load_tenants(tenants_file)
         self.config = admission
         self.scheduler.set_policies(_policies(admission))
+        self.guard.configure(admission)
         routing = config.routing
         self.capacity.affinity = AffinityPolicy(routing.epsilon, routing.slack)
         self.breaker_policy = routing.breaker
@@ -218,10 +221,12 @@ class Admission:
     async def admit(self, request: Request) -> Ticket:
         """Wait until the request may go to the engine. Raises the rejection as an ApiError
         (429 rate_limited/queue_full, 503 queue_timeout; 503 draining once a drain turned the
-        queue away); on cancellation (the client left) the request leaves the queue at once.
-        The caller counts cancellations (it knows the phase)."""
+        queue away; 503 overloaded while the SLO guard sheds its class); on cancellation (the
+        client left) the request leaves the queue at once. The caller counts cancellations (it
+        knows the phase)."""
         if self.turned_away is not None:
             raise self.turned_away
+        self.guard.check_shed(request.cls)
         now = time.monotonic()
         models = self.capacity.models()
         model = request.model or (models[0] if len(models) == 1 else "")
@@ -362,7 +367,8 @@ class Admission:
                 if not engine.serving and engine.phase is not EnginePhase.FAILED:
                     back_at = now + engine.retry_after_s()
                 self.capacity.set_serving(name, engine.serving, back_at)
-        decisions = self.scheduler.decide(now, PoolGate(self.capacity, now))
+        gate = self.guard.gate(PoolGate(self.capacity, now), self.scheduler)
+        decisions = self.scheduler.decide(now, gate)
         for entry in decisions.released:
             future = self._waiters.get(entry)
             if future is not None and not future.done():

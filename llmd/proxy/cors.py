@@ -25,6 +25,7 @@ EXPOSED_HEADERS = (
     "x-request-id",
     "x-llmd-queue-ms",
     "x-llmd-max-tokens-clamped",
+    "x-llmd-max-tokens-capped",
     "retry-after",
 )
 PREFLIGHT_MAX_AGE_S = 600

@@ -33,6 +33,7 @@ from starlette.types import Message, Receive, Scope, Send
 from llmd.admission.bodies import BodyHold
 from llmd.admission.classes import Priority
 from llmd.admission.cost import request_cost
+from llmd.admission.slo import CAPPED_HEADER, SloGuard
 from llmd.admission.tenants import ANONYMOUS, Tenant
 from llmd.admission.waiters import Request, Ticket
 from llmd.errors import ApiError, InternalError, InvalidRequest, ModelNotFound
@@ -107,6 +108,16 @@ class Prepared:
 
     def drop(self) -> None:
         self.body = self.priority_body = b""
+
+    def cap(self, guard: SloGuard) -> bool:
+        """Lower max_tokens in the bytes to send when the SLO guard caps the request's class
+        now, saying so in the response header `x-llmd-max-tokens-capped`; whether it did."""
+        bodies, said = guard.cap_body(self.request.cls, [self.body, self.priority_body])
+        if said is None:
+            return False
+        self.body, self.priority_body = bodies
+        self.response_headers.append((CAPPED_HEADER, said))
+        return True
 
 
 class Relay:
@@ -385,6 +396,8 @@ class Relay:
             prepared = await self.validate(arrival, exchange, tenant, body, str(exchange.model))
             writer = ClientWriter(_with_headers(send, prepared.response_headers), exchange)
             ticket = await self.admit(exchange, prepared)
+            if prepared.cap(self.state.admission.guard):  # released under the guard's cap
+                writer = ClientWriter(_with_headers(send, prepared.response_headers), exchange)
             await self.relay(exchange, prepared, body, writer, ticket)
         except asyncio.CancelledError:
             if exchange.abort_error is None:

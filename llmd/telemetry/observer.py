@@ -40,6 +40,7 @@ class Record(Protocol):
     """What the observer reads from a request: `llmd.proxy.inflight.Exchange` is one."""
 
     request_id: str
+    stream: bool
     tenant: str
     request_class: str
     model: str | None
@@ -59,6 +60,13 @@ class Record(Protocol):
 
     @property
     def phase(self) -> str: ...
+
+
+class TtftSink(Protocol):
+    """Who else takes each answered streamed request's TTFT (a non-streamed answer's first
+    byte comes with its last token): the SLO guard (llmd/admission/slo.py)."""
+
+    def observed(self, request_class: str, ttft_s: float, queue_s: float) -> None: ...
 
 
 @dataclasses.dataclass
@@ -119,6 +127,7 @@ class Observer:
         self.engine_samples: dict[str, EngineSample] = {}
         self.engine_token_rates: dict[str, tuple[float, float]] = {}
         self.gpus = GpuReading()
+        self.ttft_sink: TtftSink | None = None
 
     def configure(self, top_tenants: int, log_requests: str) -> None:
         """Take new settings (a reload): the tenant label bound (tenants already labelled keep
@@ -203,6 +212,8 @@ class Observer:
         if ttft_s is not None and status == 200:
             m.ttft.labels(klass, length, model).observe(ttft_s)
             self.windows.ttft.add(ttft_s)
+            if self.ttft_sink is not None and record.stream:  # non-streamed: TTFT is the whole
+                self.ttft_sink.observed(klass, ttft_s, queue_s)
         if outcome == "ok":
             m.e2e.labels(klass, length, model).observe(total_s)
             self.windows.e2e.add(total_s)

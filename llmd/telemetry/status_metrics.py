@@ -1,8 +1,8 @@
 """The Prometheus gauges read from the Status snapshot at scrape time, and the suppressed log
 lines: per backend (label `engine`) up, restarts, drained, llmd's requests there, KV cache,
 running and waiting; llmd draining, queue depth, in flight (relayed to a backend) and queued
-by tenant (global, over every pool), GPUs. Names and labels are a contract (shared/DESIGN.md;
-pinned by tests/telemetry/test_metrics.py).
+by tenant (global, over every pool), GPUs, the SLO guard's level and TTFT p95 by class. Names
+and labels are a contract (shared/DESIGN.md; pinned by tests/telemetry/test_metrics.py).
 """
 
 from __future__ import annotations
@@ -69,6 +69,26 @@ def _status_families(status: Status, tenant: TenantLabels) -> Iterator[Metric]:
     yield in_flight
     yield queued
     yield from _gpu_families(status)
+    yield from _guard_families(status)
+
+
+def _guard_families(status: Status) -> Iterator[Metric]:
+    """The SLO guard's level and each class's TTFT p95 over its window (llmd/admission/slo.py)."""
+    guard = status.guard
+    if guard is None:
+        return
+    yield _gauge(
+        "llmd_slo_guard_level", "The SLO guard's level in force, 0 (normal) to 4.", guard.level
+    )
+    p95 = GaugeMetricFamily(
+        "llmd_class_ttft_p95_seconds",
+        "Time to first token p95 by class over the SLO guard's window.",
+        labels=["class"],
+    )
+    for row in guard.classes:
+        if row.p95_s is not None:
+            p95.add_metric([row.name], row.p95_s)
+    yield p95
 
 
 def _engine_families(status: Status) -> Iterator[Metric]:

@@ -34,19 +34,22 @@ class Percentiles:
 
 
 class LatencyWindow:
-    """Values in seconds over the last minute and the last five (`WINDOWS`).
+    """Values in seconds over the last minute and the last five (`WINDOWS`), or over the
+    `windows` given (seconds each).
 
     Each window keeps running bucket totals: a value is added to each, and a second's slot is
     subtracted when it leaves a window, so a percentile walks one array of buckets however many
     requests the window saw.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, windows: tuple[int, ...] = WINDOWS
+    ) -> None:
         self._clock = clock
-        self._totals = {window: [0] * (len(BOUNDS) + 1) for window in WINDOWS}
-        self._counts = dict.fromkeys(WINDOWS, 0)
+        self._totals = {window: [0] * (len(BOUNDS) + 1) for window in windows}
+        self._counts = dict.fromkeys(windows, 0)
         self._live: dict[int, collections.deque[tuple[int, collections.Counter[int]]]] = {
-            window: collections.deque() for window in WINDOWS
+            window: collections.deque() for window in windows
         }
         self._current: tuple[int, collections.Counter[int]] | None = None
 
@@ -66,7 +69,7 @@ class LatencyWindow:
 
     def percentiles(self, window_s: int) -> Percentiles:
         """p50/p95/p99 of the values recorded in the last `window_s` seconds (one of
-        `WINDOWS`). Raises KeyError for another window."""
+        its windows). Raises KeyError for another window."""
         self._expire(int(self._clock()))
         totals = self._totals[window_s]
         count = self._counts[window_s]

@@ -76,6 +76,7 @@ class HeaderPanel(Static):
             else:
                 line.append("admitting", style="green")
             _diagnosis(line, engine)
+            _guard_banner(line, s.get("guard"))
         line.append("\n")
         if link.connected and link.fault is not None:
             line.append(" SNAPSHOT NOT SHOWN ", style="bold reverse red")
@@ -96,6 +97,29 @@ class HeaderPanel(Static):
             if s is not None:
                 line.append(" · showing the last snapshot", style="dim")
         self.update(line)
+
+
+def _guard_banner(line: Text, guard: dict[str, Any] | None) -> None:
+    """A banner line while the SLO guard degrades service (level 1-4) or an operator has
+    turned it off or pinned it: the level, its name, why, each budgeted class's TTFT p95
+    against its budget (an older daemon sends no guard)."""
+    if guard is None or (guard["level"] == 0 and guard["mode"] == "auto"):
+        return
+    line.append("\n")
+    if guard["mode"] == "off":
+        line.append(" SLO GUARD OFF ", style="bold reverse yellow")
+    else:
+        style = "bold reverse red" if guard["level"] >= 3 else "bold reverse yellow"
+        line.append(f" SLO GUARD LEVEL {guard['level']} ", style=style)
+        line.append(f" {guard['name']}" + (" (pinned)" if guard["mode"] == "pinned" else ""))
+    line.append(f" · {guard['reason']}")
+    for row in guard["classes"]:
+        if row["budget_s"] is not None:
+            line.append(
+                f" · {row['name']} p95 {fmt.duration(row['p95_s'])}"
+                f" / budget {fmt.duration(row['budget_s'])}",
+                "dim",
+            )
 
 
 def _diagnosis(line: Text, engine: dict[str, Any]) -> None:

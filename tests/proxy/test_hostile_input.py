@@ -244,7 +244,13 @@ def test_cors_by_config(llmd: LlmdProcess, client: httpx.Client) -> None:
         assert plain.headers["access-control-allow-origin"] == ORIGIN
         exposed = plain.headers["access-control-expose-headers"].split(", ")
         assert sorted(exposed) == sorted(
-            ["x-request-id", "x-llmd-queue-ms", "x-llmd-max-tokens-clamped", "retry-after"]
+            [
+                "x-request-id",
+                "x-llmd-queue-ms",
+                "x-llmd-max-tokens-clamped",
+                "x-llmd-max-tokens-capped",
+                "retry-after",
+            ]
         )
         with client.stream(
             "POST",

@@ -55,6 +55,8 @@ SERIES = {
     "llmd_gpu_memory_total_bytes": ("gauge", {"gpu", "name"}),
     "llmd_gpu_temperature_celsius": ("gauge", {"gpu", "name"}),
     "llmd_gpu_power_watts": ("gauge", {"gpu", "name"}),
+    "llmd_slo_guard_level": ("gauge", set()),
+    "llmd_class_ttft_p95_seconds": ("gauge", {"class"}),
 }
 
 
@@ -184,5 +186,24 @@ def test_the_grafana_dashboard_uses_only_contracted_series() -> None:
         "Tokens per second",
         "Rejections",
         "restarts",
+        "SLO guard",
     ):
         assert topic in titles
+
+
+def test_the_slo_guard_level_and_class_ttft_p95_are_gauges() -> None:
+    """llmd_slo_guard_level reads the level in force (an operator's pin included) and
+    llmd_class_ttft_p95_seconds each class's p95 of streamed requests over the guard's window
+    (none before a request of that class)."""
+    ctx = busy_context()
+    value = ctx.observer.metrics.registry.get_sample_value
+    assert value("llmd_slo_guard_level") == 0
+    assert value("llmd_class_ttft_p95_seconds", {"class": "interactive"}) is None
+    ctx.observer.finished(finished_exchange(request_class="interactive", ttft_s=0.25))
+    whole = finished_exchange(request_class="interactive", ttft_s=9.0, total_s=9.5)
+    whole.stream = False  # its first byte is its last token: not a TTFT the guard counts
+    ctx.observer.finished(whole)
+    p95 = value("llmd_class_ttft_p95_seconds", {"class": "interactive"})
+    assert p95 is not None and 0.24 <= p95 <= 0.27
+    ctx.admission.guard.override("level 3")
+    assert value("llmd_slo_guard_level") == 3
