@@ -36,8 +36,10 @@ load on a pool:
     after the others have passed it for its hold time minus its aging_s;
     the head of a class's queue for a pool waits at most aging_s plus one release opportunity
     of the pool when its pick fits as it comes (a release opportunity: the gate admitting it
-    on a backend of the pool), and at most its hold time plus one drain per class held before
-    it on that pool (its own included; at most three) in any case (batch defaults: 30 s plus
+    on a backend of the pool) and the pool's opportunities come more often than every aging_s
+    (else a class above it, passed at one, may be held at the next and take it first), and at
+    most its hold time plus one drain per class held before it on that pool (its own
+    included; at most three) in any case (batch defaults: 30 s plus
     the longest requests running on a backend of the pool); a request with k requests of its
     class and pool released before it waits at most k + 1 times that.
 
