@@ -5,8 +5,11 @@ engine runs, so something has to queue); another sends short streaming interacti
 steady rate. The same load runs against the same engine child of one `llmd serve`, once
 `direct` (the engine's Unix socket: vLLM's own FCFS queue) and once through `llmd` (llmd's
 public port: admission queues, classes, capacity gate), per round; rounds alternate which goes
-first. Reports interactive TTFT p50/p95/p99, engine tokens/s (vllm:generation_tokens_total over
-the run), client-completed tokens/s and batch completions, then llmd/direct ratios per round.
+first. Reports interactive TTFT p50/p95/p99, engine tokens/s (vllm:generation_tokens_total from
+the end of the fill to the end of the run, the same window on both paths), client-completed
+tokens/s, batch completions, the engine's mean running and waiting sequences, and the CPU
+shares (cores) of llmd's own process and of the engine's processes over that window, then
+llmd/direct ratios per round.
 
     .venv/bin/python scripts/bench_admission.py --config etc/sim.toml  [--seconds 30]
     .venv/bin/python scripts/bench_admission.py --config etc/demo.toml --seconds 60 --rounds 4
@@ -37,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import psutil
 import tomli_w
 
 REPO = Path(__file__).resolve().parents[1]
@@ -155,7 +159,6 @@ async def run_load(path: str, llmd: LlmdProcess, seconds: float, rate: float,
         url = "http://engine"
     else:
         connector, url = aiohttp.TCPConnector(limit=0), llmd.base_url
-    generated_before = engine_gauge(llmd.engine_socket, "vllm:generation_tokens_total")
     batch = {"completions": 0, "tokens": 0, "errors": 0}
     inter = {"tokens": 0, "errors": 0}
     ttfts: list[float] = []
@@ -171,15 +174,22 @@ async def run_load(path: str, llmd: LlmdProcess, seconds: float, rate: float,
             for i in range(batch_concurrency)
         ]
         await asyncio.sleep(min(5.0, seconds / 6))  # let the flood fill the engine first
+        # The engine's tokens/s and the CPU shares are taken over the same window on both
+        # paths: from the end of the fill to `stop` (not until the last interactive probe
+        # has answered, which straight to the engine comes many seconds later).
+        window_start = time.monotonic()
+        generated_before, cpu_before = await asyncio.to_thread(engine_counters, llmd)
         sampler = asyncio.create_task(sample_engine(llmd, samples))
         probes = []
         while time.monotonic() < stop - 2:
             probes.append(asyncio.create_task(interactive_one(session, url, ttfts, inter)))
             await asyncio.sleep(1 / rate)
-        await asyncio.gather(*probes)
+        await asyncio.sleep(max(0.0, stop - time.monotonic()))
+        generated, cpu_after = await asyncio.to_thread(engine_counters, llmd)
+        window = time.monotonic() - window_start
         sampler.cancel()
+        await asyncio.gather(*probes)
         elapsed = time.monotonic() - start
-        generated = engine_gauge(llmd.engine_socket, "vllm:generation_tokens_total")
         for worker in workers:  # the batch requests still running are cut off
             worker.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
@@ -192,13 +202,37 @@ async def run_load(path: str, llmd: LlmdProcess, seconds: float, rate: float,
         "ttft_p50_ms": round(1000 * _pct(ttfts, 50), 1),
         "ttft_p95_ms": round(1000 * _pct(ttfts, 95), 1),
         "ttft_p99_ms": round(1000 * _pct(ttfts, 99), 1),
-        "engine_tokens_per_s": round((generated - generated_before) / elapsed, 1),
+        "window_s": round(window, 1),
+        "engine_tokens_per_s": round((generated - generated_before) / window, 1),
         "completed_tokens_per_s": round((batch["tokens"] + inter["tokens"]) / elapsed, 1),
         "batch_completions": batch["completions"],
         "batch_errors": batch["errors"],
         "engine_running_mean": round(statistics.fmean(s[0] for s in samples), 1),
         "engine_waiting_mean": round(statistics.fmean(s[1] for s in samples), 1),
+        "llmd_cpu_share": round((cpu_after[0] - cpu_before[0]) / window, 3),
+        "engine_cpu_share": round((cpu_after[1] - cpu_before[1]) / window, 3),
+        "load_1m": round(psutil.getloadavg()[0], 2),
     }
+
+
+def engine_counters(llmd: LlmdProcess) -> tuple[float, tuple[float, float]]:
+    """The engine's generation tokens so far and `cpu_seconds`."""
+    return (
+        engine_gauge(llmd.engine_socket, "vllm:generation_tokens_total"),
+        cpu_seconds(llmd),
+    )
+
+
+def cpu_seconds(llmd: LlmdProcess) -> tuple[float, float]:
+    """CPU seconds (user + system) used so far by llmd's own process and by all its
+    descendants (the engine's processes)."""
+    parent = psutil.Process(llmd.process.pid)
+    own = sum(parent.cpu_times()[:2])
+    engine = 0.0
+    for child in parent.children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            engine += sum(child.cpu_times()[:2])
+    return own, engine
 
 
 async def sample_engine(llmd: LlmdProcess, samples: list[tuple[float, float]]) -> None:
@@ -311,13 +345,15 @@ def main() -> None:
     results = asyncio.run(main_async(args))
     print(
         "\n| round | path | TTFT p50 ms | p95 ms | p99 ms | engine tok/s | completed tok/s "
-        "| batch done |\n|---|---|---|---|---|---|---|---|"
+        "| batch done | running | llmd CPU | engine CPU | load |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     for r in results:
         print(
             f"| {r['round']} | {r['path']} | {r['ttft_p50_ms']} | {r['ttft_p95_ms']} | "
             f"{r['ttft_p99_ms']} | {r['engine_tokens_per_s']} | {r['completed_tokens_per_s']} | "
-            f"{r['batch_completions']} |"
+            f"{r['batch_completions']} | {r['engine_running_mean']} | {r['llmd_cpu_share']} | "
+            f"{r['engine_cpu_share']} | {r['load_1m']} |"
         )
     rounds = ratios(results)
     print()
