@@ -6,6 +6,7 @@ Against a fake engine whose /tokenize is slow."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -50,21 +51,25 @@ async def test_counts_take_turns_interactive_first(
     """One count at a time: three batch requests arrive, then an interactive one; the
     interactive one is counted as soon as the running count ends, before the two waiting
     batch requests."""
+    slow_engine.tokenize_hold = threading.Event()  # the first count runs until all are in line
     with stack(model, tmp_path, slow_engine, calls=1) as running:
         turns = running.ctx.validators.for_model("tiny").remote_turns
         async with httpx.AsyncClient(base_url=running.base_url, timeout=30) as client:
 
-            def send(text: str, cls: str) -> asyncio.Task[httpx.Response]:
+            async def send(text: str, cls: str, waiting: int) -> asyncio.Task[httpx.Response]:
+                """Send one request; return once `waiting` requests wait for their turn."""
                 headers = {"x-llmd-priority": cls}
-                return asyncio.create_task(
+                task = asyncio.create_task(
                     client.post("/v1/chat/completions", json=chat(text), headers=headers)
                 )
+                assert await until(lambda: turns.waiting == waiting, timeout_s=10)
+                return task
 
-            first = send("batch 1", "batch")
+            first = await send("batch 1", "batch", 0)
             assert await until(lambda: len(slow_engine.tokenized) == 1, timeout_s=10)
-            later = [send("batch 2", "batch"), send("batch 3", "batch")]
-            assert await until(lambda: turns.waiting == 2, timeout_s=10)
-            urgent = send("interactive", "interactive")
+            later = [await send("batch 2", "batch", 1), await send("batch 3", "batch", 2)]
+            urgent = await send("interactive", "interactive", 3)
+            slow_engine.tokenize_hold.set()
             answers = await asyncio.gather(first, *later, urgent)
     assert [a.status_code for a in answers] == [200] * 4
     assert texts(slow_engine) == ["batch 1", "interactive", "batch 2", "batch 3"]
