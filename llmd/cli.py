@@ -116,8 +116,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from llmd.allocator import fix_mmap_threshold
     from llmd.daemon import Daemon
     from llmd.logs import configure_logging
+
+    fix_mmap_threshold()
 
     try:
         config = load_config(
