@@ -231,17 +231,20 @@ def test_backlogged_tenants_get_tokens_in_proportion_to_weights(
     gate = SlotGate(1)
     served = {t.name: 0 for t in tenants}
     next_cost = {t.name: 0 for t in tenants}
+    queued = {t.name: 0 for t in tenants}  # each tenant's entries in the scheduler
 
     def refill(tenant: Tenant) -> None:
-        while sum(1 for e in scheduler.entries() if e.tenant is tenant) < 3:
+        while queued[tenant.name] < 3:
             cost = costs[next_cost[tenant.name] % len(costs)]
             next_cost[tenant.name] += 1
             scheduler.submit(Entry(tenant, Priority.NORMAL, cost), 0.0)
+            queued[tenant.name] += 1
 
     for _ in range(2000):
         for tenant in tenants:
             refill(tenant)
         (entry,) = scheduler.decide(0.0, gate).released
+        queued[entry.tenant.name] -= 1
         served[entry.tenant.name] += entry.cost
         scheduler.finish(entry)
         gate.on_finish(entry)

@@ -63,20 +63,30 @@ def test_metrics_count_real_traffic(llmd: LlmdProcess) -> None:
     assert httpx.post(url, json={**CHAT, "max_tokens": 5000}).status_code == 400
     with httpx.stream("POST", url, json={**CHAT, "max_tokens": 800, "stream": True}) as r:
         next(r.iter_bytes())  # the client leaves during decode
-    time.sleep(0.5)
-    found = samples(llmd)
+    found = base
 
     def delta(name: str, **labels: str) -> float:
         return (value(found, name, **labels) or 0) - (value(base, name, **labels) or 0)
 
     ok = {"tenant": "anonymous", "class": "normal", "status": "200", "model": "tiny"}
+    answered = {"engine": "main", "model": "tiny", "outcome": "answered"}
+
+    def accounted() -> bool:  # each request is accounted a moment after its answer ends
+        nonlocal found
+        found = samples(llmd)
+        return (
+            delta("llmd_requests_total", **ok) >= 5
+            and delta("llmd_backend_requests_total", **answered) >= 5
+            and delta("llmd_cancellations_total", phase="decode") >= 1
+        )
+
+    wait_for(accounted, 10)  # the exact counts below say what is missing
     assert delta("llmd_requests_total", **ok) == 5  # the abandoned stream had its 200
     assert delta("llmd_rejections_total", reason="context_length_exceeded") == 1
     assert delta("llmd_cancellations_total", phase="decode") == 1
     lengths = {"class": "normal", "input_length": "le512", "model": "tiny"}
     assert delta("llmd_e2e_request_latency_seconds_count", **lengths) == 4
     assert delta("llmd_generation_tokens_total", tenant="anonymous") >= 4 * 20
-    answered = {"engine": "main", "model": "tiny", "outcome": "answered"}
     assert delta("llmd_backend_requests_total", **answered) == 5
     main = {"engine": "main"}
     assert value(found, "llmd_engine_up", **main) == 1

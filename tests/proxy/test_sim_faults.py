@@ -10,6 +10,7 @@ import httpx
 from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
+from tests.support.waiting import wait_for
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 20}
 
@@ -37,16 +38,16 @@ def test_engine_down_answers_503_with_retry_after() -> None:
     """While the engine boots, requests get 503 engine_unavailable with Retry-After."""
     llmd = LlmdProcess.start(sim_config(ensure_tiny_model(), ("--fault-boot-delay", "3")))
     try:
-        response = None
-        for _ in range(100):
-            try:
-                response = httpx.post(llmd.base_url + "/v1/chat/completions", json=CHAT)
-                break
-            except httpx.ConnectError:
-                import time
 
-                time.sleep(0.05)
-        assert response is not None and response.status_code == 503
+        def listening() -> bool:  # llmd listens before it spawns the engine (3 s to boot)
+            try:
+                return httpx.get(llmd.base_url + "/health").status_code == 200
+            except httpx.TransportError:
+                return False
+
+        assert wait_for(listening, 30), llmd.log_tail()
+        response = httpx.post(llmd.base_url + "/v1/chat/completions", json=CHAT)
+        assert response.status_code == 503, response.text
         assert response.json()["error"]["code"] == "engine_unavailable"
         assert int(response.headers["retry-after"]) >= 1
         llmd.wait_ready(timeout_s=30)

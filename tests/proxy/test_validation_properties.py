@@ -79,6 +79,19 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyStack]:
         yield running
 
 
+@pytest.fixture(scope="module")
+def client(stack: ProxyStack) -> Iterator[httpx.Client]:
+    """One client of the stack for every example."""
+    with httpx.Client(base_url=stack.base_url, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def tokenizer(stack: ProxyStack) -> Any:
+    """The oracle's tokenizer: the model's, loaded once."""
+    return AutoTokenizer.from_pretrained(stack.ctx.config.engine.model)
+
+
 def oracle_fits(tokenizer: Any, path: str, body: dict[str, Any]) -> bool:
     """An independent count (the tokenizer and template, used directly) of what was relayed."""
     if path == "/v1/chat/completions":
@@ -122,17 +135,18 @@ def oracle_fits(tokenizer: Any, path: str, body: dict[str, Any]) -> bool:
 )
 @given(request=requests, headers=policy)
 def test_bad_input_never_5xx_errors_shaped_engine_sees_only_valid(
-    stack: ProxyStack, request: tuple[str, dict[str, Any]], headers: dict[str, str]
+    stack: ProxyStack,
+    client: httpx.Client,
+    tokenizer: Any,
+    request: tuple[str, dict[str, Any]],
+    headers: dict[str, str],
 ) -> None:
     """Any generated body: no 5xx, OpenAI-shaped errors, and only fitting requests relayed."""
     path, body = request
     stack.engine.received.clear()
-    with httpx.Client(base_url=stack.base_url, timeout=30) as client:
-        # Raw JSON, NaN and Infinity included: Python's parser (and so llmd's) accepts them.
-        raw = json.dumps(body).encode()
-        answer = client.post(
-            path, content=raw, headers={**headers, "content-type": "application/json"}
-        )
+    # Raw JSON, NaN and Infinity included: Python's parser (and so llmd's) accepts them.
+    raw = json.dumps(body).encode()
+    answer = client.post(path, content=raw, headers={**headers, "content-type": "application/json"})
     event(f"status {answer.status_code}")
     assert answer.status_code < 500, answer.text
     if answer.status_code != 200:
@@ -143,5 +157,4 @@ def test_bad_input_never_5xx_errors_shaped_engine_sees_only_valid(
         return
     ((relayed_path, relayed),) = stack.engine.received
     assert relayed_path == path
-    tokenizer = AutoTokenizer.from_pretrained(stack.ctx.config.engine.model)
     assert oracle_fits(tokenizer, path, relayed), relayed

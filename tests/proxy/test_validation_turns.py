@@ -6,6 +6,8 @@ Against a fake engine whose /tokenize is slow."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,18 @@ def chat(text: str) -> dict[str, Any]:
 def texts(engine: FakeEngine) -> list[str]:
     """The user message of each /tokenize call, in the order the engine got them."""
     return [body["messages"][0]["content"] for body in engine.tokenized]
+
+
+@contextlib.contextmanager
+def counts_held(engine: FakeEngine) -> Iterator[threading.Event]:
+    """The engine's /tokenize calls wait until the event yielded is set (at the latest when
+    the block ends), so that a test lines requests up while a count runs, however slow the
+    machine."""
+    engine.tokenize_hold = hold = threading.Event()
+    try:
+        yield hold
+    finally:
+        hold.set()
 
 
 @pytest.fixture
@@ -50,21 +64,24 @@ async def test_counts_take_turns_interactive_first(
     """One count at a time: three batch requests arrive, then an interactive one; the
     interactive one is counted as soon as the running count ends, before the two waiting
     batch requests."""
-    with stack(model, tmp_path, slow_engine, calls=1) as running:
+    with stack(model, tmp_path, slow_engine, calls=1) as running, counts_held(slow_engine) as hold:
         turns = running.ctx.validators.for_model("tiny").remote_turns
         async with httpx.AsyncClient(base_url=running.base_url, timeout=30) as client:
 
-            def send(text: str, cls: str) -> asyncio.Task[httpx.Response]:
+            async def send(text: str, cls: str, waiting: int) -> asyncio.Task[httpx.Response]:
+                """Send one request; return once `waiting` requests wait for their turn."""
                 headers = {"x-llmd-priority": cls}
-                return asyncio.create_task(
+                task = asyncio.create_task(
                     client.post("/v1/chat/completions", json=chat(text), headers=headers)
                 )
+                assert await until(lambda: turns.waiting == waiting, timeout_s=10)
+                return task
 
-            first = send("batch 1", "batch")
+            first = await send("batch 1", "batch", 0)
             assert await until(lambda: len(slow_engine.tokenized) == 1, timeout_s=10)
-            later = [send("batch 2", "batch"), send("batch 3", "batch")]
-            assert await until(lambda: turns.waiting == 2, timeout_s=10)
-            urgent = send("interactive", "interactive")
+            later = [await send("batch 2", "batch", 1), await send("batch 3", "batch", 2)]
+            urgent = await send("interactive", "interactive", 3)
+            hold.set()
             answers = await asyncio.gather(first, *later, urgent)
     assert [a.status_code for a in answers] == [200] * 4
     assert texts(slow_engine) == ["batch 1", "interactive", "batch 2", "batch 3"]
@@ -75,11 +92,17 @@ async def test_engine_tokenize_calls_are_bounded(
 ) -> None:
     """Eight requests at once, max_tokenize_calls = 2: the engine never counts more than two
     prompts at a time, and every request is served."""
-    with stack(model, tmp_path, slow_engine, calls=2) as running:
+    with stack(model, tmp_path, slow_engine, calls=2) as running, counts_held(slow_engine) as hold:
+        turns = running.ctx.validators.for_model("tiny").remote_turns
         async with httpx.AsyncClient(base_url=running.base_url, timeout=30) as client:
-            answers = await asyncio.gather(
-                *(client.post("/v1/chat/completions", json=chat(f"r{i}")) for i in range(8))
-            )
+            sent = [
+                asyncio.create_task(client.post("/v1/chat/completions", json=chat(f"r{i}")))
+                for i in range(8)
+            ]
+            lined_up = lambda: slow_engine.tokenizing == 2 and turns.waiting == 6  # noqa: E731
+            assert await until(lined_up, timeout_s=10)
+            hold.set()
+            answers = await asyncio.gather(*sent)
     assert [a.status_code for a in answers] == [200] * 8
     assert len(slow_engine.tokenized) == 8
     assert slow_engine.tokenizing_peak == 2
@@ -90,7 +113,7 @@ async def test_a_client_that_left_is_never_counted(
 ) -> None:
     """A request waiting for its turn whose client disconnects leaves the line: its prompt
     never reaches /tokenize, and llmd holds nothing of it afterwards."""
-    with stack(model, tmp_path, slow_engine, calls=1) as running:
+    with stack(model, tmp_path, slow_engine, calls=1) as running, counts_held(slow_engine) as hold:
         turns = running.ctx.validators.for_model("tiny").remote_turns
         async with (
             httpx.AsyncClient(base_url=running.base_url, timeout=30) as client,
@@ -104,6 +127,7 @@ async def test_a_client_that_left_is_never_counted(
             await asyncio.gather(gone, return_exceptions=True)
             await leaver.aclose()  # the connection closes: llmd sees the disconnect
             assert await until(lambda: turns.waiting == 0, timeout_s=10)
+            hold.set()
             assert (await first).status_code == 200
         assert await until(lambda: not len(running.ctx.inflight), timeout_s=10)
         assert running.ctx.admission.bodies.held == 0
@@ -115,12 +139,13 @@ async def test_a_request_in_validation_is_live_for_a_drain(
 ) -> None:
     """While its prompt is being counted a request is in the in-flight registry (what a drain
     and a restart wait for) and counted as queued in the status."""
-    with stack(model, tmp_path, slow_engine, calls=1) as running:
+    with stack(model, tmp_path, slow_engine, calls=1) as running, counts_held(slow_engine) as hold:
         async with httpx.AsyncClient(base_url=running.base_url, timeout=30) as client:
             sent = asyncio.create_task(client.post("/v1/chat/completions", json=chat("x")))
             assert await until(lambda: len(slow_engine.tokenized) == 1, timeout_s=10)
             assert len(running.ctx.inflight) == 1
             assert running.ctx.snapshot().queued == 1
+            hold.set()
             assert (await sent).status_code == 200
         assert await until(lambda: not len(running.ctx.inflight), timeout_s=5)
 

@@ -36,7 +36,8 @@ class FakeEngine:
     bodies of its /tokenize calls in the order they came (`tokenized`) with the most that ran
     at once (`tokenizing_peak`). `tokenize_delay_s` slows each /tokenize call; `linger_s` keeps
     a stream open that long after its `data: [DONE]`; while `hold` is clear, generation
-    requests wait (once received) until a test sets it.
+    requests wait (once received) until a test sets it, and while `tokenize_hold` is clear,
+    /tokenize calls do.
 
     A streamed request with `"hold_tail": true` gets its stream less the last byte (the `\n`
     that ends the last event), which follows once `tail` is set."""
@@ -48,6 +49,7 @@ class FakeEngine:
     tokenize_delay_s: float = 0.0
     linger_s: float = 0.0
     hold: threading.Event | None = None
+    tokenize_hold: threading.Event | None = None
     tail: asyncio.Event | None = None
 
     def app(self) -> web.Application:
@@ -80,6 +82,8 @@ class FakeEngine:
             self.tokenizing += 1
             self.tokenizing_peak = max(self.tokenizing_peak, self.tokenizing)
             try:
+                if self.tokenize_hold is not None:
+                    await asyncio.to_thread(self.tokenize_hold.wait)
                 await asyncio.sleep(self.tokenize_delay_s)
             finally:
                 self.tokenizing -= 1

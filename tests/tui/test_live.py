@@ -70,8 +70,7 @@ async def test_each_key_against_a_live_daemon(llmd: LlmdProcess) -> None:
             ),
             timeout_s=60,
         )
-        await pilot.pause(0.5)
-        assert any("engine restarted" in n.message for n in app._notifications)
+        await until(pilot, lambda: any("engine restarted" in n.message for n in app._notifications))
 
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
