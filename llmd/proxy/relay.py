@@ -194,7 +194,7 @@ class Relay:
         most once a second: an adapter loaded at run time). Raises InvalidRequest (400: not a
         string, or omitted while llmd serves several), ModelNotFound (404: no backend serves
         it, as vLLM answers), EngineUnavailable (503 + Retry-After: no backend of the pool can
-        take it now)."""
+        take it now, unless a deploy holds one: then it queues)."""
         capacity = self.state.admission.capacity
         model = body.payload.get("model")
         served = capacity.models()
@@ -213,7 +213,7 @@ class Relay:
             api = self.state.engine.api
             raise ModelNotFound(model, list(served), api.names_models_when_not_found)
         arrival.model = model
-        if not capacity.available(model, time.monotonic()):
+        if not capacity.available(model, time.monotonic()) and not capacity.holding(model):
             raise self.state.pool_unavailable(model)
         return model
 

@@ -29,7 +29,8 @@ class _Slot:
     """One backend: its gate (llmd's accounting, the engine's load, serving), its breaker
     (upstreams), when a down engine should serve again (`back_at`, None: not expected), and
     whether an operator drained it (`drained_for`: the Retry-After it gives; None: not
-    drained)."""
+    drained), and whether a deploy holds it (`held`: being replaced or smoke-tested; its
+    pool's requests wait in the queue meanwhile)."""
 
     name: str
     kind: BackendKind
@@ -38,11 +39,13 @@ class _Slot:
     breaker: CircuitBreaker | None
     back_at: float | None = None
     drained_for: float | None = None
+    held: bool = False
 
     def available(self, now: float) -> bool:
         return (
             self.gate.serving
             and self.drained_for is None
+            and not self.held
             and (self.breaker is None or self.breaker.available(now))
         )
 
@@ -159,6 +162,15 @@ class PoolCapacity:
         pool drained is told) or resumes it (None). A drained backend takes no new request;
         those running there finish. Raises KeyError."""
         self._slots[backend].drained_for = retry_after_s
+
+    def set_held(self, backend: str, held: bool) -> None:
+        """A deploy holds `backend` (True: it takes no request, and requests for its pool wait
+        in the queue within their timeouts instead of a 503) or lets it go. Raises KeyError."""
+        self._slots[backend].held = held
+
+    def holding(self, model: str) -> bool:
+        """Whether a deploy holds a backend of `model`'s pool (its requests queue)."""
+        return any(self._slots[name].held for name in self._pools.get(model, ()))
 
     def draining(self, backend: str) -> bool:
         """Whether an operator drained `backend`. Raises KeyError."""
