@@ -4,56 +4,23 @@ traffic and the old one serves again, the status, /metrics and the history say w
 
 from __future__ import annotations
 
-import concurrent.futures
-import json
+import functools
 import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
-import openai
 import pytest
 
-from llmd.config import load_config
-from llmd.releases.store import ReleaseStore, create_release
-from tests.releases.conftest import NoNvml
+from llmd.releases.store import ReleaseStore
 from tests.support.configs import shipped_config
+from tests.support.deploys import Served, Traffic, record
 from tests.support.llmd_process import LlmdProcess, short_tmpdir
-from tests.support.model import ensure_tiny_variant
+from tests.support.model import TINY_MODEL, ensure_tiny_variant
 from tests.support.waiting import wait_for
 
 
-class Served:
-    """One llmd serving release r1 of the tiny model, with releases recorded beside it."""
-
-    def __init__(self, llmd: LlmdProcess, store: ReleaseStore, workdir: Path) -> None:
-        self.llmd, self.store, self.workdir = llmd, store, workdir
-
-    def release(self, name: str, model: Path, *args: str) -> None:
-        """Record release `name`: the served engine table with `model` and extra `args`."""
-        path = self.workdir / f"{name}.toml"
-        path.write_text(config_text(model, self.store.state_dir, args))
-        create_release(self.store, name, "main", load_config(path).engine_tables["main"], NoNvml())
-
-    def cli(self, *argv: str) -> subprocess.CompletedProcess[str]:
-        """`llmd ARGV --runtime-dir RUN` against this llmd."""
-        command = [sys.executable, "-m", "llmd.cli", *argv, "--runtime-dir"]
-        return subprocess.run(
-            [*command, str(self.llmd.runtime_dir)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-
-    def release_of_main(self) -> str | None:
-        engine: dict[str, Any] = self.llmd.admin_status()["engines"][0]
-        return engine["release"]
-
-
-def config_text(model: Path, state_dir: Path, args: tuple[str, ...] = ()) -> str:
+def config_text(state_dir: Path, model: Path, args: tuple[str, ...] = ()) -> str:
     """etc/sim.toml on `model`, counting prompts with the tiny model's tokenizer whatever
     the engine serves (so a release with another tokenizer disagrees with llmd's count)."""
     return shipped_config(
@@ -61,7 +28,7 @@ def config_text(model: Path, state_dir: Path, args: tuple[str, ...] = ()) -> str
         model,
         args,
         server={"state_dir": str(state_dir), "drain_timeout_s": 10.0},
-        validation={"tokenizer_path": str(model)},
+        validation={"tokenizer_path": str(TINY_MODEL)},
         release={"golden_latency_s": 20.0},
     )
 
@@ -71,44 +38,12 @@ def served(tiny_model_dir: Path) -> Iterator[Served]:
     """llmd on the simulator serving release r1, with r2 (another seed) recorded."""
     workdir = short_tmpdir("llmd-deploy-")
     store = ReleaseStore(workdir / "state")
-    text = config_text(tiny_model_dir, store.state_dir)
-    (workdir / "r1.toml").write_text(text)
-    create_release(
-        store, "r1", "main", load_config(workdir / "r1.toml").engine_tables["main"], NoNvml()
-    )
-    with LlmdProcess.running(text, workdir=workdir) as llmd:
-        serving = Served(llmd, store, workdir)
+    text = functools.partial(config_text, store.state_dir)
+    record(store, "r1", text(tiny_model_dir), workdir)
+    with LlmdProcess.running(text(tiny_model_dir), workdir=workdir) as llmd:
+        serving = Served(llmd, store, workdir, text)
         serving.release("r2", tiny_model_dir, "--seed", "7")
         yield serving
-
-
-class Traffic:
-    """Chat requests through the openai client (no retries), one after another on `threads`
-    threads, until stopped; every outcome kept."""
-
-    def __init__(self, base_url: str, threads: int = 3) -> None:
-        self.client = openai.OpenAI(base_url=base_url + "/v1", api_key="x", max_retries=0)
-        self.stop = threading.Event()
-        self.outcomes: list[str] = []
-        self.pool = concurrent.futures.ThreadPoolExecutor(threads)
-        self.runs = [self.pool.submit(self._loop) for _ in range(threads)]
-
-    def _loop(self) -> None:
-        while not self.stop.is_set():
-            try:
-                answer = self.client.chat.completions.create(
-                    model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=8
-                )
-                self.outcomes.append("ok" if answer.choices else "empty")
-            except openai.APIError as exc:
-                self.outcomes.append(f"error: {exc}")
-
-    def finish(self) -> list[str]:
-        self.stop.set()
-        for run in self.runs:
-            run.result(timeout=120)
-        self.pool.shutdown()
-        return self.outcomes
 
 
 def test_replace_deploy_and_rollback_lose_no_request(served: Served) -> None:
@@ -186,4 +121,4 @@ def test_deploy_refuses_when_the_previous_release_files_are_gone(
     assert refused.returncode == 1
     assert "previous release cannot boot" in refused.stderr
     assert str(copy / "config.json") in refused.stderr
-    assert json.loads(json.dumps(served.llmd.admin_status()["engines"][0]))["release"] == "copy"
+    assert served.release_of_main() == "copy"
