@@ -7,6 +7,7 @@ import concurrent.futures
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -67,6 +68,8 @@ class Traffic:
         self.client = openai.OpenAI(base_url=base_url + "/v1", api_key="x", max_retries=0)
         self.stop = threading.Event()
         self.outcomes: list[str] = []
+        # Called with the monotonic time of each answer (a benchmark's timeline).
+        self.on_answer: Callable[[float], None] = lambda at: None
         self.pool = concurrent.futures.ThreadPoolExecutor(threads)
         self.runs = [self.pool.submit(self._loop) for _ in range(threads)]
 
@@ -77,6 +80,7 @@ class Traffic:
                     model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=8
                 )
                 self.outcomes.append("ok" if answer.choices else "empty")
+                self.on_answer(time.monotonic())
             except openai.APIError as exc:
                 self.outcomes.append(f"error: {exc}")
 
