@@ -383,6 +383,7 @@ class Daemon:
         self.apply(with_engine_tables(self.config, tables))
         if current is None and table is not None:
             self.start_engine(name)
+        self.deployer.read_releases()  # the config file's table may be another release's
         log.info("engine_config_applied", engine=name, keys=keys)
         return keys
 

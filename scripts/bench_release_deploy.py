@@ -66,6 +66,7 @@ def main() -> None:
     rounds: list[dict[str, float | str]] = []
     with LlmdProcess.running(text(tiny), workdir=workdir, timeout_s=400) as llmd:
         served = Served(llmd, store, workdir, text)
+        served.wait_tokenizer()
         served.release("r2", tiny, "--seed", "7")
         traffic = Traffic(llmd.base_url, threads=args.clients)
         answered: list[float] = []

@@ -79,8 +79,9 @@ class Deployer:
         self._events: dict[str, asyncio.Queue[Event]] = {}
 
     def read_releases(self) -> None:
-        """Set each engine's `release` from the store (at start-up; a store that cannot be
-        read leaves them unknown, logged)."""
+        """Set each engine's `release` from the store and the table it runs (at start-up, and
+        when `llmd restart` applies a table from the config file); a store that cannot be read
+        leaves them as they are, logged."""
         try:
             releases, _ = self.store.releases()
             history, _ = self.store.history()
@@ -88,8 +89,9 @@ class Deployer:
             log.warning("releases_unreadable", error=str(exc))
             return
         for name, supervisor in self.host.supervisors.items():
-            position = running_release(name, supervisor.engine, releases, history)
-            self.host.state.fleet.engines[name].release = position.current
+            if name in self.host.state.fleet.engines:
+                position = running_release(name, supervisor.engine, releases, history)
+                self.host.state.fleet.engines[name].release = position.current
 
     def deploy(
         self, release: str, engine: str | None = None, strategy: str = "replace"

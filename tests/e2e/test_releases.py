@@ -60,6 +60,7 @@ def served() -> Iterator[Served]:
     record(store, "r1", text(tiny), workdir)
     with LlmdProcess.running(text(tiny), workdir=workdir, timeout_s=400) as llmd:
         serving = Served(llmd, store, workdir, text)
+        serving.wait_tokenizer()
         serving.release("r2", mixed(workdir, "weights7", variant, tiny))
         serving.release("bad-tokenizer", mixed(workdir, "tokenizer7", tiny, variant))
         yield serving

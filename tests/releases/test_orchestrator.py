@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,6 +43,7 @@ def served(tiny_model_dir: Path) -> Iterator[Served]:
     record(store, "r1", text(tiny_model_dir), workdir)
     with LlmdProcess.running(text(tiny_model_dir), workdir=workdir) as llmd:
         serving = Served(llmd, store, workdir, text)
+        serving.wait_tokenizer()
         serving.release("r2", tiny_model_dir, "--seed", "7")
         yield serving
 
@@ -122,3 +124,66 @@ def test_deploy_refuses_when_the_previous_release_files_are_gone(
     assert "previous release cannot boot" in refused.stderr
     assert str(copy / "config.json") in refused.stderr
     assert served.release_of_main() == "copy"
+
+
+def test_rollback_aborts_a_deploy_under_way(served: Served, tiny_model_dir: Path) -> None:
+    """While a slow release boots: a second deploy is refused, a request past its deadline
+    gets 503 queue_timeout with Retry-After, `llmd rollback` aborts and r1 serves again."""
+    served.release("slow", tiny_model_dir, "--fault-boot-delay", "60")
+    command = [sys.executable, "-m", "llmd.cli", "deploy", "slow", "--runtime-dir"]
+    deploying = subprocess.Popen(
+        [*command, str(served.llmd.runtime_dir)], stdout=subprocess.PIPE, text=True
+    )
+
+    def phase() -> str | None:
+        deploys = served.llmd.admin_status()["deploys"]
+        return deploys[0]["phase"] if deploys else None
+
+    assert wait_for(lambda: phase() == "booting_new", 30), served.llmd.log_tail()
+    second = served.cli("deploy", "r2")
+    assert second.returncode == 1 and "a deploy is under way" in second.stderr
+    late = httpx.post(
+        served.llmd.base_url + "/v1/completions",
+        json={"model": "tiny", "prompt": "hi", "max_tokens": 4},
+        headers={"x-llmd-deadline-ms": "300"},
+        timeout=30,
+    )
+    assert late.status_code == 503, late.text
+    assert late.json()["error"]["code"] == "queue_timeout", late.text
+    assert int(late.headers["retry-after"]) >= 1
+    rolled = served.cli("rollback")
+    assert rolled.returncode == 1 and "aborted: llmd rollback" in rolled.stdout, rolled.stdout
+    out, _ = deploying.communicate(timeout=120)
+    assert deploying.returncode == 1 and "rolled_back on engine main; r1 serves" in out
+    assert served.release_of_main() == "r1"
+    assert '"event": "deploy_rolled_back"' in served.llmd.log_path.read_text()
+
+
+def test_a_restart_keeps_the_release_and_a_reload_brings_the_file_back(served: Served) -> None:
+    """After a deploy of r2, `llmd restart` boots r2 again; `llmd reload` then `llmd restart`
+    boot the config file's table, r1."""
+    assert served.cli("deploy", "r2").returncode == 0
+    assert served.cli("restart").returncode == 0
+    assert served.release_of_main() == "r2"
+    reloaded = served.cli("reload")
+    assert reloaded.returncode == 0 and "llmd restart" in reloaded.stdout
+    assert served.cli("restart").returncode == 0
+    assert served.release_of_main() == "r1"
+
+
+def test_deploy_refuses_another_model_name_and_an_unrecorded_engine(
+    served: Served, tiny_model_dir: Path
+) -> None:
+    """A release serving another model name is refused; so is any deploy once the engine
+    runs a table no release records (after a restart with an edited config file)."""
+    other = served.workdir / "other.toml"
+    other.write_text(served.config_text(tiny_model_dir, ()).replace('"tiny"', '"other"', 1))
+    record(served.store, "renamed", other.read_text(), served.workdir)
+    refused = served.cli("deploy", "renamed")
+    assert refused.returncode == 1 and "keeps the served model name" in refused.stderr
+    config = served.workdir / "llmd.toml"
+    config.write_text(served.config_text(tiny_model_dir, ("--seed", "3")))
+    assert served.cli("reload").returncode == 0 and served.cli("restart").returncode == 0
+    assert served.release_of_main() is None
+    refused = served.cli("deploy", "r2")
+    assert refused.returncode == 1 and "runs no recorded release" in refused.stderr

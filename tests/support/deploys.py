@@ -17,6 +17,7 @@ from llmd.config import load_config
 from llmd.releases.store import ReleaseStore, create_release
 from tests.releases.conftest import NoNvml
 from tests.support.llmd_process import LlmdProcess
+from tests.support.waiting import wait_for
 
 
 def record(store: ReleaseStore, name: str, config_text: str, workdir: Path) -> None:
@@ -39,6 +40,12 @@ class Served:
     ) -> None:
         self.llmd, self.store, self.workdir = llmd, store, workdir
         self.config_text = config_text
+
+    def wait_tokenizer(self, timeout_s: float = 120.0) -> None:
+        """Wait until llmd counts with its local tokenizer: until then it asks the engine's
+        /tokenize, which cannot answer while a replace has the engine down."""
+        loaded = lambda: '"tokenizer_loaded"' in self.llmd.log_path.read_text()  # noqa: E731
+        assert wait_for(loaded, timeout_s), self.llmd.log_tail()
 
     def release(self, name: str, model: Path, *args: str) -> None:
         """Record release `name`: the served engine table with `model` and extra `args`."""
