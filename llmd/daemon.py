@@ -394,6 +394,17 @@ class Daemon:
         self.supervisors[name].engine = table
         self.apply(with_engine_tables(self.config, tables))
 
+    def add_engine(self, name: str, table: EngineConfig) -> None:
+        """A canary: engine `name` supervised and booted beside the configured ones (in no
+        config file; its pool is its table's model)."""
+        self._supervise(name, table)
+        self.start_engine(name)
+        self._start_telemetry()
+
+    async def remove_engine(self, name: str) -> None:
+        """A canary's end: stop engine `name` and forget it."""
+        await self._unsupervise(name)
+
     def start_engine(self, name: str) -> bool:
         """Run engine `name`'s supervisor when it is not running (at start-up, when added, or
         after it gave up: an operator's restart); whether it started one."""

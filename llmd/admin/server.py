@@ -4,7 +4,8 @@ Routes: `GET /status` (the Status snapshot), `POST /drain` (JSON body, optional
 `{"deadline_s": S, "queued": "wait" | "reject", "engine": NAME}`), `POST /resume` and
 `POST /restart` (optional `{"engine": NAME}`: that engine only), `POST /reload`,
 `POST /requests/{id}/cancel`, `POST /deploy` (`{"release": NAME, "engine": NAME, "strategy":
-"replace", "wait": true}`: with `wait`, answered when the deploy ends) and `POST /rollback`
+"replace" | "canary", "canary": "5,25,50,100", "step_s": S, "wait": true}`: with `wait`,
+answered when the deploy ends) and `POST /rollback`
 (`{"engine": NAME, "wait": true}`), both answering the deploy's snapshot. Bodies are read with
 the public API's limit (`server.max_body_bytes`); errors are OpenAI-shaped, as on the public
 API. Access control is the socket's mode (0660: root and the llmd group), set when the daemon
@@ -111,7 +112,12 @@ class AdminApp:
                 release, strategy = body.get("release"), body.get("strategy", "replace")
                 if not isinstance(release, str) or not isinstance(strategy, str):
                     raise InvalidRequest("release must be a release's name", param="release")
-                snapshot = self.deployer.deploy(release, engine, strategy)
+                steps, step_s = body.get("canary"), body.get("step_s")
+                if not (steps is None or isinstance(steps, str)) or not (
+                    step_s is None or (isinstance(step_s, int | float) and step_s > 0)
+                ):
+                    raise InvalidRequest("canary is a string like 5,25,50,100; step_s > 0")
+                snapshot = self.deployer.deploy(release, engine, strategy, steps, step_s)
         except ReleaseError as exc:
             raise ActionRefused(f"{path[1:]} refused: {exc}") from exc
         if body.get("wait"):

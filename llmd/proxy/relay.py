@@ -48,10 +48,11 @@ from llmd.proxy.inflight import Exchange
 from llmd.proxy.middleware import REQUEST_ID_KEY
 from llmd.proxy.upstream import forward
 from llmd.proxy.writer import ClientWriter, answer_error, send_error
+from llmd.releases.assign import conversation_key
 from llmd.routing.prefix import prefix_key
 from llmd.routing.retry import Retry, Tries
 from llmd.state import DaemonState
-from llmd.validation.fields import Endpoint
+from llmd.validation.fields import Endpoint, read_fields
 
 log = structlog.get_logger("llmd.proxy")
 
@@ -236,6 +237,9 @@ class Relay:
         # `payload` carries validation's changes (edited in place).
         priority_body = _with_priority(body.payload, cls) if admission.priority_backends else b""
         key = prefix_key(body.payload, admission.prefix_chars) if admission.prefix_chars else None
+        conversation = None
+        if model in admission.capacity.splits:  # a canary: sticky per conversation
+            conversation = conversation_key(read_fields(self.endpoint, body.payload).prompt)
         body.drop()
         if body.hold is not None:
             body.hold.resize(len(valid.body) + len(priority_body))
@@ -248,7 +252,9 @@ class Relay:
             max_model_len=validator.engine.max_model_len,
         )
         admission.check_fits(cost, model)
-        request = Request(tenant, cls, cost, deadline, model=model, affinity=key)
+        request = Request(
+            tenant, cls, cost, deadline, model=model, affinity=key, conversation=conversation
+        )
         return Prepared(valid.body, priority_body, body.stream, request, valid.response_headers)
 
     async def admit(self, exchange: Exchange, prepared: Prepared) -> Ticket:

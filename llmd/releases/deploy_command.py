@@ -28,7 +28,8 @@ def add_parser(verbs: Any, call: Call) -> None:
     deploy.add_argument(
         "--canary",
         metavar="STEPS",
-        help="canary shares such as 5,25,50,100 (not wired yet: refused)",
+        help="canary: the release boots beside the old one and takes these shares of traffic "
+        "in turn, e.g. 5,25,50,100 (default: replace)",
     )
     deploy.add_argument(
         "--step-s", type=float, metavar="S", help="least dwell per canary step (with --canary)"
@@ -49,6 +50,8 @@ def _deploy(args: argparse.Namespace, call: Call) -> int:
         "release": args.name,
         "engine": args.engine,
         "strategy": "canary" if args.canary else "replace",
+        "canary": args.canary,
+        "step_s": args.step_s,
         "wait": True,
     }
     return _report(call(args, "POST", "/deploy", body, DEPLOY_TIMEOUT_S))

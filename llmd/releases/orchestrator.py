@@ -6,66 +6,43 @@ One supervisor per engine runs its releases one after the other: the machine's `
 then `BootEngine` of one engine is one supervisor restart with the new release's table. While a
 deploy holds the engine (`Drain` until `Resume`), admission gives it no request and requests
 for its pool wait in llmd's queues within their timeouts (503 `queue_timeout` with Retry-After
-past them). Only `replace` runs here; `canary` is refused until it is wired.
+past them). A `canary` boots the new release as a second engine (llmd/releases/canary.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
-from collections.abc import Awaitable, Mapping
-from typing import Any, Protocol
+from collections.abc import Awaitable
+from typing import Any
 
 import structlog
 
-from llmd.actions import OperatorActions
-from llmd.config import EngineConfig
 from llmd.errors import ActionRefused, NotFound, ReleaseError
+from llmd.releases.canary import CanaryFigures, adopt, canary_name, remove_canary, set_split
 from llmd.releases.deploy import advance, start
 from llmd.releases.deploy_events import (
     Abort,
     Action,
-    Booted,
     BootEngine,
     DeployPlan,
     DeployState,
     Drain,
-    Drained,
     Event,
     RecordHistory,
     Resume,
     RunSmoke,
-    SmokeDone,
+    SetShare,
+    StopEngine,
     Strategy,
 )
-from llmd.releases.golden import load_golden, pinned_max_model_len
 from llmd.releases.position import boot_table, cannot_boot, positions, running_release
-from llmd.releases.settings import ReleaseConfig
-from llmd.releases.smoke import SmokeExpectations
-from llmd.releases.smoke_runner import run_smoke
+from llmd.releases.settings import ReleaseConfig, parse_steps
+from llmd.releases.steps import DeployHost, boot, drained, hold, smoke
 from llmd.releases.store import ReleaseStore
-from llmd.state import DaemonState
-from llmd.supervisor.supervisor import Supervisor
 
 log = structlog.get_logger("llmd.releases")
-
-_POLL_S = 0.1
-
-
-class DeployHost(Protocol):
-    """The daemon as a deploy sees it."""
-
-    state: DaemonState
-    supervisors: dict[str, Supervisor]
-    actions: OperatorActions
-
-    def use_engine_table(self, name: str, table: EngineConfig) -> None:
-        """Make `table` engine `name`'s (its supervisor's next boot, validation's tokenizer)."""
-        ...
-
-    def start_engine(self, name: str) -> bool:
-        """Run engine `name`'s supervisor again when it gave up; whether it did."""
-        ...
 
 
 class Deployer:
@@ -77,6 +54,7 @@ class Deployer:
         self.store = store
         self._runs: dict[str, asyncio.Task[None]] = {}
         self._events: dict[str, asyncio.Queue[Event]] = {}
+        self._figures: dict[str, CanaryFigures] = {}
 
     def read_releases(self) -> None:
         """Set each engine's `release` from the store and the table it runs (at start-up, and
@@ -94,24 +72,36 @@ class Deployer:
                 self.host.state.fleet.engines[name].release = position.current
 
     def deploy(
-        self, release: str, engine: str | None = None, strategy: str = "replace"
+        self,
+        release: str,
+        engine: str | None = None,
+        strategy: str = "replace",
+        steps: str | None = None,
+        step_s: float | None = None,
     ) -> dict[str, Any]:
-        """Start deploying `release` on `engine` (None: the only engine); its first snapshot.
-        Raises NotFound (no such engine), ActionRefused (a deploy under way, the engine not
-        serving, canary asked, the release or the current one cannot boot: with the reason),
-        ReleaseError (no such release, the store unreadable)."""
+        """Start deploying `release` on `engine` (None: the only engine) by `strategy`
+        (`canary`: `steps` such as "5,25,50,100" and `step_s` override `[release]`); its first
+        snapshot. Raises NotFound (no such engine), ActionRefused (a deploy under way, the
+        engine not serving, the release or the current one cannot boot: with the reason),
+        ReleaseError (no such release, the store unreadable), ConfigError (bad steps)."""
         name = self._engine(engine)
-        if strategy != Strategy.REPLACE:
-            raise ActionRefused(
-                f"deploy refused: strategy {strategy!r} is not wired yet; use replace"
-            )
+        if strategy not in (Strategy.REPLACE, Strategy.CANARY):
+            raise ActionRefused(f"deploy refused: no strategy {strategy!r} (replace, canary)")
         old = self.host.state.fleet.engines[name].release
         if old is None:
             raise ActionRefused(
                 f"deploy refused: engine {name} runs no recorded release; `llmd release create "
                 "NAME --engine " + name + "` records what it runs now"
             )
-        return self._start(name, old, release, f"deploy-{release}")
+        config = self.host.state.config.release
+        canary = dataclasses.replace(
+            config,
+            canary_steps=steps or config.canary_steps,
+            step_s=config.step_s if step_s is None else step_s,
+            max_step_s=max(config.max_step_s, step_s or 0),
+        )
+        parse_steps(canary.canary_steps)
+        return self._start(name, old, release, f"deploy-{release}", Strategy(strategy), canary)
 
     def rollback(self, engine: str | None = None) -> dict[str, Any]:
         """Abort the deploy under way on `engine`, or, with none, deploy its previous release
@@ -126,7 +116,9 @@ class Deployer:
         position = positions(history).get(name)
         if current is None or position is None or position.previous is None:
             raise ActionRefused(f"rollback refused: engine {name} has no previous release")
-        return self._start(name, current, position.previous, f"rollback-{position.previous}")
+        label = f"rollback-{position.previous}"
+        config = self.host.state.config.release
+        return self._start(name, current, position.previous, label, Strategy.REPLACE, config)
 
     async def wait(self, engine: str | None = None) -> dict[str, Any]:
         """Wait for `engine`'s deploy to end; its last snapshot."""
@@ -153,7 +145,9 @@ class Deployer:
             raise NotFound(f"no engine {engine!r}; engines: {', '.join(names) or 'none'}")
         return engine
 
-    def _start(self, name: str, old: str, new: str, label: str) -> dict[str, Any]:
+    def _start(
+        self, name: str, old: str, new: str, label: str, strategy: Strategy, config: ReleaseConfig
+    ) -> dict[str, Any]:
         if name in self._runs and not self._runs[name].done():
             raise ActionRefused(f"deploy refused: a deploy is under way on engine {name}")
         if self.host.actions.under_way is not None:
@@ -169,13 +163,12 @@ class Deployer:
             if why is not None:
                 raise ActionRefused(f"deploy refused: the {role} release cannot boot: {why}")
             boot_table(release, current)  # raises ReleaseError: it cannot replace this engine
-        config = self.host.state.config.release
         plan = DeployPlan(
             deploy_id=f"{label}-{time.strftime('%Y%m%dT%H%M%S')}",
             engine=name,
             old=old,
             new=new,
-            strategy=Strategy.REPLACE,
+            strategy=strategy,
             steps=config.steps(),
             step_s=config.step_s,
             max_step_s=config.max_step_s,
@@ -206,7 +199,10 @@ class Deployer:
             for task in work:
                 task.cancel()
             del self._events[name]
-            self._hold(name, False)
+            hold(self.host, name, False)
+            if self._figures.pop(name, None) is not None:
+                self.host.state.observer.on_relayed = None
+                set_split(self.host, name, 0)
 
     async def _execute(
         self,
@@ -215,24 +211,68 @@ class Deployer:
         events: asyncio.Queue[Event],
         work: set[asyncio.Task[None]],
     ) -> None:
-        """Run `actions` in order; those whose end is an event run as tasks that queue it."""
+        """Run `actions` in order; those whose end is an event run as tasks that queue it. In
+        a canary the new release runs on the engine's canary backend."""
         plan = state.plan
+        canary = plan.strategy is Strategy.CANARY
         for action in actions:
+            where = plan.engine
+            if canary and getattr(action, "release", None) == plan.new:
+                where = canary_name(plan.engine)
             match action:
                 case RecordHistory(line=line):
                     await self._record(line)
                 case Drain(engine=engine, release=release):
-                    self._hold(engine, True)
-                    work.add(self._later(events, self._drained(engine, release)))
-                case BootEngine(engine=engine, release=release):
-                    work.add(self._later(events, self._boot(engine, release)))
-                case RunSmoke(engine=engine, release=release):
-                    work.add(self._later(events, self._smoke(engine, release, plan.rules)))
+                    hold(self.host, engine, True)
+                    work.add(self._later(events, drained(self.host, engine, release)))
+                case BootEngine(release=release):
+                    work.add(
+                        self._later(events, boot(self.host, self.store, where, release, canary))
+                    )
+                case RunSmoke(release=release):
+                    work.add(
+                        self._later(
+                            events, smoke(self.host, self.store, where, release, plan.rules)
+                        )
+                    )
                 case Resume(engine=engine, release=release):
                     self.host.state.fleet.engines[engine].release = release
-                    self._hold(engine, False)
-                case _:  # StopEngine: the next BootEngine restarts the supervisor; SetShare: canary
-                    pass
+                    hold(self.host, engine, False)
+                case SetShare(engine=engine, percent=percent):
+                    self._share(engine, percent, plan.rules, events, work)
+                case StopEngine(release=release) if canary and release == plan.new:
+                    await remove_canary(self.host, plan.engine)
+                case StopEngine() if canary:  # promoted: the engine takes the new release
+                    await adopt(self.host, self.store, plan.engine, plan.new)
+
+    def _share(
+        self,
+        engine: str,
+        percent: int,
+        rules: ReleaseConfig,
+        events: asyncio.Queue[Event],
+        work: set[asyncio.Task[None]],
+    ) -> None:
+        """Split the pool at `percent`; the figures start again; the first share starts the
+        comparison's loop (an `Observed` every second, or fifth of a step)."""
+        figures = self._figures.get(engine)
+        if figures is None and percent > 0:
+            figures = self._figures[engine] = CanaryFigures(engine, rules.buckets())
+            self.host.state.observer.on_relayed = figures.record
+            hold(self.host, canary_name(engine), False)
+            work.add(
+                asyncio.create_task(self._observe(figures, events, min(1.0, rules.step_s / 5)))
+            )
+        if figures is not None:
+            figures.reset()
+        set_split(self.host, engine, percent)
+
+    async def _observe(
+        self, figures: CanaryFigures, events: asyncio.Queue[Event], every_s: float
+    ) -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            events.put_nowait(figures.observed())
 
     def _later(self, events: asyncio.Queue[Event], work: Awaitable[Event]) -> asyncio.Task[None]:
         async def run() -> None:
@@ -248,76 +288,3 @@ class Deployer:
             await asyncio.to_thread(self.store.append_history, line)
         except ReleaseError as exc:
             log.error("deploy_history_unwritable", error=str(exc))
-
-    async def _drained(self, engine: str, release: str) -> Drained:
-        timeout = self.host.state.config.server.drain_timeout_s
-        await self.host.actions.wait_drained(timeout, engine=engine)
-        return Drained(release, time.monotonic())
-
-    async def _boot(self, engine: str, release: str) -> Booted:
-        """Swap in `release`'s table and restart the engine; Booted when it serves, or when
-        it exits or gives up first, or after its start timeout."""
-        supervisor = self.host.supervisors[engine]
-        state = supervisor.state
-        try:
-            table = boot_table(await asyncio.to_thread(self.store.get, release), supervisor.engine)
-        except ReleaseError as exc:
-            return Booted(release, False, time.monotonic(), str(exc))
-        failures = _failures(state.exits_by_reason)
-        began = time.monotonic()
-        self.host.use_engine_table(engine, table)
-        if not await supervisor.restart():
-            self.host.start_engine(engine)  # gave up: run it again (in backoff: it boots next)
-        while time.monotonic() - began < table.start_timeout_s + 5:
-            if state.serving and state.ready_at is not None and state.ready_at >= began:
-                return Booted(release, True, time.monotonic())
-            exited = _failures(state.exits_by_reason) > failures
-            if exited or state.phase.value == "failed":
-                detail = state.last_exit.detail if state.last_exit else state.phase.value
-                return Booted(release, False, time.monotonic(), detail)
-            await asyncio.sleep(_POLL_S)
-        return Booted(release, False, time.monotonic(), "not serving within its start timeout")
-
-    async def _smoke(self, engine: str, release: str, rules: ReleaseConfig) -> SmokeDone:
-        """The smoke gate on the engine now running `release`, counting with the tokenizer
-        llmd's validation will use for it."""
-        supervisor = self.host.supervisors[engine]
-        table = supervisor.engine
-        try:
-            record = await asyncio.to_thread(self.store.get, release)
-            golden = load_golden(rules.golden_prompts)
-        except ReleaseError as exc:
-            return SmokeDone(release, False, time.monotonic(), "setup", str(exc))
-        validator = self.host.state.validators.for_model(table.model_name)
-        if validator.loading is not None:
-            await asyncio.wait({validator.loading})
-        expected = SmokeExpectations(
-            served_model_name=table.model_name,
-            max_model_len=pinned_max_model_len(record),
-            boot_timeout_s=table.start_timeout_s,
-            latency_s=rules.golden_latency_s,
-            degenerate_share=rules.degenerate_share,
-        )
-        report = await run_smoke(
-            supervisor.socket,
-            expected,
-            boot_s=supervisor.state.boot_s,
-            counter=validator.local,
-            golden=golden,
-            max_tokens=rules.golden_max_tokens,
-            engine_log_tail=supervisor.recent_output(),
-        )
-        return SmokeDone(
-            release, report.passed, time.monotonic(), report.failed_check or "", report.summary()
-        )
-
-    def _hold(self, engine: str, held: bool) -> None:
-        capacity = self.host.state.admission.capacity
-        if engine in capacity.names():
-            capacity.set_held(engine, held)
-            self.host.state.admission.pump()
-
-
-def _failures(exits: Mapping[str, int]) -> int:
-    """Exits llmd did not ask for (an operator's or a deploy's restart is not one)."""
-    return sum(count for kind, count in exits.items() if kind != "restart_requested")

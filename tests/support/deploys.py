@@ -4,6 +4,7 @@ requests through the openai client: what the deploy tests (simulator and vLLM) s
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import subprocess
 import sys
 import threading
@@ -75,6 +76,7 @@ class Traffic:
         self.client = openai.OpenAI(base_url=base_url + "/v1", api_key="x", max_retries=0)
         self.stop = threading.Event()
         self.outcomes: list[str] = []
+        self._numbers = itertools.count()
         # Called with the monotonic time of each answer (a benchmark's timeline).
         self.on_answer: Callable[[float], None] = lambda at: None
         self.pool = concurrent.futures.ThreadPoolExecutor(threads)
@@ -83,8 +85,10 @@ class Traffic:
     def _loop(self) -> None:
         while not self.stop.is_set():
             try:
+                # Another conversation each time: a canary's sticky split sees them all.
+                text = f"hi, this is conversation {next(self._numbers)}"
                 answer = self.client.chat.completions.create(
-                    model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=8
+                    model="tiny", messages=[{"role": "user", "content": text}], max_tokens=8
                 )
                 self.outcomes.append("ok" if answer.choices else "empty")
                 self.on_answer(time.monotonic())
