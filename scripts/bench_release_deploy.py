@@ -9,13 +9,20 @@ going back to back through the openai client (no retries). Each round is one dep
 alternating r2 and r1 (`llmd deploy`). Per round: the deploy's wall time (the CLI call), the
 outage (the longest gap between two answered requests while it ran: drain, stop, boot, smoke
 gate), and the requests that failed (lost: should be 0). Writes a JSON report with each round
-and the median, min and max. Run from the repo root:
+and the median, min and max.
+
+`--canary` (simulator): each round deploys a slow release (`--fault-request delay:0.4`) with
+`--canary 20,50,100 --step-s 1` and `[release]` minimums of 8 requests (4 per TTFT bucket);
+`back_s` is the time from the step that takes 20% of the traffic to the history's `rolled_back`
+line, written once the share is 0 and the canary has finished its requests and gone (an upper
+bound of the time until all traffic is back on the old release). Run from the repo root:
 `flock /tmp/llmd-heavy.lock .venv/bin/python scripts/bench_release_deploy.py --engine vllm`.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import functools
 import itertools
 import json
@@ -39,9 +46,29 @@ def config_text(engine: str, state_dir: Path, model: Path, args: tuple[str, ...]
     """The config of one release: etc/sim.toml or etc/demo.toml on `model` plus `args`."""
     server = {"state_dir": str(state_dir), "drain_timeout_s": 60.0}
     if engine == "sim":
-        return shipped_config("sim.toml", model, args, server=server)
+        return shipped_config("sim.toml", model, args, server=server, release=RELEASE)
     base = tomllib.loads((REPO / "etc" / "demo.toml").read_text())["engine"]["args"]
     return demo_config(model, engine={"args": [*base, *args]}, server=server)
+
+
+# Small samples so that a canary step is judged within a second or two of traffic.
+RELEASE = {"min_requests": 8, "min_bucket_requests": 4, "step_s": 1.0, "max_step_s": 60.0}
+
+
+def at_s(line: dict[str, object]) -> float:
+    """A history line's `at` (ISO 8601) as Unix seconds."""
+    return datetime.datetime.fromisoformat(str(line["at"])).timestamp()
+
+
+def canary_round(served: Served, name: str, tiny: Path) -> dict[str, float | str]:
+    """Deploy a slow release as a canary; how long until its rollback was complete."""
+    served.release(name, tiny, "--fault-request", "delay:0.4")
+    result = served.cli("deploy", name, "--canary", "20,50,100", "--step-s", "1")
+    if "rolled_back" not in result.stdout:
+        raise SystemExit(f"the slow canary was not rolled back:\n{result.stdout}{result.stderr}")
+    lines = {e["event"]: e for e in served.store.history()[0] if e["new"] == name}
+    back = at_s(lines["rolled_back"]) - at_s(lines["step_started"])
+    return {"release": name, "back_s": round(back, 3)}
 
 
 def outage_s(times: list[float], began: float, ended: float) -> float:
@@ -57,6 +84,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clients", type=int, default=2)
     parser.add_argument("--output", type=Path)
+    parser.add_argument("--canary", action="store_true", help="roll back slow canaries (sim)")
     args = parser.parse_args()
     tiny = ensure_tiny_model()
     workdir = short_tmpdir("llmd-bench-deploy-")
@@ -73,6 +101,10 @@ def main() -> None:
         traffic.on_answer = answered.append
         time.sleep(3)
         for number in range(args.rounds):
+            if args.canary:
+                rounds.append(canary_round(served, f"slow{number}", tiny))
+                print(json.dumps(rounds[-1]), flush=True)
+                continue
             target = "r2" if number % 2 == 0 else "r1"
             began = time.monotonic()
             result = served.cli("deploy", target)
@@ -98,16 +130,17 @@ def main() -> None:
         "lost_examples": lost[:3],
         "rounds": rounds,
     }
-    for key in ("deploy_s", "outage_s"):
+    for key in ("back_s",) if args.canary else ("deploy_s", "outage_s"):
         values = [float(r[key]) for r in rounds]
         report[key] = {
             "median": statistics.median(values),
             "min": min(values),
             "max": max(values),
         }
-    output = args.output or REPO / "docs" / "bench" / f"release-deploy-{args.engine}.json"
+    kind = "canary" if args.canary else "deploy"
+    output = args.output or REPO / "docs" / "bench" / f"release-{kind}-{args.engine}.json"
     output.write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps({k: report[k] for k in ("requests", "lost", "deploy_s", "outage_s")}))
+    print(json.dumps({k: v for k, v in report.items() if k != "rounds"}))
 
 
 if __name__ == "__main__":
