@@ -39,7 +39,7 @@ class CapacityGate:
     """Admits requests against the limits below; `load` is the latest scrape (None: unknown,
     only llmd's own accounting counts). `serving` False holds everything (engine down).
     `in_flight` counts the seats (sequences) llmd's released requests take, `reserved_tokens`
-    their KV cost."""
+    their KV cost; `finished_since_load`: one of them ended after `load` was scraped."""
 
     max_in_flight: int
     batch_reserve: int = 0
@@ -50,6 +50,22 @@ class CapacityGate:
     serving: bool = True
     in_flight: int = 0
     reserved_tokens: int = 0
+    finished_since_load: bool = False
+
+    def set_load(self, load: EngineLoad | None) -> None:
+        """Take a new scrape of the engine (None: unknown)."""
+        self.load = load
+        self.finished_since_load = False
+
+    def current_load(self) -> EngineLoad | None:
+        """The engine's load as far as llmd knows it now: the scrape, or, once a request of
+        llmd's has ended since it was taken, only its KV capacity (its running, waiting and KV
+        usage still count the ended request for up to a scrape interval; llmd's own accounting
+        has the rest)."""
+        load = self.load
+        if load is None or not self.finished_since_load:
+            return load
+        return EngineLoad(kv_tokens=load.kv_tokens)
 
     def admits(self, entry: Entry, overdue: bool) -> bool:
         """Whether `entry` may start now: its seats and its KV cost fit. Overdue (aged) entries
@@ -113,3 +129,4 @@ class CapacityGate:
         """`entry` ended: its seats and KV cost are free again."""
         self.in_flight -= entry.seats
         self.reserved_tokens -= entry.cost
+        self.finished_since_load = True

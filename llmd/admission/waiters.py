@@ -351,7 +351,7 @@ class Admission:
             waiting = min(load.waiting, self._last_waiting.get(backend, 0))
             self._last_waiting[backend] = load.waiting
             load = dataclasses.replace(load, waiting=waiting)
-        self.capacity.gate(backend).load = load
+        self.capacity.gate(backend).set_load(load)
 
     def pump(self) -> None:
         """Run the scheduler now: wake released waiters, fail rejected ones, re-arm the timer.

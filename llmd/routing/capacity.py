@@ -59,7 +59,7 @@ class _Slot:
             seats=gate.max_in_flight,
             in_flight=gate.in_flight,
             reserved_tokens=gate.reserved_tokens,
-            engine=gate.load,
+            engine=gate.current_load(),
             serving=gate.serving,
             breaker=breaker.state(now) if breaker is not None else None,
             reachable=breaker is None or breaker.available(now),

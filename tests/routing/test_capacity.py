@@ -14,7 +14,7 @@ from llmd.admission.tenants import Tenant
 from llmd.routing.backend import BackendKind
 from llmd.routing.breaker import BreakerPolicy, BreakerState, CircuitBreaker
 from llmd.routing.capacity import MAX_WAIT_S, PoolCapacity, PoolGate
-from llmd.routing.choice import rendezvous_order
+from llmd.routing.choice import Choice, rendezvous_order
 
 ENGINE, UPSTREAM = BackendKind.ENGINE, BackendKind.UPSTREAM
 BREAKER = BreakerPolicy(consecutive_failures=2, cooldown_s=5.0, probe_timeout_s=30.0)
@@ -176,6 +176,29 @@ def test_affinity_keeps_a_prefix_on_one_backend() -> None:
         for name in ("small-a", "small-b", "lab"):  # others get unkeyed work meanwhile
             if name != home:
                 capacity.on_release(entry(), name, 0.0, "small")
+
+
+def test_a_scrape_taken_before_a_finish_does_not_push_a_prefix_away() -> None:
+    """A backend's scrape still counts a request llmd has since seen end (for up to a scrape
+    interval): the next request of the same prefix stays on its affinity backend, as it would
+    after the next scrape; a scrape taken after the finish counts again."""
+    capacity = PoolCapacity()
+    for name in ("a", "b"):
+        capacity.add(name, ENGINE, ["m"], CapacityGate(max_in_flight=8))
+    key = "conversation-1"
+    home, other = rendezvous_order(key, ["a", "b"])
+    busy = EngineLoad(running=6, kv_usage=0.7, kv_tokens=10_000)
+    items = [entry() for _ in range(6)]
+    for item in items:
+        capacity.on_release(item, home, 0.0, "m")
+    capacity.gate(home).set_load(busy)
+    capacity.gate(other).set_load(EngineLoad(kv_tokens=10_000))
+    assert capacity.admits(entry(), False, 0.0, "m", key) == Choice(other, spilled=True)
+    for item in items:
+        capacity.on_finish(item)
+    assert capacity.admits(entry(), False, 0.0, "m", key) == Choice(home, affinity=True)
+    capacity.gate(home).set_load(busy)  # another client's load, scraped after the finish
+    assert capacity.admits(entry(), False, 0.0, "m", key) == Choice(other, spilled=True)
 
 
 def test_removed_backend_takes_no_new_work_and_its_running_entries_finish() -> None:
