@@ -25,9 +25,12 @@ from llmd.releases.store import ReleaseStore
 log = structlog.get_logger("llmd.releases")
 
 
+CANARY_SUFFIX = ".canary"
+
+
 def canary_name(engine: str) -> str:
     """The name of engine `engine`'s canary backend."""
-    return f"{engine}.canary"
+    return engine + CANARY_SUFFIX
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,7 +20,14 @@ from typing import Any
 import structlog
 
 from llmd.errors import ActionRefused, NotFound, ReleaseError
-from llmd.releases.canary import CanaryFigures, adopt, canary_name, remove_canary, set_split
+from llmd.releases.canary import (
+    CANARY_SUFFIX,
+    CanaryFigures,
+    adopt,
+    canary_name,
+    remove_canary,
+    set_split,
+)
 from llmd.releases.deploy import advance, start
 from llmd.releases.deploy_events import (
     Abort,
@@ -136,7 +143,8 @@ class Deployer:
             await asyncio.wait(self._runs.values())
 
     def _engine(self, engine: str | None) -> str:
-        names = list(self.host.supervisors)
+        """The engine a verb names (None: the only one; canaries are not engines here)."""
+        names = [name for name in self.host.supervisors if not name.endswith(CANARY_SUFFIX)]
         if engine is None and len(names) == 1:
             return names[0]
         if engine is None:
@@ -201,7 +209,6 @@ class Deployer:
             del self._events[name]
             hold(self.host, name, False)
             if self._figures.pop(name, None) is not None:
-                self.host.state.observer.on_relayed = None
                 set_split(self.host, name, 0)
 
     async def _execute(
@@ -258,7 +265,7 @@ class Deployer:
         figures = self._figures.get(engine)
         if figures is None and percent > 0:
             figures = self._figures[engine] = CanaryFigures(engine, rules.buckets())
-            self.host.state.observer.on_relayed = figures.record
+            self.host.state.observer.on_relayed = self._relayed
             hold(self.host, canary_name(engine), False)
             work.add(
                 asyncio.create_task(self._observe(figures, events, min(1.0, rules.step_s / 5)))
@@ -273,6 +280,11 @@ class Deployer:
         while True:
             await asyncio.sleep(every_s)
             events.put_nowait(figures.observed())
+
+    def _relayed(self, record: Any) -> None:
+        """A request relayed to a backend ended: counted by the canary of its engine."""
+        for figures in self._figures.values():
+            figures.record(record)
 
     def _later(self, events: asyncio.Queue[Event], work: Awaitable[Event]) -> asyncio.Task[None]:
         async def run() -> None:

@@ -63,7 +63,7 @@ async def boot(
     """Swap in `release`'s table and restart `engine` (`beside`: start it as a new,
     held engine from the table of the one it is the canary of); Booted when it serves, or
     when it exits or gives up first, or after its start timeout."""
-    base = engine.removesuffix(".canary") if beside else engine
+    base = engine.rsplit(".", 1)[0] if beside else engine
     try:
         record = await asyncio.to_thread(store.get, release)
         table = boot_table(record, host.supervisors[base].engine)

@@ -5,6 +5,8 @@ rolled back, and the request stream through each deploy gets an answer to every 
 from __future__ import annotations
 
 import functools
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -120,3 +122,27 @@ def test_a_canary_whose_tokenizer_disagrees_never_takes_traffic(served: Served) 
     assert "rolled_back" in out and "token_count" in out, out
     assert set(outcomes) == {"ok"}
     assert not [e for e in events if e["event"] == "step_started"]
+
+
+def test_rollback_aborts_a_canary_at_once(served: Served, tiny_model_dir: Path) -> None:
+    """`llmd rollback` (no --engine: the canary is not an engine to name) during a step: the
+    canary's share goes to 0, the canary goes, r1 serves."""
+    served.release("r2", tiny_model_dir, "--max-num-seqs", "128")
+    traffic = Traffic(served.llmd.base_url, threads=2)
+    command = [sys.executable, "-m", "llmd.cli", "deploy", "r2", "--canary", "20,100"]
+    deploying = subprocess.Popen(
+        [*command, "--step-s", "600", "--runtime-dir", str(served.llmd.runtime_dir)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+    def share() -> int:
+        deploys = served.llmd.admin_status()["deploys"]
+        return int(deploys[0]["share"]) if deploys else 0
+
+    assert wait_for(lambda: share() == 20, 30), served.llmd.log_tail()
+    rolled = served.cli("rollback")
+    out, _ = deploying.communicate(timeout=60)
+    assert "aborted: llmd rollback" in rolled.stdout and "r1 serves" in out, out
+    assert set(traffic.finish()) == {"ok"}
+    assert [e["name"] for e in served.llmd.admin_status()["engines"]] == ["main"]
