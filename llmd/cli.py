@@ -39,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", help="config file (default $LLMD_CONFIG, /etc/llmd/llmd.toml)")
     serve.add_argument("--listen", help="HOST:PORT for the public API (overrides server.listen)")
     serve.add_argument("--runtime-dir", help="directory for the admin and engine sockets")
+    serve.add_argument("--state-dir", help="release records and history (server.state_dir)")
     serve.set_defaults(func=_serve)
 
     check = verbs.add_parser(
@@ -112,6 +113,9 @@ def _parser() -> argparse.ArgumentParser:
     from llmd.releases.command import add_parser as add_release_parser
 
     add_release_parser(verbs)
+    from llmd.releases.deploy_command import add_parser as add_deploy_parser
+
+    add_deploy_parser(verbs, _call)
 
     hash_key = verbs.add_parser(
         "hash-key", help="print the SHA-256 of an API key read from stdin, for the tenants file"
@@ -139,7 +143,9 @@ def _serve(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     configure_logging(config.logging)
     try:
-        daemon = Daemon(config, listen=args.listen, runtime_dir=args.runtime_dir)
+        daemon = Daemon(
+            config, listen=args.listen, runtime_dir=args.runtime_dir, state_dir=args.state_dir
+        )
         code: int = _run(daemon.serve())
     except (OSError, RuntimeDirInUse) as exc:
         print(f"llmd: cannot start: {exc}", file=sys.stderr)

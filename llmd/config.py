@@ -24,6 +24,7 @@ from llmd.backends.config import (
 )
 from llmd.binding import at_line, bind_table
 from llmd.errors import ConfigError
+from llmd.releases.settings import ReleaseConfig, release_config
 
 __all__ = [
     "MAIN",
@@ -48,7 +49,8 @@ DEFAULT_CONFIG_PATH = Path("/etc/llmd/llmd.toml")
 
 @dataclasses.dataclass(frozen=True)
 class ServerConfig:
-    """The public HTTP listener and the runtime directory (admin and engine sockets).
+    """The public HTTP listener, the runtime directory (admin and engine sockets) and the
+    state directory (release records and the deploy history: llmd/releases/store.py).
 
     Request limits: `max_body_bytes` (as sent and once decoded), `max_header_bytes` (request
     line and headers) and `max_headers` (how many). `cors_allowed_origins`: origins whose web
@@ -59,6 +61,7 @@ class ServerConfig:
 
     listen: str = "127.0.0.1:8000"
     runtime_dir: str = "/run/llmd"
+    state_dir: str = "/var/lib/llmd"
     max_body_bytes: int = 4 * 1024 * 1024
     max_connections: int = 2048
     max_header_bytes: int = 32 * 1024
@@ -227,6 +230,7 @@ class Config:
     telemetry: TelemetryConfig = dataclasses.field(default_factory=TelemetryConfig)
     validation: ValidationConfig = dataclasses.field(default_factory=ValidationConfig)
     admission: AdmissionConfig = dataclasses.field(default_factory=AdmissionConfig)
+    release: ReleaseConfig = dataclasses.field(default_factory=ReleaseConfig)
     source: str = ""
 
     @property
@@ -284,6 +288,7 @@ def load_config(path: Path, *, listen: str | None = None, runtime_dir: str | Non
     check_backends(engines, config.upstreams, config.routing)
     engines = {name: _resolve_model(engine, path) for name, engine in engines.items()}
     admission = _check_admission(config.admission, path)
+    release_config(raw.get("release", {}))  # the checks across its keys
     single = "engine" in raw
     return dataclasses.replace(
         config,

@@ -37,6 +37,8 @@ from llmd.logs import configure_logging, line_limiter
 from llmd.proxy.app import build_app
 from llmd.proxy.connections import limited_protocol
 from llmd.proxy.protocol import bounded_protocol
+from llmd.releases.orchestrator import Deployer
+from llmd.releases.store import ReleaseStore
 from llmd.reload import ReloadPlan, changed_engine_keys, plan_reload, with_engine_tables
 from llmd.routing.backend import BackendKind
 from llmd.runtime import RuntimePaths
@@ -76,12 +78,17 @@ class Daemon:
     """One llmd instance: the public proxy, the admin API, the supervised engines and the
     upstreams.
 
-    `listen` and `runtime_dir` are the command line's overrides of the config file's values;
-    a reload keeps them.
+    `listen`, `runtime_dir` and `state_dir` are the command line's overrides of the config
+    file's values; a reload keeps them.
     """
 
     def __init__(
-        self, config: Config, *, listen: str | None = None, runtime_dir: str | None = None
+        self,
+        config: Config,
+        *,
+        listen: str | None = None,
+        runtime_dir: str | None = None,
+        state_dir: str | None = None,
     ) -> None:
         self.config = config
         self.overrides = {"listen": listen, "runtime_dir": runtime_dir}
@@ -112,6 +119,9 @@ class Daemon:
         # The upstream tables the fleet runs (a reload diffs the new ones against them).
         self.upstream_tables: dict[str, UpstreamConfig] = dict(config.upstreams)
         self.actions = OperatorActions(self.state, self.supervisors, self)
+        store = ReleaseStore(Path(state_dir or config.server.state_dir))
+        self.deployer = Deployer(self, store)
+        self.deployer.read_releases()
         self.reporter = ServiceReporter(Notifier(), config.supervisor.max_failed_boots)
         # Engine tables of a reload, kept for `llmd restart [--engine NAME]` (None: removed).
         self.pending: dict[str, EngineConfig | None] = {}
@@ -177,7 +187,9 @@ class Daemon:
             lifespan="on",
             http=limited_protocol(self.state, bounded_protocol(lambda: self.config.server)),
         )
-        self._start_server("admin", AdminApp(self.state, self.actions), admin, lifespan="off")
+        self._start_server(
+            "admin", AdminApp(self.state, self.actions, self.deployer), admin, lifespan="off"
+        )
         for name in self.supervisors:
             self.start_engine(name)
         for name in self.state.fleet.upstreams:
@@ -230,6 +242,7 @@ class Daemon:
         #    refused connection.
         async with self._step("refuse_admissions"):
             self.actions.begin_shutdown()
+            await self.deployer.stop()
             self.reporter.stopping(f"draining: {len(self.state.inflight)} in flight")
         # 2. Let in-flight requests finish, up to the drain deadline; a second signal cuts it
         #    short. What remains then is ended with an in-band error.
@@ -370,8 +383,27 @@ class Daemon:
         self.apply(with_engine_tables(self.config, tables))
         if current is None and table is not None:
             self.start_engine(name)
+        self.deployer.read_releases()  # the config file's table may be another release's
         log.info("engine_config_applied", engine=name, keys=keys)
         return keys
+
+    def use_engine_table(self, name: str, table: EngineConfig) -> None:
+        """A deploy runs `table` on engine `name` from its next boot (validation's tokenizer
+        and the engine's client follow now); the config file is not changed."""
+        tables = {**self.config.engine_tables, name: table}
+        self.supervisors[name].engine = table
+        self.apply(with_engine_tables(self.config, tables))
+
+    def add_engine(self, name: str, table: EngineConfig) -> None:
+        """A canary: engine `name` supervised and booted beside the configured ones (in no
+        config file; its pool is its table's model)."""
+        self._supervise(name, table)
+        self.start_engine(name)
+        self._start_telemetry()
+
+    async def remove_engine(self, name: str) -> None:
+        """A canary's end: stop engine `name` and forget it."""
+        await self._unsupervise(name)
 
     def start_engine(self, name: str) -> bool:
         """Run engine `name`'s supervisor when it is not running (at start-up, when added, or

@@ -54,6 +54,8 @@ def plan_reload(current: Config, new: Config) -> ReloadPlan:
         llmd_restart.append("server.listen")
     if server.runtime_dir != current.server.runtime_dir:
         llmd_restart.append("server.runtime_dir")
+    if server.state_dir != current.server.state_dir:
+        llmd_restart.append("server.state_dir")
     keep_buffer = server.send_buffer_bytes == 0 and current.server.send_buffer_bytes != 0
     if keep_buffer:
         llmd_restart.append("server.send_buffer_bytes")
@@ -61,6 +63,7 @@ def plan_reload(current: Config, new: Config) -> ReloadPlan:
         server,
         listen=current.server.listen,
         runtime_dir=current.server.runtime_dir,
+        state_dir=current.server.state_dir,
         send_buffer_bytes=(
             current.server.send_buffer_bytes if keep_buffer else server.send_buffer_bytes
         ),

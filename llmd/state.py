@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Any
 
 from llmd import __version__
 from llmd.admission.waiters import Admission
@@ -44,6 +45,8 @@ class DaemonState:
     # Reads the engines' model lists again for a name no pool holds (set by the daemon).
     relisting: ModelRelisting | None = None
     draining: bool = False
+    # The latest deploy of each engine, as its snapshot (set by llmd/releases/orchestrator.py).
+    deploys: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     started_at: float = dataclasses.field(default_factory=time.time)
 
     def __post_init__(self) -> None:
@@ -148,4 +151,5 @@ class DaemonState:
             models=models,
             queued=inflight.queued,
             guard=self.admission.guard.as_snapshot(),
+            deploys=tuple(self.deploys.values()),
         )

@@ -28,8 +28,8 @@ class EngineStatus:
     detail), exits by reason, its own running/waiting gauges (`metrics_age_s`: how old they
     are), and the diagnosis of its last boot or exit (findings: check, severity, message, hint,
     evidence). Then which backend: `name`, `kind` (`engine` llmd supervises, `upstream` it
-    does not), its `gpus`, the release it serves (`release`: null until releases are
-    deployed), its KV usage (0..1) and capacity (tokens) from its metrics, llmd's requests
+    does not), its `gpus`, the release it runs (`release`: null when it runs no recorded
+    release), its KV usage (0..1) and capacity (tokens) from its metrics, llmd's requests
     there (`in_flight`), whether an operator drained it, and for an upstream its `url` and
     circuit `breaker` state (closed, open, half_open). An upstream's `state` is serving,
     unreachable (breaker open), probing (half open) or unknown (no answer yet)."""
@@ -202,7 +202,10 @@ class Status:
     counts the requests relayed to a backend now, `queued` those waiting in llmd (being
     validated or in admission's queue); `events` are the recent notable log events, oldest
     first (llmd.telemetry.events). `engines` has one entry per backend (engines, then
-    upstreams, config order) and `models` one per served model; `engine` and `kv_cache` are
+    upstreams, config order) and `models` one per served model; `deploys` one per deploy in
+    progress or ended since llmd started, the latest per engine (llmd/releases/deploy_events.py
+    `DeployState.as_snapshot`: deploy, engine, strategy, old, new, phase, step, steps, share,
+    verdict, reason); `engine` and `kv_cache` are
     the `main` engine's (or the first backend's)."""
 
     llmd_version: str
@@ -225,6 +228,7 @@ class Status:
     engines: tuple[EngineStatus, ...] = ()
     models: tuple[ModelStatus, ...] = ()
     guard: GuardStatus | None = None
+    deploys: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The snapshot as JSON-ready dicts and lists (what `dataclasses.asdict` gives, without

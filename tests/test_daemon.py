@@ -25,6 +25,7 @@ from llmd.config import Config, load_config
 from llmd.daemon import Daemon
 from llmd.listeners import send_buffer
 from llmd.logs import configure_logging, line_limiter
+from llmd.releases.settings import ReleaseConfig
 from llmd.routing.breaker import BreakerPolicy
 from llmd.supervisor.supervisor import Supervisor
 from llmd.validation.validator import Validator
@@ -76,6 +77,11 @@ def _head_limits(daemon: Daemon) -> tuple[int, int]:
     protocol = daemon._servers[0].config.http_protocol_class
     server = protocol.server_config()  # type: ignore[attr-defined]
     return server.max_header_bytes, server.max_headers
+
+
+def _release_probe(field: str) -> Probe:
+    """What the next deploy reads of `[release]` (llmd/releases/orchestrator.py)."""
+    return lambda d: getattr(d.state.config.release, field)
 
 
 # Where each key's value is in use on the live daemon (what the code reads when it acts).
@@ -130,6 +136,10 @@ PROBES: dict[str, Probe] = {
         for field in dataclasses.fields(BreakerPolicy)
     },
     **{
+        f"release.{field.name}": _release_probe(field.name)
+        for field in dataclasses.fields(ReleaseConfig)
+    },
+    **{
         f"admission.{cls.label}.{field}": _class_probe(cls, field)
         for cls in Priority
         for field in ("queue_size", "queue_timeout_s", "aging_s")
@@ -147,6 +157,9 @@ SPECIAL: dict[str, Callable[[Path], Any]] = {
     "server.runtime_dir": lambda workdir: str(workdir / "other-run"),
     "admission.tenants_file": lambda workdir: str(workdir / "tenants.toml"),
     "server.cors_allowed_origins": lambda workdir: ["http://localhost:3000"],
+    "release.canary_steps": lambda workdir: "10,50,100",
+    "release.ttft_buckets": lambda workdir: "256,1024",
+    "release.max_ttft_p95_ratio": lambda workdir: 2.0,
 }
 # What the live probe reads for a configured value, where the two differ in form.
 LIVE_FORM: dict[str, Callable[[Any], Any]] = {
@@ -291,6 +304,7 @@ async def test_every_config_field_takes_effect_or_is_reported(live: Live) -> Non
         assert probe is None or probe(daemon) == before, f"{key} after the reload back"
     assert len(walked) == len(list(leaf_fields(Config))) and len(walked) >= 56
     assert {"server.listen", "server.runtime_dir", "engine.args", "engine.model"} <= set(reported)
+    assert "server.state_dir" in reported
     assert all(key.startswith("engine.") for key in reported if not key.startswith("server."))
     assert daemon.state.engine.serving and daemon.pending_engine is None
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from llmd.config import Config, EngineConfig
 from llmd.proxy.inflight import Exchange
+from llmd.releases.deploy_events import DeployPlan, DeployState, Phase, Strategy
 from llmd.supervisor.state import EnginePhase, EngineState
 from llmd.telemetry.engine import EngineSample
 from llmd.telemetry.gpu import GpuDevice, GpuReading
@@ -80,6 +81,11 @@ SCHEMA: dict[str, Any] = {
         "level": int, "name": str, "reason": str, "since_s": NUM, "mode": str,
         "classes": [{"name": str, "p95_s": OPT_NUM, "samples": int, "budget_s": OPT_NUM}],
     },
+    "deploys": [{
+        "deploy": str, "engine": str, "strategy": str, "old": str, "new": str, "phase": str,
+        "step": OPT_INT, "steps": [int], "share": int, "verdict": (dict, type(None)),
+        "reason": OPT_STR,
+    }],
 }  # fmt: skip
 
 
@@ -125,6 +131,8 @@ def busy_snapshot() -> dict[str, Any]:
         if phase == "decode":
             exchange.first_byte_at = exchange.started_at
         ctx.inflight.add(exchange)
+    plan = DeployPlan("d1", "main", "r1", "r2", Strategy.REPLACE)
+    ctx.deploys["main"] = DeployState(plan, Phase.SMOKING_NEW).as_snapshot()
     return json.loads(json.dumps(ctx.snapshot().to_dict()))
 
 

@@ -4,9 +4,13 @@ Routes: `GET /status` (the Status snapshot), `POST /drain` (JSON body, optional
 `{"deadline_s": S, "queued": "wait" | "reject", "engine": NAME}`), `POST /resume` and
 `POST /restart` (optional `{"engine": NAME}`: that engine only), `POST /reload`,
 `POST /requests/{id}/cancel`, `POST /guard` (`{"mode": "off" | "on" | "level N"}`: the SLO
-guard's override until the next reload; answers the guard's status). Bodies are read with the
-public API's limit (`server.max_body_bytes`); errors are OpenAI-shaped, as on the public API.
-Access control is the socket's mode (0660: root and the llmd group), set when the daemon binds it.
+guard's override until the next reload; answers the guard's status), `POST /deploy`
+(`{"release": NAME, "engine": NAME, "strategy": "replace" | "canary", "canary": "5,25,50,100",
+"step_s": S, "wait": true}`: with `wait`, answered when the deploy ends) and `POST /rollback`
+(`{"engine": NAME, "wait": true}`), both answering the deploy's snapshot. Bodies are read with
+the public API's limit (`server.max_body_bytes`); errors are OpenAI-shaped, as on the public
+API. Access control is the socket's mode (0660: root and the llmd group), set when the daemon
+binds it.
 """
 
 from __future__ import annotations
@@ -18,9 +22,18 @@ from typing import Any
 from starlette.types import Receive, Scope, Send
 
 from llmd.actions import OperatorActions
-from llmd.errors import ApiError, ConfigError, InvalidConfig, InvalidRequest, NotFound
+from llmd.errors import (
+    ActionRefused,
+    ApiError,
+    ConfigError,
+    InvalidConfig,
+    InvalidRequest,
+    NotFound,
+    ReleaseError,
+)
 from llmd.proxy.body import ClientGone, parse_object, read_body
 from llmd.proxy.writer import send_error
+from llmd.releases.orchestrator import Deployer
 from llmd.state import DaemonState
 
 _CANCEL_PREFIX = "/requests/"
@@ -29,11 +42,12 @@ _CANCEL_SUFFIX = "/cancel"
 
 class AdminApp:
     """ASGI app answering admin requests from `state` (its snapshot, its body size limit) and
-    acting through `actions`."""
+    acting through `actions` and `deployer`."""
 
-    def __init__(self, state: DaemonState, actions: OperatorActions) -> None:
+    def __init__(self, state: DaemonState, actions: OperatorActions, deployer: Deployer) -> None:
         self.state = state
         self.actions = actions
+        self.deployer = deployer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # served with lifespan off
@@ -81,6 +95,8 @@ class AdminApp:
             return self.actions.reload()
         if path == "/guard":
             return _guard(self.state, body)
+        if path in ("/deploy", "/rollback"):
+            return await self._deploy(path, body)
         if path.startswith(_CANCEL_PREFIX) and path.endswith(_CANCEL_SUFFIX):
             request_id = path[len(_CANCEL_PREFIX) : -len(_CANCEL_SUFFIX)]
             result = self.actions.cancel(request_id)
@@ -88,6 +104,29 @@ class AdminApp:
                 raise NotFound(f"no request {request_id} in flight")
             return result
         raise NotFound(f"no admin route {method} {path}")
+
+    async def _deploy(self, path: str, body: dict[str, Any]) -> Any:
+        """Start a deploy or a rollback (ActionRefused, 409, carries a release error's reason);
+        with `wait`, its snapshot once it ended."""
+        engine = _engine(body)
+        try:
+            if path == "/rollback":
+                snapshot = self.deployer.rollback(engine)
+            else:
+                release, strategy = body.get("release"), body.get("strategy", "replace")
+                if not isinstance(release, str) or not isinstance(strategy, str):
+                    raise InvalidRequest("release must be a release's name", param="release")
+                steps, step_s = body.get("canary"), body.get("step_s")
+                if not (steps is None or isinstance(steps, str)) or not (
+                    step_s is None or (isinstance(step_s, int | float) and step_s > 0)
+                ):
+                    raise InvalidRequest("canary is a string like 5,25,50,100; step_s > 0")
+                snapshot = self.deployer.deploy(release, engine, strategy, steps, step_s)
+        except ReleaseError as exc:
+            raise ActionRefused(f"{path[1:]} refused: {exc}") from exc
+        if body.get("wait"):
+            return await self.deployer.wait(snapshot["engine"])
+        return snapshot
 
 
 def _engine(body: dict[str, Any]) -> str | None:

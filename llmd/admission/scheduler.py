@@ -106,7 +106,8 @@ class Entry:
     its sequences of prompt + max_tokens, llmd/admission/cost.py); `seats` the sequences it
     runs in the engine (prompts x n); `deadline` an absolute time on the caller's clock, or
     None. `model` names its pool; `affinity` is its prefix key (llmd/routing/prefix.py; None:
-    none); `backend` is where the gate released it (None while queued)."""
+    none); `conversation` its conversation's key during a canary (llmd/releases/assign.py);
+    `backend` is where the gate released it (None while queued)."""
 
     tenant: Tenant
     cls: Priority
@@ -119,6 +120,7 @@ class Entry:
     seq: int = 0
     model: str = ""
     affinity: str | None = None
+    conversation: str | None = None
     backend: str | None = None
 
     def __repr__(self) -> str:

@@ -54,8 +54,9 @@ IN_FLIGHT_OVER_SEQS = 1.0
 class Request:
     """What admission needs of a request: its tenant, class, cost (seats and KV tokens,
     llmd/admission/cost.py), deadline (monotonic s, from its arrival; None: none), the model
-    whose pool serves it ("": the one pool of an llmd serving one model) and its prefix key
-    (llmd/routing/prefix.py; None: none)."""
+    whose pool serves it ("": the one pool of an llmd serving one model), its prefix key
+    (llmd/routing/prefix.py; None: none) and, during a canary, its conversation's key
+    (llmd/releases/assign.py)."""
 
     tenant: Tenant
     cls: Priority
@@ -63,6 +64,7 @@ class Request:
     deadline: float | None = None
     model: str = ""
     affinity: str | None = None
+    conversation: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,6 +241,7 @@ class Admission:
             deadline=request.deadline,
             model=model,
             affinity=request.affinity,
+            conversation=request.conversation,
         )
         rejection = self.scheduler.submit(entry, now)
         if rejection is not None:

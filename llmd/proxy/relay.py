@@ -49,10 +49,11 @@ from llmd.proxy.inflight import Exchange
 from llmd.proxy.middleware import REQUEST_ID_KEY
 from llmd.proxy.upstream import forward
 from llmd.proxy.writer import ClientWriter, answer_error, send_error
+from llmd.releases.assign import conversation_key
 from llmd.routing.prefix import prefix_key
 from llmd.routing.retry import Retry, Tries
 from llmd.state import DaemonState
-from llmd.validation.fields import Endpoint
+from llmd.validation.fields import Endpoint, read_fields
 
 log = structlog.get_logger("llmd.proxy")
 
@@ -205,7 +206,7 @@ class Relay:
         most once a second: an adapter loaded at run time). Raises InvalidRequest (400: not a
         string, or omitted while llmd serves several), ModelNotFound (404: no backend serves
         it, as vLLM answers), EngineUnavailable (503 + Retry-After: no backend of the pool can
-        take it now)."""
+        take it now, unless a deploy holds one: then it queues)."""
         capacity = self.state.admission.capacity
         model = body.payload.get("model")
         served = capacity.models()
@@ -224,7 +225,7 @@ class Relay:
             api = self.state.engine.api
             raise ModelNotFound(model, list(served), api.names_models_when_not_found)
         arrival.model = model
-        if not capacity.available(model, time.monotonic()):
+        if not capacity.available(model, time.monotonic()) and not capacity.holding(model):
             raise self.state.pool_unavailable(model)
         return model
 
@@ -247,6 +248,9 @@ class Relay:
         # `payload` carries validation's changes (edited in place).
         priority_body = _with_priority(body.payload, cls) if admission.priority_backends else b""
         key = prefix_key(body.payload, admission.prefix_chars) if admission.prefix_chars else None
+        conversation = None
+        if model in admission.capacity.splits:  # a canary: sticky per conversation
+            conversation = conversation_key(read_fields(self.endpoint, body.payload).prompt)
         body.drop()
         if body.hold is not None:
             body.hold.resize(len(valid.body) + len(priority_body))
@@ -259,7 +263,9 @@ class Relay:
             max_model_len=validator.engine.max_model_len,
         )
         admission.check_fits(cost, model)
-        request = Request(tenant, cls, cost, deadline, model=model, affinity=key)
+        request = Request(
+            tenant, cls, cost, deadline, model=model, affinity=key, conversation=conversation
+        )
         return Prepared(valid.body, priority_body, body.stream, request, valid.response_headers)
 
     async def admit(self, exchange: Exchange, prepared: Prepared) -> Ticket:

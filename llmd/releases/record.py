@@ -102,9 +102,7 @@ def check_name(name: str) -> str:
 def engine_table(engine: EngineConfig) -> EngineTable:
     """The table of `engine`, secret-looking environment values replaced by their digest."""
     env = {
-        key: f"sha256:{hashlib.sha256(value.encode()).hexdigest()[:16]}"
-        if _SECRET_NAME.search(key)
-        else value
+        key: secret_digest(value) if _SECRET_NAME.search(key) else value
         for key, value in sorted(engine.env.items())
     }
     return EngineTable(
@@ -116,6 +114,11 @@ def engine_table(engine: EngineConfig) -> EngineTable:
         args=engine.args,
         env=env,
     )
+
+
+def secret_digest(value: str) -> str:
+    """How a record keeps a secret-looking environment value: `sha256:` and 16 hex digits."""
+    return f"sha256:{hashlib.sha256(value.encode()).hexdigest()[:16]}"
 
 
 def build_release(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
+from typing import Protocol
 
 from llmd.admission.capacity import CapacityGate
 from llmd.admission.scheduler import Entry
@@ -29,7 +30,8 @@ class _Slot:
     """One backend: its gate (llmd's accounting, the engine's load, serving), its breaker
     (upstreams), when a down engine should serve again (`back_at`, None: not expected), and
     whether an operator drained it (`drained_for`: the Retry-After it gives; None: not
-    drained)."""
+    drained), and whether a deploy holds it (`held`: being replaced or smoke-tested; its
+    pool's requests wait in the queue meanwhile)."""
 
     name: str
     kind: BackendKind
@@ -38,11 +40,13 @@ class _Slot:
     breaker: CircuitBreaker | None
     back_at: float | None = None
     drained_for: float | None = None
+    held: bool = False
 
     def available(self, now: float) -> bool:
         return (
             self.gate.serving
             and self.drained_for is None
+            and not self.held
             and (self.breaker is None or self.breaker.available(now))
         )
 
@@ -73,6 +77,13 @@ class _Slot:
         return wait
 
 
+class Split(Protocol):
+    """A canary's split of one pool (llmd/releases/canary.py): the backend a request of
+    `tenant` in conversation `key` must run on."""
+
+    def backend_for(self, tenant: str, key: str | None) -> str: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class _Placement:
     """Where a released entry runs: the slot itself, so that it finishes there even after its
@@ -95,6 +106,8 @@ class PoolCapacity:
         self._slots: dict[str, _Slot] = {}
         self._pools: dict[str, tuple[str, ...]] = {}
         self._placed: dict[Entry, _Placement] = {}
+        # Pools a canary splits (by model): each request runs only on its split's backend.
+        self.splits: dict[str, Split] = {}
 
     # -- membership and state ----------------------------------------------------------------
 
@@ -160,6 +173,15 @@ class PoolCapacity:
         those running there finish. Raises KeyError."""
         self._slots[backend].drained_for = retry_after_s
 
+    def set_held(self, backend: str, held: bool) -> None:
+        """A deploy holds `backend` (True: it takes no request, and requests for its pool wait
+        in the queue within their timeouts instead of a 503) or lets it go. Raises KeyError."""
+        self._slots[backend].held = held
+
+    def holding(self, model: str) -> bool:
+        """Whether a deploy holds a backend of `model`'s pool (its requests queue)."""
+        return any(self._slots[name].held for name in self._pools.get(model, ()))
+
     def draining(self, backend: str) -> bool:
         """Whether an operator drained `backend`. Raises KeyError."""
         return self._slots[backend].drained_for is not None
@@ -176,9 +198,13 @@ class PoolCapacity:
     ) -> Choice | None:
         """The backend of `model`'s pool that may start `entry` now (`overdue`: released by
         aging; `key`: its prefix key, llmd/routing/prefix.py), or None: none can yet."""
+        names = self._pools.get(model, ())
+        split = self.splits.get(model)
+        if split is not None:
+            names = (split.backend_for(entry.tenant.name, entry.conversation),)
         candidates = [
             slot.view(now)
-            for name in self._pools.get(model, ())
+            for name in names
             if (slot := self._slots[name]).available(now) and slot.gate.admits(entry, overdue)
         ]
         return choose(candidates, key, self.affinity)
@@ -204,10 +230,10 @@ class PoolCapacity:
         least-filled available backend of its pool not in `exclude` (llmd/routing/retry.py),
         or None when there is none. Its gate's limits are not applied: the entry already
         waited its turn, and it retries once, so a backend is overcommitted by at most one
-        request per failed one."""
+        request per failed one. Never during a canary of the pool."""
         placement = self._placed.get(entry)
-        if placement is None:
-            return None
+        if placement is None or placement.model in self.splits:
+            return None  # a canary's failure stays on its release, where it is counted
         candidates = [
             slot.view(now)
             for name in self._pools.get(placement.model, ())

@@ -50,7 +50,8 @@ class EngineState:
     became ready (None: not read). `api` is the vLLM release the engine answers as (its GET
     /version, read when it becomes ready), where llmd must mirror what differs between releases.
     `diagnosis` is what `llmd.doctor.diagnosis` found in the engine's output at its last boot
-    or unrequested exit (slow paths at boot; the cause of a failure).
+    or unrequested exit (slow paths at boot; the cause of a failure). `release` is the
+    release it runs (llmd/releases/position.py; None: no recorded release), set by deploys.
     """
 
     phase: EnginePhase = EnginePhase.STARTING
@@ -70,6 +71,7 @@ class EngineState:
     restart_at: float | None = None
     card: dict[str, Any] | None = None
     diagnosis: tuple[Finding, ...] = ()
+    release: str | None = None
 
     @property
     def serving(self) -> bool:
@@ -115,4 +117,5 @@ class EngineState:
             waiting=sample.waiting if sample else None,
             metrics_age_s=round(now - sample.taken_at, 2) if sample else None,
             diagnosis=tuple(finding.to_dict() for finding in self.diagnosis),
+            release=self.release,
         )

@@ -82,6 +82,11 @@ class Supervisor:
         """The engine's Unix socket in the runtime directory."""
         return self.paths.socket_of(self.name)
 
+    def recent_output(self, lines: int = 20) -> str:
+        """The engine's last `lines` output lines (of its current or last boot)."""
+        recent = list(self._process.output.recent) if self._process is not None else []
+        return "\n".join(recent[-lines:])
+
     async def run(self) -> None:
         """Keep the engine up until `stop()`. Raises `EngineGaveUp` when the policy gives up.
         May run again after giving up (an operator's restart): with a fresh history."""

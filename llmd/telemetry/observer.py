@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 import structlog
@@ -128,6 +129,8 @@ class Observer:
         self.engine_token_rates: dict[str, tuple[float, float]] = {}
         self.gpus = GpuReading()
         self.ttft_sink: TtftSink | None = None
+        # Called with each request relayed to a backend once it ended (a canary's figures).
+        self.on_relayed: Callable[[Record], None] | None = None
 
     def configure(self, top_tenants: int, log_requests: str) -> None:
         """Take new settings (a reload): the tenant label bound (tenants already labelled keep
@@ -190,6 +193,8 @@ class Observer:
                 queue_s=None if record.queued_at is None else now - record.queued_at,
             )
             return
+        if self.on_relayed is not None:
+            self.on_relayed(record)
         outcome = _outcome(record)
         status = record.status or 0
         m = self.metrics

@@ -1,8 +1,9 @@
 """The Prometheus gauges read from the Status snapshot at scrape time, and the suppressed log
-lines: per backend (label `engine`) up, restarts, drained, llmd's requests there, KV cache,
-running and waiting; llmd draining, queue depth, in flight (relayed to a backend) and queued
-by tenant (global, over every pool), GPUs, the SLO guard's level and TTFT p95 by class. Names
-and labels are a contract (shared/DESIGN.md; pinned by tests/telemetry/test_metrics.py).
+lines: per backend (label `engine`) up, restarts, the release it runs, drained, llmd's requests
+there, KV cache, running and waiting; llmd draining, queue depth, in flight (relayed to a
+backend) and queued by tenant (global, over every pool), GPUs, the SLO guard's level and TTFT
+p95 by class. Names and labels are a contract (shared/DESIGN.md; pinned by
+tests/telemetry/test_metrics.py).
 """
 
 from __future__ import annotations
@@ -103,6 +104,15 @@ def _engine_families(status: Status) -> Iterator[Metric]:
         for reason, count in sorted(engine.exits_by_reason.items()):
             restarts.add_metric([engine.name, reason], count)
     yield restarts
+    release = GaugeMetricFamily(
+        "llmd_release_info",
+        "1 for the release each engine runs (engines running a recorded release only).",
+        labels=["engine", "release"],
+    )
+    for engine in engines:
+        if engine.release is not None:
+            release.add_metric([engine.name, engine.release], 1.0)
+    yield release
     specs: tuple[tuple[str, str, Callable[[EngineStatus], float | None]], ...] = (
         ("llmd_engine_up", "1 when the backend serves requests.", lambda e: e.state == "serving"),
         ("llmd_engine_draining", "1 while an operator drained the backend.", lambda e: e.draining),

@@ -18,6 +18,7 @@ from textual.containers import Horizontal
 from textual.widgets import DataTable, Footer, Input
 
 from llmd.tui.client import AdminRefused, AdminUnreachable, DaemonClient, Snapshot
+from llmd.tui.deploys import in_progress
 from llmd.tui.engines import EngineTable
 from llmd.tui.link import Link, changes
 from llmd.tui.panels import (
@@ -35,7 +36,7 @@ from llmd.tui.screens import ConfirmScreen, HelpScreen
 from llmd.tui.sequences import SequenceTable
 
 # Actions that change the daemon: --readonly removes them.
-CONTROL_ACTIONS = frozenset({"drain", "resume", "restart", "cancel"})
+CONTROL_ACTIONS = frozenset({"drain", "resume", "restart", "cancel", "abort_deploy"})
 DEFAULT_INTERVAL_S = 1.0
 PANEL_TITLES = {
     "kv": "KV cache · engine load",
@@ -59,6 +60,7 @@ class TopApp(App[None]):
         Binding("u", "resume", "resume"),
         Binding("r", "restart", "restart"),
         Binding("c", "cancel", "cancel seq"),
+        Binding("a", "abort_deploy", "abort deploy", show=False),
         Binding("slash", "filter", "filter"),
         Binding("s", "sort", "sort"),
         Binding("question_mark", "help", "help"),
@@ -223,6 +225,20 @@ class TopApp(App[None]):
             f"{selected['output_tokens']} tokens out. Its client gets an error.",
             f"cancel {request_id}",
             lambda: self.client.cancel(request_id),
+        )
+
+    def action_abort_deploy(self) -> None:
+        deploys = [d for d in (self.snapshot or {}).get("deploys") or [] if in_progress(d)]
+        if not deploys:
+            self.notify("no deploy in progress", severity="warning")
+            return
+        deploy = deploys[0]
+        engine = deploy["engine"]
+        self._confirm(
+            f"Abort the deploy of {deploy['new']} on engine {engine}? The old release\n"
+            f"{deploy['old']} takes all its traffic back.",
+            f"abort deploy on {engine}",
+            lambda: self.client.rollback(engine),
         )
 
     def action_filter(self) -> None:

@@ -50,6 +50,11 @@ class DaemonClient:
         (answers when it is done)."""
         return await self._call("POST", "/restart", _engine(engine), timeout_s=RESTART_TIMEOUT_S)
 
+    async def rollback(self, engine: str | None = None) -> Answer:
+        """POST /rollback: abort the deploy in progress on `engine` (answered at once; the old
+        release takes all traffic back)."""
+        return await self._call("POST", "/rollback", _engine(engine))
+
     async def cancel(self, request_id: str) -> Answer:
         """POST /requests/{id}/cancel: end that request (in-band error for a stream)."""
         return await self._call("POST", f"/requests/{request_id}/cancel")

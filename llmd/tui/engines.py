@@ -1,7 +1,7 @@
 """The engines panel: one row per backend (a supervised engine or an upstream) with its state,
-GPUs, KV cache, running, waiting, llmd's requests there and restarts. Shown only when llmd has
-more than one backend (with one, the header and the KV panel say it all). The row under the
-cursor is the engine that drain, resume and restart act on while the panel has the focus."""
+release, GPUs, KV cache, running, waiting, llmd's requests there and restarts. Shown only when
+llmd has more than one backend (with one, the header and the KV panel say it all). The row under
+the cursor is the engine that drain, resume and restart act on while the panel has the focus."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ COLUMNS = (
     ("name", "engine", 14, False),
     ("state", "state", 12, False),
     ("model", "model", 18, False),
+    ("release", "release", 10, False),
     ("gpus", "GPU", 8, False),
     ("kv_usage", "KV", 5, True),
     ("running", "running", 7, True),
@@ -39,6 +40,7 @@ def cells(backend: Backend) -> tuple[Text, ...]:
         "name": backend["name"],
         "state": state,
         "model": backend["model"],
+        "release": backend.get("release") or fmt.MISSING,
         "gpus": gpus,
         "kv_usage": fmt.MISSING if backend["kv_usage"] is None else f"{backend['kv_usage']:.0%}",
         "running": _number(backend["running"]),

@@ -18,6 +18,7 @@ from textual.widget import Widget
 from textual.widgets import Sparkline, Static
 
 from llmd.tui import format as fmt
+from llmd.tui.deploys import deploy_lines
 from llmd.tui.link import Link, Snapshot
 
 # Engine phases and how they are shown (llmd.supervisor.state.EnginePhase).
@@ -51,9 +52,9 @@ def _grid(*columns: tuple[str, str]) -> Table:
 
 
 class HeaderPanel(Static):
-    """Engine state, model, uptime, restarts, draining, in flight (relayed to the engine) and
-    queued in llmd; the cause of the engine's failure and its hint (the daemon's diagnosis)
-    while it is not serving; the connection line."""
+    """Engine state, model, uptime, release, restarts, draining, in flight (relayed to the
+    engine) and queued in llmd; each deploy in progress; the cause of the engine's failure and
+    its hint (the daemon's diagnosis) while it is not serving; the connection line."""
 
     def show(self, s: Snapshot | None, link: Link) -> None:
         line = Text()
@@ -65,6 +66,9 @@ class HeaderPanel(Static):
             line.append(f"  pid {engine['pid'] or fmt.MISSING}  model ")
             line.append(engine["model"], style="bold")
             line.append(f" ({engine['version'] or '?'})  up {fmt.duration(engine['uptime_s'])}")
+            if engine.get("release"):
+                line.append("  release ")
+                line.append(engine["release"], style="bold")
             line.append(f"  restarts {engine['restarts']}")
             if engine["last_exit_reason"]:
                 line.append(f" (last: {engine['last_exit_reason']})")
@@ -77,6 +81,7 @@ class HeaderPanel(Static):
                 line.append("admitting", style="green")
             _diagnosis(line, engine)
             _guard_banner(line, s.get("guard"))
+            deploy_lines(line, s.get("deploys") or [])
         line.append("\n")
         if link.connected and link.fault is not None:
             line.append(" SNAPSHOT NOT SHOWN ", style="bold reverse red")

@@ -13,14 +13,15 @@ HELP = """\
 [b]u[/]  resume: admit requests again
 [b]r[/]  restart: drain, restart the engines, resume
 [b]c[/]  cancel the selected sequence (its client gets an in-band error)
+[b]a[/]  abort the deploy in progress (the old release takes all traffic back)
 [b]/[/]  filter sequences by id, tenant, class, phase or backend (Esc clears)
 [b]s[/]  sort sequences by the next column (again: reverse); clicking a header sorts too
 [b]↑ ↓ PgUp PgDn[/]  move through the sequences (or the engines)
 [b]Tab[/]  to the engines panel (several engines): there d, u and r act on the selected one
 [b]?[/]  this help        [b]q[/]  quit
 
-d, r and c ask first: [b]y[/] confirms, any other key cancels.
---readonly removes d, u, r and c."""
+d, r, c and a ask first: [b]y[/] confirms, any other key cancels.
+--readonly removes d, u, r, c and a."""
 
 
 class ConfirmScreen(ModalScreen[bool]):

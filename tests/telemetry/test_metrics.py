@@ -40,6 +40,7 @@ SERIES = {
     "llmd_log_lines_suppressed": ("counter", {"event"}),
     "llmd_engine_up": ("gauge", ENGINE),
     "llmd_engine_restarts": ("counter", {"engine", "reason"}),
+    "llmd_release_info": ("gauge", {"engine", "release"}),
     "llmd_engine_draining": ("gauge", ENGINE),
     "llmd_engine_in_flight": ("gauge", ENGINE),
     "llmd_draining": ("gauge", set()),
@@ -62,7 +63,7 @@ SERIES = {
 
 def busy_context(top_tenants: int = 20) -> DaemonState:
     """A context with a serving engine, one exit, engine and GPU readings, and traffic."""
-    engine = EngineState(phase=EnginePhase.SERVING, exits_by_reason={"oom_killed": 1})
+    engine = EngineState(phase=EnginePhase.SERVING, exits_by_reason={"oom_killed": 1}, release="r1")
     ctx = daemon_state(Config(engine=EngineConfig(model="tiny")), engine, Observer(top_tenants))
     ctx.observer.engine_samples["main"] = EngineSample(
         taken_at=0.0, running=3, waiting=1, kv_usage=0.4, num_gpu_blocks=100, block_size=16

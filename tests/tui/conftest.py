@@ -69,6 +69,9 @@ class FakeDaemon:
         self.calls.append(what if engine is None else f"{what} {engine}")
         return {}
 
+    async def rollback(self, engine: str | None = None) -> Answer:
+        return self._act("rollback", engine)
+
     async def cancel(self, request_id: str) -> Answer:
         self._answer()
         self.calls.append(f"cancel {request_id}")

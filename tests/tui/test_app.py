@@ -296,3 +296,39 @@ async def test_engine_keys_act_on_the_selected_engine() -> None:
     async with single.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: single.snapshot is not None)
         assert not single.query_one(EngineTable).display
+
+
+async def test_a_deploy_in_progress_is_shown_and_a_aborts_it_once_confirmed() -> None:
+    """The header names the engine's release and the deploy under way (phase, step, share,
+    verdict); `a` asks first, and `y` sends the rollback that aborts it."""
+    status = example_status()
+    status["engine"]["release"] = "r1"
+    status["deploys"] = [
+        {"deploy": "d1", "engine": "main", "strategy": "canary", "old": "r1", "new": "r2",
+         "phase": "canary", "step": 2, "steps": [5, 25, 50, 100], "share": 25,
+         "verdict": {"decision": "hold", "reason": "12 of 50 requests"}, "reason": None},
+    ]  # fmt: skip
+    daemon = FakeDaemon(status)
+    app = TopApp(daemon)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.snapshot is not None)
+        text = screen_text(app)
+        assert "release r1" in text
+        assert "DEPLOY  main r1 → r2 · canary · canary · step 2/4 · share 25%" in text
+        assert "verdict hold (12 of 50 requests)" in text
+        await pilot.press("a")
+        assert "Abort the deploy of r2 on engine main?" in screen_text(app)
+        await pilot.press("n")
+        assert daemon.calls == []
+        await pilot.press("a", "y")
+        await until(pilot, lambda: daemon.calls == ["rollback main"])
+
+
+async def test_a_without_a_deploy_in_progress_does_nothing() -> None:
+    """With no deploy under way, `a` says so and calls nothing."""
+    daemon = FakeDaemon()
+    app = TopApp(daemon)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.snapshot is not None)
+        await pilot.press("a", "y")
+        assert daemon.calls == []

@@ -1,0 +1,118 @@
+"""A canary's live parts: the new release as a second engine beside the old one in its pool
+(`ENGINE.canary`), the split that sends each request to one of them (sticky per tenant and
+prefix key: llmd/releases/assign.py), and both releases' figures over the current step, from the
+requests that finished on each (llmd/releases/figures.py).
+
+On promotion the engine itself takes the new release (drained while the canary serves all the
+traffic, restarted with the new table), then the canary engine goes: names, metrics and the
+config's engine stay what they were.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import structlog
+
+from llmd.releases.assign import goes_to_canary
+from llmd.releases.deploy_events import Observed
+from llmd.releases.figures import StepTally
+from llmd.releases.steps import DeployHost, boot, drained, hold
+from llmd.releases.store import ReleaseStore
+
+log = structlog.get_logger("llmd.releases")
+
+
+CANARY_SUFFIX = ".canary"
+
+
+def canary_name(engine: str) -> str:
+    """The name of engine `engine`'s canary backend."""
+    return engine + CANARY_SUFFIX
+
+
+@dataclasses.dataclass(frozen=True)
+class ShareSplit:
+    """`share` percent of the pool's requests to `new`, the rest to `old`."""
+
+    old: str
+    new: str
+    share: float
+
+    def backend_for(self, tenant: str, key: str | None) -> str:
+        """The backend of a request of `tenant` with prefix key `key` (sticky)."""
+        return self.new if goes_to_canary(tenant, key or "", self.share) else self.old
+
+
+class CanaryFigures:
+    """Both releases' tallies over the current step: `engine` runs the old release, its canary
+    the new one. `record` takes each finished request (the observer's `on_relayed`)."""
+
+    def __init__(self, engine: str, bounds: tuple[int, ...]) -> None:
+        self.engine = engine
+        self.canary = canary_name(engine)
+        self.bounds = bounds
+        self.reset()
+
+    def reset(self) -> None:
+        """Start a new step: both tallies empty."""
+        self.tallies = {self.engine: StepTally(self.bounds), self.canary: StepTally(self.bounds)}
+
+    def record(self, record: Any) -> None:
+        """A request relayed to a backend ended; counted when it ran on either release. TTFT
+        is from its release to the engine to its first byte (s)."""
+        tally = self.tallies.get(record.backend)
+        if tally is None:
+            return
+        started = record.admitted_at or record.started_at
+        ttft = None if record.first_byte_at is None else record.first_byte_at - started
+        tally.answer(
+            record.prompt_tokens or 0,
+            ttft,
+            record.output_tokens,
+            None,
+            error=(record.status or 0) >= 500,
+        )
+
+    def observed(self) -> Observed:
+        """Both releases' figures since the step began, now."""
+        old, new = self.tallies[self.engine], self.tallies[self.canary]
+        return Observed(time.monotonic(), old.figures(), new.figures())
+
+
+def set_split(host: DeployHost, engine: str, share: float) -> None:
+    """Send `share` percent of engine `engine`'s pool to its canary (0: none, split removed)."""
+    capacity = host.state.admission.capacity
+    model = host.supervisors[engine].engine.model_name
+    if share > 0:
+        capacity.splits[model] = ShareSplit(engine, canary_name(engine), share)
+    else:
+        capacity.splits.pop(model, None)
+    host.state.admission.pump()
+
+
+async def remove_canary(host: DeployHost, engine: str) -> None:
+    """The canary takes no more requests, finishes those it runs, and goes."""
+    name = canary_name(engine)
+    set_split(host, engine, 0)
+    if name in host.supervisors:
+        hold(host, name, True)
+        await drained(host, name, "")
+        await host.remove_engine(name)
+
+
+async def adopt(host: DeployHost, store: ReleaseStore, engine: str, release: str) -> None:
+    """Promotion: the canary takes all the traffic while the engine drains and boots the
+    new release; then the engine serves and the canary goes."""
+    set_split(host, engine, 100)
+    hold(host, engine, True)
+    await drained(host, engine, "")
+    booted = await boot(host, store, engine, release, False)
+    if not booted.ok:  # the canary serves on; an operator's restart decides
+        log.error("deploy_adopt_failed", engine=engine, release=release, detail=booted.detail)
+        return
+    host.state.fleet.engines[engine].release = release
+    hold(host, engine, False)
+    await remove_canary(host, engine)

@@ -1,0 +1,148 @@
+"""`llmd deploy --canary` on a real llmd over the simulator: a healthy release is promoted step
+by step, a faulty one (erroring, slow, a tokenizer that disagrees) is caught at its stage and
+rolled back, and the request stream through each deploy gets an answer to every request."""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from llmd.releases.store import ReleaseStore
+from tests.support.configs import shipped_config
+from tests.support.deploys import Served, Traffic, record
+from tests.support.llmd_process import LlmdProcess, short_tmpdir
+from tests.support.model import TINY_MODEL, ensure_tiny_variant
+from tests.support.waiting import wait_for
+
+# Small samples so that a step is judged within a second or two of traffic.
+RELEASE = {
+    "min_requests": 8,
+    "min_bucket_requests": 4,
+    "golden_latency_s": 20.0,
+    "step_s": 1.0,
+    "max_step_s": 60.0,
+}
+
+
+def config_text(state_dir: Path, model: Path, args: tuple[str, ...] = ()) -> str:
+    """etc/sim.toml on `model`, llmd counting with the tiny model's tokenizer."""
+    return shipped_config(
+        "sim.toml",
+        model,
+        args,
+        server={"state_dir": str(state_dir), "drain_timeout_s": 10.0},
+        validation={"tokenizer_path": str(TINY_MODEL)},
+        release=RELEASE,
+    )
+
+
+@pytest.fixture
+def served(tiny_model_dir: Path) -> Iterator[Served]:
+    """llmd on the simulator serving release r1."""
+    workdir = short_tmpdir("llmd-canary-")
+    store = ReleaseStore(workdir / "state")
+    text = functools.partial(config_text, store.state_dir)
+    record(store, "r1", text(tiny_model_dir), workdir)
+    with LlmdProcess.running(text(tiny_model_dir), workdir=workdir) as llmd:
+        serving = Served(llmd, store, workdir, text)
+        serving.wait_tokenizer()
+        yield serving
+
+
+def canary(served: Served, name: str) -> tuple[str, list[str], list[dict[str, object]]]:
+    """Deploy `name` with --canary 20,50,100 --step-s 1 under a request stream: the CLI's
+    output, every request's outcome, and the deploy's history lines."""
+    traffic = Traffic(served.llmd.base_url, threads=4)
+    assert wait_for(lambda: len(traffic.outcomes) >= 4, 30)
+    deployed = served.cli("deploy", name, "--canary", "20,50,100", "--step-s", "1")
+    outcomes = traffic.finish()
+    events = [e for e in served.store.history()[0] if e["new"] == name]
+    return deployed.stdout + deployed.stderr, outcomes, events
+
+
+def test_a_healthy_canary_is_promoted_step_by_step(served: Served, tiny_model_dir: Path) -> None:
+    """Each step passes on the same live traffic; the engine then runs r2, the canary is gone,
+    and every request was answered."""
+    served.release("r2", tiny_model_dir, "--max-num-seqs", "128")
+    out, outcomes, events = canary(served, "r2")
+    assert "promoted on engine main; r2 serves" in out, out + served.llmd.log_tail()
+    assert set(outcomes) == {"ok"}, [o for o in outcomes if o != "ok"][:3]
+    passed = [e["share"] for e in events if e["event"] == "step_passed"]
+    assert passed == [20, 50, 100]
+    status = served.llmd.admin_status()
+    assert [e["name"] for e in status["engines"]] == ["main"]
+    assert status["engines"][0]["release"] == "r2"
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "reason"),
+    [
+        ("erroring", ("--fault-dead-after", "12"), "error_rate"),
+        ("slow", ("--fault-request", "delay:0.4"), "ttft_p95"),
+    ],
+)
+def test_a_faulty_canary_is_rolled_back_at_its_first_step(
+    served: Served, tiny_model_dir: Path, name: str, args: tuple[str, ...], reason: str
+) -> None:
+    """A canary that starts failing after its smoke gate, or is slow, breaks its figure at
+    step 1: share 0 at once, the canary goes, r1 keeps serving; every request got an HTTP
+    answer (none hung or dropped)."""
+    served.release(name, tiny_model_dir, *args)
+    out, outcomes, events = canary(served, name)
+    assert "rolled_back on engine main; r1 serves" in out, out
+    assert reason in out, out
+    ended = events[-1]
+    assert ended["event"] == "rolled_back" and ended["step"] == 1 and ended["share"] == 20
+    assert not [o for o in outcomes if o != "ok" and "Error code: 50" not in o]
+    status = served.llmd.admin_status()
+    assert [e["name"] for e in status["engines"]] == ["main"]
+    assert status["engines"][0]["release"] == "r1"
+
+
+def test_an_erroring_release_is_stopped_at_the_smoke_gate(
+    served: Served, tiny_model_dir: Path
+) -> None:
+    """Half its answers errors: a golden prompt fails, so no share is ever given to it."""
+    served.release("erroring", tiny_model_dir, "--fault-error-rate", "0.5", "--seed", "1")
+    out, outcomes, events = canary(served, "erroring")
+    assert "failed its smoke gate (golden)" in out, out
+    assert set(outcomes) == {"ok"}
+    assert not [e for e in events if e["event"] == "step_started"]
+
+
+def test_a_canary_whose_tokenizer_disagrees_never_takes_traffic(served: Served) -> None:
+    """The smoke gate fails on token_count before any share: no step started."""
+    served.release("other-tokenizer", ensure_tiny_variant(7))
+    out, outcomes, events = canary(served, "other-tokenizer")
+    assert "rolled_back" in out and "token_count" in out, out
+    assert set(outcomes) == {"ok"}
+    assert not [e for e in events if e["event"] == "step_started"]
+
+
+def test_rollback_aborts_a_canary_at_once(served: Served, tiny_model_dir: Path) -> None:
+    """`llmd rollback` (no --engine: the canary is not an engine to name) during a step: the
+    canary's share goes to 0, the canary goes, r1 serves."""
+    served.release("r2", tiny_model_dir, "--max-num-seqs", "128")
+    traffic = Traffic(served.llmd.base_url, threads=2)
+    command = [sys.executable, "-m", "llmd.cli", "deploy", "r2", "--canary", "20,100"]
+    deploying = subprocess.Popen(
+        [*command, "--step-s", "600", "--runtime-dir", str(served.llmd.runtime_dir)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+    def share() -> int:
+        deploys = served.llmd.admin_status()["deploys"]
+        return int(deploys[0]["share"]) if deploys else 0
+
+    assert wait_for(lambda: share() == 20, 30), served.llmd.log_tail()
+    rolled = served.cli("rollback")
+    out, _ = deploying.communicate(timeout=60)
+    assert "aborted: llmd rollback" in rolled.stdout and "r1 serves" in out, out
+    assert set(traffic.finish()) == {"ok"}
+    assert [e["name"] for e in served.llmd.admin_status()["engines"]] == ["main"]

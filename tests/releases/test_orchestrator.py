@@ -1,0 +1,189 @@
+"""`llmd deploy` and `llmd rollback` (replace) on a real llmd over the simulator: requests in
+flight wait and are all answered, a release that fails its boot or smoke gate never takes
+traffic and the old one serves again, the status, /metrics and the history say what runs."""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from llmd.releases.store import ReleaseStore
+from tests.support.configs import shipped_config
+from tests.support.deploys import Served, Traffic, record
+from tests.support.llmd_process import LlmdProcess, short_tmpdir
+from tests.support.model import TINY_MODEL, ensure_tiny_variant
+from tests.support.waiting import wait_for
+
+
+def config_text(state_dir: Path, model: Path, args: tuple[str, ...] = ()) -> str:
+    """etc/sim.toml on `model`, counting prompts with the tiny model's tokenizer whatever
+    the engine serves (so a release with another tokenizer disagrees with llmd's count)."""
+    return shipped_config(
+        "sim.toml",
+        model,
+        args,
+        server={"state_dir": str(state_dir), "drain_timeout_s": 10.0},
+        validation={"tokenizer_path": str(TINY_MODEL)},
+        release={"golden_latency_s": 20.0},
+    )
+
+
+@pytest.fixture
+def served(tiny_model_dir: Path) -> Iterator[Served]:
+    """llmd on the simulator serving release r1, with r2 (another seed) recorded."""
+    workdir = short_tmpdir("llmd-deploy-")
+    store = ReleaseStore(workdir / "state")
+    text = functools.partial(config_text, store.state_dir)
+    record(store, "r1", text(tiny_model_dir), workdir)
+    with LlmdProcess.running(text(tiny_model_dir), workdir=workdir) as llmd:
+        serving = Served(llmd, store, workdir, text)
+        serving.wait_tokenizer()
+        serving.release("r2", tiny_model_dir, "--seed", "7")
+        yield serving
+
+
+def test_replace_deploy_and_rollback_lose_no_request(served: Served) -> None:
+    """Deploy r2 then roll back to r1 under a request stream: every request is answered, the
+    status and llmd_release_info follow, the history records both deploys promoted."""
+    assert served.release_of_main() == "r1"
+    traffic = Traffic(served.llmd.base_url)
+    assert wait_for(lambda: len(traffic.outcomes) >= 3, 30)
+    deployed = served.cli("deploy", "r2")
+    assert deployed.returncode == 0, deployed.stdout + deployed.stderr + served.llmd.log_tail()
+    assert "promoted on engine main; r2 serves" in deployed.stdout
+    assert served.release_of_main() == "r2"
+    metrics = httpx.get(served.llmd.base_url + "/metrics").text
+    assert 'llmd_release_info{engine="main",release="r2"} 1.0' in metrics
+    rolled = served.cli("rollback")
+    assert rolled.returncode == 0, rolled.stdout + rolled.stderr
+    assert "r1 serves" in rolled.stdout
+    count = len(traffic.outcomes)
+    assert wait_for(lambda: len(traffic.outcomes) >= count + 3, 30)
+    outcomes = traffic.finish()
+    assert outcomes and set(outcomes) == {"ok"}, [o for o in outcomes if o != "ok"][:3]
+    assert served.release_of_main() == "r1"
+    events = [(e["new"], e["event"]) for e in served.store.history()[0]]
+    assert ("r2", "promoted") in events and ("r1", "promoted") in events
+    deploys = served.llmd.admin_status()["deploys"]
+    assert [(d["new"], d["phase"]) for d in deploys] == [("r1", "promoted")]
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "check"),
+    [
+        ("boots-not", ("--fault-boot-exit", "3"), "did not boot"),
+        ("erroring", ("--fault-request", "error:500"), "golden"),
+    ],
+)
+def test_a_failing_release_is_rolled_back_and_the_old_serves(
+    served: Served, name: str, args: tuple[str, ...], check: str, tiny_model_dir: Path
+) -> None:
+    """A release that does not boot, or answers errors, fails; r1 boots again and serves."""
+    served.release(name, tiny_model_dir, *args)
+    deployed = served.cli("deploy", name)
+    assert deployed.returncode == 1, deployed.stdout + deployed.stderr
+    assert "rolled_back on engine main; r1 serves" in deployed.stdout
+    assert check in deployed.stdout, deployed.stdout
+    assert served.release_of_main() == "r1"
+    answer = httpx.post(
+        served.llmd.base_url + "/v1/completions",
+        json={"model": "tiny", "prompt": "hi", "max_tokens": 4},
+        timeout=30,
+    )
+    assert answer.status_code == 200
+    kinds = [e["event"] for e in served.store.history()[0] if e["new"] == name]
+    assert kinds[0] == "deploy_started" and kinds[-1] == "rolled_back"
+
+
+def test_a_tokenizer_that_disagrees_fails_the_smoke_gate(served: Served) -> None:
+    """A release whose tokenizer is not the one llmd counts with fails `token_count`."""
+    served.release("other-tokenizer", ensure_tiny_variant(7))
+    deployed = served.cli("deploy", "other-tokenizer")
+    assert deployed.returncode == 1, deployed.stdout + deployed.stderr
+    assert "token_count" in deployed.stdout
+    assert served.release_of_main() == "r1"
+
+
+def test_deploy_refuses_when_the_previous_release_files_are_gone(
+    served: Served, tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """The running release's files gone: the deploy is refused and says which file."""
+    copy = tmp_path / "tiny-copy"
+    subprocess.run(["cp", "-r", str(tiny_model_dir), str(copy)], check=True)
+    served.release("copy", copy)
+    assert served.cli("deploy", "copy").returncode == 0
+    (copy / "config.json").unlink()
+    refused = served.cli("deploy", "r1")
+    assert refused.returncode == 1
+    assert "previous release cannot boot" in refused.stderr
+    assert str(copy / "config.json") in refused.stderr
+    assert served.release_of_main() == "copy"
+
+
+def test_rollback_aborts_a_deploy_under_way(served: Served, tiny_model_dir: Path) -> None:
+    """While a slow release boots: a second deploy is refused, a request past its deadline
+    gets 503 queue_timeout with Retry-After, `llmd rollback` aborts and r1 serves again."""
+    served.release("slow", tiny_model_dir, "--fault-boot-delay", "60")
+    command = [sys.executable, "-m", "llmd.cli", "deploy", "slow", "--runtime-dir"]
+    deploying = subprocess.Popen(
+        [*command, str(served.llmd.runtime_dir)], stdout=subprocess.PIPE, text=True
+    )
+
+    def phase() -> str | None:
+        deploys = served.llmd.admin_status()["deploys"]
+        return deploys[0]["phase"] if deploys else None
+
+    assert wait_for(lambda: phase() == "booting_new", 30), served.llmd.log_tail()
+    second = served.cli("deploy", "r2")
+    assert second.returncode == 1 and "a deploy is under way" in second.stderr
+    late = httpx.post(
+        served.llmd.base_url + "/v1/completions",
+        json={"model": "tiny", "prompt": "hi", "max_tokens": 4},
+        headers={"x-llmd-deadline-ms": "300"},
+        timeout=30,
+    )
+    assert late.status_code == 503, late.text
+    assert late.json()["error"]["code"] == "queue_timeout", late.text
+    assert int(late.headers["retry-after"]) >= 1
+    rolled = served.cli("rollback")
+    assert rolled.returncode == 1 and "aborted: llmd rollback" in rolled.stdout, rolled.stdout
+    out, _ = deploying.communicate(timeout=120)
+    assert deploying.returncode == 1 and "rolled_back on engine main; r1 serves" in out
+    assert served.release_of_main() == "r1"
+    assert '"event": "deploy_rolled_back"' in served.llmd.log_path.read_text()
+
+
+def test_a_restart_keeps_the_release_and_a_reload_brings_the_file_back(served: Served) -> None:
+    """After a deploy of r2, `llmd restart` boots r2 again; `llmd reload` then `llmd restart`
+    boot the config file's table, r1."""
+    assert served.cli("deploy", "r2").returncode == 0
+    assert served.cli("restart").returncode == 0
+    assert served.release_of_main() == "r2"
+    reloaded = served.cli("reload")
+    assert reloaded.returncode == 0 and "llmd restart" in reloaded.stdout
+    assert served.cli("restart").returncode == 0
+    assert served.release_of_main() == "r1"
+
+
+def test_deploy_refuses_another_model_name_and_an_unrecorded_engine(
+    served: Served, tiny_model_dir: Path
+) -> None:
+    """A release serving another model name is refused; so is any deploy once the engine
+    runs a table no release records (after a restart with an edited config file)."""
+    other = served.workdir / "other.toml"
+    other.write_text(served.config_text(tiny_model_dir, ()).replace('"tiny"', '"other"', 1))
+    record(served.store, "renamed", other.read_text(), served.workdir)
+    refused = served.cli("deploy", "renamed")
+    assert refused.returncode == 1 and "keeps the served model name" in refused.stderr
+    config = served.workdir / "llmd.toml"
+    config.write_text(served.config_text(tiny_model_dir, ("--seed", "3")))
+    assert served.cli("reload").returncode == 0 and served.cli("restart").returncode == 0
+    assert served.release_of_main() is None
+    refused = served.cli("deploy", "r2")
+    assert refused.returncode == 1 and "runs no recorded release" in refused.stderr
