@@ -20,8 +20,9 @@ def fix_mmap_threshold(nbytes: int = MMAP_THRESHOLD_BYTES) -> bool:
     glibc starts at 128 KiB but raises the threshold to the size of each mapped block freed (up
     to 32 MiB on 64-bit; mallopt(3), M_MMAP_THRESHOLD), so after the first large body is freed
     the next ones come from the heap, whose free pages stay resident: measured with
-    `scripts/bench_memory.py`, llmd stayed about 580 MiB above idle after a flood of 500 KB
-    bodies, 240 MiB with the threshold fixed. Setting it disables that raising.
+    `scripts/bench_memory.py`, llmd stayed about 580 MiB above idle after each flood of 500 KB
+    bodies, 240 MiB with the threshold fixed in two rounds of three (README, "Memory").
+    Setting it disables that raising.
     """
     if "MALLOC_MMAP_THRESHOLD_" in os.environ:
         return False
