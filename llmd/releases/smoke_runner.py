@@ -9,9 +9,10 @@ at a time so the latency bound measures the engine, not the queue.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,9 +67,11 @@ async def run_smoke(
     golden: Sequence[GoldenPrompt],
     max_tokens: int,
     engine_log_tail: str = "",
+    headers: Mapping[str, str] | None = None,
 ) -> SmokeReport:
     """Observe the engine on `socket` (unless it did not boot) and judge it. `counter` is the
-    local tokenizer llmd will count this release's prompts with (None: llmd asks the engine)."""
+    local tokenizer llmd will count this release's prompts with (None: llmd asks the engine);
+    `headers` go with every request (the engine's API key: llmd/engine/args.py)."""
     if boot_s is None or boot_s > expected.boot_timeout_s:
         return judge(SmokeObservations(boot_s=boot_s), expected, engine_log_tail)
     seen = await observe(
@@ -79,6 +82,7 @@ async def run_smoke(
         golden=golden,
         max_tokens=max_tokens,
         request_timeout_s=expected.latency_s * 2 + 5,
+        headers=headers,
     )
     return judge(seen, expected, engine_log_tail)
 
@@ -92,13 +96,16 @@ async def observe(
     golden: Sequence[GoldenPrompt],
     max_tokens: int,
     request_timeout_s: float,
+    headers: Mapping[str, str] | None = None,
 ) -> SmokeObservations:
-    """Read /v1/models, count the fixed texts both ways, run the golden prompts."""
-    served, max_model_len = await _models(socket)
-    counts = [await _count(socket, model, counter, label, text) for label, text in FIXED_TEXTS]
-    counts.append(await _count(socket, model, counter, "chat", None))
+    """Read /v1/models, count the fixed texts both ways, run the golden prompts (each request
+    with `headers`)."""
+    engine = _Engine(socket, dict(headers or {}))
+    served, max_model_len = await _models(engine)
+    counts = [await _count(engine, model, counter, label, text) for label, text in FIXED_TEXTS]
+    counts.append(await _count(engine, model, counter, "chat", None))
     answers = [
-        await _golden(socket, model, prompt, max_tokens, request_timeout_s) for prompt in golden
+        await _golden(engine, model, prompt, max_tokens, request_timeout_s) for prompt in golden
     ]
     return SmokeObservations(
         boot_s=boot_s,
@@ -109,9 +116,9 @@ async def observe(
     )
 
 
-async def _models(socket: Path) -> tuple[tuple[str, ...], int | None]:
+async def _models(engine: _Engine) -> tuple[tuple[str, ...], int | None]:
     try:
-        answer = await _call(socket, "GET", "/v1/models", None, _SMALL_TIMEOUT)
+        answer = await _call(engine, "GET", "/v1/models", None, _SMALL_TIMEOUT)
     except _Failed:
         return (), None
     models = answer.get("data") if isinstance(answer, dict) else None
@@ -124,7 +131,7 @@ async def _models(socket: Path) -> tuple[tuple[str, ...], int | None]:
 
 
 async def _count(
-    socket: Path, model: str, counter: LocalCounter | None, label: str, text: str | None
+    engine: _Engine, model: str, counter: LocalCounter | None, label: str, text: str | None
 ) -> TokenCount:
     """`text` as a completion prompt, or FIXED_CHAT as a chat when `text` is None."""
     if text is None:
@@ -139,7 +146,7 @@ async def _count(
     if counter is not None and counter.can_count(prompt):
         local = (await counter.count(prompt))[0]
     try:
-        answer = await _call(socket, "POST", "/tokenize", tokenize, _SMALL_TIMEOUT)
+        answer = await _call(engine, "POST", "/tokenize", tokenize, _SMALL_TIMEOUT)
     except _Failed as exc:
         return TokenCount(label, local, None, f"/tokenize failed: {exc}")
     count = answer.get("count") if isinstance(answer, dict) else None
@@ -149,7 +156,7 @@ async def _count(
 
 
 async def _golden(
-    socket: Path, model: str, prompt: GoldenPrompt, max_tokens: int, timeout_s: float
+    engine: _Engine, model: str, prompt: GoldenPrompt, max_tokens: int, timeout_s: float
 ) -> GoldenAnswer:
     body = {
         "model": model,
@@ -160,7 +167,7 @@ async def _golden(
     began = time.monotonic()
     try:
         answer = await _call(
-            socket, "POST", "/v1/chat/completions", body, aiohttp.ClientTimeout(total=timeout_s)
+            engine, "POST", "/v1/chat/completions", body, aiohttp.ClientTimeout(total=timeout_s)
         )
     except _Failed as exc:
         return GoldenAnswer(prompt.label, "", (), time.monotonic() - began, error=str(exc))
@@ -175,7 +182,7 @@ async def _golden(
     if text.strip():
         tokenize = {"model": model, "prompt": text, "add_special_tokens": False}
         try:
-            tokens = await _call(socket, "POST", "/tokenize", tokenize, _SMALL_TIMEOUT)
+            tokens = await _call(engine, "POST", "/tokenize", tokenize, _SMALL_TIMEOUT)
             ids = tuple(tokens.get("tokens") or ())
         except _Failed as exc:
             return GoldenAnswer(prompt.label, text, (), latency, finish, f"/tokenize: {exc}")
@@ -186,8 +193,16 @@ class _Failed(Exception):
     """A call to the engine failed: connection, timeout, non-200, not JSON."""
 
 
+@dataclasses.dataclass(frozen=True)
+class _Engine:
+    """The engine's Unix socket and the headers each request to it carries."""
+
+    socket: Path
+    headers: dict[str, str]
+
+
 async def _call(
-    socket: Path,
+    engine: _Engine,
     method: str,
     path: str,
     body: dict[str, Any] | None,
@@ -195,12 +210,12 @@ async def _call(
 ) -> Any:
     try:
         async with (
-            _session(socket) as session,
+            _session(engine.socket) as session,
             session.request(
                 method,
                 "http://engine" + path,
                 data=None if body is None else json.dumps(body),
-                headers={"content-type": "application/json"},
+                headers={**engine.headers, "content-type": "application/json"},
                 timeout=timeout,
             ) as response,
         ):

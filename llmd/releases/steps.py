@@ -11,6 +11,7 @@ from typing import Protocol
 
 from llmd.actions import OperatorActions
 from llmd.config import EngineConfig
+from llmd.engine.args import engine_auth_headers
 from llmd.errors import ReleaseError
 from llmd.releases.deploy_events import Booted, Drained, SmokeDone
 from llmd.releases.golden import load_golden, pinned_max_model_len
@@ -122,6 +123,7 @@ async def smoke(
         golden=golden,
         max_tokens=rules.golden_max_tokens,
         engine_log_tail=supervisor.recent_output(),
+        headers=engine_auth_headers(table),
     )
     return SmokeDone(
         release, report.passed, time.monotonic(), report.failed_check or "", report.summary()

@@ -40,9 +40,11 @@ async def smoke_sim(
     counter: LocalCounter,
     *sim_args: str,
     golden: tuple[GoldenPrompt, ...] = BUILTIN_GOLDEN,
+    headers: dict[str, str] | None = None,
     **expected: object,
 ) -> SmokeReport:
-    """Start the simulator with `sim_args`, wait for it, run the gate, stop it."""
+    """Start the simulator with `sim_args`, wait for it, run the gate (its requests with
+    `headers`), stop it."""
     sim = SimProcess.start(model, *sim_args)
     try:
         expectations = expect(**expected)
@@ -56,6 +58,7 @@ async def smoke_sim(
             golden=golden,
             max_tokens=16,
             engine_log_tail=sim.log()[-500:],
+            headers=headers,
         )
     finally:
         sim.stop()
@@ -66,6 +69,20 @@ async def test_a_healthy_release_passes(tiny_model_dir: Path, counter: LocalCoun
     report = await smoke_sim(tiny_model_dir, counter, "--max-model-len", "1024", max_model_len=1024)
     assert report.passed, report.summary()
     assert "5 texts counted alike" in report.summary()
+
+
+async def test_an_engine_behind_an_api_key_is_smoked_with_it(
+    tiny_model_dir: Path, counter: LocalCounter
+) -> None:
+    """An engine run with --api-key passes the gate when its key goes with each request, and
+    fails it without (vLLM answers 401 on /v1)."""
+    key = ("--api-key", "release-key")
+    passed = await smoke_sim(
+        tiny_model_dir, counter, *key, headers={"Authorization": "Bearer release-key"}
+    )
+    assert passed.passed, passed.summary()
+    refused = await smoke_sim(tiny_model_dir, counter, *key)
+    assert not refused.passed and refused.failed_check == "model_name", refused.summary()
 
 
 async def test_a_tokenizer_llmd_does_not_count_with_fails_token_count(
