@@ -51,6 +51,12 @@ class DaemonState:
 
     def __post_init__(self) -> None:
         self.observer.ttft_sink = self.admission.guard  # each answered request's TTFT
+        self.observer.release_of = self.release_of
+
+    def release_of(self, backend: str) -> str | None:
+        """The release engine `backend` runs (None: an upstream, or none recorded)."""
+        engine = self.fleet.engines.get(backend)
+        return engine.release if engine is not None else None
 
     @property
     def engine(self) -> EngineState:

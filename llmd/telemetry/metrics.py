@@ -92,8 +92,9 @@ class ProxyMetrics:
         self.backend_requests = Counter(
             "llmd_backend_requests",
             "Requests sent to each backend, by outcome: answered, failed (the client got the "
-            "error) or retried (failed before the first byte, sent once more elsewhere).",
-            ["engine", "model", "outcome"], registry=r,
+            "error) or retried (failed before the first byte, sent once more elsewhere); "
+            "release: the release the backend ran (empty: none recorded).",
+            ["engine", "model", "outcome", "release"], registry=r,
         )  # fmt: skip
         self.queue_wait = _histogram(r, "llmd_queue_wait_seconds", "Time queued before release.")
         self.ttft = _histogram(
@@ -131,7 +132,7 @@ def _histogram(registry: CollectorRegistry, name: str, documentation: str) -> Hi
     return Histogram(
         name,
         documentation,
-        ["class", "input_length", "model"],
+        ["class", "input_length", "model", "release"],
         buckets=LATENCY_BUCKETS,
         registry=registry,
     )

@@ -129,6 +129,9 @@ class Observer:
         self.engine_token_rates: dict[str, tuple[float, float]] = {}
         self.gpus = GpuReading()
         self.ttft_sink: TtftSink | None = None
+        # The release a backend runs (None: none recorded): the `release` label of each
+        # request's latency and backend series, so a canary's two releases read apart.
+        self.release_of: Callable[[str], str | None] = lambda backend: None
         # Called with each request relayed to a backend once it ended (a canary's figures).
         self.on_relayed: Callable[[Record], None] | None = None
 
@@ -202,6 +205,7 @@ class Observer:
         klass = record.request_class
         model = record.model or ""
         length = input_length_label(record.prompt_tokens)
+        release = (self.release_of(record.backend) if record.backend is not None else None) or ""
         admitted = record.admitted_at or now
         queue_s = admitted - (record.queued_at or admitted)
         ttft_s = None if record.first_byte_at is None else record.first_byte_at - record.started_at
@@ -210,17 +214,17 @@ class Observer:
         if record.backend is not None:
             answered = status and status < 500 and record.error_code is None
             m.backend_requests.labels(
-                record.backend, model, "answered" if answered else "failed"
+                record.backend, model, "answered" if answered else "failed", release
             ).inc()
-        m.queue_wait.labels(klass, length, model).observe(queue_s)
+        m.queue_wait.labels(klass, length, model, release).observe(queue_s)
         self.windows.queue_wait.add(queue_s)
         if ttft_s is not None and status == 200:
-            m.ttft.labels(klass, length, model).observe(ttft_s)
+            m.ttft.labels(klass, length, model, release).observe(ttft_s)
             self.windows.ttft.add(ttft_s)
             if self.ttft_sink is not None and record.stream:  # non-streamed: TTFT is the whole
                 self.ttft_sink.observed(klass, ttft_s, queue_s)
         if outcome == "ok":
-            m.e2e.labels(klass, length, model).observe(total_s)
+            m.e2e.labels(klass, length, model, release).observe(total_s)
             self.windows.e2e.add(total_s)
         prompt = record.prompt_tokens or 0
         m.prompt_tokens.labels(tenant).inc(prompt)
@@ -295,7 +299,8 @@ class Observer:
     def retried(self, backend: str, model: str | None) -> None:
         """Account a request that failed on `backend` before the first byte and was sent once
         more to another backend of its pool."""
-        self.metrics.backend_requests.labels(backend, model or "", "retried").inc()
+        release = self.release_of(backend) or ""
+        self.metrics.backend_requests.labels(backend, model or "", "retried", release).inc()
 
     def _timeout(self, request_class: str) -> None:
         self.metrics.timeouts.labels(request_class).inc()

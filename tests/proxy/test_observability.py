@@ -69,7 +69,7 @@ def test_metrics_count_real_traffic(llmd: LlmdProcess) -> None:
         return (value(found, name, **labels) or 0) - (value(base, name, **labels) or 0)
 
     ok = {"tenant": "anonymous", "class": "normal", "status": "200", "model": "tiny"}
-    answered = {"engine": "main", "model": "tiny", "outcome": "answered"}
+    answered = {"engine": "main", "model": "tiny", "outcome": "answered", "release": ""}
 
     def accounted() -> bool:  # each request is accounted a moment after its answer ends
         nonlocal found
@@ -84,7 +84,7 @@ def test_metrics_count_real_traffic(llmd: LlmdProcess) -> None:
     assert delta("llmd_requests_total", **ok) == 5  # the abandoned stream had its 200
     assert delta("llmd_rejections_total", reason="context_length_exceeded") == 1
     assert delta("llmd_cancellations_total", phase="decode") == 1
-    lengths = {"class": "normal", "input_length": "le512", "model": "tiny"}
+    lengths = {"class": "normal", "input_length": "le512", "model": "tiny", "release": ""}
     assert delta("llmd_e2e_request_latency_seconds_count", **lengths) == 4
     assert delta("llmd_generation_tokens_total", tenant="anonymous") >= 4 * 20
     assert delta("llmd_backend_requests_total", **answered) == 5

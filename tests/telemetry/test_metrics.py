@@ -23,12 +23,12 @@ from llmd.telemetry.status_metrics import StatusCollector
 from tests.support.exchanges import finished_exchange
 from tests.support.state import daemon_state
 
-HISTOGRAM_LABELS = {"class", "input_length", "model", "le"}
+HISTOGRAM_LABELS = {"class", "input_length", "model", "release", "le"}
 ENGINE = {"engine"}
 # name -> (type, label names). The contract: change only with the README and the dashboard.
 SERIES = {
     "llmd_requests": ("counter", {"tenant", "class", "status", "model"}),
-    "llmd_backend_requests": ("counter", {"engine", "model", "outcome"}),
+    "llmd_backend_requests": ("counter", {"engine", "model", "outcome", "release"}),
     "llmd_queue_wait_seconds": ("histogram", HISTOGRAM_LABELS),
     "llmd_time_to_first_token_seconds": ("histogram", HISTOGRAM_LABELS),
     "llmd_e2e_request_latency_seconds": ("histogram", HISTOGRAM_LABELS),
@@ -122,13 +122,14 @@ def test_input_length_buckets() -> None:
 
 
 def test_latency_lands_in_the_class_and_length_series() -> None:
-    """A 3,000-token interactive request is observed under class=interactive, le8192."""
+    """A 3,000-token interactive request is observed under class=interactive, le8192, and
+    the release its engine runs (r1)."""
     ctx = busy_context()
     ctx.observer.finished(
         finished_exchange(request_class="interactive", prompt_tokens=3000, ttft_s=0.2)
     )
     registry = ctx.observer.metrics.registry
-    labels = {"class": "interactive", "input_length": "le8192", "model": "tiny"}
+    labels = {"class": "interactive", "input_length": "le8192", "model": "tiny", "release": "r1"}
     assert registry.get_sample_value("llmd_time_to_first_token_seconds_count", labels) == 1
     ttft_sum = registry.get_sample_value("llmd_time_to_first_token_seconds_sum", labels)
     assert ttft_sum == pytest.approx(0.2)
