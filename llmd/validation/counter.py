@@ -66,6 +66,7 @@ class LocalCounter:
         self.max_token_id = max_token_id
         self.max_chars_per_token = max(len(t) for t in tokenizer.get_vocab())
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "llmd-tokenizer")
+        self._closed = False
 
     @classmethod
     def load(cls, path: str) -> LocalCounter:
@@ -106,8 +107,10 @@ class LocalCounter:
         return self._template is not None
 
     def close(self) -> None:
-        """Release the tokenizer thread once the counts queued on it are done (a reload may
-        replace this counter while requests still wait for their count)."""
+        """Release the tokenizer thread once the counts queued on it are done. A reload or a
+        deploy may replace this counter while requests that took it have yet to ask for their
+        count: those are counted on a thread of their own."""
+        self._closed = True
         self._executor.shutdown(wait=False)
 
     def can_count(self, prompt: Prompt) -> bool:
@@ -124,6 +127,8 @@ class LocalCounter:
         it the same way, `TokenizeParams._text_len_check`). Raises InvalidRequest (naming the
         field) when the chat template or the tokenizer refuses the input.
         """
+        if self._closed:
+            return await asyncio.to_thread(self.count_now, prompt, limit)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self.count_now, prompt, limit)
 

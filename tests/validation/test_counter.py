@@ -41,6 +41,18 @@ def test_chat_count_is_the_rendered_template_tokenized(counter: LocalCounter) ->
     assert counter.count_now(chat([{"role": "user", "content": "hello 😀 你好"}])) == [expected]
 
 
+async def test_a_closed_counter_still_counts_for_requests_that_took_it(
+    tiny_model_dir: Path,
+) -> None:
+    """A reload or deploy closes the counter a request already took: its count still comes
+    (it was a 500, 'cannot schedule new futures after shutdown', found by a deploy test)."""
+    replaced = await asyncio.to_thread(LocalCounter.load, str(tiny_model_dir))
+    prompt = completion("hello there")
+    before = await replaced.count(prompt)
+    replaced.close()
+    assert await replaced.count(prompt) == before
+
+
 def test_chat_add_special_tokens_adds_bos(counter: LocalCounter) -> None:
     """add_special_tokens=true on chat adds the tokenizer's own BOS on top of the template's."""
     messages = [{"role": "user", "content": "hi"}]
