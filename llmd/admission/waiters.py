@@ -370,7 +370,8 @@ class Admission:
                 if not engine.serving and engine.phase is not EnginePhase.FAILED:
                     back_at = now + engine.retry_after_s()
                 self.capacity.set_serving(name, engine.serving, back_at)
-        gate = self.guard.gate(PoolGate(self.capacity, now), self.scheduler)
+        outage = not all(self.capacity.available(m, now) for m in self.capacity.models())
+        gate = self.guard.gate(PoolGate(self.capacity, now), self.scheduler, outage)
         decisions = self.scheduler.decide(now, gate)
         for entry in decisions.released:
             future = self._waiters.get(entry)

@@ -103,6 +103,21 @@ def test_a_queued_request_predicted_late_raises_the_level() -> None:
     assert "interactive predicted TTFT" in guard.state.reason
 
 
+def test_a_queue_waiting_out_an_outage_does_not_raise_the_level() -> None:
+    """While a pool has no backend to take requests (an engine booting or held by a deploy)
+    the queued request's wait measures the outage: the level stays; once the pool serves
+    again the same wait counts."""
+    clock = Clock()
+    guard = SloGuard(CONFIG, clock)
+    sched = scheduler()
+    sched.submit(Entry(Tenant(), Priority.INTERACTIVE, cost=10), clock.now)
+    for _ in range(20):
+        clock.now += EVALUATE_EVERY_S
+        guard.gate(_NoGate(), sched, outage=True)
+        assert guard.as_snapshot().level == Level.NORMAL
+    assert evaluate(guard, clock, sched) is Level.HOLD_BATCH
+
+
 def test_the_window_forgets_and_the_guard_recovers_a_level_per_dwell() -> None:
     """Once the slow requests leave the window the level falls one step per dwell."""
     clock = Clock()
