@@ -6,38 +6,44 @@ Three paths to the same vLLM child (the one `llmd serve` supervises, on its Unix
           any relay
   llmd    client → TCP → llmd's proxy → vLLM's socket
 Reports added latency (p50, non-streaming, 16 tokens) at concurrency 1 and 32, streamed tokens/s
-at 64 concurrent streams, and the relay process's own CPU time per streamed token (user + system,
-its children excluded). On 2 cores every relay takes CPU from a CPU-bound engine: read tokens/s
+at 64 concurrent streams, and each relay process's whole CPU time per streamed token (user +
+system, its children excluded: for llmd that is the relay, telemetry, status and logging
+together). Each round runs the three paths in an order rotated by one; per round it prints
+llmd/splice for tokens/s at 64 streams and for CPU per token, and llmd's added p50 at one
+request minus the splice's, then the median (min-max) over rounds (issue 20's targets: >= 0.95,
+<= 1.5, <= 1 ms). On 2 cores every relay takes CPU from a CPU-bound engine: read tokens/s
 ratios against the splice's, not against 1.0.
 
-    .venv/bin/python scripts/bench_relay.py [--config etc/demo.toml] [--output FILE.json]
+    flock /tmp/llmd-heavy.lock .venv/bin/python scripts/bench_relay.py --rounds 3 \
+        [--output docs/bench/relay-DATE.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import json
-import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import httpx
 
 REPO = Path(__file__).resolve().parents[1]
-TICKS = os.sysconf("SC_CLK_TCK")
+sys.path.insert(0, str(REPO))
 
+from tests.support.configs import demo_config  # noqa: E402
+from tests.support.llmd_process import LlmdProcess, free_port  # noqa: E402
+from tests.support.machine_load import load_average  # noqa: E402
+from tests.support.model import ensure_tiny_model  # noqa: E402
+from tests.support.profiling import py_spy_record, report_profile  # noqa: E402
+from tests.support.rounds import cpu_seconds, spread, write_record  # noqa: E402
 
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of `pid` itself (not its children), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
+STREAMS = 64
 
 
 async def splice_server(listen_port: int, upstream: str) -> None:
@@ -125,68 +131,107 @@ async def run_load(
     }
 
 
-async def measure(paths: dict[str, tuple[str, str, int | None]], rounds: int) -> dict[str, Any]:
-    results: dict[str, Any] = {
-        name: {"c1": [], "c32": [], "stream64": [], "cpu_us_per_token": []} for name in paths
-    }
-    for _ in range(rounds):
-        for name, (target, url, pid) in paths.items():
-            results[name]["c1"].append(
-                (await run_load(name, target, url, 1, 20, 16, False))["p50_ms"]
-            )
-            results[name]["c32"].append(
-                (await run_load(name, target, url, 32, 96, 16, False))["p50_ms"]
-            )
-            cpu0 = process_cpu_s(pid) if pid else 0.0
-            load = await run_load(name, target, url, 64, 64, 200, True)
-            results[name]["stream64"].append(load["tokens_per_s"])
-            if pid:
-                results[name]["cpu_us_per_token"].append(
-                    (process_cpu_s(pid) - cpu0) / load["tokens"] * 1e6
-                )
+async def one_round(
+    name: str, target: str, url: str, pid: int | None, profile: tuple[str | None, Path]
+) -> dict[str, Any]:
+    """One path's figures: p50 at concurrency 1 and 32, tokens/s and CPU per token at 64 (the
+    relay process sampled by py-spy meanwhile when `profile` names it)."""
+    c1 = await run_load(name, target, url, 1, 20, 16, False)
+    c32 = await run_load(name, target, url, 32, 96, 16, False)
+    cpu0 = cpu_seconds(pid) if pid else 0.0
+    with py_spy_record(profile[0], pid or 0, profile[1]):
+        load = await run_load(name, target, url, STREAMS, 2 * STREAMS, 200, True)
+    cpu = (cpu_seconds(pid) - cpu0) / load["tokens"] * 1e6 if pid else None
     return {
-        name: {key: statistics.median(values) if values else None for key, values in row.items()}
-        for name, row in results.items()
+        "c1": c1["p50_ms"],
+        "c32": c32["p50_ms"],
+        "stream64": load["tokens_per_s"],
+        "cpu_us_per_token": cpu,
     }
 
 
-def start_llmd(config: Path, port: int, runtime_dir: Path) -> subprocess.Popen[bytes]:
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "llmd.cli",
-            "serve",
-            "--config",
-            str(config),
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--runtime-dir",
-            str(runtime_dir),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=(runtime_dir.parent / "llmd.log").open("wb"),
+async def measure(
+    paths: dict[str, tuple[str, str, int | None]], rounds: int, py_spy: str | None, out: Path
+) -> list[dict[str, Any]]:
+    """`rounds` rounds over `paths`, the order rotated by one each round; per round each path's
+    figures, the load average before it, and llmd's figures against the splice's. With
+    `py_spy`, one more round through llmd (not counted) has its 64 streams profiled into `out`."""
+    names = list(paths)
+    records = []
+    for round_no in range(rounds):
+        shift = round_no % len(names)
+        record: dict[str, Any] = {
+            "round": round_no + 1,
+            "started": datetime.datetime.now().isoformat(timespec="seconds"),
+            "order": names[shift:] + names[:shift],
+        }
+        for name in record["order"]:
+            target, url, pid = paths[name]
+            load = load_average()
+            figures = await one_round(name, target, url, pid, (None, out))
+            record[name] = figures | {"load": load}
+        direct, splice, llmd = record["direct"], record["splice"], record["llmd"]
+        record["llmd_over_splice"] = {
+            "stream64": llmd["stream64"] / splice["stream64"],
+            "cpu_us_per_token": llmd["cpu_us_per_token"] / splice["cpu_us_per_token"],
+            "added_c1_minus_splice_ms": llmd["c1"] - splice["c1"],
+        }
+        record["added_ms"] = {
+            name: {
+                "c1": record[name]["c1"] - direct["c1"],
+                "c32": record[name]["c32"] - direct["c32"],
+            }
+            for name in ("splice", "llmd")
+        }
+        print(json.dumps(record), flush=True)
+        records.append(record)
+    if py_spy:
+        target, url, pid = paths["llmd"]
+        await one_round("llmd", target, url, pid, (py_spy, out))
+    return records
+
+
+def print_summary(records: list[dict[str, Any]]) -> None:
+    """Per path the median (min-max) of each figure over rounds, then llmd against the splice."""
+    print(
+        f"\n{'path':<8} {'p50 c=1 ms':>22} {'added':>18} {'p50 c=32 ms':>22} "
+        f"{'tok/s @64':>24} {'CPU µs/token':>18}"
     )
-    deadline = time.monotonic() + 400
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            time.sleep(0.5)
-    process.terminate()
-    raise SystemExit("llmd did not become ready; see " + str(runtime_dir.parent / "llmd.log"))
+    for name in ("direct", "splice", "llmd"):
+        rows = [r[name] for r in records]
+        added = [r["added_ms"][name] for r in records] if name != "direct" else []
+        print(
+            f"{name:<8} {spread([r['c1'] for r in rows], 1):>22} "
+            f"{spread([a['c1'] for a in added], 1):>18} {spread([r['c32'] for r in rows], 1):>22} "
+            f"{spread([r['stream64'] for r in rows]):>24} "
+            f"{spread([r['cpu_us_per_token'] for r in rows]):>18}"
+        )
+    ratios = [r["llmd_over_splice"] for r in records]
+    print("\nllmd against the splice, per round, then median (min-max):")
+    for key, goal in (
+        ("stream64", "target >= 0.95"),
+        ("cpu_us_per_token", "target <= 1.5"),
+        ("added_c1_minus_splice_ms", "target <= 1 ms"),
+    ):
+        values = [r[key] for r in ratios]
+        each = ", ".join(f"{v:.2f}" for v in values)
+        print(f"  {key}: {each}; {spread(values, 2)} ({goal})")
+    print(
+        "  load average before each path: "
+        + spread([r[name]["load"] for r in records for name in ("direct", "splice", "llmd")], 2)
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--config", type=Path, default=REPO / "etc" / "demo.toml")
-    parser.add_argument(
-        "--rounds", type=int, default=2, help="interleaved rounds; medians are reported"
-    )
+    parser.add_argument("--rounds", type=int, default=3, help="rounds, the path order rotating")
     parser.add_argument("--output", type=Path)
+    parser.add_argument(
+        "--py-spy", help="py-spy's path: profile llmd's 64 streams in an extra round"
+    )
+    parser.add_argument("--profile", type=Path, default=Path("/tmp/llmd-relay.collapsed"))
     parser.add_argument(
         "--splice-server", nargs=2, metavar=("PORT", "SOCKET"), help=argparse.SUPPRESS
     )
@@ -197,41 +242,38 @@ def main() -> None:
         uvloop.run(splice_server(int(args.splice_server[0]), args.splice_server[1]))
         return
 
-    work = Path(tempfile.mkdtemp(prefix="llmd-bench-", dir="/tmp"))
-    runtime_dir = work / "run"
-    llmd_port, splice_port = 18471, 18472
-    llmd = start_llmd(args.config.resolve(), llmd_port, runtime_dir)
-    engine_socket = str(runtime_dir / "engine.sock")
-    splice = subprocess.Popen(
-        [sys.executable, __file__, "--splice-server", str(splice_port), engine_socket]
-    )
-    time.sleep(1.0)
+    llmd = LlmdProcess.start(demo_config(ensure_tiny_model()))
+    splice_port = free_port()
+    splice = None
     try:
+        llmd.wait_ready(600)
+        llmd.wait_tokenizer()
+        engine_socket = str(llmd.engine_socket)
+        splice = subprocess.Popen(
+            [sys.executable, __file__, "--splice-server", str(splice_port), engine_socket]
+        )
+        time.sleep(1.0)
         paths = {
             "direct": (engine_socket, "http://engine", None),
             "splice": ("", f"http://127.0.0.1:{splice_port}", splice.pid),
-            "llmd": ("", f"http://127.0.0.1:{llmd_port}", llmd.pid),
+            "llmd": ("", llmd.base_url, llmd.process.pid),
         }
-        results = asyncio.run(measure(paths, args.rounds))
+        records = asyncio.run(measure(paths, args.rounds, args.py_spy, args.profile))
     finally:
-        splice.terminate()
-        llmd.terminate()
-        llmd.wait(timeout=60)
-    direct = results["direct"]
-    print(
-        f"{'path':<8} {'p50 c=1':>9} {'added':>7} {'p50 c=32':>9} {'added':>7} {'tok/s @64':>10} "
-        f"{'vs splice':>9} {'CPU/token':>10}"
-    )
-    for name, row in results.items():
-        cpu = f"{row['cpu_us_per_token']:.0f} µs" if row["cpu_us_per_token"] is not None else "-"
-        print(
-            f"{name:<8} {row['c1']:>7.1f}ms {row['c1'] - direct['c1']:>5.1f}ms "
-            f"{row['c32']:>7.1f}ms "
-            f"{row['c32'] - direct['c32']:>5.1f}ms {row['stream64']:>10.0f} "
-            f"{row['stream64'] / results['splice']['stream64']:>9.2f} {cpu:>10}"
-        )
-    if args.output:
-        args.output.write_text(json.dumps(results, indent=2))
+        if splice is not None:
+            splice.terminate()
+        llmd.stop()
+    print_summary(records)
+    title = f"py-spy, llmd's 64 streams in an extra round ({args.profile})"
+    shares = report_profile(args.py_spy, args.profile, title)
+    medians = {
+        name: {
+            key: statistics.median(r[name][key] for r in records)
+            for key in ("c1", "c32", "stream64")
+        }
+        for name in ("direct", "splice", "llmd")
+    }
+    write_record(args.output, rounds=records, medians=medians, profile=shares)
 
 
 if __name__ == "__main__":

@@ -125,6 +125,16 @@ class LlmdProcess:
             time.sleep(0.1)
         raise RuntimeError(f"llmd not ready after {timeout_s}s:\n{self.log_tail()}")
 
+    def wait_tokenizer(self, timeout_s: float = 120.0) -> bool:
+        """Wait until the log says validation's tokenizer is settled (it loads after /ready, and
+        its import costs seconds of CPU a benchmark must not measure); whether it did in time."""
+        events = ('"tokenizer_loaded"', '"tokenizer_engine"', '"tokenizer_fallback_engine"')
+        return wait_for(
+            lambda: any(e in self.log_path.read_text(errors="replace") for e in events),
+            timeout_s,
+            every_s=0.2,
+        )
+
     def stop(self, timeout_s: float = 90.0) -> int:
         """SIGTERM llmd and wait for it; its exit status (SIGKILL after `timeout_s`)."""
         return stop_process(self.process, timeout_s)
