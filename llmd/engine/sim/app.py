@@ -73,6 +73,12 @@ def build_server(options: SimOptions) -> SimServer:
     )
 
 
+# Connections the kernel queues for accept: uvicorn's default (vLLM's API server runs uvicorn
+# with it), not aiohttp's 128, so a burst of connects (llmd opens one per request) is not
+# refused where vLLM would queue it.
+LISTEN_BACKLOG = 2048
+
+
 async def start(server: SimServer, options: SimOptions) -> web.AppRunner:
     """Start the engine loop and listen on `options.uds` and/or `options.port`; the runner
     (`await runner.cleanup()` stops listening; then `await server.engine.close()`)."""
@@ -87,10 +93,10 @@ async def start(server: SimServer, options: SimOptions) -> web.AppRunner:
     if options.uds:
         with contextlib.suppress(FileNotFoundError):
             Path(options.uds).unlink()
-        await web.UnixSite(runner, options.uds).start()
+        await web.UnixSite(runner, options.uds, backlog=LISTEN_BACKLOG).start()
         log.info("Starting vLLM API server 0 on unix:%s", options.uds)
     if options.port:
-        await web.TCPSite(runner, options.host, options.port).start()
+        await web.TCPSite(runner, options.host, options.port, backlog=LISTEN_BACKLOG).start()
         log.info("Starting vLLM API server 0 on http://%s:%d", options.host, options.port)
     return runner
 

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import signal
+import socket
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.engine.sim.conftest import RunningSim, SimFactory
+from tests.support.sim_process import SimProcess, health_status
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "Hello world"}]}
 
@@ -221,3 +225,30 @@ async def test_every_served_name_and_lora_adapter_is_listed_and_served(
         assert reply.status_code == 200 and reply.json()["model"] == answered_as
     missing = await sim.client.post("/v1/completions", json={"model": "tiny", "prompt": "hi"})
     assert missing.status_code == 404
+
+
+def test_a_burst_of_connections_queues_as_on_vllm(tiny_model: Path) -> None:
+    """A burst of 600 connects while the simulator accepts none (stopped) is queued by the
+    kernel, as uvicorn's backlog of 2048 queues it for vLLM, not refused past aiohttp's 128."""
+    sim = SimProcess.start(tiny_model, "--zero-latency")
+    sockets: list[socket.socket] = []
+    try:
+        sim.wait_ready()
+        sim.process.send_signal(signal.SIGSTOP)
+        refused = 0
+        for _ in range(600):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.setblocking(False)
+            sockets.append(sock)
+            try:
+                sock.connect(str(sim.socket))
+            except BlockingIOError:  # EAGAIN: the listen queue is full
+                refused += 1
+        sim.process.send_signal(signal.SIGCONT)
+        assert refused == 0
+        assert health_status(sim.socket) == 200
+    finally:
+        for sock in sockets:
+            sock.close()
+        sim.process.send_signal(signal.SIGCONT)
+        sim.stop()
