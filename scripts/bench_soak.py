@@ -84,21 +84,25 @@ async def idle_streams(llmd: LlmdProcess, streams: int, hold_s: float) -> dict[s
             for _ in range(streams)
         ]
         samples = [before]
-        while not first.is_set() and time.monotonic() - start < 180:
-            await asyncio.sleep(1.0)
-            samples.append(sample(pid, start) | {"streams_started": count[0]})
-            failed = [t for t in tasks if t.done() and t.exception() is not None]
-            if failed:
-                raise RuntimeError(f"a stream failed: {failed[0].exception()!r}")
-        all_open = sample(pid, start) | {"streams_started": count[0]}
-        end = time.monotonic() + hold_s
-        while time.monotonic() < end:
-            await asyncio.sleep(1.0)
-            samples.append(sample(pid, start) | {"streams_started": count[0]})
-        still_open = sum(not t.done() for t in tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        try:
+            while not first.is_set() and time.monotonic() - start < 180:
+                await asyncio.sleep(1.0)
+                samples.append(sample(pid, start) | {"streams_started": count[0]})
+                failed = [t for t in tasks if t.done() and t.exception() is not None]
+                if failed:
+                    raise RuntimeError(
+                        f"{len(failed)} streams failed, the first: {failed[0].exception()!r}"
+                    )
+            all_open = sample(pid, start) | {"streams_started": count[0]}
+            end = time.monotonic() + hold_s
+            while time.monotonic() < end:
+                await asyncio.sleep(1.0)
+                samples.append(sample(pid, start) | {"streams_started": count[0]})
+            still_open = sum(not t.done() for t in tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
     held = [s for s in samples if s["t"] >= all_open["t"]]
     return {
         "streams": streams,
