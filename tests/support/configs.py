@@ -50,3 +50,20 @@ def multi_sim_config(
     for section, values in sections.items():
         raw.setdefault(section, {}).update(values)
     return tomli_w.dumps(raw)
+
+
+def config_sections(settings: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """`SECTION.KEY=VALUE` settings (VALUE in TOML: 'logging.requests="off"', or a bare word
+    taken as a string) as the `sections` `shipped_config` merges. Raises ValueError."""
+    sections: dict[str, dict[str, Any]] = {}
+    for setting in settings:
+        name, _, text = setting.partition("=")
+        section, _, key = name.partition(".")
+        if not (section and key and text):
+            raise ValueError(f"{setting!r}: expected SECTION.KEY=VALUE")
+        try:
+            value = tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = text
+        sections.setdefault(section, {})[key] = value
+    return sections
