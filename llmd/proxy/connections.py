@@ -6,7 +6,8 @@ answers it with its own 503 (`flow_control.service_unavailable`: plain text, no 
 that answer replaced by llmd's: 503
 `too_many_connections`, OpenAI-shaped, with Retry-After (the time for one release at the
 measured rate), counted as a rejection. The limit bounds what connections cost llmd (each
-may buffer up to uvicorn's 64 KiB of body before llmd reads it); the body budget
+may buffer a read of body before llmd reads it: uvicorn pauses reading past 64 KiB, and
+uvloop reads up to 250 KB at once); the body budget
 (llmd/admission/bodies.py) bounds the bodies it reads. uvicorn reads the limit from its config
 for each new connection, so a reload applies it to the connections that follow.
 """
