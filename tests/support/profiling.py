@@ -62,6 +62,55 @@ def frame_shares(collapsed: Path, top: int = 25) -> ProfileShares:
     }
 
 
+# Kinds of work in llmd, by a frame anywhere in the sample's stack (first match wins)...
+_ANYWHERE = (
+    ("logging (structlog)", ("structlog/", "llmd/logs.py")),
+    ("Prometheus metrics", ("prometheus_client/",)),
+    ("telemetry", ("llmd/telemetry/",)),
+    ("tokenizer thread", ("_worker (concurrent/futures/thread.py",)),
+    ("hand-off to the tokenizer thread", ("ThreadPoolExecutor.submit",)),
+)
+# ...else by the innermost frame of one of these.
+_INNERMOST = (
+    ("aiohttp (requests to the engine)", ("aiohttp/",)),
+    ("validation", ("llmd/validation/",)),
+    ("admission and routing", ("llmd/admission/", "llmd/routing/")),
+    ("uvicorn", ("uvicorn/",)),
+    ("starlette", ("starlette/",)),
+    ("json", ("json/",)),
+    ("llmd proxy", ("llmd/proxy/",)),
+    ("asyncio (Python)", ("asyncio/",)),
+)
+
+
+def stage_shares(collapsed: Path) -> list[tuple[str, float]]:
+    """Shares of all samples by kind of work (the lists above; a sample whose innermost frame
+    is the loop's `run` is the event loop's own time: uvloop's sockets and callbacks)."""
+    counts: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in collapsed.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack:
+            continue
+        total += int(count_text)
+        counts[_stage(stack)] += int(count_text)
+    return [(name, round(n / total, 4)) for name, n in counts.most_common()] if total else []
+
+
+def _stage(stack: str) -> str:
+    for name, marks in _ANYWHERE:
+        if any(mark in stack for mark in marks):
+            return name
+    frames = stack.split(";")
+    if frames[-1].startswith("Runner.run ") or frames[-1].startswith("run_until_complete"):
+        return "event loop (uvloop)"
+    for frame in reversed(frames):
+        for name, marks in _INNERMOST:
+            if any(mark in frame for mark in marks):
+                return name
+    return "other"
+
+
 def _without_line(frame: str) -> str:
     """'f (path/x.py:12)' -> 'f (path/x.py)'."""
     head, sep, tail = frame.rpartition(":")
@@ -71,7 +120,7 @@ def _without_line(frame: str) -> str:
 def print_shares(shares: ProfileShares, title: str) -> None:
     """Print `frame_shares`' two lists under `title`."""
     print(f"\n{title}, share of samples:")
-    for kind in ("self", "inclusive"):
+    for kind in ("stages", "self", "inclusive"):
         print(f"  {kind}:")
         for frame, share in shares[kind]:
             print(f"    {share:6.1%}  {frame}")
@@ -83,5 +132,6 @@ def report_profile(binary: str | None, collapsed: Path, title: str) -> ProfileSh
     if binary is None:
         return None
     shares = frame_shares(collapsed)
+    shares["stages"] = stage_shares(collapsed)
     print_shares(shares, title)
     return shares
