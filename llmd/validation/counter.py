@@ -220,7 +220,8 @@ class EngineCounter:
                 status = response.status
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise EngineUnavailable(
-                f"cannot count prompt tokens: the engine's /tokenize failed: {exc!r}",
+                "cannot count prompt tokens: the engine's /tokenize failed: "
+                f"{exc or f'no answer in {_TOKENIZE_TIMEOUT.total:g} s'}",
                 retry_after_s=1,
             ) from exc
         if status == 404:

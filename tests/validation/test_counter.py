@@ -216,12 +216,14 @@ async def test_an_engine_validation_dump_names_only_what_the_client_sent(
 
 
 async def test_engine_counter_unreachable_is_503(tmp_path: Path) -> None:
-    """No engine on the socket: 503 engine_unavailable (retry), never a 500."""
+    """No engine on the socket: 503 engine_unavailable (retry), never a 500; its message is
+    the connection's error in words, not a Python repr."""
     client = EngineClient(tmp_path / "missing.sock")
     async with client.open():
         with pytest.raises(Exception) as caught:
             await EngineCounter(lambda: client).count(completion("abc"), None)
     assert getattr(caught.value, "status", None) == 503
+    assert "Error(" not in str(caught.value) and "No such file" in str(caught.value)
     await asyncio.sleep(0)
 
 
