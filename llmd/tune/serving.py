@@ -14,6 +14,7 @@ from llmd.runtime import RuntimePaths
 
 # How long tune waits for a daemon's status before taking its silence as "llmd is there".
 ADMIN_TIMEOUT_S = 5.0
+_WAY_OUT = "Stop llmd (systemctl stop llmd), or point --runtime-dir at the one it uses."
 
 
 def refuse_if_serving(runtime_dir: Path, engine: str | None) -> None:
@@ -43,9 +44,6 @@ def refuse_if_serving(runtime_dir: Path, engine: str | None) -> None:
         "engine and must not share the GPU with it. Stop llmd, or drain it "
         f"(llmd drain --wait --runtime-dir {runtime_dir}) and pass --engine {ENGINE_NAME}"
     )
-
-
-_WAY_OUT = "Stop llmd (systemctl stop llmd), or point --runtime-dir at the one it uses."
 
 
 def _listened_on(path: Path) -> bool:
