@@ -122,7 +122,9 @@ def run(args: argparse.Namespace) -> int:
         options = _options(args, config)
         if args.release:
             check_release(Path(args.state_dir), args.release)
-        refuse_if_serving(Path(args.runtime_dir or config.server.runtime_dir), args.engine)
+        refuse_if_serving(
+            Path(args.runtime_dir or config.server.runtime_dir), args.engine, ENGINE_NAME
+        )
         report = _run(options, args.quiet)
     except BenchError as exc:
         print(f"llmd tune: {exc}", file=sys.stderr)

@@ -17,14 +17,12 @@ ADMIN_TIMEOUT_S = 5.0
 _WAY_OUT = "Stop llmd (systemctl stop llmd), or point --runtime-dir at the one it uses."
 
 
-def refuse_if_serving(runtime_dir: Path, engine: str | None) -> None:
+def refuse_if_serving(runtime_dir: Path, engine: str | None, name: str = "main") -> None:
     """Raise `TuneError` unless no llmd daemon can be serving in `runtime_dir` (no admin socket,
-    or one nobody listens on, left by a killed llmd), or `engine` names its engine and the
+    or one nobody listens on, left by a killed llmd), or `engine` names its engine `name` and the
     daemon has drained it (draining, nothing in flight). A socket that exists but denies this
     user, answers with an error or answers nothing in ADMIN_TIMEOUT_S is a refusal too: the
     message says what was found and how to go on."""
-    from llmd.tune.command import ENGINE_NAME
-
     admin = RuntimePaths(runtime_dir).admin_socket
     if not _listened_on(admin):
         return
@@ -42,7 +40,7 @@ def refuse_if_serving(runtime_dir: Path, engine: str | None) -> None:
     raise TuneError(
         f"llmd serves on {admin} (engine {state}): tune boots its own "
         "engine and must not share the GPU with it. Stop llmd, or drain it "
-        f"(llmd drain --wait --runtime-dir {runtime_dir}) and pass --engine {ENGINE_NAME}"
+        f"(llmd drain --wait --runtime-dir {runtime_dir}) and pass --engine {name}"
     )
 
 
