@@ -389,10 +389,16 @@ class Daemon:
 
     def use_engine_table(self, name: str, table: EngineConfig) -> None:
         """A deploy runs `table` on engine `name` from its next boot (validation's tokenizer
-        and the engine's client follow now); the config file is not changed."""
+        and the engine's client follow now); the config file is not changed. Raises
+        ConfigError (the tenants file, as `apply`): then the engine keeps its table."""
         tables = {**self.config.engine_tables, name: table}
-        self.supervisors[name].engine = table
-        self.apply(with_engine_tables(self.config, tables))
+        supervisor = self.supervisors[name]
+        before, supervisor.engine = supervisor.engine, table
+        try:
+            self.apply(with_engine_tables(self.config, tables))
+        except ConfigError:
+            supervisor.engine = before
+            raise
 
     def add_engine(self, name: str, table: EngineConfig) -> None:
         """A canary: engine `name` supervised and booted beside the configured ones (in no

@@ -14,16 +14,11 @@ import dataclasses
 import time
 from typing import Any
 
-import structlog
-
 from llmd.releases.assign import goes_to_canary
-from llmd.releases.deploy_events import Observed
+from llmd.releases.deploy_events import Booted, Observed
 from llmd.releases.figures import StepTally
 from llmd.releases.steps import DeployHost, boot, drained, hold
 from llmd.releases.store import ReleaseStore
-
-log = structlog.get_logger("llmd.releases")
-
 
 CANARY_SUFFIX = ".canary"
 
@@ -103,16 +98,22 @@ async def remove_canary(host: DeployHost, engine: str) -> None:
         await host.remove_engine(name)
 
 
-async def adopt(host: DeployHost, store: ReleaseStore, engine: str, release: str) -> None:
+async def adopt(host: DeployHost, store: ReleaseStore, engine: str, release: str) -> Booted:
     """Promotion: the canary takes all the traffic while the engine drains and boots the
-    new release; then the engine serves and the canary goes."""
+    new release; then the engine serves and the canary goes (`adopted`). The engine's boot:
+    when it failed, the canary keeps all the traffic and the engine stays held while its
+    supervisor restarts it as usual (with backoff); `adopted` finishes once it serves."""
     set_split(host, engine, 100)
     hold(host, engine, True)
     await drained(host, engine, "")
     booted = await boot(host, store, engine, release, False)
-    if not booted.ok:  # the canary serves on; an operator's restart decides
-        log.error("deploy_adopt_failed", engine=engine, release=release, detail=booted.detail)
-        return
+    if booted.ok:
+        await adopted(host, engine, release)
+    return booted
+
+
+async def adopted(host: DeployHost, engine: str, release: str) -> None:
+    """The engine serves `release`: it takes the traffic back and the canary goes."""
     host.state.fleet.engines[engine].release = release
     hold(host, engine, False)
     await remove_canary(host, engine)

@@ -24,6 +24,7 @@ from llmd.releases.canary import (
     CANARY_SUFFIX,
     CanaryFigures,
     adopt,
+    adopted,
     canary_name,
     remove_canary,
     set_split,
@@ -41,6 +42,7 @@ from llmd.releases.deploy_events import (
     Resume,
     RunSmoke,
     SetShare,
+    StepFailed,
     StopEngine,
     Strategy,
 )
@@ -203,6 +205,8 @@ class Deployer:
                 state, actions = advance(state, await events.get())
                 self.host.state.deploys[name] = state.as_snapshot()
                 await self._execute(state, actions, events, work)
+        except Exception as exc:  # recorded as the deploy's failure
+            await self._crashed(state, exc)
         finally:
             for task in work:
                 task.cancel()
@@ -231,17 +235,14 @@ class Deployer:
                     await self._record(line)
                 case Drain(engine=engine, release=release):
                     hold(self.host, engine, True)
-                    work.add(self._later(events, drained(self.host, engine, release)))
+                    waiting = drained(self.host, engine, release)
+                    work.add(self._later(events, "drain", release, waiting))
                 case BootEngine(release=release):
-                    work.add(
-                        self._later(events, boot(self.host, self.store, where, release, canary))
-                    )
+                    booting = boot(self.host, self.store, where, release, canary)
+                    work.add(self._later(events, "boot", release, booting))
                 case RunSmoke(release=release):
-                    work.add(
-                        self._later(
-                            events, smoke(self.host, self.store, where, release, plan.rules)
-                        )
-                    )
+                    gate = smoke(self.host, self.store, where, release, plan.rules)
+                    work.add(self._later(events, "smoke", release, gate))
                 case Resume(engine=engine, release=release):
                     self.host.state.fleet.engines[engine].release = release
                     hold(self.host, engine, False)
@@ -250,7 +251,9 @@ class Deployer:
                 case StopEngine(release=release) if canary and release == plan.new:
                     await remove_canary(self.host, plan.engine)
                 case StopEngine() if canary:  # promoted: the engine takes the new release
-                    await adopt(self.host, self.store, plan.engine, plan.new)
+                    booted = await adopt(self.host, self.store, plan.engine, plan.new)
+                    if not booted.ok:
+                        await self._adopt_retried(state, booted.detail)
 
     def _share(
         self,
@@ -286,11 +289,73 @@ class Deployer:
         for figures in self._figures.values():
             figures.record(record)
 
-    def _later(self, events: asyncio.Queue[Event], work: Awaitable[Event]) -> asyncio.Task[None]:
+    def _later(
+        self, events: asyncio.Queue[Event], step: str, release: str, work: Awaitable[Event]
+    ) -> asyncio.Task[None]:
+        """Run `work` (the `step` of `release`) as a task that queues its event; work that
+        raises queues `StepFailed` with the error, so the deploy goes back to the old release
+        rather than waiting for an event that never comes."""
+
         async def run() -> None:
-            events.put_nowait(await work)
+            try:
+                event = await work
+            except Exception as exc:  # any failure of the step is its event
+                log.error(
+                    "deploy_step_raised", step=step, release=release, error=repr(exc), exc_info=exc
+                )
+                event = StepFailed(step, release, time.monotonic(), repr(exc))
+            events.put_nowait(event)
 
         return asyncio.create_task(run())
+
+    async def _adopt_retried(self, state: DeployState, detail: str) -> None:
+        """A promoted canary's engine did not boot the new release: recorded (status,
+        history, log), the canary keeps all the traffic while the engine's supervisor restarts
+        it as usual (backoff); once it serves it takes the traffic back and the canary goes.
+        If the supervisor gives up, the deploy fails and the canary serves on."""
+        plan = state.plan
+        name, canary = plan.engine, canary_name(plan.engine)
+        reason = (
+            f"promoted, but engine {name} did not boot {plan.new}: {detail}; {canary} serves "
+            f"all the traffic while {name} restarts (backoff)"
+        )
+        self._mark(state, "adopting", reason)
+        await self._record(plan.history_line("adopt_failed", reason=reason, detail=detail))
+        supervisor = self.host.supervisors[name]
+        while not await supervisor.wait_serving(60.0):
+            if supervisor.state.phase.value in ("failed", "stopping", "stopped"):
+                gave_up = (
+                    f"engine {name} gave up booting {plan.new} ({detail}); {canary} serves "
+                    f"{plan.new}; `llmd restart --engine {name}` boots it again"
+                )
+                self._mark(state, "failed", gave_up)
+                await self._record(plan.history_line("failed", reason=gave_up))
+                return
+        await adopted(self.host, name, plan.new)
+        self._mark(state, "promoted", f"all steps held; engine {name} booted {plan.new} again")
+        await self._record(plan.history_line("adopted", release=plan.new))
+
+    async def _crashed(self, state: DeployState, exc: Exception) -> None:
+        """The executor itself raised: the deploy failed, recorded with the error. The hold
+        and the split go (`_drive`); a canary goes when the engine serves (else it serves
+        on, beside the engine's supervisor restarting it)."""
+        plan = state.plan
+        reason = f"the deploy's executor raised in phase {state.phase}: {exc!r}"
+        log.error("deploy_executor_raised", engine=plan.engine, error=repr(exc), exc_info=exc)
+        self._mark(state, "failed", reason)
+        await self._record(plan.history_line("failed", reason=reason))
+        canary = canary_name(plan.engine)
+        if canary in self.host.supervisors and self.host.state.fleet.engines[plan.engine].serving:
+            try:
+                await remove_canary(self.host, plan.engine)
+            except Exception as again:  # logged; the canary stays
+                log.error("deploy_canary_not_removed", engine=plan.engine, error=repr(again))
+
+    def _mark(self, state: DeployState, phase: str, reason: str) -> None:
+        """Show `phase` and `reason` in the status's deploy of `state`'s engine (past the
+        state machine's own end: the promoted engine's boot, an executor's failure)."""
+        snapshot = {**state.as_snapshot(), "phase": phase, "reason": reason}
+        self.host.state.deploys[state.plan.engine] = snapshot
 
     async def _record(self, line: dict[str, Any]) -> None:
         event = str(line["event"])
