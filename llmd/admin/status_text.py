@@ -77,10 +77,12 @@ def _fleet_rows(status: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def release_rows(status: dict[str, Any]) -> list[tuple[str, str]]:
-    """A row with the release of each engine that runs a recorded one, and a row per deploy
+    """A row with the release of each engine that runs a recorded one (and why, when llmd
+    chose it at start-up), and a row per deploy
     (the latest of each engine): `main r1 -> r2  canary  step 2/3 share 50%  adopting: why`."""
     releases = [
         f"{entry['name']} {entry['release']}"
+        + (f" ({entry['release_note']})" if entry.get("release_note") else "")
         for entry in status.get("engines") or []
         if entry.get("release")
     ]

@@ -47,6 +47,7 @@ from llmd.releases.deploy_events import (
     Strategy,
 )
 from llmd.releases.position import boot_table, cannot_boot, positions, running_release
+from llmd.releases.restore import ENDED, table_digest
 from llmd.releases.settings import ReleaseConfig, parse_steps
 from llmd.releases.steps import DeployHost, boot, drained, hold, smoke
 from llmd.releases.store import ReleaseStore
@@ -358,7 +359,12 @@ class Deployer:
         self.host.state.deploys[state.plan.engine] = snapshot
 
     async def _record(self, line: dict[str, Any]) -> None:
+        """Log `line` and append it to the history; an ended deploy's line carries the digest
+        of the config file's table (`config`: what a later start compares, restore.py)."""
         event = str(line["event"])
+        table = self.host.file_tables.get(str(line["engine"]))
+        if event in ENDED and table is not None:
+            line = {**line, "config": table_digest(table)}
         name = event if event.startswith("deploy_") else f"deploy_{event}"
         log.info(name, **{k: v for k, v in line.items() if k != "event"})
         try:
