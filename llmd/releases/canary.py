@@ -43,7 +43,7 @@ class ShareSplit:
 
 class CanaryFigures:
     """Both releases' tallies over the current step: `engine` runs the old release, its canary
-    the new one. `record` takes each finished request (the observer's `on_relayed`)."""
+    the new one. `record` takes each finished request (the observer's `on_ended`)."""
 
     def __init__(self, engine: str, bounds: tuple[int, ...]) -> None:
         self.engine = engine
@@ -55,11 +55,20 @@ class CanaryFigures:
         """Start a new step: both tallies empty."""
         self.tallies = {self.engine: StepTally(self.bounds), self.canary: StepTally(self.bounds)}
 
-    def record(self, record: Any) -> None:
-        """A request relayed to a backend ended; counted when it ran on either release. TTFT
-        is from its release to the engine to its first byte (s)."""
+    def record(self, record: Any, assigned: str | None = None) -> None:
+        """A request ended (an `llmd.proxy.inflight.Exchange`). One that ran on either release
+        counts there: TTFT from its release to the engine to its first byte (s), an engine
+        error (5xx), an answer without text, one cut off (finish_reason `length`). One llmd
+        refused (429, 503) while it waited in the queue counts as a rejection of the release
+        its split `assigned` it to. One its client left, or llmd ended (a drain), counts on
+        neither: that is not the release's doing."""
+        if record.rejected:
+            tally = self.tallies.get(assigned or "")
+            if tally is not None and record.queued_at is not None and record.status in (429, 503):
+                tally.reject()
+            return
         tally = self.tallies.get(record.backend)
-        if tally is None:
+        if tally is None or record.client_gone or record.abort_error is not None:
             return
         started = record.admitted_at or record.started_at
         ttft = None if record.first_byte_at is None else record.first_byte_at - started
@@ -67,8 +76,9 @@ class CanaryFigures:
             record.prompt_tokens or 0,
             ttft,
             record.output_tokens,
-            None,
+            record.finish_reason,
             error=(record.status or 0) >= 500,
+            empty=not record.has_text,
         )
 
     def observed(self) -> Observed:

@@ -269,7 +269,7 @@ class Deployer:
         figures = self._figures.get(engine)
         if figures is None and percent > 0:
             figures = self._figures[engine] = CanaryFigures(engine, rules.buckets())
-            self.host.state.observer.on_relayed = self._relayed
+            self.host.state.observer.on_ended = self._ended
             hold(self.host, canary_name(engine), False)
             work.add(
                 asyncio.create_task(self._observe(figures, events, min(1.0, rules.step_s / 5)))
@@ -285,10 +285,15 @@ class Deployer:
             await asyncio.sleep(every_s)
             events.put_nowait(figures.observed())
 
-    def _relayed(self, record: Any) -> None:
-        """A request relayed to a backend ended: counted by the canary of its engine."""
+    def _ended(self, record: Any) -> None:
+        """A request ended: counted by the canary of its engine; a refused one on the release
+        its pool's split assigned it to."""
+        split = self.host.state.admission.capacity.splits.get(record.model or "")
+        assigned = None
+        if record.rejected and split is not None:
+            assigned = split.backend_for(record.tenant, record.conversation)
         for figures in self._figures.values():
-            figures.record(record)
+            figures.record(record, assigned)
 
     def _later(
         self, events: asyncio.Queue[Event], step: str, release: str, work: Awaitable[Event]
