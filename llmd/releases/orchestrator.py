@@ -46,6 +46,7 @@ from llmd.releases.deploy_events import (
     StopEngine,
     Strategy,
 )
+from llmd.releases.diff import tokenizer_changes
 from llmd.releases.position import boot_table, cannot_boot, positions, running_release
 from llmd.releases.restore import ENDED, table_digest
 from llmd.releases.settings import ReleaseConfig, parse_steps
@@ -169,11 +170,20 @@ class Deployer:
         if old == new:
             raise ActionRefused(f"deploy refused: engine {name} runs {new} already")
         current = self.host.supervisors[name].engine
-        for release, role in ((self.store.get(new), "new"), (self.store.get(old), "previous")):
+        records = self.store.get(new), self.store.get(old)
+        for release, role in zip(records, ("new", "previous"), strict=True):
             why = cannot_boot(release)
             if why is not None:
                 raise ActionRefused(f"deploy refused: the {role} release cannot boot: {why}")
             boot_table(release, current)  # raises ReleaseError: it cannot replace this engine
+        changed = tokenizer_changes(records[1], records[0])
+        if strategy is Strategy.CANARY and changed:
+            raise ActionRefused(
+                f"deploy refused: a canary requires the same tokenizer as the serving release "
+                f"({old}); {new} changes {', '.join(changed[:3])}. llmd counts both releases' "
+                f"prompts with one tokenizer, so use replace: `llmd deploy {new}` without "
+                "--canary"
+            )
         plan = DeployPlan(
             deploy_id=f"{label}-{time.strftime('%Y%m%dT%H%M%S')}",
             engine=name,

@@ -142,13 +142,18 @@ def test_a_canary_with_empty_answers_is_caught_and_rolled_back(
     assert served.release_of_main() == "r1"
 
 
-def test_a_canary_whose_tokenizer_disagrees_never_takes_traffic(served: Served) -> None:
-    """The smoke gate fails on token_count before any share: no step started."""
+def test_a_canary_with_another_tokenizer_is_refused_and_names_replace(served: Served) -> None:
+    """A release whose tokenizer files differ from the serving release's: `--canary` is
+    refused before anything boots, naming the rule, the files and `replace`; r1 serves on."""
     served.release("other-tokenizer", ensure_tiny_variant(7))
-    out, outcomes, events = canary(served, "other-tokenizer")
-    assert "rolled_back" in out and "token_count" in out, out
-    assert set(outcomes) == {"ok"}
-    assert not [e for e in events if e["event"] == "step_started"]
+    deployed = served.cli("deploy", "other-tokenizer", "--canary", "20,50,100")
+    assert deployed.returncode == 1, deployed.stdout
+    refusal = deployed.stderr
+    assert "a canary requires the same tokenizer as the serving release (r1)" in refusal
+    assert "files.tokenizer.tokenizer.json" in refusal and "without --canary" in refusal
+    assert served.llmd.admin_status()["deploys"] == []
+    assert not [e for e in served.store.history()[0] if e["new"] == "other-tokenizer"]
+    assert served.release_of_main() == "r1"
 
 
 def test_rollback_aborts_a_canary_at_once(served: Served, tiny_model_dir: Path) -> None:
