@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -137,7 +138,7 @@ def test_a_canary_with_empty_answers_is_caught_and_rolled_back(
     assert outcomes and set(outcomes) == {"ok"}, [o for o in outcomes if o != "ok"][:3]
     assert events[-1]["event"] == "rolled_back"
     if name == "some-empty":
-        figures = events[-1]["figures"]
+        figures: Any = events[-1]["figures"]
         assert figures["new"]["empty"] > 0 and figures["old"]["empty"] == 0, figures
     assert served.release_of_main() == "r1"
 

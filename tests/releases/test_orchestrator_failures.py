@@ -75,20 +75,18 @@ def test_a_deploy_step_that_raises_ends_the_deploy_and_the_old_release_serves(
         assert served.release_of_main() == "r1"
 
 
-def test_a_promoted_engine_that_does_not_boot_is_shown_and_the_canary_serves_meanwhile(
-    tiny_model_dir: Path,
-) -> None:
-    """A release whose engine refuses to boot once it is promoted (a marker file, made after
-    its canary booted): `llmd status` and the history show it (`adopting`, `adopt_failed`),
-    the canary serves every request while the engine's supervisor restarts it; once it boots
-    the engine serves r2, the canary goes and the deploy says promoted."""
+def adopt_setup(tiny_model_dir: Path, max_failed_boots: int) -> tuple[Path, str, Path]:
+    """A state directory with r1 and r2, where r2's engine refuses to boot while a marker
+    file exists (a wrapper command around the simulator): the working directory, the
+    config text (supervisor restarts slow enough to watch, giving up after
+    `max_failed_boots`) and the marker's path."""
     workdir = short_tmpdir("llmd-adopt-")
     store = ReleaseStore(workdir / "state")
     text = functools.partial(canary_config, store.state_dir)
 
-    def with_supervisor(config: str) -> str:  # restarts slow enough to watch
+    def with_supervisor(config: str) -> str:
         raw = tomllib.loads(config)
-        raw["supervisor"] = {"backoff_initial_s": 1.0, "max_failed_boots": 20}
+        raw["supervisor"] = {"backoff_initial_s": 1.0, "max_failed_boots": max_failed_boots}
         return tomli_w.dumps(raw)
 
     record(store, "r1", with_supervisor(text(tiny_model_dir)), workdir)
@@ -102,23 +100,41 @@ def test_a_promoted_engine_that_does_not_boot_is_shown_and_the_canary_serves_mea
     raw = tomllib.loads(with_supervisor(text(tiny_model_dir, ("--seed", "7"))))
     raw["engine"]["command"] = [str(wrapper)]
     record(store, "r2", tomli_w.dumps(raw), workdir)
-    with LlmdProcess.running(with_supervisor(text(tiny_model_dir)), workdir=workdir) as llmd:
-        served = Served(llmd, store, workdir, text)
+    return workdir, with_supervisor(text(tiny_model_dir)), marker
+
+
+def deploy_until_adopting(served: Served, marker: Path) -> subprocess.Popen[str]:
+    """`llmd deploy r2 --canary 20,50,100 --step-s 1` started; the marker made once the
+    canary takes traffic; returns when the deploy shows `adopting`."""
+    command = [sys.executable, "-m", "llmd.cli", "deploy", "r2", "--canary", "20,50,100"]
+    deploying = subprocess.Popen(
+        [*command, "--step-s", "1", "--runtime-dir", str(served.llmd.runtime_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert wait_for(lambda: deploy_of_main(served).get("phase") == "canary", 60)
+    marker.touch()
+    adopting = wait_for(lambda: deploy_of_main(served).get("phase") == "adopting", 90)
+    assert adopting, served.llmd.log_tail()
+    return deploying
+
+
+def test_a_promoted_engine_that_does_not_boot_is_shown_and_the_canary_serves_meanwhile(
+    tiny_model_dir: Path,
+) -> None:
+    """A release whose engine refuses to boot once it is promoted (a marker file, made after
+    its canary booted): `llmd status` and the history show it (`adopting`, `adopt_failed`),
+    the canary serves every request while the engine's supervisor restarts it; once it boots
+    the engine serves r2, the canary goes and the deploy says promoted."""
+    workdir, config, marker = adopt_setup(tiny_model_dir, max_failed_boots=20)
+    store = ReleaseStore(workdir / "state")
+    with LlmdProcess.running(config, workdir=workdir) as llmd:
+        served = Served(llmd, store, workdir, lambda model, args: config)
         served.wait_tokenizer()
         traffic = Traffic(llmd.base_url, threads=4)
         assert wait_for(lambda: len(traffic.outcomes) >= 4, 30)
-        command = [sys.executable, "-m", "llmd.cli", "deploy", "r2", "--canary", "20,50,100"]
-        deploying = subprocess.Popen(
-            [*command, "--step-s", "1", "--runtime-dir", str(llmd.runtime_dir)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        assert wait_for(lambda: deploy_of_main(served).get("phase") == "canary", 60)
-        marker.touch()
-        assert wait_for(lambda: deploy_of_main(served).get("phase") == "adopting", 90), (
-            llmd.log_tail()
-        )
+        deploying = deploy_until_adopting(served, marker)
         status = served.cli("status")
         assert "adopting: promoted, but engine main did not boot r2" in status.stdout, status
         assert any(e["event"] == "adopt_failed" for e in store.history()[0])
@@ -134,3 +150,33 @@ def test_a_promoted_engine_that_does_not_boot_is_shown_and_the_canary_serves_mea
         deploy = deploy_of_main(served)
         assert deploy["phase"] == "promoted" and "booted r2 again" in str(deploy["reason"])
         assert [e["event"] for e in store.history()[0]][-1] == "adopted"
+
+
+def test_a_promoted_engine_whose_supervisor_gives_up_fails_the_deploy_the_canary_serves_on(
+    tiny_model_dir: Path,
+) -> None:
+    """The engine never boots r2: once its supervisor gives up the deploy ends `failed`
+    with what to do, and every request is still answered (by the canary)."""
+    workdir, config, marker = adopt_setup(tiny_model_dir, max_failed_boots=2)
+    store = ReleaseStore(workdir / "state")
+    with LlmdProcess.running(config, workdir=workdir) as llmd:
+        served = Served(llmd, store, workdir, lambda model, args: config)
+        served.wait_tokenizer()
+        traffic = Traffic(llmd.base_url, threads=4)
+        assert wait_for(lambda: len(traffic.outcomes) >= 4, 30)
+        deploying = deploy_until_adopting(served, marker)
+        out, _ = deploying.communicate(timeout=120)
+        outcomes = traffic.finish()
+        assert set(outcomes) == {"ok"}, [o for o in outcomes if o != "ok"][:3]
+        assert deploying.returncode == 1, out
+        assert "gave up booting r2" in out and "llmd restart --engine main" in out, out
+        assert deploy_of_main(served)["phase"] == "failed"
+        assert [e["event"] for e in store.history()[0]][-1] == "failed"
+        answer = httpx.post(
+            llmd.base_url + "/v1/completions",
+            json={"model": "tiny", "prompt": "hi", "max_tokens": 4},
+            timeout=30,
+        )
+        assert answer.status_code == 200, answer.text
+        engines = {e["name"]: e for e in llmd.admin_status()["engines"]}
+        assert engines["main"]["state"] == "failed" and engines["main.canary"]["release"] == "r2"
