@@ -127,3 +127,15 @@ async def adopted(host: DeployHost, engine: str, release: str) -> None:
     host.state.fleet.engines[engine].release = release
     hold(host, engine, False)
     await remove_canary(host, engine)
+
+
+async def adopt_when_serving(host: DeployHost, engine: str, release: str) -> bool:
+    """After `adopt` failed: wait while the engine's supervisor restarts it (its backoff);
+    once it serves `release`, `adopted` and True; False when the supervisor gave up or
+    stops (the canary serves on)."""
+    supervisor = host.supervisors[engine]
+    while not await supervisor.wait_serving(60.0):
+        if supervisor.state.phase.value in ("failed", "stopping", "stopped"):
+            return False
+    await adopted(host, engine, release)
+    return True

@@ -7,6 +7,11 @@ then `BootEngine` of one engine is one supervisor restart with the new release's
 deploy holds the engine (`Drain` until `Resume`), admission gives it no request and requests
 for its pool wait in llmd's queues within their timeouts (503 `queue_timeout` with Retry-After
 past them). A `canary` boots the new release as a second engine (llmd/releases/canary.py).
+
+Nothing a step raises leaves the engine held: a step's work that raises comes back as its
+`StepFailed` event (the machine takes the way back to the old release), and an executor that
+raises ends the deploy `failed`; both are recorded with the error. A promoted canary whose
+engine does not boot the new release shows as `adopting` until the engine serves it.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from llmd.releases.canary import (
     CANARY_SUFFIX,
     CanaryFigures,
     adopt,
-    adopted,
+    adopt_when_serving,
     canary_name,
     remove_canary,
     set_split,
@@ -46,8 +51,8 @@ from llmd.releases.deploy_events import (
     StopEngine,
     Strategy,
 )
-from llmd.releases.diff import tokenizer_changes
-from llmd.releases.position import boot_table, cannot_boot, positions, running_release
+from llmd.releases.position import positions, running_release
+from llmd.releases.preflight import check_deployable
 from llmd.releases.restore import ENDED, table_digest
 from llmd.releases.settings import ReleaseConfig, parse_steps
 from llmd.releases.steps import DeployHost, boot, drained, hold, smoke
@@ -162,28 +167,7 @@ class Deployer:
     ) -> dict[str, Any]:
         if name in self._runs and not self._runs[name].done():
             raise ActionRefused(f"deploy refused: a deploy is under way on engine {name}")
-        if self.host.actions.under_way is not None:
-            raise ActionRefused(f"deploy refused: a {self.host.actions.under_way} is under way")
-        if not self.host.state.fleet.engines[name].serving:
-            phase = self.host.state.fleet.engines[name].phase.value
-            raise ActionRefused(f"deploy refused: engine {name} is {phase}; deploy once it serves")
-        if old == new:
-            raise ActionRefused(f"deploy refused: engine {name} runs {new} already")
-        current = self.host.supervisors[name].engine
-        records = self.store.get(new), self.store.get(old)
-        for release, role in zip(records, ("new", "previous"), strict=True):
-            why = cannot_boot(release)
-            if why is not None:
-                raise ActionRefused(f"deploy refused: the {role} release cannot boot: {why}")
-            boot_table(release, current)  # raises ReleaseError: it cannot replace this engine
-        changed = tokenizer_changes(records[1], records[0])
-        if strategy is Strategy.CANARY and changed:
-            raise ActionRefused(
-                f"deploy refused: a canary requires the same tokenizer as the serving release "
-                f"({old}); {new} changes {', '.join(changed[:3])}. llmd counts both releases' "
-                f"prompts with one tokenizer, so use replace: `llmd deploy {new}` without "
-                "--canary"
-            )
+        check_deployable(self.host, self.store, name, old, new, strategy)
         plan = DeployPlan(
             deploy_id=f"{label}-{time.strftime('%Y%m%dT%H%M%S')}",
             engine=name,
@@ -337,17 +321,14 @@ class Deployer:
         )
         self._mark(state, "adopting", reason)
         await self._record(plan.history_line("adopt_failed", reason=reason, detail=detail))
-        supervisor = self.host.supervisors[name]
-        while not await supervisor.wait_serving(60.0):
-            if supervisor.state.phase.value in ("failed", "stopping", "stopped"):
-                gave_up = (
-                    f"engine {name} gave up booting {plan.new} ({detail}); {canary} serves "
-                    f"{plan.new}; `llmd restart --engine {name}` boots it again"
-                )
-                self._mark(state, "failed", gave_up)
-                await self._record(plan.history_line("failed", reason=gave_up))
-                return
-        await adopted(self.host, name, plan.new)
+        if not await adopt_when_serving(self.host, name, plan.new):
+            gave_up = (
+                f"engine {name} gave up booting {plan.new} ({detail}); {canary} serves "
+                f"{plan.new}; `llmd restart --engine {name}` boots it again"
+            )
+            self._mark(state, "failed", gave_up)
+            await self._record(plan.history_line("failed", reason=gave_up))
+            return
         self._mark(state, "promoted", f"all steps held; engine {name} booted {plan.new} again")
         await self._record(plan.history_line("adopted", release=plan.new))
 
