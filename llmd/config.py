@@ -54,9 +54,9 @@ class ServerConfig:
 
     Request limits: `max_body_bytes` (as sent and once decoded), `max_header_bytes` (request
     line and headers) and `max_headers` (how many). `cors_allowed_origins`: origins whose web
-    pages may call the API (`"*"`: any); none by default. `max_connections`: connections (or
-    requests) the public listener keeps open at once; past it, 503 too_many_connections (0: no
-    limit).
+    pages may call the API (`"*"`: any); none by default. `max_connections`: requests the
+    public listener has in progress at once (open connections without one do not count); past
+    it, 503 too_many_connections (0: no limit).
     """
 
     listen: str = "127.0.0.1:8000"

@@ -339,10 +339,10 @@ class Daemon:
         if self.public is not None:
             set_send_buffer(self.public, config.server.send_buffer_bytes)
         if self._proxy is not None:
-            # uvicorn reads it for each new connection, and counts that connection too: a
-            # request is refused once `limit_concurrency` connections are open with it.
+            # uvicorn reads it for each new connection; llmd's protocol counts requests in
+            # progress against it (llmd/proxy/connections.py).
             limit = config.server.max_connections
-            self._proxy.config.limit_concurrency = limit + 1 if limit else None
+            self._proxy.config.limit_concurrency = limit or None
         self._start_telemetry()
 
     def reload(self) -> ReloadPlan:

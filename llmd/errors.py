@@ -27,7 +27,7 @@
         ├── EngineUnavailable        503 engine_unavailable (+ Retry-After)
         ├── Draining                 503 draining (+ Retry-After)
         ├── Overloaded               503 overloaded (the SLO guard sheds the class; + Retry-After)
-        ├── TooManyConnections       503 too_many_connections (server.max_connections reached)
+        ├── TooManyConnections       503 too_many_connections (server.max_connections in progress)
         ├── RequestCancelled         503 cancelled (an operator ended it; x-should-retry: false)
         ├── EngineError              502 engine_error (engine failed mid-request)
         └── InternalError            500 internal_error (a fault in llmd; logged with its id)
@@ -303,7 +303,7 @@ class Overloaded(ApiError):
 
 
 class TooManyConnections(ApiError):
-    """The public listener has `server.max_connections` connections or requests open."""
+    """The public listener has `server.max_connections` requests in progress."""
 
     status = 503
     code = "too_many_connections"

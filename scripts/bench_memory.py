@@ -8,10 +8,8 @@ samples llmd's RSS every 20 ms until every request is answered, then reads it on
 the queue has drained. The idle figure is taken once the tokenizer has loaded. Prints, per
 round: the answers by status, the peak RSS over the idle RSS, that growth against
 `admission.max_queued_bytes` (the issue's target: under 3x), and the RSS after the drain (flat:
-back near the idle figure, not growing round after round). By default the connection limit is
-set above the flood, so that the body budget is what bounds llmd's memory (uvicorn counts open
-connections: a burst of more connections than `server.max_connections` is answered 503
-`too_many_connections`, nearly all of it, before any body is read).
+back near the idle figure, not growing round after round). `server.max_connections` is the
+shipped one (2,048 requests in progress) unless `--max-connections` says otherwise.
 
     flock /tmp/llmd-heavy.lock .venv/bin/python scripts/bench_memory.py [--rounds 2]
 """
@@ -110,8 +108,7 @@ def main() -> None:
     parser.add_argument(
         "--max-connections",
         type=int,
-        help="server.max_connections (default: the requests and 100 more, so that the body "
-        "budget bounds what is held, not the connection limit)",
+        help="server.max_connections (default: the shipped 2,048)",
     )
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
@@ -119,7 +116,7 @@ def main() -> None:
     config = sim_config(
         ensure_tiny_model(),
         admission={"max_in_flight": 16, "max_queued_bytes": budget},
-        server={"max_connections": args.max_connections or args.requests + 100},
+        server={} if args.max_connections is None else {"max_connections": args.max_connections},
     )
     llmd = LlmdProcess.start(config)
     rounds = []

@@ -165,8 +165,8 @@ SPECIAL: dict[str, Callable[[Path], Any]] = {
 LIVE_FORM: dict[str, Callable[[Any], Any]] = {
     "server.listen": lambda value: int(value.rpartition(":")[2]),
     "supervisor.max_failed_boots": lambda value: {value},
-    # uvicorn counts the connection a request came on: the limit is one more.
-    "server.max_connections": lambda value: value + 1 if value else None,
+    # 0 is no limit: uvicorn's None.
+    "server.max_connections": lambda value: value or None,
 }
 
 

@@ -6,25 +6,41 @@ ended, whichever comes first. While the requests holding bodies (being read, val
 queued) would pass `admission.max_queued_bytes`, a new one is refused (429 `queue_full`, with
 Retry-After) before its body is read. So what llmd keeps of waiting requests is bounded by the
 budget, whatever the number of clients; a request always fits when nothing is held, so a body
-larger than the budget is not refused forever. Pure (no I/O).
+larger than the budget is not refused forever. When the budget empties again, `on_drained`
+hears the most it held since it was last empty (the daemon then gives freed memory back to the
+system: llmd/allocator.py). Pure (no I/O).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class BodyBudget:
-    """Bytes of request bodies held now (`held`) against `limit` (0: no limit)."""
+    """Bytes of request bodies held now (`held`) against `limit` (0: no limit); `peak` is the
+    most held since the budget was last empty, handed to `on_drained` when it empties."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, on_drained: Callable[[int], None] | None = None) -> None:
         self.limit = limit
         self.held = 0
+        self.peak = 0
+        self.on_drained = on_drained
 
     def reserve(self, nbytes: int) -> BodyHold | None:
         """Hold `nbytes` for one request, or None: over the limit."""
         if self.limit and self.held and self.held + nbytes > self.limit:
             return None
         self.held += nbytes
+        self.peak = max(self.peak, self.held)
         return BodyHold(self, nbytes)
+
+    def _change(self, nbytes: int) -> None:
+        self.held += nbytes
+        self.peak = max(self.peak, self.held)
+        if self.held == 0 and self.peak:
+            peak, self.peak = self.peak, 0
+            if self.on_drained is not None:
+                self.on_drained(peak)
 
 
 class BodyHold:
@@ -38,12 +54,12 @@ class BodyHold:
         """The body now takes `nbytes` (read, or rewritten by validation); never refused.
         Nothing once released."""
         if self._budget is not None:
-            self._budget.held += nbytes - self.nbytes
+            self._budget._change(nbytes - self.nbytes)
             self.nbytes = nbytes
 
     def release(self) -> None:
         """The body has gone to the engine, or the request has ended."""
         if self._budget is not None:
-            self._budget.held -= self.nbytes
-            self._budget = None
+            budget, self._budget = self._budget, None
+            budget._change(-self.nbytes)
             self.nbytes = 0

@@ -27,6 +27,7 @@ from llmd.admission.cost import Cost
 from llmd.admission.scheduler import ClassPolicy, Entry, Reason, Rejection, Scheduler, State
 from llmd.admission.slo import SloGuard
 from llmd.admission.tenants import Tenant, load_tenants
+from llmd.allocator import HeapTrimmer
 from llmd.config import AdmissionConfig, Config, EngineConfig
 from llmd.engine.args import DEFAULT_MAX_NUM_SEQS, engine_flag
 from llmd.errors import ApiError, InvalidRequest, QueueFull, QueueTimeout, RateLimited
@@ -94,7 +95,7 @@ class Admission:
         self.scheduler = Scheduler(_policies(config.admission))
         self.guard = SloGuard(config.admission)  # configured again on reload: `configure`
         self.capacity = PoolCapacity()
-        self.bodies = BodyBudget(config.admission.max_queued_bytes)
+        self.bodies = BodyBudget(config.admission.max_queued_bytes, on_drained=HeapTrimmer())
         self._waiters: dict[Entry, asyncio.Future[None]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None

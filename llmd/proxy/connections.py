@@ -1,12 +1,17 @@
-"""The public listener's connection limit (`server.max_connections`), answered as llmd answers.
+"""The public listener's limit (`server.max_connections`): requests in progress at once,
+answered as llmd answers past it.
 
 uvicorn takes no new request past `limit_concurrency` open connections or running requests, and
 answers it with its own 503 (`flow_control.service_unavailable`: plain text, no Retry-After).
 `limited_protocol` is llmd's httptools protocol (`protocol.py`: the request head bounded) with
-that answer replaced by llmd's: 503
-`too_many_connections`, OpenAI-shaped, with Retry-After (the time for one release at the
-measured rate), counted as a rejection. The limit bounds what connections cost llmd (each
-may buffer up to uvicorn's 64 KiB of body before llmd reads it); the body budget
+two changes. Only requests in progress count: connections open without one (a burst of clients
+that connected together, keep-alive connections between requests) do not, so a burst larger
+than the limit has its first `max_connections` requests served rather than every one refused
+(uvicorn counts every connection accepted, before any of their requests has run). And past the
+limit the answer is llmd's: 503 `too_many_connections`, OpenAI-shaped, with Retry-After (the
+time for one release at the measured rate), counted as a rejection. The limit bounds what
+requests being read cost llmd (each may buffer a read of body before llmd reads it: uvicorn
+pauses reading past 64 KiB, and uvloop reads up to 250 KB at once); the body budget
 (llmd/admission/bodies.py) bounds the bodies it reads. uvicorn reads the limit from its config
 for each new connection, so a reload applies it to the connections that follow.
 """
@@ -30,8 +35,9 @@ def limited_protocol(
     state: DaemonState, base: type[asyncio.Protocol] = HttpToolsProtocol
 ) -> type[asyncio.Protocol]:
     """`base` (uvicorn's httptools protocol or a subclass: llmd/proxy/protocol.py) answering
-    requests past its `limit_concurrency` with llmd's 503 `too_many_connections` (accounted in
-    `state.observer`). Raises TypeError for a `base` that is not an HttpToolsProtocol."""
+    a request that finds `limit_concurrency` requests in progress with llmd's 503
+    `too_many_connections` (accounted in `state.observer`); connections without a request in
+    progress do not count. Raises TypeError for a `base` that is not an HttpToolsProtocol."""
     if not issubclass(base, HttpToolsProtocol):
         raise TypeError(f"{base.__name__} is not uvicorn's httptools protocol")
 
@@ -49,11 +55,13 @@ def limited_protocol(
 
     class LimitedHttpToolsProtocol(base):  # type: ignore[valid-type,misc]
         """uvicorn's protocol; `_start_asgi_task` is where every request's app is started,
-        the limit's answer included (uvicorn 0.30+: pinned by tests/proxy/test_connections.py)."""
+        the limit's answer included, before the request's own task joins `tasks` (uvicorn
+        0.30+: pinned by tests/proxy/test_connections.py)."""
 
         def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
             if app is service_unavailable:
-                app = over_limit
+                limit = self.limit_concurrency
+                app = self.app if limit is not None and len(self.tasks) < limit else over_limit
             super()._start_asgi_task(cycle, app)
 
     return LimitedHttpToolsProtocol

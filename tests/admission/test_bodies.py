@@ -33,3 +33,22 @@ def test_a_body_larger_than_the_budget_goes_when_nothing_is_held() -> None:
     big.release()
     unlimited = BodyBudget(0)
     assert unlimited.reserve(10**9) is not None and unlimited.reserve(10**9) is not None
+
+
+def test_the_budget_says_how_much_it_held_each_time_it_empties() -> None:
+    """`on_drained` hears the peak since the budget was last empty, once per emptying, and
+    not while bytes are still held."""
+    peaks: list[int] = []
+    budget = BodyBudget(0, on_drained=peaks.append)
+    first, second = budget.reserve(60), budget.reserve(40)
+    assert first is not None and second is not None
+    first.release()
+    assert peaks == []
+    second.resize(70)
+    second.release()
+    second.release()
+    assert peaks == [100]
+    third = budget.reserve(5)
+    assert third is not None
+    third.release()
+    assert peaks == [100, 5]

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -17,7 +16,7 @@ from tests.support.engine_metrics import engine_gauge
 from tests.support.llmd_process import LlmdProcess, short_tmpdir
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
-from tests.support.waiting import until
+from tests.support.waiting import engine_held, until
 
 LIMITED, FREE = "key-limited", "key-free"
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5}
@@ -59,41 +58,18 @@ def engine_requests_seen(socket: Path) -> float:
     return engine_gauge(socket, "vllm:prompt_tokens_total")
 
 
-def live(llmd: LlmdProcess) -> list[dict[str, Any]]:
-    """The requests llmd holds now (queued or at the engine), from its status."""
-    sequences: list[dict[str, Any]] = llmd.admin_status()["sequences"]
-    return sequences
-
-
-def depth(llmd: LlmdProcess, cls: str) -> int:
-    """Requests waiting in llmd's queue of class `cls`."""
-    return next(int(q["depth"]) for q in llmd.admin_status()["queues"] if q["name"] == cls)
-
-
 def waited_s(llmd: LlmdProcess, cls: str) -> float:
     """How long the oldest request in llmd's queue of class `cls` has waited (0: none)."""
     queue = next(q for q in llmd.admin_status()["queues"] if q["name"] == cls)
     return float(queue["oldest_wait_s"] or 0)
 
 
-@contextlib.asynccontextmanager
-async def engine_held(
+def held(
     client: httpx.AsyncClient, llmd: LlmdProcess, key: str = FREE
-) -> AsyncIterator[None]:
+) -> contextlib.AbstractAsyncContextManager[None]:
     """A request that hangs in the engine, holding llmd's one slot until the block ends (and
     llmd holds no request any more)."""
-    task = asyncio.create_task(
-        client.post("/v1/chat/completions", json=HANG, headers=auth(key), timeout=60)
-    )
-    try:
-        relayed = lambda: any(s["phase"] != "queued" for s in live(llmd))  # noqa: E731
-        assert await until(relayed, timeout_s=10)
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        assert await until(lambda: not live(llmd), timeout_s=10)
+    return engine_held(client, llmd, HANG, auth(key))
 
 
 def test_missing_or_bad_key_is_401(llmd: LlmdProcess) -> None:
@@ -110,11 +86,11 @@ def test_missing_or_bad_key_is_401(llmd: LlmdProcess) -> None:
 async def test_tenant_over_its_queued_limit_is_429_rate_limited(llmd: LlmdProcess) -> None:
     """'limited' has one running and one queued: a third is 429 rate_limited + Retry-After."""
     async with httpx.AsyncClient(base_url=llmd.base_url, timeout=30) as client:
-        async with engine_held(client, llmd, LIMITED):
+        async with held(client, llmd, LIMITED):
             queued = asyncio.create_task(
                 client.post("/v1/chat/completions", json=CHAT, headers=auth(LIMITED))
             )
-            assert await until(lambda: depth(llmd, "interactive") == 1, timeout_s=10)
+            assert await until(lambda: llmd.queue_depth("interactive") == 1, timeout_s=10)
             third = await client.post("/v1/chat/completions", json=CHAT, headers=auth(LIMITED))
             assert third.status_code == 429
             assert third.json()["error"]["code"] == "rate_limited"
@@ -128,12 +104,12 @@ async def test_tenant_over_its_queued_limit_is_429_rate_limited(llmd: LlmdProces
 async def test_full_class_queue_is_429_queue_full(llmd: LlmdProcess) -> None:
     """With the interactive queue holding its 2 requests, the next is 429 queue_full."""
     client = httpx.AsyncClient(base_url=llmd.base_url, timeout=30)
-    async with client, engine_held(client, llmd):
+    async with client, held(client, llmd):
         waiting = [
             asyncio.create_task(client.post("/v1/chat/completions", json=CHAT, headers=auth(FREE)))
             for _ in range(2)
         ]
-        assert await until(lambda: depth(llmd, "interactive") == 2, timeout_s=10)
+        assert await until(lambda: llmd.queue_depth("interactive") == 2, timeout_s=10)
         over = await client.post("/v1/chat/completions", json=CHAT, headers=auth(FREE))
         assert over.status_code == 429, over.text
         assert over.json()["error"]["code"] == "queue_full"
@@ -146,7 +122,7 @@ async def test_full_class_queue_is_429_queue_full(llmd: LlmdProcess) -> None:
 async def test_queue_timeout_and_deadline_are_503_with_retry_after(llmd: LlmdProcess) -> None:
     """Waiting past the class timeout (1 s) or x-llmd-deadline-ms is 503 queue_timeout."""
     async with httpx.AsyncClient(base_url=llmd.base_url, timeout=30) as client:
-        async with engine_held(client, llmd):
+        async with held(client, llmd):
             loop = asyncio.get_running_loop()
             started = loop.time()
             timed_out = await client.post("/v1/chat/completions", json=CHAT, headers=auth(FREE))
@@ -167,15 +143,15 @@ async def test_client_leaving_while_queued_never_reaches_the_engine(llmd: LlmdPr
     engine never receives it (no prompt is prefilled: the holder hangs before its prefill)."""
     before = engine_requests_seen(llmd.engine_socket)
     client = httpx.AsyncClient(base_url=llmd.base_url, timeout=30)
-    async with client, engine_held(client, llmd):
+    async with client, held(client, llmd):
         body = {**CHAT, "stream": True, "max_tokens": 50}
         leaver = asyncio.create_task(
             client.post("/v1/chat/completions", json=body, headers=auth(FREE))
         )
-        assert await until(lambda: depth(llmd, "interactive") == 1, timeout_s=10)
+        assert await until(lambda: llmd.queue_depth("interactive") == 1, timeout_s=10)
         leaver.cancel()
         await asyncio.gather(leaver, return_exceptions=True)
-        assert await until(lambda: depth(llmd, "interactive") == 0, timeout_s=10)
+        assert await until(lambda: llmd.queue_depth("interactive") == 0, timeout_s=10)
     # engine_held has waited until llmd holds no request: the slot was free, so a request still
     # queued would have run (and been counted by the engine) before that.
     assert engine_requests_seen(llmd.engine_socket) - before == 0
@@ -188,11 +164,11 @@ async def test_drain_can_turn_the_queue_away(llmd: LlmdProcess) -> None:
     async with (
         httpx.AsyncClient(base_url=llmd.base_url, timeout=30) as client,
         httpx.AsyncClient(transport=admin, base_url="http://llmd") as control,
-        engine_held(client, llmd),
+        held(client, llmd),
     ):
         normal = auth(FREE, **{"x-llmd-priority": "normal"})
         queued = asyncio.create_task(client.post("/v1/chat/completions", json=CHAT, headers=normal))
-        assert await until(lambda: depth(llmd, "normal") == 1, timeout_s=10)
+        assert await until(lambda: llmd.queue_depth("normal") == 1, timeout_s=10)
         assert not queued.done()
         drained = await control.post("/drain", json={"queued": "reject"})
         answer = await asyncio.wait_for(queued, timeout=5)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 
@@ -75,3 +77,45 @@ async def test_past_the_limit_llmd_answers_503_with_retry_after_and_a_reload_rai
         )
     finally:
         llmd.stop()
+
+
+async def test_open_connections_without_a_request_do_not_count() -> None:
+    """max_connections = 3 with six connections open and idle (a burst that connected
+    together): a request on a seventh is served, and so is one on each idle connection, as long
+    as fewer than three are in progress (uvicorn alone refused them all: it counts every open
+    connection)."""
+    llmd = LlmdProcess.start(config(3), workdir=short_tmpdir("llmd-conn-"))
+    writers: list[asyncio.StreamWriter] = []
+    try:
+        llmd.wait_ready(timeout_s=30)
+        host, port = llmd.base_url.removeprefix("http://").rsplit(":", 1)
+        streams = [await asyncio.open_connection(host, int(port)) for _ in range(6)]
+        writers = [writer for _, writer in streams]
+        assert await until(lambda: _open_connections(llmd) >= 6, timeout_s=10)
+        async with httpx.AsyncClient(base_url=llmd.base_url, timeout=30) as seventh:
+            served = await seventh.post("/v1/chat/completions", json=CHAT)
+        assert served.status_code == 200, served.text
+        body = json.dumps(CHAT).encode()
+        request = (
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: llmd\r\nconnection: close\r\n"
+            b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        for reader, writer in streams[:2]:
+            writer.write(request)
+            answer = await asyncio.wait_for(reader.read(), timeout=30)
+            assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    finally:
+        for writer in writers:
+            writer.close()
+        llmd.stop()
+
+
+def _open_connections(llmd: LlmdProcess) -> int:
+    """TCP connections established to llmd's public port (the kernel's count, /proc/net/tcp)."""
+    port = int(llmd.base_url.rsplit(":", 1)[1])
+    established = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        if state == "01" and int(local.split(":")[1], 16) == port:
+            established += 1
+    return established

@@ -19,7 +19,7 @@ from tests.support.accounting import Tally, assert_counted_as_rejection, tenant_
 from tests.support.llmd_process import LlmdProcess, short_tmpdir
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
-from tests.support.waiting import until
+from tests.support.waiting import engine_held, until
 
 LIMITED, FREE = "key-limited", "key-free"
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5}
@@ -59,51 +59,27 @@ def headers(key: str, request_id: str | None = None, **more: str) -> dict[str, s
             **more}  # fmt: skip
 
 
-def live(llmd: LlmdProcess) -> list[dict[str, Any]]:
-    sequences: list[dict[str, Any]] = llmd.admin_status()["sequences"]
-    return sequences
-
-
-def depth(llmd: LlmdProcess, cls: str) -> int:
-    return next(int(q["depth"]) for q in llmd.admin_status()["queues"] if q["name"] == cls)
-
-
 @pytest.fixture
 async def client(llmd: LlmdProcess) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(base_url=llmd.base_url, timeout=30) as client:
         yield client
 
 
-@contextlib.asynccontextmanager
-async def seat_held(
+def seat_held(
     client: httpx.AsyncClient, llmd: LlmdProcess, key: str = FREE
-) -> AsyncIterator[None]:
+) -> contextlib.AbstractAsyncContextManager[None]:
     """A request that hangs in the engine holds llmd's one seat until the block ends."""
-    body = {**CHAT, "stream": True, "sim_fault": "hang"}
-
-    async def hang() -> None:
-        async with client.stream("POST", "/v1/chat/completions", json=body, headers=headers(key)):
-            await asyncio.Event().wait()
-
-    task = asyncio.create_task(hang())
-    try:
-        relayed = lambda: any(s["phase"] != "queued" for s in live(llmd))  # noqa: E731
-        assert await until(relayed, timeout_s=10)
-        yield
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        assert await until(lambda: not live(llmd), timeout_s=10)
+    return engine_held(client, llmd, {**CHAT, "sim_fault": "hang"}, headers(key))
 
 
 async def queued(
     client: httpx.AsyncClient, llmd: LlmdProcess, key: str, cls: str, body: dict[str, Any] = CHAT
 ) -> asyncio.Task[httpx.Response]:
     """A request of class `cls` waiting in llmd's queue (the seat being held)."""
-    before = depth(llmd, cls)
+    before = llmd.queue_depth(cls)
     sent = headers(key, **{"x-llmd-priority": cls})
     task = asyncio.create_task(client.post("/v1/chat/completions", json=body, headers=sent))
-    assert await until(lambda: depth(llmd, cls) > before, timeout_s=10)
+    assert await until(lambda: llmd.queue_depth(cls) > before, timeout_s=10)
     return task
 
 

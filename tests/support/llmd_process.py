@@ -140,6 +140,15 @@ class LlmdProcess:
             status: dict[str, Any] = admin.get("/status").json()
             return status
 
+    def sequences(self) -> list[dict[str, Any]]:
+        """The requests llmd holds now (queued or at a backend), from its status."""
+        sequences: list[dict[str, Any]] = self.admin_status()["sequences"]
+        return sequences
+
+    def queue_depth(self, cls: str) -> int:
+        """Requests waiting in llmd's queue of class `cls`."""
+        return next(int(q["depth"]) for q in self.admin_status()["queues"] if q["name"] == cls)
+
     def wait_diagnosed(self, timeout_s: float, every_s: float) -> dict[str, Any]:
         """The status's engine once it carries a diagnosis (polled every `every_s`). Fails the
         test, with the log tail, when llmd exits or no diagnosis comes within `timeout_s`."""
