@@ -353,7 +353,10 @@ class Daemon:
         self.reporter.reloading()
         try:
             new = load_config(config_path(self.config.source), **self.overrides)
-            plan = plan_reload(self.config, new, self.file_tables)
+            # An engine's table in the file is pending when the file changed it since it was
+            # last read (a deployed release runs on otherwise), or while it is pending still.
+            unchanged = {n: t for n, t in self.file_tables.items() if n not in self.pending}
+            plan = plan_reload(self.config, new, unchanged)
             self.apply(plan.config)
             self.file_tables = dict(new.engine_tables)
         except ConfigError as exc:
@@ -361,10 +364,7 @@ class Daemon:
             raise
         finally:
             self.reporter.reloaded(ready=self._service_ready())
-        previous, self.pending = self.pending, dict(plan.engines)
-        for name, table in previous.items():  # still pending while the file says so
-            if name not in self.pending and table == self.file_tables.get(name):
-                self.pending[name] = table
+        self.pending = dict(plan.engines)
         log.info(
             "config_reloaded",
             needs_llmd_restart=plan.llmd_restart,

@@ -176,6 +176,8 @@ def test_a_restart_and_a_reload_keep_the_release_an_edited_file_brings_its_table
     config.write_text(served.config_text(tiny_model_dir, ()).replace("1024", "512", 1))
     reloaded = served.cli("reload")
     assert reloaded.returncode == 0 and "llmd restart" in reloaded.stdout, reloaded.stdout
+    again = served.cli("reload")  # still pending: the file still says so
+    assert again.returncode == 0 and "llmd restart" in again.stdout, again.stdout
     assert served.cli("restart").returncode == 0
     assert served.release_of_main() is None  # no release records the edited table
 
