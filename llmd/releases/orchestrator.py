@@ -121,9 +121,14 @@ class Deployer:
 
     def rollback(self, engine: str | None = None) -> dict[str, Any]:
         """Abort the deploy under way on `engine`, or, with none, deploy its previous release
-        by the same path; the snapshot. Raises NotFound, ActionRefused (no previous release),
-        ReleaseError."""
+        by the same path; the snapshot. Raises NotFound, ActionRefused (no previous release;
+        a promoted canary's engine still booting the new release), ReleaseError."""
         name = self._engine(engine)
+        if self.host.state.deploys.get(name, {}).get("phase") == "adopting":
+            raise ActionRefused(
+                f"rollback refused: engine {name} was promoted and is booting the new release "
+                "(adopting); roll back once it serves"
+            )
         if name in self._events:
             self._events[name].put_nowait(Abort(time.monotonic(), "llmd rollback"))
             return self.host.state.deploys[name]

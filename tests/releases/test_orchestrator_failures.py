@@ -125,7 +125,8 @@ def test_a_promoted_engine_that_does_not_boot_is_shown_and_the_canary_serves_mea
 ) -> None:
     """A release whose engine refuses to boot once it is promoted (a marker file, made after
     its canary booted): `llmd status` and the history show it (`adopting`, `adopt_failed`),
-    the canary serves every request while the engine's supervisor restarts it; once it boots
+    `llmd rollback` is refused meanwhile, the canary serves every request while the engine's
+    supervisor restarts it; once it boots
     the engine serves r2, the canary goes and the deploy says promoted."""
     workdir, config, marker = adopt_setup(tiny_model_dir, max_failed_boots=20)
     store = ReleaseStore(workdir / "state")
@@ -137,6 +138,8 @@ def test_a_promoted_engine_that_does_not_boot_is_shown_and_the_canary_serves_mea
         deploying = deploy_until_adopting(served, marker)
         status = served.cli("status")
         assert "adopting: promoted, but engine main did not boot r2" in status.stdout, status
+        refused = served.cli("rollback")
+        assert refused.returncode == 1 and "roll back once it serves" in refused.stderr
         assert any(e["event"] == "adopt_failed" for e in store.history()[0])
         assert wait_for(lambda: llmd.admin_status()["engines"][0]["restarts"] >= 1, 30)
         marker.unlink()
