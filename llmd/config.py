@@ -56,7 +56,10 @@ class ServerConfig:
     line and headers) and `max_headers` (how many). `cors_allowed_origins`: origins whose web
     pages may call the API (`"*"`: any); none by default. `max_connections`: requests the
     public listener has in progress at once (open connections without one do not count); past
-    it, 503 too_many_connections (0: no limit).
+    it, 503 too_many_connections (0: no limit). `read_timeout_s`: how long a request's head
+    (request line and headers, counted from the connection or the request's first byte), and
+    then its body, may take to arrive; past it, 408 request_timeout and the connection closes
+    (a connection that sent nothing is closed quietly). 0: no limit.
     """
 
     listen: str = "127.0.0.1:8000"
@@ -70,6 +73,7 @@ class ServerConfig:
     drain_timeout_s: float = 30.0
     send_timeout_s: float = 15.0
     send_buffer_bytes: int = 65536
+    read_timeout_s: float = 30.0
 
     @property
     def host(self) -> str:

@@ -13,6 +13,7 @@
         ├── BodyTooLarge             413 body_too_large
         ├── UnsupportedMediaType     415 invalid_request (content type or coding; + Accept-Encoding)
         ├── HeadersTooLarge          431 headers_too_large (the request head over its limits)
+        ├── RequestTimeout           408 request_timeout (head or body slower than read_timeout_s)
         ├── ContextLengthExceeded    400 context_length_exceeded
         ├── InvalidConfig            400 invalid_config (admin API: a reload the config refuses)
         ├── NotFound                 404 not_found
@@ -159,6 +160,19 @@ class UnsupportedMediaType(ApiError):
         super().__init__(message, param=param)
         if accept_encoding is not None:
             self.extra_headers.append((b"accept-encoding", accept_encoding.encode()))
+
+
+class RequestTimeout(ApiError):
+    """The request's head or body did not arrive within `server.read_timeout_s` (RFC 9110
+    §15.5.9); the answer closes the connection, whose request was not read to its end."""
+
+    status = 408
+    code = "request_timeout"
+    type = "invalid_request_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.extra_headers.append((b"connection", b"close"))
 
 
 class HeadersTooLarge(ApiError):

@@ -72,11 +72,12 @@ def _renderer(d: Daemon) -> str:
     return "console" if isinstance(last, structlog.dev.ConsoleRenderer) else "json"
 
 
-def _head_limits(daemon: Daemon) -> tuple[int, int]:
-    """The request-head limits the public server's HTTP protocol reads at each request."""
+def _head_limits(daemon: Daemon) -> tuple[int, int, float]:
+    """The request-head limits and deadline the public server's HTTP protocol reads at each
+    request."""
     protocol = daemon._servers[0].config.http_protocol_class
     server = protocol.server_config()  # type: ignore[attr-defined]
-    return server.max_header_bytes, server.max_headers
+    return server.max_header_bytes, server.max_headers, server.read_timeout_s
 
 
 def _release_probe(field: str) -> Probe:
@@ -96,6 +97,7 @@ PROBES: dict[str, Probe] = {
     "server.max_connections": lambda d: d._proxy.config.limit_concurrency if d._proxy else None,
     "server.max_header_bytes": lambda d: _head_limits(d)[0],
     "server.max_headers": lambda d: _head_limits(d)[1],
+    "server.read_timeout_s": lambda d: _head_limits(d)[2],
     "server.cors_allowed_origins": lambda d: d.state.config.server.cors_allowed_origins,
     "supervisor.backoff_initial_s": lambda d: _main(d).policy.backoff_initial_s,
     "supervisor.backoff_max_s": lambda d: _main(d).policy.backoff_max_s,

@@ -10,6 +10,7 @@ tokenizer included, accepts). Each refusal is a 400 naming the field.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
@@ -18,7 +19,7 @@ from typing import Any
 
 from starlette.types import Receive
 
-from llmd.errors import BodyTooLarge, InvalidRequest, UnsupportedMediaType
+from llmd.errors import BodyTooLarge, InvalidRequest, RequestTimeout, UnsupportedMediaType
 
 # Deepest nesting of arrays and objects accepted. Far above what the OpenAI API needs (a JSON
 # schema for structured output nests a few dozen levels at most) and far below the recursion
@@ -71,12 +72,25 @@ def body_coding(headers: list[Any]) -> str | None:
     return codings[0]
 
 
-async def read_body(receive: Receive, limit: int, coding: str | None = None) -> bytes:
-    """The whole body from ASGI `receive`, decoded from `coding` (see `body_coding`).
+async def read_body(
+    receive: Receive, limit: int, coding: str | None = None, timeout_s: float = 0.0
+) -> bytes:
+    """The whole body from ASGI `receive`, decoded from `coding` (see `body_coding`), within
+    `timeout_s` seconds (0: no limit).
 
     Raises BodyTooLarge past `limit` bytes, as sent or as decoded; InvalidRequest for a body
-    that does not decode; ClientGone.
+    that does not decode; RequestTimeout (408) for one that takes longer; ClientGone.
     """
+    try:
+        async with asyncio.timeout(timeout_s or None):
+            return await _read(receive, limit, coding)
+    except TimeoutError:
+        raise RequestTimeout(
+            f"the request body did not arrive within {timeout_s:g} s (server.read_timeout_s)"
+        ) from None
+
+
+async def _read(receive: Receive, limit: int, coding: str | None) -> bytes:
     decoder = zlib.decompressobj(CODINGS[coding]) if coding else None
     chunks: list[bytes] = []
     received = size = 0

@@ -6,8 +6,12 @@ size is read and kept, and a 64 MB header stalled other clients for seconds. Thi
 passed to uvicorn as its `http` protocol class, counts the head's bytes as they arrive and its
 headers as they are parsed, and answers 431 (RFC 6585 §5) as soon as either passes
 `server.max_header_bytes` or `server.max_headers`, without reading on. Requests the parser
-refuses get an OpenAI-shaped 400 in place of uvicorn's plain-text one. Both close the
-connection, are logged by llmd (`request_head_refused`, rate-limited) and never reach the app.
+refuses get an OpenAI-shaped 400 in place of uvicorn's plain-text one. A head that has not
+arrived whole `server.read_timeout_s` after the connection opened (or after the request's first
+byte, on a kept-alive connection) gets 408 `request_timeout`; a connection that sent nothing
+by then is closed without an answer (nginx's `client_header_timeout` does the same). Each of
+these closes the connection, is logged by llmd (`request_head_refused`, rate-limited) and never
+reaches the app.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import structlog
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from llmd.config import ServerConfig
-from llmd.errors import ApiError, HeadersTooLarge, InvalidRequest
+from llmd.errors import ApiError, HeadersTooLarge, InvalidRequest, RequestTimeout
 
 log = structlog.get_logger("llmd.proxy")
 
@@ -45,13 +49,26 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._header_count = 0
         self._refusal: ApiError | None = None
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._head_started = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_head_timer()
+        super().connection_lost(exc)
 
     # -- parser callbacks ----------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._in_head = True
+        self._head_started = True
         self._header_count = 0
+        if self._head_timer is None:
+            self._arm_head_timer()
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._header_count += 1
@@ -63,8 +80,33 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        self._head_started = False
         self._head_bytes = 0
+        self._disarm_head_timer()
         super().on_headers_complete()
+
+    # -- the head's deadline ---------------------------------------------------------------------
+
+    def _arm_head_timer(self) -> None:
+        timeout = self.server_config().read_timeout_s
+        if timeout > 0:
+            self._head_timer = self.loop.call_later(timeout, self._head_timed_out, timeout)
+
+    def _disarm_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self, timeout: float) -> None:
+        """The head did not arrive in time: 408 once some of it came, else a quiet close."""
+        self._head_timer = None
+        if self.transport.is_closing():
+            return
+        if self._head_started or self._head_bytes:
+            message = f"the request line and headers did not arrive within {timeout:g} s"
+            self._refuse(RequestTimeout(message + " (server.read_timeout_s)"), "head_timeout")
+        else:
+            self.transport.close()
 
     # -- the transport ---------------------------------------------------------------------------
 

@@ -190,10 +190,12 @@ class Relay:
     async def read(self, arrival: Arrival, receive: Receive, hold: BodyHold) -> Body:
         """The whole body, decoded and parsed: `application/json` only, in no content coding
         or gzip or deflate; its reservation resized to what was read. Raises
-        UnsupportedMediaType (415), BodyTooLarge (413), InvalidRequest (400), ClientGone."""
+        UnsupportedMediaType (415), BodyTooLarge (413), InvalidRequest (400), RequestTimeout
+        (408: not all there within `server.read_timeout_s`), ClientGone."""
         check_content_type(arrival.headers)
         coding = body_coding(arrival.headers)
-        raw = await read_body(receive, self.state.config.server.max_body_bytes, coding)
+        server = self.state.config.server
+        raw = await read_body(receive, server.max_body_bytes, coding, server.read_timeout_s)
         hold.resize(len(raw))
         payload = parse_object(raw)
         if not isinstance(payload.get("stream"), bool | None):

@@ -107,7 +107,22 @@ def _connection_error(state: DaemonState, backend: str, exc: BaseException) -> A
             f"{backend} refused the connection (it may have just stopped); retry later",
             retry_after_s=retry_after,
         )
+    if isinstance(exc, _CUT_OFF):
+        # aiohttp's own words here ("TransferEncodingError: 400 ...") read as a client error.
+        return EngineError(
+            f"{backend} closed the connection during the request (it may have exited; llmd "
+            f"restarts an engine that exits): {type(exc).__name__}"
+        )
     return EngineError(f"the engine connection failed: {type(exc).__name__}: {exc}".rstrip(": "))
+
+
+# A connection the backend ended mid-request: reset, closed, or an answer cut short.
+_CUT_OFF = (
+    aiohttp.ServerDisconnectedError,
+    aiohttp.ClientPayloadError,
+    aiohttp.ClientOSError,
+    ConnectionResetError,
+)
 
 
 def _engine_status_error(status: int, body: bytes) -> ApiError:

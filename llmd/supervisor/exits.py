@@ -60,9 +60,9 @@ def classify_exit(
     if not was_ready and _BAD_MODEL.search(text):
         return ExitReason("bad_model", detail)
     if returncode == -signal.SIGKILL:
-        return ExitReason(
-            "killed", f"{detail} (not sent by llmd; the kernel OOM killer or an operator)"
-        )
+        # The hint belongs to the signal: it comes before the engine's last line, not inside it.
+        hinted = f"{status} (not sent by llmd; the kernel OOM killer or an operator)"
+        return ExitReason("killed", f"{hinted}: {last_error}" if last_error else hinted)
     if returncode < 0:
         return ExitReason("killed", detail)
     if returncode == 0:

@@ -95,8 +95,14 @@ class EngineProcess:
         )
         return cls(proc, EngineOutput(), sink)
 
+    async def leader_exited(self) -> int:
+        """Wait for the leader to exit, not for its last output (`wait` waits for both, and the
+        group's other processes may hold the output pipe for seconds); its return code."""
+        return await self.proc.wait()
+
     async def wait(self) -> int:
-        """Wait for the leader to exit; its return code (negative: killed by that signal)."""
+        """Wait for the leader to exit and its last lines to be read (at most 2 s after); its
+        return code (negative: killed by that signal)."""
         code = await self.proc.wait()
         # Let the output pump drain the last lines. asyncio.wait, not wait_for: stop_group may
         # cancel the pump meanwhile, and that must not end this wait as cancelled.

@@ -214,13 +214,15 @@ class Supervisor:
             pid_file = self.paths.pid_file_of(self.name)
             record = await asyncio.to_thread(record_engine, pid_file, process.pgid)
             exited = asyncio.create_task(process.wait(), name=f"engine-wait-{self.name}")
-            ready = await self._wait_ready(probe, exited)
+            # The leader's exit alone, not its last output too: routing stops at once.
+            gone = asyncio.create_task(process.leader_exited(), name=f"engine-gone-{self.name}")
+            ready = await self._wait_ready(probe, gone)
         forced: ExitReason | None = None
         if ready:
             self.state.diagnosis = diagnose(process.output.recent)  # slow paths seen at boot
             await self._mark_serving(probe)
-            forced = await self._watch_health(probe, exited)
-        elif not exited.done() and not self._stopping.is_set():
+            forced = await self._watch_health(probe, gone)
+        elif not gone.done() and not self._stopping.is_set():
             forced = ExitReason("start_timeout", f"not ready after {engine.start_timeout_s:g}s")
         if self._stopping.is_set() or self._restart_requested:
             # stop() or restart() is taking the group down; a stop that came while this engine
@@ -231,9 +233,10 @@ class Supervisor:
             await process.stop_group(engine.stop_timeout_s)
             returncode = await exited
         else:
-            returncode = await exited
+            await gone
             self.state.phase = EnginePhase.RESTARTING  # stop routing to it before the cleanup
             self.on_change()
+            returncode = await exited  # and its last lines, for the exit's reason
             # The leader died on its own: its engine-core and workers may survive it (vllm#55510).
             await process.stop_group(timeout_s=5.0)
         if self._restart_requested:

@@ -43,10 +43,16 @@ def test_recognises_causes_in_the_output(lines: list[str], expected: str) -> Non
 
 
 def test_sigkill_not_sent_by_llmd_is_killed_with_a_hint() -> None:
-    """SIGKILL from outside is 'killed' and the detail mentions the OOM killer."""
+    """SIGKILL from outside is 'killed'; the detail gives the OOM killer hint right after the
+    signal, then the engine's last error line."""
     reason = classify_exit(-signal.SIGKILL, stop_requested=False, was_ready=True, recent_lines=[])
     assert reason.kind == "killed"
     assert "SIGKILL" in reason.detail and "OOM killer" in reason.detail
+    last = "(EngineCore pid=22155) ERROR RuntimeError: cancelled"
+    lines = ["INFO serving", last]
+    with_line = classify_exit(-signal.SIGKILL, stop_requested=False, was_ready=True,
+                              recent_lines=lines)  # fmt: skip
+    assert with_line.detail.endswith(f"or an operator): {last}"), with_line.detail
 
 
 def test_detail_carries_the_last_error_line() -> None:

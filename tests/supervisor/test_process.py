@@ -9,6 +9,8 @@ import sys
 import threading
 from pathlib import Path
 
+import uvloop
+
 from llmd.engine.launch import EngineLaunch
 from llmd.supervisor.group import group_members
 from llmd.supervisor.process import EngineProcess
@@ -75,3 +77,21 @@ async def test_the_engine_gets_sigterm_when_its_parent_dies(tmp_path: Path) -> N
     process = await EngineProcess.spawn(launch, lambda level, line: lines.append(line))
     assert await process.wait() == 0
     assert process.output.recent[-1] == str(int(signal.SIGTERM))
+
+
+def test_the_leaders_exit_is_seen_while_an_orphan_holds_the_output(tmp_path: Path) -> None:
+    """On uvloop (the loop `llmd serve` runs), leader_exited returns the leader's code as soon
+    as it is gone, while a process it left in the group still holds the output pipe (vLLM's
+    engine core outliving its API server): the supervisor stops routing to it at once."""
+
+    async def scenario() -> tuple[int, bool]:
+        launch = EngineLaunch(("sh", "-c", "sleep 30 & exit 3"), {}, tmp_path / "engine.sock")
+        process = await EngineProcess.spawn(launch, lambda level, line: None)
+        try:
+            code = await asyncio.wait_for(process.leader_exited(), 10)
+            return code, process._pump.done()
+        finally:
+            await process.stop_group(timeout_s=2.0)
+
+    code, output_closed = uvloop.run(scenario())
+    assert code == 3 and not output_closed
