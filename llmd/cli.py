@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from llmd.config import ServerConfig, config_path, load_config
+from llmd.console import run_console
 from llmd.errors import ConfigError, RuntimeDirInUse
 from llmd.runtime import RuntimePaths
 
@@ -26,9 +27,14 @@ RESTART_TIMEOUT_S = 3600.0
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of the `llmd` console script; exits with the verb's status."""
-    args = _parser().parse_args(argv)
-    sys.exit(args.func(args))
+    """Entry point of the `llmd` console script; exits with the verb's status, or with
+    llmd.console.EXIT_BROKEN_PIPE (141) and no traceback when stdout's reader has gone."""
+
+    def verb() -> None:
+        args = _parser().parse_args(argv)
+        sys.exit(args.func(args))
+
+    run_console(verb)
 
 
 def _parser() -> argparse.ArgumentParser:

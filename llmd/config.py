@@ -261,7 +261,8 @@ def config_path(explicit: str | None) -> Path:
 def load_config(path: Path, *, listen: str | None = None, runtime_dir: str | None = None) -> Config:
     """Read, validate and freeze the config at `path`; CLI overrides replace file values.
 
-    Relative model paths are resolved against the config file's directory. Raises
+    Relative model paths, and a relative `server.runtime_dir` or `server.state_dir`, are
+    resolved against the config file's directory (a CLI override stays as given). Raises
     `ConfigError` for a missing or unreadable file, bad TOML, unknown keys or wrong types, and
     the cross-table checks of llmd/backends/config.py (both `[engine]` and `[engines.*]`, GPU
     sharing without explicit KV sizes, bad upstream URLs).
@@ -280,7 +281,8 @@ def load_config(path: Path, *, listen: str | None = None, runtime_dir: str | Non
     server = dataclasses.replace(
         config.server,
         listen=listen or config.server.listen,
-        runtime_dir=runtime_dir or config.server.runtime_dir,
+        runtime_dir=runtime_dir or _beside(path, config.server.runtime_dir),
+        state_dir=_beside(path, config.server.state_dir),
     )
     _check_listen(server.listen, "server.listen")
     _check_limits(server)
@@ -301,6 +303,12 @@ def load_config(path: Path, *, listen: str | None = None, runtime_dir: str | Non
         engines={} if single else engines,
         admission=admission,
     )
+
+
+def _beside(path: Path, directory: str) -> str:
+    """`directory` from the config at `path`, made absolute from the config's directory."""
+    given = Path(directory).expanduser()
+    return str(given if given.is_absolute() else (path.parent / given).resolve())
 
 
 def _resolve_model(engine: EngineConfig, path: Path) -> EngineConfig:

@@ -9,12 +9,22 @@ from pathlib import Path
 
 
 def bind_tcp(host: str, port: int, send_buffer_bytes: int = 0) -> socket.socket:
-    """The public listener on `host:port`. Raises OSError (address in use, ...)."""
+    """The public listener on `host:port`. Raises OSError (address in use, ...) whose message
+    names the address and what sets it (server.listen, --listen)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     set_send_buffer(sock, send_buffer_bytes)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        address = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
+        raise OSError(
+            exc.errno,
+            f"cannot listen on {address}: {exc.strerror}; choose another address with "
+            "server.listen in the config or --listen HOST:PORT",
+        ) from exc
     sock.set_inheritable(False)
     return sock
 

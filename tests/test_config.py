@@ -137,6 +137,19 @@ def test_cli_overrides_and_relative_model(tmp_path: Path) -> None:
     assert config.engine.model == str(tmp_path / "models" / "tiny")
 
 
+def test_relative_server_directories_resolve_from_the_config_file(tmp_path: Path) -> None:
+    """server.runtime_dir and server.state_dir given relative are the config file's neighbours
+    (etc/demo.toml's "../var/run" is the repository's var/run whatever the working directory),
+    so `llmd doctor --config` and `llmd tune --config` find the daemon that config started."""
+    path = write(
+        tmp_path, '[server]\nruntime_dir = "../run"\nstate_dir = "st"\n[engine]\nmodel = "m"\n'
+    )
+    config = load_config(path)
+    assert config.server.runtime_dir == str(tmp_path.parent / "run")
+    assert config.server.state_dir == str(tmp_path / "st")
+    assert load_config(path, runtime_dir="var/run").server.runtime_dir == "var/run"
+
+
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     """A missing file is reported as such, not as a traceback."""
     with pytest.raises(ConfigError, match="cannot read config"):
@@ -310,3 +323,14 @@ def test_slo_budgets_default_to_interactive_and_normal_only(tmp_path: Path) -> N
     guard = admission.guard
     settings = (guard.window_s, guard.min_samples, guard.dwell_s, guard.recover_ratio)
     assert settings == (60, 20, 10.0, 0.8) and guard.max_tokens_cap == 256
+
+
+def test_the_demo_script_serves_etc_demo_toml_with_its_own_arguments() -> None:
+    """scripts/demo.sh hands its arguments to `llmd serve` (`--listen 127.0.0.1:PORT` for
+    another port, as the README says) and leaves the runtime directory to etc/demo.toml, whose
+    var/run is where the README's commands after the demo look."""
+    script = (REPO / "scripts" / "demo.sh").read_text().splitlines()
+    assert [line for line in script if line.startswith("exec ")] == [
+        'exec .venv/bin/llmd serve --config etc/demo.toml "$@"'
+    ]
+    assert load_config(REPO / "etc" / "demo.toml").server.runtime_dir == str(REPO / "var" / "run")

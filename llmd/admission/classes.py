@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 
 from llmd.errors import InvalidRequest
+from llmd.quoting import header_text
 
 PRIORITY_HEADER = b"x-llmd-priority"
 
@@ -41,6 +42,7 @@ def requested_class(header: bytes | None, default: Priority, highest: Priority) 
             chosen = Priority.parse(header.decode("latin-1").strip())
         except ValueError:
             raise InvalidRequest(
-                f"header x-llmd-priority must be interactive, normal or batch, got {header!r}"
+                "header x-llmd-priority must be interactive, normal or batch, "
+                f"got {header_text(header)}"
             ) from None
     return max(chosen, highest)

@@ -31,6 +31,7 @@ from llmd.allocator import HeapTrimmer
 from llmd.config import AdmissionConfig, Config, EngineConfig
 from llmd.engine.args import DEFAULT_MAX_NUM_SEQS, engine_flag
 from llmd.errors import ApiError, InvalidRequest, QueueFull, QueueTimeout, RateLimited
+from llmd.quoting import header_text
 from llmd.routing.backend import BackendKind
 from llmd.routing.breaker import CircuitBreaker
 from llmd.routing.capacity import PoolCapacity, PoolGate
@@ -203,7 +204,7 @@ class Admission:
         if not value.isdigit() or not 0 < int(value) <= 86_400_000:
             raise InvalidRequest(
                 "header x-llmd-deadline-ms must be a whole number of ms in 1..86400000, "
-                f"got {value!r}"
+                f"got {header_text(value)}"
             )
         return arrived_at + int(value) / 1000
 

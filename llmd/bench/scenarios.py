@@ -1,4 +1,4 @@
-"""The six load scenarios (A..F) and the seeded plan of each request they send.
+"""The seven load scenarios (A..G) and the seeded plan of each request they send.
 
 Load is made by `concurrency` simulated users. In A..D a user sends its next request as soon as
 the last one ends (a closed loop: `concurrency` requests always in flight). In E and F a user

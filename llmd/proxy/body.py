@@ -20,6 +20,7 @@ from typing import Any
 from starlette.types import Receive
 
 from llmd.errors import BodyTooLarge, InvalidRequest, RequestTimeout, UnsupportedMediaType
+from llmd.quoting import header_text, json_type
 
 # Deepest nesting of arrays and objects accepted. Far above what the OpenAI API needs (a JSON
 # schema for structured output nests a few dozen levels at most) and far below the recursion
@@ -45,9 +46,7 @@ def check_content_type(headers: list[Any]) -> None:
     value = next((v for k, v in headers if k == b"content-type"), None)
     media_type = value.split(b";")[0].strip().lower() if value is not None else b""
     if media_type != b"application/json":
-        given = (
-            f"Content-Type {value.decode('latin-1')!r}" if value is not None else "no Content-Type"
-        )
+        given = f"Content-Type {header_text(value)}" if value is not None else "no Content-Type"
         raise UnsupportedMediaType(
             f"request body must be JSON sent as Content-Type: application/json; got {given}",
             param="content-type",
@@ -64,7 +63,7 @@ def body_coding(headers: list[Any]) -> str | None:
         return None
     if len(codings) > 1 or codings[0] not in CODINGS:
         raise UnsupportedMediaType(
-            f"Content-Encoding {value.decode('latin-1')!r} is not supported: send the body "
+            f"Content-Encoding {header_text(value)} is not supported: send the body "
             "as is, or with one of gzip, deflate",
             param="content-encoding",
             accept_encoding="gzip, deflate",
@@ -143,7 +142,7 @@ def parse_object(body: bytes) -> dict[str, Any]:
     except ValueError as exc:
         raise InvalidRequest(f"request body is not valid JSON: {exc}") from exc
     if not isinstance(payload, dict):
-        raise InvalidRequest(f"request body must be a JSON object, got {type(payload).__name__}")
+        raise InvalidRequest(f"request body must be a JSON object, got {json_type(payload)}")
     _check_values(payload, text)
     return payload
 

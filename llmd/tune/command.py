@@ -1,5 +1,5 @@
-"""The `llmd tune` verb: its flags, the refusal to share the GPU with a serving llmd, the live
-display, and the table, JSON and plot at the end."""
+"""The `llmd tune` verb: its flags, the live display, and the table, JSON and plot at the end
+(the refusal to share the GPU with a serving llmd is llmd/tune/serving.py)."""
 
 from __future__ import annotations
 
@@ -111,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
     from llmd.config import config_path, load_config
     from llmd.errors import BenchError, ConfigError, ReleaseError, TuneError
     from llmd.tune.release import check_release, record_release
+    from llmd.tune.serving import refuse_if_serving
 
     try:
         config = load_config(config_path(args.config))
@@ -121,7 +122,9 @@ def run(args: argparse.Namespace) -> int:
         options = _options(args, config)
         if args.release:
             check_release(Path(args.state_dir), args.release)
-        _refuse_if_serving(Path(args.runtime_dir or config.server.runtime_dir), args.engine)
+        refuse_if_serving(
+            Path(args.runtime_dir or config.server.runtime_dir), args.engine, ENGINE_NAME
+        )
         report = _run(options, args.quiet)
     except BenchError as exc:
         print(f"llmd tune: {exc}", file=sys.stderr)
@@ -180,27 +183,6 @@ def _options(args: argparse.Namespace, config: Any) -> Any:
         timeout_s=args.timeout,
         seed=args.seed,
         traffic=traffic,
-    )
-
-
-def _refuse_if_serving(runtime_dir: Path, engine: str | None) -> None:
-    """Raise `TuneError` when an llmd daemon answers in `runtime_dir`, unless `engine` names
-    its engine and the daemon has drained it (draining, nothing in flight)."""
-    from llmd.admin.client import AdminRefused, AdminUnreachable, admin_request
-    from llmd.errors import TuneError
-    from llmd.runtime import RuntimePaths
-
-    socket = RuntimePaths(runtime_dir).admin_socket
-    try:
-        status = asyncio.run(admin_request(socket, "GET", "/status", timeout_s=5.0))
-    except (AdminUnreachable, AdminRefused, TimeoutError):
-        return
-    if engine is not None and status.get("draining") and not status.get("in_flight"):
-        return
-    raise TuneError(
-        f"llmd serves on {socket} (engine {status['engine']['state']}): tune boots its own "
-        "engine and must not share the GPU with it. Stop llmd, or drain it "
-        f"(llmd drain --wait --runtime-dir {runtime_dir}) and pass --engine {ENGINE_NAME}"
     )
 
 

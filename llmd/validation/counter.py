@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -196,11 +197,15 @@ class EngineCounter:
                     counts.append(len(p))
                 else:
                     body = {"prompt": p, "add_special_tokens": prompt.add_special_tokens}
-                    counts.append(await self._tokenize(body, model))
+                    counts.append(await self._tokenize(body, model, ("prompt",)))
             return counts
-        return [await self._tokenize(_chat_tokenize_body(prompt), model)]
+        sent = ("messages", *prompt.engine_extras)
+        sent += ("chat_template_kwargs",) if prompt.template_kwargs else ()
+        return [await self._tokenize(_chat_tokenize_body(prompt), model, sent)]
 
-    async def _tokenize(self, body: dict[str, Any], model: str | None) -> int:
+    async def _tokenize(self, body: dict[str, Any], model: str | None, sent: Sequence[str]) -> int:
+        """The count /tokenize gives `body`; `sent` names the client's fields in it (the rest
+        llmd filled in), the only fields an error may name."""
         if model is not None:
             body["model"] = model
         client = self._client()
@@ -215,12 +220,13 @@ class EngineCounter:
                 status = response.status
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise EngineUnavailable(
-                f"cannot count prompt tokens: the engine's /tokenize failed: {exc!r}",
+                "cannot count prompt tokens: the engine's /tokenize failed: "
+                f"{exc or f'no answer in {_TOKENIZE_TIMEOUT.total:g} s'}",
                 retry_after_s=1,
             ) from exc
         if status == 404:
             raise CountUnsupported(f"{client.url('/tokenize')} answered 404")
-        return _tokenize_count(status, payload)
+        return _tokenize_count(status, payload, sent)
 
 
 _TOKENIZE_TIMEOUT = aiohttp.ClientTimeout(total=30)
@@ -237,8 +243,8 @@ def _chat_tokenize_body(prompt: ChatPrompt) -> dict[str, Any]:
     }
 
 
-def _tokenize_count(status: int, payload: bytes) -> int:
-    """The `count` of a /tokenize answer; a 4xx becomes the client's 400 with vLLM's message."""
+def _tokenize_count(status: int, payload: bytes, sent: Sequence[str]) -> int:
+    """The `count` of a /tokenize answer; a 4xx becomes the client's 400 (`refusal`)."""
     try:
         answer = json.loads(payload)
     except ValueError:
@@ -251,10 +257,34 @@ def _tokenize_count(status: int, payload: bytes) -> int:
         message = str(answer["error"].get("message", message))
     error: ApiError
     if 400 <= status < 500:
-        error = InvalidRequest(message)
+        error = refusal(message, sent)
     else:
         error = EngineError(f"the engine's /tokenize failed with HTTP {status}: {message}")
     raise error
+
+
+# vLLM 0.32 answers a body its pydantic models refuse with "N validation error(s):" and one
+# {'type', 'loc': 'body.FIELD...', 'msg', 'input'} per error, over every arm of its
+# TokenizeRequest union (so a chat body also gets "body.prompt: Field required").
+_PYDANTIC_DUMP = re.compile(r"\b\d+ validation errors?\b")
+_ERROR_AT = re.compile(r"'loc': '(?:body\.)?([^'.]+)([^']*)', 'msg': (?:'([^']*)'|\"([^\"]*)\")")
+
+
+def refusal(message: str, sent: Sequence[str]) -> InvalidRequest:
+    """The client's 400 for /tokenize's 4xx `message`, naming only fields in `sent` (those the
+    client sent): vLLM's own sentence as it is; a pydantic dump becomes its first error on one
+    of `sent` ("'tools' is not valid: Input should be a valid list"), else a generic sentence."""
+    if not _PYDANTIC_DUMP.search(message):
+        return InvalidRequest(message)
+    for field, path, quoted, double_quoted in _ERROR_AT.findall(message):
+        if field in sent:
+            return InvalidRequest(
+                f"'{field}{path}' is not valid: {quoted or double_quoted}", param=field
+            )
+    return InvalidRequest(
+        f"the engine could not read this request's {', '.join(sent)} to count its prompt "
+        "tokens; check their shape against the OpenAI API"
+    )
 
 
 def _has_processor_files(path: str) -> bool:

@@ -12,6 +12,7 @@ import enum
 from typing import Any
 
 from llmd.errors import InvalidRequest
+from llmd.validation.tools import check_tools
 
 
 class Endpoint(enum.StrEnum):
@@ -26,6 +27,13 @@ class Endpoint(enum.StrEnum):
 ENGINE_RENDERED_FIELDS = ("tools", "chat_template", "documents", "reasoning_effort")
 # Text content part types and the key that holds their text (vLLM 0.32 chat_utils MM_PARSER_MAP).
 TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal"}
+# Every content part type vLLM 0.32 parses (renderers/chat_utils.py MM_PARSER_MAP); it refuses
+# the others, and its /tokenize says so in a pydantic dump.
+PART_TYPES = (
+    *TEXT_PARTS,
+    *("thinking", "image_url", "input_image", "image_pil", "image_embeds", "input_audio"),
+    *("audio_url", "audio_embeds", "video_url", "video_embeds", "prompt_embeds", "tool_reference"),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +130,7 @@ def _chat_prompt(body: dict[str, Any]) -> ChatPrompt:
         raise InvalidRequest("'messages' must be an array of message objects", param="messages")
     if not messages:
         raise InvalidRequest("'messages' must not be empty", param="messages")
+    check_tools(body)
     local = all(body.get(name) is None for name in ENGINE_RENDERED_FIELDS)
     for index, message in enumerate(messages):
         local = _check_message(index, message) and local
@@ -178,6 +187,11 @@ def _check_message(index: int, message: object) -> bool:
         if not isinstance(part, dict) or not isinstance(part.get("type"), str):
             raise InvalidRequest(
                 f"{part_where} must be an object with a string 'type'", param="messages"
+            )
+        if part["type"] not in PART_TYPES:
+            raise InvalidRequest(
+                f"{part_where}.type must be one of {', '.join(PART_TYPES)}; got {part['type']!r}",
+                param="messages",
             )
         key = TEXT_PARTS.get(part["type"])
         if key is None:

@@ -29,6 +29,7 @@ from llmd.engine.args import flags_given
 from llmd.engine.client import EngineClient
 from llmd.engine.versions import EngineApi
 from llmd.errors import InvalidRequest
+from llmd.quoting import header_text
 from llmd.validation.context import ContextDecision, Policy, check_context
 from llmd.validation.counter import (
     CountUnsupported,
@@ -306,7 +307,8 @@ def _policy(headers: list[Any], default: Policy) -> Policy:
             if value == b"clamp":
                 return "clamp"
             raise InvalidRequest(
-                f"header x-llmd-context-policy must be 'reject' or 'clamp', got {value!r}"
+                "header x-llmd-context-policy must be 'reject' or 'clamp', "
+                f"got {header_text(value)}"
             )
     return default
 

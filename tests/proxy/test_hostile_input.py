@@ -268,3 +268,30 @@ def test_cors_by_config(llmd: LlmdProcess, client: httpx.Client) -> None:
     finally:
         set_cors(llmd, [])
     assert preflight(client, ORIGIN).status_code == 405
+
+
+@pytest.mark.parametrize(
+    ("content", "headers", "words"),
+    [
+        ("null", {}, "request body must be a JSON object, got null"),
+        ("[1]", {}, "request body must be a JSON object, got array"),
+        ('"hi"', {}, "request body must be a JSON object, got string"),
+        ("true", {}, "request body must be a JSON object, got boolean"),
+        (json.dumps(CHAT), {"x-llmd-priority": "bogus"}, "or batch, got 'bogus'"),
+        (json.dumps(CHAT), {"x-llmd-context-policy": "bogus"}, "or 'clamp', got 'bogus'"),
+        (json.dumps(CHAT), {"x-llmd-deadline-ms": "-5"}, "in 1..86400000, got '-5'"),
+        (json.dumps({**CHAT, "tools": "x"}), {}, "'tools' must be an array of tool objects"),
+        (json.dumps({**CHAT, "tools": [{"function": {"name": 1}}]}), {}, "name must be a string"),
+    ],
+)
+def test_an_error_shows_what_the_client_sent_in_its_own_terms(
+    client: httpx.Client, content: str, headers: dict[str, str], words: str
+) -> None:
+    """Error messages name JSON types and header text, never a Python type or bytes repr, and
+    a bad `tools` is llmd's 400 on `tools`, not the engine's /tokenize error on `body.prompt`."""
+    headers = {"content-type": "application/json", **headers}
+    answer = client.post("/v1/chat/completions", content=content, headers=headers)
+    error = assert_openai_error(answer, 400, "invalid_request")
+    assert words in error["message"]
+    assert "b'" not in error["message"] and "prompt" not in error["message"]
+    assert error["param"] == ("tools" if "tools" in content else None)

@@ -137,6 +137,9 @@ async def tokenize_engine(tmp_path: Path) -> AsyncIterator[tuple[EngineClient, l
         bodies.append(body)
         if "messages" in body and body["messages"][0].get("role") == "bad":
             return web.json_response({"error": {"message": "bad role", "code": 400}}, status=400)
+        if "messages" in body and body["messages"][0].get("role") == "dump":
+            error = {"message": body["messages"][0]["content"]}
+            return web.json_response({"error": error}, status=400)
         text = body.get("prompt") or json.dumps(body["messages"])
         return web.json_response({"count": len(text), "max_model_len": 1024, "tokens": []})
 
@@ -182,13 +185,45 @@ async def test_engine_counter_relays_engine_400(tokenize_engine: Any) -> None:
         await EngineCounter(lambda: client).count(chat([{"role": "bad", "content": "x"}]), None)
 
 
+# vLLM 0.32's /tokenize answers a chat body its models refuse with every arm of its
+# TokenizeRequest union, the completion arm's missing `prompt` first.
+VLLM_DUMP = (
+    "2 validation errors:\n  {'type': 'missing', 'loc': 'body.prompt', 'msg': 'Field required', "
+    "'input': '<dict of 7 items>'}\n  {'type': 'list_type', 'loc': 'body.messages.0.content', "
+    "'msg': 'Input should be a valid list', 'input': 'x'}"
+)
+PYDANTIC_DUMP = "8 validation errors for ValidatorIterator\n0.Param.text\n  Field required"
+
+
+@pytest.mark.parametrize(
+    ("dump", "param", "message"),
+    [
+        (VLLM_DUMP, "messages", "'messages.0.content' is not valid: Input should be a valid list"),
+        (PYDANTIC_DUMP, None, "the engine could not read this request's messages to count"),
+    ],
+)
+async def test_an_engine_validation_dump_names_only_what_the_client_sent(
+    tokenize_engine: Any, dump: str, param: str | None, message: str
+) -> None:
+    """A pydantic dump from /tokenize becomes one sentence about a field the client sent (never
+    `body.prompt`, which llmd's /tokenize body lacks on purpose), else a generic one."""
+    client, _ = tokenize_engine
+    with pytest.raises(InvalidRequest) as caught:
+        await EngineCounter(lambda: client).count(chat([{"role": "dump", "content": dump}]), None)
+    assert caught.value.message.startswith(message)
+    assert caught.value.param == param
+    assert "prompt" not in caught.value.message.replace("prompt tokens", "")
+
+
 async def test_engine_counter_unreachable_is_503(tmp_path: Path) -> None:
-    """No engine on the socket: 503 engine_unavailable (retry), never a 500."""
+    """No engine on the socket: 503 engine_unavailable (retry), never a 500; its message is
+    the connection's error in words, not a Python repr."""
     client = EngineClient(tmp_path / "missing.sock")
     async with client.open():
         with pytest.raises(Exception) as caught:
             await EngineCounter(lambda: client).count(completion("abc"), None)
     assert getattr(caught.value, "status", None) == 503
+    assert "Error(" not in str(caught.value) and "No such file" in str(caught.value)
     await asyncio.sleep(0)
 
 

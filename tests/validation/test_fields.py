@@ -135,6 +135,22 @@ def test_what_llmd_does_not_render_is_counted_by_the_engine(body: dict[str, Any]
     assert not prompt.local
 
 
+def test_an_unknown_content_part_type_is_one_sentence_listing_the_types() -> None:
+    """A content part of a type vLLM 0.32 does not parse is a 400 naming the part and the types
+    it takes (the engine's /tokenize answered an 8-error pydantic dump)."""
+    part = {"type": "nope", "x": 1}
+    with pytest.raises(InvalidRequest) as caught:
+        read_fields(Endpoint.CHAT, {"messages": [{"role": "user", "content": ["a", part]}]})
+    message = caught.value.message
+    assert caught.value.param == "messages"
+    assert message.startswith("messages[0].content[0] must be an object")  # "a": not a part
+    with pytest.raises(InvalidRequest) as caught:
+        read_fields(Endpoint.CHAT, {"messages": [{"role": "user", "content": [part]}]})
+    message = caught.value.message
+    assert message.startswith("messages[0].content[0].type must be one of text, input_text,")
+    assert "image_url" in message and message.endswith("; got 'nope'")
+
+
 def test_unknown_fields_are_ignored() -> None:
     """Fields llmd does not read are not checked (they pass through to the engine)."""
     fields = read_fields(Endpoint.CHAT, {"messages": USER, "temperature": "hot", "x": [1]})

@@ -1,0 +1,30 @@
+"""How llmd's console scripts end when the reader of their output goes away
+(`llmd status | head -3`): quietly, with the status a Unix tool killed by SIGPIPE gives."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable
+
+# What the shell reports for a Unix tool that SIGPIPE ended (128 + SIGPIPE = 141 on Linux):
+# `set -o pipefail` scripts see the output was cut short, plain pipelines see `head`'s status.
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
+
+
+def run_console(main: Callable[[], None]) -> None:
+    """Run a console script's `main`; if stdout's reader has gone, exit EXIT_BROKEN_PIPE without
+    a traceback. Raises SystemExit always when the pipe broke, else whatever `main` raises.
+
+    The recipe is Python's own (library docs, `signal`, "Note on SIGPIPE"): point stdout at
+    /dev/null so the interpreter's last flush at exit cannot fail a second time."""
+    try:
+        try:
+            main()
+        finally:
+            sys.stdout.flush()  # what is still buffered: the pipe may break only here
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(EXIT_BROKEN_PIPE)

@@ -1,0 +1,25 @@
+"""How error messages show what a client sent: a header value as the text it was, a JSON
+value by its JSON type (RFC 8259 §3), never a Python repr or type name."""
+
+from __future__ import annotations
+
+
+def header_text(value: bytes) -> str:
+    """`value` (raw header bytes) quoted as text, e.g. b"bogus" → "'bogus'" (ISO-8859-1, the
+    header charset of RFC 9110 §5.5)."""
+    return repr(value.decode("latin-1"))
+
+
+def json_type(value: object) -> str:
+    """The JSON type of a parsed JSON value: null, boolean, number, string, array or object."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
