@@ -159,7 +159,8 @@ def test_a_promoted_engine_whose_supervisor_gives_up_fails_the_deploy_the_canary
     tiny_model_dir: Path,
 ) -> None:
     """The engine never boots r2: once its supervisor gives up the deploy ends `failed`
-    with what to do, and every request is still answered (by the canary)."""
+    with what to do, and every request is still answered (by the canary); `llmd restart
+    --engine main` then boots it again."""
     workdir, config, marker = adopt_setup(tiny_model_dir, max_failed_boots=2)
     store = ReleaseStore(workdir / "state")
     with LlmdProcess.running(config, workdir=workdir) as llmd:
@@ -183,3 +184,8 @@ def test_a_promoted_engine_whose_supervisor_gives_up_fails_the_deploy_the_canary
         assert answer.status_code == 200, answer.text
         engines = {e["name"]: e for e in llmd.admin_status()["engines"]}
         assert engines["main"]["state"] == "failed" and engines["main.canary"]["release"] == "r2"
+        marker.unlink()
+        restarted = served.cli("restart", "--engine", "main")
+        assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+        serving = lambda: llmd.admin_status()["engines"][0]["state"] == "serving"  # noqa: E731
+        assert wait_for(serving, 60), llmd.log_tail()
