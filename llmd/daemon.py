@@ -38,6 +38,7 @@ from llmd.proxy.app import build_app
 from llmd.proxy.connections import limited_protocol
 from llmd.proxy.protocol import bounded_protocol
 from llmd.releases.orchestrator import Deployer
+from llmd.releases.restore import restore
 from llmd.releases.store import ReleaseStore
 from llmd.reload import ReloadPlan, changed_engine_keys, plan_reload, with_engine_tables
 from llmd.routing.backend import BackendKind
@@ -90,6 +91,12 @@ class Daemon:
         runtime_dir: str | None = None,
         state_dir: str | None = None,
     ) -> None:
+        store = ReleaseStore(Path(state_dir or config.server.state_dir))
+        # The config file's engine tables as last read: a deploy, or the current releases
+        # restored here, may run others (llmd/releases/restore.py).
+        self.file_tables = dict(config.engine_tables)
+        tables, self.restorations = restore(store, self.file_tables)
+        config = with_engine_tables(config, tables)
         self.config = config
         self.overrides = {"listen": listen, "runtime_dir": runtime_dir}
         self.paths = RuntimePaths(Path(config.server.runtime_dir))
@@ -119,9 +126,10 @@ class Daemon:
         # The upstream tables the fleet runs (a reload diffs the new ones against them).
         self.upstream_tables: dict[str, UpstreamConfig] = dict(config.upstreams)
         self.actions = OperatorActions(self.state, self.supervisors, self)
-        store = ReleaseStore(Path(state_dir or config.server.state_dir))
         self.deployer = Deployer(self, store)
         self.deployer.read_releases()
+        for restoration in self.restorations:
+            fleet.engines[restoration.engine].release_note = restoration.note
         self.reporter = ServiceReporter(Notifier(), config.supervisor.max_failed_boots)
         # Engine tables of a reload, kept for `llmd restart [--engine NAME]` (None: removed).
         self.pending: dict[str, EngineConfig | None] = {}
@@ -190,6 +198,14 @@ class Daemon:
         self._start_server(
             "admin", AdminApp(self.state, self.actions, self.deployer), admin, lifespan="off"
         )
+        for restoration in self.restorations:
+            say = log.info if restoration.restored else log.warning
+            say(
+                restoration.event,
+                engine=restoration.engine,
+                release=restoration.release,
+                note=restoration.note,
+            )
         for name in self.supervisors:
             self.start_engine(name)
         for name in self.state.fleet.upstreams:
@@ -337,8 +353,12 @@ class Daemon:
         self.reporter.reloading()
         try:
             new = load_config(config_path(self.config.source), **self.overrides)
-            plan = plan_reload(self.config, new)
+            # An engine's table in the file is pending when the file changed it since it was
+            # last read (a deployed release runs on otherwise), or while it is pending still.
+            unchanged = {n: t for n, t in self.file_tables.items() if n not in self.pending}
+            plan = plan_reload(self.config, new, unchanged)
             self.apply(plan.config)
+            self.file_tables = dict(new.engine_tables)
         except ConfigError as exc:
             log.error("reload_rejected", error=str(exc))
             raise
@@ -389,10 +409,16 @@ class Daemon:
 
     def use_engine_table(self, name: str, table: EngineConfig) -> None:
         """A deploy runs `table` on engine `name` from its next boot (validation's tokenizer
-        and the engine's client follow now); the config file is not changed."""
+        and the engine's client follow now); the config file is not changed. Raises
+        ConfigError (the tenants file, as `apply`): then the engine keeps its table."""
         tables = {**self.config.engine_tables, name: table}
-        self.supervisors[name].engine = table
-        self.apply(with_engine_tables(self.config, tables))
+        supervisor = self.supervisors[name]
+        before, supervisor.engine = supervisor.engine, table
+        try:
+            self.apply(with_engine_tables(self.config, tables))
+        except ConfigError:
+            supervisor.engine = before
+            raise
 
     def add_engine(self, name: str, table: EngineConfig) -> None:
         """A canary: engine `name` supervised and booted beside the configured ones (in no

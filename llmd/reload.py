@@ -46,8 +46,13 @@ class ReloadPlan:
         return None
 
 
-def plan_reload(current: Config, new: Config) -> ReloadPlan:
-    """The plan for reloading from `current` (the running config) to `new` (just loaded)."""
+def plan_reload(
+    current: Config, new: Config, file_tables: Mapping[str, EngineConfig] | None = None
+) -> ReloadPlan:
+    """The plan for reloading from `current` (the running config) to `new` (just loaded).
+    `file_tables` are engine tables the config file had when last read (an engine absent
+    from it: its running table): an engine runs another table after a deploy, and its table in
+    the file is pending only when the file changed it since."""
     llmd_restart = []
     server = new.server
     if server.listen != current.server.listen:
@@ -79,7 +84,7 @@ def plan_reload(current: Config, new: Config) -> ReloadPlan:
             engine_keys.append(f"engines.{name}")
             continue
         prefix = "engine" if single else f"engines.{name}"
-        keys = changed_engine_keys(old, table, prefix)
+        keys = changed_engine_keys((file_tables or {}).get(name, old), table, prefix)
         if keys:
             engines[name] = table
             engine_keys += keys

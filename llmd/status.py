@@ -29,10 +29,11 @@ class EngineStatus:
     are), and the diagnosis of its last boot or exit (findings: check, severity, message, hint,
     evidence). Then which backend: `name`, `kind` (`engine` llmd supervises, `upstream` it
     does not), its `gpus`, the release it runs (`release`: null when it runs no recorded
-    release), its KV usage (0..1) and capacity (tokens) from its metrics, llmd's requests
-    there (`in_flight`), whether an operator drained it, and for an upstream its `url` and
-    circuit `breaker` state (closed, open, half_open). An upstream's `state` is serving,
-    unreachable (breaker open), probing (half open) or unknown (no answer yet)."""
+    release; `release_note`: why, when llmd chose it at start-up from the state directory's
+    deploy history, else null), its KV usage (0..1) and capacity (tokens) from its metrics,
+    llmd's requests there (`in_flight`), whether an operator drained it, and for an upstream
+    its `url` and circuit `breaker` state (closed, open, half_open). An upstream's `state` is
+    serving, unreachable (breaker open), probing (half open) or unknown (no answer yet)."""
 
     state: str
     pid: int | None
@@ -52,6 +53,7 @@ class EngineStatus:
     kind: str = "engine"
     gpus: tuple[str, ...] = ()
     release: str | None = None
+    release_note: str | None = None
     kv_usage: float | None = None
     kv_capacity_tokens: int | None = None
     in_flight: int = 0

@@ -58,6 +58,21 @@ def test_engines_added_changed_or_removed_wait_and_upstreams_apply() -> None:
     assert plan.config.upstreams == new.upstreams
 
 
+def test_a_deployed_table_is_left_alone_until_the_file_changes() -> None:
+    """The engine runs a deployed table (r2) beside a file still saying r1: reloading that
+    file keeps nothing pending; an edited file's table is pending, its keys read against the
+    file's previous table; an engine absent from `file_tables` compares its running table."""
+    r1, r2 = EngineConfig(model="a"), EngineConfig(model="a", args=("--seed", "7"))
+    running = Config(engine=r2)
+    same = plan_reload(running, Config(engine=r1), {"main": r1})
+    assert same.engines == {} and same.config.engine == r2
+    edited = dataclasses.replace(r1, model="b")
+    plan = plan_reload(running, Config(engine=edited), {"main": r1})
+    assert plan.engines == {"main": edited} and plan.engine_keys == ["engine.model"]
+    still = plan_reload(running, Config(engine=edited), {})
+    assert still.engine_keys == ["engine.model", "engine.args"]
+
+
 def test_a_send_buffer_back_to_zero_needs_new_sockets() -> None:
     """send_buffer_bytes may grow or shrink live; back to 0 (autotuning) needs llmd restarted."""
     current = Config(server=ServerConfig(send_buffer_bytes=65536))

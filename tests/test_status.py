@@ -31,7 +31,8 @@ ENGINE = {
     "waiting": OPT_INT, "metrics_age_s": OPT_NUM,
     "diagnosis": [{"check": str, "severity": str, "message": str, "hint": str, "evidence": str}],
     "name": str, "kind": str, "gpus": [str],
-    "release": OPT_STR, "kv_usage": OPT_NUM, "kv_capacity_tokens": OPT_INT, "in_flight": int,
+    "release": OPT_STR, "release_note": OPT_STR, "kv_usage": OPT_NUM,
+    "kv_capacity_tokens": OPT_INT, "in_flight": int,
     "draining": bool, "url": OPT_STR, "breaker": OPT_STR,
 }  # fmt: skip
 # The contract. Fields may be added (with the TUI and README); never renamed or removed.

@@ -41,6 +41,7 @@ def format_status(status: dict[str, Any]) -> str:
     if "kv_cache" in status:
         rows += _load_rows(status)
     rows += _fleet_rows(status)
+    rows += release_rows(status)
     if status.get("guard"):
         rows.append(("slo guard", guard_line(status["guard"])))
     return "\n".join(f"{name:<10} {value}" for name, value in rows)
@@ -72,6 +73,32 @@ def _fleet_rows(status: dict[str, Any]) -> list[tuple[str, str]]:
     for model in status.get("models") or []:
         available = "available" if model["available"] else "UNAVAILABLE"
         rows.append(("model", f"{model['name']}  {available}  on {', '.join(model['backends'])}"))
+    return rows
+
+
+def release_rows(status: dict[str, Any]) -> list[tuple[str, str]]:
+    """A row with the release of each engine that runs a recorded one (and why, when llmd
+    chose it at start-up), and a row per deploy
+    (the latest of each engine): `main r1 -> r2  canary  step 2/3 share 50%  adopting: why`."""
+    releases = [
+        f"{entry['name']} {entry['release']}"
+        + (f" ({entry['release_note']})" if entry.get("release_note") else "")
+        for entry in status.get("engines") or []
+        if entry.get("release")
+    ]
+    rows = [("release", "  ".join(releases))] if releases else []
+    for deploy in status.get("deploys") or []:
+        where = ""
+        if deploy["strategy"] == "canary" and deploy.get("step"):
+            where = f"  step {deploy['step']}/{len(deploy['steps'])} share {deploy['share']}%"
+        reason = f": {deploy['reason']}" if deploy.get("reason") else ""
+        rows.append(
+            (
+                "deploy",
+                f"{deploy['engine']} {deploy['old']} -> {deploy['new']}  {deploy['strategy']}"
+                f"{where}  {deploy['phase']}{reason}",
+            )
+        )
     return rows
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import time
 
 from llmd.errors import ApiError
@@ -13,6 +14,11 @@ from llmd.telemetry.metrics import Phase
 
 # Active sequences listed in a snapshot, oldest first; `in_flight` gives the full count.
 MAX_SEQUENCES = 1000
+
+# In an OpenAI answer's JSON (vLLM writes it compact): a choice's finish reason, and output
+# text that is not empty (chat content or reasoning, a completion's text, a tool call).
+_FINISH_REASON = re.compile(rb'"finish_reason":\s*"([a-z_]+)"')
+_SOME_TEXT = re.compile(rb'"(?:content|text|reasoning_content)":\s*"[^"]|"tool_calls":\s*\[\s*\{')
 
 
 @dataclasses.dataclass(eq=False)
@@ -33,10 +39,14 @@ class Exchange:
     `output_tokens` (so far: the usage figure when the engine sends one, else one per streamed
     event), the response `status`, `error_code` when llmd answered an error, `rejected` when
     that error came before the request reached the engine (validation, admission: a
-    rejection, not a failure), `client_gone` when the client left first, and `answered` once
-    the client has its whole answer (a stream's `data: [DONE]` went out: leaving after that is
-    no cancellation). `send_since` is when a send to the client began that has not returned
-    yet: a client that stopped reading (llmd/proxy/stalls.py ends those).
+    rejection, not a failure), `finish_reason` (the engine's, from the answer: `length` when
+    any choice was cut off by max_tokens or the context; None: none seen), `has_text` (the
+    answer carried some output text), `conversation` (its canary key, set while a canary
+    splits its pool: llmd/releases/assign.py), `client_gone` when the client left first, and
+    `answered` once the client has its whole answer (a stream's `data: [DONE]` went out:
+    leaving after that is no cancellation). `send_since` is when a send to the client began
+    that has not returned yet: a client that stopped reading (llmd/proxy/stalls.py ends
+    those).
     """
 
     request_id: str
@@ -61,6 +71,9 @@ class Exchange:
     send_since: float | None = None
     model: str | None = None
     backend: str | None = None
+    finish_reason: str | None = None
+    has_text: bool = False
+    conversation: str | None = None
 
     @property
     def phase(self) -> Phase:
@@ -97,15 +110,25 @@ class Exchange:
         )
 
     def saw_body(self, chunk: bytes) -> None:
-        """Account a body chunk sent to the client: first-byte time and output tokens.
+        """Account a body chunk sent to the client: first-byte time, output tokens, whether
+        it carried text and the finish reason.
 
         Streams count one token per SSE `data: {` event (vLLM sends about one token per event),
         less the chat stream's first event, which carries only the role. A `completion_tokens`
         figure in the chunk (the usage of a non-streamed answer, or a stream's include_usage
-        event) replaces the estimate with the engine's own count.
+        event) replaces the estimate with the engine's own count. Text and finish reason are
+        read from the chunk's JSON as vLLM writes it (a field split across two chunks is not
+        seen; vLLM writes each SSE event whole).
         """
         if self.first_byte_at is None:
             self.first_byte_at = time.monotonic()
+        if not self.has_text and _SOME_TEXT.search(chunk):
+            self.has_text = True
+        if b'"finish_reason":' in chunk and self.finish_reason != "length":
+            for match in _FINISH_REASON.finditer(chunk):
+                self.finish_reason = match.group(1).decode()
+                if self.finish_reason == "length":
+                    break
         usage = chunk.rfind(b'"completion_tokens":')
         if usage >= 0:
             digits = chunk[usage + 20 : usage + 32].lstrip()

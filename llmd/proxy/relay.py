@@ -253,6 +253,7 @@ class Relay:
         conversation = None
         if model in admission.capacity.splits:  # a canary: sticky per conversation
             conversation = conversation_key(read_fields(self.endpoint, body.payload).prompt)
+            exchange.conversation = conversation
         body.drop()
         if body.hold is not None:
             body.hold.resize(len(valid.body) + len(priority_body))

@@ -14,16 +14,11 @@ import dataclasses
 import time
 from typing import Any
 
-import structlog
-
 from llmd.releases.assign import goes_to_canary
-from llmd.releases.deploy_events import Observed
+from llmd.releases.deploy_events import Booted, Observed
 from llmd.releases.figures import StepTally
 from llmd.releases.steps import DeployHost, boot, drained, hold
 from llmd.releases.store import ReleaseStore
-
-log = structlog.get_logger("llmd.releases")
-
 
 CANARY_SUFFIX = ".canary"
 
@@ -48,7 +43,7 @@ class ShareSplit:
 
 class CanaryFigures:
     """Both releases' tallies over the current step: `engine` runs the old release, its canary
-    the new one. `record` takes each finished request (the observer's `on_relayed`)."""
+    the new one. `record` takes each finished request (the observer's `on_ended`)."""
 
     def __init__(self, engine: str, bounds: tuple[int, ...]) -> None:
         self.engine = engine
@@ -60,11 +55,20 @@ class CanaryFigures:
         """Start a new step: both tallies empty."""
         self.tallies = {self.engine: StepTally(self.bounds), self.canary: StepTally(self.bounds)}
 
-    def record(self, record: Any) -> None:
-        """A request relayed to a backend ended; counted when it ran on either release. TTFT
-        is from its release to the engine to its first byte (s)."""
+    def record(self, record: Any, assigned: str | None = None) -> None:
+        """A request ended (an `llmd.proxy.inflight.Exchange`). One that ran on either release
+        counts there: TTFT from its release to the engine to its first byte (s), an engine
+        error (5xx), an answer without text, one cut off (finish_reason `length`). One llmd
+        refused (429, 503) while it waited in the queue counts as a rejection of the release
+        its split `assigned` it to. One its client left, or llmd ended (a drain), counts on
+        neither: that is not the release's doing."""
+        if record.rejected:
+            tally = self.tallies.get(assigned or "")
+            if tally is not None and record.queued_at is not None and record.status in (429, 503):
+                tally.reject()
+            return
         tally = self.tallies.get(record.backend)
-        if tally is None:
+        if tally is None or record.client_gone or record.abort_error is not None:
             return
         started = record.admitted_at or record.started_at
         ttft = None if record.first_byte_at is None else record.first_byte_at - started
@@ -72,8 +76,9 @@ class CanaryFigures:
             record.prompt_tokens or 0,
             ttft,
             record.output_tokens,
-            None,
+            record.finish_reason,
             error=(record.status or 0) >= 500,
+            empty=not record.has_text,
         )
 
     def observed(self) -> Observed:
@@ -103,16 +108,34 @@ async def remove_canary(host: DeployHost, engine: str) -> None:
         await host.remove_engine(name)
 
 
-async def adopt(host: DeployHost, store: ReleaseStore, engine: str, release: str) -> None:
+async def adopt(host: DeployHost, store: ReleaseStore, engine: str, release: str) -> Booted:
     """Promotion: the canary takes all the traffic while the engine drains and boots the
-    new release; then the engine serves and the canary goes."""
+    new release; then the engine serves and the canary goes (`adopted`). The engine's boot:
+    when it failed, the canary keeps all the traffic and the engine stays held while its
+    supervisor restarts it as usual (with backoff); `adopted` finishes once it serves."""
     set_split(host, engine, 100)
     hold(host, engine, True)
     await drained(host, engine, "")
     booted = await boot(host, store, engine, release, False)
-    if not booted.ok:  # the canary serves on; an operator's restart decides
-        log.error("deploy_adopt_failed", engine=engine, release=release, detail=booted.detail)
-        return
+    if booted.ok:
+        await adopted(host, engine, release)
+    return booted
+
+
+async def adopted(host: DeployHost, engine: str, release: str) -> None:
+    """The engine serves `release`: it takes the traffic back and the canary goes."""
     host.state.fleet.engines[engine].release = release
     hold(host, engine, False)
     await remove_canary(host, engine)
+
+
+async def adopt_when_serving(host: DeployHost, engine: str, release: str) -> bool:
+    """After `adopt` failed: wait while the engine's supervisor restarts it (its backoff);
+    once it serves `release`, `adopted` and True; False when the supervisor gave up or
+    stops (the canary serves on)."""
+    supervisor = host.supervisors[engine]
+    while not await supervisor.wait_serving(60.0):
+        if supervisor.state.phase.value in ("failed", "stopping", "stopped"):
+            return False
+    await adopted(host, engine, release)
+    return True

@@ -13,7 +13,8 @@ Guarantees (property-tested in tests/releases/test_deploy.py): a deploy ends in 
 rolled back whenever the old release boots again; on rollback the old release ends with all the
 traffic; the new release's share only rises until the end; nothing reaches the new release
 before its smoke gate passed. Events that do not fit the phase (a late `Booted`, a stale
-`Observed`) are ignored.
+`Observed`) are ignored. A step whose work raised (`StepFailed`) is recorded with its error and
+taken as that step's failure: the same way back to the old release.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from llmd.releases.deploy_events import (
     RunSmoke,
     SetShare,
     SmokeDone,
+    StepFailed,
     StopEngine,
     Strategy,
 )
@@ -64,6 +66,8 @@ def advance(state: DeployState, event: Event) -> Transition:
         return state, []
     if isinstance(event, Abort):
         return _abort(state, event)
+    if isinstance(event, StepFailed):
+        return _step_failed(state, event)
     if state.phase is Phase.BOOTING_NEW and _booted(event, plan.new) and event.ok:
         return replace(state, phase=Phase.SMOKING_NEW), [
             _history(plan, "booted", release=plan.new),
@@ -250,6 +254,30 @@ def _abort(state: DeployState, event: Abort) -> Transition:
     return state, []  # already bringing the old release back
 
 
+def _step_failed(state: DeployState, event: StepFailed) -> Transition:
+    """The executor's work for a step raised: recorded with the error, then the way back to
+    the old release that a failure of that step takes. A failure of work the phase no longer
+    waits for (a step of the other release) is ignored."""
+    plan, phase = state.plan, state.phase
+    on_new = phase in (Phase.BOOTING_NEW, Phase.SMOKING_NEW, Phase.CANARY)
+    if event.release != (plan.new if on_new else plan.old):
+        return state, []
+    why = f"the {event.step} step of release {event.release} raised: {event.error}"
+    line = _history(
+        plan, "step_failed", failed_step=event.step, release=event.release, error=event.error
+    )
+    if plan.strategy is Strategy.CANARY:
+        ended, actions = _canary_rollback(state, why)
+    elif phase is Phase.DRAINING_OLD:  # nothing changed yet: the old serves again
+        ended = replace(state, phase=Phase.ROLLED_BACK, serving=plan.old, reason=why)
+        actions = [Resume(plan.engine, plan.old), _history(plan, "rolled_back", reason=why)]
+    elif on_new:
+        ended, actions = _restore_old(state, why)
+    else:
+        ended, actions = _retry_old(state if state.reason else replace(state, reason=why), why)
+    return ended, [line, *actions]
+
+
 def _booted(event: Event, release: str) -> TypeGuard[Booted]:
     return isinstance(event, Booted) and event.release == release
 
@@ -270,13 +298,4 @@ def _smoke_line(plan: DeployPlan, event: SmokeDone) -> RecordHistory:
 
 
 def _history(plan: DeployPlan, event: str, **details: Any) -> RecordHistory:
-    line = {
-        "deploy": plan.deploy_id,
-        "engine": plan.engine,
-        "strategy": str(plan.strategy),
-        "old": plan.old,
-        "new": plan.new,
-        "event": event,
-    }
-    line.update({k: v for k, v in details.items() if v is not None})
-    return RecordHistory(line)
+    return RecordHistory(plan.history_line(event, **details))

@@ -58,6 +58,20 @@ class DeployPlan:
     rules: ReleaseConfig = dataclasses.field(default_factory=ReleaseConfig)
     old_boot_attempts: int = 3
 
+    def history_line(self, event: str, **details: Any) -> dict[str, Any]:
+        """A history line of this deploy: its identity, `event`, and the `details` that are
+        not None."""
+        line: dict[str, Any] = {
+            "deploy": self.deploy_id,
+            "engine": self.engine,
+            "strategy": str(self.strategy),
+            "old": self.old,
+            "new": self.new,
+            "event": event,
+        }
+        line.update({k: v for k, v in details.items() if v is not None})
+        return line
+
 
 # Events: what happened. `at` is the executor's monotonic clock, seconds.
 
@@ -108,7 +122,18 @@ class Abort:
     reason: str
 
 
-Event = Booted | SmokeDone | Drained | Observed | Abort
+@dataclasses.dataclass(frozen=True)
+class StepFailed:
+    """The executor's work for a step (`step`: boot, smoke or drain) of `release` raised
+    `error` instead of reporting its event: the deploy goes back to the old release."""
+
+    step: str
+    release: str
+    at: float
+    error: str
+
+
+Event = Booted | SmokeDone | Drained | Observed | Abort | StepFailed
 
 
 # Actions: what the executor must do.

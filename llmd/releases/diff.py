@@ -140,3 +140,15 @@ def _show(value: Any) -> str:
     if isinstance(value, list | tuple):
         return " ".join(map(str, value)) if value else "[]"
     return str(value)
+
+
+def tokenizer_changes(a: Release, b: Release) -> list[str]:
+    """The fields from `a` to `b` that change how prompts are counted: tokenizer files and
+    the chat template's digest (not where they lie: a copy of the same files counts the
+    same)."""
+    return [
+        change.path
+        for change in diff_releases(a, b)
+        if change.path.startswith("files.tokenizer.")
+        or (change.path.startswith("files.chat_template") and not change.path.endswith("source"))
+    ]

@@ -37,16 +37,18 @@ class Figures:
 
     `answered`: requests the engine answered (successes and engine errors); `errors`: of those,
     the ones that failed (engine error before or after the first byte); `rejected`: requests
-    assigned to this release that llmd refused (429, 503) before the engine; `empty_or_cut`: of
-    the successes, answers with no output text or ended by `max_tokens` (finish_reason
-    `length`); `ttft`: bucket label -> LatencyBucket; `output_tokens`: output-length bucket
-    upper bound (OUTPUT_BOUNDS) -> successes in it.
+    assigned to this release that llmd refused (429, 503) while they waited for it; `empty`: of
+    the successes, answers with no output text; `cut_off`: of the successes, answers ended by
+    `max_tokens` or the context (finish_reason `length`); `ttft`: bucket label ->
+    LatencyBucket; `output_tokens`: output-length bucket upper bound (OUTPUT_BOUNDS) ->
+    successes in it.
     """
 
     answered: int = 0
     errors: int = 0
     rejected: int = 0
-    empty_or_cut: int = 0
+    empty: int = 0
+    cut_off: int = 0
     ttft: Mapping[str, LatencyBucket] = dataclasses.field(default_factory=dict)
     output_tokens: Mapping[int, int] = dataclasses.field(default_factory=dict)
 
@@ -60,7 +62,8 @@ class Figures:
             "answered": self.answered,
             "errors": self.errors,
             "rejected": self.rejected,
-            "empty_or_cut": self.empty_or_cut,
+            "empty": self.empty,
+            "cut_off": self.cut_off,
             "ttft": {k: dataclasses.asdict(v) for k, v in self.ttft.items()},
             "output_tokens": {str(k): v for k, v in sorted(self.output_tokens.items())},
         }
@@ -89,7 +92,7 @@ class StepTally:
         self._bounds = tuple(bounds)
         self._ttft: dict[str, list[float]] = {}
         self._lengths: Counter[int] = Counter()
-        self.answered = self.errors = self.rejected = self.empty_or_cut = 0
+        self.answered = self.errors = self.rejected = self.empty = self.cut_off = 0
 
     def answer(
         self,
@@ -102,7 +105,8 @@ class StepTally:
         empty: bool = False,
     ) -> None:
         """One request the engine answered: its TTFT (None when no token came), its output
-        tokens, its finish reason; `error` when it failed, `empty` when it had no text."""
+        tokens, its finish reason (`length`: cut off); `error` when it failed, `empty` when it
+        had no text (so is an answer of 0 output tokens)."""
         self.answered += 1
         if error:
             self.errors += 1
@@ -110,8 +114,10 @@ class StepTally:
         if ttft_s is not None:
             self._ttft.setdefault(ttft_bucket(prompt_tokens, self._bounds), []).append(ttft_s)
         self._lengths[output_bucket(output_tokens)] += 1
-        if empty or output_tokens == 0 or finish_reason == "length":
-            self.empty_or_cut += 1
+        if empty or output_tokens == 0:
+            self.empty += 1
+        if finish_reason == "length":
+            self.cut_off += 1
 
     def reject(self) -> None:
         """One request refused by llmd before the engine (429 or 503)."""
@@ -122,7 +128,8 @@ class StepTally:
             answered=self.answered,
             errors=self.errors,
             rejected=self.rejected,
-            empty_or_cut=self.empty_or_cut,
+            empty=self.empty,
+            cut_off=self.cut_off,
             ttft={
                 label: LatencyBucket(len(values), percentile(values, 95))
                 for label, values in sorted(self._ttft.items())

@@ -7,6 +7,11 @@ then `BootEngine` of one engine is one supervisor restart with the new release's
 deploy holds the engine (`Drain` until `Resume`), admission gives it no request and requests
 for its pool wait in llmd's queues within their timeouts (503 `queue_timeout` with Retry-After
 past them). A `canary` boots the new release as a second engine (llmd/releases/canary.py).
+
+Nothing a step raises leaves the engine held: a step's work that raises comes back as its
+`StepFailed` event (the machine takes the way back to the old release), and an executor that
+raises ends the deploy `failed`; both are recorded with the error. A promoted canary whose
+engine does not boot the new release shows as `adopting` until the engine serves it.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from llmd.releases.canary import (
     CANARY_SUFFIX,
     CanaryFigures,
     adopt,
+    adopt_when_serving,
     canary_name,
     remove_canary,
     set_split,
@@ -41,10 +47,13 @@ from llmd.releases.deploy_events import (
     Resume,
     RunSmoke,
     SetShare,
+    StepFailed,
     StopEngine,
     Strategy,
 )
-from llmd.releases.position import boot_table, cannot_boot, positions, running_release
+from llmd.releases.position import positions, running_release
+from llmd.releases.preflight import check_deployable
+from llmd.releases.restore import ENDED, table_digest
 from llmd.releases.settings import ReleaseConfig, parse_steps
 from llmd.releases.steps import DeployHost, boot, drained, hold, smoke
 from llmd.releases.store import ReleaseStore
@@ -112,9 +121,14 @@ class Deployer:
 
     def rollback(self, engine: str | None = None) -> dict[str, Any]:
         """Abort the deploy under way on `engine`, or, with none, deploy its previous release
-        by the same path; the snapshot. Raises NotFound, ActionRefused (no previous release),
-        ReleaseError."""
+        by the same path; the snapshot. Raises NotFound, ActionRefused (no previous release;
+        a promoted canary's engine still booting the new release), ReleaseError."""
         name = self._engine(engine)
+        if self.host.state.deploys.get(name, {}).get("phase") == "adopting":
+            raise ActionRefused(
+                f"rollback refused: engine {name} was promoted and is booting the new release "
+                "(adopting); roll back once it serves"
+            )
         if name in self._events:
             self._events[name].put_nowait(Abort(time.monotonic(), "llmd rollback"))
             return self.host.state.deploys[name]
@@ -158,19 +172,7 @@ class Deployer:
     ) -> dict[str, Any]:
         if name in self._runs and not self._runs[name].done():
             raise ActionRefused(f"deploy refused: a deploy is under way on engine {name}")
-        if self.host.actions.under_way is not None:
-            raise ActionRefused(f"deploy refused: a {self.host.actions.under_way} is under way")
-        if not self.host.state.fleet.engines[name].serving:
-            phase = self.host.state.fleet.engines[name].phase.value
-            raise ActionRefused(f"deploy refused: engine {name} is {phase}; deploy once it serves")
-        if old == new:
-            raise ActionRefused(f"deploy refused: engine {name} runs {new} already")
-        current = self.host.supervisors[name].engine
-        for release, role in ((self.store.get(new), "new"), (self.store.get(old), "previous")):
-            why = cannot_boot(release)
-            if why is not None:
-                raise ActionRefused(f"deploy refused: the {role} release cannot boot: {why}")
-            boot_table(release, current)  # raises ReleaseError: it cannot replace this engine
+        check_deployable(self.host, self.store, name, old, new, strategy)
         plan = DeployPlan(
             deploy_id=f"{label}-{time.strftime('%Y%m%dT%H%M%S')}",
             engine=name,
@@ -203,6 +205,8 @@ class Deployer:
                 state, actions = advance(state, await events.get())
                 self.host.state.deploys[name] = state.as_snapshot()
                 await self._execute(state, actions, events, work)
+        except Exception as exc:  # recorded as the deploy's failure
+            await self._crashed(state, exc)
         finally:
             for task in work:
                 task.cancel()
@@ -231,17 +235,14 @@ class Deployer:
                     await self._record(line)
                 case Drain(engine=engine, release=release):
                     hold(self.host, engine, True)
-                    work.add(self._later(events, drained(self.host, engine, release)))
+                    waiting = drained(self.host, engine, release)
+                    work.add(self._later(events, "drain", release, waiting))
                 case BootEngine(release=release):
-                    work.add(
-                        self._later(events, boot(self.host, self.store, where, release, canary))
-                    )
+                    booting = boot(self.host, self.store, where, release, canary)
+                    work.add(self._later(events, "boot", release, booting))
                 case RunSmoke(release=release):
-                    work.add(
-                        self._later(
-                            events, smoke(self.host, self.store, where, release, plan.rules)
-                        )
-                    )
+                    gate = smoke(self.host, self.store, where, release, plan.rules)
+                    work.add(self._later(events, "smoke", release, gate))
                 case Resume(engine=engine, release=release):
                     self.host.state.fleet.engines[engine].release = release
                     hold(self.host, engine, False)
@@ -250,7 +251,9 @@ class Deployer:
                 case StopEngine(release=release) if canary and release == plan.new:
                     await remove_canary(self.host, plan.engine)
                 case StopEngine() if canary:  # promoted: the engine takes the new release
-                    await adopt(self.host, self.store, plan.engine, plan.new)
+                    booted = await adopt(self.host, self.store, plan.engine, plan.new)
+                    if not booted.ok:
+                        await self._adopt_retried(state, booted.detail)
 
     def _share(
         self,
@@ -265,7 +268,7 @@ class Deployer:
         figures = self._figures.get(engine)
         if figures is None and percent > 0:
             figures = self._figures[engine] = CanaryFigures(engine, rules.buckets())
-            self.host.state.observer.on_relayed = self._relayed
+            self.host.state.observer.on_ended = self._ended
             hold(self.host, canary_name(engine), False)
             work.add(
                 asyncio.create_task(self._observe(figures, events, min(1.0, rules.step_s / 5)))
@@ -281,19 +284,88 @@ class Deployer:
             await asyncio.sleep(every_s)
             events.put_nowait(figures.observed())
 
-    def _relayed(self, record: Any) -> None:
-        """A request relayed to a backend ended: counted by the canary of its engine."""
+    def _ended(self, record: Any) -> None:
+        """A request ended: counted by the canary of its engine; a refused one on the release
+        its pool's split assigned it to."""
+        split = self.host.state.admission.capacity.splits.get(record.model or "")
+        assigned = None
+        if record.rejected and split is not None:
+            assigned = split.backend_for(record.tenant, record.conversation)
         for figures in self._figures.values():
-            figures.record(record)
+            figures.record(record, assigned)
 
-    def _later(self, events: asyncio.Queue[Event], work: Awaitable[Event]) -> asyncio.Task[None]:
+    def _later(
+        self, events: asyncio.Queue[Event], step: str, release: str, work: Awaitable[Event]
+    ) -> asyncio.Task[None]:
+        """Run `work` (the `step` of `release`) as a task that queues its event; work that
+        raises queues `StepFailed` with the error, so the deploy goes back to the old release
+        rather than waiting for an event that never comes."""
+
         async def run() -> None:
-            events.put_nowait(await work)
+            try:
+                event = await work
+            except Exception as exc:  # any failure of the step is its event
+                log.error(
+                    "deploy_step_raised", step=step, release=release, error=repr(exc), exc_info=exc
+                )
+                event = StepFailed(step, release, time.monotonic(), repr(exc))
+            events.put_nowait(event)
 
         return asyncio.create_task(run())
 
+    async def _adopt_retried(self, state: DeployState, detail: str) -> None:
+        """A promoted canary's engine did not boot the new release: recorded (status,
+        history, log), the canary keeps all the traffic while the engine's supervisor restarts
+        it as usual (backoff); once it serves it takes the traffic back and the canary goes.
+        If the supervisor gives up, the deploy fails and the canary serves on."""
+        plan = state.plan
+        name, canary = plan.engine, canary_name(plan.engine)
+        reason = (
+            f"promoted, but engine {name} did not boot {plan.new}: {detail}; {canary} serves "
+            f"all the traffic while {name} restarts (backoff)"
+        )
+        self._mark(state, "adopting", reason)
+        await self._record(plan.history_line("adopt_failed", reason=reason, detail=detail))
+        if not await adopt_when_serving(self.host, name, plan.new):
+            gave_up = (
+                f"engine {name} gave up booting {plan.new} ({detail}); {canary} serves "
+                f"{plan.new}; `llmd restart --engine {name}` boots it again"
+            )
+            self._mark(state, "failed", gave_up)
+            await self._record(plan.history_line("failed", reason=gave_up))
+            return
+        self._mark(state, "promoted", f"all steps held; engine {name} booted {plan.new} again")
+        await self._record(plan.history_line("adopted", release=plan.new))
+
+    async def _crashed(self, state: DeployState, exc: Exception) -> None:
+        """The executor itself raised: the deploy failed, recorded with the error. The hold
+        and the split go (`_drive`); a canary goes when the engine serves (else it serves
+        on, beside the engine's supervisor restarting it)."""
+        plan = state.plan
+        reason = f"the deploy's executor raised in phase {state.phase}: {exc!r}"
+        log.error("deploy_executor_raised", engine=plan.engine, error=repr(exc), exc_info=exc)
+        self._mark(state, "failed", reason)
+        await self._record(plan.history_line("failed", reason=reason))
+        canary = canary_name(plan.engine)
+        if canary in self.host.supervisors and self.host.state.fleet.engines[plan.engine].serving:
+            try:
+                await remove_canary(self.host, plan.engine)
+            except Exception as again:  # logged; the canary stays
+                log.error("deploy_canary_not_removed", engine=plan.engine, error=repr(again))
+
+    def _mark(self, state: DeployState, phase: str, reason: str) -> None:
+        """Show `phase` and `reason` in the status's deploy of `state`'s engine (past the
+        state machine's own end: the promoted engine's boot, an executor's failure)."""
+        snapshot = {**state.as_snapshot(), "phase": phase, "reason": reason}
+        self.host.state.deploys[state.plan.engine] = snapshot
+
     async def _record(self, line: dict[str, Any]) -> None:
+        """Log `line` and append it to the history; an ended deploy's line carries the digest
+        of the config file's table (`config`: what a later start compares, restore.py)."""
         event = str(line["event"])
+        table = self.host.file_tables.get(str(line["engine"]))
+        if event in ENDED and table is not None:
+            line = {**line, "config": table_digest(table)}
         name = event if event.startswith("deploy_") else f"deploy_{event}"
         log.info(name, **{k: v for k, v in line.items() if k != "event"})
         try:

@@ -27,7 +27,10 @@ class ReleaseConfig:
     takes the rest), `max_error_rate_increase`, `max_rejection_rate_increase`,
     `max_ttft_p95_ratio` with `ttft_slack_s` (p95 breaks when above old x ratio and more than
     the slack above old), `max_output_length_shift` (Kolmogorov-Smirnov distance of the
-    output-token distributions), `max_empty_rate_increase` (empty or cut-off answers).
+    output-token distributions), `max_empty_rate_increase` (answers without text),
+    `max_cut_off_rate_increase` (answers ended by max_tokens or the context: finish_reason
+    `length`; looser, as a release may answer longer within the same max_tokens), and
+    `max_rejection_rate_increase` counts requests refused while they waited for a release.
     Smoke gate: `golden_prompts` (JSON-lines file of chat requests; "" = built-in),
     `golden_max_tokens`, `golden_latency_s` (bound per golden request), `degenerate_share`
     (an answer of at least 8 tokens whose most frequent token makes up more than this share
@@ -46,6 +49,7 @@ class ReleaseConfig:
     ttft_slack_s: float = 0.05
     max_output_length_shift: float = 0.2
     max_empty_rate_increase: float = 0.02
+    max_cut_off_rate_increase: float = 0.05
     golden_prompts: str = ""
     golden_max_tokens: int = 16
     golden_latency_s: float = 30.0

@@ -32,6 +32,8 @@ class DeployHost(Protocol):
     state: DaemonState
     supervisors: dict[str, Supervisor]
     actions: OperatorActions
+    # The config file's engine tables as last read (a deploy runs others).
+    file_tables: dict[str, EngineConfig]
 
     def use_engine_table(self, name: str, table: EngineConfig) -> None:
         """Make `table` engine `name`'s (its supervisor's next boot, validation's tokenizer)."""

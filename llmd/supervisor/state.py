@@ -51,7 +51,8 @@ class EngineState:
     /version, read when it becomes ready), where llmd must mirror what differs between releases.
     `diagnosis` is what `llmd.doctor.diagnosis` found in the engine's output at its last boot
     or unrequested exit (slow paths at boot; the cause of a failure). `release` is the
-    release it runs (llmd/releases/position.py; None: no recorded release), set by deploys.
+    release it runs (llmd/releases/position.py; None: no recorded release), set by deploys;
+    `release_note` says why, when llmd chose it at start-up (llmd/releases/restore.py).
     """
 
     phase: EnginePhase = EnginePhase.STARTING
@@ -72,6 +73,7 @@ class EngineState:
     card: dict[str, Any] | None = None
     diagnosis: tuple[Finding, ...] = ()
     release: str | None = None
+    release_note: str | None = None
 
     @property
     def serving(self) -> bool:
@@ -118,4 +120,5 @@ class EngineState:
             metrics_age_s=round(now - sample.taken_at, 2) if sample else None,
             diagnosis=tuple(finding.to_dict() for finding in self.diagnosis),
             release=self.release,
+            release_note=self.release_note,
         )

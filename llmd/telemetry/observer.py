@@ -53,6 +53,7 @@ class Record(Protocol):
     first_byte_at: float | None
     ended_at: float | None
     output_tokens: int
+    finish_reason: str | None
     status: int | None
     error_code: str | None
     rejected: bool
@@ -132,8 +133,8 @@ class Observer:
         # The release a backend runs (None: none recorded): the `release` label of each
         # request's latency and backend series, so a canary's two releases read apart.
         self.release_of: Callable[[str], str | None] = lambda backend: None
-        # Called with each request relayed to a backend once it ended (a canary's figures).
-        self.on_relayed: Callable[[Record], None] | None = None
+        # Called with each request once it ended, refused ones included (a canary's figures).
+        self.on_ended: Callable[[Record], None] | None = None
 
     def configure(self, top_tenants: int, log_requests: str) -> None:
         """Take new settings (a reload): the tenant label bound (tenants already labelled keep
@@ -183,6 +184,8 @@ class Observer:
         error before it reached a backend (`record.rejected`: validation, admission, a drain
         that turned the queue away), else as a request relayed to a backend."""
         now = record.ended_at or time.monotonic()
+        if self.on_ended is not None:
+            self.on_ended(record)
         if record.rejected:
             self.rejected(
                 record.request_id,
@@ -196,8 +199,6 @@ class Observer:
                 queue_s=None if record.queued_at is None else now - record.queued_at,
             )
             return
-        if self.on_relayed is not None:
-            self.on_relayed(record)
         outcome = _outcome(record)
         status = record.status or 0
         m = self.metrics
@@ -325,6 +326,8 @@ def _detail(record: Record, phase: str | None) -> dict[str, object]:
         detail["phase"] = phase
     if record.error_code is not None:
         detail["code"] = record.error_code
+    if record.finish_reason is not None:
+        detail["finish_reason"] = record.finish_reason
     return detail
 
 

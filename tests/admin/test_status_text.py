@@ -81,3 +81,23 @@ def test_one_backend_adds_no_fleet_rows() -> None:
     assert [line for line in lines if line.startswith("model ")] == [
         "model      tiny  max_model_len 1024"
     ]
+
+
+def test_the_release_and_each_deploy_get_a_row() -> None:
+    """The release each engine runs, and a deploy row with strategy, step, share, phase and
+    reason: what an operator reads when a promoted engine did not boot its release."""
+    status = json.loads(EXAMPLE.read_text())
+    status["engines"][0]["release"] = "r2"
+    status["deploys"] = [
+        {
+            "deploy": "deploy-r2-1", "engine": "main", "strategy": "canary", "old": "r1",
+            "new": "r2", "phase": "adopting", "step": 3, "steps": [20, 50, 100], "share": 100,
+            "verdict": None, "reason": "promoted, but engine main did not boot r2: exit 3",
+        },
+    ]  # fmt: skip
+    lines = format_status(status).splitlines()
+    assert "release    main r2" in lines
+    assert (
+        "deploy     main r1 -> r2  canary  step 3/3 share 100%  adopting: promoted, but engine "
+        "main did not boot r2: exit 3"
+    ) in lines

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -115,13 +116,45 @@ def test_an_erroring_release_is_stopped_at_the_smoke_gate(
     assert not [e for e in events if e["event"] == "step_started"]
 
 
-def test_a_canary_whose_tokenizer_disagrees_never_takes_traffic(served: Served) -> None:
-    """The smoke gate fails on token_count before any share: no step started."""
+@pytest.mark.parametrize(
+    ("name", "args", "caught"),
+    [
+        # Every answer empty: a golden prompt's answer is, so no share is ever given.
+        ("all-empty", ("--fault-request", "empty"), "failed its smoke gate (golden)"),
+        # The simulator draws its faults from a fixed seed: the three golden prompts draw
+        # 0.84, 0.76 and 0.42, so at 0.3 they answer and the smoke gate passes; about 30% of
+        # the live answers are then empty, which the comparison catches at step 1.
+        ("some-empty", ("--fault-empty-rate", "0.3"), "empty_rate"),
+    ],
+)
+def test_a_canary_with_empty_answers_is_caught_and_rolled_back(
+    served: Served, tiny_model_dir: Path, name: str, args: tuple[str, ...], caught: str
+) -> None:
+    """A release that answers without text is rolled back (smoke gate or comparison), r1
+    serves, and every request of the stream through the deploy got an answer."""
+    served.release(name, tiny_model_dir, *args)
+    out, outcomes, events = canary(served, name)
+    assert "rolled_back on engine main; r1 serves" in out and caught in out, out
+    assert outcomes and set(outcomes) == {"ok"}, [o for o in outcomes if o != "ok"][:3]
+    assert events[-1]["event"] == "rolled_back"
+    if name == "some-empty":
+        figures: Any = events[-1]["figures"]
+        assert figures["new"]["empty"] > 0 and figures["old"]["empty"] == 0, figures
+    assert served.release_of_main() == "r1"
+
+
+def test_a_canary_with_another_tokenizer_is_refused_and_names_replace(served: Served) -> None:
+    """A release whose tokenizer files differ from the serving release's: `--canary` is
+    refused before anything boots, naming the rule, the files and `replace`; r1 serves on."""
     served.release("other-tokenizer", ensure_tiny_variant(7))
-    out, outcomes, events = canary(served, "other-tokenizer")
-    assert "rolled_back" in out and "token_count" in out, out
-    assert set(outcomes) == {"ok"}
-    assert not [e for e in events if e["event"] == "step_started"]
+    deployed = served.cli("deploy", "other-tokenizer", "--canary", "20,50,100")
+    assert deployed.returncode == 1, deployed.stdout
+    refusal = deployed.stderr
+    assert "a canary requires the same tokenizer as the serving release (r1)" in refusal
+    assert "files.tokenizer.tokenizer.json" in refusal and "without --canary" in refusal
+    assert served.llmd.admin_status()["deploys"] == []
+    assert not [e for e in served.store.history()[0] if e["new"] == "other-tokenizer"]
+    assert served.release_of_main() == "r1"
 
 
 def test_rollback_aborts_a_canary_at_once(served: Served, tiny_model_dir: Path) -> None:

@@ -38,7 +38,8 @@ def figures(draw: st.DrawFn, least: int = 0) -> Figures:
         answered=answered,
         errors=errors,
         rejected=draw(st.integers(0, 100)),
-        empty_or_cut=draw(st.integers(0, successes // 10)),
+        empty=draw(st.integers(0, successes // 10)),
+        cut_off=draw(st.integers(0, successes // 10)),
         ttft=ttft,
         output_tokens=lengths,
     )
@@ -50,7 +51,8 @@ def healthy(n: int = 200) -> Figures:
         answered=n,
         errors=0,
         rejected=0,
-        empty_or_cut=0,
+        empty=0,
+        cut_off=0,
         ttft={"<=512": LatencyBucket(n, 0.2)},
         output_tokens={16: n // 2, 64: n - n // 2},
     )
@@ -68,7 +70,9 @@ def test_one_figure_past_its_threshold_with_enough_samples_always_rolls_back(
 ) -> None:
     """Property: from any figures with enough samples, break one figure past its threshold
     (the rest unchanged): the verdict rolls back and its reason names that figure."""
-    figure = data.draw(st.sampled_from(["error", "rejection", "ttft", "output", "empty"]))
+    figure = data.draw(
+        st.sampled_from(["error", "rejection", "ttft", "output", "empty", "cut_off"])
+    )
     old = dataclasses.replace(base, ttft={"<=512": LatencyBucket(100, 0.3)})
     if figure == "error":
         new = dataclasses.replace(old, errors=old.answered)
@@ -84,11 +88,15 @@ def test_one_figure_past_its_threshold_with_enough_samples_always_rolls_back(
         new = dataclasses.replace(old, output_tokens={10**6: old.successes})
         old = dataclasses.replace(old, output_tokens={1: old.successes})
         name = "output_length"
+    elif figure == "empty":
+        new = dataclasses.replace(old, empty=old.successes)
+        old = dataclasses.replace(old, empty=0)
+        name = "empty_rate"
     else:
-        new = dataclasses.replace(old, empty_or_cut=old.successes)
-        old = dataclasses.replace(old, empty_or_cut=0)
-        name = "empty_or_cut_rate"
-    if figure in ("output", "empty") and old.successes < RULES.min_requests:
+        new = dataclasses.replace(old, cut_off=old.successes)
+        old = dataclasses.replace(old, cut_off=0)
+        name = "cut_off_rate"
+    if figure in ("output", "empty", "cut_off") and old.successes < RULES.min_requests:
         return  # errors left too few successes for this figure to be judged
     verdict = compare(old, new, RULES)
     assert verdict.decision is Decision.ROLL_BACK
@@ -109,7 +117,13 @@ def test_a_promotion_judged_every_figure(old: Figures, new: Figures) -> None:
     verdict = compare(old, new, RULES)
     if verdict.decision is Decision.PROMOTE:
         by_name = {c.figure: c.status for c in verdict.checks}
-        for name in ("error_rate", "rejection_rate", "output_length", "empty_or_cut_rate"):
+        for name in (
+            "error_rate",
+            "rejection_rate",
+            "output_length",
+            "empty_rate",
+            "cut_off_rate",
+        ):
             assert by_name[name] == "ok"
         assert any(s == "ok" for n, s in by_name.items() if n.startswith("ttft_p95"))
 
@@ -160,3 +174,22 @@ def test_ks_distance_of_histograms() -> None:
     assert ks_distance({1: 5, 2: 5}, {1: 50, 2: 50}) == 0
     assert ks_distance({1: 10}, {100: 10}) == 1
     assert ks_distance({1: 5, 2: 5}, {1: 2, 2: 8}) == 0.3
+
+
+def test_cut_off_answers_have_their_own_looser_threshold() -> None:
+    """4% more cut-off answers is within the default +5%; 6% more breaks `cut_off_rate`
+    (not `empty_rate`); a 4% rise in empty answers breaks `empty_rate` (+2%)."""
+    old = healthy()
+    assert compare(old, dataclasses.replace(old, cut_off=8), RULES).decision is Decision.PROMOTE
+    verdict = compare(old, dataclasses.replace(old, cut_off=12), RULES)
+    assert verdict.decision is Decision.ROLL_BACK and verdict.reason.startswith("cut_off_rate")
+    verdict = compare(old, dataclasses.replace(old, empty=8), RULES)
+    assert verdict.decision is Decision.ROLL_BACK and verdict.reason.startswith("empty_rate")
+
+
+def test_rejections_count_against_the_requests_a_release_was_given() -> None:
+    """5 of 205 requests refused on the new release, none on the old: +2.4% > +2% breaks."""
+    old = healthy()
+    verdict = compare(old, dataclasses.replace(old, rejected=5), RULES)
+    assert verdict.decision is Decision.ROLL_BACK
+    assert "rejection_rate 0.024 on the new release vs 0.000 on the old (5/205" in verdict.reason

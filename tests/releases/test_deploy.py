@@ -26,6 +26,7 @@ from llmd.releases.deploy_events import (
     RunSmoke,
     SetShare,
     SmokeDone,
+    StepFailed,
     StopEngine,
     Strategy,
 )
@@ -58,8 +59,9 @@ Trace = list[tuple[Event | None, list[Action]]]
 @st.composite
 def deploys(draw: st.DrawFn) -> tuple[DeployState, Trace, bool]:
     """A deploy run to its end by a random executor: outcomes of boots, smokes and canary
-    figures drawn at random, with aborts and stray events mixed in. Also returns whether the
-    old release was ever refused a boot or smoke (then `failed` is a possible end)."""
+    figures drawn at random (a step's work may raise), with aborts and stray events mixed in.
+    Also returns whether the old release was ever refused a boot or smoke, or its step raised
+    (then `failed` is a possible end)."""
     strategy = draw(st.sampled_from(Strategy))
     steps = (*tuple(sorted(draw(st.sets(st.integers(1, 99), min_size=1, max_size=4)))), 100)
     attempts = draw(st.integers(1, 3))
@@ -82,6 +84,7 @@ def deploys(draw: st.DrawFn) -> tuple[DeployState, Trace, bool]:
                         SmokeDone(NEW, True, clock),
                         Drained(NEW, clock),
                         Observed(clock, HEALTHY, HEALTHY),
+                        StepFailed("boot", NEW, clock, "late"),
                     ]
                 )
             )
@@ -91,6 +94,10 @@ def deploys(draw: st.DrawFn) -> tuple[DeployState, Trace, bool]:
             isinstance(event, Booted | SmokeDone)
             and event.release == OLD
             and not (event.ok if isinstance(event, Booted) else event.passed)
+        ) or (
+            isinstance(event, StepFailed)
+            and event.release == OLD
+            and state.phase in (Phase.BOOTING_OLD, Phase.SMOKING_OLD)
         ):
             old_failed = True
         state, actions = advance(state, event)
@@ -101,6 +108,9 @@ def deploys(draw: st.DrawFn) -> tuple[DeployState, Trace, bool]:
 def expected_event(draw: st.DrawFn, state: DeployState, clock: float) -> Event:
     """What an executor would report next in this phase, its outcome drawn."""
     phase = state.phase
+    if phase is not Phase.CANARY and draw(st.integers(0, 9)) == 0:  # the step's work raised
+        on_new = phase in (Phase.BOOTING_NEW, Phase.SMOKING_NEW)
+        return StepFailed("boot", NEW if on_new else OLD, clock, "RuntimeError('boom')")
     if phase is Phase.BOOTING_NEW:
         return Booted(NEW, draw(st.integers(0, 4)) > 0, clock, "exit 1")
     if phase is Phase.SMOKING_NEW:
@@ -287,3 +297,35 @@ def test_the_snapshot_shows_step_share_and_verdict() -> None:
     assert (snapshot["phase"], snapshot["step"], snapshot["share"]) == ("canary", 1, 5)
     assert snapshot["verdict"]["decision"] == "promote"  # type: ignore[index]
     assert dataclasses.replace(state, phase=Phase.PROMOTED).done
+
+
+def test_a_replace_step_that_raised_restores_the_old_release_and_records_the_error() -> None:
+    """A boot of the new release that raised: `step_failed` with the error is recorded, the
+    old release boots again and serves; one that raised while draining resumes the old."""
+    state, _ = start(plan(Strategy.REPLACE), 0.0)
+    state, _ = advance(state, Drained(OLD, 1.0))
+    state, actions = advance(state, StepFailed("boot", NEW, 2.0, "OSError('disk')"))
+    line = actions[0].line  # type: ignore[union-attr]
+    assert (line["event"], line["failed_step"], line["error"]) == (
+        "step_failed",
+        "boot",
+        "OSError('disk')",
+    )
+    assert actions[-1] == BootEngine("main", OLD) and state.phase is Phase.BOOTING_OLD
+    assert "raised: OSError('disk')" in state.reason
+    state, _ = start(plan(Strategy.REPLACE), 0.0)
+    state, actions = advance(state, StepFailed("drain", OLD, 1.0, "boom"))
+    assert state.phase is Phase.ROLLED_BACK and Resume("main", OLD) in actions
+
+
+def test_a_canary_step_that_raised_rolls_back_and_a_stale_failure_is_ignored() -> None:
+    """The canary's smoke raised: rolled back with the error; a failure of the old release's
+    step while the new one boots is not this phase's and changes nothing."""
+    state, _ = start(plan(Strategy.CANARY), 0.0)
+    same, actions = advance(state, StepFailed("drain", OLD, 0.5, "stale"))
+    assert same == state and actions == []
+    state, _ = advance(state, Booted(NEW, True, 1.0))
+    state, actions = advance(state, StepFailed("smoke", NEW, 2.0, "KeyError('x')"))
+    assert state.phase is Phase.ROLLED_BACK and StopEngine("main", NEW, drain=False) in actions
+    events = [a.line["event"] for a in actions if isinstance(a, RecordHistory)]
+    assert events == ["step_failed", "rolled_back"]

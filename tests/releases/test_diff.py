@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import shutil
 from pathlib import Path
 
-from llmd.releases.diff import Change, diff_releases
+from llmd.releases.diff import Change, diff_releases, tokenizer_changes
 from llmd.releases.record import Release
 from llmd.releases.store import ReleaseStore, create_release
 from tests.releases.conftest import NoNvml, engine
@@ -87,3 +89,23 @@ def test_nested_values_added_removed_and_changed(store: ReleaseStore, model_dir:
     assert changes["table.env.Y"].kind == "removed" and changes["table.env.Z"].kind == "added"
     assert changes["versions.vllm"].new == "9.9.9"
     assert changes["files.generation_config.extra.json"].kind == "added"
+
+
+def test_tokenizer_changes_name_the_tokenizer_files_and_template_not_their_place(
+    store: ReleaseStore, model_dir: Path, tmp_path: Path
+) -> None:
+    """A copy of the same model elsewhere and other engine args: no tokenizer change; a
+    changed chat template in tokenizer_config.json is one (the canary's rule)."""
+    a, _ = create_release(store, "a", "main", engine(model_dir), NoNvml())
+    copy = tmp_path / "copy"
+    shutil.copytree(model_dir, copy)
+    b, _ = create_release(store, "b", "main", engine(copy, ("--seed", "3")), NoNvml())
+    assert tokenizer_changes(a, b) == []
+    config_path = copy / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config["chat_template"] = "{{ messages[0]['content'] }}"
+    config_path.write_text(json.dumps(config))
+    c, _ = create_release(store, "c", "main", engine(copy), NoNvml())
+    changed = tokenizer_changes(a, c)
+    assert "files.tokenizer.tokenizer_config.json" in changed
+    assert "files.chat_template.sha256" in changed

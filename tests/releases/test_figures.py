@@ -8,20 +8,23 @@ from hypothesis import strategies as st
 from llmd.releases.figures import OUTPUT_BOUNDS, StepTally, output_bucket, ttft_bucket
 
 
-def test_the_tally_counts_answers_errors_rejections_and_empty_or_cut() -> None:
-    """Errors count as answered but not as successes; length-capped and empty answers count."""
+def test_the_tally_counts_answers_errors_rejections_empty_and_cut_off() -> None:
+    """Errors count as answered but not as successes; answers without text (or tokens) count
+    as empty, those with finish_reason `length` as cut off, each apart."""
     tally = StepTally((512, 2048))
     tally.answer(100, 0.10, 20, "stop")
     tally.answer(100, 0.30, 16, "length")
     tally.answer(3000, 0.90, 0, "stop")
+    tally.answer(100, 0.20, 1, "stop", empty=True)
     tally.answer(100, None, 0, None, error=True)
     tally.reject()
     figures = tally.figures()
-    assert (figures.answered, figures.errors, figures.rejected) == (4, 1, 1)
-    assert figures.successes == 3 and figures.empty_or_cut == 2
-    assert figures.ttft["<=512"].count == 2 and figures.ttft[">2048"].count == 1
+    assert (figures.answered, figures.errors, figures.rejected) == (5, 1, 1)
+    assert figures.successes == 4 and (figures.empty, figures.cut_off) == (2, 1)
+    assert figures.to_dict()["cut_off"] == 1
+    assert figures.ttft["<=512"].count == 3 and figures.ttft[">2048"].count == 1
     assert abs((figures.ttft["<=512"].p95_s or 0) - 0.29) < 1e-9
-    assert sum(figures.output_tokens.values()) == 3
+    assert sum(figures.output_tokens.values()) == 4
 
 
 def test_input_length_buckets_are_labelled_by_their_upper_bound() -> None:

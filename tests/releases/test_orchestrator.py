@@ -159,16 +159,55 @@ def test_rollback_aborts_a_deploy_under_way(served: Served, tiny_model_dir: Path
     assert '"event": "deploy_rolled_back"' in served.llmd.log_path.read_text()
 
 
-def test_a_restart_keeps_the_release_and_a_reload_brings_the_file_back(served: Served) -> None:
-    """After a deploy of r2, `llmd restart` boots r2 again; `llmd reload` then `llmd restart`
-    boot the config file's table, r1."""
+def test_a_restart_and_a_reload_keep_the_release_an_edited_file_brings_its_table(
+    served: Served, tiny_model_dir: Path
+) -> None:
+    """After a deploy of r2, `llmd restart` boots r2 again, and so does `llmd reload` then
+    `llmd restart` while the file is unchanged; an edited file's table is pending after a
+    reload and the next restart boots it."""
     assert served.cli("deploy", "r2").returncode == 0
     assert served.cli("restart").returncode == 0
     assert served.release_of_main() == "r2"
     reloaded = served.cli("reload")
-    assert reloaded.returncode == 0 and "llmd restart" in reloaded.stdout
+    assert reloaded.returncode == 0 and "llmd restart" not in reloaded.stdout, reloaded.stdout
     assert served.cli("restart").returncode == 0
-    assert served.release_of_main() == "r1"
+    assert served.release_of_main() == "r2"
+    config = served.workdir / "llmd.toml"
+    config.write_text(served.config_text(tiny_model_dir, ()).replace("1024", "512", 1))
+    reloaded = served.cli("reload")
+    assert reloaded.returncode == 0 and "llmd restart" in reloaded.stdout, reloaded.stdout
+    again = served.cli("reload")  # still pending: the file still says so
+    assert again.returncode == 0 and "llmd restart" in again.stdout, again.stdout
+    assert served.cli("restart").returncode == 0
+    assert served.release_of_main() is None  # no release records the edited table
+
+
+def test_a_new_llmd_boots_the_deployed_release(served: Served) -> None:
+    """Deploy r2, stop llmd, start it again on the same state directory: engine main runs
+    r2's table (its engine has r2's flags), the status and the log say it was restored, and
+    requests are answered."""
+    assert served.cli("deploy", "r2").returncode == 0
+    assert served.llmd.stop() == 0
+    config = (served.workdir / "llmd.toml").read_text()
+    with LlmdProcess.running(config, workdir=served.workdir) as again:
+        engine = again.admin_status()["engines"][0]
+        assert engine["release"] == "r2", again.log_tail()
+        assert "release r2 restored from the state directory" in engine["release_note"]
+        assert "--seed" in Path(f"/proc/{engine['pid']}/cmdline").read_text()
+        assert '"event": "engine_release_restored"' in again.log_path.read_text()
+        status = subprocess.run(
+            [sys.executable, "-m", "llmd.cli", "status", "--runtime-dir", str(again.runtime_dir)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert "release    main r2 (release r2 restored" in status.stdout, status.stdout
+        answer = httpx.post(
+            again.base_url + "/v1/completions",
+            json={"model": "tiny", "prompt": "hi", "max_tokens": 4},
+            timeout=30,
+        )
+        assert answer.status_code == 200, answer.text
 
 
 def test_deploy_refuses_another_model_name_and_an_unrecorded_engine(

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+import tomllib
+
 import pytest
 
 from llmd.errors import ConfigError
 from llmd.releases.settings import ReleaseConfig, parse_steps, release_config
+from tests.support.llmd_process import REPO
 
 
 def test_an_empty_table_gives_the_documented_defaults() -> None:
@@ -50,3 +54,28 @@ def test_cli_steps_parse_like_the_config_key() -> None:
     assert parse_steps("10,100") == (10, 100)
     with pytest.raises(ConfigError, match="--canary"):
         parse_steps("10,x")
+
+
+def test_the_defaults_named_in_the_readme_and_etc_llmd_toml_are_the_code_s() -> None:
+    """README's canary section (`key` (default N)) and etc/llmd.toml's [release] give the
+    same defaults as ReleaseConfig."""
+    defaults = ReleaseConfig()
+    raw = tomllib.loads((REPO / "etc" / "llmd.toml").read_text())["release"]
+    assert release_config(raw) == defaults
+    readme = (REPO / "README.md").read_text()
+    canary = readme[readme.index("### Canary") :]
+    named = re.findall(r"`(\w+)` \((?:default |)([0-9.]+)", " ".join(canary.split()))
+    named += re.findall(r"`(\w+)`, ([0-9.]+), per", " ".join(canary.split()))
+    assert {key for key, _ in named} >= {
+        "max_error_rate_increase",
+        "max_rejection_rate_increase",
+        "max_empty_rate_increase",
+        "max_cut_off_rate_increase",
+        "max_ttft_p95_ratio",
+        "ttft_slack_s",
+        "max_output_length_shift",
+        "min_requests",
+        "min_bucket_requests",
+    }
+    for key, value in named:
+        assert float(value) == getattr(defaults, key), key

@@ -82,3 +82,31 @@ def test_streamed_chunks_count_tokens_and_usage_replaces_the_estimate() -> None:
     whole = Exchange("s", stream=False)
     whole.saw_body(b'{"choices":[],"usage":{"completion_tokens": 17,"total_tokens":20}}')
     assert whole.output_tokens == 17
+
+
+def test_the_answer_s_text_and_finish_reason_are_read_from_its_chunks(
+    captured_logs: Captured,
+) -> None:
+    """A stream whose role event has empty content has no text until a delta carries some;
+    its finish reason is the last chunk's, `length` wins over another choice's `stop`; a
+    non-streamed empty answer has no text. The log line gives the finish reason."""
+    stream = Exchange("r", stream=True)
+    stream.saw_body(b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n')
+    assert not stream.has_text and stream.finish_reason is None
+    stream.saw_body(b'data: {"choices":[{"delta":{"content":"hi"},"finish_reason":null}]}\n\n')
+    assert stream.has_text
+    stream.saw_body(b'data: {"choices":[{"delta":{"content":""},"finish_reason":"stop"}]}\n\n')
+    assert stream.finish_reason == "stop"
+    both = Exchange("n2", stream=False)
+    both.saw_body(
+        b'{"choices":[{"text":"","finish_reason":"length","prompt_text":"x"},'
+        b'{"text":"","finish_reason":"stop"}]}'
+    )
+    assert both.finish_reason == "length" and not both.has_text
+    tools = Exchange("t", stream=False)
+    tools.saw_body(b'{"choices":[{"message":{"content":null,"tool_calls":[{"id":"c"}]}}]}')
+    assert tools.has_text
+    answer = finished_exchange()
+    answer.finish_reason = "length"
+    Observer().finished(answer)
+    assert captured_logs.lines()[-1]["finish_reason"] == "length"

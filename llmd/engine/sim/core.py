@@ -301,6 +301,10 @@ class SimEngine:
     def _emit_token(self, state: RequestState, now: float) -> None:
         token_id = self.tokenizer.sample_id(state.rng)
         piece = self.tokenizer.piece(token_id)
+        if state.fault.empty and not state.token_ids:  # an end of sequence first: no text
+            piece = ""
+            state.finish_reason = "stop"
+            self.scheduler.abort(state.seq, "stop")
         if state.first_token_at is None:
             state.first_token_at = now
             self.metrics.ttft.observe(now - state.arrival)

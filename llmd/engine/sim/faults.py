@@ -5,7 +5,10 @@ that forward bodies untouched but not headers).
 Request fault grammar, comma-separated: `hang` (accepted, never a token), `die-after:K` (the
 connection is dropped after K tokens; 0: before the response starts), `error:STATUS` (answered
 with that status), `crash` (the process exits non-zero at once), `dead` (the engine dies now:
-/health 503, generation 500), `delay:S` (S more seconds before the request is scheduled).
+/health 503, generation 500), `delay:S` (S more seconds before the request is scheduled),
+`empty` (the answer has no text: its first token is an end of sequence that carries none, so
+it ends at once with finish_reason `stop` and 1 completion token, as a model that emits EOS
+first does in vLLM).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ class RequestFault:
     crash: bool = False
     dead: bool = False
     delay_s: float = 0.0
+    empty: bool = False
 
     @classmethod
     def parse(cls, spec: str) -> RequestFault:
@@ -44,6 +48,8 @@ class RequestFault:
                     fault = dataclasses.replace(fault, crash=True)
                 elif name == "dead" and not value:
                     fault = dataclasses.replace(fault, dead=True)
+                elif name == "empty" and not value:
+                    fault = dataclasses.replace(fault, empty=True)
                 elif name == "die-after":
                     fault = dataclasses.replace(fault, die_after=_non_negative(int(value)))
                 elif name == "error":
@@ -85,6 +91,8 @@ class FaultOptions:
     `crash_after`/`dead_after` count generation requests served before the fault strikes on the
     next one. `exit_on_death` is the delay after the engine dies before the process exits with
     status 0, as vLLM's API server does once its engine core is gone (vllm#48966).
+    `error_rate` and `empty_rate` are the shares of generation requests answered with
+    `error_status` or without text (`empty`), drawn from a fixed seed.
     """
 
     boot_delay_s: float = 0.0
@@ -96,3 +104,4 @@ class FaultOptions:
     request: str = ""
     error_rate: float = 0.0
     error_status: int = 500
+    empty_rate: float = 0.0

@@ -80,6 +80,7 @@ def parse_options(argv: Sequence[str] | None = None) -> SimOptions:
         request=args.fault_request,
         error_rate=args.fault_error_rate,
         error_status=args.fault_error_status,
+        empty_rate=args.fault_empty_rate,
     )
     names = tuple(args.served_model_name or ()) or (args.model,)
     keys = [k for k in (args.api_key or [os.environ.get("VLLM_API_KEY")]) if k]
@@ -240,4 +241,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     faults.add_argument("--fault-error-rate", type=float, default=0.0, metavar="P")
     faults.add_argument("--fault-error-status", type=int, default=500, metavar="STATUS")
+    faults.add_argument(
+        "--fault-empty-rate",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="answer this share of generation requests without text (the `empty` fault)",
+    )
     return p

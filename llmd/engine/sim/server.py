@@ -9,6 +9,7 @@ generation aborts its engine request at once, as vLLM does. Faults armed by flag
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import random
@@ -201,6 +202,8 @@ class SimServer:
             self._process_faults(fault)
         except SimHTTPError as error:
             return _error(error)
+        if self.faults.empty_rate and self._rng.random() < self.faults.empty_rate:
+            fault = dataclasses.replace(fault, empty=True)
         if fault.die_after == 0:
             _drop_connection(request)
             return web.Response(status=500)

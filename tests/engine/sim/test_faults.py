@@ -9,8 +9,8 @@ from llmd.engine.sim.faults import FaultSpecError, RequestFault
 
 def test_parse_combined_spec() -> None:
     """Several comma-separated faults arm together."""
-    fault = RequestFault.parse("die-after:3, delay:0.5,error:503")
-    assert fault == RequestFault(die_after=3, delay_s=0.5, error_status=503)
+    fault = RequestFault.parse("die-after:3, delay:0.5,error:503,empty")
+    assert fault == RequestFault(die_after=3, delay_s=0.5, error_status=503, empty=True)
 
 
 def test_empty_spec_means_no_fault() -> None:

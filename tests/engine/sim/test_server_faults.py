@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 import httpx
 import pytest
@@ -115,3 +116,30 @@ async def test_error_rate_one_fails_every_request(make_sim: SimFactory) -> None:
         for _ in range(5)
     }
     assert statuses == {502}
+
+
+async def test_empty_answers_carry_no_text_and_end_at_once(make_sim: SimFactory) -> None:
+    """`empty` (header) answers with no text, finish_reason stop and 1 completion token,
+    streamed or not; --fault-empty-rate 1 does it to every generation request."""
+    sim: RunningSim = await make_sim()
+    whole = await sim.client.post(
+        "/v1/chat/completions", json=CHAT, headers={"x-sim-fault": "empty"}
+    )
+    choice = whole.json()["choices"][0]
+    assert (choice["message"]["content"], choice["finish_reason"]) == ("", "stop")
+    assert whole.json()["usage"]["completion_tokens"] == 1
+    every: RunningSim = await make_sim("--fault-empty-rate", "1")
+    received = b""
+    async with every.client.stream(
+        "POST", "/v1/chat/completions", json={**CHAT, "stream": True}
+    ) as response:
+        async for chunk in response.aiter_bytes():
+            received += chunk
+    assert b'"content":""' in received and b'"finish_reason":"stop"' in received
+    assert not re.search(rb'"content":"[^"]', received)  # no delta carries text
+    assert received.endswith(b"data: [DONE]\n\n")
+    texts = [
+        (await every.client.post("/v1/completions", json={"prompt": "x"})).json()["choices"][0]
+        for _ in range(3)
+    ]
+    assert {t["text"] for t in texts} == {""}
