@@ -30,8 +30,7 @@ class BodyBudget:
         """Hold `nbytes` for one request, or None: over the limit."""
         if self.limit and self.held and self.held + nbytes > self.limit:
             return None
-        self.held += nbytes
-        self.peak = max(self.peak, self.held)
+        self._change(nbytes)
         return BodyHold(self, nbytes)
 
     def _change(self, nbytes: int) -> None:
