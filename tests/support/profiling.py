@@ -44,11 +44,7 @@ def frame_shares(collapsed: Path, top: int = 25) -> ProfileShares:
     inclusive: collections.Counter[str] = collections.Counter()
     own: collections.Counter[str] = collections.Counter()
     total = 0
-    for line in collapsed.read_text().splitlines():
-        stack, _, count_text = line.rpartition(" ")
-        if not stack:
-            continue
-        count = int(count_text)
+    for stack, count in _samples(collapsed):
         total += count
         frames = [_without_line(frame) for frame in stack.split(";")]
         for frame in set(frames):
@@ -60,6 +56,14 @@ def frame_shares(collapsed: Path, top: int = 25) -> ProfileShares:
         name: [(frame, round(n / total, 4)) for frame, n in counter.most_common(top)]
         for name, counter in (("inclusive", inclusive), ("self", own))
     }
+
+
+def _samples(collapsed: Path) -> Iterator[tuple[str, int]]:
+    """Each line of a collapsed-stack file: its stack ('frame;frame;...') and sample count."""
+    for line in collapsed.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if stack:
+            yield stack, int(count_text)
 
 
 # Kinds of work in llmd, by a frame anywhere in the sample's stack (first match wins)...
@@ -88,12 +92,9 @@ def stage_shares(collapsed: Path) -> list[tuple[str, float]]:
     is the loop's `run` is the event loop's own time: uvloop's sockets and callbacks)."""
     counts: collections.Counter[str] = collections.Counter()
     total = 0
-    for line in collapsed.read_text().splitlines():
-        stack, _, count_text = line.rpartition(" ")
-        if not stack:
-            continue
-        total += int(count_text)
-        counts[_stage(stack)] += int(count_text)
+    for stack, count in _samples(collapsed):
+        total += count
+        counts[_stage(stack)] += count
     return [(name, round(n / total, 4)) for name, n in counts.most_common()] if total else []
 
 
