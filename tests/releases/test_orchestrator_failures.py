@@ -5,11 +5,13 @@ and the engine's supervisor restarts it."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import subprocess
 import sys
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -103,6 +105,23 @@ def adopt_setup(tiny_model_dir: Path, max_failed_boots: int) -> tuple[Path, str,
     return workdir, with_supervisor(text(tiny_model_dir)), marker
 
 
+@contextlib.contextmanager
+def adopting(
+    tiny_model_dir: Path, max_failed_boots: int
+) -> Iterator[tuple[Served, Traffic, Path, subprocess.Popen[str]]]:
+    """llmd serving r1 (`adopt_setup`) with four clients sending requests, and a canary deploy
+    of r2 under way that shows `adopting`: the served llmd, the traffic, the marker that keeps
+    r2's engine from booting, and the deploy command's process."""
+    workdir, config, marker = adopt_setup(tiny_model_dir, max_failed_boots)
+    store = ReleaseStore(workdir / "state")
+    with LlmdProcess.running(config, workdir=workdir) as llmd:
+        served = Served(llmd, store, workdir, lambda model, args: config)
+        served.wait_tokenizer()
+        traffic = Traffic(llmd.base_url, threads=4)
+        assert wait_for(lambda: len(traffic.outcomes) >= 4, 30)
+        yield served, traffic, marker, deploy_until_adopting(served, marker)
+
+
 def deploy_until_adopting(served: Served, marker: Path) -> subprocess.Popen[str]:
     """`llmd deploy r2 --canary 20,50,100 --step-s 1` started; the marker made once the
     canary takes traffic; returns when the deploy shows `adopting`."""
@@ -128,14 +147,8 @@ def test_a_promoted_engine_that_does_not_boot_is_shown_and_the_canary_serves_mea
     `llmd rollback` is refused meanwhile, the canary serves every request while the engine's
     supervisor restarts it; once it boots
     the engine serves r2, the canary goes and the deploy says promoted."""
-    workdir, config, marker = adopt_setup(tiny_model_dir, max_failed_boots=20)
-    store = ReleaseStore(workdir / "state")
-    with LlmdProcess.running(config, workdir=workdir) as llmd:
-        served = Served(llmd, store, workdir, lambda model, args: config)
-        served.wait_tokenizer()
-        traffic = Traffic(llmd.base_url, threads=4)
-        assert wait_for(lambda: len(traffic.outcomes) >= 4, 30)
-        deploying = deploy_until_adopting(served, marker)
+    with adopting(tiny_model_dir, max_failed_boots=20) as (served, traffic, marker, deploying):
+        llmd, store = served.llmd, served.store
         status = served.cli("status")
         assert "adopting: promoted, but engine main did not boot r2" in status.stdout, status
         refused = served.cli("rollback")
@@ -161,14 +174,8 @@ def test_a_promoted_engine_whose_supervisor_gives_up_fails_the_deploy_the_canary
     """The engine never boots r2: once its supervisor gives up the deploy ends `failed`
     with what to do, and every request is still answered (by the canary); `llmd restart
     --engine main` then boots it again."""
-    workdir, config, marker = adopt_setup(tiny_model_dir, max_failed_boots=2)
-    store = ReleaseStore(workdir / "state")
-    with LlmdProcess.running(config, workdir=workdir) as llmd:
-        served = Served(llmd, store, workdir, lambda model, args: config)
-        served.wait_tokenizer()
-        traffic = Traffic(llmd.base_url, threads=4)
-        assert wait_for(lambda: len(traffic.outcomes) >= 4, 30)
-        deploying = deploy_until_adopting(served, marker)
+    with adopting(tiny_model_dir, max_failed_boots=2) as (served, traffic, marker, deploying):
+        llmd, store = served.llmd, served.store
         out, _ = deploying.communicate(timeout=120)
         outcomes = traffic.finish()
         assert set(outcomes) == {"ok"}, [o for o in outcomes if o != "ok"][:3]
