@@ -161,7 +161,7 @@ class Validator:
         """Load the local tokenizer on a daemon thread; on failure, or when the settings say so,
         count through the engine (logged). The counter it replaces is closed. The thread is
         llmd's own, not the loop's executor: a stop that comes while it loads (seconds:
-        transformers imports torch) does not wait for it."""
+        importing transformers) does not wait for it."""
         local: LocalCounter | None = None
         given = flags_given(self.engine_args, ENGINE_RENDERING_ARGS)
         if self.config.tokenizer == "engine":

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -255,3 +257,40 @@ def test_transformers_warnings_take_llmds_log_pipeline(
         line for line in captured_logs.lines() if line.get("logger", "").startswith("transformers")
     ]
     assert line["event"] == "library_logged" and line["message"] == "careful"
+
+
+_LOAD_IN_A_FRESH_PYTHON = """
+import json, sys
+from llmd.validation.counter import LocalCounter
+from llmd.validation.fields import Endpoint, read_fields
+counter = LocalCounter.load(sys.argv[1])
+prompt = read_fields(Endpoint.CHAT, {"messages": [{"role": "user", "content": "Hello"}]}).prompt
+count = counter.count_now(prompt)
+torch_hidden = "torch" not in sys.modules
+try:
+    import torch  # noqa: F401
+    later = "imported"
+except ImportError:
+    later = "not installed"
+print(json.dumps({"count": count, "torch_hidden": torch_hidden, "later": later}))
+"""
+
+
+def test_a_tokenizer_loads_without_importing_torch(
+    tokenizer_dir: Path, counter: LocalCounter
+) -> None:
+    """transformers 5 imports torch when it is installed (seconds and ~330 MiB in llmd): loading
+    a tokenizer in a Python that has not imported either leaves torch out, counts as usual, keeps
+    stderr free of transformers' advisory line, and a later `import torch` still works."""
+    done = subprocess.run(
+        [sys.executable, "-c", _LOAD_IN_A_FRESH_PYTHON, str(tokenizer_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    report = json.loads(done.stdout)
+    assert report["torch_hidden"] is True
+    assert report["count"] == counter.count_now(chat([{"role": "user", "content": "Hello"}]))
+    assert report["later"] in ("imported", "not installed")
+    assert "PyTorch was not found" not in done.stderr
