@@ -1,12 +1,13 @@
 """The public ASGI app: routes, the backends' clients' lifespan, error handlers, and the
-middleware around them (outermost first): CORS → request id (and internal errors) → routes."""
+middleware around them (outermost first): CORS → request id (and internal errors) → routes;
+a generation request takes a shorter way to its relay when CORS is off (`ProxyApp`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
@@ -14,7 +15,9 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from llmd.config import ServerConfig
 from llmd.errors import (
     ApiError,
     InvalidRequest,
@@ -30,7 +33,34 @@ from llmd.proxy.writer import ErrorResponse
 from llmd.state import DaemonState
 
 
-def build_app(state: DaemonState) -> Starlette:
+class ProxyApp:
+    """Pure ASGI, outermost: a POST to a relay's path goes straight to that relay under the
+    request-id middleware alone while no CORS origins are configured (`server_config()`, read
+    at each request); every other request, and every one while CORS is on, goes through
+    `app`, Starlette's stack. The relay answers each of its errors itself (OpenAI-shaped,
+    with the request id; a bug's exception is the request-id middleware's 500), so the stack
+    has nothing to add to it but a frame per send of every streamed chunk (issue 20)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        relays: dict[str, ASGIApp],
+        server_config: Callable[[], ServerConfig],
+    ) -> None:
+        self.app = app
+        self.relays = {path: RequestIdMiddleware(relay) for path, relay in relays.items()}
+        self.server_config = server_config
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            relay = self.relays.get(scope["path"])
+            if relay is not None and not self.server_config().cors_allowed_origins:
+                await relay(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def build_app(state: DaemonState) -> ProxyApp:
     """The proxy app for `state`. The backends' HTTP clients are closed at the end of the
     app's lifespan, which also loads the validators' tokenizers and runs the stall watcher."""
 
@@ -87,9 +117,9 @@ def build_app(state: DaemonState) -> Starlette:
                 )
         return Response(state.observer.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
+    relays = {path: Relay(state, path) for path in ("/v1/chat/completions", "/v1/completions")}
     routes = [
-        Route("/v1/chat/completions", Relay(state, "/v1/chat/completions"), methods=["POST"]),
-        Route("/v1/completions", Relay(state, "/v1/completions"), methods=["POST"]),
+        *(Route(path, relay, methods=["POST"]) for path, relay in relays.items()),
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/ready", ready, methods=["GET"]),
@@ -103,7 +133,7 @@ def build_app(state: DaemonState) -> Starlette:
     # add_middleware puts each one outside those added before it.
     app.add_middleware(RequestIdMiddleware)
     app.add_middleware(Cors, server_config=lambda: state.config.server)
-    return app
+    return ProxyApp(app, dict(relays), lambda: state.config.server)
 
 
 async def _http_exception(request: Request, exc: Exception) -> Response:

@@ -124,7 +124,14 @@ class Exchange:
             self.first_byte_at = time.monotonic()
         if not self.has_text and _SOME_TEXT.search(chunk):
             self.has_text = True
-        if b'"finish_reason":' in chunk and self.finish_reason != "length":
+        # Every event of a stream but the last names its finish reason `null`: the pattern runs
+        # only on a chunk where some finish reason is not (vLLM writes compact JSON).
+        reasons = chunk.count(b'"finish_reason":')
+        if (
+            reasons
+            and reasons != chunk.count(b'"finish_reason":null')
+            and self.finish_reason != "length"
+        ):
             for match in _FINISH_REASON.finditer(chunk):
                 self.finish_reason = match.group(1).decode()
                 if self.finish_reason == "length":

@@ -15,13 +15,18 @@ from llmd.proxy.writer import send_error
 log = structlog.get_logger("llmd.proxy")
 _REQUEST_ID = re.compile(rb"^[\x21-\x7e]{1,128}$")
 REQUEST_ID_KEY = "llmd.request_id"
+# The `send` this middleware was given: a response's body may go there directly, past this
+# middleware's and Starlette's exception handling's wrappers, which touch only a response's
+# start (llmd/proxy/writer.py's ClientWriter does it for every streamed chunk, issue 20).
+BODY_SEND_KEY = "llmd.body_send"
 
 
 class RequestIdMiddleware:
     """Keeps the client's `x-request-id` (printable ASCII, <= 128 bytes) or makes one, and
     answers an exception that escaped the routes (a bug in llmd) with that id.
 
-    The id is put in `scope["llmd.request_id"]` and echoed on the response. An exception
+    The id is put in `scope["llmd.request_id"]` and echoed on the response; the `send` under
+    this middleware in `scope["llmd.body_send"]`, for a response's body. An exception
     before the response started is answered 500 `internal_error`; either way it is logged
     once (`unexpected_error`, with the id and the traceback) and never reaches uvicorn, which
     would log it again without the id.
@@ -37,6 +42,7 @@ class RequestIdMiddleware:
         given = next((v for k, v in scope["headers"] if k == b"x-request-id"), b"")
         request_id = given if _REQUEST_ID.match(given) else uuid.uuid4().hex.encode()
         scope[REQUEST_ID_KEY] = request_id.decode()
+        scope[BODY_SEND_KEY] = send
         started = False
 
         async def send_with_id(message: Message) -> None:

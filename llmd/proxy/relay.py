@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 import structlog
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from llmd.admission.bodies import BodyHold
 from llmd.admission.classes import Priority
@@ -46,7 +46,7 @@ from llmd.proxy.body import (
     without_bom,
 )
 from llmd.proxy.inflight import Exchange
-from llmd.proxy.middleware import REQUEST_ID_KEY
+from llmd.proxy.middleware import BODY_SEND_KEY, REQUEST_ID_KEY
 from llmd.proxy.upstream import forward
 from llmd.proxy.writer import ClientWriter, answer_error, send_error
 from llmd.releases.assign import conversation_key
@@ -160,8 +160,9 @@ class Relay:
             tenant=arrival.tenant,
             model=model,
         )
+        writer = ClientWriter(send, exchange, body_send=scope.get(BODY_SEND_KEY))
         try:
-            await self.run(exchange, arrival, tenant, body, receive, send)
+            await self.run(exchange, arrival, tenant, body, receive, writer)
         finally:
             body.release()
 
@@ -365,12 +366,12 @@ class Relay:
         tenant: Tenant,
         body: Body,
         receive: Receive,
-        send: Send,
+        writer: ClientWriter,
     ) -> None:
         """Validate, admit and relay until done or until the client leaves, whichever comes
         first. A client that leaves once it has its whole answer (a stream's `[DONE]`) while
         the backend has not closed its side yet has not cancelled anything."""
-        work = asyncio.create_task(self._serve(exchange, arrival, tenant, body, send))
+        work = asyncio.create_task(self._serve(exchange, arrival, tenant, body, writer))
         exchange.task = work
         watcher = asyncio.create_task(_wait_disconnect(receive))
         self.state.inflight.add(exchange)
@@ -393,20 +394,20 @@ class Relay:
         self.state.observer.finished(exchange)
 
     async def _serve(
-        self, exchange: Exchange, arrival: Arrival, tenant: Tenant, body: Body, send: Send
+        self, exchange: Exchange, arrival: Arrival, tenant: Tenant, body: Body, writer: ClientWriter
     ) -> None:
         """The last three stages; their errors become OpenAI-shaped answers (in-band once the
         response has started), a rejection when the request never reached a backend.
         Admission's capacity is given back however it ends."""
-        writer = ClientWriter(send, exchange)
         ticket: Ticket | None = None
         prepared: Prepared | None = None
         try:
             prepared = await self.validate(arrival, exchange, tenant, body, str(exchange.model))
-            writer = ClientWriter(_with_headers(send, prepared.response_headers), exchange)
+            # Validation's notes (and the SLO guard's cap, added to the same list) go on the
+            # response's start.
+            writer.headers = prepared.response_headers
             ticket = await self.admit(exchange, prepared)
-            if prepared.cap(self.state.admission.guard):  # released under the guard's cap
-                writer = ClientWriter(_with_headers(send, prepared.response_headers), exchange)
+            prepared.cap(self.state.admission.guard)  # released under the guard's cap
             await self.relay(exchange, prepared, body, writer, ticket)
         except asyncio.CancelledError:
             if exchange.abort_error is None:
@@ -432,19 +433,6 @@ def _with_priority(payload: dict[str, Any], cls: Priority) -> bytes:
     """The body with vLLM's request field `priority` set to the class rank (lower runs first;
     used only when the engine runs with --scheduling-policy priority)."""
     return json.dumps({**payload, "priority": int(cls)}, separators=(",", ":")).encode()
-
-
-def _with_headers(send: Send, headers: list[tuple[bytes, bytes]]) -> Send:
-    """`send`, adding `headers` to the response start (validation's notes to the client)."""
-    if not headers:
-        return send
-
-    async def send_with_headers(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            message = {**message, "headers": [*message.get("headers", []), *headers]}
-        await send(message)
-
-    return send_with_headers
 
 
 async def _wait_disconnect(receive: Receive) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import structlog
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from llmd.errors import ApiError
 from llmd.proxy.inflight import Exchange
@@ -53,11 +53,24 @@ class ErrorResponse(Response):
 class ClientWriter:
     """Wraps ASGI `send` for one exchange: remembers whether the response has started (so an
     error goes in-band) and the stream's last bytes (whether it ended between SSE events, and
-    whether `data: [DONE]` went out: then the exchange is `answered`)."""
+    whether `data: [DONE]` went out: then the exchange is `answered`).
 
-    def __init__(self, send: Send, exchange: Exchange) -> None:
+    `headers` are added to the response's start, an error's included (validation's notes to
+    the client; the list may grow until the start). The body goes to `body_send` when given:
+    the `send` beneath wrappers that touch only a response's start (llmd/proxy/middleware.py's
+    BODY_SEND_KEY), so a streamed chunk does not pass through each of them."""
+
+    def __init__(
+        self,
+        send: Send,
+        exchange: Exchange,
+        headers: list[tuple[bytes, bytes]] | None = None,
+        body_send: Send | None = None,
+    ) -> None:
         self._send = send
+        self._send_body = body_send or send
         self.exchange = exchange
+        self.headers = headers if headers is not None else []
         self.tail = SSE_BOUNDARY
 
     @property
@@ -69,7 +82,10 @@ class ClientWriter:
         self.exchange.response_started = True
         self.exchange.status = status
         self.exchange.send_since = time.monotonic()
-        await self._send({"type": "http.response.start", "status": status, "headers": headers})
+        message: Message = {"type": "http.response.start", "status": status, "headers": headers}
+        if self.headers:
+            message["headers"] = [*headers, *self.headers]
+        await self._send(message)
         self.exchange.send_since = None
 
     async def body(self, chunk: bytes, *, more: bool) -> None:
@@ -82,7 +98,7 @@ class ClientWriter:
         # A send blocks while the client's transport buffer is full; the stall watcher
         # (llmd/proxy/stalls.py) ends exchanges blocked longer than server.send_timeout_s.
         exchange.send_since = time.monotonic()
-        await self._send({"type": "http.response.body", "body": chunk, "more_body": more})
+        await self._send_body({"type": "http.response.body", "body": chunk, "more_body": more})
         exchange.send_since = None
         if chunk and exchange.stream and self.tail.endswith(DONE_EVENT):
             exchange.answered = True
@@ -98,7 +114,7 @@ async def answer_error(send: ClientWriter, error: ApiError, *, log_it: bool = Tr
         if not exchange.response_started:
             exchange.status = error.status
             queue_ms = str(round(exchange.queue_ms())).encode()
-            await send_error(send._send, error, [(b"x-llmd-queue-ms", queue_ms)])
+            await send_error(send._send, error, [*send.headers, (b"x-llmd-queue-ms", queue_ms)])
         elif exchange.stream:
             prefix = b"" if send.between_events else SSE_BOUNDARY
             await send.body(prefix + error.sse_event(), more=False)

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from llmd.proxy.relay import Relay
 from tests.support.fake_engine import ProxyStack
 from tests.support.log_capture import Captured
 from tests.support.waiting import wait_for
@@ -62,6 +63,28 @@ def test_an_exception_in_a_stage_is_a_500_with_the_id_counted_and_logged_once(
     lines = server_lines(captured_logs)
     assert [line["event"] for line in lines] == ["unexpected_error"]
     assert lines[0]["request_id"] == "bug-1" and "RuntimeError: a bug" in lines[0]["exception"]
+
+
+def test_an_exception_escaping_the_relay_is_a_500_with_the_id(
+    stack: ProxyStack, captured_logs: Captured, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug outside the relay's stages (it raises out of the endpoint, which takes the short
+    way past Starlette's stack) is still a 500 internal_error with the request id, logged
+    once by llmd and never by uvicorn."""
+
+    async def broken(*args: Any) -> Any:
+        raise RuntimeError("a bug in run")
+
+    monkeypatch.setattr(Relay, "run", broken)
+    answer = httpx.post(
+        stack.base_url + "/v1/chat/completions", json=CHAT, headers={"x-request-id": "bug-3"}
+    )
+    assert answer.status_code == 500 and answer.headers["x-request-id"] == "bug-3"
+    assert answer.json()["error"]["code"] == "internal_error"
+    lines = server_lines(captured_logs)
+    assert [(line["event"], line["request_id"]) for line in lines] == [
+        ("unexpected_error", "bug-3")
+    ]
 
 
 def test_an_exception_in_another_route_is_a_500_with_the_id(

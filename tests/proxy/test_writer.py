@@ -53,3 +53,21 @@ async def test_an_error_before_the_start_is_a_whole_response() -> None:
     await answer_error(ClientWriter(sent, exchange), EngineError("boom"))
     assert sent.messages[0]["status"] == 502 and exchange.status == 502
     assert json.loads(sent.body())["error"]["code"] == "engine_error"
+
+
+async def test_the_body_goes_to_the_body_send_and_the_notes_on_the_start() -> None:
+    """The start (with the notes, those added after the writer was made included) goes to
+    `send`, every body message to `body_send`; an error before the start carries the notes."""
+    sent, bodies = Sent(), Sent()
+    notes = [(b"x-llmd-max-tokens-clamped", b"8")]
+    writer = ClientWriter(sent, Exchange("r", stream=True), notes, body_send=bodies)
+    notes.append((b"x-llmd-max-tokens-capped", b"4"))
+    await writer.start(200, [(b"content-type", b"text/event-stream")])
+    await writer.body(b"data: {}\n\n", more=True)
+    await writer.body(b"", more=False)
+    assert [m["type"] for m in sent.messages] == ["http.response.start"]
+    assert sent.messages[0]["headers"] == [(b"content-type", b"text/event-stream"), *notes]
+    assert bodies.body() == b"data: {}\n\n" and bodies.messages[-1]["more_body"] is False
+    refused = Sent()
+    await answer_error(ClientWriter(refused, Exchange("s", stream=True), notes), EngineError("x"))
+    assert set(notes) <= set(refused.messages[0]["headers"])

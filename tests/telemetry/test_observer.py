@@ -110,3 +110,17 @@ def test_the_answer_s_text_and_finish_reason_are_read_from_its_chunks(
     answer.finish_reason = "length"
     Observer().finished(answer)
     assert captured_logs.lines()[-1]["finish_reason"] == "length"
+
+
+def test_a_finish_reason_is_found_among_null_ones_in_one_chunk() -> None:
+    """A chunk of several events, some with `"finish_reason":null`, gives the one that is
+    not; a chunk of null ones alone (compact or spaced) gives none."""
+    stream = Exchange("r", stream=True)
+    stream.saw_body(b'data: {"choices":[{"delta":{"content":"a"},"finish_reason":null}]}\n\n' * 2)
+    stream.saw_body(b'data: {"choices":[{"delta":{"content":"b"},"finish_reason": null}]}\n\n')
+    assert stream.finish_reason is None
+    stream.saw_body(
+        b'data: {"choices":[{"delta":{"content":"c"},"finish_reason":null}]}\n\n'
+        b'data: {"choices":[{"delta":{},"finish_reason":"length"}]}\n\n'
+    )
+    assert stream.finish_reason == "length"
