@@ -1,7 +1,7 @@
 """The backend side of a relayed request: one request to one backend, its answer passed to the
 client.
 
-The backend's body is forwarded chunk by chunk as it arrives (`iter_any`: whatever the socket
+The backend's body is forwarded chunk by chunk as it arrives (`readany`: whatever the socket
 has, never waiting to fill a buffer). The response is closed however the relay ends, never put
 back in a pool mid-body: closing it is what makes vLLM abort the sequence. Failures of the
 backend or of its connection become OpenAI-shaped errors here (the one place they are
@@ -65,7 +65,8 @@ async def forward(
             await writer.body(payload, more=False)
             return
         await writer.start(200, [*response_headers, (b"cache-control", b"no-cache")])
-        async for chunk in response.content.iter_any():
+        content = response.content
+        while chunk := await content.readany():  # b"": the end (what `iter_any` wraps)
             await writer.body(chunk, more=True)
         if not writer.between_events:  # the engine ended mid-event: a failure, not an ending
             raise EngineError("the engine closed the stream mid-event")
