@@ -13,10 +13,9 @@ from typing import Any
 
 from llmd.bench.scenarios import SCENARIOS
 from llmd.releases.store import DEFAULT_STATE_DIR
+from llmd.tune.release import ENGINE_NAME
 
 EXIT_USAGE = 2
-# The one engine a config has until engines get names ([engines.NAME], DESIGN.md).
-ENGINE_NAME = "main"
 EPILOG = """For each --max-num-seqs value tune boots the engine alone with it (on a private socket),
 runs the `llmd bench` scenario with as many users as seats (or --concurrency), and records TTFT
 p50/p95, tokens/s, peak KV cache, peak GPU memory (NVML), errors and timeouts, and a verdict:
