@@ -82,6 +82,15 @@ async def forward(
         response.close()
 
 
+# How a kept-alive connection the backend closed shows when a request goes out on it: the
+# answer never comes (disconnected), or writing fails (reset, "Can not write request body").
+_STALE = (
+    aiohttp.ServerDisconnectedError,
+    aiohttp.ClientConnectionResetError,
+    aiohttp.ClientOSError,
+)
+
+
 async def _post(
     client: EngineClient, url: str, body: bytes, headers: dict[str, str]
 ) -> aiohttp.ClientResponse:
@@ -91,7 +100,7 @@ async def _post(
     `ClientSession.post`."""
     try:
         return await client.session().post(url, data=body, headers=headers)
-    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+    except _STALE as exc:
         if isinstance(exc, aiohttp.ClientConnectorError):
             raise
         log.info("engine_connection_renewed", url=url, error=type(exc).__name__)
