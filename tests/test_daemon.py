@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import logging
 import signal
 import tomllib
@@ -360,3 +361,14 @@ async def test_shutdown_runs_every_step_when_one_fails(
     assert daemon.exit_code == 1
     monkeypatch.setattr(_main(daemon), "stop", real_stop)
     await real_stop()  # the engine this test left running
+
+
+async def test_start_up_objects_are_frozen_once_the_tokenizer_loaded(live: Live) -> None:
+    """Once the tokenizer load has ended, start-up's objects leave the garbage collector's
+    generations (gc.freeze); shutdown gives them back."""
+    daemon = live.daemon
+    assert await until(lambda: daemon._gc_frozen, timeout_s=30)
+    assert daemon.state.validators.loaded()
+    assert gc.get_freeze_count() > 10_000
+    await daemon.shutdown()
+    assert gc.get_freeze_count() == 0

@@ -3,7 +3,8 @@ Unix socket, or an upstream at `http(s)://HOST:PORT` or `unix:/path`.
 
 One per backend. Its session is made on first use (on the event loop) and closed by `close()`;
 the relay, the validator's engine counter (`/tokenize`), the upstream probe and the metrics
-scraper take their session from it, and send its `headers()` (the backend's API key).
+scraper take their session from it, and send its `headers()` (the backend's API key). Its
+connections are kept alive between requests, for at most `KEEPALIVE_S` idle.
 """
 
 from __future__ import annotations
@@ -19,6 +20,11 @@ from llmd.engine.args import engine_auth_headers
 
 # The host name of requests over a Unix socket (any name does: the socket is the address).
 UNIX_BASE = "http://engine"
+# How long an idle connection to a backend is kept for the next request: well under the 5 s
+# after which vLLM's uvicorn closes an idle one (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, vLLM 0.32), so
+# that llmd does not send on a connection the engine is closing. A connection that still turns
+# out closed by then is replaced (`fresh_session`, proxy/upstream.py).
+KEEPALIVE_S = 2.0
 
 
 class EngineClient:
@@ -37,6 +43,7 @@ class EngineClient:
             self.socket_path = None
             self.base_url = target.rstrip("/")
         self._session: aiohttp.ClientSession | None = None
+        self._fresh: aiohttp.ClientSession | None = None
 
     def configure(self, engine: EngineConfig) -> None:
         """Take a supervised engine's table (at start-up, on a reload, before a restart
@@ -53,35 +60,54 @@ class EngineClient:
         return dict(self.auth)
 
     def session(self) -> aiohttp.ClientSession:
-        """The session, made on first use. Needs a running event loop."""
+        """The session, made on first use; its connections are kept alive (`KEEPALIVE_S`).
+        Needs a running event loop.
+
+        A response read to its end gives its connection back for the next request; one closed
+        before its end (the client left mid-stream) closes its connection, which is what makes
+        vLLM abort the sequence. A connect costs only microseconds on a Unix socket, but two
+        per request (llmd's and the engine's side) were about a tenth of llmd's CPU per request
+        on the zero-latency simulator (docs/bench/README.md, issue 20)."""
         if self._session is None or self._session.closed:
-            # One connection per request (force_close): a connect costs microseconds on a Unix
-            # socket, and a pooled keep-alive connection that the engine's uvicorn has just
-            # timed out fails the next request with "Can not write request body" (seen here
-            # under load). Closing a response then always closes its connection, which is
-            # what makes vLLM abort the sequence.
-            connector: aiohttp.BaseConnector
-            if self.socket_path is not None:
-                connector = aiohttp.UnixConnector(
-                    path=str(self.socket_path), limit=0, force_close=True
-                )
-            else:
-                connector = aiohttp.TCPConnector(limit=0, force_close=True)
-            # No total timeout: a long generation is legitimate; drain and disconnects end
-            # requests.
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
-                auto_decompress=False,
-                skip_auto_headers=("User-Agent",),
-            )
+            self._session = self._new_session(force_close=False)
         return self._session
 
+    def fresh_session(self) -> aiohttp.ClientSession:
+        """A session that opens a new connection for every request (made on first use): for
+        sending once more a request whose kept-alive connection the backend had closed."""
+        if self._fresh is None or self._fresh.closed:
+            self._fresh = self._new_session(force_close=True)
+        return self._fresh
+
+    def _new_session(self, *, force_close: bool) -> aiohttp.ClientSession:
+        keepalive = None if force_close else KEEPALIVE_S
+        connector: aiohttp.BaseConnector
+        if self.socket_path is not None:
+            connector = aiohttp.UnixConnector(
+                path=str(self.socket_path),
+                limit=0,
+                force_close=force_close,
+                keepalive_timeout=keepalive,
+            )
+        else:
+            connector = aiohttp.TCPConnector(
+                limit=0, force_close=force_close, keepalive_timeout=keepalive
+            )
+        # No total timeout: a long generation is legitimate; drain and disconnects end
+        # requests.
+        return aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent",),
+        )
+
     async def close(self) -> None:
-        """Close the session (a later `session()` makes a new one)."""
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        """Close the sessions (a later `session()` makes a new one)."""
+        for session in (self._session, self._fresh):
+            if session is not None:
+                await session.close()
+        self._session = self._fresh = None
 
     @contextlib.asynccontextmanager
     async def open(self) -> AsyncIterator[None]:

@@ -3,7 +3,9 @@ client.
 
 The backend's body is forwarded chunk by chunk as it arrives (`readany`: whatever the socket
 has, never waiting to fill a buffer). The response is closed however the relay ends, never put
-back in a pool mid-body: closing it is what makes vLLM abort the sequence. Failures of the
+back in a pool mid-body: closing it is what makes vLLM abort the sequence; a response read to its
+end leaves its connection kept alive for the next request (llmd/engine/client.py). A request
+whose kept-alive connection the backend had closed is sent once more on a new one. Failures of the
 backend or of its connection become OpenAI-shaped errors here (the one place they are
 translated), and are recorded in an upstream's circuit breaker: a refused or lost connection,
 a timeout or a 5xx is a failure, any other answer a success (a 4xx is the request's fault).
@@ -15,13 +17,16 @@ import asyncio
 import time
 
 import aiohttp
+import structlog
 
+from llmd.engine.client import EngineClient
 from llmd.errors import ApiError, EngineError, EngineUnavailable
 from llmd.proxy.inflight import Exchange
 from llmd.proxy.writer import ClientWriter
 from llmd.routing.breaker import CircuitBreaker
 from llmd.state import DaemonState
 
+log = structlog.get_logger("llmd.proxy")
 _UPSTREAM_LOST = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 
@@ -46,7 +51,7 @@ async def forward(
     headers = {**client.headers(), "x-request-id": exchange.request_id}
     headers["content-type"] = "application/json"
     try:
-        response = await client.session().post(client.url(path), data=body, headers=headers)
+        response = await _post(client, client.url(path), body, headers)
     except _UPSTREAM_LOST as exc:
         _record(breaker, failed=True)
         raise _connection_error(state, backend, exc) from exc
@@ -76,6 +81,31 @@ async def forward(
         raise _connection_error(state, backend, exc) from exc
     finally:
         response.close()
+
+
+# How a kept-alive connection the backend closed shows when a request goes out on it: the
+# answer never comes (disconnected), or writing fails (reset, "Can not write request body").
+_STALE = (
+    aiohttp.ServerDisconnectedError,
+    aiohttp.ClientConnectionResetError,
+    aiohttp.ClientOSError,
+)
+
+
+async def _post(
+    client: EngineClient, url: str, body: bytes, headers: dict[str, str]
+) -> aiohttp.ClientResponse:
+    """POST on a kept-alive connection; once more on a new connection when that one was found
+    closed or reset before any answer came (the backend closed it as idle just as the request
+    went out: the stale keep-alive race). A refused connect is not sent again. Raises as
+    `ClientSession.post`."""
+    try:
+        return await client.session().post(url, data=body, headers=headers)
+    except _STALE as exc:
+        if isinstance(exc, aiohttp.ClientConnectorError):
+            raise
+        log.info("engine_connection_renewed", url=url, error=type(exc).__name__)
+        return await client.fresh_session().post(url, data=body, headers=headers)
 
 
 def _breaker(state: DaemonState, backend: str) -> CircuitBreaker | None:

@@ -1,6 +1,6 @@
 """Gather the smoke gate's observations from a live engine on its Unix socket (HTTP with
-aiohttp, one connection per request as llmd's relay does: ENGINE.md), then judge them
-(llmd/releases/smoke.py).
+aiohttp, one connection per request: nothing here is hot enough for keep-alive to matter),
+then judge them (llmd/releases/smoke.py).
 
 Golden prompts run greedy (temperature 0) so a release answers the same way each time, and one
 at a time so the latency bound measures the engine, not the queue.

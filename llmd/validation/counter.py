@@ -2,7 +2,8 @@
 
 `LocalCounter` loads the model's tokenizer with transformers (what vLLM 0.32 itself uses for
 Hugging Face models: `AutoTokenizer.from_pretrained`, `apply_chat_template(tokenize=False)`, then
-the tokenizer on the text) and counts on one worker thread, off the event loop. `EngineCounter`
+the tokenizer on the text) and counts on one worker thread, off the event loop, or a short
+prompt at once on the loop when that thread is idle (`count_inline`). `EngineCounter`
 asks the engine's `POST /tokenize`: exact by construction, one round trip per request. It counts
 what the local one cannot render (tools, request templates, images) and stands in when no local
 tokenizer loads.
@@ -17,6 +18,7 @@ import json
 import os
 import re
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -57,8 +59,10 @@ class LocalCounter:
     """A model's tokenizer, loaded locally; counting runs on one dedicated thread.
 
     One thread, because Hugging Face fast tokenizers are not safe to share across threads
-    (vLLM wraps them in a pool for the same reason) and because on a small machine counting
-    should not take more than one core from the engine.
+    (vLLM wraps them in a pool for the same reason; "Already borrowed") and because on a small
+    machine counting should not take more than one core from the engine. Every use of the
+    tokenizer holds `_lock`, so that a short prompt may be counted on the event loop's thread
+    (`count_inline`) when that thread is idle, without a second tokenizer in memory.
     """
 
     def __init__(self, tokenizer: Any, template: str | None, max_token_id: int) -> None:
@@ -70,6 +74,7 @@ class LocalCounter:
         self.max_token_id = max_token_id
         self.max_chars_per_token = max(len(t) for t in tokenizer.get_vocab())
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "llmd-tokenizer")
+        self._lock = threading.Lock()
         self._closed = False
 
     @classmethod
@@ -137,8 +142,27 @@ class LocalCounter:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self.count_now, prompt, limit)
 
+    def count_inline(self, prompt: Prompt, limit: int | None = None) -> list[int] | None:
+        """Prompt tokens per sequence on the calling thread (the event loop's), or None, at
+        once, when the tokenizer is in use on another thread (then count on it, `count`).
+
+        For short prompts only: the caller keeps the loop's time bounded (tens to hundreds of
+        µs for a prompt of a few hundred characters); it saves the hand-off to the tokenizer
+        thread and back (two wake-ups, and the wait for the GIL while the loop holds it). Raises
+        as `count`."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            return self._count(prompt, limit)
+        finally:
+            self._lock.release()
+
     def count_now(self, prompt: Prompt, limit: int | None = None) -> list[int]:
         """Prompt tokens per sequence, on the calling thread (blocking); see `count`."""
+        with self._lock:
+            return self._count(prompt, limit)
+
+    def _count(self, prompt: Prompt, limit: int | None) -> list[int]:
         if isinstance(prompt, CompletionPrompt):
             return [
                 len(p)

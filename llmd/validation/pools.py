@@ -60,6 +60,12 @@ class Validators:
         self._loading = True
         return [validator.start_loading() for validator in self._validators.values()]
 
+    def loaded(self) -> bool:
+        """Whether every model's tokenizer load has been started and has ended (loaded or
+        fallen back to the engine's /tokenize)."""
+        tasks = [validator.loading for validator in self._validators.values()]
+        return self._loading and all(task is not None and task.done() for task in tasks)
+
     def close(self) -> None:
         """Stop the loads under way and close the tokenizers."""
         self._loading = False

@@ -8,7 +8,9 @@ The body is re-serialised only when llmd changed it (a clamp or a default max_to
 Counting is shared by every request in flight, so it is taken in turns by class (interactive
 first, `turns.py`): one at a time on the local tokenizer's thread, at most
 `validation.max_tokenize_calls` at once on the engine's /tokenize. A request whose client left
-while waiting its turn is never counted (its task is cancelled).
+while waiting its turn is never counted (its task is cancelled). A short body (at most
+`INLINE_COUNT_BYTES`) is counted at once on the event loop when nobody holds or waits for the
+tokenizer thread's turn: no request of any class waits behind it.
 """
 
 from __future__ import annotations
@@ -57,6 +59,12 @@ ENGINE_RENDERING_ARGS = (
     "--chat-template-content-format",
     "--default-chat-template-kwargs",
 )
+# Bodies up to this size are counted on the event loop when the tokenizer thread is free: about
+# 50 µs for a short prompt, at most about 0.6 ms of the loop's time for 1 KiB (the tiny model's
+# tokenizer through transformers, measured here on a loaded machine), which spares the
+# hand-off to the thread and back: two wake-ups and a wait for the GIL while the loop holds it
+# (docs/bench/README.md, issue 20).
+INLINE_COUNT_BYTES = 1024
 POLICY_HEADER = b"x-llmd-context-policy"
 CLAMPED_HEADER = b"x-llmd-max-tokens-clamped"
 
@@ -209,7 +217,8 @@ class Validator:
         self._check_sizes(fields)
         max_model_len = self.engine.max_model_len
         self._check_token_ids(fields.prompt)
-        counts = await self._count(fields.prompt, fields.model, max_model_len, rank)
+        short = len(raw) <= INLINE_COUNT_BYTES
+        counts = await self._count(fields.prompt, fields.model, max_model_len, rank, short)
         if not counts:  # nothing here can count them: the engine checks the context
             uncounted = (0,) * _prompts(fields.prompt)
             return Validated(
@@ -265,14 +274,18 @@ class Validator:
             )
 
     async def _count(
-        self, prompt: Prompt, model: str | None, limit: int | None, rank: int
+        self, prompt: Prompt, model: str | None, limit: int | None, rank: int, short: bool
     ) -> list[int]:
         """Tokens per prompt, counted in turn: locally when the tokenizer renders it as the
-        engine does, else by a backend's /tokenize; none when nothing here can count them (the
-        backend has no /tokenize and no local tokenizer is loaded): then the engine checks the
-        context."""
+        engine does (a `short` one at once on the loop when the tokenizer's turn is free), else
+        by a backend's /tokenize; none when nothing here can count them (the backend has no
+        /tokenize and no local tokenizer is loaded): then the engine checks the context."""
         local = self.local
         if local is not None and local.can_count(prompt):
+            if short and self.local_turns.busy == 0:  # nobody holds or waits for a turn
+                counts = local.count_inline(prompt, limit)
+                if counts is not None:
+                    return counts
             async with self.local_turns.turn(rank):
                 return await local.count(prompt, limit)
         ids_only = isinstance(prompt, CompletionPrompt) and all(

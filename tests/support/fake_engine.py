@@ -40,7 +40,8 @@ class FakeEngine:
     /tokenize calls do.
 
     A streamed request with `"hold_tail": true` gets its stream less the last byte (the `\n`
-    that ends the last event), which follows once `tail` is set."""
+    that ends the last event), which follows once `tail` is set. `transports` holds the
+    connection of each generation request, in order (one object per connection)."""
 
     received: list[tuple[str, Any]] = dataclasses.field(default_factory=list)
     tokenized: list[Any] = dataclasses.field(default_factory=list)
@@ -51,6 +52,7 @@ class FakeEngine:
     hold: threading.Event | None = None
     tokenize_hold: threading.Event | None = None
     tail: asyncio.Event | None = None
+    transports: list[Any] = dataclasses.field(default_factory=list)
 
     def app(self) -> web.Application:
         self.tail = asyncio.Event()
@@ -58,6 +60,7 @@ class FakeEngine:
         async def generate(request: web.Request) -> web.StreamResponse:
             body = await request.json()
             self.received.append((request.path, body))
+            self.transports.append(request.transport)
             if self.hold is not None:
                 await asyncio.to_thread(self.hold.wait)
             if body.get("stream"):

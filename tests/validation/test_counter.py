@@ -129,6 +129,33 @@ async def test_counting_runs_off_the_event_loop(
     assert seen and all(name.startswith("llmd-tokenizer") for name in seen)
 
 
+def test_an_inline_count_gives_way_while_another_thread_counts(counter: LocalCounter) -> None:
+    """count_inline counts on the calling thread, or answers None at once while the tokenizer is
+    in use on another thread (a fast tokenizer is not safe to share: "Already borrowed")."""
+    prompt = completion("fox")
+    assert counter.count_inline(prompt) == counter.count_now(prompt)
+    inside, release = threading.Event(), threading.Event()
+    original = counter._encode
+
+    def held(*args: Any) -> int:
+        inside.set()
+        release.wait(30)
+        return original(*args)
+
+    counter._encode = held  # type: ignore[method-assign]
+    try:
+        other = threading.Thread(target=counter.count_now, args=(prompt,))
+        other.start()
+        assert inside.wait(30)
+        assert counter.count_inline(prompt) is None
+        release.set()
+        other.join(30)
+    finally:
+        release.set()
+        del counter._encode
+    assert counter.count_inline(prompt) == counter.count_now(prompt)
+
+
 @pytest.fixture
 async def tokenize_engine(tmp_path: Path) -> AsyncIterator[tuple[EngineClient, list[Any]]]:
     """A fake engine whose /tokenize counts characters, on a Unix socket; records bodies."""

@@ -1,13 +1,21 @@
-"""The validator's tokenizer load runs on a daemon thread of its own: a stop never waits for it."""
+"""The validator's tokenizer load runs on a daemon thread of its own: a stop never waits for it;
+a short prompt is counted on the event loop while the tokenizer thread is free, the rest on it."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from llmd.validation.validator import _on_daemon_thread
+from llmd.config import Config, EngineConfig
+from llmd.supervisor.state import EngineState
+from llmd.validation.counter import LocalCounter
+from llmd.validation.fields import Endpoint, Prompt, read_fields
+from llmd.validation.validator import INLINE_COUNT_BYTES, Validator, _on_daemon_thread
 
 
 async def test_the_call_runs_on_a_daemon_thread_and_its_outcome_comes_back() -> None:
@@ -42,3 +50,61 @@ async def test_a_cancelled_wait_lets_the_thread_finish_alone() -> None:
     for _ in range(3):  # let the thread's hand-over to the loop run
         await asyncio.sleep(0)
     assert not thread.is_alive() and errors == []
+
+
+@pytest.fixture
+def validator(
+    tokenizer_dir: Path, counter: LocalCounter, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Validator, list[str]]:
+    """A validator counting with `counter`; the list names the thread of each tokenizer call."""
+    engine = EngineConfig(model=str(tokenizer_dir))
+    made = Validator(Config(engine=engine), EngineState(), client=lambda: None)  # type: ignore[arg-type,return-value]
+    made.local = counter
+    threads: list[str] = []
+    original = counter._encode
+
+    def spy(*args: Any) -> int:
+        threads.append(threading.current_thread().name)
+        return original(*args)
+
+    monkeypatch.setattr(counter, "_encode", spy)
+    return made, threads
+
+
+async def check(validator: Validator, prompt: str, rank: int = 0) -> tuple[int, ...]:
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": 1}
+    raw = json.dumps(body).encode()
+    valid = await validator.check(Endpoint.COMPLETIONS, body, raw, [], rank)
+    return valid.prompt_counts
+
+
+async def test_a_short_prompt_is_counted_on_the_loop_a_long_one_on_the_thread(
+    validator: tuple[Validator, list[str]], counter: LocalCounter
+) -> None:
+    """A body of at most INLINE_COUNT_BYTES is counted on the event loop's thread, a longer one
+    on the tokenizer thread; both counts are the tokenizer's."""
+    checker, threads = validator
+    short, long = "fox " * 10, "fox " * (INLINE_COUNT_BYTES // 4)
+    expected = [counter.count_now(completion_of(text))[0] for text in (short, long)]
+    threads.clear()
+    assert [(await check(checker, text))[0] for text in (short, long)] == expected
+    assert threads[0] == threading.current_thread().name
+    assert threads[1].startswith("llmd-tokenizer")
+
+
+async def test_a_short_prompt_waits_its_turn_while_the_tokenizer_thread_is_taken(
+    validator: tuple[Validator, list[str]],
+) -> None:
+    """While a count holds the tokenizer's turn, a short prompt takes its place in the line
+    (interactive first still holds) and is counted on the tokenizer thread."""
+    checker, threads = validator
+    async with checker.local_turns.turn(0):
+        waiting = asyncio.create_task(check(checker, "fox"))
+        await asyncio.sleep(0)
+        assert checker.local_turns.waiting == 1 and not threads
+    await waiting
+    assert threads == [threads[0]] and threads[0].startswith("llmd-tokenizer")
+
+
+def completion_of(text: str) -> Prompt:
+    return read_fields(Endpoint.COMPLETIONS, {"prompt": text}).prompt

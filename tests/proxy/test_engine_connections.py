@@ -1,0 +1,102 @@
+"""Connections to the engine: kept alive between requests, closed when the client leaves
+mid-stream (what makes vLLM abort the sequence), and renewed when the engine had closed a
+kept-alive one as the request went out (the stale keep-alive race)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from llmd.engine.client import EngineClient
+from llmd.proxy.upstream import _post
+from tests.support.fake_engine import ProxyStack
+from tests.support.waiting import wait_for
+from tests.validation.conftest import STRING_TEMPLATE, make_tokenizer_dir
+
+CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+@pytest.fixture
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyStack]:
+    model = make_tokenizer_dir(tmp_path_factory.mktemp("model"), STRING_TEMPLATE)
+    with ProxyStack.run(model, Path(tmp_path_factory.mktemp("run")), 64) as running:
+        yield running
+
+
+def test_requests_one_after_another_share_one_engine_connection(stack: ProxyStack) -> None:
+    """A request whose answer was read to its end leaves its engine connection open for the
+    next one (streamed or not)."""
+    with httpx.Client(base_url=stack.base_url, timeout=30) as client:
+        assert client.post("/v1/chat/completions", json=CHAT).status_code == 200
+        streamed = client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+        assert streamed.status_code == 200 and streamed.text.endswith("data: [DONE]\n\n")
+        assert client.post("/v1/chat/completions", json=CHAT).status_code == 200
+    first, *others = stack.engine.transports
+    assert len(others) == 2 and all(other is first for other in others)
+    assert not first.is_closing()
+
+
+def test_a_client_that_leaves_mid_stream_closes_the_engine_connection(stack: ProxyStack) -> None:
+    """The client leaves before its stream's end: llmd closes that engine connection (vLLM
+    aborts the sequence when its connection closes) and the next request gets a new one."""
+    body = {**CHAT, "stream": True, "hold_tail": True}
+    with httpx.stream("POST", stack.base_url + "/v1/chat/completions", json=body) as answer:
+        assert b"data: " in next(answer.iter_raw())
+    (cut,) = stack.engine.transports
+    assert wait_for(cut.is_closing, timeout_s=10)
+    stack.release_tail()
+    assert httpx.post(stack.base_url + "/v1/chat/completions", json=CHAT).status_code == 200
+    assert stack.engine.transports[1] is not cut
+
+
+@contextlib.asynccontextmanager
+async def closing_after_one_answer(socket: Path) -> AsyncIterator[list[int]]:
+    """An HTTP server on `socket` that answers the first request of each connection (kept
+    alive) and closes a connection without answering when a second request comes on it, as
+    an engine does that timed the connection out as the request went out. Yields the requests
+    each connection got, in order of connection (closed unanswered: the second)."""
+    requests: list[int] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        mine = len(requests)
+        requests.append(0)
+        with contextlib.closing(writer), contextlib.suppress(asyncio.IncompleteReadError):
+            while requests[mine] < 2:
+                head = await reader.readuntil(b"\r\n\r\n")  # until the client closes
+                length = next(
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                await reader.readexactly(length)
+                requests[mine] += 1
+                if requests[mine] == 1:
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+                    await writer.drain()
+
+    server = await asyncio.start_unix_server(serve, path=str(socket))
+    try:
+        yield requests
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_a_kept_alive_connection_the_engine_closed_is_renewed(tmp_path: Path) -> None:
+    """The second request goes out on the kept-alive connection, which the engine closes
+    unanswered: it is sent once more on a new connection and answered there."""
+    socket = tmp_path / "e.sock"
+    async with closing_after_one_answer(socket) as requests:
+        client = EngineClient(socket)
+        try:
+            for _ in range(2):
+                response = await _post(client, client.url("/v1/completions"), b"{}", {})
+                assert response.status == 200 and await response.read() == b"{}"
+        finally:
+            await client.close()
+    assert requests == [2, 1]  # the second went out on the first connection, then a new one
