@@ -84,20 +84,8 @@ class LocalCounter:
         Blocking (imports transformers: about 2 s); call it from a thread.
         Raises TokenizerUnavailable with the reason.
         """
-        try:
-            with _torch_hidden():
-                from transformers import AutoTokenizer
-                from transformers.utils import logging as transformers_logging
-        except ImportError as exc:
-            raise TokenizerUnavailable(f"transformers is not installed: {exc}") from exc
-        # transformers writes its warnings to stderr with a handler of its own; send them the
-        # way of every library's lines instead (llmd.logs: rate-limited, rendered as llmd's).
-        transformers_logging.disable_default_handler()
-        transformers_logging.enable_propagation()
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        except (OSError, ValueError, KeyError) as exc:
-            raise TokenizerUnavailable(f"cannot load a tokenizer from {path}: {exc}") from exc
+        with _LOADING:
+            tokenizer = _load_tokenizer(path)
         if not hasattr(tokenizer, "apply_chat_template"):
             raise TokenizerUnavailable(f"{type(tokenizer).__name__} has no chat template support")
         template: str | None
@@ -313,6 +301,31 @@ def refusal(message: str, sent: Sequence[str]) -> InvalidRequest:
         f"the engine could not read this request's {', '.join(sent)} to count its prompt "
         "tokens; check their shape against the OpenAI API"
     )
+
+
+# One tokenizer load at a time in a process: transformers' first import is not safe to run on two
+# threads at once (its lazy module answers the second "cannot import name 'AutoTokenizer'"),
+# and several models' validators, or a reload during a load, load on threads of their own.
+_LOADING = threading.Lock()
+
+
+def _load_tokenizer(path: str) -> Any:
+    """`AutoTokenizer.from_pretrained(path)`, offline, transformers imported without torch;
+    call it holding `_LOADING`. Raises TokenizerUnavailable."""
+    try:
+        with _torch_hidden():
+            from transformers import AutoTokenizer
+            from transformers.utils import logging as transformers_logging
+    except ImportError as exc:
+        raise TokenizerUnavailable(f"transformers is not installed: {exc}") from exc
+    # transformers writes its warnings to stderr with a handler of its own; send them the way of
+    # every library's lines instead (llmd.logs: rate-limited, rendered as llmd's).
+    transformers_logging.disable_default_handler()
+    transformers_logging.enable_propagation()
+    try:
+        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError, KeyError) as exc:
+        raise TokenizerUnavailable(f"cannot load a tokenizer from {path}: {exc}") from exc
 
 
 @contextlib.contextmanager

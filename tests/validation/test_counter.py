@@ -321,3 +321,36 @@ def test_a_tokenizer_loads_without_importing_torch(
     assert report["count"] == counter.count_now(chat([{"role": "user", "content": "Hello"}]))
     assert report["later"] in ("imported", "not installed")
     assert "PyTorch was not found" not in done.stderr
+
+
+_THREE_LOADS_AT_ONCE = """
+import json, sys, threading
+from llmd.validation.counter import LocalCounter
+results = []
+def load():
+    try:
+        LocalCounter.load(sys.argv[1])
+        results.append("loaded")
+    except Exception as exc:
+        results.append(f"{type(exc).__name__}: {exc}")
+threads = [threading.Thread(target=load) for _ in range(3)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(json.dumps(results))
+"""
+
+
+def test_tokenizers_loading_on_several_threads_at_once_all_load(tokenizer_dir: Path) -> None:
+    """Several models' validators (or a reload during a load) load tokenizers on threads of
+    their own: in a fresh Python, three loads at once all succeed (transformers' first import,
+    run twice at once, answered "cannot import name 'AutoTokenizer'")."""
+    done = subprocess.run(
+        [sys.executable, "-c", _THREE_LOADS_AT_ONCE, str(tokenizer_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert json.loads(done.stdout) == ["loaded"] * 3
