@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,3 +73,17 @@ def parts_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def counter(tokenizer_dir: Path) -> LocalCounter:
     """A LocalCounter on the string-template tokenizer."""
     return LocalCounter.load(str(tokenizer_dir))
+
+
+def tokenizer_threads(counter: LocalCounter, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the threads `counter` tokenizes on, one per call, in order (a spy on its
+    `_encode`, undone by `monkeypatch`)."""
+    threads: list[str] = []
+    original = counter._encode
+
+    def spy(*args: Any) -> int:
+        threads.append(threading.current_thread().name)
+        return original(*args)
+
+    monkeypatch.setattr(counter, "_encode", spy)
+    return threads

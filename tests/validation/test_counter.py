@@ -25,6 +25,7 @@ from llmd.validation.counter import (
 )
 from llmd.validation.fields import Endpoint, Prompt, read_fields
 from tests.support.log_capture import Captured
+from tests.validation.conftest import tokenizer_threads
 
 
 def chat(messages: list[dict[str, Any]], **extra: Any) -> Prompt:
@@ -117,14 +118,7 @@ async def test_counting_runs_off_the_event_loop(
     counter: LocalCounter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """count() runs the tokenizer on its own thread, not the loop's."""
-    seen: list[str] = []
-    original = counter._encode
-
-    def spy(*args: Any) -> int:
-        seen.append(threading.current_thread().name)
-        return original(*args)
-
-    monkeypatch.setattr(counter, "_encode", spy)
+    seen = tokenizer_threads(counter, monkeypatch)
     await counter.count(completion("fox"))
     assert seen and all(name.startswith("llmd-tokenizer") for name in seen)
 
@@ -286,6 +280,18 @@ def test_transformers_warnings_take_llmds_log_pipeline(
     assert line["event"] == "library_logged" and line["message"] == "careful"
 
 
+def in_a_fresh_python(script: str, tokenizer_dir: Path) -> subprocess.CompletedProcess[str]:
+    """`script` run by a new Python (no transformers or torch imported yet) with the tokenizer
+    directory as its argument; its output as text. Raises CalledProcessError when it fails."""
+    return subprocess.run(
+        [sys.executable, "-c", script, str(tokenizer_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+
+
 _LOAD_IN_A_FRESH_PYTHON = """
 import json, sys
 from llmd.validation.counter import LocalCounter
@@ -309,13 +315,7 @@ def test_a_tokenizer_loads_without_importing_torch(
     """transformers 5 imports torch when it is installed (seconds and ~330 MiB in llmd): loading
     a tokenizer in a Python that has not imported either leaves torch out, counts as usual, keeps
     stderr free of transformers' advisory line, and a later `import torch` still works."""
-    done = subprocess.run(
-        [sys.executable, "-c", _LOAD_IN_A_FRESH_PYTHON, str(tokenizer_dir)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+    done = in_a_fresh_python(_LOAD_IN_A_FRESH_PYTHON, tokenizer_dir)
     report = json.loads(done.stdout)
     assert report["torch_hidden"] is True
     assert report["count"] == counter.count_now(chat([{"role": "user", "content": "Hello"}]))
@@ -346,11 +346,5 @@ def test_tokenizers_loading_on_several_threads_at_once_all_load(tokenizer_dir: P
     """Several models' validators (or a reload during a load) load tokenizers on threads of
     their own: in a fresh Python, three loads at once all succeed (transformers' first import,
     run twice at once, answered "cannot import name 'AutoTokenizer'")."""
-    done = subprocess.run(
-        [sys.executable, "-c", _THREE_LOADS_AT_ONCE, str(tokenizer_dir)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+    done = in_a_fresh_python(_THREE_LOADS_AT_ONCE, tokenizer_dir)
     assert json.loads(done.stdout) == ["loaded"] * 3

@@ -7,7 +7,6 @@ import asyncio
 import json
 import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,6 +15,7 @@ from llmd.supervisor.state import EngineState
 from llmd.validation.counter import LocalCounter
 from llmd.validation.fields import Endpoint, Prompt, read_fields
 from llmd.validation.validator import INLINE_COUNT_BYTES, Validator, _on_daemon_thread
+from tests.validation.conftest import tokenizer_threads
 
 
 async def test_the_call_runs_on_a_daemon_thread_and_its_outcome_comes_back() -> None:
@@ -60,15 +60,7 @@ def validator(
     engine = EngineConfig(model=str(tokenizer_dir))
     made = Validator(Config(engine=engine), EngineState(), client=lambda: None)  # type: ignore[arg-type,return-value]
     made.local = counter
-    threads: list[str] = []
-    original = counter._encode
-
-    def spy(*args: Any) -> int:
-        threads.append(threading.current_thread().name)
-        return original(*args)
-
-    monkeypatch.setattr(counter, "_encode", spy)
-    return made, threads
+    return made, tokenizer_threads(counter, monkeypatch)
 
 
 async def check(validator: Validator, prompt: str, rank: int = 0) -> tuple[int, ...]:
