@@ -110,15 +110,13 @@ class Prepared:
     def drop(self) -> None:
         self.body = self.priority_body = b""
 
-    def cap(self, guard: SloGuard) -> bool:
+    def cap(self, guard: SloGuard) -> None:
         """Lower max_tokens in the bytes to send when the SLO guard caps the request's class
-        now, saying so in the response header `x-llmd-max-tokens-capped`; whether it did."""
+        now, saying so in the response header `x-llmd-max-tokens-capped`."""
         bodies, said = guard.cap_body(self.request.cls, [self.body, self.priority_body])
-        if said is None:
-            return False
-        self.body, self.priority_body = bodies
-        self.response_headers.append((CAPPED_HEADER, said))
-        return True
+        if said is not None:
+            self.body, self.priority_body = bodies
+            self.response_headers.append((CAPPED_HEADER, said))
 
 
 class Relay:
