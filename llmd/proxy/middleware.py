@@ -9,11 +9,14 @@ from typing import Any
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from llmd.errors import InternalError
+from llmd.errors import ApiError, InternalError
 from llmd.proxy.writer import send_error
 
 log = structlog.get_logger("llmd.proxy")
-_REQUEST_ID = re.compile(rb"^[\x21-\x7e]{1,128}$")
+# A client's id is kept when it is 1-128 characters of printable ASCII, spaces and quotes
+# included (a header value's own leading and trailing spaces are not part of it: RFC 9110
+# §5.5); control characters, other bytes or a longer id get a fresh one.
+_REQUEST_ID = re.compile(rb"^[\x20-\x7e]{1,128}$")
 REQUEST_ID_KEY = "llmd.request_id"
 # The `send` this middleware was given: a response's body may go there directly, past this
 # middleware's and Starlette's exception handling's wrappers, which touch only a response's
@@ -22,8 +25,9 @@ BODY_SEND_KEY = "llmd.body_send"
 
 
 class RequestIdMiddleware:
-    """Keeps the client's `x-request-id` (printable ASCII, <= 128 bytes) or makes one, and
-    answers an exception that escaped the routes (a bug in llmd) with that id.
+    """Keeps the client's `x-request-id` (printable ASCII, spaces included, <= 128 bytes) or
+    makes one (32 hex digits), and answers an exception that escaped the routes (a bug in
+    llmd) with that id.
 
     The id is put in `scope["llmd.request_id"]` and echoed on the response; the `send` under
     this middleware in `scope["llmd.body_send"]`, for a response's body. An exception

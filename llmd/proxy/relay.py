@@ -58,6 +58,9 @@ from llmd.validation.fields import Endpoint, read_fields
 log = structlog.get_logger("llmd.proxy")
 
 _ENDPOINTS = {"/v1/chat/completions": Endpoint.CHAT, "/v1/completions": Endpoint.COMPLETIONS}
+# llmd's own request headers (x-llmd-priority, x-llmd-deadline-ms, x-llmd-context-policy), as
+# ASGI names them (lower case).
+CONTROL_PREFIX = b"x-llmd-"
 # A request answered before it reached admission's queue waited there for no time.
 NOT_QUEUED = (b"x-llmd-queue-ms", b"0")
 
@@ -133,6 +136,7 @@ class Relay:
         hold: BodyHold | None = None
         try:
             tenant = self.authenticate(arrival)
+            check_control_headers(arrival.headers)
             self.check_available()
             hold = self.hold_body(arrival)
             body = await self.read(arrival, receive, hold)
@@ -425,6 +429,21 @@ class Relay:
                 prepared.drop()
             if ticket is not None:
                 self.state.admission.finish(ticket)
+
+
+def check_control_headers(headers: list[Any]) -> None:
+    """Refuse a request that sends one of llmd's control headers (`x-llmd-*`: priority,
+    deadline, context policy) more than once: which value would count is anyone's guess, and
+    a bad second value would go unseen. Raises InvalidRequest (400) naming the header."""
+    seen: set[bytes] = set()
+    for name, _ in headers:
+        if name.startswith(CONTROL_PREFIX):
+            if name in seen:
+                shown = name.decode("latin-1")
+                raise InvalidRequest(
+                    f"header {shown} appears more than once; send it once", param=shown
+                )
+            seen.add(name)
 
 
 def _with_priority(payload: dict[str, Any], cls: Priority) -> bytes:

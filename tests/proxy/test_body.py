@@ -43,7 +43,7 @@ def chunks(data: bytes, size: int = 1000) -> Any:
             "messages[0].content",
         ),
         (b'{"model": "\\udc00x"}', "model", "lone UTF-16 surrogate"),
-        (b'{"x\\ud800": 1}', "x\ud800", "lone UTF-16 surrogate"),
+        (b'{"x\\ud800": 1}', "x\\ud800", "lone UTF-16 surrogate"),  # shown escaped
         (b'{"max_tokens": NaN}', None, "NaN"),
         (b'{"temperature": Infinity}', None, "Infinity"),
         (b'{"temperature": -Infinity}', None, "-Infinity"),
@@ -63,7 +63,8 @@ def test_the_json_layer_refuses_with_400_naming_the_field(
 ) -> None:
     """Lone surrogates, NaN/Infinity, overflowing numbers, duplicate keys, raw control
     characters, deep nesting and non-UTF-8 text are each a 400 saying what is wrong (and where:
-    the JSON path in the message, the top-level field in `param`), never an exception."""
+    the JSON path in the message, the top-level field in `param`, a lone surrogate in them
+    escaped), never an exception."""
     with pytest.raises(InvalidRequest) as caught:
         parse_object(body)
     assert words in caught.value.message
