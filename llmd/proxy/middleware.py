@@ -1,9 +1,11 @@
-"""Pure ASGI middleware (never BaseHTTPMiddleware: it hides client disconnects, vllm#10087)."""
+"""Pure ASGI middleware (never BaseHTTPMiddleware: it hides client disconnects, vllm#10087):
+the request id, and the API key every `/v1` request needs."""
 
 from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Callable, Set
 from typing import Any
 
 import structlog
@@ -72,3 +74,32 @@ class RequestIdMiddleware:
             )
             if not started:
                 await send_error(send_with_id, InternalError(scope[REQUEST_ID_KEY]))
+
+
+class KeyRequired:
+    """Every request to a path under `/v1` passes `authenticate` (its ASGI headers: raises
+    ApiError, InvalidApiKey when keys are configured and its key is missing or unknown)
+    before its route, or a 404 or 405, answers it, so no `/v1` answer needs less than a
+    generation request does. A POST to an `own_check` path (a relay) is passed on as it comes:
+    the relay authenticates in its own first stage, where the refusal is accounted."""
+
+    def __init__(
+        self, app: ASGIApp, authenticate: Callable[[list[Any]], object], own_check: Set[str]
+    ) -> None:
+        self.app = app
+        self.authenticate = authenticate
+        self.own_check = own_check
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if (
+            scope["type"] == "http"
+            and (path == "/v1" or path.startswith("/v1/"))
+            and not (scope["method"] == "POST" and path in self.own_check)
+        ):
+            try:
+                self.authenticate(scope["headers"])
+            except ApiError as error:
+                await send_error(send, error)
+                return
+        await self.app(scope, receive, send)
