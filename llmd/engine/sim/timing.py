@@ -5,8 +5,9 @@ decodes share the step's token budget (`--max-num-batched-tokens`) and run as on
 It costs a fixed part (scheduling, the forward pass's overhead, IPC), a part per prefill token, a
 part per decoding sequence (sampling, its share of the batch) and a part per token of context
 those decodes attend to (reading their KV cache), so a bigger batch makes each step slower and
-the whole batch faster, and long contexts decode slower. The API server (frontend.py) adds its
-own time per request and per generated token, one item at a time.
+the whole batch faster, and long contexts decode slower; each sequence starting its prompt in a
+step adds its own cost. The API server (frontend.py) adds its own time per request, per step's
+outputs and per generated (and streamed) token, one item at a time.
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ class TimingModel:
     - output_step_s: the API server's time per step's outputs (one output batch to hand out,
       whatever its size), for fitting a frontend that falls behind under many streams; not
       separable in these measurements either; 0.
+    - prefill_seq_s: each sequence with prompt tokens in a step adds this to the step; not
+      fitted yet, 0.
+    - stream_token_s: the API server's time per token of a streaming request (its chunk); not
+      fitted yet, 0.
     """
 
     step_base_s: float = 0.0024
@@ -48,6 +53,8 @@ class TimingModel:
     request_overhead_s: float = 0.0011
     output_token_s: float = 0.0
     output_step_s: float = 0.0
+    prefill_seq_s: float = 0.0
+    stream_token_s: float = 0.0
 
     @classmethod
     def zero(cls) -> TimingModel:
@@ -60,21 +67,26 @@ class TimingModel:
             request_overhead_s=0.0,
             output_token_s=0.0,
             output_step_s=0.0,
+            prefill_seq_s=0.0,
+            stream_token_s=0.0,
         )
 
     @property
     def is_zero(self) -> bool:
         return self == TimingModel.zero()
 
-    def step_s(self, prefill_tokens: int, decode_seqs: int, decode_context: int = 0) -> float:
-        """Duration of one step computing `prefill_tokens` prompt tokens and `decode_seqs`
-        single-token decodes that attend to `decode_context` cached tokens in all; 0 for an
-        empty step."""
+    def step_s(
+        self, prefill_tokens: int, decode_seqs: int, decode_context: int = 0, prefill_seqs: int = 0
+    ) -> float:
+        """Duration of one step computing `prefill_tokens` prompt tokens (of `prefill_seqs`
+        sequences) and `decode_seqs` single-token decodes that attend to `decode_context` cached
+        tokens in all; 0 for an empty step."""
         if not prefill_tokens and not decode_seqs:
             return 0.0
         return (
             self.step_base_s
             + self.prefill_token_s * prefill_tokens
+            + self.prefill_seq_s * prefill_seqs
             + self.decode_seq_s * decode_seqs
             + self.decode_context_token_s * decode_context
         )
