@@ -181,6 +181,7 @@ def _check_url(url: str, key: str) -> None:
         return
     if re.match(r"^https?://[^/\s]+(/\S*)?$", url):
         return
+    shown = re.sub(r"//[^/@]*@", "//***@", url)  # a user:password@ part is never echoed
     raise ConfigError(
-        f"{key} = {url!r}: expected http://HOST:PORT, https://HOST:PORT or unix:/path/to.sock"
+        f"{key} = {shown!r}: expected http://HOST:PORT, https://HOST:PORT or unix:/path/to.sock"
     )
