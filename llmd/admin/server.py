@@ -9,8 +9,9 @@ guard's override until the next reload; answers the guard's status), `POST /depl
 "step_s": S, "wait": true}`: with `wait`, answered when the deploy ends) and `POST /rollback`
 (`{"engine": NAME, "wait": true}`), both answering the deploy's snapshot. Bodies are read with
 the public API's limit (`server.max_body_bytes`); errors are OpenAI-shaped, as on the public
-API. Access control is the socket's mode (0660: root and the llmd group), set when the daemon
-binds it.
+API, an unexpected failure included (500 internal_error, logged `admin_request_failed`).
+Access control is the socket's mode (0660: root and the llmd group), set when the daemon binds
+it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import dataclasses
 import json
 from typing import Any
 
+import structlog
 from starlette.types import Receive, Scope, Send
 
 from llmd.actions import OperatorActions
@@ -35,6 +37,8 @@ from llmd.proxy.body import ClientGone, parse_object, read_body
 from llmd.proxy.writer import send_error
 from llmd.releases.orchestrator import Deployer
 from llmd.state import DaemonState
+
+log = structlog.get_logger("llmd.admin")
 
 _CANCEL_PREFIX = "/requests/"
 _CANCEL_SUFFIX = "/cancel"
@@ -63,6 +67,12 @@ class AdminApp:
             return
         except ApiError as error:
             await send_error(send, error)
+            return
+        except Exception as exc:
+            # A bug: answered in the same JSON shape (the CLI prints its message), logged.
+            log.exception("admin_request_failed", method=scope["method"], path=scope["path"])
+            message = f"{scope['path'].lstrip('/')} failed inside llmd ({type(exc).__name__})"
+            await send_error(send, ApiError(f"{message}; the log has the traceback"))
             return
         await _json(send, 200, payload)
 
