@@ -24,6 +24,7 @@ import structlog
 from starlette.types import Receive, Scope, Send
 
 from llmd.actions import OperatorActions
+from llmd.binding import MAX_DURATION_S
 from llmd.errors import (
     ActionRefused,
     ApiError,
@@ -84,10 +85,11 @@ class AdminApp:
             raise NotFound(f"no admin route {method} {path}")
         if path == "/drain":
             deadline = body.get("deadline_s")
-            if deadline is not None and (
-                not isinstance(deadline, int | float) or isinstance(deadline, bool) or deadline < 0
-            ):
-                raise InvalidRequest("deadline_s must be a number >= 0", param="deadline_s")
+            if deadline is not None and not _seconds(deadline):
+                raise InvalidRequest(
+                    f"deadline_s must be a number of seconds in 0..{MAX_DURATION_S} (30 days)",
+                    param="deadline_s",
+                )
             queued = body.get("queued", "wait")
             if queued not in ("wait", "reject"):
                 raise InvalidRequest("queued must be 'wait' or 'reject'", param="queued")
@@ -128,15 +130,26 @@ class AdminApp:
                     raise InvalidRequest("release must be a release's name", param="release")
                 steps, step_s = body.get("canary"), body.get("step_s")
                 if not (steps is None or isinstance(steps, str)) or not (
-                    step_s is None or (isinstance(step_s, int | float) and step_s > 0)
+                    step_s is None or (_seconds(step_s) and step_s > 0)
                 ):
-                    raise InvalidRequest("canary is a string like 5,25,50,100; step_s > 0")
+                    raise InvalidRequest(
+                        f"canary is a string like 5,25,50,100; step_s in (0, {MAX_DURATION_S}]"
+                    )
                 snapshot = self.deployer.deploy(release, engine, strategy, steps, step_s)
         except ReleaseError as exc:
             raise ActionRefused(f"{path[1:]} refused: {exc}") from exc
         if body.get("wait"):
             return await self.deployer.wait(snapshot["engine"])
         return snapshot
+
+
+def _seconds(value: object) -> bool:
+    """Whether `value` is a JSON number of seconds in 0..MAX_DURATION_S."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and 0 <= value <= MAX_DURATION_S
+    )
 
 
 def _engine(body: dict[str, Any]) -> str | None:

@@ -202,9 +202,11 @@ def test_admin_bodies_have_the_public_limit_and_error_shape(llmd: LlmdProcess) -
         too_large = admin.post("http://llmd/drain", content=b" " * (limit + 1))
         not_json = admin.post("http://llmd/drain", content=b"{nope")
         no_route = admin.post("http://llmd/nowhere")
+        too_long = admin.post("http://llmd/drain", json={"deadline_s": 1e308})
     assert too_large.status_code == 413
     assert too_large.json()["error"]["code"] == "body_too_large"
     assert not_json.status_code == 400
     assert not_json.json()["error"]["code"] == "invalid_request"
     assert no_route.status_code == 404 and no_route.json()["error"]["type"]
+    assert too_long.status_code == 400 and too_long.json()["error"]["param"] == "deadline_s"
     assert llmd.admin_status()["draining"] is False
