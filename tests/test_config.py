@@ -348,11 +348,12 @@ def test_engines_on_separate_gpus_or_with_kv_bytes_may_share(tmp_path: Path) -> 
         '[engine]\nmodel = "m"\nenv = { VLLM_API_KEY = 12345678 }\n',
         '[engine]\nmodel = "m"\n\nargs = "--api-key 12345678"\n',
         '[engine]\nmodel = "m"\nargs = ["--api-key", 12345678]\n',
+        '[engine]\nmodel = "m"\ncommand = ["vllm", "--api-key", 12345678]\n',
     ],
 )
 def test_engine_args_and_env_are_never_echoed(tmp_path: Path, text: str) -> None:
-    """engine.args and engine.env may hold secrets (--api-key, VLLM_API_KEY): an error names
-    the key and its line, never the value."""
+    """engine.args, engine.env and engine.command may hold secrets (--api-key, VLLM_API_KEY):
+    an error names the key and its line, never the value."""
     with pytest.raises(ConfigError) as caught:
         load_config(write(tmp_path, text))
     message = str(caught.value)

@@ -40,8 +40,8 @@ class EngineConfig:
     model: str = ""
     served_model_name: str = ""
     python: str = ""
-    command: tuple[str, ...] = ()
     # May hold secrets (--api-key, VLLM_API_KEY, HF_TOKEN): never echoed in a config error.
+    command: tuple[str, ...] = dataclasses.field(default=(), metadata={"secret": True})
     args: tuple[str, ...] = dataclasses.field(default=(), metadata={"secret": True})
     env: dict[str, str] = dataclasses.field(default_factory=dict, metadata={"secret": True})
     gpus: tuple[str, ...] = ()
