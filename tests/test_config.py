@@ -312,6 +312,8 @@ def test_upstreams_alone_are_a_config(tmp_path: Path) -> None:
         ('[upstreams.lab]\nurl = "10.0.0.5:8000"\n', r"upstreams.lab.url = '10.0.0.5:8000'"),
         ('[upstreams.lab]\nurl = "http://h:1"\nmax_in_flight = 0\n', "max_in_flight = 0"),
         ('[engines.a]\nmodel = "m"\ngpus = ["1", "1"]\n', r"engines.a.gpus .* listed twice"),
+        ('[engine]\nmodel = "m"\nnice = -5\n', r"engine.nice = -5: expected a whole number >= 0"),
+        ('[engines.a]\nmodel = "m"\nnice = 20\n', r"engines.a.nice = 20: expected 0 to 19"),
         (
             '[engines.a]\nmodel = "m"\ngpus = ["0"]\nenv = { CUDA_VISIBLE_DEVICES = "1" }\n',
             r"engines.a.gpus and engines.a.env.CUDA_VISIBLE_DEVICES are both set",

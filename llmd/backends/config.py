@@ -34,7 +34,8 @@ DEFAULT_GPU = "0"
 class EngineConfig:
     """What engine to run and how: `kind` picks the adapter (`vllm` or `sim`). `gpus`: the
     devices it may use (indexes or UUIDs; sets CUDA_VISIBLE_DEVICES; empty: as the
-    environment says)."""
+    environment says). `nice`: added to the niceness of the engine's processes (0-19), so that
+    llmd's own process gets the CPU first when both want it (llmd/supervisor/process.py)."""
 
     kind: Literal["vllm", "sim"] = "vllm"
     model: str = ""
@@ -45,6 +46,7 @@ class EngineConfig:
     args: tuple[str, ...] = dataclasses.field(default=(), metadata={"secret": True})
     env: dict[str, str] = dataclasses.field(default_factory=dict, metadata={"secret": True})
     gpus: tuple[str, ...] = ()
+    nice: int = 0
     start_timeout_s: float = 900.0
     stop_timeout_s: float = 20.0
     health_interval_s: float = 2.0
@@ -135,6 +137,11 @@ def check_backends(
         if engine.gpus and "CUDA_VISIBLE_DEVICES" in engine.env:
             raise ConfigError(
                 f"{key}.gpus and {key}.env.CUDA_VISIBLE_DEVICES are both set: use gpus"
+            )
+        if not 0 <= engine.nice <= 19:
+            raise ConfigError(
+                f"{key}.nice = {engine.nice!r}: expected 0 to 19 (added to the niceness of the "
+                "engine's processes; llmd never raises their priority)"
             )
         if len(set(engine.gpus)) != len(engine.gpus):
             raise ConfigError(f"{key}.gpus = {list(engine.gpus)!r}: a GPU is listed twice")

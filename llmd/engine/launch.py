@@ -22,11 +22,13 @@ SIM_SERVER_MODULE = "llmd.engine.sim"
 
 @dataclasses.dataclass(frozen=True)
 class EngineLaunch:
-    """How to start one engine process: argv, extra environment, and the socket it serves on."""
+    """How to start one engine process: argv, extra environment, the socket it serves on, and
+    the niceness added to its processes (engine.nice)."""
 
     argv: tuple[str, ...]
     env: dict[str, str]
     socket_path: Path
+    nice: int = 0
 
 
 def engine_launch(config: EngineConfig, socket_path: Path) -> EngineLaunch:
@@ -57,7 +59,7 @@ def engine_launch(config: EngineConfig, socket_path: Path) -> EngineLaunch:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(config.gpus)
     if config.kind != "sim" and host_has_amx():
         env = with_amx_permission(env, os.environ)
-    return EngineLaunch(argv=argv, env=env, socket_path=socket_path)
+    return EngineLaunch(argv=argv, env=env, socket_path=socket_path, nice=config.nice)
 
 
 @functools.cache

@@ -38,12 +38,12 @@ _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
 
-def _child_setup(llmd_pid: int) -> Callable[[], None]:
+def _child_setup(llmd_pid: int, nice: int) -> Callable[[], None]:
     """What the engine child runs between fork and exec (`preexec_fn`): lead a new process
-    group in llmd's session (uvloop's subprocess refuses `process_group`), and have the kernel
-    send it SIGTERM when llmd dies (PR_SET_PDEATHSIG; vLLM's API server then stops its engine
-    core, whose workers follow through vLLM's own death pipe). If llmd died before the prctl,
-    the child ends itself.
+    group in llmd's session (uvloop's subprocess refuses `process_group`), add `nice` to its
+    niceness (every process vLLM starts inherits it), and have the kernel send it SIGTERM when
+    llmd dies (PR_SET_PDEATHSIG; vLLM's API server then stops its engine core, whose workers
+    follow through vLLM's own death pipe). If llmd died before the prctl, the child ends itself.
 
     The death signal fires when the *thread* that forked exits, not the process: llmd spawns
     from its event loop, on the main thread, which lives as long as llmd. Never spawn the
@@ -52,6 +52,8 @@ def _child_setup(llmd_pid: int) -> Callable[[], None]:
 
     def setup() -> None:
         os.setpgrp()
+        if nice:
+            os.nice(nice)
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
         if os.getppid() != llmd_pid:
             os.kill(os.getpid(), signal.SIGTERM)
@@ -89,8 +91,8 @@ class EngineProcess:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             env={**os.environ, **launch.env},
-            # A new group, not a new session (module docstring), and SIGTERM when llmd dies.
-            preexec_fn=_child_setup(os.getpid()),
+            # A new group, not a new session (module docstring), niced, SIGTERM when llmd dies.
+            preexec_fn=_child_setup(os.getpid(), launch.nice),
             limit=1024 * 1024,
         )
         return cls(proc, EngineOutput(), sink)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -10,8 +11,10 @@ import time
 
 import httpx
 import openai
+import psutil
 import pytest
 
+from llmd.supervisor.group import group_members
 from tests.support.engine_metrics import engine_gauge, wait_for_gauge
 from tests.support.llmd_process import LlmdProcess
 from tests.support.vllm_python import vllm_version
@@ -168,6 +171,17 @@ def test_unknown_route_and_request_id(real_llmd: LlmdProcess) -> None:
     assert response.headers["x-request-id"] == "abc-123"
     generated = httpx.get(real_llmd.base_url + "/health").headers["x-request-id"]
     assert len(generated) == 32
+
+
+def test_the_demo_engine_runs_niced_below_llmd(real_llmd: LlmdProcess) -> None:
+    """etc/demo.toml's `engine.nice = 10`: every process of vLLM's group (API server, engine
+    core, worker) runs at llmd's niceness + 10; llmd's own is unchanged."""
+    pgid = real_llmd.admin_status()["engine"]["pid"]
+    processes = [psutil.Process(pid) for pid in group_members(pgid)]
+    llmd_nice = psutil.Process(real_llmd.process.pid).nice()
+    assert len(processes) >= 3
+    assert {process.nice() for process in processes} == {llmd_nice + 10}
+    assert llmd_nice == os.nice(0)
 
 
 def test_status_cli_reports_the_engine(real_llmd: LlmdProcess) -> None:

@@ -49,8 +49,11 @@ async def test_a_request_takes_a_seat_per_sequence(running: ProxyStack) -> None:
         sent = [
             asyncio.create_task(client.post("/v1/chat/completions", json=chat(4))) for _ in range(3)
         ]
-        assert await until(lambda: running.ctx.admission.scheduler.queued() == 1, timeout_s=10)
-        assert len(running.engine.received) == 2
+        # Released requests reach the engine a moment after they leave the queue: wait for both.
+        scheduler, engine = running.ctx.admission.scheduler, running.engine
+        assert await until(
+            lambda: scheduler.queued() == 1 and len(engine.received) == 2, timeout_s=10
+        )
         assert running.ctx.admission.capacity.gate("main").in_flight == 8
         hold.set()
         answers = await asyncio.gather(*sent)

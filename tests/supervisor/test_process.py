@@ -66,6 +66,18 @@ def test_the_engine_is_spawned_only_from_the_main_thread(tmp_path: Path) -> None
     assert errors and "main thread" in str(errors[0])
 
 
+async def test_the_engine_runs_niced_by_engine_nice(tmp_path: Path) -> None:
+    """`EngineLaunch.nice` (engine.nice) is added to the child's niceness, and the processes
+    it starts inherit it; llmd's own niceness is unchanged."""
+    probe = "import os, subprocess; print(os.nice(0)); subprocess.run(['nice'])"
+    launch = EngineLaunch((sys.executable, "-c", probe), {}, tmp_path / "engine.sock", nice=7)
+    lines: list[str] = []
+    process = await EngineProcess.spawn(launch, lambda level, line: lines.append(line))
+    assert await process.wait() == 0
+    own = os.nice(0)
+    assert list(process.output.recent)[-2:] == [str(own + 7), str(own + 7)]
+
+
 async def test_the_engine_gets_sigterm_when_its_parent_dies(tmp_path: Path) -> None:
     """The child's parent-death signal is SIGTERM (read from /proc: PR_GET_PDEATHSIG)."""
     probe = (

@@ -33,7 +33,7 @@ JITTER_S = 0.150
 
 def longest_step_s(seqs: int) -> float:
     """A step with every one of `seqs` sequences prefilling its prompt and decoding."""
-    return TIMING.step_s(PROMPT * seqs, seqs)
+    return TIMING.step_s(PROMPT * seqs, seqs, prefill_seqs=seqs)
 
 
 def ttft_bound_within_seats_s(seqs: int) -> float:

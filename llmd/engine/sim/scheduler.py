@@ -82,6 +82,11 @@ class Step:
         return sum(s.tokens for s in self.scheduled if not s.decode)
 
     @property
+    def prefill_seqs(self) -> int:
+        """Sequences with (a chunk of) their prompt in the step."""
+        return sum(1 for s in self.scheduled if not s.decode)
+
+    @property
     def decode_seqs(self) -> int:
         return sum(1 for s in self.scheduled if s.decode)
 

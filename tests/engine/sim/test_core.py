@@ -17,9 +17,9 @@ from llmd.engine.sim.timing import TimingModel
 from llmd.engine.sim.tokenizer import SimTokenizer
 
 
-def request(max_tokens: int = 4) -> GenerationRequest:
+def request(max_tokens: int = 4, stream: bool = False) -> GenerationRequest:
     return GenerationRequest(
-        kind="completion", model="tiny", prompt_ids=(1, 2, 3), max_tokens=max_tokens
+        kind="completion", model="tiny", prompt_ids=(1, 2, 3), max_tokens=max_tokens, stream=stream
     )
 
 
@@ -71,3 +71,22 @@ async def test_engine_core_runs_ahead_of_the_api_server(make_engine: EngineFacto
         await asyncio.sleep(0.001)
     assert not engine.scheduler.has_work  # the one step ran and the sequence ended
     assert state.token_ids == [] and state.finish_reason is None  # not delivered yet
+
+
+async def test_only_streamed_tokens_wait_for_their_chunks(make_engine: EngineFactory) -> None:
+    """The API server's per-streamed-token cost delays a streaming request's tokens, not those
+    of a request answered in one piece."""
+    engine = make_engine(dataclasses.replace(TimingModel.zero(), stream_token_s=3600.0))
+    whole = engine.submit(request(max_tokens=1), RequestFault())
+    for _ in range(1000):
+        if whole.done:
+            break
+        await asyncio.sleep(0.001)
+    assert whole.token_ids and whole.finish_reason == "length"
+    streamed = engine.submit(request(max_tokens=1, stream=True), RequestFault())
+    for _ in range(1000):
+        if not engine.scheduler.has_work:
+            break
+        await asyncio.sleep(0.001)
+    assert not engine.scheduler.has_work  # its one step ran
+    assert streamed.token_ids == [] and streamed.finish_reason is None  # not delivered yet

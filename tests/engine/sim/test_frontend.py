@@ -45,6 +45,16 @@ def test_each_steps_outputs_cost_a_fixed_part_and_a_part_per_token() -> None:
     assert frontend.free_at == pytest.approx(0.0021 + 0.003)
 
 
+def test_streamed_tokens_add_their_chunks_cost() -> None:
+    """Of a step's tokens, those of streaming requests cost the per-chunk part on top."""
+    now = [0.0]
+    frontend = Frontend(
+        request_s=0.0, token_s=0.0001, step_s=0.002, clock=lambda: now[0], stream_token_s=0.001
+    )
+    frontend.take_outputs(10, lambda: None, streamed=4)
+    assert frontend.free_at == pytest.approx(0.002 + 0.001 + 0.004)
+
+
 def test_an_idle_worker_starts_at_once() -> None:
     """Work posted after the worker went idle starts when it is posted, not when it went idle."""
     now = [0.0]

@@ -36,6 +36,14 @@ def test_step_time_grows_with_the_batch_but_throughput_grows_faster() -> None:
     assert 64 / many > 5 * (1 / one)
 
 
+def test_each_prefilling_sequence_adds_its_own_cost() -> None:
+    """The same prompt tokens split over more sequences make a slower step."""
+    timing = TimingModel(prefill_seq_s=0.001)
+    assert timing.step_s(64, 0, prefill_seqs=8) == pytest.approx(
+        timing.step_s(64, 0, prefill_seqs=1) + 0.007
+    )
+
+
 def test_prefill_costs_per_token_and_empty_steps_cost_nothing() -> None:
     """Prefill time is proportional to prompt tokens; an empty step takes no time."""
     timing = TimingModel()

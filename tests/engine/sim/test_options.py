@@ -15,9 +15,12 @@ def test_timing_flags_are_converted_to_seconds() -> None:
     options = parse_options(
         ["--model", "m", "--uds", "s.sock", "--step-base-ms", "3", "--prefill-token-us", "10",
          "--decode-seq-us", "80", "--decode-context-token-us", "0.5",
-         "--request-overhead-ms", "1.5", "--output-token-us", "20", "--output-step-us", "300"]
+         "--request-overhead-ms", "1.5", "--output-token-us", "20", "--output-step-us", "300",
+         "--prefill-seq-us", "900", "--stream-token-us", "140"]
     )  # fmt: skip
-    expected = TimingModel(0.003, 0.00001, 0.00008, 0.0000005, 0.0015, 0.00002, 0.0003)
+    expected = TimingModel(
+        0.003, 0.00001, 0.00008, 0.0000005, 0.0015, 0.00002, 0.0003, 0.0009, 0.00014
+    )
     assert dataclasses.astuple(options.timing) == pytest.approx(dataclasses.astuple(expected))
 
 
