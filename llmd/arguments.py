@@ -46,26 +46,25 @@ def share(text: str) -> float:
     return value
 
 
-def _seconds(minimum: float, inclusive: bool) -> Callable[[str], float]:
-    """The check for a duration in seconds from `minimum` (`inclusive` or not) up to
+def _seconds(zero: bool) -> Callable[[str], float]:
+    """The check for a duration in seconds above 0 (or from 0, with `zero`) up to
     MAX_DURATION_S (30 days, as for the config's durations)."""
 
     def seconds(text: str) -> float:
         value = _number(text)
-        low = value >= minimum if inclusive else value > minimum
-        if not low or value > MAX_DURATION_S:
-            bound = "[" if inclusive else "("
+        if not (value >= 0 if zero else value > 0) or value > MAX_DURATION_S:
+            bound = "[0" if zero else "(0"
             raise argparse.ArgumentTypeError(
-                f"expected seconds in {bound}{minimum:g}, {MAX_DURATION_S}] (30 days), not {text}"
+                f"expected seconds in {bound}, {MAX_DURATION_S}] (30 days), not {text}"
             )
         return value
 
     return seconds
 
 
-seconds = _seconds(0, inclusive=True)
+seconds = _seconds(zero=True)
 """Seconds, 0 up to 30 days."""
-positive_seconds = _seconds(0, inclusive=False)
+positive_seconds = _seconds(zero=False)
 """Seconds, more than 0 up to 30 days (an interval or a timeout)."""
 
 
