@@ -3,28 +3,61 @@
 A leaf module (it imports only the error tree), so the config and the files it names (the tenants
 file) bind their tables the same way without importing each other. Values that may be secrets (a
 field marked `metadata={"secret": True}`, or a whole table bound with `secret=True`) are never
-echoed in an error: the error names the key, and `at_line` adds the line of the file.
+echoed in an error: the error names the key, and `at_line` adds the line of the file. No
+error echoes the value of a key the binder does not know (a mistyped `env` may hold one). Numbers
+are finite; a duration (a key ending in `_s` or `_ms`) is at most `MAX_DURATION_S`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import math
+import tomllib
 import typing
+from pathlib import Path
 from typing import Any, Literal
 
 from llmd.errors import ConfigError
 
 HIDDEN = "(its value is not shown: it may be a secret)"
+# The longest duration a key may give: 30 days. Past it a timer overflows (1e308 s) or is a typo;
+# every duration llmd has is minutes or hours.
+MAX_DURATION_S = 30 * 24 * 3600
+
+
+def read_toml(path: Path, what: str) -> tuple[str, dict[str, Any]]:
+    """The text of TOML file `path` and its parsed table. Raises ConfigError naming the file
+    (`what` it is, e.g. "config") when it cannot be read, is not UTF-8 (TOML's encoding: the
+    line and offset of the first bad byte) or is not valid TOML."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read {what}: {exc.strerror or exc}") from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(
+            f"{path}:{line}: cannot read {what}: not UTF-8 text (byte 0x{data[exc.start]:02x} at "
+            f"offset {exc.start}); TOML files are UTF-8",
+            line=line,
+        ) from None
+    try:
+        return text, tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
 
 
 def bind_table(cls: type[Any], raw: object, prefix: str = "", *, secret: bool = False) -> Any:
     """Build frozen dataclass `cls` from TOML table `raw`, checking every key and type strictly:
-    unknown keys, wrong types and negative numbers raise ConfigError (with its `key`) naming
-    `prefix` + key, the value (unless `secret`, or the field is marked secret) and what was
-    expected. Keys left out keep the dataclass defaults; a nested table starts from its
-    parent's default for that field. A field typed `dict[str, SomeDataclass]` takes named
-    tables (`[engines.NAME]`), each bound the same way. A field named `source` is never listed
-    as a key."""
+    unknown keys, wrong types, negative numbers, NaN and infinity, and durations past
+    MAX_DURATION_S raise ConfigError (with its `key`) naming `prefix` + key, the value (unless
+    `secret`, or the field is marked secret; never for an unknown key) and what was expected.
+    Keys left out keep the dataclass defaults; a nested table starts from its parent's default
+    for that field. A field typed `dict[str, SomeDataclass]` takes named tables
+    (`[engines.NAME]`), each bound the same way. A field named `source` is never listed as a
+    key."""
     if not isinstance(raw, dict):
         key = prefix.rstrip(".") or "config"
         got = HIDDEN if secret else f"got {raw!r}"
@@ -33,13 +66,7 @@ def bind_table(cls: type[Any], raw: object, prefix: str = "", *, secret: bool = 
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(raw) - set(fields))
     if unknown:
-        where = f" in [{prefix.rstrip('.')}]" if prefix else ""
-        shown = "" if secret else f" = {raw[unknown[0]]!r}"
-        raise ConfigError(
-            f"unknown key {prefix}{unknown[0]}{shown}; "
-            f"known keys{where}: {', '.join(sorted(set(fields) - {'source'}))}",
-            key=prefix + unknown[0],
-        )
+        raise _unknown(prefix, unknown[0], sorted(set(fields) - {"source"}))
     values = {
         name: _convert(
             hints[name],
@@ -57,6 +84,19 @@ def bind_table(cls: type[Any], raw: object, prefix: str = "", *, secret: bool = 
             given = {k: getattr(value, k) for k in raw[name]}
             values[name] = dataclasses.replace(getattr(defaults, name), **given)
     return dataclasses.replace(defaults, **values)
+
+
+def _unknown(prefix: str, name: str, known: list[str]) -> ConfigError:
+    """The error for key `name` that table `prefix` does not have: the key, the close known key
+    when there is one (difflib's ratio >= 0.6), the known keys; never its value (a mistyped
+    `env` or `args` may hold a secret)."""
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
+    where = f" in [{prefix.rstrip('.')}]" if prefix else ""
+    return ConfigError(
+        f"unknown key {prefix}{name}{hint}; known keys{where}: {', '.join(known)}",
+        key=prefix + name,
+    )
 
 
 def at_line(error: ConfigError, text: str, source: str) -> ConfigError:
@@ -92,6 +132,13 @@ def _invalid(key: str, value: object, secret: bool, expected: str) -> ConfigErro
     return ConfigError(f"{key} = {value!r}: {expected}", key=key)
 
 
+def _check_duration(key: str, value: float, secret: bool) -> None:
+    """A duration key (`*_s` in seconds, `*_ms` in milliseconds) is at most MAX_DURATION_S."""
+    unit = 1000 if key.endswith("_ms") else 1 if key.endswith("_s") else 0
+    if unit and value > MAX_DURATION_S * unit:
+        raise _invalid(key, value, secret, f"expected at most {MAX_DURATION_S * unit} (30 days)")
+
+
 def _convert(hint: Any, value: object, key: str, secret: bool) -> object:
     """Check `value` against the annotation `hint`; ints are accepted where floats are."""
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
@@ -119,12 +166,14 @@ def _convert(hint: Any, value: object, key: str, secret: bool) -> object:
             return dict(value)
         raise _invalid(key, value, secret, "expected a table of strings")
     if hint is float and isinstance(value, int | float) and not isinstance(value, bool):
-        if value < 0:
-            raise _invalid(key, value, secret, "expected a number >= 0")
+        if not math.isfinite(value) or value < 0:
+            raise _invalid(key, value, secret, "expected a number >= 0 (not nan or inf)")
+        _check_duration(key, value, secret)
         return float(value)
     if hint is int and isinstance(value, int) and not isinstance(value, bool):
         if value < 0:
             raise _invalid(key, value, secret, "expected a whole number >= 0")
+        _check_duration(key, value, secret)
         return value
     if (hint is str and isinstance(value, str)) or (hint is bool and isinstance(value, bool)):
         return value

@@ -14,6 +14,7 @@ from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
+from llmd.arguments import positive, positive_count, seconds
 from llmd.config import ServerConfig, config_path, load_config
 from llmd.console import run_console
 from llmd.errors import ConfigError, RuntimeDirInUse
@@ -57,13 +58,13 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("path", nargs="?", help="config file (default as for serve)")
     check.add_argument(
         "--gpu-memory-gib",
-        type=float,
+        type=positive,
         metavar="G",
         help="plan for a GPU of G GiB instead of the one NVML sees",
     )
     check.add_argument(
         "--typical-tokens",
-        type=int,
+        type=positive_count,
         metavar="N",
         help="prompt + output tokens of a typical request (default 2048, at most max-model-len)",
     )
@@ -76,7 +77,12 @@ def _parser() -> argparse.ArgumentParser:
 
     drain = verbs.add_parser("drain", help="stop admitting; in-flight requests finish")
     drain.add_argument("--wait", action="store_true", help="return when nothing is in flight")
-    drain.add_argument("--timeout", type=float, help="end what is still in flight after S seconds")
+    drain.add_argument(
+        "--timeout",
+        type=seconds,
+        metavar="S",
+        help="end what is still in flight after S seconds",
+    )
     drain.add_argument(
         "--reject-queued", action="store_true", help="answer requests queued in llmd 503 now"
     )

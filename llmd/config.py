@@ -1,7 +1,8 @@
 """llmd's configuration: one TOML file loaded once into frozen, typed dataclasses.
 
 Every key and its default is documented in `etc/llmd.toml`. A wrong key or type fails at load
-time with a `ConfigError` naming the key, the value and what was expected.
+time with a `ConfigError` naming the key, the value (never one that may be a secret, nor that of
+an unknown key) and what was expected.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import tomllib
 from pathlib import Path
 from typing import Literal
 
@@ -22,7 +22,7 @@ from llmd.backends.config import (
     check_backends,
     engine_tables,
 )
-from llmd.binding import at_line, bind_table
+from llmd.binding import at_line, bind_table, read_toml
 from llmd.errors import ConfigError
 from llmd.releases.settings import ReleaseConfig, release_config
 
@@ -263,17 +263,12 @@ def load_config(path: Path, *, listen: str | None = None, runtime_dir: str | Non
 
     Relative model paths, and a relative `server.runtime_dir` or `server.state_dir`, are
     resolved against the config file's directory (a CLI override stays as given). Raises
-    `ConfigError` for a missing or unreadable file, bad TOML, unknown keys or wrong types, and
-    the cross-table checks of llmd/backends/config.py (both `[engine]` and `[engines.*]`, GPU
-    sharing without explicit KV sizes, bad upstream URLs).
+    `ConfigError` for a missing or unreadable file, one not UTF-8, bad TOML, unknown keys,
+    wrong types or values out of range, and the cross-table checks of llmd/backends/config.py
+    (both `[engine]` and `[engines.*]`, GPU sharing without explicit KV sizes, bad upstream
+    URLs).
     """
-    try:
-        text = path.read_text()
-        raw = tomllib.loads(text)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    text, raw = read_toml(path, "config")
     try:
         config: Config = bind_table(Config, {**raw, "source": str(path)}, prefix="")
     except ConfigError as exc:

@@ -245,9 +245,14 @@ class Daemon:
             if next_signal in done:
                 sig = next_signal.result()
                 if sig is signal.SIGHUP:
-                    # Logged where refused; the config in use stays.
-                    with contextlib.suppress(ConfigError, ActionRefused):
+                    # Logged where refused; the config in use stays. A reload that fails
+                    # otherwise (a bug) is logged too: a signal never stops llmd but TERM/INT.
+                    try:
                         self.actions.reload()
+                    except (ConfigError, ActionRefused):
+                        pass
+                    except Exception:
+                        log.exception("reload_failed")
                     continue
                 log.info("stop_requested", signal=sig.name)
                 return

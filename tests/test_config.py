@@ -70,12 +70,95 @@ def test_shipped_configs_are_valid(name: str) -> None:
 
 
 def test_unknown_key_names_the_key_and_the_known_ones(tmp_path: Path) -> None:
-    """A typo fails at load with the full key path and what keys exist."""
+    """A typo fails at load with the full key path, the close known key and what keys exist."""
     path = write(tmp_path, '[engine]\nmodel = "m"\nstart_timout_s = 5\n')
     with pytest.raises(
-        ConfigError, match=r"unknown key engine\.start_timout_s = 5.*start_timeout_s"
+        ConfigError,
+        match=r"llmd.toml:3: unknown key engine\.start_timout_s \(did you mean "
+        r"engine\.start_timeout_s\?\); known keys in \[engine\]: args, ",
     ):
         load_config(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ('[engine]\nmodel = "m"\nenvs = {VLLM_API_KEY = "sk-SECRET-1"}\n', "engine.envs"),
+        ('[engine]\nmodel = "m"\narg = ["--api-key", "sk-SECRET-1"]\n', "engine.arg"),
+        ('[engines.a]\nmodel = "m"\nAPI_KEY = "sk-SECRET-1"\n', "engines.a.API_KEY"),
+        ('[engine]\nmodel = "m"\n[server]\ntoken = "sk-SECRET-1"\n', "server.token"),
+        ('token = "sk-SECRET-1"\n[engine]\nmodel = "m"\n', "token"),
+        (
+            '[engine]\nmodel = "m"\n[upstreams.u]\nurl = "http://h:1"\nkey = "sk-SECRET-1"',
+            "upstreams.u.key",
+        ),
+    ],
+)
+def test_an_unknown_key_is_named_never_its_value(tmp_path: Path, text: str, key: str) -> None:
+    """A mistyped key (which may hold a secret: envs for env) is named, never its value."""
+    with pytest.raises(ConfigError, match=rf"unknown key {key}\b") as caught:
+        load_config(write(tmp_path, text))
+    assert "SECRET" not in str(caught.value)
+
+
+def test_an_upstream_url_with_a_password_is_not_echoed(tmp_path: Path) -> None:
+    """A bad upstream URL is echoed with its user:password@ part masked."""
+    text = '[upstreams.u]\nurl = "htp://bob:sk-SECRET-1@h:1"\n'
+    with pytest.raises(ConfigError, match=r"upstreams.u.url = 'htp://\*\*\*@h:1'") as caught:
+        load_config(write(tmp_path, text))
+    assert "SECRET" not in str(caught.value)
+
+
+def test_a_config_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    """A byte that is not UTF-8 (a Latin-1 comment) is a ConfigError naming the file and the
+    line, not a UnicodeDecodeError."""
+    path = tmp_path / "llmd.toml"
+    path.write_bytes(b'[engine]\nmodel = "m"\n# caf\xe9\n')
+    with pytest.raises(ConfigError, match=r"llmd.toml:3: cannot read config: not UTF-8 .*0xe9"):
+        load_config(path)
+
+
+def _float_keys(cls: type, prefix: str) -> list[str]:
+    """Every float key of config table `cls` and the tables under it, dotted from `prefix`."""
+    import dataclasses
+    import typing
+
+    keys = []
+    for name, hint in typing.get_type_hints(cls).items():
+        if dataclasses.is_dataclass(hint):
+            keys += _float_keys(hint, f"{prefix}{name}.")  # type: ignore[arg-type]
+        elif hint is float:
+            keys.append(prefix + name)
+    return keys
+
+
+FLOAT_KEYS = _float_keys(Config, "")
+
+
+def _setting(key: str, value: str) -> str:
+    """A config with engine.model and dotted `key` = `value` under its table."""
+    table, _, name = key.rpartition(".")
+    if table == "engine":
+        return f'[engine]\nmodel = "m"\n{name} = {value}\n'
+    return f'[engine]\nmodel = "m"\n[{table}]\n{name} = {value}\n'
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "+nan"])
+@pytest.mark.parametrize("key", FLOAT_KEYS)
+def test_no_float_key_takes_nan_or_infinity(tmp_path: Path, key: str, value: str) -> None:
+    """Every float key of every table refuses NaN and infinity, naming the key and its line."""
+    text = _setting(key, value)
+    line = len(text.splitlines())
+    with pytest.raises(ConfigError, match=rf"llmd.toml:{line}: {key} = .*: expected a number"):
+        load_config(write(tmp_path, text))
+
+
+@pytest.mark.parametrize("key", [k for k in FLOAT_KEYS if k.endswith(("_s", "_ms"))])
+def test_durations_are_bounded(tmp_path: Path, key: str) -> None:
+    """A duration past 30 days (1e308 s overflows a timer) is refused saying the bound."""
+    with pytest.raises(ConfigError, match=rf"{key} = 1e\+308: expected at most \d+ \(30 days\)"):
+        load_config(write(tmp_path, _setting(key, "1e308")))
+    load_config(write(tmp_path, _setting(key, "1200")))  # 20 minutes is fine
 
 
 @pytest.mark.parametrize(
@@ -267,11 +350,12 @@ def test_engines_on_separate_gpus_or_with_kv_bytes_may_share(tmp_path: Path) -> 
         '[engine]\nmodel = "m"\nenv = { VLLM_API_KEY = 12345678 }\n',
         '[engine]\nmodel = "m"\n\nargs = "--api-key 12345678"\n',
         '[engine]\nmodel = "m"\nargs = ["--api-key", 12345678]\n',
+        '[engine]\nmodel = "m"\ncommand = ["vllm", "--api-key", 12345678]\n',
     ],
 )
 def test_engine_args_and_env_are_never_echoed(tmp_path: Path, text: str) -> None:
-    """engine.args and engine.env may hold secrets (--api-key, VLLM_API_KEY): an error names
-    the key and its line, never the value."""
+    """engine.args, engine.env and engine.command may hold secrets (--api-key, VLLM_API_KEY):
+    an error names the key and its line, never the value."""
     with pytest.raises(ConfigError) as caught:
         load_config(write(tmp_path, text))
     message = str(caught.value)
@@ -298,7 +382,10 @@ def test_key_line_finds_keys_under_their_tables() -> None:
         ("[admission.guard]\nrecover_ratio = 1.2\n", r"recover_ratio = 1.2: expected a fraction"),
         ("[admission.guard]\nmin_samples = 0\n", r"min_samples = 0: expected a whole number"),
         ("[admission.guard]\nmax_tokens_cap = 0\n", r"max_tokens_cap = 0: expected a whole"),
-        ("[admission.guard]\ndwell = 3\n", r"unknown key admission.guard.dwell = 3.*dwell_s"),
+        (
+            "[admission.guard]\ndwell = 3\n",
+            r"unknown key admission.guard.dwell \(did you mean .*dwell_s",
+        ),
         (
             "[admission.normal]\nttft_p95_budget_ms = -1\n",
             r"admission.normal.ttft_p95_budget_ms = -1: expected a number >= 0",

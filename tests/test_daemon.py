@@ -8,7 +8,9 @@ import asyncio
 import dataclasses
 import gc
 import logging
+import re
 import signal
+import time
 import tomllib
 import typing
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -29,6 +31,7 @@ from llmd.logs import configure_logging, line_limiter
 from llmd.releases.settings import ReleaseConfig
 from llmd.routing.breaker import BreakerPolicy
 from llmd.supervisor.supervisor import Supervisor
+from llmd.telemetry.events import recent_events
 from llmd.validation.validator import Validator
 from tests.support.llmd_process import free_port, short_tmpdir
 from tests.support.model import ensure_tiny_model
@@ -234,6 +237,7 @@ class Live:
     config_file: Path
     raw: dict[str, Any]
     workdir: Path
+    main: asyncio.Task[None]
 
     async def reload(self, raw: dict[str, Any]) -> dict[str, Any]:
         """Write `raw` as the config file and reload through the admin API; its answer."""
@@ -266,7 +270,7 @@ async def live() -> AsyncIterator[Live]:
     main = asyncio.create_task(daemon.main_loop())
     try:
         assert await until(lambda: daemon.state.engine.serving, timeout_s=60)
-        yield Live(daemon, config_file, raw, workdir)
+        yield Live(daemon, config_file, raw, workdir, main)
     finally:
         daemon._signals.put_nowait(signal.SIGTERM)
         await asyncio.wait({main}, timeout=30)
@@ -325,6 +329,62 @@ async def test_a_reload_the_config_refuses_changes_nothing(live: Live) -> None:
         with pytest.raises(AdminRefused, match=why):
             await live.reload(bad)
         assert {key: probe(daemon) for key, probe in PROBES.items()} == before
+
+
+async def _sighup(live: Live, event: str) -> None:
+    """Send the daemon SIGHUP (through its signal queue) and wait until it has logged `event`
+    since; it keeps running."""
+    sent = time.time()
+    live.daemon._signals.put_nowait(signal.SIGHUP)
+    assert await until(
+        lambda: any(e.event == event and e.at >= sent for e in recent_events().recent()),
+        timeout_s=30,
+    )
+    assert not live.main.done()
+
+
+async def test_a_file_not_utf8_is_refused_by_reload_and_by_sighup(live: Live) -> None:
+    """A config or tenants file with a byte that is not UTF-8 (a Latin-1 comment): the reload
+    is refused naming the file and line, SIGHUP logs the refusal and llmd serves on, and every
+    live value stays as it was."""
+    daemon = live.daemon
+    before = {key: probe(daemon) for key, probe in PROBES.items()}
+    tenants = live.workdir / "tenants.toml"
+    good = tomli_w.dumps(live.raw).encode()
+    line = len(good.splitlines()) + 1
+    cases = (
+        (good + b"# caf\xe9\n", f"{live.config_file}:{line}: cannot read config: not UTF-8"),
+        (
+            tomli_w.dumps(with_value(live.raw, "admission.tenants_file", str(tenants))).encode(),
+            f"{tenants}:2: cannot read tenants file: not UTF-8",
+        ),
+    )
+    tenants.write_bytes(b'[tenants.walk]\n# \xff\nkeys = ["' + b"a" * 64 + b'"]\n')
+    for data, why in cases:
+        live.config_file.write_bytes(data)
+        with pytest.raises(AdminRefused, match=re.escape(why)):
+            await admin_request(daemon.paths.admin_socket, "POST", "/reload")
+        await _sighup(live, "reload_rejected")
+        assert {key: probe(daemon) for key, probe in PROBES.items()} == before
+    status = await admin_request(daemon.paths.admin_socket, "GET", "/status")
+    assert status["engine"]["state"] == "serving"
+
+
+async def test_a_reload_that_fails_unexpectedly_is_answered_in_json(
+    live: Live, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever a reload raises, the admin API answers llmd's JSON error (500 internal_error,
+    which `llmd reload` prints), never a plain-text 500, and SIGHUP logs it and serves on."""
+
+    def broken() -> None:
+        raise RuntimeError("a bug on purpose")
+
+    monkeypatch.setattr(live.daemon, "reload", broken)
+    with pytest.raises(AdminRefused, match=r"reload failed inside llmd \(RuntimeError\)"):
+        await admin_request(live.daemon.paths.admin_socket, "POST", "/reload")
+    await _sighup(live, "reload_failed")
+    status = await admin_request(live.daemon.paths.admin_socket, "GET", "/status")
+    assert status["engine"]["state"] == "serving"
 
 
 async def test_restart_applies_the_pending_engine_table(live: Live) -> None:

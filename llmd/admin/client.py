@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,8 @@ async def admin_request(
 ) -> Any:
     """Call the admin API at `socket` (`body` sent as JSON); the decoded JSON answer.
 
-    Raises AdminUnreachable when no daemon answers on `socket`, AdminRefused on an error answer.
+    Raises AdminUnreachable when no daemon answers on `socket`, AdminRefused on an error answer
+    (its message) or an answer that is not JSON (the status and the start of the text).
     """
     connector = aiohttp.UnixConnector(path=str(socket))
     timeout = aiohttp.ClientTimeout(total=timeout_s)
@@ -34,9 +36,16 @@ async def admin_request(
             aiohttp.ClientSession(connector=connector) as session,
             session.request(method, "http://llmd" + path, json=body, timeout=timeout) as response,
         ):
-            answer = await response.json()
+            text = await response.text(errors="replace")
     except (aiohttp.ClientConnectionError, FileNotFoundError, PermissionError) as exc:
         raise AdminUnreachable(f"no llmd daemon answers on {socket}: {exc}") from exc
-    if response.status >= 400:
-        raise AdminRefused(answer["error"]["message"])
+    try:
+        answer = json.loads(text)
+    except ValueError:
+        answer = None
+    if response.status >= 400 or answer is None:
+        error = answer.get("error") if isinstance(answer, dict) else None
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            raise AdminRefused(error["message"])
+        raise AdminRefused(f"llmd answered {path} with HTTP {response.status}: {text[:200]!r}")
     return answer

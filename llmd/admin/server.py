@@ -9,8 +9,9 @@ guard's override until the next reload; answers the guard's status), `POST /depl
 "step_s": S, "wait": true}`: with `wait`, answered when the deploy ends) and `POST /rollback`
 (`{"engine": NAME, "wait": true}`), both answering the deploy's snapshot. Bodies are read with
 the public API's limit (`server.max_body_bytes`); errors are OpenAI-shaped, as on the public
-API. Access control is the socket's mode (0660: root and the llmd group), set when the daemon
-binds it.
+API, an unexpected failure included (500 internal_error, logged `admin_request_failed`).
+Access control is the socket's mode (0660: root and the llmd group), set when the daemon binds
+it.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ import dataclasses
 import json
 from typing import Any
 
+import structlog
 from starlette.types import Receive, Scope, Send
 
 from llmd.actions import OperatorActions
+from llmd.binding import MAX_DURATION_S
 from llmd.errors import (
     ActionRefused,
     ApiError,
@@ -35,6 +38,8 @@ from llmd.proxy.body import ClientGone, check_length, parse_object, read_body
 from llmd.proxy.writer import send_error
 from llmd.releases.orchestrator import Deployer
 from llmd.state import DaemonState
+
+log = structlog.get_logger("llmd.admin")
 
 _CANCEL_PREFIX = "/requests/"
 _CANCEL_SUFFIX = "/cancel"
@@ -66,6 +71,12 @@ class AdminApp:
         except ApiError as error:
             await send_error(send, error)
             return
+        except Exception as exc:
+            # A bug: answered in the same JSON shape (the CLI prints its message), logged.
+            log.exception("admin_request_failed", method=scope["method"], path=scope["path"])
+            message = f"{scope['path'].lstrip('/')} failed inside llmd ({type(exc).__name__})"
+            await send_error(send, ApiError(f"{message}; the log has the traceback"))
+            return
         await _json(send, 200, payload)
 
     async def _route(self, method: str, path: str, body: dict[str, Any]) -> Any:
@@ -76,10 +87,11 @@ class AdminApp:
             raise NotFound(f"no admin route {method} {path}")
         if path == "/drain":
             deadline = body.get("deadline_s")
-            if deadline is not None and (
-                not isinstance(deadline, int | float) or isinstance(deadline, bool) or deadline < 0
-            ):
-                raise InvalidRequest("deadline_s must be a number >= 0", param="deadline_s")
+            if deadline is not None and not _seconds(deadline):
+                raise InvalidRequest(
+                    f"deadline_s must be a number of seconds in 0..{MAX_DURATION_S} (30 days)",
+                    param="deadline_s",
+                )
             queued = body.get("queued", "wait")
             if queued not in ("wait", "reject"):
                 raise InvalidRequest("queued must be 'wait' or 'reject'", param="queued")
@@ -120,15 +132,26 @@ class AdminApp:
                     raise InvalidRequest("release must be a release's name", param="release")
                 steps, step_s = body.get("canary"), body.get("step_s")
                 if not (steps is None or isinstance(steps, str)) or not (
-                    step_s is None or (isinstance(step_s, int | float) and step_s > 0)
+                    step_s is None or (_seconds(step_s) and step_s > 0)
                 ):
-                    raise InvalidRequest("canary is a string like 5,25,50,100; step_s > 0")
+                    raise InvalidRequest(
+                        f"canary is a string like 5,25,50,100; step_s in (0, {MAX_DURATION_S}]"
+                    )
                 snapshot = self.deployer.deploy(release, engine, strategy, steps, step_s)
         except ReleaseError as exc:
             raise ActionRefused(f"{path[1:]} refused: {exc}") from exc
         if body.get("wait"):
             return await self.deployer.wait(snapshot["engine"])
         return snapshot
+
+
+def _seconds(value: object) -> bool:
+    """Whether `value` is a JSON number of seconds in 0..MAX_DURATION_S."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and 0 <= value <= MAX_DURATION_S
+    )
 
 
 def _engine(body: dict[str, Any]) -> str | None:

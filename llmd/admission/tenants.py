@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from llmd.admission.classes import Priority
-from llmd.binding import at_line, bind_table
+from llmd.binding import HIDDEN, at_line, bind_table, read_toml
 from llmd.errors import ConfigError, InvalidApiKey
 
 ANONYMOUS = "anonymous"
@@ -103,18 +102,12 @@ class TenantDirectory:
 
 def load_tenants(path: Path | None) -> TenantDirectory:
     """Read the tenants file at `path` (None: anonymous only). Raises ConfigError naming the
-    file, line and key for unreadable files, unknown keys, bad digests, classes or limits. An
-    entry of `keys` and a value of the wrong type are never echoed: a key pasted in place of
-    its digest stays secret."""
+    file, line and key for unreadable files (or not UTF-8), unknown keys, bad digests, classes
+    or limits. No value of the file is echoed: a key pasted in place of its digest stays
+    secret."""
     if path is None:
         return TenantDirectory()
-    try:
-        text = path.read_text()
-        raw = tomllib.loads(text)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read tenants file: {exc.strerror}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    text, raw = read_toml(path, "tenants file")
     try:
         return TenantDirectory(_bind_tenants(raw, text), path)
     except ConfigError as exc:
@@ -167,13 +160,11 @@ def _tenant(name: str, spec: _TenantSpec, prefix: str) -> Tenant:
             classes[key] = Priority.parse(value)
         except ValueError:
             raise ConfigError(
-                f"{prefix}{key} = {value!r}: expected 'interactive', 'normal' or 'batch'",
+                f"{prefix}{key}: expected 'interactive', 'normal' or 'batch' {HIDDEN}",
                 key=prefix + key,
             ) from None
     if spec.weight <= 0:
-        raise ConfigError(
-            f"{prefix}weight = {spec.weight!r}: expected a number > 0", key=prefix + "weight"
-        )
+        raise ConfigError(f"{prefix}weight: expected a number > 0 {HIDDEN}", key=prefix + "weight")
     return Tenant(
         name=name,
         max_concurrency=spec.max_concurrency,

@@ -41,8 +41,8 @@ class EngineConfig:
     model: str = ""
     served_model_name: str = ""
     python: str = ""
-    command: tuple[str, ...] = ()
     # May hold secrets (--api-key, VLLM_API_KEY, HF_TOKEN): never echoed in a config error.
+    command: tuple[str, ...] = dataclasses.field(default=(), metadata={"secret": True})
     args: tuple[str, ...] = dataclasses.field(default=(), metadata={"secret": True})
     env: dict[str, str] = dataclasses.field(default_factory=dict, metadata={"secret": True})
     gpus: tuple[str, ...] = ()
@@ -188,6 +188,7 @@ def _check_url(url: str, key: str) -> None:
         return
     if re.match(r"^https?://[^/\s]+(/\S*)?$", url):
         return
+    shown = re.sub(r"//[^/@]*@", "//***@", url)  # a user:password@ part is never echoed
     raise ConfigError(
-        f"{key} = {url!r}: expected http://HOST:PORT, https://HOST:PORT or unix:/path/to.sock"
+        f"{key} = {shown!r}: expected http://HOST:PORT, https://HOST:PORT or unix:/path/to.sock"
     )

@@ -9,6 +9,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from llmd.arguments import (
+    count,
+    positive,
+    positive_count,
+    positive_seconds,
+    seconds,
+    share,
+)
 from llmd.bench.lengths import Component, Dist, LengthMix, load_pairs
 from llmd.bench.scenarios import SCENARIOS, scenario
 from llmd.errors import BenchError
@@ -54,7 +62,7 @@ def add_parser(verbs: Any) -> None:
     where.add_argument(
         "--metrics-interval",
         metavar="S",
-        type=float,
+        type=positive_seconds,
         default=0.5,
         help="seconds between scrapes (0.5)",
     )
@@ -74,21 +82,32 @@ def add_parser(verbs: Any) -> None:
     load = bench.add_argument_group("load")
     load.add_argument("--scenario", default="B", type=str.upper, choices=list(SCENARIOS))
     load.add_argument(
-        "--duration", metavar="S", type=float, default=30.0, help="seconds per step (30)"
+        "--duration", metavar="S", type=positive_seconds, default=30.0, help="seconds per step (30)"
     )
     load.add_argument(
-        "--max-requests", metavar="N", type=int, default=10_000, help="cap per step (10000)"
+        "--max-requests",
+        metavar="N",
+        type=positive_count,
+        default=10_000,
+        help="cap per step (10000)",
     )
     load.add_argument("--sweep", metavar="C,C,...", help="concurrency steps, e.g. 1,2,4,8")
     load.add_argument(
-        "--max-concurrency", metavar="N", type=int, help="sweep 1, 2, 4, ... N (default: 1)"
+        "--max-concurrency",
+        metavar="N",
+        type=positive_count,
+        help="sweep 1, 2, 4, ... N (default: 1)",
     )
     load.add_argument("--seed", type=int, default=0)
     load.add_argument(
-        "--timeout", metavar="S", type=float, default=300.0, help="per request, seconds (300)"
+        "--timeout",
+        metavar="S",
+        type=positive_seconds,
+        default=300.0,
+        help="per request, seconds (300)",
     )
     load.add_argument(
-        "--warmup", metavar="N", type=int, default=2, help="unmeasured requests per target (2)"
+        "--warmup", metavar="N", type=count, default=2, help="unmeasured requests per target (2)"
     )
     load.add_argument(
         "--lengths", metavar="FILE", type=Path, help="JSONL of prompt_tokens/output_tokens pairs"
@@ -96,20 +115,20 @@ def add_parser(verbs: Any) -> None:
     load.add_argument("--prompt-tokens", metavar="SPEC", help="replace the scenario's prompts")
     load.add_argument("--output-tokens", metavar="SPEC", help="replace the scenario's outputs")
     load.add_argument(
-        "--think", metavar="S", type=float, help="E/F: mean think time between requests, s"
+        "--think", metavar="S", type=seconds, help="E/F: mean think time between requests, s"
     )
     load.add_argument(
-        "--burst-every", metavar="S", type=float, help="E/F: mean seconds between bursts"
+        "--burst-every", metavar="S", type=seconds, help="E/F: mean seconds between bursts"
     )
     load.add_argument(
-        "--disconnect-share", metavar="P", type=float, help="F: share of requests cut (0.25)"
+        "--disconnect-share", metavar="P", type=share, help="F: share of requests cut (0.25)"
     )
 
     out = bench.add_argument_group("results")
     out.add_argument(
         "--slo-ttft-p95-ms",
         metavar="MS",
-        type=float,
+        type=positive,
         default=1000.0,
         help="TTFT p95 bound for the operating point (1000)",
     )
@@ -185,10 +204,6 @@ def options_from(args: argparse.Namespace) -> BenchOptions:
     if args.direct and args.direct_uds:
         raise BenchError("give --direct or --direct-uds, not both")
     direct = args.direct or (f"unix:{args.direct_uds}" if args.direct_uds else None)
-    if min(args.duration, args.max_requests, args.timeout, args.metrics_interval) <= 0:
-        raise BenchError(
-            "--duration, --max-requests, --timeout and --metrics-interval must be positive"
-        )
     return BenchOptions(
         url=args.url,
         scenario=chosen,

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from llmd.arguments import positive
 from llmd.doctor.findings import Finding, worst
 
 EXIT_CONFIG = 78
@@ -40,7 +41,7 @@ def add_parser(verbs: Any) -> None:
         "--log", metavar="FILE", help="diagnose these saved lines instead ('-' reads stdin)"
     )
     doctor.add_argument(
-        "--gpu-memory-gib", type=float, metavar="G", help="size memory for a GPU of G GiB"
+        "--gpu-memory-gib", type=positive, metavar="G", help="size memory for a GPU of G GiB"
     )
     doctor.set_defaults(func=run)
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from llmd.arguments import count
 from llmd.config import Config, EngineConfig, config_path, load_config
 from llmd.errors import ConfigError, ReleaseError
 from llmd.releases import display
@@ -68,7 +69,7 @@ def add_parser(verbs: Any) -> None:
     )
     gc.add_argument(
         "--keep",
-        type=_count,
+        type=count,
         default=DEFAULT_KEEP,
         help=f"newest records kept per engine ({DEFAULT_KEEP})",
     )
@@ -101,13 +102,6 @@ def run(args: argparse.Namespace) -> int:
 def configured_engines(config: Config) -> dict[str, EngineConfig]:
     """The engines of a config by name: `[engines.NAME]`, or `[engine]` alone as `main`."""
     return config.engine_tables
-
-
-def _count(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, not {text}")
-    return value
 
 
 def _store(args: argparse.Namespace) -> ReleaseStore:

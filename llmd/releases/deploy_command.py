@@ -7,6 +7,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from llmd.arguments import positive_seconds
 from llmd.config import ServerConfig
 
 # A replace waits for a drain, two boots and two smoke gates at worst; the daemon bounds each.
@@ -32,7 +33,10 @@ def add_parser(verbs: Any, call: Call) -> None:
         "in turn, e.g. 5,25,50,100 (default: replace)",
     )
     deploy.add_argument(
-        "--step-s", type=float, metavar="S", help="least dwell per canary step (with --canary)"
+        "--step-s",
+        type=positive_seconds,
+        metavar="S",
+        help="least dwell per canary step (with --canary)",
     )
     deploy.add_argument("--runtime-dir", default=ServerConfig.runtime_dir)
     deploy.set_defaults(func=lambda args: _deploy(args, call))

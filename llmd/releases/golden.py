@@ -51,13 +51,15 @@ FIXED_CHAT = (
 def load_golden(path: str) -> tuple[GoldenPrompt, ...]:
     """The golden prompts of `path` (one JSON object a line: `messages`, optional
     `max_tokens` and `label`; blank lines skipped), or the built-in ones for "".
-    Raises ReleaseError naming the line."""
+    Raises ReleaseError naming the line, or the file when it cannot be read or is not UTF-8."""
     if not path:
         return BUILTIN_GOLDEN
     try:
         lines = Path(path).read_text().splitlines()
     except OSError as exc:
         raise ReleaseError(f"cannot read golden prompts {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ReleaseError(f"cannot read golden prompts {path}: not UTF-8 text ({exc})") from None
     prompts = []
     for number, line in enumerate(lines, 1):
         if not line.strip():

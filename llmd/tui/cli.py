@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from llmd.arguments import positive_seconds
 from llmd.config import ServerConfig
 from llmd.runtime import RuntimePaths
 
@@ -14,9 +14,6 @@ from llmd.runtime import RuntimePaths
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the `llmd-top` console script."""
     args = _parser().parse_args(argv)
-    if args.interval <= 0:
-        print("llmd-top: --interval must be > 0", file=sys.stderr)
-        sys.exit(2)
     from llmd.tui.app import TopApp
     from llmd.tui.client import DaemonClient
 
@@ -41,6 +38,10 @@ def _parser() -> argparse.ArgumentParser:
         "--readonly", action="store_true", help="watch only: no drain, resume, restart or cancel"
     )
     parser.add_argument(
-        "--interval", type=float, default=1.0, metavar="S", help="refresh every S seconds (1)"
+        "--interval",
+        type=positive_seconds,
+        default=1.0,
+        metavar="S",
+        help="refresh every S seconds (1)",
     )
     return parser

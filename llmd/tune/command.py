@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from llmd.arguments import positive, positive_count, positive_seconds
 from llmd.bench.scenarios import SCENARIOS
 from llmd.releases.store import DEFAULT_STATE_DIR
 from llmd.tune.release import ENGINE_NAME
@@ -58,7 +59,7 @@ def add_parser(verbs: Any) -> None:
         "--runtime-dir", help="where a running llmd would answer (default: server.runtime_dir)"
     )
     tune.add_argument(
-        "--slo-ttft-p95-ms", metavar="MS", type=float, required=True, help="TTFT p95 bound"
+        "--slo-ttft-p95-ms", metavar="MS", type=positive, required=True, help="TTFT p95 bound"
     )
     tune.add_argument(
         "--scenario",
@@ -71,14 +72,25 @@ def add_parser(verbs: Any) -> None:
         "--max-num-seqs", metavar="LIST", help="settings to try, e.g. 8,16,32 (8,16,32,64)"
     )
     tune.add_argument(
-        "--concurrency", metavar="N", type=int, help="users at every step (default: the setting)"
+        "--concurrency",
+        metavar="N",
+        type=positive_count,
+        help="users at every step (default: the setting)",
     )
     tune.add_argument(
-        "--duration", metavar="S", type=float, default=30.0, help="seconds of load per step (30)"
+        "--duration",
+        metavar="S",
+        type=positive_seconds,
+        default=30.0,
+        help="seconds of load per step (30)",
     )
-    tune.add_argument("--max-requests", metavar="N", type=int, default=10_000)
+    tune.add_argument("--max-requests", metavar="N", type=positive_count, default=10_000)
     tune.add_argument(
-        "--timeout", metavar="S", type=float, default=120.0, help="per request, seconds (120)"
+        "--timeout",
+        metavar="S",
+        type=positive_seconds,
+        default=120.0,
+        help="per request, seconds (120)",
     )
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument(
@@ -159,8 +171,6 @@ def _options(args: argparse.Namespace, config: Any) -> Any:
 
     if args.engine is not None and args.engine != ENGINE_NAME:
         raise TuneError(f"no engine named {args.engine!r}: this config has one, {ENGINE_NAME!r}")
-    if min(args.duration, args.max_requests, args.timeout) <= 0 or (args.concurrency or 1) < 1:
-        raise TuneError("--duration, --max-requests, --timeout and --concurrency must be > 0")
     chosen = scenario(args.scenario)
     traffic = None
     if args.from_traffic:

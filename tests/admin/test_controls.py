@@ -3,6 +3,7 @@ streams in flight, resume, cancel one request, restart the engine, reload the co
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import threading
@@ -164,6 +165,24 @@ def test_reload_of_a_broken_config_is_refused(llmd: LlmdProcess) -> None:
     assert result.returncode == 1 and "unknown key nonsense" in result.stderr
 
 
+def test_reload_of_a_config_not_utf8_is_refused_and_llmd_serves_on(llmd: LlmdProcess) -> None:
+    """A config with a byte that is not UTF-8: `llmd reload` prints the reason (file and line)
+    and exits 1, no traceback; SIGHUP logs the refusal; llmd serves on."""
+    config = llmd.runtime_dir.parent / "llmd.toml"
+    original = config.read_bytes()
+    config.write_bytes(original + b"# caf\xe9\n")
+    try:
+        result = cli(llmd, "reload")
+        llmd.process.send_signal(signal.SIGHUP)
+        assert wait_for(lambda: llmd.log_path.read_text().count("not UTF-8") >= 2, timeout_s=30)
+    finally:
+        config.write_bytes(original)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    line = original.count(b"\n") + 1
+    assert f"llmd: {config}:{line}: cannot read config: not UTF-8" in result.stderr
+    assert llmd.process.poll() is None and llmd.admin_status()["engine"]["state"] == "serving"
+
+
 def test_verbs_without_a_daemon_exit_3(tmp_path: Any) -> None:
     """Client verbs with no daemon behind the socket say so and exit 3 (LSB: not running)."""
     result = subprocess.run(
@@ -183,9 +202,11 @@ def test_admin_bodies_have_the_public_limit_and_error_shape(llmd: LlmdProcess) -
         too_large = admin.post("http://llmd/drain", content=b" " * (limit + 1))
         not_json = admin.post("http://llmd/drain", content=b"{nope")
         no_route = admin.post("http://llmd/nowhere")
+        too_long = admin.post("http://llmd/drain", json={"deadline_s": 1e308})
     assert too_large.status_code == 413
     assert too_large.json()["error"]["code"] == "body_too_large"
     assert not_json.status_code == 400
     assert not_json.json()["error"]["code"] == "invalid_request"
     assert no_route.status_code == 404 and no_route.json()["error"]["type"]
+    assert too_long.status_code == 400 and too_long.json()["error"]["param"] == "deadline_s"
     assert llmd.admin_status()["draining"] is False

@@ -47,8 +47,9 @@ def test_no_file_is_one_anonymous_tenant() -> None:
     ("text", "message"),
     [
         ('[tenants.a]\nkeys = ["abc"]\n', "not a SHA-256 hex digest"),
-        ('[tenants.a]\nhighest_class = "urgent"\n', "highest_class = 'urgent'"),
-        ("[tenants.a]\nweight = 0\n", "weight = 0.0: expected a number > 0"),
+        ('[tenants.a]\nhighest_class = "urgent"\n', ":2: tenants.a.highest_class: expected"),
+        ("[tenants.a]\nweight = 0\n", ":2: tenants.a.weight: expected a number > 0"),
+        ("[tenants.a]\nweight = nan\n", ":2: tenants.a.weight: expected a number >= 0"),
         ("[tenants.a]\nmax_queue = 3\n", "unknown key .*tenants.a.max_queue"),
         ("[other]\n", "expected only \\[tenants.NAME\\] tables"),
     ],
@@ -57,6 +58,33 @@ def test_bad_tenants_file_names_the_key(tmp_path: Path, text: str, message: str)
     """Each mistake in the tenants file fails at load, naming the file and the key."""
     with pytest.raises(ConfigError, match=message):
         load_tenants(write(tmp_path, text))
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'highest_class = "sk-SECRET-1"',
+        'default_class = "sk-SECRET-1"',
+        'max_queue = "sk-SECRET-1"',
+        'kees = ["sk-SECRET-1"]',
+        "weight = -1.5e-9",
+    ],
+)
+def test_tenants_file_values_are_never_echoed(tmp_path: Path, line: str) -> None:
+    """A wrong value, or a value under a mistyped key, is refused naming the key and its line,
+    never the value (README: no value of the tenants file is shown)."""
+    with pytest.raises(ConfigError, match=r":2: (unknown key )?tenants\.a\.") as caught:
+        load_tenants(write(tmp_path, f"[tenants.a]\n{line}\n"))
+    assert "SECRET" not in str(caught.value) and "1.5e-09" not in str(caught.value)
+
+
+def test_a_tenants_file_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    """A byte that is not UTF-8 (a Latin-1 comment) fails like bad TOML: ConfigError naming
+    the file and its line, not UnicodeDecodeError."""
+    path = tmp_path / "tenants.toml"
+    path.write_bytes(b"[tenants.a]\nweight = 1\n# caf\xe9\n")
+    with pytest.raises(ConfigError, match=r"tenants.toml:3: cannot read tenants file: not UTF-8"):
+        load_tenants(path)
 
 
 def test_duplicate_key_is_refused(tmp_path: Path) -> None:

@@ -59,6 +59,14 @@ def test_a_missing_file_is_a_release_error(tmp_path: Path) -> None:
         load_golden(str(tmp_path / "none.jsonl"))
 
 
+def test_a_file_not_utf8_is_a_release_error(tmp_path: Path) -> None:
+    """A byte that is not UTF-8 is a ReleaseError naming the file, not UnicodeDecodeError."""
+    path = tmp_path / "golden.jsonl"
+    path.write_bytes(b'{"messages": [{"role": "user", "content": "caf\xe9"}]}\n')
+    with pytest.raises(ReleaseError, match=r"golden prompts .*golden.jsonl: not UTF-8"):
+        load_golden(str(path))
+
+
 @pytest.mark.parametrize(
     ("value", "number"),
     [("1024", 1024), ("1k", 1000), ("1K", 1024), ("25.6k", 25600), ("-1", None), ("x", None)],

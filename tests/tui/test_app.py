@@ -122,6 +122,17 @@ def test_arguments() -> None:
         _parser().parse_args(["--socket", "a", "--runtime-dir", "b"])
 
 
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "0", "-1", "1e308", "x"])
+def test_top_interval_takes_positive_finite_seconds(
+    text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """llmd-top --interval nan (a busy loop), inf, 0 or past 30 days is a usage error (exit 2)."""
+    with pytest.raises(SystemExit) as exited:
+        _parser().parse_args(["--interval", text])
+    assert exited.value.code == 2 and "argument --interval: expected" in capsys.readouterr().err
+    assert _parser().parse_args(["--interval", "0.25"]).interval == 0.25
+
+
 async def test_refresh_goes_on_under_a_dialog() -> None:
     """With the help or a confirmation open, snapshots keep arriving and panels keep updating."""
     daemon = FakeDaemon()

@@ -1,0 +1,84 @@
+"""argparse `type=` checks for the numeric options of llmd's commands: a bad number (NaN,
+infinity, out of range) is a usage error naming the option (exit 2), never a traceback, a
+busy loop or a request the daemon refuses."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+from llmd.binding import MAX_DURATION_S
+
+
+def _number(text: str) -> float:
+    """`text` as a finite float. Raises ArgumentTypeError."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, not {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, not {text!r}")
+    return value
+
+
+def _whole(text: str) -> int:
+    """`text` as an int. Raises ArgumentTypeError."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
+
+
+def positive(text: str) -> float:
+    """A finite number > 0 (GiB, milliseconds)."""
+    value = _number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, not {text}")
+    return value
+
+
+def share(text: str) -> float:
+    """A share in 0..1."""
+    value = _number(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a share in 0..1, not {text}")
+    return value
+
+
+def _seconds(zero: bool) -> Callable[[str], float]:
+    """The check for a duration in seconds above 0 (or from 0, with `zero`) up to
+    MAX_DURATION_S (30 days, as for the config's durations)."""
+
+    def seconds(text: str) -> float:
+        value = _number(text)
+        if not (value >= 0 if zero else value > 0) or value > MAX_DURATION_S:
+            bound = "[0" if zero else "(0"
+            raise argparse.ArgumentTypeError(
+                f"expected seconds in {bound}, {MAX_DURATION_S}] (30 days), not {text}"
+            )
+        return value
+
+    return seconds
+
+
+seconds = _seconds(zero=True)
+"""Seconds, 0 up to 30 days."""
+positive_seconds = _seconds(zero=False)
+"""Seconds, more than 0 up to 30 days (an interval or a timeout)."""
+
+
+def count(text: str) -> int:
+    """A whole number >= 0."""
+    value = _whole(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, not {text}")
+    return value
+
+
+def positive_count(text: str) -> int:
+    """A whole number >= 1."""
+    value = _whole(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, not {text}")
+    return value

@@ -1,0 +1,62 @@
+"""The `llmd` command's own handling of bad input: numbers refused by argparse (exit 2), a
+config that cannot be read refused as a config error (exit 78)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmd.cli import main
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["drain", "--timeout", "nan"], "--timeout: expected a finite number, not 'nan'"),
+        (["drain", "--timeout", "inf"], "--timeout: expected a finite number"),
+        (["drain", "--timeout", "-1"], "--timeout: expected seconds in [0, 2592000]"),
+        (["drain", "--timeout", "1e308"], "--timeout: expected seconds in [0, 2592000]"),
+        (["check-config", "--gpu-memory-gib", "nan"], "--gpu-memory-gib: expected a finite"),
+        (["check-config", "--gpu-memory-gib", "inf"], "--gpu-memory-gib: expected a finite"),
+        (["check-config", "--gpu-memory-gib", "-1"], "--gpu-memory-gib: expected a number > 0"),
+        (["check-config", "--gpu-memory-gib", "0"], "--gpu-memory-gib: expected a number > 0"),
+        (
+            ["check-config", "--typical-tokens", "-5"],
+            "--typical-tokens: expected a whole number >= 1",
+        ),
+        (["check-config", "--typical-tokens", "1.5"], "--typical-tokens: expected a whole number"),
+        (["doctor", "--gpu-memory-gib", "nan"], "--gpu-memory-gib: expected a finite"),
+        (["deploy", "r", "--step-s", "0"], "--step-s: expected seconds in (0, 2592000]"),
+        (["release", "gc", "--keep", "-1"], "--keep: expected a whole number >= 0"),
+        (["bench", "--url", "u", "--duration", "nan"], "--duration: expected a finite"),
+        (["bench", "--url", "u", "--disconnect-share", "1.5"], "--disconnect-share: expected a"),
+        (["bench", "--url", "u", "--warmup", "-1"], "--warmup: expected a whole number >= 0"),
+        (["tune", "--slo-ttft-p95-ms", "inf", "--output", "o"], "--slo-ttft-p95-ms: expected a"),
+        (["tune", "--slo-ttft-p95-ms", "1", "--output", "o", "--concurrency", "0"], "--concur"),
+    ],
+)
+def test_a_bad_number_is_a_usage_error(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bad number is refused by argparse with exit 2 and names the option and the rule,
+    before anything runs (no traceback, no request the daemon refuses)."""
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("verb", [["check-config"], ["serve", "--config"]])
+def test_a_config_not_utf8_exits_78_naming_the_file(
+    verb: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`llmd check-config` and `llmd serve` on a config with a byte that is not UTF-8 exit 78
+    (EX_CONFIG) naming the file and line, without a traceback."""
+    path = tmp_path / "llmd.toml"
+    path.write_bytes(b'[engine]\nmodel = "m"\n# caf\xe9\n')
+    with pytest.raises(SystemExit) as exited:
+        main([*verb, str(path)])
+    assert exited.value.code == 78
+    err = capsys.readouterr().err
+    assert f"llmd: {path}:3: cannot read config: not UTF-8" in err and "Traceback" not in err
