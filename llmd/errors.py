@@ -42,6 +42,8 @@ from __future__ import annotations
 import json
 import math
 
+from llmd.quoting import encodable
+
 
 class LlmdError(Exception):
     """Base of every error llmd raises on purpose."""
@@ -88,6 +90,10 @@ class TuneError(LlmdError):
 class ApiError(LlmdError):
     """An error answered to an HTTP client in the OpenAI shape.
 
+    `message` and `param` often quote what a client sent; text no UTF-8 encoder takes (a lone
+    UTF-16 surrogate from a JSON escape) is kept escaped (`\\udc00`), so every error body is
+    strict JSON (RFC 8259 §8.2) and every log line writes.
+
     Attributes: `status` (HTTP status), `code` (stable machine-readable reason, DESIGN.md table),
     `type` (OpenAI error type), `param` (offending request field or None), `retry_after_s`
     (seconds, sent as `Retry-After` rounded up; required for 429 and 503), `extra_headers`
@@ -105,9 +111,10 @@ class ApiError(LlmdError):
     def __init__(
         self, message: str, *, param: str | None = None, retry_after_s: float | None = None
     ) -> None:
+        message = encodable(message)
         super().__init__(message)
         self.message = message
-        self.param = param
+        self.param = encodable(param) if param is not None else None
         self.retry_after_s = retry_after_s
         self.extra_headers: list[tuple[bytes, bytes]] = []
 

@@ -10,6 +10,15 @@ def header_text(value: bytes) -> str:
     return repr(value.decode("latin-1"))
 
 
+def encodable(text: str) -> str:
+    """`text` with what no UTF-8 encoder takes (lone UTF-16 surrogates, which a JSON escape
+    such as "\\udc00" yields) written as a backslash escape, e.g. "a\\udc00" → "a\\\\udc00";
+    other text is returned as is."""
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def json_type(value: object) -> str:
     """The JSON type of a parsed JSON value: null, boolean, number, string, array or object."""
     if value is None:

@@ -1,10 +1,22 @@
-"""Error shapes: OpenAI body, Retry-After on 429/503, in-band SSE form."""
+"""Error shapes: OpenAI body (strict JSON whatever the client sent), Retry-After on 429/503,
+in-band SSE form."""
 
 from __future__ import annotations
 
 import json
 
-from llmd.errors import ContextLengthExceeded, Draining, EngineError, EngineUnavailable
+import pytest
+
+from llmd.errors import (
+    ApiError,
+    ContextLengthExceeded,
+    Draining,
+    EngineError,
+    EngineUnavailable,
+    InvalidRequest,
+    ModelNotFound,
+    NotFound,
+)
 
 
 def test_body_is_openai_shaped() -> None:
@@ -34,3 +46,22 @@ def test_sse_event_ends_the_stream() -> None:
     first, done, tail = event.split(b"\n\n")
     assert json.loads(first.removeprefix(b"data: "))["error"]["code"] == "engine_error"
     assert done == b"data: [DONE]" and tail == b""
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        InvalidRequest("key \udc00x holds a lone surrogate", param="\udc00x"),
+        NotFound("no route GET /\ud83d"),
+        ModelNotFound("\udfff", ["tiny"]),
+    ],
+)
+def test_an_error_quoting_a_lone_surrogate_is_strict_json(error: ApiError) -> None:
+    """Text no UTF-8 encoder takes (a lone surrogate a JSON escape made) in an error's message
+    or param is written as its escape: the body and SSE event encode as UTF-8 once parsed."""
+    for payload in (error.body(), error.sse_event().split(b"\n\n")[0].removeprefix(b"data: ")):
+        parsed = json.loads(payload)["error"]
+        json.dumps(parsed, ensure_ascii=False).encode("utf-8")  # raises on a lone surrogate
+        assert "\\ud" in parsed["message"]
+    error.message.encode("utf-8")  # what the log writes; raises on a lone surrogate
+    (error.param or "").encode("utf-8")

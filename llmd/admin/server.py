@@ -34,7 +34,7 @@ from llmd.errors import (
     NotFound,
     ReleaseError,
 )
-from llmd.proxy.body import ClientGone, parse_object, read_body
+from llmd.proxy.body import ClientGone, check_length, parse_object, read_body
 from llmd.proxy.writer import send_error
 from llmd.releases.orchestrator import Deployer
 from llmd.state import DaemonState
@@ -58,7 +58,9 @@ class AdminApp:
         if scope["type"] != "http":  # served with lifespan off
             return
         try:
-            raw = await read_body(receive, self.state.config.server.max_body_bytes)
+            limit = self.state.config.server.max_body_bytes
+            check_length(scope["headers"], limit)
+            raw = await read_body(receive, limit)
             body = parse_object(raw) if raw.strip() else {}
             payload = await self._route(scope["method"], scope["path"], body)
         except ClientGone:

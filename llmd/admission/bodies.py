@@ -1,11 +1,13 @@
 """The memory budget of request bodies: bytes llmd holds for requests not yet sent to the engine.
 
-A request reserves its body's size (its Content-Length, else `server.max_body_bytes`) before
-llmd reads the body, and gives it back once the body has gone to the engine or the request has
-ended, whichever comes first. While the requests holding bodies (being read, validated or
-queued) would pass `admission.max_queued_bytes`, a new one is refused (429 `queue_full`, with
-Retry-After) before its body is read. So what llmd keeps of waiting requests is bounded by the
-budget, whatever the number of clients; a request always fits when nothing is held, so a body
+A request's share follows the bytes llmd has of its body: it starts empty and grows as each
+chunk is read (never by what a Content-Length promises, so a client that declares a body and
+stalls holds nothing it has not sent), and is given back once the body has gone to the engine or
+the request has ended, whichever comes first. While the requests holding bodies (being read,
+validated or queued) would pass `admission.max_queued_bytes`, a request is refused (429
+`queue_full`, with Retry-After): a new one before its body is read, one being read as the chunk
+that would pass it arrives. So what llmd keeps of waiting requests is bounded by the budget,
+whatever the number of clients; a request always fits when no other holds bytes, so a body
 larger than the budget is not refused forever. When the budget empties again, `on_drained`
 hears the most it held since it was last empty (the daemon then gives freed memory back to the
 system: llmd/allocator.py). Pure (no I/O).
@@ -48,6 +50,19 @@ class BodyHold:
     def __init__(self, budget: BodyBudget, nbytes: int) -> None:
         self._budget: BodyBudget | None = budget
         self.nbytes = nbytes
+
+    def grow(self, nbytes: int) -> bool:
+        """The body being read now takes `nbytes` (more than before): True once held; False,
+        nothing changed, when others hold bytes and the budget would pass its limit. True
+        once released (nothing is held)."""
+        budget = self._budget
+        if budget is None or nbytes <= self.nbytes:
+            return True
+        others = budget.held - self.nbytes
+        if budget.limit and others and others + nbytes > budget.limit:
+            return False
+        self.resize(nbytes)
+        return True
 
     def resize(self, nbytes: int) -> None:
         """The body now takes `nbytes` (read, or rewritten by validation); never refused.

@@ -181,19 +181,29 @@ class Admission:
         header = next((v for k, v in headers if k == PRIORITY_HEADER), None)
         return requested_class(header, tenant.default_class, tenant.highest_class)
 
-    def hold_body(self, nbytes: int) -> BodyHold:
-        """Reserve `nbytes` of the body budget for a request about to be read
-        (llmd/admission/bodies.py). Raises QueueFull (429) past `max_queued_bytes`."""
-        hold = self.bodies.reserve(nbytes)
+    def hold_body(self) -> BodyHold:
+        """An empty share of the body budget for a request about to be read, to grow with
+        `grow_body` as its body arrives (llmd/admission/bodies.py). Raises QueueFull (429)
+        while the budget is past `max_queued_bytes`."""
+        hold = self.bodies.reserve(0)
         if hold is None:
-            scheduler = self.scheduler
-            retry = scheduler.rates.wait_s((None, None), scheduler.queued(), time.monotonic())
-            raise QueueFull(
-                f"llmd holds {self.bodies.held:,} bytes of requests waiting for the engine, "
-                f"near its limit of {self.bodies.limit:,}; retry later",
-                retry_after_s=retry,
-            )
+            raise self._bodies_full()
         return hold
+
+    def grow_body(self, hold: BodyHold, nbytes: int) -> None:
+        """`hold` now takes `nbytes`, the body read so far. Raises QueueFull (429) when that
+        would pass `max_queued_bytes` while other requests hold bytes."""
+        if not hold.grow(nbytes):
+            raise self._bodies_full()
+
+    def _bodies_full(self) -> QueueFull:
+        scheduler = self.scheduler
+        retry = scheduler.rates.wait_s((None, None), scheduler.queued(), time.monotonic())
+        return QueueFull(
+            f"llmd holds {self.bodies.held:,} bytes of requests waiting for the engine, "
+            f"near its limit of {self.bodies.limit:,}; retry later",
+            retry_after_s=retry,
+        )
 
     def deadline(self, headers: list[Any], arrived_at: float) -> float | None:
         """The request's deadline (monotonic s) from `x-llmd-deadline-ms`, counted from its

@@ -55,10 +55,16 @@ class Target:
         return aiohttp.ClientSession(connector=connector, timeout=timeout)
 
 
-async def fetch_json(session: aiohttp.ClientSession, target: Target, path: str) -> Any:
-    """GET `path` on `target` as JSON. Raises `BenchError` when it does not answer 200 JSON."""
+async def fetch_json(
+    session: aiohttp.ClientSession,
+    target: Target,
+    path: str,
+    headers: tuple[tuple[str, str], ...] = (),
+) -> Any:
+    """GET `path` on `target` as JSON, with `headers` (an API key). Raises `BenchError` when it
+    does not answer 200 JSON."""
     try:
-        async with session.get(target.base_url + path) as response:
+        async with session.get(target.base_url + path, headers=list(headers)) as response:
             if response.status != 200:
                 raise BenchError(f"{target.url}{path}: HTTP {response.status}")
             return await response.json(content_type=None)

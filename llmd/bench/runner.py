@@ -122,13 +122,14 @@ def targets_of(options: BenchOptions) -> list[Target]:
 
 
 async def discover(
-    options: BenchOptions, target: Target
+    options: BenchOptions, target: Target, auth: tuple[tuple[str, str], ...] = ()
 ) -> tuple[str, int | None, PromptBuilder, str | None]:
-    """(model, max_model_len, prompt builder, tokenizer dir) from `/v1/models` and the options.
+    """(model, max_model_len, prompt builder, tokenizer dir) from `/v1/models` (asked with
+    `auth`, the API key's header) and the options.
     The tokenizer is `--tokenizer`, else the model's `root` when that directory is on this
     machine with a tokenizer.json (vLLM's /v1/models gives the model path as `root`)."""
     async with target.session(timeout_s=30) as session:
-        listing = await fetch_json(session, target, "/v1/models")
+        listing = await fetch_json(session, target, "/v1/models", auth)
     models = listing.get("data") or [] if isinstance(listing, dict) else []
     if not models:
         raise BenchError(f"{target.url}/v1/models lists no model")
@@ -150,11 +151,19 @@ async def discover(
     )
 
 
-async def warm_up(target: Target, model: str, prompts: PromptBuilder, count: int) -> None:
-    """`count` small requests, not measured; raises `BenchError` if the target cannot serve."""
+async def warm_up(
+    target: Target,
+    model: str,
+    prompts: PromptBuilder,
+    count: int,
+    auth: tuple[tuple[str, str], ...] = (),
+) -> None:
+    """`count` small requests (with `auth`, the API key's header), not measured; raises
+    `BenchError` if the target cannot serve."""
     async with target.session(timeout_s=60) as session:
         for index in range(count):
-            call = Call(model, prompts.build(16, random.Random(f"warmup:{index}")), 16)
+            prompt = prompts.build(16, random.Random(f"warmup:{index}"))
+            call = Call(model, prompt, 16, headers=auth)
             result = RequestResult(-1, "warmup", 16, 16, 0.0)
             await stream_completion(session, target, call, result, 120, time.perf_counter())
             if result.outcome != "ok":
@@ -165,15 +174,14 @@ async def run_bench(options: BenchOptions, display: Display | None = None) -> Be
     """Run the whole bench. Raises `BenchError` when a target cannot be used at all."""
     started_at = time.time()
     targets = targets_of(options)
-    model, max_model_len, prompts, tokenizer = await discover(options, targets[0])
+    auth = (("Authorization", f"Bearer {options.api_key}"),) if options.api_key else ()
+    model, max_model_len, prompts, tokenizer = await discover(options, targets[0], auth)
     metrics = Target.parse("metrics", options.metrics_url) if options.metrics_url else targets[0]
     single = options.scenario.single
     if not single:
         for target in targets:
-            await warm_up(target, model, prompts, options.warmup)
-    headers: list[tuple[str, str]] = []
-    if options.api_key:
-        headers.append(("Authorization", f"Bearer {options.api_key}"))
+            await warm_up(target, model, prompts, options.warmup, auth)
+    headers = list(auth)
     if options.priority:
         headers.append(("x-llmd-priority", options.priority))
     steps: dict[str, list[StepSummary]] = {t.label: [] for t in targets}

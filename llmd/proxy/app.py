@@ -1,6 +1,7 @@
 """The public ASGI app: routes, the backends' clients' lifespan, error handlers, and the
-middleware around them (outermost first): CORS → request id (and internal errors) → routes;
-a generation request takes a shorter way to its relay when CORS is off (`ProxyApp`)."""
+middleware around them (outermost first): CORS → request id (and internal errors) → the API
+key of `/v1` routes → routes; a generation request takes a shorter way to its relay when CORS
+is off (`ProxyApp`)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from llmd.errors import (
     PermissionDenied,
 )
 from llmd.proxy.cors import Cors
-from llmd.proxy.middleware import RequestIdMiddleware
+from llmd.proxy.middleware import KeyRequired, RequestIdMiddleware
 from llmd.proxy.relay import NOT_QUEUED, Relay
 from llmd.proxy.stalls import watch_stalls
 from llmd.proxy.writer import ErrorResponse
@@ -131,6 +132,11 @@ def build_app(state: DaemonState) -> ProxyApp:
         exception_handlers={HTTPException: _http_exception, ApiError: _api_error},
     )
     # add_middleware puts each one outside those added before it.
+    app.add_middleware(  # admission is read at each request: a reload may replace its tenants
+        KeyRequired,
+        authenticate=lambda headers: state.admission.authenticate(headers),
+        own_check=frozenset(relays),
+    )
     app.add_middleware(RequestIdMiddleware)
     app.add_middleware(Cors, server_config=lambda: state.config.server)
     return ProxyApp(app, dict(relays), lambda: state.config.server)

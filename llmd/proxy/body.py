@@ -15,6 +15,7 @@ import json
 import math
 import re
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 from starlette.types import Receive
@@ -71,25 +72,45 @@ def body_coding(headers: list[Any]) -> str | None:
     return codings[0]
 
 
+def check_length(headers: list[Any], limit: int) -> None:
+    """Refuse at once, before a byte of it is read, a body whose `Content-Length` (in ASGI
+    `headers`) is over `limit`: it would be refused once that much arrived (as sent, whatever
+    its coding). Raises BodyTooLarge (413)."""
+    length = next((v for k, v in headers if k == b"content-length"), b"")
+    if length.isdigit() and int(length) > limit:
+        raise BodyTooLarge(
+            f"request body of {int(length)} bytes (Content-Length) is over the limit of "
+            f"{limit} bytes",
+            param=None,
+        )
+
+
 async def read_body(
-    receive: Receive, limit: int, coding: str | None = None, timeout_s: float = 0.0
+    receive: Receive,
+    limit: int,
+    coding: str | None = None,
+    timeout_s: float = 0.0,
+    taking: Callable[[int], None] | None = None,
 ) -> bytes:
     """The whole body from ASGI `receive`, decoded from `coding` (see `body_coding`), within
-    `timeout_s` seconds (0: no limit).
+    `timeout_s` seconds (0: no limit). `taking`, when given, hears the bytes kept so far (as
+    decoded) each time a chunk adds some, before the next is read; what it raises ends the read.
 
     Raises BodyTooLarge past `limit` bytes, as sent or as decoded; InvalidRequest for a body
     that does not decode; RequestTimeout (408) for one that takes longer; ClientGone.
     """
     try:
         async with asyncio.timeout(timeout_s or None):
-            return await _read(receive, limit, coding)
+            return await _read(receive, limit, coding, taking)
     except TimeoutError:
         raise RequestTimeout(
             f"the request body did not arrive within {timeout_s:g} s (server.read_timeout_s)"
         ) from None
 
 
-async def _read(receive: Receive, limit: int, coding: str | None) -> bytes:
+async def _read(
+    receive: Receive, limit: int, coding: str | None, taking: Callable[[int], None] | None
+) -> bytes:
     decoder = zlib.decompressobj(CODINGS[coding]) if coding else None
     chunks: list[bytes] = []
     received = size = 0
@@ -109,6 +130,8 @@ async def _read(receive: Receive, limit: int, coding: str | None) -> bytes:
         size += len(chunk)
         if size > limit:
             raise _too_large(limit, " once decoded")
+        if taking is not None and chunk:
+            taking(size)
         chunks.append(chunk)
         if not message.get("more_body", False):
             break

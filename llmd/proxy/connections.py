@@ -9,7 +9,9 @@ that connected together, keep-alive connections between requests) do not, so a b
 than the limit has its first `max_connections` requests served rather than every one refused
 (uvicorn counts every connection accepted, before any of their requests has run). And past the
 limit the answer is llmd's: 503 `too_many_connections`, OpenAI-shaped, with Retry-After (the
-time for one release at the measured rate), counted as a rejection. The limit bounds what
+time for one release at the measured rate), counted as a rejection. `GET /health`, `/ready` and
+`/metrics` are served past the limit (`PROBES`): a probe never sees llmd refuse it for being
+busy. The limit bounds what
 requests being read cost llmd (each may buffer a read of body before llmd reads it: uvicorn
 pauses reading past 64 KiB, and uvloop reads up to 250 KB at once); the body budget
 (llmd/admission/bodies.py) bounds the bodies it reads. uvicorn reads the limit from its config
@@ -29,6 +31,11 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 from llmd.errors import TooManyConnections
 from llmd.proxy.writer import send_error
 from llmd.state import DaemonState
+
+# Answered whatever the limit: a liveness probe refused at the limit would restart a live
+# daemon, and a readiness probe or a scrape would lose sight of it when it is busiest. Each is
+# a GET with no body that llmd answers from memory.
+PROBES = frozenset({"/health", "/ready", "/metrics"})
 
 
 def limited_protocol(
@@ -61,7 +68,13 @@ def limited_protocol(
         def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
             if app is service_unavailable:
                 limit = self.limit_concurrency
-                app = self.app if limit is not None and len(self.tasks) < limit else over_limit
+                room = limit is not None and len(self.tasks) < limit
+                app = self.app if room or _is_probe(cycle.scope) else over_limit
             super()._start_asgi_task(cycle, app)
 
     return LimitedHttpToolsProtocol
+
+
+def _is_probe(scope: Scope) -> bool:
+    """Whether `scope` is a GET of a probe route (`PROBES`), served past the limit."""
+    return scope["type"] == "http" and scope["method"] == "GET" and scope["path"] in PROBES

@@ -1,19 +1,24 @@
-"""Pure ASGI middleware (never BaseHTTPMiddleware: it hides client disconnects, vllm#10087)."""
+"""Pure ASGI middleware (never BaseHTTPMiddleware: it hides client disconnects, vllm#10087):
+the request id, and the API key every `/v1` request needs."""
 
 from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Callable, Set
 from typing import Any
 
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from llmd.errors import InternalError
+from llmd.errors import ApiError, InternalError
 from llmd.proxy.writer import send_error
 
 log = structlog.get_logger("llmd.proxy")
-_REQUEST_ID = re.compile(rb"^[\x21-\x7e]{1,128}$")
+# A client's id is kept when it is 1-128 characters of printable ASCII, spaces and quotes
+# included (a header value's own leading and trailing spaces are not part of it: RFC 9110
+# §5.5); control characters, other bytes or a longer id get a fresh one.
+_REQUEST_ID = re.compile(rb"^[\x20-\x7e]{1,128}$")
 REQUEST_ID_KEY = "llmd.request_id"
 # The `send` this middleware was given: a response's body may go there directly, past this
 # middleware's and Starlette's exception handling's wrappers, which touch only a response's
@@ -22,8 +27,9 @@ BODY_SEND_KEY = "llmd.body_send"
 
 
 class RequestIdMiddleware:
-    """Keeps the client's `x-request-id` (printable ASCII, <= 128 bytes) or makes one, and
-    answers an exception that escaped the routes (a bug in llmd) with that id.
+    """Keeps the client's `x-request-id` (printable ASCII, spaces included, <= 128 bytes) or
+    makes one (32 hex digits), and answers an exception that escaped the routes (a bug in
+    llmd) with that id.
 
     The id is put in `scope["llmd.request_id"]` and echoed on the response; the `send` under
     this middleware in `scope["llmd.body_send"]`, for a response's body. An exception
@@ -68,3 +74,32 @@ class RequestIdMiddleware:
             )
             if not started:
                 await send_error(send_with_id, InternalError(scope[REQUEST_ID_KEY]))
+
+
+class KeyRequired:
+    """Every request to a path under `/v1` passes `authenticate` (its ASGI headers: raises
+    ApiError, InvalidApiKey when keys are configured and its key is missing or unknown)
+    before its route, or a 404 or 405, answers it, so no `/v1` answer needs less than a
+    generation request does. A POST to an `own_check` path (a relay) is passed on as it comes:
+    the relay authenticates in its own first stage, where the refusal is accounted."""
+
+    def __init__(
+        self, app: ASGIApp, authenticate: Callable[[list[Any]], object], own_check: Set[str]
+    ) -> None:
+        self.app = app
+        self.authenticate = authenticate
+        self.own_check = own_check
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if (
+            scope["type"] == "http"
+            and (path == "/v1" or path.startswith("/v1/"))
+            and not (scope["method"] == "POST" and path in self.own_check)
+        ):
+            try:
+                self.authenticate(scope["headers"])
+            except ApiError as error:
+                await send_error(send, error)
+                return
+        await self.app(scope, receive, send)

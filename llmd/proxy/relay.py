@@ -5,8 +5,8 @@
 Each stage is a small method with a typed result, and raises an `ApiError` to refuse. The first
 four run as the request arrives (a refusal is answered at once and accounted; any other
 exception is a bug in llmd, answered 500 `internal_error` with the request id, logged once with
-its traceback and accounted as an error); before its body is read a request reserves its size
-in admission's body budget (429 `queue_full` past it). `validate`, `admit` and `relay` run in
+its traceback and accounted as an error); a request's body takes its bytes, as they arrive, from
+admission's body budget (429 `queue_full` past it). `validate`, `admit` and `relay` run in
 one task raced against the client's `http.disconnect`, with the request live in the in-flight
 registry from its first byte of validation: a client that leaves while it waits for its
 tokenizer turn is never counted, one that leaves while queued never reaches a backend, and one
@@ -41,6 +41,7 @@ from llmd.proxy.body import (
     ClientGone,
     body_coding,
     check_content_type,
+    check_length,
     parse_object,
     read_body,
     without_bom,
@@ -58,6 +59,9 @@ from llmd.validation.fields import Endpoint, read_fields
 log = structlog.get_logger("llmd.proxy")
 
 _ENDPOINTS = {"/v1/chat/completions": Endpoint.CHAT, "/v1/completions": Endpoint.COMPLETIONS}
+# llmd's own request headers (x-llmd-priority, x-llmd-deadline-ms, x-llmd-context-policy), as
+# ASGI names them (lower case).
+CONTROL_PREFIX = b"x-llmd-"
 # A request answered before it reached admission's queue waited there for no time.
 NOT_QUEUED = (b"x-llmd-queue-ms", b"0")
 
@@ -133,6 +137,7 @@ class Relay:
         hold: BodyHold | None = None
         try:
             tenant = self.authenticate(arrival)
+            check_control_headers(arrival.headers)
             self.check_available()
             hold = self.hold_body(arrival)
             body = await self.read(arrival, receive, hold)
@@ -179,22 +184,28 @@ class Relay:
             raise error
 
     def hold_body(self, arrival: Arrival) -> BodyHold:
-        """Reserve the body's size (Content-Length, else the body limit) in admission's body
-        budget before reading it. Raises QueueFull (429) past the budget."""
-        limit = self.state.config.server.max_body_bytes
-        length = next((v for k, v in arrival.headers if k == b"content-length"), b"")
-        size = min(int(length), limit) if length.isdigit() else limit
-        return self.state.admission.hold_body(size)
+        """A share of admission's body budget, empty until the body's bytes arrive (`read`
+        grows it), after refusing a declared Content-Length over `server.max_body_bytes`.
+        Raises BodyTooLarge (413), QueueFull (429: the budget is past its limit)."""
+        check_length(arrival.headers, self.state.config.server.max_body_bytes)
+        return self.state.admission.hold_body()
 
     async def read(self, arrival: Arrival, receive: Receive, hold: BodyHold) -> Body:
         """The whole body, decoded and parsed: `application/json` only, in no content coding
-        or gzip or deflate; its reservation resized to what was read. Raises
-        UnsupportedMediaType (415), BodyTooLarge (413), InvalidRequest (400), RequestTimeout
-        (408: not all there within `server.read_timeout_s`), ClientGone."""
+        or gzip or deflate; its share of the body budget grown as its bytes arrive, then
+        resized to what was read. Raises UnsupportedMediaType (415), BodyTooLarge (413),
+        QueueFull (429: the budget cannot grow), InvalidRequest (400), RequestTimeout (408: not
+        all there within `server.read_timeout_s`), ClientGone."""
         check_content_type(arrival.headers)
         coding = body_coding(arrival.headers)
-        server = self.state.config.server
-        raw = await read_body(receive, server.max_body_bytes, coding, server.read_timeout_s)
+        server, admission = self.state.config.server, self.state.admission
+        raw = await read_body(
+            receive,
+            server.max_body_bytes,
+            coding,
+            server.read_timeout_s,
+            taking=lambda size: admission.grow_body(hold, size),
+        )
         hold.resize(len(raw))
         payload = parse_object(raw)
         if not isinstance(payload.get("stream"), bool | None):
@@ -425,6 +436,21 @@ class Relay:
                 prepared.drop()
             if ticket is not None:
                 self.state.admission.finish(ticket)
+
+
+def check_control_headers(headers: list[Any]) -> None:
+    """Refuse a request that sends one of llmd's control headers (`x-llmd-*`: priority,
+    deadline, context policy) more than once: which value would count is anyone's guess, and
+    a bad second value would go unseen. Raises InvalidRequest (400) naming the header."""
+    seen: set[bytes] = set()
+    for name, _ in headers:
+        if name.startswith(CONTROL_PREFIX):
+            if name in seen:
+                shown = name.decode("latin-1")
+                raise InvalidRequest(
+                    f"header {shown} appears more than once; send it once", param=shown
+                )
+            seen.add(name)
 
 
 def _with_priority(payload: dict[str, Any], cls: Priority) -> bytes:

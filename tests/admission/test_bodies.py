@@ -52,3 +52,17 @@ def test_the_budget_says_how_much_it_held_each_time_it_empties() -> None:
     assert third is not None
     third.release()
     assert peaks == [100, 5]
+
+
+def test_a_share_grows_with_its_bytes_until_others_leave_no_room() -> None:
+    """Limit 100 with 60 held elsewhere: an empty share grows to 40, not to 41 (refused,
+    nothing changed); alone it grows past the limit; a released share grows no more."""
+    budget = BodyBudget(100)
+    other, share = budget.reserve(60), budget.reserve(0)
+    assert other is not None and share is not None
+    assert share.grow(30) and share.grow(40) and budget.held == 100
+    assert not share.grow(41) and share.nbytes == 40 and budget.held == 100
+    other.release()
+    assert share.grow(500) and budget.held == 500
+    share.release()
+    assert share.grow(10) and budget.held == 0

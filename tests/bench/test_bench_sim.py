@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from llmd.admission.tenants import hash_key
 from llmd.bench.client import RequestResult, Target
 from llmd.bench.load import StepSpec, run_step
 from llmd.bench.prompts import PromptBuilder
@@ -179,6 +180,24 @@ def test_bad_target_is_a_usage_error(tmp_path: Path) -> None:
     assert completed.returncode == 2
     assert completed.stderr.strip().startswith("llmd bench: ")
     assert "Traceback" not in completed.stderr
+
+
+async def test_a_bench_with_an_api_key_runs_against_a_keyed_llmd(tmp_path: Path) -> None:
+    """With a tenants file every /v1 request needs a key: `api_key` goes with the model list,
+    the warm-up and the measured requests alike, and all of them are served."""
+    key = "bench-key"
+    (tmp_path / "tenants.toml").write_text(f'[tenants.bench]\nkeys = ["{hash_key(key)}"]\n')
+    config = sim_config(
+        ensure_tiny_model(), admission={"tenants_file": str(tmp_path / "tenants.toml")}
+    )
+    with LlmdProcess.running(config, "llmd-bk-") as llmd:
+        options = BenchOptions(
+            url=llmd.base_url, scenario=scenario("A"), seed=1, warmup=1, api_key=key
+        )
+        report = await run_bench(options)
+    (steps,) = report.steps.values()
+    assert report.model == "tiny"
+    assert [(step.ok, step.errors) for step in steps] == [(1, 0)]
 
 
 async def test_side_by_side_through_llmd_with_disconnects() -> None:

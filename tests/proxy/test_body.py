@@ -14,6 +14,7 @@ from llmd.proxy.body import (
     MAX_DEPTH,
     body_coding,
     check_content_type,
+    check_length,
     parse_object,
     read_body,
     without_bom,
@@ -43,7 +44,7 @@ def chunks(data: bytes, size: int = 1000) -> Any:
             "messages[0].content",
         ),
         (b'{"model": "\\udc00x"}', "model", "lone UTF-16 surrogate"),
-        (b'{"x\\ud800": 1}', "x\ud800", "lone UTF-16 surrogate"),
+        (b'{"x\\ud800": 1}', "x\\ud800", "lone UTF-16 surrogate"),  # shown escaped
         (b'{"max_tokens": NaN}', None, "NaN"),
         (b'{"temperature": Infinity}', None, "Infinity"),
         (b'{"temperature": -Infinity}', None, "-Infinity"),
@@ -63,7 +64,8 @@ def test_the_json_layer_refuses_with_400_naming_the_field(
 ) -> None:
     """Lone surrogates, NaN/Infinity, overflowing numbers, duplicate keys, raw control
     characters, deep nesting and non-UTF-8 text are each a 400 saying what is wrong (and where:
-    the JSON path in the message, the top-level field in `param`), never an exception."""
+    the JSON path in the message, the top-level field in `param`, a lone surrogate in them
+    escaped), never an exception."""
     with pytest.raises(InvalidRequest) as caught:
         parse_object(body)
     assert words in caught.value.message
@@ -151,3 +153,34 @@ async def test_the_limit_holds_as_sent_too() -> None:
     """A body over the limit as sent is refused without reading on."""
     with pytest.raises(BodyTooLarge):
         await read_body(chunks(b"x" * 5000, 1000), 4096)
+
+
+async def test_the_reader_says_what_it_keeps_as_each_chunk_arrives() -> None:
+    """`taking` hears the decoded size kept so far after each chunk, and what it raises ends
+    the read before the next chunk (the body budget refusing a body as it grows)."""
+    heard: list[int] = []
+    data = b'{"prompt": "' + b"hello " * 1000 + b'"}'
+    assert await read_body(chunks(data, 2500), 1 << 20, taking=heard.append) == data
+    assert heard == [2500, 5000, len(data)]
+    inflated: list[int] = []
+    await read_body(chunks(gzip.compress(data), 100), 1 << 20, "gzip", taking=inflated.append)
+    assert inflated[-1] == len(data) and inflated == sorted(inflated)
+
+    def refuse_past(size: int) -> None:
+        heard.append(size)
+        if size > 3000:
+            raise BodyTooLarge("over the budget")
+
+    heard.clear()
+    with pytest.raises(BodyTooLarge, match="budget"):
+        await read_body(chunks(data, 2500), 1 << 20, taking=refuse_past)
+    assert heard == [2500, 5000]
+
+
+def test_a_declared_length_over_the_limit_is_refused_unread() -> None:
+    """A Content-Length over the limit is 413 body_too_large naming it; at or under the
+    limit, or absent, nothing is refused."""
+    with pytest.raises(BodyTooLarge, match="4097 bytes"):
+        check_length([(b"content-length", b"4097")], 4096)
+    check_length([(b"content-length", b"4096")], 4096)
+    check_length([], 4096)

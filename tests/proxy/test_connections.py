@@ -1,6 +1,7 @@
 """The public listener's connection limit (server.max_connections): past it, llmd's own 503
 `too_many_connections` with Retry-After (not uvicorn's plain-text one), counted as a
-rejection; a reload applies a new limit to the connections that follow."""
+rejection; the probes are answered past it; a reload applies a new limit to the connections
+that follow."""
 
 from __future__ import annotations
 
@@ -75,6 +76,27 @@ async def test_past_the_limit_llmd_answers_503_with_retry_after_and_a_reload_rai
             after.rejections("too_many_connections") - before.rejections("too_many_connections")
             == 1
         )
+    finally:
+        llmd.stop()
+
+
+async def test_probes_are_answered_at_the_limit() -> None:
+    """max_connections = 2 with two streams open: GET /health, /ready and /metrics are still
+    200 (a liveness probe must not restart a busy daemon), while a generation request gets
+    503 too_many_connections."""
+    llmd = LlmdProcess.start(config(2), workdir=short_tmpdir("llmd-conn-"))
+    try:
+        llmd.wait_ready(timeout_s=30)
+        async with (
+            connections_held(llmd, 2),
+            httpx.AsyncClient(base_url=llmd.base_url, timeout=30) as probe,
+        ):
+            probes = [await probe.get(path) for path in ("/health", "/ready", "/metrics")]
+            refused = await probe.post("/v1/chat/completions", json=CHAT)
+        assert [answer.status_code for answer in probes] == [200, 200, 200], probes[0].text
+        assert "llmd_requests_total" in probes[2].text
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["error"]["code"] == "too_many_connections"
     finally:
         llmd.stop()
 

@@ -93,6 +93,76 @@ def test_a_lone_surrogate_is_a_400_naming_the_field_and_logs_one_line(
     ]
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"model": "tiny", "\\udc00": 1, "messages": [{"role": "user", "content": "Hi"}]}',
+        b'{"model": "tiny", "messages": [{"role": "user", "content": "Hi", "\\udc00x": 1}]}',
+        b'{"model": "tiny", "messages": [{"role": "user", "content": ["\\ud800"]}]}',
+    ],
+)
+def test_an_error_about_a_lone_surrogate_is_strict_json(client: httpx.Client, body: bytes) -> None:
+    """A lone surrogate in a key or a value is a 400 whose message and param show it escaped
+    (`\\udc00`): the answer parses as JSON and its text encodes as UTF-8 (what a strict
+    parser requires, RFC 8259 §8.2)."""
+    answer = client.post(
+        "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
+    )
+    error = assert_openai_error(answer, 400, "invalid_request")
+    json.dumps(error, ensure_ascii=False).encode("utf-8")  # raises on a lone surrogate
+    assert "\\ud" in error["message"] and "surrogate" in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("name", "values"),
+    [
+        ("x-llmd-priority", ("batch", "bogus")),
+        ("x-llmd-priority", ("interactive", "interactive")),
+        ("x-llmd-deadline-ms", ("5000", "-1")),
+        ("x-llmd-context-policy", ("reject", "clamp")),
+    ],
+)
+def test_a_repeated_control_header_is_refused_naming_it(
+    llmd: LlmdProcess, client: httpx.Client, name: str, values: tuple[str, str]
+) -> None:
+    """An llmd control header sent twice (even with the same value twice) is 400
+    invalid_request naming it, before the engine sees anything; sent once it is served."""
+    before = engine_prompts(llmd)
+    headers = [("content-type", "application/json"), *((name, value) for value in values)]
+    answer = client.post("/v1/chat/completions", content=json.dumps(CHAT), headers=headers)
+    error = assert_openai_error(answer, 400, "invalid_request")
+    assert error["param"] == name and name in error["message"]
+    assert engine_prompts(llmd) == before
+    once = client.post("/v1/chat/completions", json=CHAT, headers={name: values[0]})
+    assert once.status_code == 200, once.text
+
+
+@pytest.mark.parametrize(
+    ("given", "kept"),
+    [
+        ("my request 1", True),
+        ('"quoted" id', True),
+        ("a" * 128, True),
+        ("a" * 129, False),
+        ("caf\u00e9", False),
+    ],
+)
+def test_a_request_id_of_printable_ascii_is_kept(
+    client: httpx.Client, given: str, kept: bool
+) -> None:
+    """`x-request-id` of 1-128 printable ASCII characters, spaces and quotes included, is
+    echoed as sent; a longer or non-ASCII one is replaced by 32 hex digits."""
+    answer = client.post(
+        "/v1/chat/completions", json=CHAT, headers={"x-request-id": given.encode("utf-8")}
+    )
+    assert answer.status_code == 200, answer.text
+    echoed = answer.headers["x-request-id"]
+    if kept:
+        assert echoed == given
+    else:
+        assert len(echoed) == 32 and int(echoed, 16) >= 0
+
+
 def test_an_overlong_prompt_is_refused_with_a_true_count(
     llmd: LlmdProcess, client: httpx.Client, tiny_model_dir: Path
 ) -> None:

@@ -1,5 +1,6 @@
-"""A daemon with a tenants file: /metrics only for a key allowed to read it, and a key written
-by mistake into the file never echoed (reload log, admin answer, `llmd check-config`)."""
+"""A daemon with a tenants file: every /v1 request needs a key, /metrics only for a key allowed
+to read it, and a key written by mistake into the file never echoed (reload log, admin answer,
+`llmd check-config`)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,38 @@ def test_metrics_need_a_key_allowed_to_read_them(llmd: LlmdProcess) -> None:
         assert "llmd_" not in other.text
         allowed = client.get("/metrics", headers={"authorization": f"Bearer {PROM}"})
         assert allowed.status_code == 200 and "llmd_requests_total" in allowed.text
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/v1/models"),
+        ("POST", "/v1/chat/completions"),
+        ("POST", "/v1/completions"),
+        ("GET", "/v1/no-such-route"),
+        ("GET", "/v1/chat/completions"),
+    ],
+)
+def test_every_v1_request_needs_a_key(llmd: LlmdProcess, method: str, path: str) -> None:
+    """With keys configured, every /v1 request (the model list, whose cards name the model's
+    files, and an unknown route or method too) is 401 invalid_api_key without a key or with an
+    unknown one; the probes /health and /ready need none."""
+    with httpx.Client(base_url=llmd.base_url, timeout=30) as client:
+        for auth in ({}, {"authorization": "Bearer not-a-key"}, {"authorization": APP}):
+            answer = client.request(method, path, json={"model": "tiny"}, headers=auth)
+            assert answer.status_code == 401, (auth, answer.text)
+            assert answer.json()["error"]["code"] == "invalid_api_key"
+            assert "root" not in answer.text
+        assert client.get("/health").status_code == 200
+        assert client.get("/ready").status_code == 200
+
+
+def test_the_model_list_answers_a_valid_key(llmd: LlmdProcess) -> None:
+    """GET /v1/models with a tenant's key is the model list."""
+    with httpx.Client(base_url=llmd.base_url, timeout=30) as client:
+        answer = client.get("/v1/models", headers={"authorization": f"Bearer {APP}"})
+    assert answer.status_code == 200, answer.text
+    assert [card["id"] for card in answer.json()["data"]] == ["tiny"]
 
 
 def test_a_plaintext_key_in_the_tenants_file_is_never_echoed(llmd: LlmdProcess) -> None:

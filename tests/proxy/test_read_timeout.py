@@ -1,10 +1,11 @@
 """A client that stalls while sending its request holds nothing for long (server.read_timeout_s):
 a head or body not all there in time gets 408 request_timeout and its connection closes, a
-connection that sends nothing is closed, and the body budget a stalled body reserved is free
-again for other clients."""
+connection that sends nothing is closed, a stalled body holds of the body budget only the bytes
+it sent, and gives them back; a declared body over the limit is refused before it is read."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import time
@@ -67,27 +68,88 @@ def test_a_connection_that_sends_nothing_is_closed(llmd: LlmdProcess) -> None:
     assert answer == b"" and took_s >= TIMEOUT_S * 0.9
 
 
-def test_a_stalled_body_is_408_and_gives_its_budget_back(llmd: LlmdProcess) -> None:
-    """A body declared at 90,000 bytes of the 100,000-byte budget, of which 10 arrive: while it
-    stalls, another request does not fit (429 queue_full); then it gets 408 request_timeout
-    and the other request is served."""
+def stalled_answer(stalled: socket.socket) -> bytes:
+    answer = b""
+    while chunk := stalled.recv(65536):
+        answer += chunk
+    return answer
+
+
+def post(llmd: LlmdProcess, body: bytes) -> httpx.Response:
+    return httpx.post(llmd.base_url + "/v1/chat/completions", content=body,
+                      headers={"content-type": "application/json"}, timeout=30)  # fmt: skip
+
+
+def test_a_promised_body_costs_only_what_arrived(llmd: LlmdProcess) -> None:
+    """A body declared at 90,000 bytes of the 100,000-byte budget and a chunked one (no
+    length), 10 bytes of each arrived: while they stall, a 40,000-byte request is served (a
+    promise reserves nothing); then each stalled one gets 408 request_timeout."""
+    heads = [
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: llmd\r\n"
+        b"content-type: application/json\r\ncontent-length: 90000\r\n\r\n" + b'{"model": ',
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: llmd\r\ncontent-type: application/json"
+        b"\r\ntransfer-encoding: chunked\r\n\r\na\r\n" + b'{"model": \r\n',
+    ]
+    body = json.dumps({**CHAT, "padding": "x" * 40_000}).encode()
+    with contextlib.ExitStack() as stack:
+        stalled = []
+        for head in heads:
+            sock = stack.enter_context(socket.create_connection(("127.0.0.1", llmd.port), 30))
+            sock.sendall(head)
+            stalled.append(sock)
+        served = post(llmd, body)
+        answers = [stalled_answer(sock) for sock in stalled]
+    assert served.status_code == 200, served.text
+    for answer in answers:
+        status, error = status_and_error(answer)
+        assert status == 408 and error["code"] == "request_timeout", answer
+
+
+def test_a_stalled_chunked_body_holds_what_it_sent_then_gives_it_back(llmd: LlmdProcess) -> None:
+    """A chunked body (no Content-Length) that sent 70,000 bytes and stalls holds them: a
+    40,000-byte request does not fit the 100,000-byte budget (429 queue_full) while it stalls;
+    once it got its 408 the same request is served."""
     head = (
         b"POST /v1/chat/completions HTTP/1.1\r\nhost: llmd\r\n"
-        b"content-type: application/json\r\ncontent-length: 90000\r\n\r\n"
+        b"content-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
     )
-    body = json.dumps({**CHAT, "padding": "x" * 20_000}).encode()
+    sent = b'{"model": "tiny", "padding": "' + b"x" * 70_000
+    body = json.dumps({**CHAT, "padding": "x" * 40_000}).encode()
     with socket.create_connection(("127.0.0.1", llmd.port), timeout=30) as stalled:
-        stalled.sendall(head + b'{"model": ')
-        refused = httpx.post(llmd.base_url + "/v1/chat/completions", content=body,
-                             headers={"content-type": "application/json"}, timeout=30)  # fmt: skip
-        answer = b""
-        while chunk := stalled.recv(65536):
-            answer += chunk
+        stalled.sendall(head + b"%x\r\n%s\r\n" % (len(sent), sent))
+        refused = post(llmd, body)
+        # The stalled body's bytes may still be on their way to llmd when the other one comes.
+        deadline = time.monotonic() + 10
+        while refused.status_code == 200 and time.monotonic() < deadline:
+            refused = post(llmd, body)
+        answer = stalled_answer(stalled)
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "queue_full"
+    assert int(refused.headers["retry-after"]) >= 1
     status, error = status_and_error(answer)
     assert status == 408 and error["code"] == "request_timeout", answer
-    served = httpx.post(llmd.base_url + "/v1/chat/completions", json=CHAT, timeout=30)
+    served = post(llmd, body)
     assert served.status_code == 200, served.text
+
+
+def test_a_declared_length_over_the_limit_is_413_before_the_body(llmd: LlmdProcess) -> None:
+    """A Content-Length over server.max_body_bytes is 413 body_too_large as soon as the head
+    arrives, body unsent (not a 408 once read_timeout_s has passed)."""
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: llmd\r\n"
+        b"content-type: application/json\r\ncontent-length: 4194305\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", llmd.port), timeout=30) as sock:
+        sock.sendall(head)
+        reader = sock.makefile("rb")
+        status_line = reader.readline()
+        length = 0
+        while (line := reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.partition(b":")
+            if name.lower() == b"content-length":
+                length = int(value)
+        error = json.loads(reader.read(length))["error"]
+    assert int(status_line.split()[1]) == 413, status_line
+    assert error["code"] == "body_too_large" and "4194305" in error["message"]
 
 
 def test_the_deadline_runs_per_request_not_per_connection(llmd: LlmdProcess) -> None:

@@ -171,7 +171,8 @@ async def test_a_queue_turned_away_by_a_drain_is_a_rejection(
 
 async def test_the_body_budget_is_a_rejection(llmd: LlmdProcess, client: httpx.AsyncClient) -> None:
     """Waiting requests holding 60 KiB of a 96 KiB budget: another 60 KiB request is 429
-    queue_full at once (its body unread), counted as a rejection; a small one still queues."""
+    queue_full once its bytes would pass the budget, counted as a rejection; a small one still
+    queues."""
     big = {**CHAT, "metadata_blob": "x" * 60_000}  # passes through to the engine untouched
     async with seat_held(client, llmd):
         waiting = await queued(client, llmd, FREE, "interactive", big)
