@@ -30,10 +30,15 @@ class BodyBudget:
 
     def reserve(self, nbytes: int) -> BodyHold | None:
         """Hold `nbytes` for one request, or None: over the limit."""
-        if self.limit and self.held and self.held + nbytes > self.limit:
+        if not self.fits(self.held, nbytes):
             return None
         self._change(nbytes)
         return BodyHold(self, nbytes)
+
+    def fits(self, others: int, nbytes: int) -> bool:
+        """Whether one request may hold `nbytes` while the others hold `others`: within the
+        limit, or alone (so a body larger than the budget is not refused forever)."""
+        return not (self.limit and others and others + nbytes > self.limit)
 
     def _change(self, nbytes: int) -> None:
         self.held += nbytes
@@ -58,8 +63,7 @@ class BodyHold:
         budget = self._budget
         if budget is None or nbytes <= self.nbytes:
             return True
-        others = budget.held - self.nbytes
-        if budget.limit and others and others + nbytes > budget.limit:
+        if not budget.fits(budget.held - self.nbytes, nbytes):
             return False
         self.resize(nbytes)
         return True
