@@ -28,10 +28,13 @@ CHAT_HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nhost: llmd\r\n" + AUTH
 JSON_TYPE = b"content-type: application/json\r\n"
 
 
-def post(body: bytes, extra: bytes = b"", framing: bytes | None = None) -> bytes:
-    """A chat POST with `body`, `extra` header lines and Content-Length (or `framing`)."""
+def post(
+    body: bytes, extra: bytes = b"", framing: bytes | None = None, typed: bytes = JSON_TYPE
+) -> bytes:
+    """A chat POST with `body`, `extra` header lines, Content-Type line `typed` and
+    Content-Length (or `framing`)."""
     framing = framing if framing is not None else b"content-length: %d\r\n" % len(body)
-    return CHAT_HEAD + JSON_TYPE + extra + framing + b"connection: close\r\n\r\n" + body
+    return CHAT_HEAD + typed + extra + framing + b"connection: close\r\n\r\n" + body
 
 
 def get(target: bytes, extra: bytes = b"", method: bytes = b"GET") -> bytes:
@@ -77,7 +80,7 @@ ERRORS: list[tuple[str, bytes, int, str | int]] = [
         "request_timeout",
     ),
     ("body too large", post(b"", framing=b"content-length: 99999999\r\n"), 413, "body_too_large"),
-    ("not JSON typed", post(BODY, b"content-type: text/plain\r\n"), 415, "invalid_request"),
+    ("not JSON typed", post(BODY, typed=b"content-type: text/plain\r\n"), 415, "invalid_request"),
     ("coding unknown", post(BODY, b"content-encoding: br\r\n"), 415, "invalid_request"),
     ("many headers", get(b"/v1/models", b"x-h: 1\r\n" * 101), 431, "headers_too_large"),
 ]
