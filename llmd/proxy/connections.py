@@ -57,7 +57,7 @@ def limited_protocol(
             f"llmd has {limit} connections or requests open, its limit; retry later",
             retry_after_s=state.admission.scheduler.rates.wait_s((None, None), 0, now),
         )
-        state.observer.rejected(scope[REQUEST_ID_KEY], error.status, str(error.code), now)
+        state.observer.rejected(scope[REQUEST_ID_KEY], error.status, error.reason, now)
         await send_error(send, error)
 
     # With the request id (and x-llmd-queue-ms on /v1), as every answer of llmd's app.
