@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from llmd.errors import ConfigError
+from llmd.textfiles import not_utf8
 
 HIDDEN = "(its value is not shown: it may be a secret)"
 # The longest duration a key may give: 30 days. Past it a timer overflows (1e308 s) or is a typo;
@@ -37,11 +38,9 @@ def read_toml(path: Path, what: str) -> tuple[str, dict[str, Any]]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
+        line, why = not_utf8(data, exc)
         raise ConfigError(
-            f"{path}:{line}: cannot read {what}: not UTF-8 text (byte 0x{data[exc.start]:02x} at "
-            f"offset {exc.start}); TOML files are UTF-8",
-            line=line,
+            f"{path}:{line}: cannot read {what}: {why}; TOML files are UTF-8", line=line
         ) from None
     try:
         return text, tomllib.loads(text)

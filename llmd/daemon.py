@@ -615,6 +615,9 @@ class Daemon:
             access_log=False,
             # httptools, with the request head bounded by [server] (llmd/proxy/protocol.py)
             http=http or bounded_protocol(lambda: self.config.server),
+            # HTTP/1.1 alone: an Upgrade (WebSocket included) is ignored, and the request
+            # served as HTTP/1.1 (llmd/proxy/protocol.py)
+            ws="none",
             timeout_graceful_shutdown=5,
         )
         server = _EmbeddedServer(config)

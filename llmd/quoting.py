@@ -1,13 +1,15 @@
-"""How error messages show what a client sent: a header value as the text it was, a JSON
-value by its JSON type (RFC 8259 §3), never a Python repr or type name."""
+"""How error messages show what a client sent: a header value as the bytes it was (escaped past
+ASCII), a JSON value by its JSON type (RFC 8259 §3), never a Python repr or type name."""
 
 from __future__ import annotations
 
 
 def header_text(value: bytes) -> str:
-    """`value` (raw header bytes) quoted as text, e.g. b"bogus" → "'bogus'" (ISO-8859-1, the
-    header charset of RFC 9110 §5.5)."""
-    return repr(value.decode("latin-1"))
+    """`value` (raw header bytes) quoted, printable ASCII as it is and every other byte as a
+    `\\xNN` escape, e.g. b"bogus" → "'bogus'", "é" sent in UTF-8 → "'\\xc3\\xa9'". A byte past
+    ASCII in a header is opaque (RFC 9110 §5.5): a client may have meant ISO-8859-1 or UTF-8,
+    and either guess would show the other's text garbled."""
+    return repr(value)[1:]
 
 
 def encodable(text: str) -> str:

@@ -16,7 +16,8 @@ EPILOG = """checks before a deployment: the model directory, its architecture in
 vLLM's registry, its tokenizer against its vocabulary and chat template, memory for its weights
 plus one sequence of KV cache, torch/vLLM/CUDA/driver versions, and on the CPU build the
 instruction set. Then the engine's recent exits as the running daemon diagnosed them, or the
-lines of --log FILE (raw engine output, or llmd's JSON log: journalctl -u llmd -o cat).
+lines of --log FILE (raw engine output, or llmd's JSON log: journalctl -u llmd -o cat); a line
+of it that is not UTF-8 is skipped, and how many were is said on stderr.
 
 exit status: 0 no errors, 1 at least one error finding, 78 a config that does not load.
 """
@@ -51,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from llmd.config import config_path, load_config
     from llmd.doctor.examine import Boundaries, from_daemon, from_log, pre_deployment
     from llmd.errors import ConfigError
+    from llmd.textfiles import log_lines
 
     path = config_path(args.config)
     try:
@@ -59,15 +61,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"llmd doctor: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     checks = pre_deployment(config, Boundaries(), args.gpu_memory_gib)
-    if args.log == "-":
-        exits = from_log(sys.stdin, "stdin")
-    elif args.log:
+    if args.log:
         try:
-            with Path(args.log).open() as lines:
-                exits = from_log(lines, args.log)
+            with log_lines(args.log) as lines:
+                exits = from_log(lines, lines.name)
         except OSError as exc:
             print(f"llmd doctor: --log {args.log}: {exc.strerror}", file=sys.stderr)
             return 2
+        if lines.warning():
+            print(f"llmd doctor: --log {lines.warning()}", file=sys.stderr)
     else:
         exits = from_daemon(Path(args.runtime_dir or config.server.runtime_dir))
     document = {

@@ -27,8 +27,8 @@ from llmd.errors import (
     PermissionDenied,
 )
 from llmd.proxy.cors import Cors
-from llmd.proxy.middleware import KeyRequired, RequestIdMiddleware
-from llmd.proxy.relay import NOT_QUEUED, Relay
+from llmd.proxy.middleware import NOT_QUEUED, KeyRequired, RequestIdMiddleware
+from llmd.proxy.relay import Relay
 from llmd.proxy.stalls import watch_stalls
 from llmd.proxy.writer import ErrorResponse
 from llmd.state import DaemonState

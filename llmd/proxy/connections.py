@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
+from typing import cast
 
-from uvicorn._types import ASGI3Application, ASGIReceiveCallable, ASGISendCallable, Scope
+from starlette.types import Receive, Scope, Send
+from uvicorn._types import ASGI3Application, HTTPScope
 from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from llmd.errors import TooManyConnections
+from llmd.proxy.middleware import REQUEST_ID_KEY, RequestIdMiddleware
 from llmd.proxy.writer import send_error
 from llmd.state import DaemonState
 
@@ -48,17 +50,18 @@ def limited_protocol(
     if not issubclass(base, HttpToolsProtocol):
         raise TypeError(f"{base.__name__} is not uvicorn's httptools protocol")
 
-    async def over_limit(
-        scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
-    ) -> None:
+    async def refuse(scope: Scope, receive: Receive, send: Send) -> None:
         now = time.monotonic()
         limit = state.config.server.max_connections
         error = TooManyConnections(
             f"llmd has {limit} connections or requests open, its limit; retry later",
             retry_after_s=state.admission.scheduler.rates.wait_s((None, None), 0, now),
         )
-        state.observer.rejected(uuid.uuid4().hex, error.status, error.reason, now)
-        await send_error(send, error)  # type: ignore[arg-type]
+        state.observer.rejected(scope[REQUEST_ID_KEY], error.status, error.reason, now)
+        await send_error(send, error)
+
+    # With the request id (and x-llmd-queue-ms on /v1), as every answer of llmd's app.
+    over_limit = cast(ASGI3Application, RequestIdMiddleware(refuse))
 
     class LimitedHttpToolsProtocol(base):  # type: ignore[valid-type,misc]
         """uvicorn's protocol; `_start_asgi_task` is where every request's app is started,
@@ -75,6 +78,6 @@ def limited_protocol(
     return LimitedHttpToolsProtocol
 
 
-def _is_probe(scope: Scope) -> bool:
+def _is_probe(scope: HTTPScope) -> bool:
     """Whether `scope` is a GET of a probe route (`PROBES`), served past the limit."""
     return scope["type"] == "http" and scope["method"] == "GET" and scope["path"] in PROBES

@@ -1,5 +1,6 @@
 """Pure ASGI middleware (never BaseHTTPMiddleware: it hides client disconnects, vllm#10087):
-the request id, and the API key every `/v1` request needs."""
+the request id (and the headers every answer on `/v1` carries), and the API key every `/v1`
+request needs."""
 
 from __future__ import annotations
 
@@ -24,6 +25,15 @@ REQUEST_ID_KEY = "llmd.request_id"
 # middleware's and Starlette's exception handling's wrappers, which touch only a response's
 # start (llmd/proxy/writer.py's ClientWriter does it for every streamed chunk, issue 20).
 BODY_SEND_KEY = "llmd.body_send"
+# The time a request spent in llmd's queue, on every answer on /v1 (README): 0 for an answer
+# given before it was queued (a 401, 404, 405, a refused body), unless its route says more.
+QUEUE_MS = b"x-llmd-queue-ms"
+NOT_QUEUED = (QUEUE_MS, b"0")
+
+
+def on_v1(path: str) -> bool:
+    """Whether `path` is an OpenAI API path (`/v1` or under it)."""
+    return path == "/v1" or path.startswith("/v1/")
 
 
 class RequestIdMiddleware:
@@ -31,8 +41,10 @@ class RequestIdMiddleware:
     makes one (32 hex digits), and answers an exception that escaped the routes (a bug in
     llmd) with that id.
 
-    The id is put in `scope["llmd.request_id"]` and echoed on the response; the `send` under
-    this middleware in `scope["llmd.body_send"]`, for a response's body. An exception
+    The id is put in `scope["llmd.request_id"]` and echoed on the response, and an answer on
+    `/v1` that does not say its queue time gets `x-llmd-queue-ms: 0` (a 404, 405, 401 or 503
+    answered before any queue), so every `/v1` answer carries both; the `send` under this
+    middleware goes in `scope["llmd.body_send"]`, for a response's body. An exception
     before the response started is answered 500 `internal_error`; either way it is logged
     once (`unexpected_error`, with the id and the traceback) and never reaches uvicorn, which
     would log it again without the id.
@@ -50,12 +62,15 @@ class RequestIdMiddleware:
         scope[REQUEST_ID_KEY] = request_id.decode()
         scope[BODY_SEND_KEY] = send
         started = False
+        v1 = on_v1(scope["path"])
 
         async def send_with_id(message: Message) -> None:
             nonlocal started
             if message["type"] == "http.response.start":
                 headers: list[Any] = list(message.get("headers", []))
                 headers.append((b"x-request-id", request_id))
+                if v1 and not any(name == QUEUE_MS for name, _ in headers):
+                    headers.append(NOT_QUEUED)
                 message = {**message, "headers": headers}
                 started = True
             await send(message)
@@ -94,7 +109,7 @@ class KeyRequired:
         path = scope.get("path", "")
         if (
             scope["type"] == "http"
-            and (path == "/v1" or path.startswith("/v1/"))
+            and on_v1(path)
             and not (scope["method"] == "POST" and path in self.own_check)
         ):
             try:

@@ -9,14 +9,22 @@ headers as they are parsed, and answers 431 (RFC 6585 §5) as soon as either pas
 refuses get an OpenAI-shaped 400 in place of uvicorn's plain-text one. A head that has not
 arrived whole `server.read_timeout_s` after the connection opened (or after the request's first
 byte, on a kept-alive connection) gets 408 `request_timeout`; a connection that sent nothing
-by then is closed without an answer (nginx's `client_header_timeout` does the same). Each of
-these closes the connection, is logged by llmd (`request_head_refused`, rate-limited) and never
-reaches the app.
+by then is closed without an answer (nginx's `client_header_timeout` does the same). A request
+whose `Transfer-Encoding` is anything but `chunked` alone (`gzip, chunked`, say: llmd decodes no
+transfer coding) is a 400 before its body is read (RFC 9112 §6.1, §6.3). Each of these closes
+the connection, carries a fresh `x-request-id` (and `x-llmd-queue-ms: 0` on `/v1`), is logged
+by llmd (`request_head_refused`, rate-limited) and never reaches the app.
+
+llmd serves HTTP/1.1 alone: uvicorn runs with `ws="none"`, so a request asking to upgrade (to
+WebSocket, h2c) is served as the HTTP/1.1 request it also is, its `Upgrade` ignored (RFC 9110
+§7.8), and the connection closed after the answer (the parser reads nothing past an upgrade's
+head): a WebSocket handshake to `/v1/chat/completions` is that route's 405.
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +34,8 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from llmd.config import ServerConfig
 from llmd.errors import ApiError, HeadersTooLarge, InvalidRequest, RequestTimeout
+from llmd.proxy.middleware import NOT_QUEUED, on_v1
+from llmd.quoting import header_text
 
 log = structlog.get_logger("llmd.proxy")
 
@@ -48,7 +58,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = True
         self._head_bytes = 0
         self._header_count = 0
-        self._refusal: ApiError | None = None
+        self._refusal: tuple[ApiError, str] | None = None
         self._head_timer: asyncio.TimerHandle | None = None
         self._head_started = False
 
@@ -74,7 +84,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._header_count += 1
         limit = self.server_config().max_headers
         if self._header_count > limit:
-            self._refusal = HeadersTooLarge(f"the request has more than {limit} headers")
+            self._refusal = (
+                HeadersTooLarge(f"the request has more than {limit} headers"),
+                "header_count",
+            )
             raise _Refused
         super().on_header(name, value)
 
@@ -83,6 +96,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_started = False
         self._head_bytes = 0
         self._disarm_head_timer()
+        framing = _framing_refused(self.headers, self.parser.should_upgrade())
+        if framing is not None:
+            self._refusal = framing, "framing"
+            raise _Refused
         super().on_headers_complete()
 
     # -- the head's deadline ---------------------------------------------------------------------
@@ -138,13 +155,15 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            if self._should_upgrade():
-                self.handle_websocket_upgrade()
+            # Served as HTTP/1.1 (ws="none": see the module docstring); the parser stops at an
+            # upgrade, so the connection ends with this answer.
+            if self.cycle is not None and not self.cycle.response_complete:
+                self.cycle.keep_alive = False
             else:
-                self._unsupported_upgrade_warning()
+                self.transport.close()
         except httptools.HttpParserError as exc:
             if self._refusal is not None:
-                self._refuse(self._refusal, "header_count")
+                self._refuse(*self._refusal)
             else:
                 detail = str(exc) or type(exc).__name__
                 self._refuse(InvalidRequest(f"invalid HTTP request: {detail}"), "malformed")
@@ -157,21 +176,65 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def _refuse(self, error: ApiError, reason: str) -> None:
         """Answer `error` and close the connection (the rest of the request is not read)."""
+        request_id = uuid.uuid4().hex
         log.warning(
             "request_head_refused",
             status=error.status,
             reason=reason,
+            request_id=request_id,
             client=self.client[0] if self.client else None,
             detail=error.message,
         )
         body = error.body()
+        headers = dict(error.headers())  # one of each: a 408 names `connection` itself
+        headers[b"content-length"] = str(len(body)).encode()
+        headers[b"connection"] = b"close"
+        headers[b"x-request-id"] = request_id.encode()
+        if on_v1(_path(getattr(self, "url", b"")).decode("latin-1")):
+            headers[NOT_QUEUED[0]] = NOT_QUEUED[1]
         head = [STATUS_LINE[error.status]]
-        for name, value in [*error.headers(), (b"content-length", str(len(body)).encode())]:
-            head.append(name + b": " + value + b"\r\n")
-        head.append(b"connection: close\r\n\r\n")
+        head += [name + b": " + value + b"\r\n" for name, value in headers.items()]
+        head.append(b"\r\n")
         if not self.transport.is_closing():
             self.transport.write(b"".join(head) + body)
             self.transport.close()
+
+
+def _framing_refused(headers: list[tuple[bytes, bytes]], upgrade: bool) -> ApiError | None:
+    """The 400 for a request whose body llmd would misread, None for any other.
+
+    Its transfer codings (every `Transfer-Encoding` line, in order) must be `chunked` alone:
+    llmd decodes no other (RFC 9112 §7: gzip, deflate, compress), and a body framed by one
+    would be read as if it were not coded. RFC 9112 §6.1 suggests 501 for a coding not
+    understood, which clients retry as a server fault, so this is a 400, as §6.3 asks when
+    chunked is not the last coding. And a request that asks to `upgrade` may not have a body:
+    the parser hands what follows an upgrade's head to the new protocol, so the body would
+    never be read (llmd serves the request as HTTP/1.1 without it)."""
+    values = [value for name, value in headers if name == b"transfer-encoding"]
+    length = next((value for name, value in headers if name == b"content-length"), b"0")
+    if upgrade and (values or length.strip() != b"0"):
+        upgrade_to = next((value for name, value in headers if name == b"upgrade"), b"")
+        return InvalidRequest(
+            f"llmd serves HTTP/1.1 alone and does not upgrade (Upgrade {header_text(upgrade_to)})"
+            ": send a request with a body without Connection: upgrade",
+            param="upgrade",
+        )
+    codings = [c.strip().lower() for c in b",".join(values).split(b",")]
+    if not values or codings == [b"chunked"]:
+        return None
+    return InvalidRequest(
+        f"Transfer-Encoding {header_text(b', '.join(values))} is not supported: llmd reads a "
+        "body framed by Content-Length or by chunked alone; send a compressed body with "
+        "Content-Encoding: gzip or deflate",
+        param="transfer-encoding",
+    )
+
+
+def _path(target: bytes) -> bytes:
+    """The path of a request target (origin form, or absolute form's path), as sent."""
+    if not target.startswith(b"/"):
+        target = b"/" + target.partition(b"://")[2].partition(b"/")[2]
+    return target.split(b"?", 1)[0]
 
 
 def bounded_protocol(server_config: Callable[[], ServerConfig]) -> type[asyncio.Protocol]:

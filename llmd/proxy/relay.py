@@ -47,7 +47,7 @@ from llmd.proxy.body import (
     without_bom,
 )
 from llmd.proxy.inflight import Exchange
-from llmd.proxy.middleware import BODY_SEND_KEY, REQUEST_ID_KEY
+from llmd.proxy.middleware import BODY_SEND_KEY, NOT_QUEUED, REQUEST_ID_KEY
 from llmd.proxy.upstream import forward
 from llmd.proxy.writer import ClientWriter, answer_error, send_error
 from llmd.releases.assign import conversation_key
@@ -62,8 +62,6 @@ _ENDPOINTS = {"/v1/chat/completions": Endpoint.CHAT, "/v1/completions": Endpoint
 # llmd's own request headers (x-llmd-priority, x-llmd-deadline-ms, x-llmd-context-policy), as
 # ASGI names them (lower case).
 CONTROL_PREFIX = b"x-llmd-"
-# A request answered before it reached admission's queue waited there for no time.
-NOT_QUEUED = (b"x-llmd-queue-ms", b"0")
 
 
 @dataclasses.dataclass

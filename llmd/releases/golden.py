@@ -12,6 +12,7 @@ from typing import Any
 from llmd.errors import ReleaseError
 from llmd.releases.flags import flag_value
 from llmd.releases.record import Release
+from llmd.textfiles import not_utf8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,11 +56,14 @@ def load_golden(path: str) -> tuple[GoldenPrompt, ...]:
     if not path:
         return BUILTIN_GOLDEN
     try:
-        lines = Path(path).read_text().splitlines()
+        data = Path(path).read_bytes()
     except OSError as exc:
         raise ReleaseError(f"cannot read golden prompts {path}: {exc.strerror or exc}") from exc
+    try:
+        lines = data.decode("utf-8").splitlines()
     except UnicodeDecodeError as exc:
-        raise ReleaseError(f"cannot read golden prompts {path}: not UTF-8 text ({exc})") from None
+        at, why = not_utf8(data, exc)
+        raise ReleaseError(f"{path}:{at}: cannot read golden prompts: {why}") from None
     prompts = []
     for number, line in enumerate(lines, 1):
         if not line.strip():

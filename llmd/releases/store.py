@@ -21,6 +21,7 @@ from llmd.errors import ReleaseError
 from llmd.releases.atomic import adopt_owner, locked, sync_directory, write_atomic
 from llmd.releases.digests import DigestCache
 from llmd.releases.record import Release, build_release, check_name
+from llmd.textfiles import not_utf8
 
 DEFAULT_STATE_DIR = Path("/var/lib/llmd")
 
@@ -67,12 +68,17 @@ class ReleaseStore:
         """Release `name`. Raises ReleaseError when there is none or it cannot be read."""
         path = self.path(name)
         try:
-            text = path.read_text()
+            data = path.read_bytes()
         except FileNotFoundError as exc:
             known = ", ".join(r.name for r in self.releases()[0]) or "none"
             raise ReleaseError(f"no release {name!r} in {self.root} (known: {known})") from exc
         except OSError as exc:
             raise ReleaseError(f"cannot read {path}: {exc.strerror or exc}") from exc
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line, why = not_utf8(data, exc)
+            raise ReleaseError(f"{path}:{line}: cannot read the release record: {why}") from None
         try:
             return Release.from_dict(json.loads(text))
         except ValueError as exc:
@@ -118,17 +124,20 @@ class ReleaseStore:
 
     def history(self) -> tuple[list[dict[str, Any]], list[str]]:
         """The deploy events, oldest first, and one line per line that is not a JSON object
-        (a torn last line after a crash, say)."""
+        in UTF-8 (a torn last line after a crash, say), skipped."""
         try:
-            text = self.history_path.read_text()
+            data = self.history_path.read_bytes()
         except FileNotFoundError:
             return [], []
         except OSError as exc:
             raise ReleaseError(f"cannot read {self.history_path}: {exc}") from exc
         events, problems = [], []
-        for number, raw in enumerate(text.splitlines(), 1):
+        for number, raw in enumerate(data.splitlines(), 1):
             try:
-                event = json.loads(raw)
+                event = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError:
+                problems.append(f"{self.history_path}:{number}: not UTF-8 text, skipped")
+                continue
             except ValueError:
                 event = None
             if isinstance(event, dict):

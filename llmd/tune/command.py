@@ -97,7 +97,8 @@ def add_parser(verbs: Any) -> None:
         "--from-traffic",
         metavar="FILE",
         help="lengths from llmd's request log (journalctl -u llmd -o cat; '-' stdin) instead of "
-        "the scenario's; proposes --max-model-len from their 99th percentile",
+        "the scenario's; proposes --max-model-len from their 99th percentile (a line that is "
+        "not UTF-8 is skipped, and counted on stderr)",
     )
     tune.add_argument("--output", metavar="FILE", type=Path, required=True, help="JSON figures")
     tune.add_argument(
@@ -178,7 +179,9 @@ def _options(args: argparse.Namespace, config: Any) -> Any:
             positions = load_shape(Path(config.engine.model)).max_positions
         except SizingError:
             positions = None
-        traffic = traffic_from(args.from_traffic, positions)
+        traffic, skipped = traffic_from(args.from_traffic, positions)
+        if skipped:
+            print(f"llmd tune: --from-traffic {skipped}", file=sys.stderr)
         chosen = dataclasses.replace(chosen, mix=traffic.mix)
     settings = settings_for(parse_max_num_seqs(args.max_num_seqs), chosen.shared_prefix_tokens > 0)
     return TuneOptions(

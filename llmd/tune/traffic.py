@@ -11,13 +11,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import sys
 from collections.abc import Iterable
-from pathlib import Path
 
 from llmd.bench.lengths import LengthMix
 from llmd.bench.stats import percentile
 from llmd.errors import TuneError
+from llmd.textfiles import log_lines
 
 # The upper quantile --max-model-len is set from, and what it is rounded up to.
 QUANTILE = 99.0
@@ -64,12 +63,11 @@ def read_traffic(lines: Iterable[str], max_positions: int | None = None) -> Traf
     return Traffic(tuple(pairs), total, proposed)
 
 
-def traffic_from(source: str, max_positions: int | None = None) -> Traffic:
-    """`read_traffic` of the file `source` ('-': standard input). Raises `TuneError`."""
-    if source == "-":
-        return read_traffic(sys.stdin, max_positions)
+def traffic_from(source: str, max_positions: int | None = None) -> tuple[Traffic, str | None]:
+    """`read_traffic` of the file `source` ('-': standard input), and the warning that says
+    how many lines were skipped as not UTF-8 (None when none was). Raises `TuneError`."""
     try:
-        with Path(source).open() as lines:
-            return read_traffic(lines, max_positions)
+        with log_lines(source) as lines:
+            return read_traffic(lines, max_positions), lines.warning()
     except OSError as exc:
         raise TuneError(f"--from-traffic {source}: {exc.strerror}") from None

@@ -189,8 +189,27 @@ def test_doctor_reads_a_log_on_stdin(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """`journalctl -u llmd -o cat | llmd doctor --log -`: raw engine lines work too."""
-    monkeypatch.setattr("sys.stdin", io.StringIO("OSError: [Errno 98] Address already in use\n"))
+    stdin = io.BytesIO(b"OSError: [Errno 98] Address already in use\n")
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(stdin))
     config = _config(tmp_path, sim_config(tiny_model_dir))
     code, out = _doctor(["--config", str(config), "--log", "-"], capsys)
     assert code == 1
     assert "recent engine exits (stdin)" in out and "error    address_in_use" in out
+
+
+def test_doctor_skips_and_counts_log_lines_not_utf8(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--log FILE with lines that are not UTF-8 (a binary blob in the engine's output): they
+    are skipped and counted on stderr, naming the file and the first, and the lines around
+    them are still diagnosed."""
+    log = tmp_path / "engine.log"
+    log.write_bytes(
+        b"booting\n\x89PNG\r\x1a\n\xff\xd8 blob\nOSError: [Errno 98] Address already in use\n"
+    )
+    config = _config(tmp_path, sim_config(tiny_model_dir))
+    with pytest.raises(SystemExit) as exited:
+        main(["doctor", "--config", str(config), "--log", str(log)])
+    out, err = capsys.readouterr()
+    assert exited.value.code == 1 and "error    address_in_use" in out
+    assert f"llmd doctor: --log {log}: 2 lines skipped: not UTF-8 text (the first: line 2)" in err

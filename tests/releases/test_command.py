@@ -59,6 +59,22 @@ def test_create_list_show_diff(
     assert "table.args --max-model-len: 1024 -> 512" in capsys.readouterr().out
 
 
+def test_a_corrupted_record_exits_1_naming_it(
+    state: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`release show` of a record that is not UTF-8: exit 1 and one line naming the file and
+    line, no traceback."""
+    root = Path(state) / "releases"
+    root.mkdir(parents=True)
+    (root / "bad.json").write_bytes(b"{\xff}\n")
+    assert llmd("release", "show", "bad", "--state-dir", state) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        f"llmd: {root / 'bad.json'}:1: cannot read the release record: not UTF-8 text "
+        "(byte 0xff at offset 1)\n"
+    )
+
+
 def test_create_refuses_a_taken_name_and_an_unknown_engine(
     config: Path, state: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -60,10 +60,11 @@ def test_a_missing_file_is_a_release_error(tmp_path: Path) -> None:
 
 
 def test_a_file_not_utf8_is_a_release_error(tmp_path: Path) -> None:
-    """A byte that is not UTF-8 is a ReleaseError naming the file, not UnicodeDecodeError."""
+    """A byte that is not UTF-8 is a ReleaseError naming the file and its line, not
+    UnicodeDecodeError."""
     path = tmp_path / "golden.jsonl"
-    path.write_bytes(b'{"messages": [{"role": "user", "content": "caf\xe9"}]}\n')
-    with pytest.raises(ReleaseError, match=r"golden prompts .*golden.jsonl: not UTF-8"):
+    path.write_bytes(b'\n{"messages": [{"role": "user", "content": "caf\xe9"}]}\n')
+    with pytest.raises(ReleaseError, match=r"golden.jsonl:2: cannot read golden prompts: not UTF"):
         load_golden(str(path))
 
 

@@ -48,16 +48,38 @@ def test_an_unreadable_record_is_reported_not_fatal(store: ReleaseStore, model_d
     assert len(problems) == 1 and "bad.json is not valid JSON" in problems[0]
 
 
+def test_a_record_not_utf8_is_a_release_error_naming_its_line(
+    store: ReleaseStore, model_dir: Path
+) -> None:
+    """A record with a byte that is not UTF-8 (a corrupted disk, an editor's encoding) is a
+    ReleaseError naming the file, the line and the byte, listed as a problem, not a
+    UnicodeDecodeError."""
+    create_release(store, "r1", "main", engine(model_dir), NoNvml())
+    (store.root / "bad.json").write_bytes(b'{\n  "name": "caf\xe9"\n}\n')
+    with pytest.raises(ReleaseError) as raised:
+        store.get("bad")
+    assert str(raised.value) == (
+        f"{store.root / 'bad.json'}:2: cannot read the release record: not UTF-8 text "
+        "(byte 0xe9 at offset 16)"
+    )
+    releases, problems = store.releases()
+    assert [r.name for r in releases] == ["r1"] and problems == [str(raised.value)]
+
+
 def test_history_lines_are_appended_and_stamped(store: ReleaseStore) -> None:
-    """Each event is one JSON line with `at` in UTC; a torn line is skipped and reported."""
+    """Each event is one JSON line with `at` in UTC; a torn line, or one that is not UTF-8, is
+    skipped and reported with its number."""
     first = store.append_history({"engine": "main", "event": "deploy_started"})
     assert first["at"].endswith("+00:00")
-    with store.history_path.open("a") as handle:
-        handle.write('{"torn": \n')
+    with store.history_path.open("ab") as handle:
+        handle.write(b'{"torn": \n{"event": "caf\xe9"}\n')
     store.append_history({"engine": "main", "event": "promoted"})
     events, problems = store.history()
     assert [e["event"] for e in events] == ["deploy_started", "promoted"]
-    assert problems == [f"{store.history_path}:2: not a JSON object, skipped"]
+    assert problems == [
+        f"{store.history_path}:2: not a JSON object, skipped",
+        f"{store.history_path}:3: not UTF-8 text, skipped",
+    ]
 
 
 def test_a_store_that_cannot_be_written_fails_before_any_file_is_read(

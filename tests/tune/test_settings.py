@@ -66,11 +66,15 @@ def test_traffic_comes_from_llmds_request_lines() -> None:
 def test_traffic_is_read_from_a_file_or_stdin(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`--from-traffic FILE` or `-`; a file that cannot be read is a TuneError naming it."""
+    """`--from-traffic FILE` or `-`; a file that cannot be read is a TuneError naming it; a
+    line that is not UTF-8 is skipped, and the warning counts it and names the first."""
     log = tmp_path / "journal.log"
-    log.write_text(_finished(100, 28) + "\n")
-    assert traffic_from(str(log)).pairs == ((100, 28),)
-    monkeypatch.setattr("sys.stdin", io.StringIO(_finished(200, 56) + "\n"))
-    assert traffic_from("-").pairs == ((200, 56),)
+    log.write_bytes(f"{_finished(100, 28)}\n\xff\xfe garbage\n".encode("latin-1"))
+    traffic, skipped = traffic_from(str(log))
+    assert traffic.pairs == ((100, 28),)
+    assert skipped == f"{log}: 1 line skipped: not UTF-8 text (the first: line 2)"
+    stdin = io.TextIOWrapper(io.BytesIO(_finished(200, 56).encode() + b"\n"))
+    monkeypatch.setattr("sys.stdin", stdin)
+    assert traffic_from("-") == (read_traffic([_finished(200, 56)]), None)
     with pytest.raises(TuneError, match=r"--from-traffic .*missing"):
         traffic_from(str(tmp_path / "missing"))
