@@ -17,7 +17,7 @@
         ├── ContextLengthExceeded    400 context_length_exceeded
         ├── InvalidConfig            400 invalid_config (admin API: a reload the config refuses)
         ├── NotFound                 404 not_found
-        ├── ModelNotFound            404, shaped as vLLM answers an unknown model (model_not_found)
+        ├── ModelNotFound            404 model_not_found (in the engine's words)
         ├── BackendRefused           the backend's 4xx for the client's input, in llmd's shape
         ├── MethodNotAllowed         405 method_not_allowed (+ Allow)
         ├── ActionRefused            409 action_refused (admin API: makes no sense now)
@@ -95,23 +95,20 @@ class ApiError(LlmdError):
     UTF-16 surrogate from a JSON escape) is kept escaped (`\\udc00`), so every error body is
     strict JSON (RFC 8259 §8.2) and every log line writes.
 
-    Attributes: `status` (HTTP status), `code` (stable machine-readable reason, DESIGN.md table),
-    `reason` (the code's name, the label metrics, status counts and log lines carry: `code`
-    itself, or a name for an error whose body's code is a number), `type` (OpenAI error
+    Attributes: `status` (HTTP status), `code` (stable machine-readable reason, DESIGN.md table;
+    also the label metrics, status counts and log lines carry: `reason`), `type` (OpenAI error
     type), `param` (offending request field or None), `retry_after_s`
     (seconds, sent as `Retry-After` rounded up; required for 429 and 503), `extra_headers`
     (more response headers the status calls for, e.g. `Allow` on a 405).
     """
 
     status = 500
-    code: str | int = "internal_error"
+    code = "internal_error"
     type = "server_error"
     # `x-should-retry`: what the openai clients obey over their own retry rule (openai-python
     # `_base_client._should_retry`: "true" retries, "false" never; else 408, 409, 429, 5xx
     # retry). None: no header, the client's rule applies.
     should_retry: bool | None = None
-    # The label of an error whose body's `code` is not a name (see `reason`).
-    label: str | None = None
 
     def __init__(
         self, message: str, *, param: str | None = None, retry_after_s: float | None = None
@@ -126,7 +123,7 @@ class ApiError(LlmdError):
     @property
     def reason(self) -> str:
         """The code's name: what metrics, status counts and log lines call this error."""
-        return self.label or str(self.code)
+        return self.code
 
     def body(self) -> bytes:
         """The body `{"error": {"message", "type", "param", "code"}}` (OpenAI; vLLM 0.10.1+)."""
@@ -218,7 +215,7 @@ class ContextLengthExceeded(ApiError):
 
 
 class NotFound(ApiError):
-    """No such route, or no such model (404, as vLLM answers an unknown model)."""
+    """No such route or resource (404 not_found)."""
 
     status = 404
     code = "not_found"
@@ -226,17 +223,16 @@ class NotFound(ApiError):
 
 
 class ModelNotFound(ApiError):
-    """The request names a model the engine does not serve.
-
-    Shaped as vLLM answers it (`_check_model`): type `NotFoundError`, `param` "model", `code`
-    404 (a number, as vLLM sends it), so clients see the same error with or without llmd. vLLM
-    0.32 names the `served` models in the message, 0.31 does not (`name_served`).
+    """The request names a model no backend serves: 404 `model_not_found` (OpenAI's code for
+    it), in llmd's shape like every refusal, with the engine's own words as the message
+    (vLLM's `_check_model`: 0.32 names the `served` models, 0.31 does not, `name_served`).
+    vLLM itself answers type `NotFoundError` and the number 404 as `code`; llmd reshapes the
+    engine's refusals the same way (BackendRefused).
     """
 
     status = 404
-    code = 404
-    type = "NotFoundError"
-    label = "model_not_found"
+    code = "model_not_found"
+    type = "invalid_request_error"
 
     def __init__(self, model: str, served: list[str], name_served: bool = True) -> None:
         aliases = f" Valid aliases: {', '.join(served)}." if name_served else ""

@@ -99,16 +99,16 @@ def test_prompt_alone_too_long_is_400_even_with_clamp(
     assert stack.engine.received == []
 
 
-def test_unknown_model_is_404_as_vllm_answers(client: httpx.Client) -> None:
-    """An unknown model: 404 with vLLM 0.32's message, type, param and code."""
+def test_unknown_model_is_404_model_not_found(client: httpx.Client) -> None:
+    """An unknown model: 404 `model_not_found` in llmd's shape, with vLLM 0.32's message."""
     answer = client.post("/v1/chat/completions", json={"model": "gpt-9", "messages": USER})
     assert answer.status_code == 404
     assert answer.json() == {
         "error": {
             "message": "The model `gpt-9` does not exist. Valid aliases: tiny.",
-            "type": "NotFoundError",
+            "type": "invalid_request_error",
             "param": "model",
-            "code": 404,
+            "code": "model_not_found",
         }
     }
 

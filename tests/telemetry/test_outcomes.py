@@ -4,6 +4,7 @@ requests, and the observer's series (the TTFT of streamed answers only)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 from llmd.errors import Draining, ModelNotFound, RequestCancelled
 from llmd.proxy.inflight import Exchange
@@ -88,9 +89,10 @@ def test_tallies_count_each_outcome_under_its_label() -> None:
 
 
 def test_an_unknown_model_is_labelled_by_its_name() -> None:
-    """ModelNotFound keeps vLLM's numeric code in its body, and is labelled model_not_found."""
+    """ModelNotFound's code and label are both model_not_found (not vLLM's number 404)."""
     error = ModelNotFound("nope", ["tiny"])
-    assert (error.code, error.reason) == (404, "model_not_found")
+    assert (error.status, error.code, error.reason) == (404, "model_not_found", "model_not_found")
+    assert json.loads(error.body())["error"]["code"] == "model_not_found"
 
 
 def test_time_to_first_token_counts_streamed_answers_only() -> None:
