@@ -315,11 +315,15 @@ def _simple_verb(args: argparse.Namespace) -> int:
 
 
 def _phases(answer: dict[str, Any]) -> str:
-    """'engine serving', or each engine's phase when there are several."""
+    """'engine serving', or each engine's phase when there are several; `, drained` after
+    one an operator drained."""
+    from llmd.admin.status_text import engine_state
+
     engines = answer.get("engines") or {}
     if len(engines) <= 1:
-        return f"engine {answer['engine']}"
-    return "engines " + ", ".join(f"{name} {e['state']}" for name, e in engines.items())
+        one = next(iter(engines.values()), {"state": answer["engine"]})
+        return f"engine {engine_state(one)}"
+    return "engines " + ", ".join(f"{name} {engine_state(e)}" for name, e in engines.items())
 
 
 def reload_message(answer: dict[str, Any]) -> str:
