@@ -38,7 +38,8 @@ sys.path.insert(0, str(REPO))
 
 from llmd.admission.capacity import CapacityGate  # noqa: E402
 from llmd.admission.classes import Priority  # noqa: E402
-from llmd.admission.scheduler import ClassPolicy, Entry, Scheduler  # noqa: E402
+from llmd.admission.entries import ClassPolicy, Entry  # noqa: E402
+from llmd.admission.scheduler import Scheduler  # noqa: E402
 from llmd.admission.tenants import Tenant  # noqa: E402
 from llmd.routing.backend import BackendKind  # noqa: E402
 from llmd.routing.capacity import PoolCapacity, PoolGate  # noqa: E402

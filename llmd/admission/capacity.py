@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 
 from llmd.admission.classes import Priority
-from llmd.admission.scheduler import Entry
+from llmd.admission.entries import Entry
 
 
 @dataclasses.dataclass(frozen=True)

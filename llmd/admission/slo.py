@@ -12,6 +12,7 @@ from collections.abc import Callable
 import structlog
 
 from llmd.admission.classes import Priority
+from llmd.admission.entries import Entry, Gate
 from llmd.admission.guard import (
     ClassReading,
     GuardPolicy,
@@ -25,7 +26,7 @@ from llmd.admission.guard import (
     retry_after_s,
     sheds,
 )
-from llmd.admission.scheduler import Entry, Gate, Scheduler
+from llmd.admission.scheduler import Scheduler
 from llmd.config import AdmissionConfig
 from llmd.errors import Overloaded
 from llmd.status import ClassTtftStatus, GuardStatus

@@ -24,7 +24,8 @@ from llmd.admission.bodies import BodyBudget, BodyHold
 from llmd.admission.capacity import CapacityGate, EngineLoad
 from llmd.admission.classes import PRIORITY_HEADER, Priority, requested_class
 from llmd.admission.cost import Cost
-from llmd.admission.scheduler import ClassPolicy, Entry, Reason, Rejection, Scheduler, State
+from llmd.admission.entries import ClassPolicy, Entry, Reason, Rejection, State
+from llmd.admission.scheduler import Scheduler
 from llmd.admission.slo import SloGuard
 from llmd.admission.tenants import Tenant, load_tenants
 from llmd.allocator import HeapTrimmer

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from llmd.admission.capacity import CapacityGate
-from llmd.admission.scheduler import Entry
+from llmd.admission.entries import Entry
 from llmd.routing.backend import Backend, BackendKind, group_pools
 from llmd.routing.breaker import CircuitBreaker
 from llmd.routing.choice import AffinityPolicy, Choice, choose
@@ -271,7 +271,7 @@ class PoolCapacity:
 
 
 class PoolGate:
-    """The scheduler's `Gate` (llmd/admission/scheduler.py) over every pool at one `now`:
+    """The scheduler's `Gate` (llmd/admission/entries.py) over every pool at one `now`:
     `admits` picks a backend of the entry's pool (`entry.model`) by its prefix key
     (`entry.affinity`), `on_release` starts the entry there. `choices` keeps each release's
     choice (affinity, spilled) for the caller to count."""

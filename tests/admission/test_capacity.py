@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from llmd.admission.capacity import CapacityGate, EngineLoad
 from llmd.admission.classes import Priority
-from llmd.admission.scheduler import Entry
+from llmd.admission.entries import Entry
 from llmd.admission.tenants import Tenant
 
 

@@ -10,14 +10,8 @@ from hypothesis import strategies as st
 
 from llmd.admission.capacity import CapacityGate, EngineLoad
 from llmd.admission.classes import Priority
-from llmd.admission.scheduler import (
-    QUANTUM_TOKENS,
-    ClassPolicy,
-    Entry,
-    Reason,
-    Scheduler,
-    State,
-)
+from llmd.admission.entries import ClassPolicy, Entry, Reason, State
+from llmd.admission.scheduler import QUANTUM_TOKENS, Scheduler
 from llmd.admission.tenants import Tenant
 
 POLICIES = {

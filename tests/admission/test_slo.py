@@ -12,8 +12,9 @@ import pytest
 
 from llmd.admission.classes import Priority
 from llmd.admission.cost import Cost
+from llmd.admission.entries import ClassPolicy, Entry
 from llmd.admission.guard import Level
-from llmd.admission.scheduler import ClassPolicy, Entry, Scheduler
+from llmd.admission.scheduler import Scheduler
 from llmd.admission.slo import EVALUATE_EVERY_S, SloGuard
 from llmd.admission.tenants import Tenant
 from llmd.admission.waiters import Admission, Request

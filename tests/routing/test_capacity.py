@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from llmd.admission.capacity import CapacityGate, EngineLoad
 from llmd.admission.classes import Priority
-from llmd.admission.scheduler import ClassPolicy, Entry, Scheduler
+from llmd.admission.entries import ClassPolicy, Entry
+from llmd.admission.scheduler import Scheduler
 from llmd.admission.tenants import Tenant
 from llmd.routing.backend import BackendKind
 from llmd.routing.breaker import BreakerPolicy, BreakerState, CircuitBreaker

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmd.admission.classes import Priority
-from llmd.admission.scheduler import Entry
+from llmd.admission.entries import Entry
 from llmd.config import Config, EngineConfig
 from llmd.proxy.inflight import Exchange
 from llmd.state import DaemonState
