@@ -17,7 +17,8 @@
         ├── ContextLengthExceeded    400 context_length_exceeded
         ├── InvalidConfig            400 invalid_config (admin API: a reload the config refuses)
         ├── NotFound                 404 not_found
-        ├── ModelNotFound            404, shaped as vLLM answers an unknown model
+        ├── ModelNotFound            404, shaped as vLLM answers an unknown model (model_not_found)
+        ├── BackendRefused           the backend's 4xx for the client's input, in llmd's shape
         ├── MethodNotAllowed         405 method_not_allowed (+ Allow)
         ├── ActionRefused            409 action_refused (admin API: makes no sense now)
         ├── InvalidApiKey            401 invalid_api_key (keys are configured, this one is not)
@@ -95,7 +96,9 @@ class ApiError(LlmdError):
     strict JSON (RFC 8259 §8.2) and every log line writes.
 
     Attributes: `status` (HTTP status), `code` (stable machine-readable reason, DESIGN.md table),
-    `type` (OpenAI error type), `param` (offending request field or None), `retry_after_s`
+    `reason` (the code's name, the label metrics, status counts and log lines carry: `code`
+    itself, or a name for an error whose body's code is a number), `type` (OpenAI error
+    type), `param` (offending request field or None), `retry_after_s`
     (seconds, sent as `Retry-After` rounded up; required for 429 and 503), `extra_headers`
     (more response headers the status calls for, e.g. `Allow` on a 405).
     """
@@ -107,6 +110,8 @@ class ApiError(LlmdError):
     # `_base_client._should_retry`: "true" retries, "false" never; else 408, 409, 429, 5xx
     # retry). None: no header, the client's rule applies.
     should_retry: bool | None = None
+    # The label of an error whose body's `code` is not a name (see `reason`).
+    label: str | None = None
 
     def __init__(
         self, message: str, *, param: str | None = None, retry_after_s: float | None = None
@@ -117,6 +122,11 @@ class ApiError(LlmdError):
         self.param = encodable(param) if param is not None else None
         self.retry_after_s = retry_after_s
         self.extra_headers: list[tuple[bytes, bytes]] = []
+
+    @property
+    def reason(self) -> str:
+        """The code's name: what metrics, status counts and log lines call this error."""
+        return self.label or str(self.code)
 
     def body(self) -> bytes:
         """The body `{"error": {"message", "type", "param", "code"}}` (OpenAI; vLLM 0.10.1+)."""
@@ -226,10 +236,28 @@ class ModelNotFound(ApiError):
     status = 404
     code = 404
     type = "NotFoundError"
+    label = "model_not_found"
 
     def __init__(self, model: str, served: list[str], name_served: bool = True) -> None:
         aliases = f" Valid aliases: {', '.join(served)}." if name_served else ""
         super().__init__(f"The model `{model}` does not exist.{aliases}", param="model")
+
+
+class BackendRefused(ApiError):
+    """A backend answered 4xx to what the client sent (vLLM's own checks: `temperature: -1`,
+    `top_p: 2`, ...): a rejection, passed on in llmd's shape with the backend's `status` and
+    message and its `param` when it named one. `code` is `context_length_exceeded` for vLLM's
+    context-length message, `body_too_large` for a 413, `not_found` for a 404, else
+    `invalid_request`. vLLM 0.32 answers these as `{"error": {"message", "type":
+    "BadRequestError", "param", "code": 400}}` (vllm/entrypoints/serve/exception_handling/
+    error_response.py); llmd's own errors use string codes, and so does this one."""
+
+    type = "invalid_request_error"
+
+    def __init__(self, status: int, code: str, message: str, *, param: str | None) -> None:
+        super().__init__(message, param=param)
+        self.status = status
+        self.code = code
 
 
 class MethodNotAllowed(ApiError):

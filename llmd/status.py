@@ -162,14 +162,19 @@ class ThroughputStatus:
 
 @dataclasses.dataclass(frozen=True)
 class CountsStatus:
-    """Since llmd started: finished requests, rejections by reason (error code), cancellations
-    by phase, timeouts, and failures after reaching the engine."""
+    """Since llmd started: ended requests, each in exactly one of `answered`, `rejections` (by
+    error code), `cancellations` (the client left; by phase), `aborted` (llmd ended it:
+    operator cancel, drain deadline, client send timeout; by code) and `errors` (failed after
+    reaching a backend, or in llmd; by code), so `requests` is their sum. `timeouts` counts
+    again those a queue timeout or deadline ended."""
 
     requests: int
+    answered: int
     rejections: dict[str, int]
     cancellations: dict[str, int]
+    aborted: dict[str, int]
+    errors: dict[str, int]
     timeouts: int
-    errors: int
 
 
 @dataclasses.dataclass(frozen=True)

@@ -44,11 +44,18 @@ def test_a_storm_of_identical_failures_is_bounded_and_counted(captured_logs: Cap
     assert (
         metrics.get_sample_value(
             "llmd_requests_total",
-            {"tenant": "anonymous", "class": "normal", "status": "502", "model": "tiny"},
+            {
+                "tenant": "anonymous",
+                "class": "normal",
+                "status": "502",
+                "model": "tiny",
+                "outcome": "error",
+                "code": "engine_error",
+            },
         )
         == STORM
     )
-    assert observer.tallies.errors == STORM
+    assert observer.tallies.errors == {"engine_error": STORM}
 
 
 def test_the_summary_also_comes_with_the_next_line_of_its_key(captured_logs: Captured) -> None:

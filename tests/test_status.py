@@ -70,9 +70,9 @@ SCHEMA: dict[str, Any] = {
         "engine_prompt_tokens_per_s": OPT_NUM, "engine_generation_tokens_per_s": OPT_NUM,
     },
     "counts": {
-        "requests": int, "rejections": {str: int},
+        "requests": int, "answered": int, "rejections": {str: int},
         "cancellations": {"queued": int, "prefill": int, "decode": int},
-        "timeouts": int, "errors": int,
+        "aborted": {str: int}, "errors": {str: int}, "timeouts": int,
     },
     "started_at": OPT_NUM,
     "events": [{"at": NUM, "level": str, "event": str, "message": str}],

@@ -190,17 +190,17 @@ def _load_rows(status: dict[str, Any]) -> list[tuple[str, str]]:
         )
     )
     counts = status["counts"]
-    rejections = ", ".join(f"{k} {v}" for k, v in sorted(counts["rejections"].items()))
-    cancelled = sum(counts["cancellations"].values())
-    rows.append(
-        (
-            "counts",
-            f"requests {counts['requests']}  rejected {sum(counts['rejections'].values())}"
-            + (f" ({rejections})" if rejections else "")
-            + f"  cancelled {cancelled}  timeouts {counts['timeouts']}"
-            f"  errors {counts['errors']}",
-        )
-    )
+    line = f"requests {counts['requests']}  answered {counts['answered']}"
+    for name, key in (
+        ("rejected", "rejections"),
+        ("cancelled", "cancellations"),
+        ("aborted", "aborted"),
+        ("errors", "errors"),
+    ):
+        by_label = counts[key]
+        labels = ", ".join(f"{k} {v}" for k, v in sorted(by_label.items()) if v)
+        line += f"  {name} {sum(by_label.values())}" + (f" ({labels})" if labels else "")
+    rows.append(("counts", line + f"  timeouts {counts['timeouts']}"))
     return rows
 
 

@@ -57,7 +57,7 @@ def limited_protocol(
             f"llmd has {limit} connections or requests open, its limit; retry later",
             retry_after_s=state.admission.scheduler.rates.wait_s((None, None), 0, now),
         )
-        state.observer.rejected(uuid.uuid4().hex, error.status, str(error.code), now)
+        state.observer.rejected(uuid.uuid4().hex, error.status, error.reason, now)
         await send_error(send, error)  # type: ignore[arg-type]
 
     class LimitedHttpToolsProtocol(base):  # type: ignore[valid-type,misc]

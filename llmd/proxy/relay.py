@@ -316,6 +316,8 @@ class Relay:
                 )
                 return
             except ApiError as error:
+                if error.status < 500:  # the backend refused the request itself: never resent
+                    raise
                 decision = tries.after_failure(response_started=exchange.response_started)
                 moved = None
                 if isinstance(decision, Retry):
@@ -328,7 +330,7 @@ class Relay:
                     request_id=exchange.request_id,
                     failed=backend,
                     backend=moved,
-                    code=error.code,
+                    code=error.reason,
                     error=error.message,
                 )
                 backend = moved
@@ -340,7 +342,7 @@ class Relay:
         self.state.observer.rejected(
             arrival.request_id,
             error.status,
-            str(error.code),
+            error.reason,
             arrival.at,
             arrival.tenant,
             arrival.request_class,
@@ -361,7 +363,7 @@ class Relay:
                 tenant=arrival.tenant,
                 request_class=arrival.request_class,
                 status=error.status,
-                error_code=str(error.code),
+                error_code=error.reason,
                 ended_at=time.monotonic(),
                 model=arrival.model,
             )
@@ -423,7 +425,8 @@ class Relay:
                 raise  # the client left: nothing to answer
             await answer_error(writer, exchange.abort_error)
         except ApiError as error:
-            exchange.rejected = exchange.admitted_at is None
+            # A rejection: refused before a backend, or by a backend for the client's input.
+            exchange.rejected = exchange.admitted_at is None or error.status < 500
             await answer_error(writer, error)
         except Exception as exc:  # a bug in llmd: answered 500, logged once with its traceback
             log.error(

@@ -8,7 +8,8 @@ end leaves its connection kept alive for the next request (llmd/engine/client.py
 whose kept-alive connection the backend had closed is sent once more on a new one. Failures of the
 backend or of its connection become OpenAI-shaped errors here (the one place they are
 translated), and are recorded in an upstream's circuit breaker: a refused or lost connection,
-a timeout or a 5xx is a failure, any other answer a success (a 4xx is the request's fault).
+a timeout or a 5xx is a failure, any other answer a success (a 4xx is the request's fault: it
+reaches the client as llmd's own errors do, llmd/proxy/refusals.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import structlog
 from llmd.engine.client import EngineClient
 from llmd.errors import ApiError, EngineError, EngineUnavailable
 from llmd.proxy.inflight import Exchange
+from llmd.proxy.refusals import backend_refusal
 from llmd.proxy.writer import ClientWriter
 from llmd.routing.breaker import CircuitBreaker
 from llmd.state import DaemonState
@@ -60,6 +62,9 @@ async def forward(
         _record(breaker, failed=response.status >= 500)
         if response.status >= 500:
             raise _engine_status_error(response.status, await response.read())
+        if response.status >= 400:  # the client's input refused: a rejection, in llmd's shape
+            retry_after = response.headers.get("retry-after")
+            raise backend_refusal(response.status, await response.read(), retry_after)
         content_type = response.headers.get("content-type", "application/json").encode()
         queue_ms = str(round(exchange.queue_ms())).encode()
         response_headers = [(b"content-type", content_type), (b"x-llmd-queue-ms", queue_ms)]

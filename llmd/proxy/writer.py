@@ -109,7 +109,7 @@ async def answer_error(send: ClientWriter, error: ApiError, *, log_it: bool = Tr
     SSE event when the stream has started. Logged as `request_failed` unless `log_it` is
     False (the caller logged it)."""
     exchange = send.exchange
-    exchange.error_code = str(error.code)
+    exchange.error_code = error.reason
     with contextlib.suppress(OSError):
         if not exchange.response_started:
             exchange.status = error.status
@@ -122,5 +122,5 @@ async def answer_error(send: ClientWriter, error: ApiError, *, log_it: bool = Tr
             await send.body(b"", more=False)
     if log_it:
         log.warning(
-            "request_failed", request_id=exchange.request_id, code=error.code, error=error.message
+            "request_failed", request_id=exchange.request_id, code=error.reason, error=error.message
         )

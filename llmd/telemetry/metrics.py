@@ -86,8 +86,11 @@ class ProxyMetrics:
         self.tenant = TenantLabels(top_tenants)
         r = self.registry
         self.requests = Counter(
-            "llmd_requests", "Finished requests by tenant, class, HTTP status and model.",
-            ["tenant", "class", "status", "model"], registry=r,
+            "llmd_requests",
+            "Ended requests by tenant, class, HTTP status, model, outcome (ok, rejected, "
+            "cancelled, aborted, error) and code (the error code of a rejected, aborted or "
+            "failed request; empty otherwise).",
+            ["tenant", "class", "status", "model", "outcome", "code"], registry=r,
         )  # fmt: skip
         self.backend_requests = Counter(
             "llmd_backend_requests",
@@ -98,7 +101,9 @@ class ProxyMetrics:
         )  # fmt: skip
         self.queue_wait = _histogram(r, "llmd_queue_wait_seconds", "Time queued before release.")
         self.ttft = _histogram(
-            r, "llmd_time_to_first_token_seconds", "Arrival to the first response byte."
+            r,
+            "llmd_time_to_first_token_seconds",
+            "Arrival to the first response byte, streamed requests answered 200 only.",
         )
         self.e2e = _histogram(
             r, "llmd_e2e_request_latency_seconds", "Arrival to the last byte, completed requests."
@@ -110,7 +115,9 @@ class ProxyMetrics:
             "llmd_generation_tokens", "Output tokens sent to clients.", ["tenant"], registry=r
         )
         self.rejections = Counter(
-            "llmd_rejections", "Requests answered with an error before reaching the engine.",
+            "llmd_rejections",
+            "Requests refused for their own sake: before reaching a backend, or by a backend's "
+            "4xx for the client's input.",
             ["reason"], registry=r,
         )  # fmt: skip
         self.cancellations = Counter(

@@ -8,7 +8,6 @@ Status snapshot reads. Everything here runs on the event loop; a call costs a fe
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import time
 from collections.abc import Callable
@@ -16,7 +15,6 @@ from typing import Protocol
 
 import structlog
 
-from llmd.errors import ApiError
 from llmd.status import (
     CountsStatus,
     GpuStatus,
@@ -27,7 +25,8 @@ from llmd.status import (
 )
 from llmd.telemetry.engine import EngineSample
 from llmd.telemetry.gpu import GpuReading
-from llmd.telemetry.metrics import CANCEL_PHASES, ProxyMetrics, input_length_label
+from llmd.telemetry.metrics import ProxyMetrics, input_length_label
+from llmd.telemetry.outcomes import Ending, Outcome, Tallies, classify
 from llmd.telemetry.windows import LatencyWindow, RateWindow
 
 log = structlog.get_logger("llmd.requests")
@@ -37,8 +36,9 @@ TIMEOUT_CODES = frozenset({"queue_timeout", "deadline_exceeded"})
 DEFAULT_TOP_TENANTS = 20
 
 
-class Record(Protocol):
-    """What the observer reads from a request: `llmd.proxy.inflight.Exchange` is one."""
+class Record(Ending, Protocol):
+    """What the observer reads from a request (how it ended, `Ending`, and its figures):
+    `llmd.proxy.inflight.Exchange` is one."""
 
     request_id: str
     stream: bool
@@ -54,14 +54,6 @@ class Record(Protocol):
     ended_at: float | None
     output_tokens: int
     finish_reason: str | None
-    status: int | None
-    error_code: str | None
-    rejected: bool
-    client_gone: bool
-    abort_error: ApiError | None
-
-    @property
-    def phase(self) -> str: ...
 
 
 class TtftSink(Protocol):
@@ -69,18 +61,6 @@ class TtftSink(Protocol):
     byte comes with its last token): the SLO guard (llmd/admission/slo.py)."""
 
     def observed(self, request_class: str, ttft_s: float, queue_s: float) -> None: ...
-
-
-@dataclasses.dataclass
-class Tallies:
-    """Counts since llmd started: finished requests, rejections by reason, cancellations by
-    phase, timeouts, and requests that failed after reaching the engine."""
-
-    requests: int = 0
-    rejections: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
-    cancellations: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
-    timeouts: int = 0
-    errors: int = 0
 
 
 class Windows:
@@ -157,7 +137,6 @@ class Observer:
         requests, prompt, output = self.windows.throughput.rates(60, 3)
         known = list(self.engine_token_rates.values())
         rates = (sum(r[0] for r in known), sum(r[1] for r in known)) if known else None
-        tallies = self.tallies
         return TelemetrySnapshot(
             engine=sample,
             kv_cache=kv_cache,
@@ -170,27 +149,29 @@ class Observer:
                 engine_prompt_tokens_per_s=round(rates[0], 1) if rates else None,
                 engine_generation_tokens_per_s=round(rates[1], 1) if rates else None,
             ),
-            counts=CountsStatus(
-                requests=tallies.requests,
-                rejections=dict(tallies.rejections),
-                cancellations={phase: tallies.cancellations[phase] for phase in CANCEL_PHASES},
-                timeouts=tallies.timeouts,
-                errors=tallies.errors,
-            ),
+            counts=self.tallies.as_counts(),
         )
 
     def finished(self, record: Record) -> None:
-        """Account a request once it has ended: as a rejection when llmd answered it with an
-        error before it reached a backend (`record.rejected`: validation, admission, a drain
-        that turned the queue away), else as a request relayed to a backend."""
+        """Account a request once it has ended, in exactly one count (llmd/telemetry/
+        outcomes.py): as a rejection when it was refused for its own sake (`record.rejected`:
+        validation, admission, a drain that turned the queue away, a backend's 4xx), else as a
+        request relayed to a backend (answered, cancelled, aborted or failed)."""
         now = record.ended_at or time.monotonic()
         if self.on_ended is not None:
             self.on_ended(record)
-        if record.rejected:
+        outcome, label = classify(record)
+        status = record.status or 0
+        if outcome is Outcome.REJECTED:
+            if record.backend is not None:  # the backend answered: a 4xx for the client's input
+                release = self.release_of(record.backend) or ""
+                self.metrics.backend_requests.labels(
+                    record.backend, record.model or "", "answered", release
+                ).inc()
             self.rejected(
                 record.request_id,
-                record.status or 0,
-                record.error_code or "internal_error",
+                status,
+                label,
                 record.started_at,
                 record.tenant,
                 record.request_class,
@@ -199,8 +180,6 @@ class Observer:
                 queue_s=None if record.queued_at is None else now - record.queued_at,
             )
             return
-        outcome = _outcome(record)
-        status = record.status or 0
         m = self.metrics
         tenant = m.tenant(record.tenant)
         klass = record.request_class
@@ -211,7 +190,8 @@ class Observer:
         queue_s = admitted - (record.queued_at or admitted)
         ttft_s = None if record.first_byte_at is None else record.first_byte_at - record.started_at
         total_s = now - record.started_at
-        m.requests.labels(tenant, klass, str(status), model).inc()
+        code = "" if outcome is Outcome.CANCELLED else label
+        m.requests.labels(tenant, klass, str(status), model, outcome.value, code).inc()
         if record.backend is not None:
             answered = status and status < 500 and record.error_code is None
             m.backend_requests.labels(
@@ -219,29 +199,30 @@ class Observer:
             ).inc()
         m.queue_wait.labels(klass, length, model, release).observe(queue_s)
         self.windows.queue_wait.add(queue_s)
-        if ttft_s is not None and status == 200:
+        # TTFT of streamed answers only: a non-streamed answer's first byte comes with its last
+        # token, so its "first token" time is its whole time.
+        if ttft_s is not None and status == 200 and record.stream:
             m.ttft.labels(klass, length, model, release).observe(ttft_s)
             self.windows.ttft.add(ttft_s)
-            if self.ttft_sink is not None and record.stream:  # non-streamed: TTFT is the whole
+            if self.ttft_sink is not None:
                 self.ttft_sink.observed(klass, ttft_s, queue_s)
-        if outcome == "ok":
+        if outcome is Outcome.OK:
             m.e2e.labels(klass, length, model, release).observe(total_s)
             self.windows.e2e.add(total_s)
         prompt = record.prompt_tokens or 0
         m.prompt_tokens.labels(tenant).inc(prompt)
         m.generation_tokens.labels(tenant).inc(record.output_tokens)
         self.windows.throughput.add(1, prompt, record.output_tokens)
-        self.tallies.requests += 1
+        self.tallies.add(outcome, label)
         phase = None
-        if outcome == "cancelled":
-            phase = record.phase
+        if outcome is Outcome.CANCELLED:
+            phase = label
             m.cancellations.labels(phase).inc()
-            self.tallies.cancellations[phase] += 1
-        elif outcome == "error":
-            self.tallies.errors += 1
         if record.error_code in TIMEOUT_CODES:
             self._timeout(klass)
-        if self.log_requests == "all" or (self.log_requests == "failures" and outcome != "ok"):
+        if self.log_requests == "all" or (
+            self.log_requests == "failures" and outcome is not Outcome.OK
+        ):
             log.info(
                 "request_finished",
                 request_id=record.request_id,
@@ -255,8 +236,8 @@ class Observer:
                 queue_ms=_ms(queue_s),
                 ttft_ms=_ms(ttft_s),
                 total_ms=_ms(total_s),
-                outcome=outcome,
-                **_detail(record, phase),
+                outcome=outcome.value,
+                **_detail(record, phase, code),
             )
 
     def rejected(
@@ -272,15 +253,17 @@ class Observer:
         ended_at: float | None = None,
         queue_s: float | None = None,
     ) -> None:
-        """Account a request answered with an error before it reached a backend
-        (`code`: the error's code, the rejection reason; `model`: the served model it asked
-        for, when it got that far; `queue_s`: how long it waited in admission's queue, for one
-        turned away from there)."""
+        """Account a request refused for its own sake (`code`: the error's name,
+        `ApiError.reason`, the rejection reason; `model`: the served model it asked for, when
+        it got that far; `queue_s`: how long it waited in admission's queue, for one turned
+        away from there)."""
         m = self.metrics
-        m.requests.labels(m.tenant(tenant), request_class, str(status), model or "").inc()
+        rejected = Outcome.REJECTED.value
+        m.requests.labels(
+            m.tenant(tenant), request_class, str(status), model or "", rejected, code
+        ).inc()
         m.rejections.labels(code).inc()
-        self.tallies.requests += 1
-        self.tallies.rejections[code] += 1
+        self.tallies.add(Outcome.REJECTED, code)
         self.windows.throughput.add(1, 0, 0)
         if code in TIMEOUT_CODES:
             self._timeout(request_class)
@@ -293,7 +276,7 @@ class Observer:
                 status=status,
                 **({} if queue_s is None else {"queue_ms": _ms(queue_s)}),
                 total_ms=_ms((ended_at or time.monotonic()) - started_at),
-                outcome="rejected",
+                outcome=rejected,
                 code=code,
             )
 
@@ -308,24 +291,12 @@ class Observer:
         self.tallies.timeouts += 1
 
 
-def _outcome(record: Record) -> str:
-    """`cancelled` (the client left), `aborted` (llmd ended it: drain deadline, operator
-    cancel), `error`, `ok`."""
-    if record.client_gone:
-        return "cancelled"
-    if record.abort_error is not None:
-        return "aborted"
-    if record.error_code is not None or (record.status or 500) >= 400:
-        return "error"
-    return "ok"
-
-
-def _detail(record: Record, phase: str | None) -> dict[str, object]:
+def _detail(record: Record, phase: str | None, code: str) -> dict[str, object]:
     detail: dict[str, object] = {}
     if phase is not None:
         detail["phase"] = phase
-    if record.error_code is not None:
-        detail["code"] = record.error_code
+    if code:
+        detail["code"] = code
     if record.finish_reason is not None:
         detail["finish_reason"] = record.finish_reason
     return detail

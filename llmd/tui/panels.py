@@ -261,8 +261,9 @@ class ThroughputPanel(Widget):
 
 
 class CountsPanel(Panel):
-    """Since llmd started: requests, rejections by reason, cancellations by phase, timeouts,
-    errors."""
+    """Since llmd started: requests (with how many were answered and timed out), then each way
+    a request can end but answered, with its labels: rejected and aborted by code, cancelled
+    by phase, errors by code. The rows add up to the requests."""
 
     def show(self, s: Snapshot) -> None:
         if not self.changed(s.get("counts")):
@@ -273,18 +274,21 @@ class CountsPanel(Panel):
         table.add_column(justify="right", width=6, no_wrap=True)
         table.add_column(ratio=1, no_wrap=True, overflow="ellipsis")
         if counts is not None:
-            rejected, cancelled = counts["rejections"], counts["cancellations"]
-            table.add_row("requests", fmt.count(counts["requests"]), "")
-            table.add_row(
-                Text("rejected", "yellow" if rejected else ""),
-                fmt.count(sum(rejected.values())),
-                _breakdown(rejected),
-            )
-            table.add_row("cancelled", fmt.count(sum(cancelled.values())), _breakdown(cancelled))
-            table.add_row("timeouts", fmt.count(counts["timeouts"]), "")
-            table.add_row(
-                Text("errors", "red" if counts["errors"] else ""), fmt.count(counts["errors"]), ""
-            )
+            detail = f"answered {fmt.count(counts['answered'])}"
+            if counts["timeouts"]:
+                detail += f", timeouts {fmt.count(counts['timeouts'])}"
+            table.add_row("requests", fmt.count(counts["requests"]), Text(detail, style="dim"))
+            for name, key, style in (
+                ("rejected", "rejections", "yellow"),
+                ("cancelled", "cancellations", ""),
+                ("aborted", "aborted", "yellow"),
+                ("errors", "errors", "red"),
+            ):
+                by_label = counts[key]
+                total = sum(by_label.values())
+                table.add_row(
+                    Text(name, style if total else ""), fmt.count(total), _breakdown(by_label)
+                )
         self.update(table)
 
 

@@ -18,6 +18,7 @@ from llmd.supervisor.group import group_members
 from tests.support.engine_metrics import engine_gauge, wait_for_gauge
 from tests.support.llmd_process import LlmdProcess
 from tests.support.vllm_python import vllm_version
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -162,6 +163,38 @@ def test_engine_errors_pass_through_in_shape(real_llmd: LlmdProcess) -> None:
         client(real_llmd).completions.create(model="tiny", prompt="word " * 3000, max_tokens=5)
     assert caught.value.status_code == 400
     assert isinstance(caught.value.body, dict) and "message" in caught.value.body
+
+
+def test_an_engine_refusal_reaches_the_client_in_llmds_shape(real_llmd: LlmdProcess) -> None:
+    """vLLM's own 400 for `temperature: -1` and `top_p: 2` (its shape: integer code,
+    BadRequestError) reaches the client as llmd's errors do (code `invalid_request`, type
+    `invalid_request_error`, vLLM's message and param, llmd's headers) and counts as a
+    rejection, not an error."""
+    before = real_llmd.admin_status()["counts"]
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5}
+    for field, value in (("temperature", -1), ("top_p", 2)):
+        response = httpx.post(
+            real_llmd.base_url + "/v1/chat/completions",
+            json={**chat, field: value},
+            headers={"x-request-id": f"refused-{field}"},
+            timeout=30,
+        )
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert (error["code"], error["type"], error["param"]) == (
+            "invalid_request",
+            "invalid_request_error",
+            field,
+        )
+        assert error["message"].startswith(f"{field} must be")
+        assert response.headers["x-request-id"] == f"refused-{field}"
+        assert "x-llmd-queue-ms" in response.headers
+    counted = before["requests"] + 2
+    assert wait_for(lambda: real_llmd.admin_status()["counts"]["requests"] >= counted, 10)
+    after = real_llmd.admin_status()["counts"]
+    moved = after["rejections"].get("invalid_request", 0)
+    assert moved - before["rejections"].get("invalid_request", 0) == 2
+    assert after["errors"] == before["errors"]
 
 
 def test_unknown_route_and_request_id(real_llmd: LlmdProcess) -> None:

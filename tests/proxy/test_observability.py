@@ -68,20 +68,24 @@ def test_metrics_count_real_traffic(llmd: LlmdProcess) -> None:
     def delta(name: str, **labels: str) -> float:
         return (value(found, name, **labels) or 0) - (value(base, name, **labels) or 0)
 
-    ok = {"tenant": "anonymous", "class": "normal", "status": "200", "model": "tiny"}
+    ok = {"tenant": "anonymous", "class": "normal", "status": "200", "model": "tiny",
+          "outcome": "ok", "code": ""}  # fmt: skip
+    left = {**ok, "outcome": "cancelled"}
     answered = {"engine": "main", "model": "tiny", "outcome": "answered", "release": ""}
 
     def accounted() -> bool:  # each request is accounted a moment after its answer ends
         nonlocal found
         found = samples(llmd)
         return (
-            delta("llmd_requests_total", **ok) >= 5
+            delta("llmd_requests_total", **ok) >= 4
+            and delta("llmd_requests_total", **left) >= 1
             and delta("llmd_backend_requests_total", **answered) >= 5
             and delta("llmd_cancellations_total", phase="decode") >= 1
         )
 
     wait_for(accounted, 10)  # the exact counts below say what is missing
-    assert delta("llmd_requests_total", **ok) == 5  # the abandoned stream had its 200
+    assert delta("llmd_requests_total", **ok) == 4
+    assert delta("llmd_requests_total", **left) == 1  # the abandoned stream had its 200
     assert delta("llmd_rejections_total", reason="context_length_exceeded") == 1
     assert delta("llmd_cancellations_total", phase="decode") == 1
     lengths = {"class": "normal", "input_length": "le512", "model": "tiny", "release": ""}
@@ -114,7 +118,8 @@ def test_a_failure_storm_is_quiet_in_the_log_and_whole_in_the_counters(
             return await asyncio.gather(*(one() for _ in range(STORM)))
 
     assert set(asyncio.run(storm())) == {502}
-    failed = {"tenant": "anonymous", "class": "normal", "status": "502", "model": "tiny"}
+    failed = {"tenant": "anonymous", "class": "normal", "status": "502", "model": "tiny",
+              "outcome": "error", "code": "engine_error"}  # fmt: skip
 
     def counted(found: dict[tuple[str, frozenset[tuple[str, str]]], float]) -> float:
         return (value(found, "llmd_requests_total", **failed) or 0) - (

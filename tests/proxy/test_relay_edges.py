@@ -34,7 +34,8 @@ def server_lines(captured: Captured) -> list[dict[str, Any]]:
 
 def requests_with_status(stack: ProxyStack, status: str) -> float:
     registry = stack.ctx.observer.metrics.registry
-    labels = {"tenant": "anonymous", "class": "normal", "status": status, "model": "tiny"}
+    labels = {"tenant": "anonymous", "class": "normal", "status": status, "model": "tiny",
+              "outcome": "error", "code": "internal_error"}  # fmt: skip
     return registry.get_sample_value("llmd_requests_total", labels) or 0.0
 
 
@@ -49,7 +50,8 @@ def test_an_exception_in_a_stage_is_a_500_with_the_id_counted_and_logged_once(
         raise RuntimeError("a bug")
 
     monkeypatch.setattr(stack.ctx.validators.for_model("tiny"), "check", broken)
-    errors, counted = stack.ctx.observer.tallies.errors, requests_with_status(stack, "500")
+    errors = sum(stack.ctx.observer.tallies.errors.values())
+    counted = requests_with_status(stack, "500")
     answer = httpx.post(
         stack.base_url + "/v1/chat/completions", json=CHAT, headers={"x-request-id": "bug-1"}
     )
@@ -58,7 +60,7 @@ def test_an_exception_in_a_stage_is_a_500_with_the_id_counted_and_logged_once(
     assert error["code"] == "internal_error" and "bug-1" in error["message"]
     assert answer.headers["x-llmd-queue-ms"] == "0"
     # Accounted once the answer has been sent: wait for it, bounded.
-    assert wait_for(lambda: stack.ctx.observer.tallies.errors == errors + 1, 10)
+    assert wait_for(lambda: sum(stack.ctx.observer.tallies.errors.values()) == errors + 1, 10)
     assert requests_with_status(stack, "500") == counted + 1
     lines = server_lines(captured_logs)
     assert [line["event"] for line in lines] == ["unexpected_error"]

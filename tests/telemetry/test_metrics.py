@@ -27,7 +27,7 @@ HISTOGRAM_LABELS = {"class", "input_length", "model", "release", "le"}
 ENGINE = {"engine"}
 # name -> (type, label names). The contract: change only with the README and the dashboard.
 SERIES = {
-    "llmd_requests": ("counter", {"tenant", "class", "status", "model"}),
+    "llmd_requests": ("counter", {"tenant", "class", "status", "model", "outcome", "code"}),
     "llmd_backend_requests": ("counter", {"engine", "model", "outcome", "release"}),
     "llmd_queue_wait_seconds": ("histogram", HISTOGRAM_LABELS),
     "llmd_time_to_first_token_seconds": ("histogram", HISTOGRAM_LABELS),
@@ -108,7 +108,14 @@ def test_tenants_past_the_top_n_fold_into_other() -> None:
     count = {
         tenant: registry.get_sample_value(
             "llmd_requests_total",
-            {"tenant": tenant, "class": "normal", "status": "200", "model": "tiny"},
+            {
+                "tenant": tenant,
+                "class": "normal",
+                "status": "200",
+                "model": "tiny",
+                "outcome": "ok",
+                "code": "",
+            },
         )
         for tenant in ("a", "b", "c", "other")
     }

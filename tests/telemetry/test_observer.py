@@ -60,7 +60,7 @@ def test_only_completed_requests_feed_the_end_to_end_window() -> None:
     observer.finished(finished_exchange(total_s=2.0))
     observer.finished(finished_exchange(status=502, error_code="engine_error", total_s=9.0))
     assert observer.windows.e2e.percentiles(60).count == 1
-    assert observer.tallies.errors == 1 and observer.tallies.requests == 2
+    assert observer.tallies.errors == {"engine_error": 1} and observer.tallies.requests == 2
 
 
 def test_the_failures_setting_logs_only_what_went_wrong(captured_logs: Captured) -> None:

@@ -16,6 +16,7 @@ import json
 from typing import Any, Literal
 
 from llmd.engine.sim.errors import bad_request, invalid_value, validation_error
+from llmd.engine.sim.sampling import check_min_tokens, check_sampling
 from llmd.engine.sim.surface import DEFAULT_VERSION, SURFACES, Surface
 from llmd.engine.sim.tokenizer import SimTokenizer, TemplateError
 
@@ -70,10 +71,8 @@ def parse_generation(
         raise invalid_value(
             "Stream options can only be defined when `stream=True`.", "stream_options"
         )
-    for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
-        _number(body, name)
-    n = _typed(body, "n", int, "int_parsing", "Input should be a valid integer")
-    if n not in (None, 1):
+    check_sampling(kind, body)
+    if body.get("n") not in (None, 1):
         raise bad_request("the simulator supports n=1 only", "n")
     priority = _typed(body, "priority", int, "int_parsing", "Input should be a valid integer") or 0
     seed = _typed(body, "seed", int, "int_parsing", "Input should be a valid integer")
@@ -98,6 +97,7 @@ def parse_generation(
             "int_parsing", f"body.{param}", "Input should be a valid integer", requested
         )
     max_tokens = _fit_context(prompt_ids, from_text, requested, param, max_model_len, surface)
+    check_min_tokens(body, max_tokens)
     fault = body.get("sim_fault")
     return GenerationRequest(
         kind=kind,
@@ -233,22 +233,11 @@ def _typed(body: dict[str, Any], name: str, kind: type, error: str, msg: str) ->
     raise validation_error(error, f"body.{name}", msg, value)
 
 
-def _number(body: dict[str, Any], name: str) -> None:
-    value = body.get(name)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-        raise validation_error(
-            "float_parsing",
-            f"body.{name}",
-            "Input should be a valid number, unable to parse string as a number",
-            value,
-        )
-
-
 def _stop(value: object) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str):
         return (value,) if value else ()
     if isinstance(value, list) and all(isinstance(s, str) for s in value):
-        return tuple(s for s in value if s)
+        return tuple(value)
     raise validation_error("string_type", "body.stop", "Input should be a valid string", value)
