@@ -4,9 +4,10 @@ The admin API and the daemon's signal handling call these; each returns a JSON-a
 raises ActionRefused (409) when it makes no sense in llmd's current state, NotFound (404) for
 an engine llmd does not have. Drain, resume and restart act on every engine, or on one
 (`engine`): drained alone, an engine takes no new request (its pool's other backends do; a pool
-with none left answers 503 with Retry-After) while those running there finish. They run one at
-a time: a restart (it waits for the drain and for the new engine) or a shutdown is under way
-until it ends, and what else may happen then is:
+with none left answers 503 with Retry-After) while those running there finish. Drain and resume
+take an upstream's name too (llmd stops and starts routing to it); a restart of one is refused,
+since llmd does not run it. They run one at a time: a restart (it waits for the drain and for
+the new engine) or a shutdown is under way until it ends, and what else may happen then is:
 
     asked \\ under way   restart                              shutdown
     drain               yes (admission stays closed after)   refused: shutting down
@@ -90,12 +91,12 @@ class OperatorActions:
         finishes, and so does work queued in llmd unless `reject_queued`, which answers it 503
         `draining` now (and, for a drain of llmd, those still being validated as they reach
         admission, until a resume). After `deadline_s` seconds, what is still in flight ends
-        with an in-band error. With `engine`, only that engine stops taking requests (its
-        deadline ends only its requests). Idempotent; a new deadline replaces the old one.
-        Refused during shutdown."""
+        with an in-band error. With `engine` (an engine's or an upstream's name), only that
+        backend stops taking requests (its deadline ends only its requests). Idempotent; a
+        new deadline replaces the old one. Refused during shutdown."""
         self._refuse_during("drain", SHUTDOWN)
         if engine is not None:
-            self._check_engine(engine)
+            self._check_backend(engine)
             self._drained.add(engine)
             self._set_draining(engine, True)
         else:
@@ -124,7 +125,7 @@ class OperatorActions:
         self._refuse_during("resume", RESTART, SHUTDOWN)
         self._cancel_deadline()
         if engine is not None:
-            self._check_engine(engine)
+            self._check_backend(engine)
             self._drained.discard(engine)
             self._set_draining(engine, False)
         else:
@@ -143,8 +144,14 @@ class OperatorActions:
         new ones serve (up to each one's start_timeout_s), then admit again unless the
         operator drained. With `engine`, only that engine: the others serve on; an engine a
         reload added starts, one it removed stops, one that gave up boots again. Refused while
-        a restart or a shutdown is under way."""
+        a restart or a shutdown is under way, and for an upstream (ActionRefused)."""
         self._refuse_during("restart", RESTART, SHUTDOWN)
+        if engine in self.state.fleet.upstreams:
+            log.warning("action_refused", action="restart", reason="an upstream", engine=engine)
+            raise ActionRefused(
+                f"restart refused: {engine} is an upstream, which llmd does not run; restart "
+                f"it where it runs (llmd drain --engine {engine} stops sending it requests)"
+            )
         if engine is not None and engine not in self.owner.pending_engines():
             self._check_engine(engine)
         self.under_way = RESTART
@@ -272,9 +279,16 @@ class OperatorActions:
 
     def _check_engine(self, engine: str) -> None:
         if engine not in self.supervisors:
+            upstreams = ", ".join(self.state.fleet.upstreams)
             raise NotFound(
                 f"no engine {engine!r}; engines: {', '.join(self.supervisors) or 'none'}"
+                + (f"; upstreams: {upstreams}" if upstreams else "")
             )
+
+    def _check_backend(self, name: str) -> None:
+        """An engine or an upstream (drain and resume act on either). Raises NotFound."""
+        if name not in self.state.fleet.upstreams:
+            self._check_engine(name)
 
     def _set_draining(self, engine: str, draining: bool) -> None:
         capacity = self.state.admission.capacity

@@ -82,3 +82,17 @@ def positive_count(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, not {text}")
     return value
+
+
+def add_runtime_dir(parser: argparse.ArgumentParser) -> None:
+    """The `--runtime-dir DIR` option of the verbs that talk to a running daemon over its admin
+    socket (`DIR/admin.sock`), defaulting to `server.runtime_dir`'s default."""
+    from llmd.config import ServerConfig  # the config's default, read when a parser is built
+
+    parser.add_argument(
+        "--runtime-dir",
+        metavar="DIR",
+        default=ServerConfig.runtime_dir,
+        help="the daemon's runtime directory, where its admin socket is "
+        f"(default {ServerConfig.runtime_dir}; `llmd serve --runtime-dir` or server.runtime_dir)",
+    )

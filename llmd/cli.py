@@ -14,8 +14,8 @@ from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-from llmd.arguments import positive, positive_count, seconds
-from llmd.config import ServerConfig, config_path, load_config
+from llmd.arguments import add_runtime_dir, positive, positive_count, seconds
+from llmd.config import config_path, load_config
 from llmd.console import run_console
 from llmd.errors import ConfigError, RuntimeDirInUse
 from llmd.runtime import RuntimePaths
@@ -72,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
 
     status = verbs.add_parser("status", help="show the state of llmd, each engine and each model")
     status.add_argument("--json", action="store_true", help="print the Status snapshot as JSON")
-    status.add_argument("--runtime-dir", default=ServerConfig.runtime_dir)
+    add_runtime_dir(status)
     status.set_defaults(func=_status)
 
     drain = verbs.add_parser("drain", help="stop admitting; in-flight requests finish")
@@ -89,7 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     drain.add_argument(
         "--engine", help="drain this engine only: it takes no new request, the others serve on"
     )
-    drain.add_argument("--runtime-dir", default=ServerConfig.runtime_dir)
+    add_runtime_dir(drain)
     drain.set_defaults(func=_drain)
     for verb, help_text in (
         ("resume", "admit requests again after a drain"),
@@ -103,15 +103,19 @@ def _parser() -> argparse.ArgumentParser:
         sub = verbs.add_parser(verb, help=help_text)
         if verb != "reload":
             sub.add_argument("--engine", help=f"{verb} this engine only (default: every engine)")
-        sub.add_argument("--runtime-dir", default=ServerConfig.runtime_dir)
+        add_runtime_dir(sub)
         sub.set_defaults(func=_simple_verb)
 
     guard = verbs.add_parser(
         "guard", help="override the SLO guard until the next reload: off, on, or level N (0-4)"
     )
-    guard.add_argument("mode", choices=("off", "on", "level"))
+    guard.add_argument(
+        "mode",
+        choices=("off", "on", "level"),
+        help="off: the guard never degrades service; on: it acts on its own again; level: pin it",
+    )
     guard.add_argument("level", nargs="?", type=int, choices=range(5), help="with `level`")
-    guard.add_argument("--runtime-dir", default=ServerConfig.runtime_dir)
+    add_runtime_dir(guard)
     guard.set_defaults(func=_guard)
 
     from llmd.bench.command import add_parser as add_bench_parser
@@ -311,11 +315,15 @@ def _simple_verb(args: argparse.Namespace) -> int:
 
 
 def _phases(answer: dict[str, Any]) -> str:
-    """'engine serving', or each engine's phase when there are several."""
+    """'engine serving', or each engine's phase when there are several; `, drained` after
+    one an operator drained."""
+    from llmd.admin.status_text import engine_state
+
     engines = answer.get("engines") or {}
     if len(engines) <= 1:
-        return f"engine {answer['engine']}"
-    return "engines " + ", ".join(f"{name} {e['state']}" for name, e in engines.items())
+        one = next(iter(engines.values()), {"state": answer["engine"]})
+        return f"engine {engine_state(one)}"
+    return "engines " + ", ".join(f"{name} {engine_state(e)}" for name, e in engines.items())
 
 
 def reload_message(answer: dict[str, Any]) -> str:

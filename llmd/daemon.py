@@ -543,17 +543,15 @@ class Daemon:
         )
 
     def _upstream_listed(self, name: str, models: tuple[str, ...]) -> None:
-        """An upstream's /v1/models answered: without configured `models`, what it lists is
-        its pool membership."""
+        """An upstream's /v1/models answered: it serves, and without configured `models`,
+        what it lists is its pool membership."""
         upstream = self.state.fleet.upstreams.get(name)
-        if upstream is None or upstream.configured or upstream.models == models:
-            self.state.admission.pump()
-            return
-        upstream.models = models
-        self.state.admission.capacity.set_models(name, models)
-        self._configure_validators()
-        log.info("upstream_models_listed", upstream=name, models=list(models))
-        self.state.admission.pump()
+        if upstream is not None and not upstream.configured and upstream.models != models:
+            upstream.models = models
+            self.state.admission.capacity.set_models(name, models)
+            self._configure_validators()
+            log.info("upstream_models_listed", upstream=name, models=list(models))
+        self.state.admission.upstream_answered(name)  # it serves from its first answer on
 
     def _engine_changed(self, name: str) -> None:
         """A supervisor's phase changed: when the engine serves other names than its configured

@@ -16,15 +16,13 @@ from llmd.backends.relisting import ModelRelisting
 from llmd.config import Config
 from llmd.errors import ApiError, Draining, EngineUnavailable, ModelNotFound
 from llmd.proxy.inflight import InFlight
+from llmd.routing.capacity import FIRST_PROBE_WAIT_S
 from llmd.runtime import RuntimePaths
 from llmd.status import Status
 from llmd.supervisor.state import EngineState
 from llmd.telemetry.events import recent_events
 from llmd.telemetry.observer import Observer
 from llmd.validation.pools import Validators
-
-# Retry-After of a /ready that waits for an upstream's first /v1/models answer.
-FIRST_PROBE_WAIT_S = 5.0
 
 
 @dataclasses.dataclass
@@ -116,7 +114,8 @@ class DaemonState:
             if view.name in self.fleet.engines:
                 state = state or self.fleet.engines[view.name].phase.value
             elif view.breaker is not None:
-                state = state or f"breaker {view.breaker.value}"
+                unproven = "" if view.serving else ", no probe answered yet"
+                state = state or f"breaker {view.breaker.value}{unproven}"
             states.append(f"{view.name} {state or 'unavailable'}")
         return EngineUnavailable(
             f"no backend serving {model} can take a request now ({', '.join(states)}); retry later",

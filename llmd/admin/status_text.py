@@ -21,7 +21,8 @@ def format_status(status: dict[str, Any]) -> str:
     rows = [
         (
             "engine",
-            f"{engine['state']}  pid {engine['pid'] or '-'}  {engine['version'] or ''}".rstrip(),
+            f"{engine_state(engine)}  pid {engine['pid'] or '-'}"
+            f"  {engine['version'] or ''}".rstrip(),
         ),
         ("model", f"{engine['model']}  max_model_len {engine['max_model_len'] or '-'}"),
         ("uptime", _duration(uptime) if uptime is not None else "-"),
@@ -35,7 +36,7 @@ def format_status(status: dict[str, Any]) -> str:
         (
             "llmd",
             f"{status['llmd_version']} on {status['listen']}  in flight {status['in_flight']}"
-            f"  queued {status.get('queued', 0)}  draining {'yes' if status['draining'] else 'no'}",
+            f"  queued {status.get('queued', 0)}  {admitting(status)}",
         ),
     ]
     if "kv_cache" in status:
@@ -45,6 +46,31 @@ def format_status(status: dict[str, Any]) -> str:
     if status.get("guard"):
         rows.append(("slo guard", guard_line(status["guard"])))
     return "\n".join(f"{name:<10} {value}" for name, value in rows)
+
+
+def engine_state(entry: dict[str, Any]) -> str:
+    """A backend's state, and `drained` when an operator drained it (`serving, drained`: it
+    runs, and takes no new request until `llmd resume --engine NAME`)."""
+    return f"{entry['state']}, drained" if entry.get("draining") else entry["state"]
+
+
+def drained_backends(status: dict[str, Any]) -> list[str]:
+    """The backends an operator drained by name (`llmd drain --engine NAME`)."""
+    return [entry["name"] for entry in status.get("engines") or [] if entry.get("draining")]
+
+
+def admitting(status: dict[str, Any]) -> str:
+    """Whether llmd admits: `draining yes` (llmd drained), `draining no`, or `draining no,
+    drained: main` when backends were drained by name (with every backend drained, no
+    request is served: `admitting nothing (drained: main)`)."""
+    if status["draining"]:
+        return "draining yes"
+    drained = drained_backends(status)
+    if not drained:
+        return "draining no"
+    if len(drained) == len(status.get("engines") or ()):
+        return f"admitting nothing (drained: {', '.join(drained)})"
+    return f"draining no, drained: {', '.join(drained)}"
 
 
 def _fleet_rows(status: dict[str, Any]) -> list[tuple[str, str]]:
@@ -61,11 +87,10 @@ def _fleet_rows(status: dict[str, Any]) -> list[tuple[str, str]]:
         else:
             gpus = ",".join(entry["gpus"]) or "-"
             what = f"pid {entry['pid'] or '-'}  gpus {gpus}  restarts {entry['restarts']}"
-        drained = "  drained" if entry["draining"] else ""
         rows.append(
             (
                 "backend",
-                f"{entry['name']:<{width}}  {entry['state']}{drained}  model {entry['model']}"
+                f"{entry['name']:<{width}}  {engine_state(entry)}  model {entry['model']}"
                 f"  {what}  KV {_percent(entry['kv_usage'])}  running {_num(entry['running'])}"
                 f"  waiting {_num(entry['waiting'])}  in flight {entry['in_flight']}",
             )

@@ -35,7 +35,7 @@ from llmd.errors import ApiError, InvalidRequest, QueueFull, QueueTimeout, RateL
 from llmd.quoting import header_text
 from llmd.routing.backend import BackendKind
 from llmd.routing.breaker import CircuitBreaker
-from llmd.routing.capacity import PoolCapacity, PoolGate
+from llmd.routing.capacity import FIRST_PROBE_WAIT_S, PoolCapacity, PoolGate
 from llmd.routing.choice import AffinityPolicy
 from llmd.status import QueueStatus, TenantStatus
 from llmd.supervisor.state import EnginePhase, EngineState
@@ -118,13 +118,24 @@ class Admission:
     def add_backend(self, name: str, kind: BackendKind, models: Sequence[str]) -> None:
         """A backend joins the pools of `models` (none yet: an upstream whose models come from
         its /v1/models, `capacity.set_models`); an upstream gets a circuit breaker. An engine
-        serves only once its state says so (not before its first boot). Its gate's limits are
-        set by the next `configure`. Raises ValueError for a name already there."""
-        breaker = CircuitBreaker(self.breaker_policy) if kind is BackendKind.UPSTREAM else None
+        serves only once its state says so (not before its first boot), an upstream once a
+        probe of it succeeded (`upstream_answered`; until then its pool's requests get 503
+        with Retry-After). Its gate's limits are set by the next `configure`. Raises
+        ValueError for a name already there."""
+        upstream = kind is BackendKind.UPSTREAM
+        breaker = CircuitBreaker(self.breaker_policy) if upstream else None
         engine = self.engines.get(name)
-        serving = kind is BackendKind.UPSTREAM or (engine is not None and engine.serving)
-        gate = CapacityGate(max_in_flight=1, serving=serving)
+        gate = CapacityGate(max_in_flight=1, serving=engine is not None and engine.serving)
         self.capacity.add(name, kind, models, gate, breaker)
+        if upstream:  # serves once a probe of it succeeded (`upstream_answered`)
+            self.capacity.set_serving(name, False, time.monotonic() + FIRST_PROBE_WAIT_S)
+
+    def upstream_answered(self, name: str) -> None:
+        """A probe of upstream `name` succeeded: it serves from now on (its breaker decides
+        whether a request passes), and the queue is run."""
+        if name in self.capacity.names():
+            self.capacity.set_serving(name, True)
+        self.pump()
 
     def remove_backend(self, name: str) -> None:
         """Take a backend out of the pools: requests running there finish there."""

@@ -51,13 +51,14 @@ class UpstreamState:
         return value if isinstance(value, int) and value > 0 else None
 
     def phase(self, breaker: BreakerState) -> str:
-        """`serving` (breaker closed and models known), `unreachable` (open), `probing`
-        (half-open), or `unknown` (no answer yet)."""
+        """`serving` (a probe succeeded, breaker closed and models known), `unreachable`
+        (open), `probing` (half-open), or `unknown` (no answer yet, or the last probe failed:
+        llmd routes to an upstream only once a probe of it succeeded)."""
         if breaker is BreakerState.OPEN:
             return "unreachable"
         if breaker is BreakerState.HALF_OPEN:
             return "probing"
-        return "serving" if self.models and self.healthy is not False else "unknown"
+        return "serving" if self.models and self.healthy else "unknown"
 
 
 async def probe_once(

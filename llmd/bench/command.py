@@ -80,7 +80,13 @@ def add_parser(verbs: Any) -> None:
     )
 
     load = bench.add_argument_group("load")
-    load.add_argument("--scenario", default="B", type=str.upper, choices=list(SCENARIOS))
+    load.add_argument(
+        "--scenario",
+        default="B",
+        type=str.upper,
+        choices=list(SCENARIOS),
+        help="the load's shape (listed below; default B)",
+    )
     load.add_argument(
         "--duration", metavar="S", type=positive_seconds, default=30.0, help="seconds per step (30)"
     )
@@ -98,7 +104,12 @@ def add_parser(verbs: Any) -> None:
         type=positive_count,
         help="sweep 1, 2, 4, ... N (default: 1)",
     )
-    load.add_argument("--seed", type=int, default=0)
+    load.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the prompts, their lengths and the bursts (0): the same seed, the same load",
+    )
     load.add_argument(
         "--timeout",
         metavar="S",

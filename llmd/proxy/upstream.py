@@ -102,15 +102,20 @@ async def _post(
 ) -> aiohttp.ClientResponse:
     """POST on a kept-alive connection; once more on a new connection when that one was found
     closed or reset before any answer came (the backend closed it as idle just as the request
-    went out: the stale keep-alive race). A refused connect is not sent again. Raises as
-    `ClientSession.post`."""
+    went out: the stale keep-alive race). A refused connect is not sent again. When the new
+    connection is refused, the backend is gone and had the request: the first connection's
+    loss is raised (the engine died under the request, a 502), not the refusal (a 503 says
+    nothing was sent). Raises as `ClientSession.post`."""
     try:
         return await client.session().post(url, data=body, headers=headers)
     except _STALE as exc:
         if isinstance(exc, aiohttp.ClientConnectorError):
             raise
         log.info("engine_connection_renewed", url=url, error=type(exc).__name__)
-        return await client.fresh_session().post(url, data=body, headers=headers)
+        try:
+            return await client.fresh_session().post(url, data=body, headers=headers)
+        except aiohttp.ClientConnectorError:
+            raise exc from None
 
 
 def _breaker(state: DaemonState, backend: str) -> CircuitBreaker | None:
@@ -131,13 +136,16 @@ def _record(breaker: CircuitBreaker | None, *, failed: bool) -> None:
 
 
 def _connection_error(state: DaemonState, backend: str, exc: BaseException) -> ApiError:
-    """The error for a lost or refused connection to `backend`."""
-    # Refused or missing socket: the backend is not accepting (an engine that died a moment
-    # ago, or is between boots) and nothing was sent, so the client may simply retry.
+    """The error for a lost or refused connection to `backend`, by what became of the request
+    (DESIGN.md's error table), never by how soon the supervisor noticed an exit: no connection
+    could be made, so nothing was sent (no engine to send to) → 503 `engine_unavailable` with
+    Retry-After; it was sent and the connection was lost before the answer ended (the engine
+    died under it) → 502 `engine_error`."""
     engine = state.fleet.engines.get(backend)
-    if engine is not None and not engine.serving:
-        return engine.unavailable_error()
     if isinstance(exc, aiohttp.ClientConnectorError):
+        # Refused or missing socket: an engine that died a moment ago, or is between boots.
+        if engine is not None and not engine.serving:
+            return engine.unavailable_error()
         retry_after = engine.retry_after_s() if engine is not None else 1.0
         return EngineUnavailable(
             f"{backend} refused the connection (it may have just stopped); retry later",

@@ -7,8 +7,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from llmd.arguments import positive_seconds
-from llmd.config import ServerConfig
+from llmd.arguments import add_runtime_dir, positive_seconds
 
 # A replace waits for a drain, two boots and two smoke gates at worst; the daemon bounds each.
 DEPLOY_TIMEOUT_S = 7200.0
@@ -38,14 +37,14 @@ def add_parser(verbs: Any, call: Call) -> None:
         metavar="S",
         help="least dwell per canary step (with --canary)",
     )
-    deploy.add_argument("--runtime-dir", default=ServerConfig.runtime_dir)
+    add_runtime_dir(deploy)
     deploy.set_defaults(func=lambda args: _deploy(args, call))
     rollback = verbs.add_parser(
         "rollback",
         help="abort the deploy under way, or return the engine to its previous release",
     )
     rollback.add_argument("--engine", help="the engine (default: the only one)")
-    rollback.add_argument("--runtime-dir", default=ServerConfig.runtime_dir)
+    add_runtime_dir(rollback)
     rollback.set_defaults(func=lambda args: _rollback(args, call))
 
 

@@ -23,6 +23,8 @@ from llmd.routing.choice import AffinityPolicy, Choice, choose
 # Retry-After for a pool none of whose backends is expected back (every engine gave up): the
 # scheduler's cap on its own Retry-After estimates (llmd/admission/scheduler.py).
 MAX_WAIT_S = 600.0
+# Retry-After while an upstream awaits its first probe's answer (the probe's own timeout).
+FIRST_PROBE_WAIT_S = 5.0
 
 
 @dataclasses.dataclass

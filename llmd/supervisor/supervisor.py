@@ -40,6 +40,8 @@ UNHEALTHY_PROBES = 3
 # How often a booting engine's /health is asked, seconds: a refused connect to its socket costs
 # microseconds, and the simulator is up in about 0.4 s (a 0.5 s poll kept it waiting 1 s).
 BOOT_PROBE_S = 0.1
+# Exits llmd asked for (a stop, an operator's restart): logged at info, with no diagnosis.
+ASKED_FOR = frozenset({"stopped", "restart_requested"})
 
 
 class Supervisor:
@@ -159,7 +161,7 @@ class Supervisor:
         self.state.phase = EnginePhase.RESTARTING
         self._served.clear()  # wait_serving() now waits for the next engine
         self.on_change()
-        self.log.warning("engine_restart_requested", pid=process.pid)
+        self.log.info("engine_restart_requested", pid=process.pid)
         await process.stop_group(self.engine.stop_timeout_s)
         return True
 
@@ -342,16 +344,17 @@ class Supervisor:
 
     def _record_exit(self, reason: ExitReason, lines: Iterable[str]) -> None:
         self.state.last_exit = reason
-        if reason.kind not in ("stopped", "restart_requested"):
+        if reason.kind not in ASKED_FOR:
             self.state.diagnosis = diagnose(list(lines), reason.kind, reason.detail)
         if reason.kind != "stopped":
             counts = self.state.exits_by_reason
             counts[reason.kind] = counts.get(reason.kind, 0) + 1
-        level = self.log.info if reason.kind == "stopped" else self.log.error
+        # An exit llmd asked for (a stop, an operator's restart) is no error.
+        level = self.log.info if reason.kind in ASKED_FOR else self.log.error
         level("engine_exited", reason=reason.kind, detail=reason.detail)
 
     def _forward_output(self, level: str, message: str) -> None:
-        if self.state.phase is EnginePhase.STOPPING:
+        if self.state.phase is EnginePhase.STOPPING or self._restart_requested:
             # vLLM logs an EngineDeadError traceback even on a shutdown llmd asked for.
             self.log.info("engine_output", level=level.lower(), line=message)
             return

@@ -19,10 +19,11 @@ from typing import Any
 
 CAPACITY = 50
 MESSAGE_CHARS = 200
-# Info events worth an operator's eye; warnings and errors are always kept.
+# Info events worth an operator's eye (an exit llmd asked for is one); warnings and errors are
+# always kept.
 NOTABLE_INFO = frozenset(
     {"llmd_started", "engine_started", "engine_ready", "drain_started", "drain_ended",
-     "config_reloaded", "stop_requested"}
+     "config_reloaded", "stop_requested", "engine_restart_requested", "engine_exited"}
 )  # fmt: skip
 # request_finished lines kept: refused before the engine, ended by llmd, or failed.
 NOTABLE_OUTCOMES = frozenset({"rejected", "aborted", "error"})

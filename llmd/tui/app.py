@@ -174,8 +174,9 @@ class TopApp(App[None]):
         engine = self._target()
         if engine is not None:
             self._confirm(
-                f"Drain engine {engine}? It takes no new request (the rest of its pool does)\n"
-                f"until you resume it (u); the {self._in_flight(engine)} in flight there finish.",
+                f"Drain {self._kind(engine)} {engine}? It takes no new request (the rest of its "
+                f"pool does)\nuntil you resume it (u); the {self._in_flight(engine)} in flight "
+                "there finish.",
                 f"drain {engine}",
                 lambda: self.client.drain(engine),
             )
@@ -198,6 +199,14 @@ class TopApp(App[None]):
 
     def action_restart(self) -> None:
         engine = self._target()
+        if engine is not None and self._kind(engine) == "upstream":
+            self.notify(
+                f"{engine} is an upstream: llmd does not run it, so it cannot restart it "
+                "(restart it where it runs; d drains it here, u resumes it)",
+                severity="warning",
+                timeout=8,
+            )
+            return
         if engine is not None:
             self._confirm(
                 f"Restart engine {engine}? llmd drains it first (its requests finish, up to the\n"
@@ -281,6 +290,11 @@ class TopApp(App[None]):
         if self.engines.display and self.engines.has_focus:
             return self.engines.selected()
         return None
+
+    def _kind(self, backend: str) -> str:
+        """`engine` or `upstream`, as the last snapshot said (`engine` when it did not)."""
+        entries = (self.snapshot or {}).get("engines") or []
+        return next((e["kind"] for e in entries if e["name"] == backend), "engine")
 
     def _in_flight(self, engine: str | None) -> Any:
         """Requests in flight in llmd (or on `engine`), as the last snapshot said ('?')."""

@@ -8,6 +8,8 @@ import dataclasses
 import time
 from typing import Any
 
+from llmd.admin.status_text import drained_backends
+
 Snapshot = dict[str, Any]
 
 
@@ -46,7 +48,7 @@ class Link:
 def changes(before: Snapshot | None, after: Snapshot) -> list[str]:
     """Plain sentences for what happened between two snapshots that the panels alone would not
     make plain: llmd itself restarted (a new `started_at`), the engine restarted (more
-    `restarts`, or a new pid), draining began or ended."""
+    `restarts`, or a new pid), draining began or ended (of llmd, or of a backend by name)."""
     if before is None:
         return []
     notes = []
@@ -59,4 +61,7 @@ def changes(before: Snapshot | None, after: Snapshot) -> list[str]:
         notes.append(f"engine restarted ({reason}); pid {old['pid']} → {new['pid']}")
     if after["draining"] != before["draining"]:
         notes.append("llmd is draining" if after["draining"] else "llmd admits requests again")
+    was, now = set(drained_backends(before)), set(drained_backends(after))
+    notes += [f"engine {name} drained: it takes no new request" for name in sorted(now - was)]
+    notes += [f"engine {name} takes requests again" for name in sorted(was - now)]
     return notes

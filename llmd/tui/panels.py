@@ -17,6 +17,7 @@ from textual.app import ComposeResult
 from textual.widget import Widget
 from textual.widgets import Sparkline, Static
 
+from llmd.admin.status_text import drained_backends
 from llmd.tui import format as fmt
 from llmd.tui.deploys import deploy_lines
 from llmd.tui.link import Link, Snapshot
@@ -63,6 +64,8 @@ class HeaderPanel(Static):
             line.append(f" llmd {s['llmd_version']} ", style="bold reverse")
             line.append(f" {s['listen']}  engine ")
             line.append(engine["state"].upper(), style=PHASE_STYLE.get(engine["state"], "bold red"))
+            if engine.get("draining"):
+                line.append(" DRAINED", style="bold yellow")
             line.append(f"  pid {engine['pid'] or fmt.MISSING}  model ")
             line.append(engine["model"], style="bold")
             line.append(f" ({engine['version'] or '?'})  up {fmt.duration(engine['uptime_s'])}")
@@ -75,10 +78,7 @@ class HeaderPanel(Static):
             queued = s.get("queued") or 0
             line.append(f"  in flight {s['in_flight']}" + (f" queued {queued}" if queued else ""))
             line.append("  ")
-            if s["draining"]:
-                line.append(" DRAINING ", style="bold reverse yellow")
-            else:
-                line.append("admitting", style="green")
+            _admitting(line, s)
             _diagnosis(line, engine)
             _guard_banner(line, s.get("guard"))
             deploy_lines(line, s.get("deploys") or [])
@@ -102,6 +102,21 @@ class HeaderPanel(Static):
             if s is not None:
                 line.append(" · showing the last snapshot", style="dim")
         self.update(line)
+
+
+def _admitting(line: Text, s: Snapshot) -> None:
+    """DRAINING (llmd drained), DRAINED with the names when every backend was drained by name
+    (no request is served), `admitting` otherwise, then the backends drained by name."""
+    drained = drained_backends(s)
+    if s["draining"]:
+        line.append(" DRAINING ", style="bold reverse yellow")
+    elif drained and len(drained) == len(s.get("engines") or ()):
+        line.append(f" DRAINED: {', '.join(drained)} ", style="bold reverse yellow")
+        return
+    else:
+        line.append("admitting", style="green")
+    if drained:
+        line.append(f" · drained: {', '.join(drained)}", style="bold yellow")
 
 
 def _guard_banner(line: Text, guard: dict[str, Any] | None) -> None:

@@ -84,7 +84,13 @@ def add_parser(verbs: Any) -> None:
         default=30.0,
         help="seconds of load per step (30)",
     )
-    tune.add_argument("--max-requests", metavar="N", type=positive_count, default=10_000)
+    tune.add_argument(
+        "--max-requests",
+        metavar="N",
+        type=positive_count,
+        default=10_000,
+        help="cap per step (10000)",
+    )
     tune.add_argument(
         "--timeout",
         metavar="S",
@@ -92,7 +98,12 @@ def add_parser(verbs: Any) -> None:
         default=120.0,
         help="per request, seconds (120)",
     )
-    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the prompts, their lengths and the bursts (0): the same seed, the same load",
+    )
     tune.add_argument(
         "--from-traffic",
         metavar="FILE",

@@ -3,6 +3,7 @@ streams in flight, resume, cancel one request, restart the engine, reload the co
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import httpx
 import openai
 import pytest
 
-from tests.support.accounting import log_lines
+from tests.support.accounting import log_lines, log_records
 from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
@@ -54,6 +55,35 @@ def test_drain_lets_streams_finish_refuses_new_and_resume_restores(llmd: LlmdPro
     assert httpx.get(llmd.base_url + "/ready").status_code == 503
     assert cli(llmd, "resume").returncode == 0
     assert httpx.get(llmd.base_url + "/ready").status_code == 200
+
+
+def test_one_engine_drained_by_name_shows_drained_everywhere_until_resumed(
+    llmd: LlmdProcess,
+) -> None:
+    """`llmd drain --engine main` on llmd's only engine: requests get 503 naming it drained,
+    and `llmd status` (text and JSON), /ready and /metrics all say it is drained; `llmd
+    resume --engine main` shows it back everywhere."""
+    drained = cli(llmd, "drain", "--engine", "main")
+    assert drained.returncode == 0, drained.stderr
+    try:
+        refused = httpx.post(llmd.base_url + "/v1/completions", json={**STREAM, "stream": False})
+        assert refused.status_code == 503 and "main drained" in refused.json()["error"]["message"]
+        assert int(refused.headers["retry-after"]) >= 1
+        text = cli(llmd, "status").stdout
+        assert "serving, drained" in text and "admitting nothing (drained: main)" in text, text
+        status = json.loads(cli(llmd, "status", "--json").stdout)
+        assert status["engine"]["draining"] is True and status["engines"][0]["draining"] is True
+        assert httpx.get(llmd.base_url + "/ready").status_code == 503
+        metrics = httpx.get(llmd.base_url + "/metrics").text
+        assert 'llmd_engine_draining{engine="main"} 1.0' in metrics
+    finally:
+        resumed = cli(llmd, "resume", "--engine", "main")
+    assert resumed.returncode == 0 and "engine serving" in resumed.stdout, resumed.stdout
+    text = cli(llmd, "status").stdout
+    assert "drained" not in text and "draining no" in text, text
+    assert llmd.admin_status()["engine"]["draining"] is False
+    assert httpx.get(llmd.base_url + "/ready").status_code == 200
+    assert 'llmd_engine_draining{engine="main"} 0.0' in httpx.get(llmd.base_url + "/metrics").text
 
 
 def test_drain_deadline_ends_what_remains_in_band(llmd: LlmdProcess) -> None:
@@ -127,7 +157,8 @@ def test_a_cancelled_request_is_not_resent_by_the_openai_client(llmd: LlmdProces
 
 
 def test_restart_drains_then_boots_a_new_engine(llmd: LlmdProcess) -> None:
-    """`llmd restart`: the engine gets a new pid, no failure is counted, service resumes."""
+    """`llmd restart`: the engine gets a new pid, no failure is counted, service resumes, and
+    the exit it asked for is logged at info with its reason (no error)."""
     before = llmd.admin_status()["engine"]
     result = cli(llmd, "restart")
     assert result.returncode == 0 and "engine restarted" in result.stdout, result.stderr
@@ -135,6 +166,11 @@ def test_restart_drains_then_boots_a_new_engine(llmd: LlmdProcess) -> None:
     after = llmd.admin_status()["engine"]
     assert after["pid"] != before["pid"] and after["restarts"] == before["restarts"] + 1
     assert after["last_exit_reason"] == "restart_requested"
+    exits = [r for r in log_records(llmd) if r["event"] == "engine_exited"]
+    assert exits and exits[-1]["reason"] == "restart_requested", exits
+    assert exits[-1]["level"] == "info" and exits[-1]["detail"] == "restarted by the operator"
+    events = [e for e in llmd.admin_status()["events"] if e["event"] == "engine_exited"]
+    assert events and events[-1]["level"] == "info"  # still on llmd-top's events panel
     short = {**STREAM, "stream": False, "max_tokens": 5}
     ok = httpx.post(llmd.base_url + "/v1/completions", json=short, timeout=30)
     assert ok.status_code == 200

@@ -64,7 +64,9 @@ def test_several_backends_get_a_row_each_and_each_model_one() -> None:
     backends = [line for line in lines if line.startswith("backend ")]
     assert len(backends) == 3
     assert "pa   serving  model tiny" in backends[0] and "gpus 0" in backends[0]
-    assert "serving  drained" in backends[1]
+    assert "pb   serving, drained  model tiny" in backends[1]
+    llmd_row = next(line for line in lines if line.startswith("llmd "))
+    assert llmd_row.endswith("draining no, drained: pb")
     assert "lab  unreachable" in backends[2] and "breaker open" in backends[2]
     models = [line for line in lines if line.startswith("model ")]
     assert models[-2:] == [

@@ -1,6 +1,7 @@
 """Connections to the engine: kept alive between requests, closed when the client leaves
-mid-stream (what makes vLLM abort the sequence), and renewed when the engine had closed a
-kept-alive one as the request went out (the stale keep-alive race)."""
+mid-stream (what makes vLLM abort the sequence), renewed when the engine had closed a
+kept-alive one as the request went out (the stale keep-alive race), and what a client gets when
+the engine dies under its request (502) or is gone before it (503)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ import pytest
 from llmd.engine.client import EngineClient
 from llmd.proxy.upstream import _post
 from tests.support.fake_engine import ProxyStack
+from tests.support.llmd_process import LlmdProcess
+from tests.support.model import ensure_tiny_model
+from tests.support.sim_process import sim_config
 from tests.support.waiting import wait_for
 from tests.validation.conftest import STRING_TEMPLATE, make_tokenizer_dir
 
@@ -100,3 +104,27 @@ async def test_a_kept_alive_connection_the_engine_closed_is_renewed(tmp_path: Pa
         finally:
             await client.close()
     assert requests == [2, 1]  # the second went out on the first connection, then a new one
+
+
+def test_an_engine_dying_under_a_request_is_502_and_none_to_send_to_is_503() -> None:
+    """A request that kills the engine (it went out on the kept-alive connection; the resend on
+    a new one is refused) answers 502 `engine_error`: the engine died under it. A request while
+    no engine runs (the restart's backoff) answers 503 `engine_unavailable` with Retry-After:
+    nothing was sent."""
+    sections = {"supervisor": {"backoff_initial_s": 5.0, "backoff_max_s": 5.0}}
+    llmd = LlmdProcess.start(sim_config(ensure_tiny_model(), **sections))
+    try:
+        llmd.wait_ready(timeout_s=30)
+        url = llmd.base_url + "/v1/chat/completions"
+        assert httpx.post(url, json=CHAT, timeout=30).status_code == 200  # kept alive
+        died = httpx.post(url, json={**CHAT, "sim_fault": "crash"}, timeout=30)
+        assert died.status_code == 502, died.text
+        assert died.json()["error"]["code"] == "engine_error"
+        down = lambda: llmd.admin_status()["engine"]["state"] != "serving"  # noqa: E731
+        assert wait_for(down, timeout_s=10)
+        none = httpx.post(url, json=CHAT, timeout=30)
+        assert none.status_code == 503, none.text
+        assert none.json()["error"]["code"] == "engine_unavailable"
+        assert int(none.headers["retry-after"]) >= 1
+    finally:
+        llmd.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from typing import Any
@@ -35,6 +36,16 @@ def samples(llmd: LlmdProcess) -> Samples:
         for family in text_string_to_metric_families(text)
         for s in family.samples
     }
+
+
+def log_records(llmd: LlmdProcess) -> list[dict[str, Any]]:
+    """Every JSON log line llmd wrote so far (lines that are not JSON are skipped)."""
+    records = []
+    for line in llmd.log_path.read_text().splitlines():
+        if line.startswith("{"):
+            with contextlib.suppress(ValueError):
+                records.append(json.loads(line))
+    return records
 
 
 def log_lines(llmd: LlmdProcess, request_id: str) -> list[dict[str, Any]]:

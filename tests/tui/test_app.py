@@ -13,6 +13,7 @@ from llmd.tui.app import TopApp
 from llmd.tui.cli import _parser
 from llmd.tui.engines import EngineTable
 from llmd.tui.link import changes
+from llmd.tui.screens import ConfirmScreen
 from llmd.tui.sequences import SequenceTable
 from tests.tui.conftest import FakeDaemon, example_status, fleet_status, screen_text, until
 
@@ -307,6 +308,27 @@ async def test_engine_keys_act_on_the_selected_engine() -> None:
     async with single.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: single.snapshot is not None)
         assert not single.query_one(EngineTable).display
+
+
+async def test_an_upstream_row_offers_drain_but_says_why_it_cannot_restart() -> None:
+    """On an upstream's row of the engines panel, d (confirmed) drains that upstream; r asks
+    nothing and calls nothing: a note says llmd does not run it, so cannot restart it."""
+    daemon = FakeDaemon(fleet_status())
+    app = TopApp(daemon)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.snapshot is not None)
+        table = app.query_one(EngineTable)
+        table.focus()
+        await pilot.press("down", "down")
+        assert table.selected() == "lab"
+        await pilot.press("r")
+        await until(pilot, lambda: any("upstream" in n.message for n in app._notifications))
+        assert not isinstance(app.screen, ConfirmScreen) and daemon.calls == []
+        assert any("cannot restart it" in n.message for n in app._notifications)
+        await pilot.press("d")
+        assert "Drain upstream lab?" in screen_text(app)
+        await pilot.press("y")
+        await until(pilot, lambda: daemon.calls == ["drain lab"])
 
 
 async def test_a_deploy_in_progress_is_shown_and_a_aborts_it_once_confirmed() -> None:

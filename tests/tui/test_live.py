@@ -28,6 +28,28 @@ def top(llmd: LlmdProcess, **kwargs: object) -> TopApp:
     return TopApp(DaemonClient(llmd.runtime_dir / "admin.sock"), interval_s=0.25, **kwargs)  # type: ignore[arg-type]
 
 
+async def test_one_engine_drained_by_name_shows_drained_in_the_header(llmd: LlmdProcess) -> None:
+    """llmd's only engine drained by name (`POST /drain {"engine": "main"}`): the header says
+    DRAINED, not `admitting`, with a note; resumed, it says `admitting` again. (First in the
+    package's shared daemon: test_each_key's restart then logs the latest engine_ready, which
+    test_tmux looks for among the recent events.)"""
+    app = top(llmd)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: "admitting" in screen_text(app))
+        with llmd.admin() as admin:
+            assert admin.post("/drain", json={"engine": "main"}).status_code == 200
+        try:
+            await until(pilot, lambda: "DRAINED: main" in screen_text(app))
+            assert "SERVING DRAINED" in screen_text(app) and "admitting" not in screen_text(app)
+            note = "engine main drained: it takes no new request"
+            await until(pilot, lambda: any(note in n.message for n in app._notifications))
+        finally:
+            with llmd.admin() as admin:
+                assert admin.post("/resume", json={"engine": "main"}).status_code == 200
+        await until(pilot, lambda: "admitting" in screen_text(app))
+        assert "DRAINED" not in screen_text(app)
+
+
 async def test_each_key_against_a_live_daemon(llmd: LlmdProcess) -> None:
     """`/` filters, `c`+`y` cancels only the selected stream, `s` sorts, `d` then `n` does
     nothing, `d`+`y` drains, `u` resumes, `r`+`y` restarts the engine, `?` helps, `q` quits."""
