@@ -477,8 +477,10 @@ class Daemon:
         """Stop engine `name` and forget it: it leaves its pools (requests running there were
         drained first) and the fleet."""
         supervisor = self.supervisors.pop(name)
-        await supervisor.stop()
+        # Out of the main loop's view before its task ends: a supervisor llmd stopped has not
+        # ended on its own (`_engine_ended` would stop llmd).
         task = self._engine_tasks.pop(name, None)
+        await supervisor.stop()
         if task is not None:
             await asyncio.wait({task})
         self.state.admission.remove_backend(name)

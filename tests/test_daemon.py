@@ -25,7 +25,7 @@ from llmd.admin.client import AdminRefused, admin_request
 from llmd.admission.capacity import CapacityGate
 from llmd.admission.classes import Priority
 from llmd.config import Config, load_config
-from llmd.daemon import Daemon
+from llmd.daemon import TICK_S, Daemon
 from llmd.listeners import send_buffer
 from llmd.logs import configure_logging, line_limiter
 from llmd.releases.settings import ReleaseConfig
@@ -402,6 +402,33 @@ async def test_restart_applies_the_pending_engine_table(live: Live) -> None:
     assert _gate(daemon).max_in_flight == 40 and daemon.pending_engine is None
     again = await admin_request(daemon.paths.admin_socket, "POST", "/restart", timeout_s=120)
     assert again["applied"] == []
+
+
+async def test_removing_an_engine_never_stops_llmd(
+    live: Live, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An engine llmd stops and forgets (a canary's end, a reload's removal) leaves the main
+    loop's view before its supervisor's task ends, so the loop never takes it for an engine
+    that ended on its own (which stopped llmd, exit 1, when the task ended before `stop()`
+    returned: seen in CI); llmd serves on."""
+    daemon = live.daemon
+    daemon.add_engine("extra", daemon.config.engine_tables["main"])
+    assert await until(lambda: daemon.state.fleet.engines["extra"].serving, timeout_s=60)
+    task = daemon._engine_tasks["extra"]
+    supervisor = daemon.supervisors["extra"]
+    stop = supervisor.stop
+
+    async def stop_after_the_task_ended() -> None:  # the order a slow reap gives
+        await stop()
+        await asyncio.wait({task})
+        await asyncio.sleep(TICK_S * 1.5)  # the main loop wakes at least once meanwhile
+
+    monkeypatch.setattr(supervisor, "stop", stop_after_the_task_ended)
+    seen_at_end: list[bool] = []
+    task.add_done_callback(lambda _: seen_at_end.append("extra" in daemon._engine_tasks))
+    await daemon.remove_engine("extra")
+    assert seen_at_end == [False]
+    assert not live.main.done() and daemon.state.engine.serving
 
 
 async def test_shutdown_runs_every_step_when_one_fails(
