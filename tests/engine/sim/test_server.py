@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import socket
@@ -128,8 +129,11 @@ async def test_disconnect_aborts_and_frees_blocks(make_sim: SimFactory) -> None:
     sim: RunningSim = await make_sim("--step-base-ms", "5")
     engine = sim.server.engine
     body = {**CHAT, "max_tokens": 500, "stream": True}
-    async with sim.client.stream("POST", "/v1/chat/completions", json=body) as response:
-        async for _ in response.aiter_bytes():
+    async with (
+        sim.client.stream("POST", "/v1/chat/completions", json=body) as response,
+        contextlib.aclosing(response.aiter_bytes()) as chunks,  # closed here, not by the GC
+    ):
+        async for _ in chunks:
             assert engine.num_running == 1 and engine.scheduler.pool.used > 0
             break
     for _ in range(100):
