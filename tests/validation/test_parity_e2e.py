@@ -241,13 +241,19 @@ def test_llmd_and_vllm_agree_on_what_fits(engine: httpx.Client, proxy: httpx.Cli
 
 
 def test_unknown_model_matches_the_engine(engine: httpx.Client, proxy: httpx.Client) -> None:
-    """llmd's 404 for an unknown model is the engine's own answer, byte for byte in JSON."""
+    """llmd's 404 for an unknown model has the engine's status, message and param, in llmd's
+    shape (code `model_not_found`, type `invalid_request_error`; vLLM sends `NotFoundError` and
+    the number 404)."""
     body = {"model": "nope", "messages": [{"role": "user", "content": "x"}]}
     ours, theirs = (
         proxy.post("/v1/chat/completions", json=body),
         engine.post("/v1/chat/completions", json=body),
     )
-    assert (ours.status_code, ours.json()) == (theirs.status_code, theirs.json())
+    assert ours.status_code == theirs.status_code == 404
+    mine, vllm = ours.json()["error"], theirs.json()["error"]
+    assert (mine["message"], mine["param"]) == (vllm["message"], vllm["param"])
+    assert (mine["code"], mine["type"]) == ("model_not_found", "invalid_request_error")
+    assert (vllm["code"], vllm["type"]) == (404, "NotFoundError")
 
 
 def test_engine_fallback_counts_like_local(engine_socket: Path) -> None:
