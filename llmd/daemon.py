@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import gc
 import os
 import signal
@@ -28,7 +27,6 @@ from llmd.admission.waiters import Admission
 from llmd.backends.backends import Backends
 from llmd.backends.fleet import Fleet, PoolLimits
 from llmd.backends.relisting import ModelRelisting
-from llmd.backends.upstream import UpstreamState
 from llmd.config import Config, EngineConfig, config_path, load_config
 from llmd.errors import ActionRefused, ConfigError, EngineGaveUp
 from llmd.gpu.preflight import GpuReport, PreflightError, run_preflight
@@ -43,11 +41,10 @@ from llmd.releases.store import ReleaseStore
 from llmd.reload import ReloadPlan, plan_reload, with_engine_tables
 from llmd.runtime import RuntimePaths
 from llmd.state import DaemonState
-from llmd.supervisor.state import EngineState
 from llmd.systemd.notify import Notifier
 from llmd.systemd.reporter import ServiceReporter
 from llmd.telemetry.observer import Observer
-from llmd.telemetry.scraper import Scraper, ScrapeTarget, run_quietly
+from llmd.telemetry.scraper import Telemetry
 from llmd.telemetry.status_metrics import StatusCollector
 from llmd.validation.pools import Validators
 
@@ -103,6 +100,7 @@ class Daemon:
             validators=Validators(fleet.client_of, lambda model: PoolLimits(fleet, model)),
             observer=Observer(config.telemetry.top_tenants, config.logging.requests),
         )
+        self.telemetry = Telemetry(self.state.observer, self.state.admission.engine_sampled)
         # The engines' supervisors and the upstreams' probes; telemetry follows who joins.
         self.backends = Backends(self.state, self._apply_tables, self._start_telemetry)
         relisting = ModelRelisting(fleet.engines, fleet.clients, self.backends.engine_changed)
@@ -119,14 +117,11 @@ class Daemon:
         self.reporter = ServiceReporter(Notifier(), config.supervisor.max_failed_boots)
         self.exit_code = EXIT_OK
         self.gpu: GpuReport | None = None
-        self.scraper: Scraper | None = None
         self.public: socket.socket | None = None
         self._signals: asyncio.Queue[signal.Signals] = asyncio.Queue()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._servers: list[EmbeddedServer] = []
         self._proxy: EmbeddedServer | None = None
-        self._telemetry: asyncio.Task[None] | None = None
-        self._telemetry_key: tuple[object, ...] = ()
         self._lock: int | None = None
         self._gc_frozen = False
 
@@ -263,8 +258,8 @@ class Daemon:
         # 5. Stop telemetry and the upstream probes.
         async with self._step("stop_telemetry"):
             tasks = [*self.backends.probes.values()]
-            if self._telemetry is not None:
-                tasks.append(self._telemetry)
+            if self.telemetry.task is not None:
+                tasks.append(self.telemetry.task)
             for task in tasks:
                 task.cancel()
             if tasks:
@@ -386,30 +381,8 @@ class Daemon:
         return False
 
     def _start_telemetry(self) -> None:
-        """(Re)start the telemetry task when its intervals or the backends changed.
-        Telemetry is not a part whose end stops llmd: it logs its own failures and is
-        cancelled at shutdown."""
-        fleet = self.state.fleet
-        key = (self.config.telemetry, tuple(fleet.engines), tuple(fleet.upstreams))
-        if self._telemetry is not None and key == self._telemetry_key:
-            return
-        if self._telemetry is not None:
-            self._telemetry.cancel()
-        targets = [
-            ScrapeTarget(name, fleet.client(name), functools.partial(_serving, state))
-            for name, state in fleet.engines.items()
-        ] + [
-            ScrapeTarget(name, fleet.client(name), functools.partial(_healthy, upstream))
-            for name, upstream in fleet.upstreams.items()
-        ]
-        self.scraper = Scraper(
-            self.state.observer,
-            targets,
-            self.config.telemetry,
-            on_sample=self.state.admission.engine_sampled,
-        )
-        self._telemetry_key = key
-        self._telemetry = asyncio.create_task(run_quietly(self.scraper), name="telemetry")
+        """(Re)start telemetry when its intervals or the backends changed."""
+        self.telemetry.follow(self.config.telemetry, self.state.fleet)
 
     def _start_server(
         self,
@@ -464,14 +437,6 @@ class Daemon:
             log.error("shutdown_step_failed", step=name, error=repr(exc))
             if self.exit_code == EXIT_OK:
                 self.exit_code = EXIT_FAILURE
-
-
-def _serving(engine: EngineState) -> bool:
-    return engine.serving
-
-
-def _healthy(upstream: UpstreamState) -> bool:
-    return upstream.healthy is True
 
 
 def _age(monotonic_s: float) -> float:
