@@ -50,8 +50,6 @@ class Backends:
         # One lock per GPU that several engines share: they boot one after the other.
         self.boot_locks = {gpu: asyncio.Lock() for gpu in shared_gpus(config.engine_tables)}
         self.supervisors: dict[str, Supervisor] = {}
-        for name, engine in config.engine_tables.items():
-            self.supervise(name, engine)
         # The upstream tables the fleet runs (a reload diffs the new ones against them).
         self.upstream_tables: dict[str, UpstreamConfig] = dict(config.upstreams)
         # Each running supervisor's task, by engine: what the daemon's main loop waits on. An
@@ -63,6 +61,8 @@ class Backends:
         # Engine tables of a reload, kept for `llmd restart [--engine NAME]` (None: removed).
         self.pending: dict[str, EngineConfig | None] = {}
         self._started = False
+        for name, engine in config.engine_tables.items():
+            self.supervise(name, engine)
 
     def start(self) -> None:
         """Boot every engine and probe every upstream (at start-up; from then on an upstream
