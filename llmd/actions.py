@@ -22,15 +22,14 @@ A reload never yields to the event loop, so nothing runs during one.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 from typing import Any, Protocol
 
 import structlog
 
+from llmd.backends.backends import Backends
 from llmd.errors import ActionRefused, Draining, NotFound, RequestCancelled
 from llmd.reload import ReloadPlan
 from llmd.state import DaemonState
-from llmd.supervisor.supervisor import Supervisor
 
 log = structlog.get_logger("llmd.actions")
 
@@ -43,14 +42,10 @@ _WHY = {
 
 
 class ConfigOwner(Protocol):
-    """The daemon: it owns the config, the engines' supervisors, and applies the config."""
+    """The daemon: it owns the config and applies it."""
 
     def reload(self) -> ReloadPlan:
         """Read the config file again and apply it. Raises ConfigError (nothing changed)."""
-        ...
-
-    def pending_engines(self) -> list[str]:
-        """The engines a reload left pending: changed, added or removed."""
         ...
 
     async def apply_pending_engine(self, name: str) -> list[str]:
@@ -58,21 +53,15 @@ class ConfigOwner(Protocol):
         the keys it changed."""
         ...
 
-    def start_engine(self, name: str) -> bool:
-        """Run engine `name`'s supervisor again when it gave up; whether it did."""
-        ...
-
 
 class OperatorActions:
     """Drain, resume, restart, reload, cancel and shutdown over one daemon state and its
-    engines' supervisors (a live mapping, by name), one at a time (see the module
-    docstring)."""
+    backends (the engines' supervisors, the tables a reload kept pending), one at a time (see
+    the module docstring)."""
 
-    def __init__(
-        self, state: DaemonState, supervisors: Mapping[str, Supervisor], owner: ConfigOwner
-    ) -> None:
+    def __init__(self, state: DaemonState, backends: Backends, owner: ConfigOwner) -> None:
         self.state = state
-        self.supervisors = supervisors
+        self.backends = backends
         self.owner = owner
         self.under_way: str | None = None
         # The operator asked for a drain that no resume has ended (of llmd, or of engines by
@@ -152,7 +141,7 @@ class OperatorActions:
                 f"restart refused: {engine} is an upstream, which llmd does not run; restart "
                 f"it where it runs (llmd drain --engine {engine} stops sending it requests)"
             )
-        if engine is not None and engine not in self.owner.pending_engines():
+        if engine is not None and engine not in self.backends.pending_engines():
             self._check_engine(engine)
         self.under_way = RESTART
         try:
@@ -170,10 +159,10 @@ class OperatorActions:
         self.state.draining = True
         ended = await self.wait_drained(self.state.config.server.drain_timeout_s)
         applied: list[str] = []
-        for name in self.owner.pending_engines():
+        for name in self.backends.pending_engines():
             applied += await self.owner.apply_pending_engine(name)
-        supervisors = dict(self.supervisors)
-        fresh = {name for name in supervisors if self.owner.start_engine(name)}
+        supervisors = dict(self.backends.supervisors)
+        fresh = {name for name in supervisors if self.backends.start_engine(name)}
         done = await asyncio.gather(
             *(s.restart() for name, s in supervisors.items() if name not in fresh)
         )
@@ -190,11 +179,11 @@ class OperatorActions:
             timeout = self.state.config.server.drain_timeout_s
             ended = await self.wait_drained(timeout, engine=name) if draining else 0
             applied = await self.owner.apply_pending_engine(name)
-            supervisor = self.supervisors.get(name)
+            supervisor = self.backends.supervisors.get(name)
             if supervisor is None:  # removed
                 return {"restarted": False, "ended": ended, "applied": applied}
             added = f"engines.{name}" in applied  # booting now, for the first time
-            restarted = added or self.owner.start_engine(name) or await supervisor.restart()
+            restarted = added or self.backends.start_engine(name) or await supervisor.restart()
             if restarted:
                 await supervisor.wait_serving(supervisor.engine.start_timeout_s)
         finally:
@@ -278,10 +267,11 @@ class OperatorActions:
         }
 
     def _check_engine(self, engine: str) -> None:
-        if engine not in self.supervisors:
+        supervisors = self.backends.supervisors
+        if engine not in supervisors:
             upstreams = ", ".join(self.state.fleet.upstreams)
             raise NotFound(
-                f"no engine {engine!r}; engines: {', '.join(self.supervisors) or 'none'}"
+                f"no engine {engine!r}; engines: {', '.join(supervisors) or 'none'}"
                 + (f"; upstreams: {upstreams}" if upstreams else "")
             )
 

@@ -10,30 +10,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import gc
 import os
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Literal
 
 import structlog
-import uvicorn
 
 from llmd.actions import OperatorActions
 from llmd.admin.server import AdminApp
 from llmd.admission.waiters import Admission
-from llmd.backends.config import shared_gpus
+from llmd.backends.backends import Backends
 from llmd.backends.fleet import Fleet, PoolLimits
 from llmd.backends.relisting import ModelRelisting
-from llmd.backends.upstream import UpstreamState, run_probe
-from llmd.config import Config, EngineConfig, UpstreamConfig, config_path, load_config
+from llmd.config import Config, EngineConfig, config_path, load_config
 from llmd.errors import ActionRefused, ConfigError, EngineGaveUp
 from llmd.gpu.preflight import GpuReport, PreflightError, run_preflight
-from llmd.listeners import bind_tcp, bind_unix, set_send_buffer
+from llmd.listeners import EmbeddedServer, bind_tcp, bind_unix, embedded_server, set_send_buffer
 from llmd.logs import configure_logging, line_limiter
 from llmd.proxy.app import build_app
 from llmd.proxy.connections import limited_protocol
@@ -41,18 +38,15 @@ from llmd.proxy.protocol import bounded_protocol
 from llmd.releases.orchestrator import Deployer
 from llmd.releases.restore import restore
 from llmd.releases.store import ReleaseStore
-from llmd.reload import ReloadPlan, changed_engine_keys, plan_reload, with_engine_tables
-from llmd.routing.backend import BackendKind
+from llmd.reload import ReloadPlan, plan_reload, with_engine_tables
 from llmd.runtime import RuntimePaths
 from llmd.state import DaemonState
-from llmd.supervisor.state import EnginePhase, EngineState
-from llmd.supervisor.supervisor import Supervisor
 from llmd.systemd.notify import Notifier
 from llmd.systemd.reporter import ServiceReporter
 from llmd.telemetry.observer import Observer
-from llmd.telemetry.scraper import Scraper, ScrapeTarget, run_quietly
+from llmd.telemetry.scraper import Telemetry
 from llmd.telemetry.status_metrics import StatusCollector
-from llmd.validation.pools import Validators, model_sources
+from llmd.validation.pools import Validators
 
 log = structlog.get_logger("llmd.daemon")
 
@@ -66,14 +60,6 @@ EXIT_ENGINE_GAVE_UP = 79
 EXIT_CONFIG = 78
 TICK_S = 1.0
 _SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-
-class _EmbeddedServer(uvicorn.Server):
-    """uvicorn without its own signal handlers: the daemon stops it through `should_exit`."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
 
 class Daemon:
@@ -114,47 +100,30 @@ class Daemon:
             validators=Validators(fleet.client_of, lambda model: PoolLimits(fleet, model)),
             observer=Observer(config.telemetry.top_tenants, config.logging.requests),
         )
-        self.state.relisting = ModelRelisting(fleet.engines, fleet.clients, self._engine_changed)
+        self.telemetry = Telemetry(self.state.observer, self.state.admission.engine_sampled)
+        # The engines' supervisors and the upstreams' probes; telemetry follows who joins.
+        self.backends = Backends(self.state, self._apply_tables, self._start_telemetry)
+        relisting = ModelRelisting(fleet.engines, fleet.clients, self.backends.engine_changed)
+        self.state.relisting = relisting
         metrics = self.state.observer.metrics
         metrics.registry.register(
             StatusCollector(self.state.snapshot, lambda: line_limiter().suppressed, metrics.tenant)
         )
-        # One lock per GPU that several engines share: they boot one after the other.
-        self.boot_locks = {gpu: asyncio.Lock() for gpu in shared_gpus(config.engine_tables)}
-        self.supervisors: dict[str, Supervisor] = {}
-        for name, engine in config.engine_tables.items():
-            self._supervise(name, engine)
-        # The upstream tables the fleet runs (a reload diffs the new ones against them).
-        self.upstream_tables: dict[str, UpstreamConfig] = dict(config.upstreams)
-        self.actions = OperatorActions(self.state, self.supervisors, self)
+        self.actions = OperatorActions(self.state, self.backends, self)
         self.deployer = Deployer(self, store)
         self.deployer.read_releases()
         for restoration in self.restorations:
             fleet.engines[restoration.engine].release_note = restoration.note
         self.reporter = ServiceReporter(Notifier(), config.supervisor.max_failed_boots)
-        # Engine tables of a reload, kept for `llmd restart [--engine NAME]` (None: removed).
-        self.pending: dict[str, EngineConfig | None] = {}
         self.exit_code = EXIT_OK
         self.gpu: GpuReport | None = None
-        self.scraper: Scraper | None = None
         self.public: socket.socket | None = None
         self._signals: asyncio.Queue[signal.Signals] = asyncio.Queue()
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._engine_tasks: dict[str, asyncio.Task[None]] = {}
-        self._probes: dict[str, asyncio.Task[None]] = {}
-        # The names each engine's pools hold beyond its configured one (`_engine_changed`).
-        self._engine_models: dict[str, tuple[str, ...]] = {}
-        self._servers: list[_EmbeddedServer] = []
-        self._proxy: _EmbeddedServer | None = None
-        self._telemetry: asyncio.Task[None] | None = None
-        self._telemetry_key: tuple[object, ...] = ()
+        self._servers: list[EmbeddedServer] = []
+        self._proxy: EmbeddedServer | None = None
         self._lock: int | None = None
         self._gc_frozen = False
-
-    @property
-    def pending_engine(self) -> EngineConfig | None:
-        """The `main` engine's pending table, when it alone changed (one [engine])."""
-        return self.pending.get("main") if set(self.pending) == {"main"} else None
 
     async def serve(self) -> int:
         """Run until SIGTERM/SIGINT, or until every engine has given up and no upstream is
@@ -208,10 +177,7 @@ class Daemon:
                 release=restoration.release,
                 note=restoration.note,
             )
-        for name in self.supervisors:
-            self.start_engine(name)
-        for name in self.state.fleet.upstreams:
-            self._start_probe(name)
+        self.backends.start()
         self.apply(self.config)
         log.info(
             "llmd_started",
@@ -228,7 +194,7 @@ class Daemon:
         while True:
             next_signal = asyncio.create_task(self._signals.get())
             done, _ = await asyncio.wait(
-                {next_signal, *self._tasks.values(), *self._engine_tasks.values()},
+                {next_signal, *self._tasks.values(), *self.backends.tasks.values()},
                 timeout=TICK_S,
                 return_when=asyncio.FIRST_COMPLETED,
             )
@@ -239,7 +205,7 @@ class Daemon:
                 if task in done:
                     self.exit_code = _part_exit_code(name, task)
                     return
-            for name, task in list(self._engine_tasks.items()):
+            for name, task in list(self.backends.tasks.items()):
                 if task in done and self._engine_ended(name, task):
                     return
             if next_signal in done:
@@ -288,21 +254,19 @@ class Daemon:
         # 4. Stop the engines, all at once: SIGTERM each group, SIGKILL it after the timeout,
         #    reap (an engine being spawned right now included).
         async with self._step("stop_engines"):
-            await asyncio.gather(*(s.stop() for s in self.supervisors.values()))
-            if self._engine_tasks:
-                await asyncio.wait(self._engine_tasks.values())
+            await self.backends.stop_engines()
         # 5. Stop telemetry and the upstream probes.
         async with self._step("stop_telemetry"):
-            tasks = [*self._probes.values()]
-            if self._telemetry is not None:
-                tasks.append(self._telemetry)
+            tasks = [*self.backends.probes.values()]
+            if self.telemetry.task is not None:
+                tasks.append(self.telemetry.task)
             for task in tasks:
                 task.cancel()
             if tasks:
                 await asyncio.wait(tasks)
         # 6. Remove the sockets and the signal handlers.
         async with self._step("remove_sockets"):
-            sockets = [self.paths.socket_of(name) for name in self.supervisors]
+            sockets = [self.paths.socket_of(name) for name in self.backends.supervisors]
             for path in (self.paths.admin_socket, *sockets):
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
@@ -338,12 +302,10 @@ class Daemon:
         admission = self.state.admission
         admission.configure(config)  # first: it alone can still fail
         self.config = self.state.config = config
-        self._apply_upstreams(config)
+        self.backends.apply_upstreams(config)
         admission.configure(config)  # the limits of upstreams added just now
-        for name, supervisor in self.supervisors.items():
-            supervisor.policy = config.supervisor
-            self.state.fleet.client(name).configure(supervisor.engine)
-        self._configure_validators()
+        self.backends.configure(config)
+        self.backends.configure_validators()
         self.state.observer.configure(config.telemetry.top_tenants, config.logging.requests)
         self.reporter.max_failed_boots = config.supervisor.max_failed_boots
         configure_logging(config.logging)
@@ -366,7 +328,8 @@ class Daemon:
             new = load_config(config_path(self.config.source), **self.overrides)
             # An engine's table in the file is pending when the file changed it since it was
             # last read (a deployed release runs on otherwise), or while it is pending still.
-            unchanged = {n: t for n, t in self.file_tables.items() if n not in self.pending}
+            pending = self.backends.pending
+            unchanged = {n: t for n, t in self.file_tables.items() if n not in pending}
             plan = plan_reload(self.config, new, unchanged)
             self.apply(plan.config)
             self.file_tables = dict(new.engine_tables)
@@ -374,8 +337,8 @@ class Daemon:
             log.error("reload_rejected", error=str(exc))
             raise
         finally:
-            self.reporter.reloaded(ready=self._service_ready())
-        self.pending = dict(plan.engines)
+            self.reporter.reloaded(ready=self.backends.ready())
+        self.backends.pending = dict(plan.engines)
         log.info(
             "config_reloaded",
             needs_llmd_restart=plan.llmd_restart,
@@ -383,222 +346,43 @@ class Daemon:
         )
         return plan
 
-    def pending_engines(self) -> list[str]:
-        """The engines whose table a reload kept pending."""
-        return list(self.pending)
-
     async def apply_pending_engine(self, name: str) -> list[str]:
-        """Apply engine `name`'s table a reload kept pending, before it (re)starts: a changed
-        table is the next boot's, a new engine is added and boots, a removed one is stopped
-        and leaves its pools. The keys it changed (`engines.NAME` for an engine added or
-        removed)."""
-        if name not in self.pending:
+        """`llmd restart`: engine `name`'s table a reload kept pending applies
+        (`Backends.apply_pending`), and each engine's release is read again (the config
+        file's table may be another release's). The keys it changed."""
+        keys = await self.backends.apply_pending(name)
+        if keys is None:
             return []
-        table = self.pending.pop(name)
-        tables = dict(self.config.engine_tables)
-        current = tables.get(name)
-        if table is None:
-            await self._unsupervise(name)
-            del tables[name]
-            keys = [f"engines.{name}"]
-        elif current is None:
-            tables[name] = table
-            self._supervise(name, table)
-            keys = [f"engines.{name}"]
-        else:
-            prefix = "engine" if set(tables) == {"main"} else f"engines.{name}"
-            keys = changed_engine_keys(current, table, prefix)
-            tables[name] = table
-            self.supervisors[name].engine = table
-            self.state.fleet.gpus[name] = table.gpus
-        self.apply(with_engine_tables(self.config, tables))
-        if current is None and table is not None:
-            self.start_engine(name)
-        self.deployer.read_releases()  # the config file's table may be another release's
+        self.deployer.read_releases()
         log.info("engine_config_applied", engine=name, keys=keys)
         return keys
 
-    def use_engine_table(self, name: str, table: EngineConfig) -> None:
-        """A deploy runs `table` on engine `name` from its next boot (validation's tokenizer
-        and the engine's client follow now); the config file is not changed. Raises
-        ConfigError (the tenants file, as `apply`): then the engine keeps its table."""
-        tables = {**self.config.engine_tables, name: table}
-        supervisor = self.supervisors[name]
-        before, supervisor.engine = supervisor.engine, table
-        try:
-            self.apply(with_engine_tables(self.config, tables))
-        except ConfigError:
-            supervisor.engine = before
-            raise
-
-    def add_engine(self, name: str, table: EngineConfig) -> None:
-        """A canary: engine `name` supervised and booted beside the configured ones (in no
-        config file; its pool is its table's model)."""
-        self._supervise(name, table)
-        self.start_engine(name)
-        self._start_telemetry()
-
-    async def remove_engine(self, name: str) -> None:
-        """A canary's end: stop engine `name` and forget it."""
-        await self._unsupervise(name)
-
-    def start_engine(self, name: str) -> bool:
-        """Run engine `name`'s supervisor when it is not running (at start-up, when added, or
-        after it gave up: an operator's restart); whether it started one."""
-        task = self._engine_tasks.get(name)
-        if task is not None and not task.done():
-            return False
-        supervisor = self.supervisors[name]
-        self._engine_tasks[name] = asyncio.create_task(supervisor.run(), name=f"engine:{name}")
-        return True
+    def _apply_tables(self, tables: Mapping[str, EngineConfig]) -> None:
+        """`apply` the config in use with these engine tables (a deploy's, a restart's)."""
+        self.apply(with_engine_tables(self.config, tables))
 
     # -- helpers -----------------------------------------------------------------------------
-
-    def _supervise(self, name: str, engine: EngineConfig) -> None:
-        """A supervisor for engine `name` (its state in the fleet, its gate in the pools); it
-        boots when `start_engine` runs it."""
-        fleet, admission = self.state.fleet, self.state.admission
-        if name not in fleet.engines:
-            fleet.add_engine(name, engine)
-        if name not in admission.capacity.names():
-            admission.add_backend(name, BackendKind.ENGINE, [engine.model_name])
-        locks = [self.boot_locks[gpu] for gpu in sorted(engine.devices) if gpu in self.boot_locks]
-        self.supervisors[name] = Supervisor(
-            name,
-            engine,
-            self.config.supervisor,
-            self.paths,
-            fleet.engines[name],
-            boot_locks=locks,
-            on_change=functools.partial(self._engine_changed, name),
-        )
-
-    async def _unsupervise(self, name: str) -> None:
-        """Stop engine `name` and forget it: it leaves its pools (requests running there were
-        drained first) and the fleet."""
-        supervisor = self.supervisors.pop(name)
-        # Out of the main loop's view before its task ends: a supervisor llmd stopped has not
-        # ended on its own (`_engine_ended` would stop llmd).
-        task = self._engine_tasks.pop(name, None)
-        await supervisor.stop()
-        if task is not None:
-            await asyncio.wait({task})
-        self.state.admission.remove_backend(name)
-        self.state.fleet.remove(name)
-        self._start_telemetry()
 
     def _engine_ended(self, name: str, task: asyncio.Task[None]) -> bool:
         """Engine `name`'s supervisor ended on its own: it gave up (the others serve on), or
         failed. Whether llmd must stop: when it failed, or when every engine has given up
         and no upstream is configured (exit 79)."""
-        del self._engine_tasks[name]
+        del self.backends.tasks[name]
         exc = None if task.cancelled() else task.exception()
         if not isinstance(exc, EngineGaveUp):
             self.exit_code = _part_exit_code(f"engine:{name}", task)
             return True
         log.error("engine_given_up", engine=name, detail=str(exc))
         self.state.admission.pump()
-        running = [n for n, t in self._engine_tasks.items() if not t.done()]
-        if not running and not self.state.fleet.upstreams:
+        if not self.backends.running() and not self.state.fleet.upstreams:
             log.error("every_engine_given_up", exit_code=EXIT_ENGINE_GAVE_UP)
             self.exit_code = EXIT_ENGINE_GAVE_UP
             return True
         return False
 
-    def _apply_upstreams(self, config: Config) -> None:
-        """Pool membership of the upstreams: a new one joins (and is probed), a changed one
-        is replaced (new client, new breaker), a removed one takes no new request (those
-        running there finish)."""
-        fleet, admission = self.state.fleet, self.state.admission
-        for name, old in list(self.upstream_tables.items()):
-            if config.upstreams.get(name) != old:
-                probe = self._probes.pop(name, None)
-                if probe is not None:
-                    probe.cancel()
-                admission.remove_backend(name)
-                fleet.remove(name)
-                del self.upstream_tables[name]
-                log.info("upstream_removed", upstream=name)
-        for name, upstream in config.upstreams.items():
-            if name in self.upstream_tables:
-                continue
-            fleet.add_upstream(name, upstream)
-            admission.add_backend(name, BackendKind.UPSTREAM, upstream.models)
-            self.upstream_tables[name] = upstream
-            if self._tasks:  # running: probe it now (at start-up, `startup` does)
-                self._start_probe(name)
-            log.info("upstream_added", upstream=name, url=upstream.url)
-
-    def _start_probe(self, name: str) -> None:
-        fleet, capacity = self.state.fleet, self.state.admission.capacity
-        breaker = capacity.breaker(name)
-        assert breaker is not None
-        self._probes[name] = asyncio.create_task(
-            run_probe(
-                fleet.upstreams[name],
-                fleet.client(name),
-                breaker,
-                lambda: self.config.routing.probe_interval_s,
-                lambda models: self._upstream_listed(name, models),
-            ),
-            name=f"probe:{name}",
-        )
-
-    def _upstream_listed(self, name: str, models: tuple[str, ...]) -> None:
-        """An upstream's /v1/models answered: it serves, and without configured `models`,
-        what it lists is its pool membership."""
-        upstream = self.state.fleet.upstreams.get(name)
-        if upstream is not None and not upstream.configured and upstream.models != models:
-            upstream.models = models
-            self.state.admission.capacity.set_models(name, models)
-            self._configure_validators()
-            log.info("upstream_models_listed", upstream=name, models=list(models))
-        self.state.admission.upstream_answered(name)  # it serves from its first answer on
-
-    def _engine_changed(self, name: str) -> None:
-        """A supervisor's phase changed: when the engine serves other names than its configured
-        one (several --served-model-name, LoRA adapters: its /v1/models at ready), it moves to
-        those pools and they get validators; then admission runs."""
-        fleet, capacity = self.state.fleet, self.state.admission.capacity
-        if name in fleet.engines and name in capacity.names():
-            models = fleet.serving_models(name)
-            configured = (fleet.engines[name].model,)
-            if models != self._engine_models.get(name, configured):
-                self._engine_models[name] = models
-                capacity.set_models(name, models)
-                self._configure_validators()
-                log.info("engine_models_listed", engine=name, models=list(models))
-        self.state.admission.pump()
-
-    def _configure_validators(self) -> None:
-        sources = model_sources(self.config, self.state.fleet.upstream_models())
-        self.state.validators.configure(self.config, sources)
-
     def _start_telemetry(self) -> None:
-        """(Re)start the telemetry task when its intervals or the backends changed.
-        Telemetry is not a part whose end stops llmd: it logs its own failures and is
-        cancelled at shutdown."""
-        fleet = self.state.fleet
-        key = (self.config.telemetry, tuple(fleet.engines), tuple(fleet.upstreams))
-        if self._telemetry is not None and key == self._telemetry_key:
-            return
-        if self._telemetry is not None:
-            self._telemetry.cancel()
-        targets = [
-            ScrapeTarget(name, fleet.client(name), functools.partial(_serving, state))
-            for name, state in fleet.engines.items()
-        ] + [
-            ScrapeTarget(name, fleet.client(name), functools.partial(_healthy, upstream))
-            for name, upstream in fleet.upstreams.items()
-        ]
-        self.scraper = Scraper(
-            self.state.observer,
-            targets,
-            self.config.telemetry,
-            on_sample=self.state.admission.engine_sampled,
-        )
-        self._telemetry_key = key
-        self._telemetry = asyncio.create_task(run_quietly(self.scraper), name="telemetry")
+        """(Re)start telemetry when its intervals or the backends changed."""
+        self.telemetry.follow(self.config.telemetry, self.state.fleet)
 
     def _start_server(
         self,
@@ -608,19 +392,9 @@ class Daemon:
         lifespan: Literal["on", "off"],
         http: type[asyncio.Protocol] | None = None,
     ) -> None:
-        config = uvicorn.Config(
-            app,  # type: ignore[arg-type]
-            lifespan=lifespan,
-            log_config=None,
-            access_log=False,
-            # httptools, with the request head bounded by [server] (llmd/proxy/protocol.py)
-            http=http or bounded_protocol(lambda: self.config.server),
-            # HTTP/1.1 alone: an Upgrade (WebSocket included) is ignored, and the request
-            # served as HTTP/1.1 (llmd/proxy/protocol.py)
-            ws="none",
-            timeout_graceful_shutdown=5,
+        server = embedded_server(
+            app, lifespan, http or bounded_protocol(lambda: self.config.server)
         )
-        server = _EmbeddedServer(config)
         self._servers.append(server)
         if name == "proxy":
             self._proxy = server
@@ -631,14 +405,10 @@ class Daemon:
         summaries of rate-limited log lines, start-up's objects frozen once loaded."""
         line_limiter().flush()
         self._freeze_start_up()
-        running = [
-            supervisor
-            for name, supervisor in self.supervisors.items()
-            if name in self._engine_tasks and not self._engine_tasks[name].done()
-        ]
+        running = self.backends.running()
         self.reporter.tick(
             self.state.fleet.engines,
-            ready=self._service_ready(),
+            ready=self.backends.ready(),
             draining=self.state.draining,
             in_flight=len(self.state.inflight),
             making_progress=all(
@@ -658,14 +428,6 @@ class Daemon:
         self._gc_frozen = True
         log.info("gc_frozen", objects=gc.get_freeze_count())
 
-    def _service_ready(self) -> bool:
-        """What systemd hears as READY: every engine has booted (serving) or given up, and at
-        least one serves (an llmd of upstreams only is ready at once). Upstreams, outside
-        llmd's control, do not hold it back; `/ready` says whether each model is served."""
-        phases = [state.phase for state in self.state.fleet.engines.values()]
-        booted = all(p in (EnginePhase.SERVING, EnginePhase.FAILED) for p in phases)
-        return booted and (not phases or EnginePhase.SERVING in phases)
-
     @contextlib.asynccontextmanager
     async def _step(self, name: str) -> AsyncIterator[None]:
         """One shutdown step: an exception is logged and does not stop the next steps."""
@@ -675,14 +437,6 @@ class Daemon:
             log.error("shutdown_step_failed", step=name, error=repr(exc))
             if self.exit_code == EXIT_OK:
                 self.exit_code = EXIT_FAILURE
-
-
-def _serving(engine: EngineState) -> bool:
-    return engine.serving
-
-
-def _healthy(upstream: UpstreamState) -> bool:
-    return upstream.healthy is True
 
 
 def _age(monotonic_s: float) -> float:

@@ -1,11 +1,17 @@
-"""The daemon's listening sockets: the public TCP listener and the admin Unix socket."""
+"""The daemon's listeners: the public TCP socket and the admin Unix socket, and the uvicorn
+server embedded on each."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
+
+import uvicorn
 
 
 def bind_tcp(host: str, port: int, send_buffer_bytes: int = 0) -> socket.socket:
@@ -57,3 +63,31 @@ def bind_unix(path: Path, mode: int) -> socket.socket:
         os.umask(old_umask)
     os.chmod(path, mode)
     return sock
+
+
+class EmbeddedServer(uvicorn.Server):
+    """uvicorn without its own signal handlers: the daemon stops it through `should_exit`."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def embedded_server(
+    app: object, lifespan: Literal["on", "off"], http: type[asyncio.Protocol]
+) -> EmbeddedServer:
+    """uvicorn serving ASGI `app` (on the sockets `serve(sockets=...)` is given) with `http`
+    as its HTTP protocol, logging nothing of its own (llmd logs its requests itself)."""
+    config = uvicorn.Config(
+        app,  # type: ignore[arg-type]
+        lifespan=lifespan,
+        log_config=None,
+        access_log=False,
+        # httptools, with the request head bounded by [server] (llmd/proxy/protocol.py)
+        http=http,
+        # HTTP/1.1 alone: an Upgrade (WebSocket included) is ignored, and the request
+        # served as HTTP/1.1 (llmd/proxy/protocol.py)
+        ws="none",
+        timeout_graceful_shutdown=5,
+    )
+    return EmbeddedServer(config)

@@ -55,7 +55,7 @@ def _guard_probe(field: str) -> Probe:
 
 
 def _main(d: Daemon) -> Supervisor:
-    return d.supervisors["main"]
+    return d.backends.supervisors["main"]
 
 
 def _validator(d: Daemon) -> Validator:
@@ -115,8 +115,8 @@ PROBES: dict[str, Probe] = {
     "logging.requests": lambda d: d.state.observer.log_requests,
     "logging.rate_limit_lines": lambda d: line_limiter().lines,
     "logging.rate_limit_window_s": lambda d: line_limiter().window_s,
-    "telemetry.engine_interval_s": lambda d: d.scraper.config.engine_interval_s,
-    "telemetry.gpu_interval_s": lambda d: d.scraper.config.gpu_interval_s,
+    "telemetry.engine_interval_s": lambda d: d.telemetry.scraper.config.engine_interval_s,
+    "telemetry.gpu_interval_s": lambda d: d.telemetry.scraper.config.gpu_interval_s,
     "telemetry.top_tenants": lambda d: d.state.observer.metrics.tenant.limit,
     "validation.context_policy": lambda d: _validator(d).config.context_policy,
     "validation.default_max_tokens": lambda d: _validator(d).config.default_max_tokens,
@@ -313,7 +313,7 @@ async def test_every_config_field_takes_effect_or_is_reported(live: Live) -> Non
     assert {"server.listen", "server.runtime_dir", "engine.args", "engine.model"} <= set(reported)
     assert "server.state_dir" in reported
     assert all(key.startswith("engine.") for key in reported if not key.startswith("server."))
-    assert daemon.state.engine.serving and daemon.pending_engine is None
+    assert daemon.state.engine.serving and daemon.backends.pending_engine is None
 
 
 async def test_a_reload_the_config_refuses_changes_nothing(live: Live) -> None:
@@ -399,7 +399,7 @@ async def test_restart_applies_the_pending_engine_table(live: Live) -> None:
     assert restarted["restarted"] and restarted["applied"] == ["engine.args"]
     assert restarted["engine"] == "serving"
     assert _main(daemon).engine.args == tuple(args)
-    assert _gate(daemon).max_in_flight == 40 and daemon.pending_engine is None
+    assert _gate(daemon).max_in_flight == 40 and daemon.backends.pending_engine is None
     again = await admin_request(daemon.paths.admin_socket, "POST", "/restart", timeout_s=120)
     assert again["applied"] == []
 
@@ -412,10 +412,10 @@ async def test_removing_an_engine_never_stops_llmd(
     that ended on its own (which stopped llmd, exit 1, when the task ended before `stop()`
     returned: seen in CI); llmd serves on."""
     daemon = live.daemon
-    daemon.add_engine("extra", daemon.config.engine_tables["main"])
+    daemon.backends.add_engine("extra", daemon.config.engine_tables["main"])
     assert await until(lambda: daemon.state.fleet.engines["extra"].serving, timeout_s=60)
-    task = daemon._engine_tasks["extra"]
-    supervisor = daemon.supervisors["extra"]
+    task = daemon.backends.tasks["extra"]
+    supervisor = daemon.backends.supervisors["extra"]
     stop = supervisor.stop
 
     async def stop_after_the_task_ended() -> None:  # the order a slow reap gives
@@ -425,8 +425,8 @@ async def test_removing_an_engine_never_stops_llmd(
 
     monkeypatch.setattr(supervisor, "stop", stop_after_the_task_ended)
     seen_at_end: list[bool] = []
-    task.add_done_callback(lambda _: seen_at_end.append("extra" in daemon._engine_tasks))
-    await daemon.remove_engine("extra")
+    task.add_done_callback(lambda _: seen_at_end.append("extra" in daemon.backends.tasks))
+    await daemon.backends.remove_engine("extra")
     assert seen_at_end == [False]
     assert not live.main.done() and daemon.state.engine.serving
 

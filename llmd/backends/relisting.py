@@ -26,8 +26,8 @@ _TIMEOUT = aiohttp.ClientTimeout(total=5)
 class ModelRelisting:
     """Reads the serving engines' `/v1/models` on demand. `engines` and `clients` are the
     fleet's (by backend name, read live); `on_change(name)` runs for each engine whose list
-    changed, after its `served_models` took the new list (the daemon moves it into the new
-    pools and gives them validators)."""
+    changed, after its `served_models` took the new list (the backends move it into the new
+    pools and give them validators)."""
 
     def __init__(
         self,

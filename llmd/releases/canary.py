@@ -90,7 +90,7 @@ class CanaryFigures:
 def set_split(host: DeployHost, engine: str, share: float) -> None:
     """Send `share` percent of engine `engine`'s pool to its canary (0: none, split removed)."""
     capacity = host.state.admission.capacity
-    model = host.supervisors[engine].engine.model_name
+    model = host.backends.supervisors[engine].engine.model_name
     if share > 0:
         capacity.splits[model] = ShareSplit(engine, canary_name(engine), share)
     else:
@@ -102,10 +102,10 @@ async def remove_canary(host: DeployHost, engine: str) -> None:
     """The canary takes no more requests, finishes those it runs, and goes."""
     name = canary_name(engine)
     set_split(host, engine, 0)
-    if name in host.supervisors:
+    if name in host.backends.supervisors:
         hold(host, name, True)
         await drained(host, name, "")
-        await host.remove_engine(name)
+        await host.backends.remove_engine(name)
 
 
 async def adopt(host: DeployHost, store: ReleaseStore, engine: str, release: str) -> Booted:
@@ -133,7 +133,7 @@ async def adopt_when_serving(host: DeployHost, engine: str, release: str) -> boo
     """After `adopt` failed: wait while the engine's supervisor restarts it (its backoff);
     once it serves `release`, `adopted` and True; False when the supervisor gave up or
     stops (the canary serves on)."""
-    supervisor = host.supervisors[engine]
+    supervisor = host.backends.supervisors[engine]
     while not await supervisor.wait_serving(60.0):
         if supervisor.state.phase.value in ("failed", "stopping", "stopped"):
             return False

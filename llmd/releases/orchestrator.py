@@ -82,7 +82,7 @@ class Deployer:
         except ReleaseError as exc:
             log.warning("releases_unreadable", error=str(exc))
             return
-        for name, supervisor in self.host.supervisors.items():
+        for name, supervisor in self.host.backends.supervisors.items():
             if name in self.host.state.fleet.engines:
                 position = running_release(name, supervisor.engine, releases, history)
                 self.host.state.fleet.engines[name].release = position.current
@@ -158,7 +158,9 @@ class Deployer:
 
     def _engine(self, engine: str | None) -> str:
         """The engine a verb names (None: the only one; canaries are not engines here)."""
-        names = [name for name in self.host.supervisors if not name.endswith(CANARY_SUFFIX)]
+        names = [
+            name for name in self.host.backends.supervisors if not name.endswith(CANARY_SUFFIX)
+        ]
         if engine is None and len(names) == 1:
             return names[0]
         if engine is None:
@@ -347,7 +349,10 @@ class Deployer:
         self._mark(state, "failed", reason)
         await self._record(plan.history_line("failed", reason=reason))
         canary = canary_name(plan.engine)
-        if canary in self.host.supervisors and self.host.state.fleet.engines[plan.engine].serving:
+        if (
+            canary in self.host.backends.supervisors
+            and self.host.state.fleet.engines[plan.engine].serving
+        ):
             try:
                 await remove_canary(self.host, plan.engine)
             except Exception as again:  # logged; the canary stays

@@ -33,7 +33,7 @@ def check_deployable(
         )
     if old == new:
         raise ActionRefused(f"deploy refused: engine {name} runs {new} already")
-    current = host.supervisors[name].engine
+    current = host.backends.supervisors[name].engine
     records = store.get(new), store.get(old)
     for release, role in zip(records, ("new", "previous"), strict=True):
         why = cannot_boot(release)

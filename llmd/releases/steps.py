@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from llmd.actions import OperatorActions
+from llmd.backends.backends import Backends
 from llmd.config import EngineConfig
 from llmd.engine.args import engine_auth_headers
 from llmd.errors import ReleaseError
@@ -21,35 +22,19 @@ from llmd.releases.smoke import SmokeExpectations
 from llmd.releases.smoke_runner import run_smoke
 from llmd.releases.store import ReleaseStore
 from llmd.state import DaemonState
-from llmd.supervisor.supervisor import Supervisor
 
 _POLL_S = 0.1
 
 
 class DeployHost(Protocol):
-    """The daemon as a deploy sees it."""
+    """The daemon as a deploy sees it: its state, its backends (the engines' supervisors; a
+    table for an engine's next boot; a canary added and removed), its operator actions."""
 
     state: DaemonState
-    supervisors: dict[str, Supervisor]
+    backends: Backends
     actions: OperatorActions
     # The config file's engine tables as last read (a deploy runs others).
     file_tables: dict[str, EngineConfig]
-
-    def use_engine_table(self, name: str, table: EngineConfig) -> None:
-        """Make `table` engine `name`'s (its supervisor's next boot, validation's tokenizer)."""
-        ...
-
-    def start_engine(self, name: str) -> bool:
-        """Run engine `name`'s supervisor again when it gave up; whether it did."""
-        ...
-
-    def add_engine(self, name: str, table: EngineConfig) -> None:
-        """Supervise and boot another engine `name` (a canary) in `table`'s pool."""
-        ...
-
-    async def remove_engine(self, name: str) -> None:
-        """Stop engine `name` and forget it."""
-        ...
 
 
 async def drained(host: DeployHost, engine: str, release: str) -> Drained:
@@ -69,21 +54,21 @@ async def boot(
     base = engine.rsplit(".", 1)[0] if beside else engine
     try:
         record = await asyncio.to_thread(store.get, release)
-        table = boot_table(record, host.supervisors[base].engine)
+        table = boot_table(record, host.backends.supervisors[base].engine)
     except ReleaseError as exc:
         return Booted(release, False, time.monotonic(), str(exc))
     began = time.monotonic()
     if beside:
-        host.add_engine(engine, table)
+        host.backends.add_engine(engine, table)
         hold(host, engine, True)
         host.state.fleet.engines[engine].release = release
-    supervisor = host.supervisors[engine]
+    supervisor = host.backends.supervisors[engine]
     state = supervisor.state
     failures = _failures(state.exits_by_reason)
     if not beside:
-        host.use_engine_table(engine, table)
+        host.backends.use_engine_table(engine, table)
         if not await supervisor.restart():
-            host.start_engine(engine)  # gave up: run it again (in backoff: it boots next)
+            host.backends.start_engine(engine)  # gave up: run it again (in backoff: it boots next)
     while time.monotonic() - began < table.start_timeout_s + 5:
         if state.serving and state.ready_at is not None and state.ready_at >= began:
             return Booted(release, True, time.monotonic())
@@ -100,7 +85,7 @@ async def smoke(
 ) -> SmokeDone:
     """The smoke gate on the engine now running `release`, counting with the tokenizer
     llmd's validation will use for it."""
-    supervisor = host.supervisors[engine]
+    supervisor = host.backends.supervisors[engine]
     table = supervisor.engine
     try:
         record = await asyncio.to_thread(store.get, release)

@@ -13,14 +13,18 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Sequence
 
 import aiohttp
 import structlog
 
+from llmd.backends.fleet import Fleet
+from llmd.backends.upstream import UpstreamState
 from llmd.config import TelemetryConfig
 from llmd.engine.client import EngineClient
+from llmd.supervisor.state import EngineState
 from llmd.telemetry.engine import EngineSample, parse_engine_metrics
 from llmd.telemetry.gpu import GpuReader, nvml_reader
 from llmd.telemetry.observer import Observer
@@ -152,3 +156,46 @@ async def run_quietly(scraper: Scraper) -> None:
         await scraper.run()
     except Exception as exc:
         log.error("telemetry_failed", error=repr(exc))
+
+
+class Telemetry:
+    """The telemetry task over `observer`: one Scraper over the fleet's backends (an engine read
+    while it serves, an upstream while its last probe succeeded) and the GPUs, each sample
+    handed to `on_sample`. Not a part whose end stops llmd: it logs its own failures
+    (`run_quietly`); the daemon cancels `task` at shutdown."""
+
+    def __init__(
+        self, observer: Observer, on_sample: Callable[[str, EngineSample | None], None]
+    ) -> None:
+        self.observer = observer
+        self.on_sample = on_sample
+        self.scraper: Scraper | None = None
+        self.task: asyncio.Task[None] | None = None
+        self._key: tuple[object, ...] = ()
+
+    def follow(self, config: TelemetryConfig, fleet: Fleet) -> None:
+        """(Re)start the task when `config`'s intervals or the backends' names changed since
+        the last call (a backend replaced under the same name keeps the running task)."""
+        key = (config, tuple(fleet.engines), tuple(fleet.upstreams))
+        if self.task is not None and key == self._key:
+            return
+        if self.task is not None:
+            self.task.cancel()
+        targets = [
+            ScrapeTarget(name, fleet.client(name), functools.partial(_serving, state))
+            for name, state in fleet.engines.items()
+        ] + [
+            ScrapeTarget(name, fleet.client(name), functools.partial(_healthy, upstream))
+            for name, upstream in fleet.upstreams.items()
+        ]
+        self.scraper = Scraper(self.observer, targets, config, on_sample=self.on_sample)
+        self._key = key
+        self.task = asyncio.create_task(run_quietly(self.scraper), name="telemetry")
+
+
+def _serving(engine: EngineState) -> bool:
+    return engine.serving
+
+
+def _healthy(upstream: UpstreamState) -> bool:
+    return upstream.healthy is True

@@ -1,17 +1,22 @@
-"""The telemetry scraper against a real simulator socket: samples, token rates, not serving."""
+"""The telemetry scraper against a real simulator socket: samples, token rates, not serving;
+the telemetry task restarted when its intervals or the backends change."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from pathlib import Path
 
 from aiohttp import web
 
-from llmd.config import TelemetryConfig
+from llmd.backends.fleet import Fleet
+from llmd.config import EngineConfig, TelemetryConfig
 from llmd.engine.client import EngineClient
+from llmd.runtime import RuntimePaths
 from llmd.supervisor.state import EnginePhase, EngineState
 from llmd.telemetry.gpu import GpuReader
 from llmd.telemetry.observer import Observer
-from llmd.telemetry.scraper import Scraper, ScrapeTarget
+from llmd.telemetry.scraper import Scraper, ScrapeTarget, Telemetry
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import SimProcess
 
@@ -58,3 +63,29 @@ async def test_a_backend_without_metrics_is_read_no_more(tmp_path: Path) -> None
     finally:
         await client.close()
         await runner.cleanup()
+
+
+async def test_telemetry_restarts_only_when_its_intervals_or_the_backends_change() -> None:
+    """The telemetry task is kept while `[telemetry]` and the backends' names stay, and
+    replaced (the old task cancelled, a scraper over the new set) when either changes."""
+    fleet = Fleet(RuntimePaths(Path("/nonexistent")))
+    fleet.add_engine("main", EngineConfig())
+    telemetry = Telemetry(Observer(), lambda backend, sample: None)
+    config = TelemetryConfig()
+    telemetry.follow(config, fleet)
+    first = telemetry.task
+    telemetry.follow(config, fleet)
+    assert first is not None and telemetry.task is first
+    faster = dataclasses.replace(config, engine_interval_s=config.engine_interval_s / 2)
+    telemetry.follow(faster, fleet)
+    second = telemetry.task
+    assert second is not first and telemetry.scraper is not None
+    assert telemetry.scraper.config == faster
+    fleet.add_engine("canary", EngineConfig())
+    telemetry.follow(faster, fleet)
+    assert telemetry.task is not second
+    assert [t.name for t in telemetry.scraper.targets] == ["main", "canary"]
+    assert telemetry.task is not None
+    telemetry.task.cancel()
+    await asyncio.wait({first, second, telemetry.task})
+    assert first.cancelled() and second.cancelled()
