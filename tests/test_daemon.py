@@ -176,8 +176,9 @@ LIVE_FORM: dict[str, Callable[[Any], Any]] = {
 }
 
 
-# Tables of named tables: walked by their own tests (tests/test_fleet.py: an upstream added,
-# changed and removed by a reload; an engine added and removed by `llmd restart --engine`).
+# Tables of named tables: walked by their own tests (tests/backends/test_fleet_sim.py: an
+# upstream added, changed and removed by a reload; tests/test_reload.py and
+# tests/backends/test_backends.py: engines added and removed by `llmd restart --engine`).
 NAMED_TABLES = ("engines", "upstreams")
 
 

@@ -171,13 +171,18 @@ class Telemetry:
         self.on_sample = on_sample
         self.scraper: Scraper | None = None
         self.task: asyncio.Task[None] | None = None
-        self._key: tuple[object, ...] = ()
+        self._config: TelemetryConfig | None = None
+        self._members: list[tuple[str, object, EngineClient]] = []
 
     def follow(self, config: TelemetryConfig, fleet: Fleet) -> None:
-        """(Re)start the task when `config`'s intervals or the backends' names changed since
-        the last call (a backend replaced under the same name keeps the running task)."""
-        key = (config, tuple(fleet.engines), tuple(fleet.upstreams))
-        if self.task is not None and key == self._key:
+        """(Re)start the task when `config`'s intervals or the backends changed since the last
+        call: one joined or left, or one was replaced under the same name (an upstream whose
+        table a reload changed has a new state and client, at its new URL)."""
+        members = [
+            (name, state, fleet.client(name))
+            for name, state in [*fleet.engines.items(), *fleet.upstreams.items()]
+        ]
+        if self.task is not None and config == self._config and _same(members, self._members):
             return
         if self.task is not None:
             self.task.cancel()
@@ -189,8 +194,20 @@ class Telemetry:
             for name, upstream in fleet.upstreams.items()
         ]
         self.scraper = Scraper(self.observer, targets, config, on_sample=self.on_sample)
-        self._key = key
+        self._config, self._members = config, members
         self.task = asyncio.create_task(run_quietly(self.scraper), name="telemetry")
+
+
+def _same(
+    members: list[tuple[str, object, EngineClient]], before: list[tuple[str, object, EngineClient]]
+) -> bool:
+    """The same backends by name, each with the very same state and client objects."""
+    return len(members) == len(before) and all(
+        name == old_name and state is old_state and client is old_client
+        for (name, state, client), (old_name, old_state, old_client) in zip(
+            members, before, strict=True
+        )
+    )
 
 
 def _serving(engine: EngineState) -> bool:

@@ -10,7 +10,7 @@ from pathlib import Path
 from aiohttp import web
 
 from llmd.backends.fleet import Fleet
-from llmd.config import EngineConfig, TelemetryConfig
+from llmd.config import EngineConfig, TelemetryConfig, UpstreamConfig
 from llmd.engine.client import EngineClient
 from llmd.runtime import RuntimePaths
 from llmd.supervisor.state import EnginePhase, EngineState
@@ -89,3 +89,23 @@ async def test_telemetry_restarts_only_when_its_intervals_or_the_backends_change
     telemetry.task.cancel()
     await asyncio.wait({first, second, telemetry.task})
     assert first.cancelled() and second.cancelled()
+
+
+async def test_telemetry_follows_an_upstream_replaced_under_the_same_name() -> None:
+    """An upstream whose table a reload changed (a new URL: new state and client under the
+    same name) restarts the telemetry task, and the new scraper reads the new client."""
+    fleet = Fleet(RuntimePaths(Path("/nonexistent")))
+    fleet.add_upstream("lab", UpstreamConfig(url="http://127.0.0.1:9", models=("m",)))
+    telemetry = Telemetry(Observer(), lambda backend, sample: None)
+    config = TelemetryConfig()
+    telemetry.follow(config, fleet)
+    first = telemetry.task
+    fleet.remove("lab")
+    fleet.add_upstream("lab", UpstreamConfig(url="http://127.0.0.1:10", models=("m",)))
+    telemetry.follow(config, fleet)
+    assert first is not None and telemetry.task is not first
+    assert telemetry.scraper is not None
+    assert [t.client for t in telemetry.scraper.targets] == [fleet.client("lab")]
+    telemetry.task.cancel()
+    await asyncio.wait({first, telemetry.task})
+    assert first.cancelled()
