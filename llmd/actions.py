@@ -22,6 +22,7 @@ A reload never yields to the event loop, so nothing runs during one.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, Protocol
 
 import structlog
@@ -29,6 +30,7 @@ import structlog
 from llmd.backends.backends import Backends
 from llmd.errors import ActionRefused, Draining, NotFound, RequestCancelled
 from llmd.reload import ReloadPlan
+from llmd.routing.breaker import BreakerState
 from llmd.state import DaemonState
 
 log = structlog.get_logger("llmd.actions")
@@ -249,9 +251,18 @@ class OperatorActions:
     def summary(self) -> dict[str, Any]:
         """What every action answers: whether llmd drains, requests in flight (relayed to a
         backend) and queued (waiting in llmd), the engine's phase (the `main` or first
-        engine's), and each engine's phase and whether it is drained."""
+        engine's), and each backend's state and whether it is drained: the engines (their
+        phase) and then the upstreams (`UpstreamState.phase`: serving, unreachable, probing
+        or unknown), by name."""
         capacity = self.state.admission.capacity
         relayed = self.state.inflight.relayed()
+        now = time.monotonic()
+        states = {name: state.phase.value for name, state in self.state.fleet.engines.items()}
+        for name, upstream in self.state.fleet.upstreams.items():
+            breaker = capacity.breaker(name) if name in capacity.names() else None
+            states[name] = upstream.phase(
+                breaker.state(now) if breaker is not None else BreakerState.CLOSED
+            )
         return {
             "draining": self.state.draining,
             "in_flight": relayed,
@@ -259,10 +270,10 @@ class OperatorActions:
             "engine": self.state.engine.phase.value,
             "engines": {
                 name: {
-                    "state": state.phase.value,
+                    "state": state,
                     "draining": name in capacity.names() and capacity.draining(name),
                 }
-                for name, state in self.state.fleet.engines.items()
+                for name, state in states.items()
             },
         }
 

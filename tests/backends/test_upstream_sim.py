@@ -94,11 +94,16 @@ def test_an_upstream_is_drained_and_resumed_by_name_and_never_restarted(
     llmd: LlmdProcess,
 ) -> None:
     """`POST /drain {"engine": "live"}` stops routing to the upstream (its model's requests get
-    503 naming it drained, with Retry-After; status says draining) until `/resume`; a restart of
-    it is refused 409 with the reason, an unknown name 404, each as a JSON error."""
+    503 naming it drained, with Retry-After; status and the answer's `engines` say draining)
+    until `/resume`; a restart of it is refused 409 with the reason, an unknown name 404, each
+    as a JSON error."""
     assert wait_for(lambda: entry(llmd, "live")["state"] == "serving", 30, 0.1)
     with llmd.admin() as admin:
-        assert admin.post("/drain", json={"engine": "live"}).status_code == 200
+        drained = admin.post("/drain", json={"engine": "live"})
+        assert drained.status_code == 200
+        # The answer lists the upstreams beside the engines, as `llmd drain` prints it.
+        assert drained.json()["engines"]["live"] == {"state": "serving", "draining": True}
+        assert drained.json()["engines"]["dead"]["draining"] is False
         try:
             near = httpx.post(llmd.base_url + "/v1/chat/completions", json=chat("near"))
             assert near.status_code == 503 and "live drained" in near.json()["error"]["message"]
@@ -111,7 +116,9 @@ def test_an_upstream_is_drained_and_resumed_by_name_and_never_restarted(
             unknown = admin.post("/drain", json={"engine": "nope"})
             assert unknown.status_code == 404 and "upstreams: live, dead" in unknown.text
         finally:
-            assert admin.post("/resume", json={"engine": "live"}).status_code == 200
+            resumed = admin.post("/resume", json={"engine": "live"})
+            assert resumed.status_code == 200
+            assert resumed.json()["engines"]["live"]["draining"] is False
     assert entry(llmd, "live")["draining"] is False
     near = httpx.post(llmd.base_url + "/v1/chat/completions", json=chat("near"), timeout=30)
     assert near.status_code == 200, near.text
