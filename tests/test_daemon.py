@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+import aiohttp
 import pytest
 import structlog
 import tomli_w
@@ -449,6 +450,27 @@ async def test_shutdown_runs_every_step_when_one_fails(
     assert daemon.exit_code == 1
     monkeypatch.setattr(_main(daemon), "stop", real_stop)
     await real_stop()  # the engine this test left running
+
+
+async def test_shutdown_closes_sessions_opened_after_the_proxy_stopped(
+    live: Live, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backend session a reader (telemetry's scrape, an upstream probe) opened after the
+    proxy's lifespan had closed the clients, while the engines stop, is closed by shutdown too:
+    none is left to the garbage collector."""
+    daemon = live.daemon
+    stop_engines = daemon.backends.stop_engines
+    opened: list[aiohttp.ClientSession] = []
+
+    async def scrape_then_stop() -> None:
+        opened.append(daemon.state.fleet.client("main").session())  # what a late scrape does
+        await stop_engines()
+
+    monkeypatch.setattr(daemon.backends, "stop_engines", scrape_then_stop)
+    daemon._signals.put_nowait(signal.SIGTERM)
+    await asyncio.wait({live.main}, timeout=30)
+    await daemon.shutdown()
+    assert len(opened) == 1 and opened[0].closed
 
 
 async def test_start_up_objects_are_frozen_once_the_tokenizer_loaded(live: Live) -> None:
