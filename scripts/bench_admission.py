@@ -14,6 +14,12 @@ llmd/direct ratios per round.
     .venv/bin/python scripts/bench_admission.py --config etc/sim.toml  [--seconds 30]
     .venv/bin/python scripts/bench_admission.py --config etc/demo.toml --seconds 60 --rounds 4
 
+`--paths direct,llmd,capped` adds a third path, `capped`: straight to the engine's socket, but
+shaped as llmd shapes it, at no proxy cost: the batch flood held by a client-side cap to
+llmd's batch seats (max_in_flight - batch_reserve sequences), nothing left waiting in the
+engine, and vLLM `priority` 0 on interactive and 2 on batch requests. Its ratio to direct is what
+an admission layer of this design costs the engine with nothing spent on relaying (issue 15).
+
 `--mix sequences` (issue 15) makes the batch flood ask several sequences per request: half its
 workers send chats with `n=4`, half completions with 4 prompts (4 sequences each either way).
 The simulator runs one sequence per request only: this mix needs a real engine (etc/demo.toml).
@@ -46,11 +52,14 @@ import tomli_w
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from llmd.admission.classes import Priority  # noqa: E402
 from llmd.admission.tenants import hash_key  # noqa: E402
+from llmd.config import AdmissionConfig  # noqa: E402
 from tests.support.engine_metrics import engine_gauge  # noqa: E402
 from tests.support.llmd_process import LlmdProcess, short_tmpdir  # noqa: E402
 
 BATCH_KEY, APP_KEY = "bench-batch", "bench-app"
+ENGINE_MAX_NUM_SEQS = 128  # the engine's --max-num-seqs (write_config), llmd's max_in_flight
 
 
 def write_config(source: Path, workdir: Path, engine_priority: bool, request_log: bool) -> str:
@@ -62,7 +71,7 @@ def write_config(source: Path, workdir: Path, engine_priority: bool, request_log
         raw["engine"]["model"] = str((source.parent / model).resolve())
     args = raw["engine"].get("args", [])
     if "--max-num-seqs" not in args:
-        args = [*args, "--max-num-seqs", "128"]
+        args = [*args, "--max-num-seqs", str(ENGINE_MAX_NUM_SEQS)]
     if engine_priority and "--scheduling-policy" not in args:
         args = [*args, "--scheduling-policy", "priority"]
     raw["engine"]["args"] = args
@@ -78,11 +87,16 @@ def write_config(source: Path, workdir: Path, engine_priority: bool, request_log
     return tomli_w.dumps(raw)
 
 
-def batch_request(mix: str, worker: int, max_tokens: int) -> tuple[str, dict[str, Any]]:
+SEQUENCES_PER_REQUEST = {"single": 1, "sequences": 4}
+
+
+def batch_request(mix: str, worker: int, max_tokens: int, path: str) -> tuple[str, dict[str, Any]]:
     """The path and body a batch worker sends: one long completion (`mix` single), or 4
     sequences (`mix` sequences: a chat with n=4 from even workers, a completion of 4 prompts
-    from odd ones)."""
-    common = {"model": "tiny", "max_tokens": max_tokens, "ignore_eos": True}
+    from odd ones). On the `capped` path the body carries vLLM's batch `priority`."""
+    common: dict[str, Any] = {"model": "tiny", "max_tokens": max_tokens, "ignore_eos": True}
+    if path == "capped":
+        common["priority"] = int(Priority.BATCH)
     if mix == "sequences" and worker % 2 == 0:
         story = [{"role": "user", "content": "Write a long story about"}]
         return "/v1/chat/completions", {**common, "messages": story, "n": 4}
@@ -98,18 +112,23 @@ async def batch_worker(
     stop: float,
     request: tuple[str, dict[str, Any]],
     out: dict[str, int],
+    seats: asyncio.Semaphore | None = None,
 ) -> None:
-    """Non-streaming long `request`s (path, body), back to back, until `stop`."""
+    """Non-streaming long `request`s (path, body), back to back, until `stop`; each holds one
+    of `seats` (the `capped` path's client-side cap) while it runs."""
     path, body = request
     headers = {"authorization": f"Bearer {BATCH_KEY}"}
     while time.monotonic() < stop:
         try:
-            async with session.post(url + path, json=body, headers=headers) as r:
+            async with (
+                seats or contextlib.nullcontext(),
+                session.post(url + path, json=body, headers=headers) as r,
+            ):
                 payload = await r.json(content_type=None)
-                if r.status != 200:
-                    out["errors"] += 1
-                    await asyncio.sleep(float(r.headers.get("retry-after", "1")))
-                    continue
+            if r.status != 200:
+                out["errors"] += 1
+                await asyncio.sleep(float(r.headers.get("retry-after", "1")))
+                continue
         except (aiohttp.ClientError, TimeoutError):
             out["errors"] += 1
             continue
@@ -119,11 +138,16 @@ async def batch_worker(
 
 
 async def interactive_one(
-    session: aiohttp.ClientSession, url: str, ttfts: list[float], out: dict[str, int]
+    session: aiohttp.ClientSession,
+    url: str,
+    ttfts: list[float],
+    out: dict[str, int],
+    extra: dict[str, Any],
 ) -> None:
-    """One short streaming chat; its time to the first content token."""
+    """One short streaming chat (its body updated with `extra`); its time to the first
+    content token."""
     body = {"model": "tiny", "messages": [{"role": "user", "content": "Hi there"}],
-            "max_tokens": 32, "stream": True, "ignore_eos": True}  # fmt: skip
+            "max_tokens": 32, "stream": True, "ignore_eos": True, **extra}  # fmt: skip
     headers = {"authorization": f"Bearer {APP_KEY}", "x-llmd-priority": "interactive"}
     started = time.monotonic()
     first: float | None = None
@@ -149,10 +173,15 @@ async def interactive_one(
 
 async def run_load(path: str, llmd: LlmdProcess, seconds: float, rate: float,
                    batch_concurrency: int, batch_tokens: int,
-                   mix: str) -> dict[str, Any]:  # fmt: skip
-    """One run of the mixed load through `path` ('direct' or 'llmd'), its batch flood of
-    `mix` (batch_request)."""
-    if path == "direct":
+                   mix: str, batch_seats: int) -> dict[str, Any]:  # fmt: skip
+    """One run of the mixed load through `path` ('direct', 'llmd' or 'capped'), its batch
+    flood of `mix` (batch_request); `capped` holds the flood to `batch_seats` sequences."""
+    seats: asyncio.Semaphore | None = None
+    interactive_extra: dict[str, Any] = {}
+    if path == "capped":
+        seats = asyncio.Semaphore(batch_seats // SEQUENCES_PER_REQUEST[mix])
+        interactive_extra = {"priority": int(Priority.INTERACTIVE)}
+    if path in ("direct", "capped"):
         connector: aiohttp.BaseConnector = aiohttp.UnixConnector(
             path=str(llmd.engine_socket), limit=0
         )
@@ -168,10 +197,10 @@ async def run_load(path: str, llmd: LlmdProcess, seconds: float, rate: float,
         start = time.monotonic()
         stop = start + seconds
         workers = [
-            asyncio.create_task(
-                batch_worker(session, url, stop, batch_request(mix, i, batch_tokens), batch)
+            asyncio.create_task(batch_worker(session, url, stop, request, batch, seats))
+            for request in (
+                batch_request(mix, i, batch_tokens, path) for i in range(batch_concurrency)
             )
-            for i in range(batch_concurrency)
         ]
         await asyncio.sleep(min(5.0, seconds / 6))  # let the flood fill the engine first
         # The engine's tokens/s and the CPU shares are taken over the same window on both
@@ -182,7 +211,9 @@ async def run_load(path: str, llmd: LlmdProcess, seconds: float, rate: float,
         sampler = asyncio.create_task(sample_engine(llmd, samples))
         probes = []
         while time.monotonic() < stop - 2:
-            probes.append(asyncio.create_task(interactive_one(session, url, ttfts, inter)))
+            probes.append(
+                asyncio.create_task(interactive_one(session, url, ttfts, inter, interactive_extra))
+            )
             await asyncio.sleep(1 / rate)
         await asyncio.sleep(max(0.0, stop - time.monotonic()))
         generated, cpu_after = await asyncio.to_thread(engine_counters, llmd)
@@ -267,24 +298,27 @@ async def wait_idle(llmd: LlmdProcess, timeout_s: float = 120) -> None:
 
 
 async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """`args.rounds` rounds on one engine, each a `direct` and an `llmd` run; the order
-    alternates (direct first in odd rounds), so neither path always meets a warmer engine."""
+    """`args.rounds` rounds on one engine, each a run of every path in `args.paths`; the order
+    rotates (direct first in odd rounds of two paths), so no path always meets a warmer engine."""
     workdir = short_tmpdir("llmd-bench-adm-")
     config = write_config(
         Path(args.config).resolve(), workdir, not args.no_engine_priority, args.request_log
     )
+    admission = tomllib.loads(config).get("admission", {})
+    reserve = admission.get("batch_reserve", AdmissionConfig.batch_reserve)
+    batch_seats = ENGINE_MAX_NUM_SEQS - reserve
     llmd = LlmdProcess.start(config, workdir)
     results = []
     try:
         await asyncio.to_thread(llmd.wait_ready, 600)
         for round_no in range(1, args.rounds + 1):
-            order = ("direct", "llmd") if round_no % 2 else ("llmd", "direct")
-            for path in order:
+            shift = (round_no - 1) % len(args.paths)
+            for path in args.paths[shift:] + args.paths[:shift]:
                 await wait_idle(llmd)
                 await asyncio.sleep(args.pause)
                 result = await run_load(
                     path, llmd, args.seconds, args.rate, args.batch_concurrency,
-                    args.batch_tokens, args.mix,
+                    args.batch_tokens, args.mix, batch_seats,
                 )  # fmt: skip
                 result["round"] = round_no
                 print(json.dumps(result), flush=True)
@@ -298,18 +332,20 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per round: llmd's interactive p95 TTFT and engine tokens/s over direct's."""
+    """Per round: each other path's interactive p95 TTFT and engine tokens/s over direct's
+    (keys `p95_ratio`, `tokens_ratio` for llmd; `capped_p95_ratio`, ... for capped)."""
     rounds = []
     for round_no in sorted({r["round"] for r in results}):
-        direct, via = (
-            next(r for r in results if r["round"] == round_no and r["path"] == path)
-            for path in ("direct", "llmd")
-        )
-        rounds.append({
-            "round": round_no,
-            "p95_ratio": round(via["ttft_p95_ms"] / direct["ttft_p95_ms"], 3),
-            "tokens_ratio": round(via["engine_tokens_per_s"] / direct["engine_tokens_per_s"], 3),
-        })  # fmt: skip
+        runs = {r["path"]: r for r in results if r["round"] == round_no}
+        direct = runs.pop("direct")
+        row: dict[str, Any] = {"round": round_no}
+        for path, run in runs.items():
+            prefix = "" if path == "llmd" else f"{path}_"
+            row[f"{prefix}p95_ratio"] = round(run["ttft_p95_ms"] / direct["ttft_p95_ms"], 3)
+            row[f"{prefix}tokens_ratio"] = round(
+                run["engine_tokens_per_s"] / direct["engine_tokens_per_s"], 3
+            )
+        rounds.append(row)
     return rounds
 
 
@@ -327,7 +363,13 @@ def main() -> None:
         help="batch flood: one sequence per request, or 4 (chats with n=4, 4-prompt completions)",
     )
     parser.add_argument(
-        "--rounds", type=int, default=1, help="direct+llmd pairs, the order alternating"
+        "--rounds", type=int, default=1, help="runs of every path, the order rotating"
+    )
+    parser.add_argument(
+        "--paths",
+        type=lambda text: text.split(","),
+        default=["direct", "llmd"],
+        help="comma-separated, of direct, llmd, capped (direct must be one)",
     )
     parser.add_argument("--pause", type=float, default=5.0, help="idle seconds before each run")
     parser.add_argument("--output", help="write the results as JSON here")
@@ -342,6 +384,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.mix == "sequences" and 'kind = "sim"' in Path(args.config).read_text():
         parser.error("--mix sequences needs a real engine: the simulator runs n=1, one prompt")
+    if "direct" not in args.paths or not set(args.paths) <= {"direct", "llmd", "capped"}:
+        parser.error("--paths takes direct, llmd and capped, and must include direct")
     results = asyncio.run(main_async(args))
     print(
         "\n| round | path | TTFT p50 ms | p95 ms | p99 ms | engine tok/s | completed tok/s "
@@ -357,16 +401,19 @@ def main() -> None:
         )
     rounds = ratios(results)
     print()
-    for r in rounds:
-        print(f"round {r['round']}: p95 TTFT llmd/direct = {r['p95_ratio']:.2f}, "
-              f"engine tokens/s llmd/direct = {r['tokens_ratio']:.2f}")  # fmt: skip
-    p95s = [r["p95_ratio"] for r in rounds]
-    tps = [r["tokens_ratio"] for r in rounds]
-    print(
-        f"median over {len(rounds)} rounds: p95 TTFT llmd/direct = {statistics.median(p95s):.2f} "
-        f"(target <= 0.5; range {min(p95s):.2f}-{max(p95s):.2f}); engine tokens/s llmd/direct = "
-        f"{statistics.median(tps):.2f} (target >= 0.95; range {min(tps):.2f}-{max(tps):.2f})"
-    )
+    for path in (p for p in args.paths if p != "direct"):
+        prefix = "" if path == "llmd" else f"{path}_"
+        for r in rounds:
+            print(f"round {r['round']}: p95 TTFT {path}/direct = {r[prefix + 'p95_ratio']:.2f}, "
+                  f"engine tokens/s {path}/direct = {r[prefix + 'tokens_ratio']:.2f}")  # fmt: skip
+        p95s = [r[prefix + "p95_ratio"] for r in rounds]
+        tps = [r[prefix + "tokens_ratio"] for r in rounds]
+        print(
+            f"median over {len(rounds)} rounds: p95 TTFT {path}/direct = "
+            f"{statistics.median(p95s):.2f} (target <= 0.5; range {min(p95s):.2f}-"
+            f"{max(p95s):.2f}); engine tokens/s {path}/direct = {statistics.median(tps):.2f} "
+            f"(target >= 0.95; range {min(tps):.2f}-{max(tps):.2f})"
+        )
     if args.output:
         Path(args.output).write_text(
             json.dumps({"args": vars(args), "runs": results, "rounds": rounds}, indent=2)
