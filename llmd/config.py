@@ -24,6 +24,7 @@ from llmd.backends.config import (
 )
 from llmd.binding import at_line, bind_table, read_toml
 from llmd.errors import ConfigError
+from llmd.numerals import ascii_int
 from llmd.releases.settings import ReleaseConfig, release_config
 
 __all__ = [
@@ -365,5 +366,6 @@ _SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*$")
 
 def _check_listen(value: str, key: str) -> None:
     host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+    number = ascii_int(port)
+    if not sep or not host or number is None or number > 65535:
         raise ConfigError(f"{key} = {value!r}: expected HOST:PORT, e.g. '127.0.0.1:8000'")

@@ -189,6 +189,22 @@ def test_durations_are_bounded(tmp_path: Path, key: str) -> None:
             r"server.listen = '8000': expected HOST:PORT",
         ),
         (
+            '[engine]\nmodel = "m"\n[server]\nlisten = "127.0.0.1:\u00b2"\n',
+            r"server.listen = '127.0.0.1:\u00b2': expected HOST:PORT",
+        ),
+        (
+            '[engine]\nmodel = "m"\n[server]\nlisten = "127.0.0.1:\u0668\u0663\u0660\u0661"\n',
+            r"expected HOST:PORT",
+        ),
+        (
+            '[engine]\nmodel = "m"\nargs = ["--max-num-seqs", "\u00b2"]\n',
+            r"^engine.args: --max-num-seqs: expected a whole number$",
+        ),
+        (
+            '[engines.a]\nmodel = "m"\nargs = ["--kv_cache_memory_bytes=lots"]\n',
+            r"^engines.a.args: --kv-cache-memory-bytes: expected a whole number",
+        ),
+        (
             '[engine]\nmodel = "m"\nenv = { A = 1 }\n',
             r"llmd.toml:3: engine.env: expected a table of strings \(its value is not shown",
         ),

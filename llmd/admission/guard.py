@@ -24,6 +24,7 @@ import enum
 from collections.abc import Mapping
 
 from llmd.admission.classes import Priority
+from llmd.numerals import ascii_int
 
 
 class Level(enum.IntEnum):
@@ -141,8 +142,9 @@ def overridden(state: GuardState, mode: str, now: float) -> GuardState:
     if mode == "on":
         return GuardState(since=now, reason="turned on by the operator")
     name, _, number = mode.partition(" ")
-    if name == "level" and number.strip().isdigit() and int(number) <= Level.SHED_NORMAL:
-        level = Level(int(number))
+    index = ascii_int(number.strip())
+    if name == "level" and index is not None and index <= Level.SHED_NORMAL:
+        level = Level(index)
         return GuardState(level=level, since=now, reason="pinned by the operator", pinned=level)
     raise ValueError(f"guard mode must be off, on or 'level N' (N 0-4), got {mode!r}")
 

@@ -30,8 +30,9 @@ from llmd.admission.slo import SloGuard
 from llmd.admission.tenants import Tenant, load_tenants
 from llmd.allocator import HeapTrimmer
 from llmd.config import AdmissionConfig, Config, EngineConfig
-from llmd.engine.args import DEFAULT_MAX_NUM_SEQS, engine_flag
+from llmd.engine.args import DEFAULT_MAX_NUM_SEQS, engine_flag, int_flag
 from llmd.errors import ApiError, InvalidRequest, QueueFull, QueueTimeout, RateLimited
+from llmd.numerals import ascii_int
 from llmd.quoting import header_text
 from llmd.routing.backend import BackendKind
 from llmd.routing.breaker import CircuitBreaker
@@ -223,12 +224,13 @@ class Admission:
         value = next((v for k, v in headers if k == DEADLINE_HEADER), None)
         if value is None:
             return None
-        if not value.isdigit() or not 0 < int(value) <= 86_400_000:
+        ms = ascii_int(value)
+        if ms is None or not 0 < ms <= 86_400_000:
             raise InvalidRequest(
                 "header x-llmd-deadline-ms must be a whole number of ms in 1..86400000, "
                 f"got {header_text(value)}"
             )
-        return arrived_at + int(value) / 1000
+        return arrived_at + ms / 1000
 
     def check_fits(self, cost: Cost, model: str) -> None:
         """Refuse a request that could not start even on an idle backend of `model`'s pool
@@ -456,8 +458,10 @@ def max_in_flight(engine: EngineConfig, admission: AdmissionConfig) -> int:
     """`admission.max_in_flight`, else the engine's `--max-num-seqs` (default 128)."""
     if admission.max_in_flight:
         return admission.max_in_flight
-    given = engine_flag(engine.args, "--max-num-seqs")
-    seqs = int(given) if given and given.isdigit() else DEFAULT_MAX_NUM_SEQS
+    try:
+        seqs = int_flag(engine.args, "--max-num-seqs") or DEFAULT_MAX_NUM_SEQS
+    except ValueError:  # refused by check_backends when the config is loaded
+        seqs = DEFAULT_MAX_NUM_SEQS
     return round(seqs * IN_FLIGHT_OVER_SEQS)
 
 

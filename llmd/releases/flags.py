@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from llmd.engine.args import flag_name
+
 
 def parse_flags(args: Sequence[str]) -> list[tuple[str, str | None]]:
     """Pair each `--flag` with its value: the next argument unless that is another `--flag`;
@@ -35,6 +37,7 @@ def parse_flags(args: Sequence[str]) -> list[tuple[str, str | None]]:
 
 
 def flag_value(args: Sequence[str], flag: str) -> str | None:
-    """The value of the last `flag` in `args` (vLLM's argparse keeps the last), or None."""
-    values = [value for name, value in parse_flags(args) if name == flag]
+    """The value of the last `flag` (spelled with dashes; in `args` with dashes or underscores)
+    in `args` (vLLM's argparse keeps the last), or None."""
+    values = [value for name, value in parse_flags(args) if flag_name(name) == flag]
     return values[-1] if values else None

@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from llmd.engine.args import int_flag
 from llmd.errors import ReleaseError
-from llmd.releases.flags import flag_value
 from llmd.releases.record import Release
 from llmd.textfiles import not_utf8
 
@@ -94,21 +94,7 @@ def load_golden(path: str) -> tuple[GoldenPrompt, ...]:
 def pinned_max_model_len(release: Release) -> int | None:
     """The context length the release's args pin (`--max-model-len`, with vLLM's
     human-readable forms: 1k = 1000, 1K = 1024), or None when they pin none."""
-    value = flag_value(release.table.args, "--max-model-len")
-    if value is None:
-        return None
-    return human_readable_int(value)
-
-
-def human_readable_int(value: str) -> int | None:
-    """vLLM's `human_readable_int` (0.10+ arg_utils): `25.6k` is 25,600, `1K` is 1,024;
-    None when `value` is none of those forms (or -1, vLLM's "the model's own")."""
-    multipliers = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}
     try:
-        if value[-1:] in multipliers:
-            number = float(value[:-1]) * multipliers[value[-1]]
-        else:
-            number = float(int(value))
-    except ValueError:
+        return int_flag(release.table.args, "--max-model-len")
+    except ValueError:  # vLLM refuses it at boot, naming the flag
         return None
-    return int(number) if number > 0 else None

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import socket
 
+from llmd.numerals import ascii_int
+
 
 class Notifier:
     """Sends state to the service manager. `enabled` is False when not run by systemd."""
@@ -53,8 +55,7 @@ class Notifier:
 
 
 def _watchdog_usec(env: dict[str, str] | os._Environ[str]) -> int:
-    pid = env.get("WATCHDOG_PID")
-    if pid and pid.isdigit() and int(pid) != os.getpid():
+    pid = ascii_int(env.get("WATCHDOG_PID", ""))
+    if pid is not None and pid != os.getpid():
         return 0
-    usec = env.get("WATCHDOG_USEC", "")
-    return int(usec) if usec.isdigit() else 0
+    return ascii_int(env.get("WATCHDOG_USEC", "")) or 0

@@ -175,8 +175,9 @@ def test_operator_overrides() -> None:
     on = overridden(pinned, "on", 50.0)
     assert effective_level(on) == Level.NORMAL
     assert next_state(on, OVER, POLICY, 60.0).level == Level.HOLD_BATCH
-    with pytest.raises(ValueError):
-        overridden(GuardState(), "level 9", 0.0)
+    for mode in ("level 9", "level \u00b2", "level " + "9" * 5000):
+        with pytest.raises(ValueError, match="guard mode must be off, on or 'level N'"):
+            overridden(GuardState(), mode, 0.0)
 
 
 def test_retry_after_counts_the_steps_down_to_admission() -> None:

@@ -73,7 +73,7 @@ async def test_deadline_counts_from_arrival_not_from_admission() -> None:
     assert time.monotonic() - started < 0.15
 
 
-@pytest.mark.parametrize("value", [b"0", b"-5", b"1.5", b"soon", b"86400001"])
+@pytest.mark.parametrize("value", [b"0", b"-5", b"1.5", b"soon", b"86400001", b"\xb2", b"9" * 5000])
 def test_bad_deadline_header_is_400(value: bytes) -> None:
     """x-llmd-deadline-ms must be whole milliseconds in 1..86,400,000."""
     with pytest.raises(InvalidRequest, match="x-llmd-deadline-ms"):
@@ -88,6 +88,8 @@ def test_engine_flags_set_priority_and_max_in_flight() -> None:
     assert max_in_flight(engine, AdmissionConfig()) == 48
     assert max_in_flight(engine, AdmissionConfig(max_in_flight=7)) == 7
     assert max_in_flight(EngineConfig(model="m"), AdmissionConfig()) == 128
+    underscored = EngineConfig(model="m", args=("--max_num_seqs", "16"))  # as vLLM reads it
+    assert max_in_flight(underscored, AdmissionConfig()) == 16
 
 
 def test_a_request_is_refused_only_when_it_fits_no_backend_of_its_pool() -> None:

@@ -11,6 +11,7 @@ from llmd.engine.args import (
     engine_flag,
     flags_given,
     float_flag,
+    has_switch,
     int_flag,
     with_flag,
     without_flag,
@@ -35,6 +36,40 @@ def test_numeric_flags_are_read_as_numbers() -> None:
     assert float_flag(args, "--gpu-memory-utilization", 0.9) == 0.9
     with pytest.raises(ValueError):
         int_flag(("--max-num-seqs", "many"), "--max-num-seqs")
+
+
+def test_a_flag_spelled_with_underscores_is_the_same_flag() -> None:
+    """vLLM reads `--max_num_seqs` as `--max-num-seqs` (FlexibleArgumentParser), so every
+    lookup does too: values, switches, removal, the flags given, secrets and the API key."""
+    args = ("--max_num_seqs", "16", "--enforce_eager", "--kv_cache_memory_bytes=64M")
+    assert engine_flag(args, "--max-num-seqs") == "16"
+    assert int_flag(args, "--max-num-seqs") == 16
+    assert int_flag(args, "--kv-cache-memory-bytes") == 64 * 2**20
+    assert has_switch(args, "--enforce-eager")
+    assert without_flag(args, "--max-num-seqs") == (
+        "--enforce_eager",
+        "--kv_cache_memory_bytes=64M",
+    )
+    assert without_flag(args, "--kv-cache-memory-bytes") == args[:3]
+    assert with_flag(args, "--max-num-seqs", "8")[-2:] == ("--max-num-seqs", "8")
+    assert flags_given(("--chat_template", "x"), ("--chat-template",)) == ["--chat-template"]
+    hidden = without_secrets(("--api_key", "s1", "--api_key=s2", "--hf_token", "t"))
+    assert hidden == ["--api_key", "***", "--api_key=***", "--hf_token", "***"]
+    assert engine_api_key(EngineConfig(args=("--api_key", "k")), {}) == "k"
+    assert engine_flag(("--a_b.c_d", "1"), "--a-b.c_d") == "1"  # only before the first dot
+
+
+def test_number_flags_read_as_vllm_reads_them() -> None:
+    """ASCII digits only ('²' is refused, not a crash); vLLM's '64M'/'32k' forms for the flags
+    it reads that way; `auto` or -1 for --max-model-len is the model's own (None)."""
+    for value in ("²", "٨", "-1", "1e3"):
+        with pytest.raises(ValueError, match="--max-num-seqs"):
+            int_flag(("--max-num-seqs", value), "--max-num-seqs")
+    assert int_flag(("--max-model-len", "32k"), "--max-model-len") == 32_000
+    assert int_flag(("--max-model-len=auto",), "--max-model-len") is None
+    assert int_flag(("--max-model-len", "-1"), "--max-model-len") is None
+    with pytest.raises(ValueError, match="--kv-cache-memory-bytes"):
+        int_flag(("--kv-cache-memory-bytes", "1.5M"), "--kv-cache-memory-bytes")
 
 
 def test_which_flags_are_given() -> None:

@@ -49,6 +49,7 @@ def chunks(data: bytes, size: int = 1000) -> Any:
         (b'{"temperature": Infinity}', None, "Infinity"),
         (b'{"temperature": -Infinity}', None, "-Infinity"),
         (b'{"temperature": 1e999}', None, "too large"),
+        (b'{"max_tokens": ' + b"9" * 5000 + b"}", None, "5,000 digits"),
         (b'{"n": 1, "n": 2}', None, "appears twice"),
         (b'{"a": "tab\tinside"}', None, "not valid JSON"),
         (b'{"a": ' + b"[" * (MAX_DEPTH + 5) + b"]" * (MAX_DEPTH + 5) + b"}", "a", "deeper"),

@@ -11,7 +11,6 @@ import pytest
 from llmd.errors import ReleaseError
 from llmd.releases.golden import (
     BUILTIN_GOLDEN,
-    human_readable_int,
     load_golden,
     pinned_max_model_len,
 )
@@ -66,15 +65,6 @@ def test_a_file_not_utf8_is_a_release_error(tmp_path: Path) -> None:
     path.write_bytes(b'\n{"messages": [{"role": "user", "content": "caf\xe9"}]}\n')
     with pytest.raises(ReleaseError, match=r"golden.jsonl:2: cannot read golden prompts: not UTF"):
         load_golden(str(path))
-
-
-@pytest.mark.parametrize(
-    ("value", "number"),
-    [("1024", 1024), ("1k", 1000), ("1K", 1024), ("25.6k", 25600), ("-1", None), ("x", None)],
-)
-def test_human_readable_lengths_read_as_vllm_reads_them(value: str, number: int | None) -> None:
-    """vLLM's human_readable_int: k/m/g decimal, K/M/G binary."""
-    assert human_readable_int(value) == number
 
 
 def test_the_pinned_context_is_the_last_max_model_len_flag() -> None:

@@ -10,9 +10,11 @@ import argparse
 import dataclasses
 import json
 import os
+import sys
 from collections.abc import Sequence
 from typing import Literal
 
+from llmd.engine.args import dashed
 from llmd.engine.sim.faults import FaultOptions
 from llmd.engine.sim.surface import DEFAULT_VERSION, SURFACES
 from llmd.engine.sim.timing import TimingModel
@@ -52,9 +54,11 @@ class SimOptions:
 
 
 def parse_options(argv: Sequence[str] | None = None) -> SimOptions:
-    """Parse `argv` (default: sys.argv[1:]). Exits with status 2 on a usage error, like argparse."""
+    """Parse `argv` (default: sys.argv[1:]), a flag's name with dashes or underscores as vLLM
+    reads it. Exits with status 2 on a usage error, like argparse."""
     parser = _parser()
-    args = parser.parse_args(argv)
+    given = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args([dashed(arg) for arg in given])
     if not args.uds and not args.port:
         parser.error("give --uds SOCKET or --port PORT")
     if args.num_gpu_blocks * args.block_size < (args.max_model_len or 0):

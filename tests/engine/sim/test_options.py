@@ -29,3 +29,11 @@ def test_defaults_are_the_fitted_model_and_zero_latency_zeroes_everything() -> N
     assert parse_options(["--model", "m", "--uds", "s.sock"]).timing == TimingModel()
     zero = parse_options(["--model", "m", "--uds", "s.sock", "--zero-latency"]).timing
     assert zero.is_zero and zero == TimingModel.zero()
+
+
+def test_flags_spelled_with_underscores_read_as_vllm_reads_them() -> None:
+    """`--max_num_seqs 7` and `--step_base_ms=3` are the dashed flags, as in vLLM."""
+    options = parse_options(["--model", "m", "--uds", "s.sock", "--max_num_seqs", "7",
+                             "--step_base_ms=3"])  # fmt: skip
+    assert options.max_num_seqs == 7
+    assert options.timing.step_base_s == pytest.approx(0.003)
