@@ -145,8 +145,9 @@ def parse_object(body: bytes) -> dict[str, Any]:
     """Parse `body` (UTF-8, a leading byte order mark ignored: RFC 8259 §8.1) as a JSON object.
 
     Raises InvalidRequest for text that is not UTF-8 or not JSON, a non-object, `NaN` or
-    `Infinity` (and numbers too large for a double), duplicate keys, nesting deeper than
-    `MAX_DEPTH`, and lone surrogates in a string; the message names the field.
+    `Infinity` (and numbers too large for a double, or integers of more digits than Python
+    reads), duplicate keys, nesting deeper than `MAX_DEPTH`, and lone surrogates in a string;
+    the message names the field.
     """
     try:
         text = body.removeprefix(_UTF8_BOM).decode("utf-8")

@@ -68,11 +68,15 @@ def test_a_file_not_utf8_is_a_release_error(tmp_path: Path) -> None:
 
 
 def test_the_pinned_context_is_the_last_max_model_len_flag() -> None:
-    """`--max-model-len` (or `--max-model-len=`), the last one wins; none pinned: None."""
+    """`--max-model-len` (or `--max-model-len=`, or `--max_model_len`), the last one wins, in
+    vLLM's forms (2k, 1K); none pinned, -1 or a value vLLM refuses: None."""
     table = EngineTable("vllm", "m", "m", "", (), ("--max-model-len", "512"), {})
     release = Release("r", "main", "", "", table, None, None)  # type: ignore[arg-type]
     assert pinned_max_model_len(release) == 512
     table = dataclasses.replace(table, args=("--max-model-len", "512", "--max-model-len=2k"))
     assert pinned_max_model_len(dataclasses.replace(release, table=table)) == 2000
-    table = dataclasses.replace(table, args=("--enforce-eager",))
-    assert pinned_max_model_len(dataclasses.replace(release, table=table)) is None
+    table = dataclasses.replace(table, args=("--max_model_len", "1K"))  # as vLLM reads it
+    assert pinned_max_model_len(dataclasses.replace(release, table=table)) == 1024
+    for args in (("--enforce-eager",), ("--max-model-len", "-1"), ("--max-model-len", "x")):
+        table = dataclasses.replace(table, args=args)
+        assert pinned_max_model_len(dataclasses.replace(release, table=table)) is None
