@@ -205,6 +205,14 @@ def test_durations_are_bounded(tmp_path: Path, key: str) -> None:
             r"^engines.a.args: --kv-cache-memory-bytes: expected a whole number",
         ),
         (
+            '[engine]\nmodel = "m"\nargs = ["--enforce-eager", "--model=/other"]\n',
+            r"^engine.args: --model is set by llmd: use engine.model$",
+        ),
+        (
+            '[engines.a]\nmodel = "m"\nargs = ["--uds", "/tmp/x.sock"]\n',
+            r"^engines.a.args: --uds is set by llmd: the engine listens on a Unix socket",
+        ),
+        (
             '[engine]\nmodel = "m"\nenv = { A = 1 }\n',
             r"llmd.toml:3: engine.env: expected a table of strings \(its value is not shown",
         ),

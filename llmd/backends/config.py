@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Literal
 
-from llmd.engine.args import engine_flag, int_flag
+from llmd.engine.args import engine_flag, flags_given, int_flag
 from llmd.errors import ConfigError
 from llmd.routing.breaker import BreakerPolicy
 
@@ -146,6 +146,8 @@ def check_backends(
         if len(set(engine.gpus)) != len(engine.gpus):
             raise ConfigError(f"{key}.gpus = {list(engine.gpus)!r}: a GPU is listed twice")
         _check_numbers_read(engine.args, key)
+        for flag in flags_given(engine.args, FLAGS_LLMD_SETS):
+            raise ConfigError(f"{key}.args: {flag} is set by llmd: {FLAGS_LLMD_SETS[flag]}")
     for name, upstream in upstreams.items():
         _check_url(upstream.url, f"upstreams.{name}.url")
         if not upstream.max_in_flight:
@@ -183,6 +185,13 @@ def check_gpu_sharing(engines: Mapping[str, EngineConfig]) -> None:
                 "its free memory at boot"
             )
 
+
+# Flags llmd passes before engine.args (llmd.engine.launch); vLLM keeps the last, so one in
+# engine.args would serve another model than llmd validates for, or listen where llmd never looks.
+FLAGS_LLMD_SETS = {
+    "--model": "use engine.model",
+    "--uds": "the engine listens on a Unix socket in the runtime directory",
+}
 
 # The engine flags llmd reads as numbers itself (admission seats, sizing, GPU preflight).
 NUMBER_FLAGS = ("--max-num-seqs", "--max-model-len", KV_BYTES_FLAG)
