@@ -118,8 +118,10 @@ def check_backends(
     routing: RoutingConfig,
 ) -> None:
     """Cross-table checks. Raises ConfigError naming the key: no backend at all, a bad or
-    repeated name, an engine without a model, an upstream URL that is not http(s):// or
-    unix:/path, a breaker ratio over 1, and GPU sharing without explicit KV sizes."""
+    repeated name, an engine without a model, engine args that set a flag llmd sets
+    (FLAGS_LLMD_SETS) or give a value vLLM would refuse for one llmd reads (NUMBER_FLAGS), an
+    upstream URL that is not http(s):// or unix:/path, a breaker ratio over 1, and GPU sharing
+    without explicit KV sizes."""
     if not engines and not upstreams:
         raise ConfigError("engine.model is required (a model directory or name)")
     for name in [*engines, *upstreams]:
