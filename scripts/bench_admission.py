@@ -54,12 +54,13 @@ sys.path.insert(0, str(REPO))
 
 from llmd.admission.classes import Priority  # noqa: E402
 from llmd.admission.tenants import hash_key  # noqa: E402
-from llmd.config import AdmissionConfig  # noqa: E402
+from llmd.admission.waiters import max_in_flight  # noqa: E402
+from llmd.config import load_config  # noqa: E402
 from tests.support.engine_metrics import engine_gauge  # noqa: E402
 from tests.support.llmd_process import LlmdProcess, short_tmpdir  # noqa: E402
 
 BATCH_KEY, APP_KEY = "bench-batch", "bench-app"
-ENGINE_MAX_NUM_SEQS = 128  # the engine's --max-num-seqs (write_config), llmd's max_in_flight
+ENGINE_MAX_NUM_SEQS = 128  # the engine's --max-num-seqs (write_config)
 
 
 def write_config(source: Path, workdir: Path, engine_priority: bool, request_log: bool) -> str:
@@ -304,10 +305,10 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     config = write_config(
         Path(args.config).resolve(), workdir, not args.no_engine_priority, args.request_log
     )
-    admission = tomllib.loads(config).get("admission", {})
-    reserve = admission.get("batch_reserve", AdmissionConfig.batch_reserve)
-    batch_seats = ENGINE_MAX_NUM_SEQS - reserve
     llmd = LlmdProcess.start(config, workdir)
+    # The capped path's cap is llmd's own rule for the batch class's seats.
+    loaded = load_config(workdir / "llmd.toml")
+    batch_seats = max_in_flight(loaded.engine, loaded.admission) - loaded.admission.batch_reserve
     results = []
     try:
         await asyncio.to_thread(llmd.wait_ready, 600)
