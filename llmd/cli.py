@@ -14,6 +14,7 @@ from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
+from llmd.admission.tenants import configured_tenants
 from llmd.arguments import add_runtime_dir, positive, positive_count, seconds
 from llmd.config import config_path, load_config
 from llmd.console import run_console
@@ -145,7 +146,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _serve(args: argparse.Namespace) -> int:
     from llmd.allocator import fix_mmap_threshold
-    from llmd.daemon import Daemon
+    from llmd.daemon.daemon import Daemon
     from llmd.logs import configure_logging
 
     fix_mmap_threshold()
@@ -154,6 +155,7 @@ def _serve(args: argparse.Namespace) -> int:
         config = load_config(
             config_path(args.config), listen=args.listen, runtime_dir=args.runtime_dir
         )
+        configured_tenants(config.admission)
     except ConfigError as exc:
         print(f"llmd: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -178,6 +180,7 @@ def _check_config(args: argparse.Namespace) -> int:
     path = config_path(args.path)
     try:
         config = load_config(path)
+        configured_tenants(config.admission)
     except ConfigError as exc:
         print(f"llmd: {exc}", file=sys.stderr)
         return EXIT_CONFIG

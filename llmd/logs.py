@@ -4,7 +4,7 @@ Every event passes a per-key rate limiter (`LineLimiter`): past `rate_limit_line
 key within `rate_limit_window_s`, lines are counted instead of written, and a
 `log_lines_suppressed` line ("suppressed N similar") follows once the window has passed. The
 counts by event feed `llmd_log_lines_suppressed_total`. What passes the limiter is offered to the
-recent-events list of the Status snapshot (`llmd.telemetry.events`).
+recent-events list of the Status snapshot (`llmd.events`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 import structlog
 
 from llmd.config import LoggingConfig
-from llmd.telemetry.events import recent_events
+from llmd.events import recent_events
 
 SUPPRESSED_EVENT = "log_lines_suppressed"
 LIBRARY_EVENT = "library_logged"

@@ -8,7 +8,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from llmd.backends.config import MAIN
+from llmd.config.backends import MAIN
 from llmd.errors import RuntimeDirInUse
 
 

@@ -10,17 +10,17 @@ import time
 from typing import Any
 
 from llmd import __version__
+from llmd.admission.pools import FIRST_PROBE_WAIT_S
 from llmd.admission.waiters import Admission
 from llmd.backends.fleet import Fleet
 from llmd.backends.relisting import ModelRelisting
 from llmd.config import Config
 from llmd.errors import ApiError, Draining, EngineUnavailable, ModelNotFound
-from llmd.proxy.inflight import InFlight
-from llmd.routing.capacity import FIRST_PROBE_WAIT_S
+from llmd.events import recent_events
+from llmd.inflight import InFlight
 from llmd.runtime import RuntimePaths
 from llmd.status import Status
 from llmd.supervisor.state import EngineState
-from llmd.telemetry.events import recent_events
 from llmd.telemetry.observer import Observer
 from llmd.validation.pools import Validators
 

@@ -14,8 +14,8 @@ import dataclasses
 import functools
 from typing import Any
 
-from llmd.telemetry.events import Event
-from llmd.telemetry.gpu import GpuDevice
+from llmd.events import Event
+from llmd.gpu.nvml import GpuDevice
 from llmd.telemetry.windows import Percentiles
 
 # Active sequences listed in a snapshot, oldest first; `in_flight` gives the full count.
@@ -208,7 +208,7 @@ class Status:
     process started: a new value means the daemon restarted) are Unix time (s); `in_flight`
     counts the requests relayed to a backend now, `queued` those waiting in llmd (being
     validated or in admission's queue); `events` are the recent notable log events, oldest
-    first (llmd.telemetry.events). `engines` has one entry per backend (engines, then
+    first (llmd.events). `engines` has one entry per backend (engines, then
     upstreams, config order) and `models` one per served model; `deploys` one per deploy in
     progress or ended since llmd started, the latest per engine (llmd/releases/deploy_events.py
     `DeployState.as_snapshot`: deploy, engine, strategy, old, new, phase, step, steps, share,

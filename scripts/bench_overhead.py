@@ -30,7 +30,7 @@ import aiohttp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from llmd.bench.stats import percentile  # noqa: E402
+from llmd.telemetry.windows import percentile  # noqa: E402
 from tests.support.configs import config_sections  # noqa: E402
 from tests.support.llmd_process import LlmdProcess  # noqa: E402
 from tests.support.machine_load import load_average  # noqa: E402

@@ -1,7 +1,7 @@
 """The routing rule in simulation: prefix-cache hit rate and load imbalance against epsilon.
 
 No engines: a discrete-event simulation drives llmd's own scheduler (llmd/admission/scheduler.py)
-and pool capacity (llmd/routing/capacity.py) with a synthetic shared-prefix workload. Requests
+and pool capacity (llmd/admission/pools.py) with a synthetic shared-prefix workload. Requests
 arrive as a Poisson stream at `--utilization` of the pool's seats; each belongs to one of
 `--groups` prefix groups (Zipf popularity, exponent `--zipf`) or, for `--unkeyed` of them, has no
 prefix key (a short prompt). Service times are uniform in 0.5..1.5 s and do not depend on the
@@ -39,10 +39,10 @@ sys.path.insert(0, str(REPO))
 from llmd.admission.capacity import CapacityGate  # noqa: E402
 from llmd.admission.classes import Priority  # noqa: E402
 from llmd.admission.entries import ClassPolicy, Entry  # noqa: E402
+from llmd.admission.pools import PoolCapacity, PoolGate  # noqa: E402
 from llmd.admission.scheduler import Scheduler  # noqa: E402
 from llmd.admission.tenants import Tenant  # noqa: E402
 from llmd.routing.backend import BackendKind  # noqa: E402
-from llmd.routing.capacity import PoolCapacity, PoolGate  # noqa: E402
 from llmd.routing.choice import AffinityPolicy, rendezvous_order  # noqa: E402
 
 MODEL = "m"

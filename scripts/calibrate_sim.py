@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from llmd.bench.client import Target  # noqa: E402
-from llmd.bench.stats import percentile  # noqa: E402
+from llmd.telemetry.windows import percentile  # noqa: E402
 from tests.support.engines import booted_engine  # noqa: E402
 from tests.support.flood import FloodShape, run_flood  # noqa: E402
 from tests.support.machine_load import load_average, settle  # noqa: E402

@@ -104,5 +104,5 @@ def test_the_check_sees_type_only_and_function_level_imports() -> None:
     assert graph == {"llmd.a": {"llmd.b"}, "llmd.b": {"llmd.c"}, "llmd.c": {"llmd.a"}}
     assert cycles(graph) == [["llmd.a", "llmd.b", "llmd.c"]]
     real = import_graph()
-    assert "llmd.admission.tenants" in real["llmd.config"]
+    assert "llmd.config.backends" in real["llmd.config.tables"]
     assert "llmd.status" in real["llmd.telemetry.status_metrics"]

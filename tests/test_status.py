@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from llmd.config import Config, EngineConfig
-from llmd.proxy.inflight import Exchange
-from llmd.releases.deploy_events import DeployPlan, DeployState, Phase, Strategy
+from llmd.engine.metrics import EngineSample
+from llmd.gpu.nvml import GpuDevice, GpuReading
+from llmd.inflight import Exchange
+from llmd.releases.deploy_events import DeployPhase, DeployPlan, DeployState, Strategy
 from llmd.supervisor.state import EnginePhase, EngineState
-from llmd.telemetry.engine import EngineSample
-from llmd.telemetry.gpu import GpuDevice, GpuReading
 from tests.support.exchanges import finished_exchange
 from tests.support.state import daemon_state
 
@@ -133,7 +133,7 @@ def busy_snapshot() -> dict[str, Any]:
             exchange.first_byte_at = exchange.started_at
         ctx.inflight.add(exchange)
     plan = DeployPlan("d1", "main", "r1", "r2", Strategy.REPLACE)
-    ctx.deploys["main"] = DeployState(plan, Phase.SMOKING_NEW).as_snapshot()
+    ctx.deploys["main"] = DeployState(plan, DeployPhase.SMOKING_NEW).as_snapshot()
     return json.loads(json.dumps(ctx.snapshot().to_dict()))
 
 

@@ -1,1 +1,5 @@
-"""The admin API on a Unix socket (mode 0660), and the client the CLI and TUI use to reach it."""
+"""The admin API's client side: what `llmd` and `llmd-top` use to reach the daemon's Unix
+socket (llmd/daemon/admin_api.py serves it), and the status as text.
+
+May import: the base modules only.
+"""

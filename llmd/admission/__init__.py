@@ -1,5 +1,7 @@
-"""Admission: who is asking (tenants), how urgent (classes), and when the engine takes it.
+"""Admission: who is asking (tenants), how urgent (classes), and when a backend takes it.
 
-`scheduler` and `capacity` are pure (numbers in, decisions out); `controller` is the asyncio glue
-the proxy calls, fed the engine's load by the telemetry scraper.
+`scheduler`, `capacity`, `cost` and `guard` are pure (numbers in, decisions out); `pools` holds
+each backend's gate, grouped by model; `waiters` is the asyncio side the proxy calls.
+
+May import: routing, telemetry, supervisor, config, engine, status.
 """

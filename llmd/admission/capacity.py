@@ -12,7 +12,7 @@ whatever is next, so the engine is never left idle while work waits; `never_fits
 requests that could not run even alone, which validation refuses.
 
 The gate takes each request's `seats` and `cost` from its scheduler entry and nothing else, so
-one gate per backend can stand behind routing (llmd/routing/capacity.py).
+one gate per backend can stand behind routing (llmd/admission/pools.py).
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ class Entry:
     its sequences of prompt + max_tokens, llmd/admission/cost.py); `seats` the sequences it
     runs in the engine (prompts x n); `deadline` an absolute time on the caller's clock, or
     None. `model` names its pool; `affinity` is its prefix key (llmd/routing/prefix.py; None:
-    none); `conversation` its conversation's key during a canary (llmd/releases/assign.py);
+    none); `conversation` its conversation's key during a canary (llmd/routing/canary.py);
     `backend` is where the gate released it (None while queued)."""
 
     tenant: Tenant
@@ -94,7 +94,7 @@ class Decisions:
 
 class Gate(Protocol):
     """Capacity: which backend of `entry`'s pool can take it now (None: none can; `overdue`:
-    released by aging), and the accounting of a release there (llmd/routing/capacity.py over
+    released by aging), and the accounting of a release there (llmd/admission/pools.py over
     one llmd/admission/capacity.py gate per backend)."""
 
     def admits(self, entry: Entry, overdue: bool) -> str | None: ...

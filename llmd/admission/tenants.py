@@ -24,9 +24,9 @@ from typing import Any
 
 from llmd.admission.classes import Priority
 from llmd.binding import HIDDEN, at_line, bind_table, read_toml
+from llmd.config import ANONYMOUS, AdmissionConfig
 from llmd.errors import ConfigError, InvalidApiKey
 
-ANONYMOUS = "anonymous"
 _HEX = frozenset("0123456789abcdef")
 
 
@@ -112,6 +112,13 @@ def load_tenants(path: Path | None) -> TenantDirectory:
         return TenantDirectory(_bind_tenants(raw, text), path)
     except ConfigError as exc:
         raise at_line(exc, text, str(path)) from None
+
+
+def configured_tenants(admission: AdmissionConfig) -> TenantDirectory:
+    """The tenants of `admission.tenants_file` ("" : anonymous only), read now: at start-up,
+    by `llmd check-config`, and on each reload before anything changes. Raises ConfigError as
+    `load_tenants` does."""
+    return load_tenants(Path(admission.tenants_file) if admission.tenants_file else None)
 
 
 def _bind_tenants(raw: dict[str, Any], text: str) -> dict[str, Tenant]:

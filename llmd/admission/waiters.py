@@ -3,7 +3,7 @@
 `Admission.admit` queues a request and returns once a backend of its model's pool may take it
 (or raises the rejection as an ApiError); `finish` gives its capacity back. Each of those,
 every scrape of a backend's metrics, a supervisor's phase change and a timer at the next queue
-timeout run the pure scheduler (`pump`) over every pool's capacity (llmd/routing/capacity.py:
+timeout run the pure scheduler (`pump`) over every pool's capacity (llmd/admission/pools.py:
 one capacity gate per backend), which wakes the released waiters and fails the rejected ones.
 A waiter whose task is cancelled (its client left) is removed from the queue at once and never
 reaches a backend.
@@ -15,7 +15,6 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -25,22 +24,22 @@ from llmd.admission.capacity import CapacityGate, EngineLoad
 from llmd.admission.classes import PRIORITY_HEADER, Priority, requested_class
 from llmd.admission.cost import Cost
 from llmd.admission.entries import ClassPolicy, Entry, Reason, Rejection, State
+from llmd.admission.pools import FIRST_PROBE_WAIT_S, PoolCapacity, PoolGate
 from llmd.admission.scheduler import Scheduler
 from llmd.admission.slo import SloGuard
-from llmd.admission.tenants import Tenant, load_tenants
+from llmd.admission.tenants import Tenant, configured_tenants
 from llmd.allocator import HeapTrimmer
 from llmd.config import AdmissionConfig, Config, EngineConfig
 from llmd.engine.args import DEFAULT_MAX_NUM_SEQS, engine_flag, int_flag
+from llmd.engine.metrics import EngineSample
 from llmd.errors import ApiError, InvalidRequest, QueueFull, QueueTimeout, RateLimited
 from llmd.numerals import ascii_int
 from llmd.quoting import header_text
 from llmd.routing.backend import BackendKind
 from llmd.routing.breaker import CircuitBreaker
-from llmd.routing.capacity import FIRST_PROBE_WAIT_S, PoolCapacity, PoolGate
 from llmd.routing.choice import AffinityPolicy
 from llmd.status import QueueStatus, TenantStatus
 from llmd.supervisor.state import EnginePhase, EngineState
-from llmd.telemetry.engine import EngineSample
 
 log = structlog.get_logger("llmd.admission")
 
@@ -60,7 +59,7 @@ class Request:
     llmd/admission/cost.py), deadline (monotonic s, from its arrival; None: none), the model
     whose pool serves it ("": the one pool of an llmd serving one model), its prefix key
     (llmd/routing/prefix.py; None: none) and, during a canary, its conversation's key
-    (llmd/releases/assign.py)."""
+    (llmd/routing/canary.py)."""
 
     tenant: Tenant
     cls: Priority
@@ -150,8 +149,7 @@ class Admission:
         (the tenants file) before anything has changed. Requests in flight keep their slots;
         queued ones are released by the new limits at once."""
         admission = config.admission
-        tenants_file = Path(admission.tenants_file) if admission.tenants_file else None
-        self.tenants = load_tenants(tenants_file)
+        self.tenants = configured_tenants(admission)
         self.config = admission
         self.scheduler.set_policies(_policies(admission))
         self.guard.configure(admission)

@@ -1,2 +1,6 @@
-"""The backends llmd sends requests to: supervised engines and upstreams it does not supervise;
-their config tables, their supervisors, clients, probes and published state."""
+"""The fleet: every backend llmd routes to by name (supervised engines' published states,
+upstreams' states and probes, a client each) and the engines' model lists read again.
+Who joins and leaves is the daemon's (llmd/daemon/backends.py).
+
+May import: admission, routing, supervisor, runtime, config, engine, status.
+"""

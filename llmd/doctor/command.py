@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from llmd.arguments import positive
-from llmd.doctor.findings import Finding, worst
+from llmd.supervisor.findings import Finding, worst
 
 EXIT_CONFIG = 78
 EPILOG = """checks before a deployment: the model directory, its architecture in the installed

@@ -21,15 +21,15 @@ from llmd.doctor.checks import (
     check_tokenizer,
     check_versions,
 )
-from llmd.doctor.diagnosis import diagnose
 from llmd.doctor.environment import EngineEnvironment, driver_cuda_version, probe_engine
-from llmd.doctor.findings import Finding
 from llmd.engine.amx import cpu_flags
 from llmd.errors import SizingError
+from llmd.gpu.nvml import GpuReader
 from llmd.runtime import RuntimePaths
 from llmd.sizing.engine import plan_engine
 from llmd.sizing.model import load_shape
-from llmd.telemetry.gpu import GpuReader
+from llmd.supervisor.diagnosis import diagnose
+from llmd.supervisor.findings import Finding
 
 Probe = Callable[[str], EngineEnvironment]
 

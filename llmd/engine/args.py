@@ -9,6 +9,7 @@ flag's name into dashes), so every lookup here compares names spelled that way (
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
@@ -22,6 +23,8 @@ DEFAULT_MAX_NUM_SEQS = 128
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 
 
+# What argparse takes for a negative number rather than an option (Lib/argparse.py).
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 # Flags vLLM 0.32 reads with `human_readable_int` ('64M', '32k'; engine/arg_utils.py).
 HUMAN_READABLE_FLAGS = frozenset(
     {"--kv-cache-memory-bytes", "--max-num-batched-tokens", "--max-model-len"}
@@ -44,19 +47,49 @@ def flag_name(arg: str) -> str:
     return dashed(arg).partition("=")[0] if arg.startswith("--") else arg
 
 
+def takes_next(args: Sequence[str], index: int) -> bool:
+    """Whether `args[index + 1]` is the value of the flag at `index`: it exists and argparse
+    does not read it as an option of its own (it starts with '-' and is not a negative number;
+    argparse's `_negative_number_matcher`, vLLM's parser having no option that looks like one)."""
+    if index + 1 >= len(args):
+        return False
+    following = args[index + 1]
+    return not following.startswith("-") or _NEGATIVE_NUMBER.match(following) is not None
+
+
+def parse_flags(args: Sequence[str]) -> list[tuple[str, str | None]]:
+    """Engine args paired as vLLM's argparse reads them: `["--max-model-len", "1024",
+    "--enforce-eager"]` gives `[("--max-model-len", "1024"), ("--enforce-eager", None)]`.
+    `--flag=value` splits at the first `=`; `--flag V` takes V unless it is an option itself
+    (`takes_next`); a value with no flag before it (a positional) is kept as `("", value)`.
+    Names as given; order and repeated flags kept. Except that a switch followed by a
+    positional would pair with it: vLLM's server takes no positional but the model, which
+    llmd passes as `--model`."""
+    pairs: list[tuple[str, str | None]] = []
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        if arg.startswith("--"):
+            name, sep, value = arg.partition("=")
+            if sep:
+                pairs.append((name, value))
+            elif takes_next(args, index):
+                pairs.append((arg, args[index + 1]))
+                index += 1
+            else:
+                pairs.append((arg, None))
+        else:
+            pairs.append(("", arg))
+        index += 1
+    return pairs
+
+
 def engine_flag(args: Iterable[str], flag: str) -> str | None:
     """The value of `flag` (spelled with dashes) in engine args (`--flag V` or `--flag=V`, its
-    name with dashes or underscores), the last one winning; None when the flag is not given."""
-    value = None
-    args = list(args)
-    for i, arg in enumerate(args):
-        if flag_name(arg) != flag:
-            continue
-        if "=" in arg:
-            value = arg.partition("=")[2]
-        elif i + 1 < len(args):
-            value = args[i + 1]
-    return value
+    name with dashes or underscores, read by `parse_flags`), the last one winning; None when
+    the flag is not given or has no value."""
+    values = [value for name, value in parse_flags(list(args)) if flag_name(name) == flag]
+    return values[-1] if values else None
 
 
 def has_switch(args: Sequence[str], flag: str) -> bool:
@@ -70,12 +103,12 @@ def without_flag(args: Sequence[str], flag: str, *, takes_value: bool = True) ->
     `takes_value`."""
     kept: list[str] = []
     skip = False
-    for arg in args:
+    for index, arg in enumerate(args):
         if skip:
             skip = False
             continue
         if flag_name(arg) == flag:
-            skip = takes_value and "=" not in arg
+            skip = takes_value and "=" not in arg and takes_next(args, index)
             continue
         kept.append(arg)
     return tuple(kept)

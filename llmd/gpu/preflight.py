@@ -2,7 +2,7 @@
 
 vLLM turns a busy or missing GPU into a CUDA out-of-memory trace deep in its boot; this check says
 it in one line, naming the processes that hold the memory. A GPU that several engines share
-(each with an explicit `--kv-cache-memory-bytes`, llmd/backends/config.py) must hold all of
+(each with an explicit `--kv-cache-memory-bytes`, llmd/config/backends.py) must hold all of
 them: their weights (the model directory's weight files, split over the engine's GPUs), their
 KV caches and a fixed allowance each for the CUDA context and activations; a plan over the
 device's total memory is refused for good, one over its free memory until the memory is free.
@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from llmd.backends.config import KV_BYTES_FLAG
 from llmd.config import EngineConfig
+from llmd.config.backends import KV_BYTES_FLAG
 from llmd.engine.args import float_flag, int_flag
 from llmd.engine.launch import installed_engine_build
 from llmd.errors import LlmdError

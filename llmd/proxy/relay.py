@@ -34,9 +34,11 @@ from llmd.admission.bodies import BodyHold
 from llmd.admission.classes import Priority
 from llmd.admission.cost import request_cost
 from llmd.admission.slo import CAPPED_HEADER, SloGuard
-from llmd.admission.tenants import ANONYMOUS, Tenant
+from llmd.admission.tenants import Tenant
 from llmd.admission.waiters import Request, Ticket
+from llmd.config import ANONYMOUS
 from llmd.errors import ApiError, InternalError, InvalidRequest, ModelNotFound
+from llmd.inflight import Exchange
 from llmd.proxy.body import (
     ClientGone,
     body_coding,
@@ -46,11 +48,10 @@ from llmd.proxy.body import (
     read_body,
     without_bom,
 )
-from llmd.proxy.inflight import Exchange
 from llmd.proxy.middleware import BODY_SEND_KEY, NOT_QUEUED, REQUEST_ID_KEY
 from llmd.proxy.upstream import forward
 from llmd.proxy.writer import ClientWriter, answer_error, send_error
-from llmd.releases.assign import conversation_key
+from llmd.routing.canary import conversation_key
 from llmd.routing.prefix import prefix_key
 from llmd.routing.retry import Retry, Tries
 from llmd.state import DaemonState

@@ -22,7 +22,7 @@ import structlog
 
 from llmd.engine.client import EngineClient
 from llmd.errors import ApiError, EngineError, EngineUnavailable
-from llmd.proxy.inflight import Exchange
+from llmd.inflight import Exchange
 from llmd.proxy.refusals import backend_refusal
 from llmd.proxy.writer import ClientWriter
 from llmd.routing.breaker import CircuitBreaker

@@ -16,7 +16,8 @@ from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from llmd.errors import ApiError
-from llmd.proxy.inflight import Exchange
+from llmd.inflight import Exchange
+from llmd.proxy.dialects import read_openai_chunk
 
 log = structlog.get_logger("llmd.proxy")
 
@@ -94,7 +95,7 @@ class ClientWriter:
             # The last bytes of the stream so far, across chunk boundaries: an engine may split
             # the blank line that ends an event between two reads.
             self.tail = (self.tail + chunk)[-len(DONE_EVENT) :]
-            exchange.saw_body(chunk)
+            read_openai_chunk(exchange, chunk)
         # A send blocks while the client's transport buffer is full; the stall watcher
         # (llmd/proxy/stalls.py) ends exchanges blocked longer than server.send_timeout_s.
         exchange.send_since = time.monotonic()

@@ -1,3 +1,6 @@
 """Releases: immutable records of what an engine serves (weights, tokenizer, engine flags,
-versions), their store in the state directory, and the pure cores of a deploy: the smoke gate's
-checks, the canary comparison rule, sticky canary assignment and the deploy state machine."""
+versions), their store in the state directory, the pure cores of a deploy (smoke checks, the
+canary comparison, the state machine) and their execution on the daemon (a `DeployHost`).
+
+May import: state, routing, validation, telemetry, supervisor, arguments, config, engine.
+"""

@@ -1,6 +1,6 @@
 """A canary's live parts: the new release as a second engine beside the old one in its pool
 (`ENGINE.canary`), the split that sends each request to one of them (sticky per tenant and
-prefix key: llmd/releases/assign.py), and both releases' figures over the current step, from the
+prefix key: llmd/routing/canary.py), and both releases' figures over the current step, from the
 requests that finished on each (llmd/releases/figures.py).
 
 On promotion the engine itself takes the new release (drained while the canary serves all the
@@ -14,11 +14,11 @@ import dataclasses
 import time
 from typing import Any
 
-from llmd.releases.assign import goes_to_canary
 from llmd.releases.deploy_events import Booted, Observed
 from llmd.releases.figures import StepTally
 from llmd.releases.steps import DeployHost, boot, drained, hold
 from llmd.releases.store import ReleaseStore
+from llmd.routing.canary import goes_to_canary
 
 CANARY_SUFFIX = ".canary"
 
@@ -56,7 +56,7 @@ class CanaryFigures:
         self.tallies = {self.engine: StepTally(self.bounds), self.canary: StepTally(self.bounds)}
 
     def record(self, record: Any, assigned: str | None = None) -> None:
-        """A request ended (an `llmd.proxy.inflight.Exchange`). One that ran on either release
+        """A request ended (an `llmd.inflight.Exchange`). One that ran on either release
         counts there: TTFT from its release to the engine to its first byte (s), an engine
         error (5xx), an answer without text, one cut off (finish_reason `length`). One llmd
         refused (429, 503) while it waited in the queue counts as a rejection of the release

@@ -12,10 +12,10 @@ from typing import Any
 
 from llmd.arguments import count
 from llmd.config import Config, EngineConfig, config_path, load_config
+from llmd.engine.args import engine_flag
 from llmd.errors import ConfigError, ReleaseError
 from llmd.releases import display
 from llmd.releases.diff import diff_releases
-from llmd.releases.flags import flag_value
 from llmd.releases.gc import DEFAULT_KEEP, run_gc
 from llmd.releases.store import DEFAULT_STATE_DIR, ReleaseStore, create_release
 
@@ -178,7 +178,7 @@ def _gc(args: argparse.Namespace) -> int:
         configured = [config.validation.tokenizer_path] if config.validation.tokenizer_path else []
         for engine in configured_engines(config).values():
             configured.append(engine.model)
-            configured += filter(None, [flag_value(engine.args, "--tokenizer")])
+            configured += filter(None, [engine_flag(engine.args, "--tokenizer")])
     try:
         report = run_gc(
             _store(args),

@@ -17,8 +17,8 @@ import dataclasses
 import enum
 from collections.abc import Mapping
 
+from llmd.config.release import ReleaseConfig
 from llmd.releases.figures import Figures
-from llmd.releases.settings import ReleaseConfig
 
 
 class Decision(enum.StrEnum):

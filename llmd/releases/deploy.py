@@ -28,13 +28,13 @@ from llmd.releases.deploy_events import (
     Action,
     Booted,
     BootEngine,
+    DeployPhase,
     DeployPlan,
     DeployState,
     Drain,
     Drained,
     Event,
     Observed,
-    Phase,
     RecordHistory,
     Resume,
     RunSmoke,
@@ -53,9 +53,9 @@ def start(plan: DeployPlan, at: float) -> Transition:
     """The first state and actions of `plan` at time `at`."""
     began = _history(plan, "deploy_started", steps=list(plan.steps))
     if plan.strategy is Strategy.CANARY:
-        state = DeployState(plan, Phase.BOOTING_NEW, serving=plan.old, step_began=at)
+        state = DeployState(plan, DeployPhase.BOOTING_NEW, serving=plan.old, step_began=at)
         return state, [began, BootEngine(plan.engine, plan.new)]
-    state = DeployState(plan, Phase.DRAINING_OLD, serving=None, step_began=at)
+    state = DeployState(plan, DeployPhase.DRAINING_OLD, serving=None, step_began=at)
     return state, [began, Drain(plan.engine, plan.old)]
 
 
@@ -68,8 +68,8 @@ def advance(state: DeployState, event: Event) -> Transition:
         return _abort(state, event)
     if isinstance(event, StepFailed):
         return _step_failed(state, event)
-    if state.phase is Phase.BOOTING_NEW and _booted(event, plan.new) and event.ok:
-        return replace(state, phase=Phase.SMOKING_NEW), [
+    if state.phase is DeployPhase.BOOTING_NEW and _booted(event, plan.new) and event.ok:
+        return replace(state, phase=DeployPhase.SMOKING_NEW), [
             _history(plan, "booted", release=plan.new),
             RunSmoke(plan.engine, plan.new),
         ]
@@ -81,13 +81,15 @@ def advance(state: DeployState, event: Event) -> Transition:
 def _canary(state: DeployState, event: Event) -> Transition:
     plan = state.plan
     match event:
-        case Booted(ok=False) if state.phase is Phase.BOOTING_NEW and event.release == plan.new:
+        case Booted(ok=False) if (
+            state.phase is DeployPhase.BOOTING_NEW and event.release == plan.new
+        ):
             return _canary_rollback(state, f"the new release did not boot: {event.detail}")
-        case SmokeDone() if state.phase is Phase.SMOKING_NEW and event.release == plan.new:
+        case SmokeDone() if state.phase is DeployPhase.SMOKING_NEW and event.release == plan.new:
             if not event.passed:
                 return _canary_rollback(state, _smoke_reason(event), smoke=event)
             return _enter_step(state, 0, event.at, baseline=None, passed=None)
-        case Observed() if state.phase is Phase.CANARY:
+        case Observed() if state.phase is DeployPhase.CANARY:
             return _judge(state, event)
     return state, []
 
@@ -137,7 +139,9 @@ def _enter_step(
             )
         )
     if index == len(plan.steps):
-        promoted = replace(state, phase=Phase.PROMOTED, serving=plan.new, reason="all steps held")
+        promoted = replace(
+            state, phase=DeployPhase.PROMOTED, serving=plan.new, reason="all steps held"
+        )
         return promoted, [
             *actions,
             _history(plan, "promoted", reason=promoted.reason),
@@ -145,7 +149,7 @@ def _enter_step(
         ]
     share = plan.steps[index]
     stepped = replace(
-        state, phase=Phase.CANARY, step=index, share=share, step_began=at, baseline=baseline
+        state, phase=DeployPhase.CANARY, step=index, share=share, step_began=at, baseline=baseline
     )
     return stepped, [
         *actions,
@@ -175,7 +179,7 @@ def _canary_rollback(
     if verdict is not None:
         details.update(verdict=verdict.to_dict(), figures=figures)
     actions.append(_history(plan, "rolled_back", **details))
-    ended = replace(state, phase=Phase.ROLLED_BACK, share=0, serving=plan.old, reason=reason)
+    ended = replace(state, phase=DeployPhase.ROLLED_BACK, share=0, serving=plan.old, reason=reason)
     return ended, actions
 
 
@@ -183,33 +187,37 @@ def _replace(state: DeployState, event: Event) -> Transition:
     plan = state.plan
     phase = state.phase
     match event:
-        case Drained() if phase is Phase.DRAINING_OLD and event.release == plan.old:
-            return replace(state, phase=Phase.BOOTING_NEW), [
+        case Drained() if phase is DeployPhase.DRAINING_OLD and event.release == plan.old:
+            return replace(state, phase=DeployPhase.BOOTING_NEW), [
                 _history(plan, "drained", release=plan.old),
                 StopEngine(plan.engine, plan.old, drain=False),
                 BootEngine(plan.engine, plan.new),
             ]
-        case Booted(ok=False) if phase is Phase.BOOTING_NEW and event.release == plan.new:
+        case Booted(ok=False) if phase is DeployPhase.BOOTING_NEW and event.release == plan.new:
             return _restore_old(state, f"the new release did not boot: {event.detail}")
-        case SmokeDone() if phase is Phase.SMOKING_NEW and event.release == plan.new:
+        case SmokeDone() if phase is DeployPhase.SMOKING_NEW and event.release == plan.new:
             if not event.passed:
                 return _restore_old(state, _smoke_reason(event), smoke=event)
             promoted = replace(
-                state, phase=Phase.PROMOTED, share=100, serving=plan.new, reason="smoke gate passed"
+                state,
+                phase=DeployPhase.PROMOTED,
+                share=100,
+                serving=plan.new,
+                reason="smoke gate passed",
             )
             return promoted, [
                 _smoke_line(plan, event),
                 Resume(plan.engine, plan.new),
                 _history(plan, "promoted", reason=promoted.reason),
             ]
-        case Booted() if phase is Phase.BOOTING_OLD and event.release == plan.old:
+        case Booted() if phase is DeployPhase.BOOTING_OLD and event.release == plan.old:
             if not event.ok:
                 return _retry_old(state, f"the old release did not boot again: {event.detail}")
-            return replace(state, phase=Phase.SMOKING_OLD), [RunSmoke(plan.engine, plan.old)]
-        case SmokeDone() if phase is Phase.SMOKING_OLD and event.release == plan.old:
+            return replace(state, phase=DeployPhase.SMOKING_OLD), [RunSmoke(plan.engine, plan.old)]
+        case SmokeDone() if phase is DeployPhase.SMOKING_OLD and event.release == plan.old:
             if not event.passed:
                 return _retry_old(state, "the old release failed its smoke gate: " + event.detail)
-            ended = replace(state, phase=Phase.ROLLED_BACK, share=0, serving=plan.old)
+            ended = replace(state, phase=DeployPhase.ROLLED_BACK, share=0, serving=plan.old)
             return ended, [
                 Resume(plan.engine, plan.old),
                 _history(plan, "rolled_back", reason=state.reason),
@@ -221,7 +229,7 @@ def _restore_old(state: DeployState, reason: str, *, smoke: SmokeDone | None = N
     """Replace failed (or was aborted) after the old engine stopped: stop the new, boot the old."""
     plan = state.plan
     actions: list[Action] = [] if smoke is None else [_smoke_line(plan, smoke)]
-    restoring = replace(state, phase=Phase.BOOTING_OLD, old_boots=1, reason=reason)
+    restoring = replace(state, phase=DeployPhase.BOOTING_OLD, old_boots=1, reason=reason)
     return restoring, [
         *actions,
         _history(plan, "restoring_old", reason=reason),
@@ -234,10 +242,10 @@ def _retry_old(state: DeployState, why: str) -> Transition:
     plan = state.plan
     actions: list[Action] = [StopEngine(plan.engine, plan.old, drain=False)]
     if state.old_boots < plan.old_boot_attempts:
-        retry = replace(state, phase=Phase.BOOTING_OLD, old_boots=state.old_boots + 1)
+        retry = replace(state, phase=DeployPhase.BOOTING_OLD, old_boots=state.old_boots + 1)
         return retry, [*actions, BootEngine(plan.engine, plan.old)]
     reason = f"{state.reason}; then {why} ({state.old_boots} attempts)"
-    failed = replace(state, phase=Phase.FAILED, serving=None, reason=reason)
+    failed = replace(state, phase=DeployPhase.FAILED, serving=None, reason=reason)
     return failed, [*actions, _history(plan, "failed", reason=reason)]
 
 
@@ -246,10 +254,10 @@ def _abort(state: DeployState, event: Abort) -> Transition:
     plan = state.plan
     if plan.strategy is Strategy.CANARY:
         return _canary_rollback(state, reason)
-    if state.phase is Phase.DRAINING_OLD:  # nothing changed yet: the old serves again
-        ended = replace(state, phase=Phase.ROLLED_BACK, serving=plan.old, reason=reason)
+    if state.phase is DeployPhase.DRAINING_OLD:  # nothing changed yet: the old serves again
+        ended = replace(state, phase=DeployPhase.ROLLED_BACK, serving=plan.old, reason=reason)
         return ended, [Resume(plan.engine, plan.old), _history(plan, "rolled_back", reason=reason)]
-    if state.phase in (Phase.BOOTING_NEW, Phase.SMOKING_NEW):
+    if state.phase in (DeployPhase.BOOTING_NEW, DeployPhase.SMOKING_NEW):
         return _restore_old(state, reason)
     return state, []  # already bringing the old release back
 
@@ -259,7 +267,7 @@ def _step_failed(state: DeployState, event: StepFailed) -> Transition:
     the old release that a failure of that step takes. A failure of work the phase no longer
     waits for (a step of the other release) is ignored."""
     plan, phase = state.plan, state.phase
-    on_new = phase in (Phase.BOOTING_NEW, Phase.SMOKING_NEW, Phase.CANARY)
+    on_new = phase in (DeployPhase.BOOTING_NEW, DeployPhase.SMOKING_NEW, DeployPhase.CANARY)
     if event.release != (plan.new if on_new else plan.old):
         return state, []
     why = f"the {event.step} step of release {event.release} raised: {event.error}"
@@ -268,8 +276,8 @@ def _step_failed(state: DeployState, event: StepFailed) -> Transition:
     )
     if plan.strategy is Strategy.CANARY:
         ended, actions = _canary_rollback(state, why)
-    elif phase is Phase.DRAINING_OLD:  # nothing changed yet: the old serves again
-        ended = replace(state, phase=Phase.ROLLED_BACK, serving=plan.old, reason=why)
+    elif phase is DeployPhase.DRAINING_OLD:  # nothing changed yet: the old serves again
+        ended = replace(state, phase=DeployPhase.ROLLED_BACK, serving=plan.old, reason=why)
         actions = [Resume(plan.engine, plan.old), _history(plan, "rolled_back", reason=why)]
     elif on_new:
         ended, actions = _restore_old(state, why)

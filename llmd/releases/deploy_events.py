@@ -13,9 +13,9 @@ import dataclasses
 import enum
 from typing import Any
 
+from llmd.config.release import ReleaseConfig
 from llmd.releases.compare import Verdict
 from llmd.releases.figures import Figures
-from llmd.releases.settings import ReleaseConfig
 
 
 class Strategy(enum.StrEnum):
@@ -26,7 +26,7 @@ class Strategy(enum.StrEnum):
     REPLACE = "replace"
 
 
-class Phase(enum.StrEnum):
+class DeployPhase(enum.StrEnum):
     BOOTING_NEW = "booting_new"
     SMOKING_NEW = "smoking_new"
     CANARY = "canary"
@@ -38,7 +38,7 @@ class Phase(enum.StrEnum):
     FAILED = "failed"
 
 
-TERMINAL = frozenset({Phase.PROMOTED, Phase.ROLLED_BACK, Phase.FAILED})
+TERMINAL = frozenset({DeployPhase.PROMOTED, DeployPhase.ROLLED_BACK, DeployPhase.FAILED})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,7 +158,7 @@ class RunSmoke:
 
 @dataclasses.dataclass(frozen=True)
 class SetShare:
-    """Send `percent` of the engine's traffic (sticky, llmd/releases/assign.py) to `release`,
+    """Send `percent` of the engine's traffic (sticky, llmd/routing/canary.py) to `release`,
     the rest to the old release; reset both releases' figures."""
 
     engine: str
@@ -211,7 +211,7 @@ class DeployState:
     `reason` why the deploy ended (terminal phases)."""
 
     plan: DeployPlan
-    phase: Phase
+    phase: DeployPhase
     step: int = -1
     share: int = 0
     serving: str | None = None

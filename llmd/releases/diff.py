@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from llmd.releases.flags import parse_flags
+from llmd.engine.args import parse_flags
 from llmd.releases.record import Release
 
 # Fields that differ between any two releases; shown apart from what was changed.

@@ -15,7 +15,7 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from llmd.bench.stats import percentile
+from llmd.telemetry.windows import percentile
 
 # Output-length bucket upper bounds (tokens): 1..32 exact, then 5% apart up to ~10^7.
 OUTPUT_BOUNDS: tuple[int, ...] = tuple(

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from llmd.engine.args import engine_flag
 from llmd.releases.digests import DigestCache
-from llmd.releases.flags import flag_value
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 TOKENIZER_FILES = (
@@ -74,7 +74,7 @@ def model_files(model: str, args: Sequence[str], cache: DigestCache) -> ModelFil
         reason = f"{model} is not a local directory (the engine resolves it; nothing to pin)"
         return ModelFiles(model, model, {}, {}, {}, {}, None, reason)
     model_dir = model_dir.resolve()
-    tokenizer_arg = flag_value(args, "--tokenizer")
+    tokenizer_arg = engine_flag(args, "--tokenizer")
     tokenizer_dir = (
         Path(tokenizer_arg).expanduser().resolve()
         if tokenizer_arg and Path(tokenizer_arg).expanduser().is_dir()
@@ -101,7 +101,7 @@ def model_files(model: str, args: Sequence[str], cache: DigestCache) -> ModelFil
         tokenizer=digests(tokenizer_dir, TOKENIZER_FILES),
         config=digests(model_dir, ("config.json",)),
         generation_config=digests(model_dir, ("generation_config.json",)),
-        chat_template=_chat_template(tokenizer_dir, flag_value(args, "--chat-template"), cache),
+        chat_template=_chat_template(tokenizer_dir, engine_flag(args, "--chat-template"), cache),
     )
 
 

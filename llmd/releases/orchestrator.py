@@ -24,6 +24,7 @@ from typing import Any
 
 import structlog
 
+from llmd.config.release import ReleaseConfig, parse_steps
 from llmd.errors import ActionRefused, NotFound, ReleaseError
 from llmd.releases.canary import (
     CANARY_SUFFIX,
@@ -54,7 +55,6 @@ from llmd.releases.deploy_events import (
 from llmd.releases.position import positions, running_release
 from llmd.releases.preflight import check_deployable
 from llmd.releases.restore import ENDED, table_digest
-from llmd.releases.settings import ReleaseConfig, parse_steps
 from llmd.releases.steps import DeployHost, boot, drained, hold, smoke
 from llmd.releases.store import ReleaseStore
 

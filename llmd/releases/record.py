@@ -12,10 +12,10 @@ import re
 from typing import Any
 
 from llmd.config import EngineConfig
+from llmd.engine.installed import Versions, read_versions
 from llmd.errors import ReleaseError
 from llmd.releases.digests import DigestCache
 from llmd.releases.model_files import ChatTemplate, ModelFiles, model_files
-from llmd.releases.versions import Versions, read_versions
 
 # Bump when a field changes meaning or goes; readers refuse records of a newer schema.
 SCHEMA_VERSION = 1
@@ -27,7 +27,7 @@ _SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGN
 
 @dataclasses.dataclass(frozen=True)
 class EngineTable:
-    """The engine's launch as llmd's `[engine]` table gives it (llmd/config.py EngineConfig);
+    """The engine's launch as llmd's `[engine]` table gives it (llmd/config/tables.py EngineConfig);
     `served_model_name` is the name clients send (the model path when none is configured)."""
 
     kind: str

@@ -9,32 +9,62 @@ import time
 from collections.abc import Mapping
 from typing import Protocol
 
-from llmd.actions import OperatorActions
-from llmd.backends.backends import Backends
 from llmd.config import EngineConfig
+from llmd.config.release import ReleaseConfig
 from llmd.engine.args import engine_auth_headers
 from llmd.errors import ReleaseError
 from llmd.releases.deploy_events import Booted, Drained, SmokeDone
 from llmd.releases.golden import load_golden, pinned_max_model_len
 from llmd.releases.position import boot_table
-from llmd.releases.settings import ReleaseConfig
 from llmd.releases.smoke import SmokeExpectations
 from llmd.releases.smoke_runner import run_smoke
 from llmd.releases.store import ReleaseStore
 from llmd.state import DaemonState
+from llmd.supervisor.supervisor import Supervisor
 
 _POLL_S = 0.1
 
 
+class EngineSet(Protocol):
+    """The engines at work as a deploy uses them (the daemon's `Backends`,
+    llmd/daemon/backends.py): their supervisors, a table for an engine's next boot, a canary
+    added and removed."""
+
+    supervisors: dict[str, Supervisor]
+
+    def start_engine(self, name: str) -> bool: ...
+
+    def add_engine(self, name: str, table: EngineConfig) -> None: ...
+
+    def use_engine_table(self, name: str, table: EngineConfig) -> None: ...
+
+    async def remove_engine(self, name: str) -> None: ...
+
+
+class Operations(Protocol):
+    """The operator actions as a deploy uses them (the daemon's `OperatorActions`,
+    llmd/daemon/actions.py): which one is under way, and a wait for a drain."""
+
+    under_way: str | None
+
+    async def wait_drained(
+        self, deadline_s: float, hurry: asyncio.Event | None = None, engine: str | None = None
+    ) -> int: ...
+
+
 class DeployHost(Protocol):
-    """The daemon as a deploy sees it: its state, its backends (the engines' supervisors; a
-    table for an engine's next boot; a canary added and removed), its operator actions."""
+    """The daemon as a deploy sees it: its state, its engines at work, its operator actions.
+    A protocol, so that releases/ sits below the daemon that runs it."""
 
     state: DaemonState
-    backends: Backends
-    actions: OperatorActions
     # The config file's engine tables as last read (a deploy runs others).
     file_tables: dict[str, EngineConfig]
+
+    @property
+    def backends(self) -> EngineSet: ...
+
+    @property
+    def actions(self) -> Operations: ...
 
 
 async def drained(host: DeployHost, engine: str, release: str) -> Drained:

@@ -8,9 +8,9 @@ import re
 from pathlib import Path
 
 from llmd.config import EngineConfig
+from llmd.gpu.nvml import GpuReader
 from llmd.gpu.preflight import visible_indices
 from llmd.sizing.plan import GIB
-from llmd.telemetry.gpu import GpuReader
 
 NODE0_MEMINFO = Path("/sys/devices/system/node/node0/meminfo")
 MEMINFO = Path("/proc/meminfo")

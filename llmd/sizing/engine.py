@@ -7,10 +7,10 @@ from pathlib import Path
 from llmd.config import EngineConfig
 from llmd.engine.launch import installed_engine_build
 from llmd.errors import SizingError
+from llmd.gpu.nvml import GpuReader, nvml_reader
 from llmd.sizing.device import DeviceMemory, device_memory
 from llmd.sizing.model import dtype_bytes, load_shape, weight_bytes
 from llmd.sizing.plan import EngineSettings, SizingPlan, make_plan, model_dtype
-from llmd.telemetry.gpu import GpuReader, nvml_reader
 
 
 def plan_engine(

@@ -7,12 +7,12 @@ import enum
 import time
 from typing import Any
 
-from llmd.doctor.findings import Finding
+from llmd.engine.metrics import EngineSample
 from llmd.engine.versions import ASSUMED, EngineApi
 from llmd.errors import EngineUnavailable
 from llmd.status import EngineStatus
 from llmd.supervisor.exits import ExitReason
-from llmd.telemetry.engine import EngineSample
+from llmd.supervisor.findings import Finding
 
 
 class EnginePhase(enum.StrEnum):
@@ -49,7 +49,7 @@ class EngineState:
     giving up). `card` is the engine's own `/v1/models` entry for its model, read when it
     became ready (None: not read). `api` is the vLLM release the engine answers as (its GET
     /version, read when it becomes ready), where llmd must mirror what differs between releases.
-    `diagnosis` is what `llmd.doctor.diagnosis` found in the engine's output at its last boot
+    `diagnosis` is what `llmd.supervisor.diagnosis` found in the engine's output at its last boot
     or unrequested exit (slow paths at boot; the cause of a failure). `release` is the
     release it runs (llmd/releases/position.py; None: no recorded release), set by deploys;
     `release_note` says why, when llmd chose it at start-up (llmd/releases/restore.py).

@@ -20,12 +20,12 @@ import aiohttp
 import structlog
 
 from llmd.config import EngineConfig, SupervisorConfig
-from llmd.doctor.diagnosis import diagnose
 from llmd.engine.args import engine_auth_headers, without_secrets
 from llmd.engine.launch import engine_launch, installed_engine_build
 from llmd.engine.versions import ASSUMED, EngineApi
 from llmd.errors import EngineGaveUp
 from llmd.runtime import RuntimePaths
+from llmd.supervisor.diagnosis import diagnose
 from llmd.supervisor.exits import ExitReason, classify_exit
 from llmd.supervisor.leftovers import forget_engine, record_engine, stop_leftover
 from llmd.supervisor.policy import ExitRecord, GiveUp, decide_restart

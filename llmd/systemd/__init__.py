@@ -1,1 +1,4 @@
-"""systemd integration without libsystemd: the sd_notify protocol and the watchdog interval."""
+"""systemd integration without libsystemd: the sd_notify protocol and the watchdog interval.
+
+May import: supervisor.
+"""

@@ -1,3 +1,6 @@
-"""Telemetry: what llmd measures about its requests, its engine and its GPUs, for the Status
-snapshot and Prometheus. Nothing here imports Starlette; the proxy calls in with plain records.
+"""Telemetry: what llmd measures about its requests (metrics, windows, outcomes, the request
+log line) for the Status snapshot and Prometheus. Nothing here imports Starlette; the proxy
+calls in with plain records.
+
+May import: gpu, config, engine, status.
 """

@@ -24,7 +24,7 @@ from prometheus_client import (
 from llmd.admission.classes import Priority
 
 
-class Phase(enum.StrEnum):
+class RequestPhase(enum.StrEnum):
     """Where a request is: queued in llmd, prefill (in the engine, no output yet) or decode.
     The `phase` label of the cancellations (where the client left)."""
 
@@ -34,7 +34,7 @@ class Phase(enum.StrEnum):
 
 
 CLASSES = tuple(cls.label for cls in Priority)
-CANCEL_PHASES = tuple(phase.value for phase in Phase)
+CANCEL_PHASES = tuple(phase.value for phase in RequestPhase)
 OTHER_TENANT = "other"
 # Input-length buckets (prompt tokens) on the latency histograms.
 INPUT_LENGTHS = ((512, "le512"), (2048, "le2048"), (8192, "le8192"))

@@ -15,6 +15,10 @@ from typing import Protocol
 
 import structlog
 
+from llmd.admission.classes import Priority
+from llmd.config import ANONYMOUS
+from llmd.engine.metrics import EngineSample
+from llmd.gpu.nvml import GpuReading
 from llmd.status import (
     CountsStatus,
     GpuStatus,
@@ -23,8 +27,6 @@ from llmd.status import (
     LatencyWindows,
     ThroughputStatus,
 )
-from llmd.telemetry.engine import EngineSample
-from llmd.telemetry.gpu import GpuReading
 from llmd.telemetry.metrics import ProxyMetrics, input_length_label
 from llmd.telemetry.outcomes import Ending, Outcome, Tallies, classify
 from llmd.telemetry.windows import LatencyWindow, RateWindow
@@ -38,7 +40,7 @@ DEFAULT_TOP_TENANTS = 20
 
 class Record(Ending, Protocol):
     """What the observer reads from a request (how it ended, `Ending`, and its figures):
-    `llmd.proxy.inflight.Exchange` is one."""
+    `llmd.inflight.Exchange` is one."""
 
     request_id: str
     stream: bool
@@ -246,8 +248,8 @@ class Observer:
         status: int,
         code: str,
         started_at: float,
-        tenant: str = "anonymous",
-        request_class: str = "normal",
+        tenant: str = ANONYMOUS,
+        request_class: str = Priority.NORMAL.label,
         model: str | None = None,
         *,
         ended_at: float | None = None,

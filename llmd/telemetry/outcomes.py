@@ -32,7 +32,7 @@ class Outcome(enum.StrEnum):
 
 
 class Ending(Protocol):
-    """What `classify` reads from a request (`llmd.proxy.inflight.Exchange` is one)."""
+    """What `classify` reads from a request (`llmd.inflight.Exchange` is one)."""
 
     status: int | None
     error_code: str | None

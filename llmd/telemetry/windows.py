@@ -13,7 +13,7 @@ import collections
 import dataclasses
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 # Bucket upper bounds, seconds: 100 µs to about 3 hours, 4% apart.
 _GROWTH = 1.04
@@ -31,6 +31,18 @@ class Percentiles:
     p95: float | None
     p99: float | None
     count: int
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The `q`-th percentile (0..100) with linear interpolation between closest ranks (numpy's
+    default method); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 class LatencyWindow:

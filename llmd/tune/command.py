@@ -212,7 +212,7 @@ def _options(args: argparse.Namespace, config: Any) -> Any:
 def _run(options: Any, quiet: bool) -> Any:
     from rich.console import Console
 
-    from llmd.telemetry.gpu import nvml_reader
+    from llmd.gpu.nvml import nvml_reader
     from llmd.tune.display import TuneLiveDisplay
     from llmd.tune.runner import run_tune
 

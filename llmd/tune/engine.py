@@ -13,9 +13,9 @@ from pathlib import Path
 import aiohttp
 
 from llmd.config import EngineConfig
-from llmd.doctor.diagnosis import diagnose
 from llmd.engine.launch import engine_launch
 from llmd.errors import TuneError
+from llmd.supervisor.diagnosis import diagnose
 from llmd.supervisor.exits import classify_exit
 from llmd.supervisor.process import EngineProcess
 

@@ -7,8 +7,8 @@ import contextlib
 from types import TracebackType
 
 from llmd.config import EngineConfig
+from llmd.gpu.nvml import GpuReader
 from llmd.gpu.preflight import visible_indices
-from llmd.telemetry.gpu import GpuReader
 
 
 class GpuPeak:

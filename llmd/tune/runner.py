@@ -22,7 +22,7 @@ from llmd.bench.scenarios import Scenario
 from llmd.bench.stats import StepSummary
 from llmd.config import Config
 from llmd.engine.args import with_flag
-from llmd.telemetry.gpu import GpuReader
+from llmd.gpu.nvml import GpuReader
 from llmd.tune.engine import booted_engine
 from llmd.tune.gpu import GpuPeak
 from llmd.tune.settings import Setting

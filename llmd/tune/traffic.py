@@ -14,8 +14,8 @@ import math
 from collections.abc import Iterable
 
 from llmd.bench.lengths import LengthMix
-from llmd.bench.stats import percentile
 from llmd.errors import TuneError
+from llmd.telemetry.windows import percentile
 from llmd.textfiles import log_lines
 
 # The upper quantile --max-model-len is set from, and what it is rounded up to.

@@ -1,3 +1,5 @@
-"""Request validation before a request costs anything: field types, the model name, exact prompt
-token counts and the context-length policy (reject or clamp), and output-token defaults.
+"""Request validation before a request costs anything: field types, exact prompt token
+counts and the context-length policy (reject or clamp), and output-token defaults.
+
+May import: config, engine.
 """

@@ -6,9 +6,9 @@ import time
 
 from llmd.admission.waiters import Admission
 from llmd.config import Config, EngineConfig
+from llmd.engine.metrics import parse_engine_metrics
 from llmd.engine.sim.metrics import SimMetrics
 from llmd.supervisor.state import EngineState
-from llmd.telemetry.engine import parse_engine_metrics
 
 
 def test_engine_sample_becomes_the_gates_load() -> None:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from llmd.bench.stats import percentile
+from llmd.telemetry.windows import percentile
 from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from llmd.admission.classes import Priority, requested_class
-from llmd.admission.tenants import hash_key, load_tenants
+from llmd.admission.tenants import configured_tenants, hash_key, load_tenants
 from llmd.errors import ConfigError, InvalidApiKey, InvalidRequest
 
 KEY = "sk-alice"
@@ -105,17 +105,30 @@ def test_class_header_is_clamped_to_the_tenants_highest() -> None:
 
 
 def test_config_resolves_and_checks_the_tenants_file(tmp_path: Path) -> None:
-    """admission.tenants_file is relative to the config and checked at config load."""
+    """admission.tenants_file is relative to the config; the file is read by admission
+    (`configured_tenants`), and `llmd check-config` fails on a bad one, naming the key."""
+    import subprocess
+    import sys
+
     from llmd.config import load_config
 
     write(tmp_path, "[tenants.a]\nweight = -1\n")
     config = tmp_path / "llmd.toml"
     config.write_text('[engine]\nmodel = "m"\n[admission]\ntenants_file = "tenants.toml"\n')
-    with pytest.raises(ConfigError, match="weight"):
-        load_config(config)
-    write(tmp_path, "[tenants.a]\nweight = 1\n")
     loaded = load_config(config)
     assert loaded.admission.tenants_file == str(tmp_path / "tenants.toml")
+    with pytest.raises(ConfigError, match="weight"):
+        configured_tenants(loaded.admission)
+    checked = subprocess.run(
+        [sys.executable, "-m", "llmd.cli", "check-config", str(config)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert checked.returncode == 78 and "weight" in checked.stderr
+    write(tmp_path, "[tenants.a]\nweight = 1\n")
+    loaded = load_config(config)
+    assert configured_tenants(loaded.admission).path == tmp_path / "tenants.toml"
     assert loaded.admission.batch.queue_timeout_s == 600.0
 
 

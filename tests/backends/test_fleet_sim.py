@@ -16,7 +16,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmd.daemon import EXIT_ENGINE_GAVE_UP
+from llmd.daemon.daemon import EXIT_ENGINE_GAVE_UP
 from tests.support.configs import multi_sim_config
 from tests.support.llmd_process import LlmdProcess, short_tmpdir
 from tests.support.model import ensure_tiny_model

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from llmd.cli import main
-from llmd.doctor.diagnosis import diagnose
+from llmd.supervisor.diagnosis import diagnose
 from llmd.supervisor.exits import ExitReason, classify_exit
 from tests.support.configs import shipped_config
 from tests.support.llmd_process import LlmdProcess, short_tmpdir

@@ -13,6 +13,7 @@ from llmd.engine.args import (
     float_flag,
     has_switch,
     int_flag,
+    parse_flags,
     with_flag,
     without_flag,
     without_secrets,
@@ -124,3 +125,20 @@ def test_with_flag_replaces_every_earlier_value() -> None:
         "--x",
         "--no-enable-prefix-caching",
     )
+
+
+def test_a_flag_followed_by_another_flag_has_no_value() -> None:
+    """One reader of engine flags, as argparse reads them: a flag followed by an option has no
+    value (it is not the next flag's name), a negative number is a value, and removing such a
+    flag keeps the option after it."""
+    args = ["--tokenizer", "--enforce-eager", "--seed", "-1", "--max-model-len=512"]
+    assert engine_flag(args, "--tokenizer") is None
+    assert engine_flag(args, "--seed") == "-1"
+    assert engine_flag(args, "--max-model-len") == "512"
+    assert parse_flags(args) == [
+        ("--tokenizer", None),
+        ("--enforce-eager", None),
+        ("--seed", "-1"),
+        ("--max-model-len", "512"),
+    ]
+    assert without_flag(args, "--tokenizer") == tuple(args[1:])

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from llmd.errors import EngineError
-from llmd.proxy.inflight import Exchange
+from llmd.inflight import Exchange
 from llmd.proxy.writer import ClientWriter, answer_error
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from llmd.proxy.inflight import Exchange
+from llmd.inflight import Exchange
 from llmd.releases.canary import CanaryFigures
 
 

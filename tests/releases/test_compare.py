@@ -8,9 +8,9 @@ import dataclasses
 from hypothesis import given
 from hypothesis import strategies as st
 
+from llmd.config.release import ReleaseConfig
 from llmd.releases.compare import Decision, compare, ks_distance
 from llmd.releases.figures import Figures, LatencyBucket
-from llmd.releases.settings import ReleaseConfig
 
 RULES = ReleaseConfig()
 BUCKETS = ("<=512", "<=2048", ">8192")

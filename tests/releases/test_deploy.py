@@ -14,13 +14,13 @@ from llmd.releases.deploy_events import (
     Action,
     Booted,
     BootEngine,
+    DeployPhase,
     DeployPlan,
     DeployState,
     Drain,
     Drained,
     Event,
     Observed,
-    Phase,
     RecordHistory,
     Resume,
     RunSmoke,
@@ -97,7 +97,7 @@ def deploys(draw: st.DrawFn) -> tuple[DeployState, Trace, bool]:
         ) or (
             isinstance(event, StepFailed)
             and event.release == OLD
-            and state.phase in (Phase.BOOTING_OLD, Phase.SMOKING_OLD)
+            and state.phase in (DeployPhase.BOOTING_OLD, DeployPhase.SMOKING_OLD)
         ):
             old_failed = True
         state, actions = advance(state, event)
@@ -108,18 +108,18 @@ def deploys(draw: st.DrawFn) -> tuple[DeployState, Trace, bool]:
 def expected_event(draw: st.DrawFn, state: DeployState, clock: float) -> Event:
     """What an executor would report next in this phase, its outcome drawn."""
     phase = state.phase
-    if phase is not Phase.CANARY and draw(st.integers(0, 9)) == 0:  # the step's work raised
-        on_new = phase in (Phase.BOOTING_NEW, Phase.SMOKING_NEW)
+    if phase is not DeployPhase.CANARY and draw(st.integers(0, 9)) == 0:  # the step's work raised
+        on_new = phase in (DeployPhase.BOOTING_NEW, DeployPhase.SMOKING_NEW)
         return StepFailed("boot", NEW if on_new else OLD, clock, "RuntimeError('boom')")
-    if phase is Phase.BOOTING_NEW:
+    if phase is DeployPhase.BOOTING_NEW:
         return Booted(NEW, draw(st.integers(0, 4)) > 0, clock, "exit 1")
-    if phase is Phase.SMOKING_NEW:
+    if phase is DeployPhase.SMOKING_NEW:
         return SmokeDone(NEW, draw(st.integers(0, 4)) > 0, clock, "golden", "empty answer")
-    if phase is Phase.DRAINING_OLD:
+    if phase is DeployPhase.DRAINING_OLD:
         return Drained(OLD, clock)
-    if phase is Phase.BOOTING_OLD:
+    if phase is DeployPhase.BOOTING_OLD:
         return Booted(OLD, draw(st.integers(0, 3)) > 0, clock)
-    if phase is Phase.SMOKING_OLD:
+    if phase is DeployPhase.SMOKING_OLD:
         return SmokeDone(OLD, draw(st.integers(0, 3)) > 0, clock)
     new = draw(st.sampled_from([*[HEALTHY] * 12, FEW, BROKEN]))
     return Observed(clock, draw(st.sampled_from([HEALTHY, HEALTHY, HEALTHY, FEW])), new)
@@ -136,7 +136,9 @@ def test_a_deploy_always_ends_promoted_or_rolled_back(run: tuple[DeployState, Tr
     come back (only `replace` stops it); exactly one final history line, the last one."""
     state, trace, old_failed = run
     assert state.done
-    allowed = {Phase.PROMOTED, Phase.ROLLED_BACK} | ({Phase.FAILED} if old_failed else set())
+    allowed = {DeployPhase.PROMOTED, DeployPhase.ROLLED_BACK} | (
+        {DeployPhase.FAILED} if old_failed else set()
+    )
     assert state.phase in allowed
     lines = [a.line["event"] for a in actions_of(trace) if isinstance(a, RecordHistory)]
     assert lines[0] == "deploy_started"
@@ -152,7 +154,7 @@ def test_on_rollback_the_old_release_ends_with_all_traffic(
     """Property: rolled back means share 0 and the old release serving; the last traffic
     action gives everything back to the old release; the new engine is stopped."""
     state, trace, _ = run
-    if state.phase is not Phase.ROLLED_BACK:
+    if state.phase is not DeployPhase.ROLLED_BACK:
         return
     assert state.share == 0 and state.serving == OLD
     actions = actions_of(trace)
@@ -174,11 +176,11 @@ def test_shares_only_step_up_until_the_end(run: tuple[DeployState, Trace, bool])
     state, trace, _ = run
     shares = [a.percent for a in actions_of(trace) if isinstance(a, SetShare)]
     if shares and shares[-1] == 0:
-        assert state.phase is Phase.ROLLED_BACK
+        assert state.phase is DeployPhase.ROLLED_BACK
         shares = shares[:-1]
     assert all(b > a for a, b in itertools.pairwise(shares))
     assert set(shares) <= set(state.plan.steps)
-    if state.phase is Phase.PROMOTED and state.plan.strategy is Strategy.CANARY:
+    if state.phase is DeployPhase.PROMOTED and state.plan.strategy is Strategy.CANARY:
         assert shares == list(state.plan.steps)
 
 
@@ -231,7 +233,7 @@ def test_a_healthy_canary_walks_every_step_and_stops_the_old() -> None:
     assert state.baseline == HEALTHY
     empty = Figures()  # the old release has no traffic at 100%
     state, actions = advance(state, Observed(43.0, empty, HEALTHY))
-    assert state.phase is Phase.PROMOTED and state.serving == NEW
+    assert state.phase is DeployPhase.PROMOTED and state.serving == NEW
     assert actions[-1] == StopEngine("main", OLD, drain=True)
     step_lines = [a.line for a in actions if isinstance(a, RecordHistory)]
     assert step_lines[0]["event"] == "step_passed" and step_lines[0]["share"] == 100
@@ -246,7 +248,7 @@ def test_a_canary_step_without_enough_samples_rolls_back_after_max_step_s() -> N
     state, actions = advance(state, Observed(50.0, HEALTHY, FEW))
     assert actions == []
     state, actions = advance(state, Observed(63.0, HEALTHY, FEW))
-    assert state.phase is Phase.ROLLED_BACK
+    assert state.phase is DeployPhase.ROLLED_BACK
     assert "was not judged within 60 s" in state.reason
     assert actions[:2] == [SetShare("main", NEW, 0), StopEngine("main", NEW, drain=True)]
 
@@ -264,7 +266,7 @@ def test_a_replace_whose_smoke_gate_fails_boots_the_old_again() -> None:
     state, actions = advance(state, Booted(OLD, True, 4.0))
     assert actions == [RunSmoke("main", OLD)]
     state, actions = advance(state, SmokeDone(OLD, True, 5.0))
-    assert state.phase is Phase.ROLLED_BACK and actions[0] == Resume("main", OLD)
+    assert state.phase is DeployPhase.ROLLED_BACK and actions[0] == Resume("main", OLD)
     assert "token_count" in actions[1].line["reason"]  # type: ignore[union-attr]
 
 
@@ -274,9 +276,9 @@ def test_a_replace_gives_up_after_the_old_release_fails_its_attempts() -> None:
     state, _ = advance(state, Drained(OLD, 1.0))
     state, _ = advance(state, Booted(NEW, False, 2.0, "CUDA out of memory"))
     for at in (3.0, 4.0, 5.0):
-        assert state.phase is Phase.BOOTING_OLD
+        assert state.phase is DeployPhase.BOOTING_OLD
         state, _actions = advance(state, Booted(OLD, False, at, "exit 1"))
-    assert state.phase is Phase.FAILED and state.serving is None
+    assert state.phase is DeployPhase.FAILED and state.serving is None
     assert "CUDA out of memory" in state.reason and "3 attempts" in state.reason
 
 
@@ -284,7 +286,7 @@ def test_an_abort_while_draining_resumes_the_old_release() -> None:
     """Nothing was stopped yet: resume the old engine, rolled back."""
     state, _ = start(plan(Strategy.REPLACE), 0.0)
     state, actions = advance(state, Abort(1.0, "operator"))
-    assert state.phase is Phase.ROLLED_BACK and actions[0] == Resume("main", OLD)
+    assert state.phase is DeployPhase.ROLLED_BACK and actions[0] == Resume("main", OLD)
 
 
 def test_the_snapshot_shows_step_share_and_verdict() -> None:
@@ -296,7 +298,7 @@ def test_the_snapshot_shows_step_share_and_verdict() -> None:
     snapshot = state.as_snapshot()
     assert (snapshot["phase"], snapshot["step"], snapshot["share"]) == ("canary", 1, 5)
     assert snapshot["verdict"]["decision"] == "promote"  # type: ignore[index]
-    assert dataclasses.replace(state, phase=Phase.PROMOTED).done
+    assert dataclasses.replace(state, phase=DeployPhase.PROMOTED).done
 
 
 def test_a_replace_step_that_raised_restores_the_old_release_and_records_the_error() -> None:
@@ -311,11 +313,11 @@ def test_a_replace_step_that_raised_restores_the_old_release_and_records_the_err
         "boot",
         "OSError('disk')",
     )
-    assert actions[-1] == BootEngine("main", OLD) and state.phase is Phase.BOOTING_OLD
+    assert actions[-1] == BootEngine("main", OLD) and state.phase is DeployPhase.BOOTING_OLD
     assert "raised: OSError('disk')" in state.reason
     state, _ = start(plan(Strategy.REPLACE), 0.0)
     state, actions = advance(state, StepFailed("drain", OLD, 1.0, "boom"))
-    assert state.phase is Phase.ROLLED_BACK and Resume("main", OLD) in actions
+    assert state.phase is DeployPhase.ROLLED_BACK and Resume("main", OLD) in actions
 
 
 def test_a_canary_step_that_raised_rolls_back_and_a_stale_failure_is_ignored() -> None:
@@ -326,6 +328,8 @@ def test_a_canary_step_that_raised_rolls_back_and_a_stale_failure_is_ignored() -
     assert same == state and actions == []
     state, _ = advance(state, Booted(NEW, True, 1.0))
     state, actions = advance(state, StepFailed("smoke", NEW, 2.0, "KeyError('x')"))
-    assert state.phase is Phase.ROLLED_BACK and StopEngine("main", NEW, drain=False) in actions
+    assert (
+        state.phase is DeployPhase.ROLLED_BACK and StopEngine("main", NEW, drain=False) in actions
+    )
     events = [a.line["event"] for a in actions if isinstance(a, RecordHistory)]
     assert events == ["step_failed", "rolled_back"]

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from llmd.config import EngineConfig
+from llmd.gpu.nvml import GpuReader
 from llmd.sizing.device import device_memory
-from llmd.telemetry.gpu import GpuReader
 from tests.support.nvml import fake_nvml
 
 GIB = 1024**3

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from llmd.daemon import EXIT_ENGINE_GAVE_UP
+from llmd.daemon.daemon import EXIT_ENGINE_GAVE_UP
 from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config

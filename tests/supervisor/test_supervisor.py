@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from llmd.backends.config import MAIN
 from llmd.config import load_config
+from llmd.config.backends import MAIN
 from llmd.runtime import RuntimePaths
 from llmd.supervisor import supervisor as supervisor_module
 from llmd.supervisor.process import EngineProcess

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from llmd.proxy.inflight import Exchange
+from llmd.inflight import Exchange
 
 
 def finished_exchange(

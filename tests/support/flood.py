@@ -23,7 +23,7 @@ import aiohttp
 
 from llmd.bench.client import Target
 from llmd.bench.sampler import GaugeSample, GaugeSampler
-from llmd.bench.stats import percentile
+from llmd.telemetry.windows import percentile
 
 GENERATED = "vllm:generation_tokens_total"
 

@@ -12,11 +12,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from llmd.admission.classes import Priority
 from llmd.admission.entries import Entry
 from llmd.config import Config, EngineConfig
-from llmd.proxy.inflight import Exchange
+from llmd.engine.metrics import EngineSample
+from llmd.gpu.nvml import GpuDevice, GpuReading
+from llmd.inflight import Exchange
 from llmd.state import DaemonState
 from llmd.supervisor.state import EnginePhase, EngineState
-from llmd.telemetry.engine import EngineSample
-from llmd.telemetry.gpu import GpuDevice, GpuReading
 from llmd.telemetry.metrics import input_length_label
 from llmd.telemetry.observer import Observer
 from llmd.telemetry.status_metrics import StatusCollector

@@ -7,7 +7,7 @@ import dataclasses
 import json
 
 from llmd.errors import Draining, ModelNotFound, RequestCancelled
-from llmd.proxy.inflight import Exchange
+from llmd.inflight import Exchange
 from llmd.telemetry.observer import Observer
 from llmd.telemetry.outcomes import Outcome, Tallies, classify
 from tests.support.exchanges import finished_exchange

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from llmd.config import EngineConfig
-from llmd.telemetry.gpu import GpuReader
+from llmd.gpu.nvml import GpuReader
 from llmd.tune.gpu import GpuPeak
 from tests.support.nvml import fake_nvml
 

@@ -13,7 +13,7 @@ from llmd.bench.scenarios import scenario
 from llmd.cli import main
 from llmd.config import load_config
 from llmd.engine.sim.timing import TimingModel
-from llmd.telemetry.gpu import GpuReader
+from llmd.gpu.nvml import GpuReader
 from llmd.tune.runner import TuneOptions, run_tune
 from llmd.tune.settings import Setting
 from tests.support.llmd_process import LlmdProcess, short_tmpdir

@@ -21,16 +21,25 @@ from typing import Literal
 
 import structlog
 
-from llmd.actions import OperatorActions
-from llmd.admin.server import AdminApp
+from llmd.admission.tenants import configured_tenants
 from llmd.admission.waiters import Admission
-from llmd.backends.backends import Backends
 from llmd.backends.fleet import Fleet, PoolLimits
 from llmd.backends.relisting import ModelRelisting
 from llmd.config import Config, EngineConfig, config_path, load_config
+from llmd.daemon.actions import OperatorActions
+from llmd.daemon.admin_api import AdminApp
+from llmd.daemon.backends import Backends
+from llmd.daemon.listeners import (
+    EmbeddedServer,
+    bind_tcp,
+    bind_unix,
+    embedded_server,
+    set_send_buffer,
+)
+from llmd.daemon.reload import ReloadPlan, plan_reload, with_engine_tables
+from llmd.daemon.telemetry import Telemetry
 from llmd.errors import ActionRefused, ConfigError, EngineGaveUp
 from llmd.gpu.preflight import GpuReport, PreflightError, run_preflight
-from llmd.listeners import EmbeddedServer, bind_tcp, bind_unix, embedded_server, set_send_buffer
 from llmd.logs import configure_logging, line_limiter
 from llmd.proxy.app import build_app
 from llmd.proxy.connections import limited_protocol
@@ -38,17 +47,15 @@ from llmd.proxy.protocol import bounded_protocol
 from llmd.releases.orchestrator import Deployer
 from llmd.releases.restore import restore
 from llmd.releases.store import ReleaseStore
-from llmd.reload import ReloadPlan, plan_reload, with_engine_tables
 from llmd.runtime import RuntimePaths
 from llmd.state import DaemonState
 from llmd.systemd.notify import Notifier
 from llmd.systemd.reporter import ServiceReporter
 from llmd.telemetry.observer import Observer
-from llmd.telemetry.scraper import Telemetry
 from llmd.telemetry.status_metrics import StatusCollector
 from llmd.validation.pools import Validators
 
-log = structlog.get_logger("llmd.daemon")
+log = structlog.get_logger("llmd.daemon.daemon")
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -329,6 +336,7 @@ class Daemon:
         self.reporter.reloading()
         try:
             new = load_config(config_path(self.config.source), **self.overrides)
+            configured_tenants(new.admission)  # a bad tenants file changes nothing
             # An engine's table in the file is pending when the file changed it since it was
             # last read (a deployed release runs on otherwise), or while it is pending still.
             pending = self.backends.pending

@@ -95,7 +95,7 @@ def probe_interpreter(python: str, timeout_s: float = PROBE_TIMEOUT_S) -> dict[s
 
 def driver_version(nvml: Any) -> tuple[str | None, str | None]:
     """The NVIDIA driver version from NVML and None, or None and why there is none. The NVML
-    module is passed in (`pynvml`, None when it is not installed), as in llmd/telemetry/gpu.py;
+    module is passed in (`pynvml`, None when it is not installed), as in llmd/gpu/nvml.py;
     never raises for NVML."""
     if nvml is None:
         return None, "nvidia-ml-py (pynvml) is not installed"

@@ -16,7 +16,7 @@ from openai import OpenAI
 
 from llmd.admission.tenants import hash_key
 from llmd.config import Config, EngineConfig, ServerConfig, SupervisorConfig, UpstreamConfig
-from llmd.reload import plan_reload
+from llmd.daemon.reload import plan_reload
 from tests.support.llmd_process import LlmdProcess, short_tmpdir
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config

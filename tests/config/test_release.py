@@ -7,8 +7,8 @@ import tomllib
 
 import pytest
 
+from llmd.config.release import ReleaseConfig, parse_steps, release_config
 from llmd.errors import ConfigError
-from llmd.releases.settings import ReleaseConfig, parse_steps, release_config
 from tests.support.llmd_process import REPO
 
 

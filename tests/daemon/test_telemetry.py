@@ -11,12 +11,12 @@ from aiohttp import web
 
 from llmd.backends.fleet import Fleet
 from llmd.config import EngineConfig, TelemetryConfig, UpstreamConfig
+from llmd.daemon.telemetry import Scraper, ScrapeTarget, Telemetry
 from llmd.engine.client import EngineClient
+from llmd.gpu.nvml import GpuReader
 from llmd.runtime import RuntimePaths
 from llmd.supervisor.state import EnginePhase, EngineState
-from llmd.telemetry.gpu import GpuReader
 from llmd.telemetry.observer import Observer
-from llmd.telemetry.scraper import Scraper, ScrapeTarget, Telemetry
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import SimProcess
 

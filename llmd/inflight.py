@@ -5,20 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import re
 import time
 
+from llmd.admission.classes import Priority
+from llmd.config import ANONYMOUS
 from llmd.errors import ApiError
-from llmd.status import SequenceStatus
-from llmd.telemetry.metrics import Phase
-
-# Active sequences listed in a snapshot, oldest first; `in_flight` gives the full count.
-MAX_SEQUENCES = 1000
-
-# In an OpenAI answer's JSON (vLLM writes it compact): a choice's finish reason, and output
-# text that is not empty (chat content or reasoning, a completion's text, a tool call).
-_FINISH_REASON = re.compile(rb'"finish_reason":\s*"([a-z_]+)"')
-_SOME_TEXT = re.compile(rb'"(?:content|text|reasoning_content)":\s*"[^"]|"tool_calls":\s*\[\s*\{')
+from llmd.status import MAX_SEQUENCES, SequenceStatus
+from llmd.telemetry.metrics import RequestPhase
 
 
 @dataclasses.dataclass(eq=False)
@@ -42,7 +35,7 @@ class Exchange:
     rejection, not a failure), `finish_reason` (the engine's, from the answer: `length` when
     any choice was cut off by max_tokens or the context; None: none seen), `has_text` (the
     answer carried some output text), `conversation` (its canary key, set while a canary
-    splits its pool: llmd/releases/assign.py), `client_gone` when the client left first, and
+    splits its pool: llmd/routing/canary.py), `client_gone` when the client left first, and
     `answered` once the client has its whole answer (a stream's `data: [DONE]` went out:
     leaving after that is no cancellation). `send_since` is when a send to the client began
     that has not returned yet: a client that stopped reading (llmd/proxy/stalls.py ends
@@ -56,8 +49,8 @@ class Exchange:
     task: asyncio.Task[None] | None = None
     response_started: bool = False
     abort_error: ApiError | None = None
-    tenant: str = "anonymous"
-    request_class: str = "normal"
+    tenant: str = ANONYMOUS
+    request_class: str = Priority.NORMAL.label
     prompt_tokens: int | None = None
     admitted_at: float | None = None
     first_byte_at: float | None = None
@@ -76,12 +69,12 @@ class Exchange:
     conversation: str | None = None
 
     @property
-    def phase(self) -> Phase:
+    def phase(self) -> RequestPhase:
         """`queued` (not yet released: validated or waiting in the queue), `prefill` (no output
         yet) or `decode`."""
         if self.admitted_at is None:
-            return Phase.QUEUED
-        return Phase.PREFILL if self.first_byte_at is None else Phase.DECODE
+            return RequestPhase.QUEUED
+        return RequestPhase.PREFILL if self.first_byte_at is None else RequestPhase.DECODE
 
     def queue_ms(self) -> float:
         """Milliseconds waited for admission (so far, while still queued; 0 if it never
@@ -108,45 +101,6 @@ class Exchange:
             model=self.model,
             backend=self.backend,
         )
-
-    def saw_body(self, chunk: bytes) -> None:
-        """Account a body chunk sent to the client: first-byte time, output tokens, whether
-        it carried text and the finish reason.
-
-        Streams count one token per SSE `data: {` event (vLLM sends about one token per event),
-        less the chat stream's first event, which carries only the role. A `completion_tokens`
-        figure in the chunk (the usage of a non-streamed answer, or a stream's include_usage
-        event) replaces the estimate with the engine's own count. Text and finish reason are
-        read from the chunk's JSON as vLLM writes it (a field split across two chunks is not
-        seen; vLLM writes each SSE event whole).
-        """
-        if self.first_byte_at is None:
-            self.first_byte_at = time.monotonic()
-        if not self.has_text and _SOME_TEXT.search(chunk):
-            self.has_text = True
-        # Every event of a stream but the last names its finish reason `null`: the pattern runs
-        # only on a chunk where some finish reason is not (vLLM writes compact JSON).
-        reasons = chunk.count(b'"finish_reason":')
-        if (
-            reasons
-            and reasons != chunk.count(b'"finish_reason":null')
-            and self.finish_reason != "length"
-        ):
-            for match in _FINISH_REASON.finditer(chunk):
-                self.finish_reason = match.group(1).decode()
-                if self.finish_reason == "length":
-                    break
-        usage = chunk.rfind(b'"completion_tokens":')
-        if usage >= 0:
-            digits = chunk[usage + 20 : usage + 32].lstrip()
-            end = 0
-            while end < len(digits) and 48 <= digits[end] <= 57:
-                end += 1
-            if end:
-                self.output_tokens = int(digits[:end])
-                return
-        if self.stream:
-            self.output_tokens += chunk.count(b"data: {") - chunk.count(b'"role":"assistant"')
 
 
 @dataclasses.dataclass(frozen=True)

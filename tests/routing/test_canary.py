@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmd.releases.assign import canary_point, conversation_key, goes_to_canary
+from llmd.routing.canary import canary_point, conversation_key, goes_to_canary
 from llmd.validation.fields import Endpoint, read_fields
 
 

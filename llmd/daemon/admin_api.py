@@ -23,8 +23,8 @@ from typing import Any
 import structlog
 from starlette.types import Receive, Scope, Send
 
-from llmd.actions import OperatorActions
 from llmd.binding import MAX_DURATION_S
+from llmd.daemon.actions import OperatorActions
 from llmd.errors import (
     ActionRefused,
     ApiError,

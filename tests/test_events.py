@@ -8,8 +8,8 @@ import io
 import structlog
 
 from llmd.config import LoggingConfig
+from llmd.events import RecentEvents, recent_events
 from llmd.logs import configure_logging
-from llmd.telemetry.events import RecentEvents, recent_events
 
 
 def record(events: RecentEvents, method: str, name: str, **fields: object) -> None:

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from llmd.backends.backends import Backends
 from llmd.config import Config, EngineConfig, load_config
+from llmd.daemon.backends import Backends
+from llmd.daemon.reload import with_engine_tables
 from llmd.errors import ConfigError
-from llmd.reload import with_engine_tables
 from llmd.state import DaemonState
 from tests.support.configs import multi_sim_config
 from tests.support.llmd_process import short_tmpdir

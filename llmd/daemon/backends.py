@@ -10,11 +10,11 @@ from collections.abc import Callable, Mapping
 
 import structlog
 
-from llmd.backends.config import shared_gpus
 from llmd.backends.upstream import run_probe
 from llmd.config import Config, EngineConfig, UpstreamConfig
+from llmd.config.backends import shared_gpus
+from llmd.daemon.reload import changed_engine_keys
 from llmd.errors import ConfigError
-from llmd.reload import changed_engine_keys
 from llmd.routing.backend import BackendKind
 from llmd.state import DaemonState
 from llmd.supervisor.state import EnginePhase

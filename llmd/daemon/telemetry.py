@@ -24,9 +24,9 @@ from llmd.backends.fleet import Fleet
 from llmd.backends.upstream import UpstreamState
 from llmd.config import TelemetryConfig
 from llmd.engine.client import EngineClient
+from llmd.engine.metrics import EngineSample, parse_engine_metrics
+from llmd.gpu.nvml import GpuReader, nvml_reader
 from llmd.supervisor.state import EngineState
-from llmd.telemetry.engine import EngineSample, parse_engine_metrics
-from llmd.telemetry.gpu import GpuReader, nvml_reader
 from llmd.telemetry.observer import Observer
 
 log = structlog.get_logger("llmd.telemetry")

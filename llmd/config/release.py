@@ -1,5 +1,5 @@
 """The `[release]` table: canary steps and dwell, the comparison thresholds and minimum samples,
-and the smoke gate's golden prompts and bounds. Built and checked by llmd/config.py's strict
+and the smoke gate's golden prompts and bounds. Built and checked by llmd/config/tables.py's strict
 table builder (`release_config`) until the table joins `Config`.
 """
 

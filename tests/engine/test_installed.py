@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from llmd.config import EngineConfig
-from llmd.releases.versions import cuda_version, driver_version, engine_python, read_versions
+from llmd.engine.installed import cuda_version, driver_version, engine_python, read_versions
 from tests.releases.conftest import NoNvml
 
 

@@ -11,7 +11,7 @@ import dataclasses
 import re
 from collections.abc import Callable, Sequence
 
-from llmd.doctor.findings import SEVERITY_RANK, Finding, Severity
+from llmd.supervisor.findings import SEVERITY_RANK, Finding, Severity
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from llmd.backends.config import MAIN
 from llmd.config import Config, EngineConfig
+from llmd.config.backends import MAIN
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmd.doctor.diagnosis import diagnose
+from llmd.supervisor.diagnosis import diagnose
 from llmd.supervisor.exits import classify_exit
 from llmd.supervisor.output import EngineOutput
 
