@@ -10,8 +10,8 @@ import time
 from typing import Any
 
 from llmd import __version__
+from llmd.admission.control import Admission
 from llmd.admission.pools import FIRST_PROBE_WAIT_S
-from llmd.admission.waiters import Admission
 from llmd.backends.fleet import Fleet
 from llmd.backends.relisting import ModelRelisting
 from llmd.config import Config

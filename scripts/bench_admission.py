@@ -53,8 +53,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from llmd.admission.classes import Priority  # noqa: E402
+from llmd.admission.gates import max_in_flight  # noqa: E402
 from llmd.admission.tenants import hash_key  # noqa: E402
-from llmd.admission.waiters import max_in_flight  # noqa: E402
 from llmd.config import load_config  # noqa: E402
 from tests.support.engine_metrics import engine_gauge  # noqa: E402
 from tests.support.llmd_process import LlmdProcess, short_tmpdir  # noqa: E402

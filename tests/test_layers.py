@@ -170,8 +170,8 @@ def test_the_check_finds_an_upward_import_and_allows_a_leaf_type() -> None:
     imports no layer above it, and an upward import of a frozen record counts as a leaf type."""
     parsed = sources()
     proxy = unit_of("llmd.proxy.relay")
-    admission = unit_of("llmd.admission.waiters")
+    admission = unit_of("llmd.admission.control")
     assert proxy is not None and admission is not None and proxy[1] < admission[1]
     assert "EngineConfig" in leaf_types("llmd.config", parsed)  # re-exported, frozen
     assert "Priority" in leaf_types("llmd.admission.classes", parsed)  # an enum
-    assert "Admission" not in leaf_types("llmd.admission.waiters", parsed)
+    assert "Admission" not in leaf_types("llmd.admission.control", parsed)

@@ -21,17 +21,7 @@ import dataclasses
 
 from llmd.admission.classes import Priority
 from llmd.admission.entries import Entry
-
-
-@dataclasses.dataclass(frozen=True)
-class EngineLoad:
-    """The engine's load as it reports it: requests `running` and `waiting`, `kv_usage`
-    (0..1, vllm:kv_cache_usage_perc) and `kv_tokens` (capacity; None if not reported)."""
-
-    running: int = 0
-    waiting: int = 0
-    kv_usage: float = 0.0
-    kv_tokens: int | None = None
+from llmd.routing.backend import EngineLoad
 
 
 @dataclasses.dataclass

@@ -21,8 +21,8 @@ from typing import Literal
 
 import structlog
 
+from llmd.admission.control import Admission
 from llmd.admission.tenants import configured_tenants
-from llmd.admission.waiters import Admission
 from llmd.backends.fleet import Fleet, PoolLimits
 from llmd.backends.relisting import ModelRelisting
 from llmd.config import Config, EngineConfig, config_path, load_config

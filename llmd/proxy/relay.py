@@ -33,9 +33,9 @@ from starlette.types import Receive, Scope, Send
 from llmd.admission.bodies import BodyHold
 from llmd.admission.classes import Priority
 from llmd.admission.cost import request_cost
+from llmd.admission.requests import AdmissionRequest, Ticket, read_deadline
 from llmd.admission.slo import CAPPED_HEADER, SloGuard
 from llmd.admission.tenants import Tenant
-from llmd.admission.waiters import Request, Ticket
 from llmd.config import ANONYMOUS
 from llmd.errors import ApiError, InternalError, InvalidRequest, ModelNotFound
 from llmd.inflight import Exchange
@@ -107,7 +107,7 @@ class Prepared:
     body: bytes
     priority_body: bytes
     stream: bool
-    request: Request
+    request: AdmissionRequest
     response_headers: list[tuple[bytes, bytes]]
 
     def drop(self) -> None:
@@ -251,14 +251,20 @@ class Relay:
         admission = self.state.admission
         cls = admission.classify(tenant, arrival.headers)
         arrival.request_class = exchange.request_class = cls.label
-        deadline = admission.deadline(arrival.headers, arrival.at)
+        deadline = read_deadline(arrival.headers, arrival.at)
         validator = self.state.validators.for_model(model)
         valid = await validator.check(
             self.endpoint, body.payload, body.raw, arrival.headers, int(cls)
         )
         # `payload` carries validation's changes (edited in place).
-        priority_body = _with_priority(body.payload, cls) if admission.priority_backends else b""
-        key = prefix_key(body.payload, admission.prefix_chars) if admission.prefix_chars else None
+        priority_body = (
+            _with_priority(body.payload, cls) if admission.gates.priority_backends else b""
+        )
+        key = (
+            prefix_key(body.payload, admission.gates.prefix_chars)
+            if admission.gates.prefix_chars
+            else None
+        )
         conversation = None
         if model in admission.capacity.splits:  # a canary: sticky per conversation
             conversation = conversation_key(read_fields(self.endpoint, body.payload).prompt)
@@ -274,8 +280,8 @@ class Relay:
             rest_of_context=valid.rest_of_context,
             max_model_len=validator.engine.max_model_len,
         )
-        admission.check_fits(cost, model)
-        request = Request(
+        admission.gates.check_fits(cost, model)
+        request = AdmissionRequest(
             tenant, cls, cost, deadline, model=model, affinity=key, conversation=conversation
         )
         return Prepared(valid.body, priority_body, body.stream, request, valid.response_headers)
@@ -308,7 +314,7 @@ class Relay:
         while True:
             tries.sent(backend)
             exchange.backend = backend
-            data = prepared.priority_body if backend in admission.priority_backends else b""
+            data = prepared.priority_body if backend in admission.gates.priority_backends else b""
             try:
                 await forward(
                     self.state, backend, self.path, exchange, data or prepared.body, writer

@@ -11,8 +11,18 @@ import dataclasses
 import enum
 from collections.abc import Iterable
 
-from llmd.admission.capacity import EngineLoad
 from llmd.routing.breaker import BreakerState
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineLoad:
+    """The engine's load as it reports it: requests `running` and `waiting`, `kv_usage`
+    (0..1, vllm:kv_cache_usage_perc) and `kv_tokens` (capacity; None if not reported)."""
+
+    running: int = 0
+    waiting: int = 0
+    kv_usage: float = 0.0
+    kv_tokens: int | None = None
 
 
 class BackendKind(enum.StrEnum):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from llmd.admission.waiters import Admission
+from llmd.admission.control import Admission
 from llmd.config import Config, EngineConfig
 from llmd.engine.metrics import parse_engine_metrics
 from llmd.engine.sim.metrics import SimMetrics

@@ -11,13 +11,14 @@ import json
 import pytest
 
 from llmd.admission.classes import Priority
+from llmd.admission.control import Admission
 from llmd.admission.cost import Cost
 from llmd.admission.entries import ClassPolicy, Entry
 from llmd.admission.guard import Level
+from llmd.admission.requests import AdmissionRequest
 from llmd.admission.scheduler import Scheduler
 from llmd.admission.slo import EVALUATE_EVERY_S, SloGuard
 from llmd.admission.tenants import Tenant
-from llmd.admission.waiters import Admission, Request
 from llmd.config import AdmissionConfig, ClassConfig, Config, EngineConfig, GuardConfig
 from llmd.errors import Overloaded, QueueTimeout
 from llmd.supervisor.state import EnginePhase, EngineState
@@ -195,8 +196,8 @@ def admission(
     return adm
 
 
-def request(adm: Admission, cls: Priority) -> Request:
-    return Request(adm.tenants.tenants()[0], cls, Cost(seats=1, tokens=100))
+def request(adm: Admission, cls: Priority) -> AdmissionRequest:
+    return AdmissionRequest(adm.tenants.tenants()[0], cls, Cost(seats=1, tokens=100))
 
 
 async def test_level_1_holds_batch_in_the_queue_while_the_others_pass() -> None:

@@ -69,7 +69,7 @@ def _gate(d: Daemon) -> CapacityGate:
 
 def _breaker_probe(field: str) -> Probe:
     """What every upstream's breaker follows (and the next upstream's will)."""
-    return lambda d: getattr(d.state.admission.breaker_policy, field)
+    return lambda d: getattr(d.state.admission.gates.breaker_policy, field)
 
 
 def _renderer(d: Daemon) -> str:
@@ -134,7 +134,7 @@ PROBES: dict[str, Probe] = {
     "admission.kv_high_watermark": lambda d: _gate(d).kv_high_watermark,
     "admission.kv_overcommit": lambda d: _gate(d).kv_overcommit,
     "admission.max_engine_waiting": lambda d: _gate(d).max_engine_waiting,
-    "routing.prefix_chars": lambda d: d.state.admission.prefix_chars,
+    "routing.prefix_chars": lambda d: d.state.admission.gates.prefix_chars,
     "routing.epsilon": lambda d: d.state.admission.capacity.affinity.epsilon,
     "routing.slack": lambda d: d.state.admission.capacity.affinity.slack,
     "routing.probe_interval_s": lambda d: d.config.routing.probe_interval_s,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmd.admission.waiters import Admission
+from llmd.admission.control import Admission
 from llmd.backends.fleet import Fleet, PoolLimits
 from llmd.config import Config
 from llmd.runtime import RuntimePaths

