@@ -15,6 +15,7 @@
         ├── HeadersTooLarge          431 headers_too_large (the request head over its limits)
         ├── RequestTimeout           408 request_timeout (head or body slower than read_timeout_s)
         ├── ContextLengthExceeded    400 context_length_exceeded
+        ├── UnsupportedEndpoint      400 unsupported_endpoint (the model's engines serve others)
         ├── InvalidConfig            400 invalid_config (admin API: a reload the config refuses)
         ├── NotFound                 404 not_found
         ├── ModelNotFound            404 model_not_found (in the engine's words)
@@ -237,6 +238,28 @@ class ModelNotFound(ApiError):
     def __init__(self, model: str, served: list[str], name_served: bool = True) -> None:
         aliases = f" Valid aliases: {', '.join(served)}." if name_served else ""
         super().__init__(f"The model `{model}` does not exist.{aliases}", param="model")
+
+
+class UnsupportedEndpoint(ApiError):
+    """The model is served here, but by engines that do not serve this endpoint (a chat model
+    asked for embeddings, a pooling model for chat): 400 naming the endpoint, the model's
+    engine kind and the models here that do serve it (DESIGN.md, the endpoint table)."""
+
+    status = 400
+    code = "unsupported_endpoint"
+    type = "invalid_request_error"
+
+    def __init__(self, path: str, model: str, kind: str, serving: list[str]) -> None:
+        others = (
+            f"models here that serve it: {', '.join(serving)}"
+            if serving
+            else "no model here serves it (a pooling model needs an engine run with "
+            "--runner pooling)"
+        )
+        super().__init__(
+            f"model {model!r} does not serve {path} (it runs on a {kind} engine); {others}",
+            param="model",
+        )
 
 
 class BackendRefused(ApiError):

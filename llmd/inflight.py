@@ -67,6 +67,8 @@ class Exchange:
     finish_reason: str | None = None
     has_text: bool = False
     conversation: str | None = None
+    endpoint: str = "chat"  # its entry's name in the endpoint table (llmd/endpoints/table.py)
+    path: str = "/v1/chat/completions"  # the path it asked for (sent to the backend as it is)
 
     @property
     def phase(self) -> RequestPhase:

@@ -20,7 +20,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("llmd.daemon",),  # lifecycle, operator actions, reload, the backends at work, telemetry task
     ("llmd.systemd",),
     ("llmd.releases", "llmd.proxy"),  # deploys (run by the daemon); the public HTTP app
-    ("llmd.state",),  # the daemon's shared state
+    ("llmd.state", "llmd.endpoints"),  # the daemon's shared state; the endpoint table
     ("llmd.inflight",),  # the live requests
     ("llmd.backends",),  # the fleet: engines' and upstreams' states and clients
     ("llmd.admission",),

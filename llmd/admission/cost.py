@@ -1,4 +1,5 @@
 """What one request costs the engine, in what the engine runs: sequences and KV tokens. Pure.
+One rule per kind of request: generation (`request_cost`), pooling, scored pairs.
 
 vLLM 0.32 runs every prompt of a completions request as a request of its own, and `n`
 sequences for each prompt (chat has one prompt). Each sequence may hold its prompt plus its
@@ -47,3 +48,21 @@ def request_cost(
             )
         tokens += (prompt + output) * sequences
     return Cost(seats=len(prompts) * sequences, tokens=max(1, tokens))
+
+
+def pooling_cost(prompt_tokens: Sequence[int]) -> Cost:
+    """The cost of a pooling request (embeddings, pooling, classify) whose inputs have
+    `prompt_tokens` each: one sequence per input, holding its prompt and no output."""
+    counts = list(prompt_tokens) or [0]
+    return Cost(seats=len(counts), tokens=max(1, sum(counts)))
+
+
+def pair_cost(text_tokens: Sequence[int], pairs: Sequence[tuple[int, int]]) -> Cost:
+    """The cost of scoring `pairs` (indexes into texts of `text_tokens` tokens each, all 0
+    when not counted here): one sequence per pair, both its texts' tokens."""
+    tokens = sum(
+        (text_tokens[left] if left < len(text_tokens) else 0)
+        + (text_tokens[right] if right < len(text_tokens) else 0)
+        for left, right in pairs
+    )
+    return Cost(seats=max(1, len(pairs)), tokens=max(1, tokens))

@@ -20,6 +20,7 @@ from llmd.backends.upstream import UpstreamState
 from llmd.config.backends import MAIN, EngineConfig, UpstreamConfig
 from llmd.engine.client import EngineClient
 from llmd.engine.metrics import EngineSample
+from llmd.engine.runner import EngineKind, engine_kind
 from llmd.engine.versions import ASSUMED, EngineApi
 from llmd.routing.backend import BackendKind
 from llmd.routing.breaker import BreakerState
@@ -37,6 +38,7 @@ class Fleet:
         self.paths = paths
         self.engines: dict[str, EngineState] = {}
         self.gpus: dict[str, tuple[str, ...]] = {}
+        self.kinds: dict[str, EngineKind] = {}  # each engine's, from its flags
         self.upstreams: dict[str, UpstreamState] = {}
         self.clients: dict[str, EngineClient] = {}
         self._retired: list[EngineClient] = []
@@ -46,10 +48,16 @@ class Fleet:
     def add_engine(self, name: str, engine: EngineConfig) -> EngineState:
         """A supervised engine on its socket in the runtime directory; its published state."""
         state = self.engines[name] = EngineState(model=engine.model_name)
-        self.gpus[name] = engine.gpus
-        client = self.clients[name] = EngineClient(self.paths.socket_of(name))
-        client.configure(engine)
+        self.clients[name] = EngineClient(self.paths.socket_of(name))
+        self.configure_engine(name, engine)
         return state
+
+    def configure_engine(self, name: str, engine: EngineConfig) -> None:
+        """Engine `name` runs `engine` (at start-up, on a reload, for a deploy): its GPUs, its
+        kind (generate or pooling, from its flags) and its client's API key follow."""
+        self.gpus[name] = engine.gpus
+        self.kinds[name] = engine_kind(engine.args)
+        self.clients[name].configure(engine)
 
     def add_upstream(self, name: str, upstream: UpstreamConfig) -> UpstreamState:
         """An upstream at its URL, with the key its `api_key_env` names (logged when unset)."""
@@ -65,6 +73,7 @@ class Fleet:
         there finish on it."""
         self.engines.pop(name, None)
         self.gpus.pop(name, None)
+        self.kinds.pop(name, None)
         self.upstreams.pop(name, None)
         self._retired.append(self.clients.pop(name))
 
@@ -112,6 +121,14 @@ class Fleet:
         members = list(self.members(model))
         serving = [n for n in members if n not in self.engines or self.engines[n].serving]
         return self.clients[(serving or members)[0]]
+
+    def kinds_of(self, model: str) -> frozenset[EngineKind] | None:
+        """The kinds of the engines serving `model` (None: an upstream serves it too, whose
+        kind llmd does not know: it answers for itself)."""
+        members = list(self.members(model))
+        if any(name not in self.engines for name in members):
+            return None
+        return frozenset(self.kinds.get(name, EngineKind.GENERATE) for name in members)
 
     def max_model_len(self, model: str) -> int | None:
         """The smallest context length any backend serving `model` reported (None: none did):

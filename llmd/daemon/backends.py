@@ -155,7 +155,7 @@ class Backends:
         key of the engine table in use."""
         for name, supervisor in self.supervisors.items():
             supervisor.policy = config.supervisor
-            self.state.fleet.client(name).configure(supervisor.engine)
+            self.state.fleet.configure_engine(name, supervisor.engine)
 
     # -- engine tables: a reload's, applied by `llmd restart`, and a deploy's ---------------
 
@@ -192,7 +192,7 @@ class Backends:
             keys = changed_engine_keys(current, table, prefix)
             tables[name] = table
             self.supervisors[name].engine = table
-            self.state.fleet.gpus[name] = table.gpus
+            self.state.fleet.configure_engine(name, table)
         self.apply_tables(tables)
         if current is None and table is not None:
             self.start_engine(name)

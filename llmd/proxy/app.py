@@ -19,6 +19,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from llmd.config import ServerConfig
+from llmd.endpoints.table import by_path
 from llmd.errors import (
     ApiError,
     InvalidRequest,
@@ -118,7 +119,7 @@ def build_app(state: DaemonState) -> ProxyApp:
                 )
         return Response(state.observer.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
-    relays = {path: Relay(state, path) for path in ("/v1/chat/completions", "/v1/completions")}
+    relays = {path: Relay(state, endpoint) for path, endpoint in by_path().items()}
     routes = [
         *(Route(path, relay, methods=["POST"]) for path, relay in relays.items()),
         Route("/v1/models", models, methods=["GET"]),

@@ -1,4 +1,5 @@
-"""The relay endpoint: one client request in named stages, like uvicorn's `Server._serve`.
+"""The relay: one client request to any endpoint of the table (llmd/endpoints/table.py) in
+named stages, like uvicorn's `Server._serve`.
 
     authenticate → check availability → read → route → validate → admit → relay
 
@@ -32,12 +33,12 @@ from starlette.types import Receive, Scope, Send
 
 from llmd.admission.bodies import BodyHold
 from llmd.admission.classes import Priority
-from llmd.admission.cost import request_cost
 from llmd.admission.requests import AdmissionRequest, Ticket, read_deadline
 from llmd.admission.slo import CAPPED_HEADER, SloGuard
 from llmd.admission.tenants import Tenant
 from llmd.config import ANONYMOUS
-from llmd.errors import ApiError, InternalError, InvalidRequest, ModelNotFound
+from llmd.endpoints.table import Answer, Endpoint, serving
+from llmd.errors import ApiError, InternalError, InvalidRequest, ModelNotFound, UnsupportedEndpoint
 from llmd.inflight import Exchange
 from llmd.proxy.body import (
     ClientGone,
@@ -55,11 +56,10 @@ from llmd.routing.canary import conversation_key
 from llmd.routing.prefix import prefix_key
 from llmd.routing.retry import Retry, Tries
 from llmd.state import DaemonState
-from llmd.validation.fields import Endpoint, read_fields
+from llmd.validation.validator import Validated
 
 log = structlog.get_logger("llmd.proxy")
 
-_ENDPOINTS = {"/v1/chat/completions": Endpoint.CHAT, "/v1/completions": Endpoint.COMPLETIONS}
 # llmd's own request headers (x-llmd-priority, x-llmd-deadline-ms, x-llmd-context-policy), as
 # ASGI names them (lower case).
 CONTROL_PREFIX = b"x-llmd-"
@@ -123,13 +123,12 @@ class Prepared:
 
 
 class Relay:
-    """ASGI endpoint relaying `POST path` (chat or completions) to a backend of the pool of
-    the request's model."""
+    """ASGI endpoint relaying a POST to one of `endpoint`'s paths to a backend of the pool of
+    the request's model (the same path there), or answering it here (the tokenizer's)."""
 
-    def __init__(self, state: DaemonState, path: str) -> None:
+    def __init__(self, state: DaemonState, endpoint: Endpoint) -> None:
         self.state = state
-        self.path = path
-        self.endpoint = _ENDPOINTS[path]
+        self.endpoint = endpoint
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         arrival = Arrival(scope[REQUEST_ID_KEY], time.monotonic(), scope["headers"])
@@ -161,8 +160,12 @@ class Relay:
             started_at=arrival.at,
             tenant=arrival.tenant,
             model=model,
+            endpoint=self.endpoint.name,
+            path=scope["path"],
         )
-        writer = ClientWriter(send, exchange, body_send=scope.get(BODY_SEND_KEY))
+        writer = ClientWriter(
+            send, exchange, body_send=scope.get(BODY_SEND_KEY), dialect=self.endpoint.dialect
+        )
         try:
             await self.run(exchange, arrival, tenant, body, receive, writer)
         finally:
@@ -209,7 +212,8 @@ class Relay:
         payload = parse_object(raw)
         if not isinstance(payload.get("stream"), bool | None):
             raise InvalidRequest("'stream' must be a boolean", param="stream")
-        return Body(without_bom(raw), payload, stream=bool(payload.get("stream")), hold=hold)
+        stream = self.endpoint.streams and bool(payload.get("stream"))
+        return Body(without_bom(raw), payload, stream=stream, hold=hold)
 
     async def route(self, arrival: Arrival, body: Body) -> str:
         """The model whose pool serves the request: its `model` (omitted: the one model llmd
@@ -236,55 +240,86 @@ class Relay:
             api = self.state.engine.api
             raise ModelNotFound(model, list(served), api.names_models_when_not_found)
         arrival.model = model
+        self.check_kind(model, arrival.headers)
         if not capacity.available(model, time.monotonic()) and not capacity.holding(model):
             raise self.state.pool_unavailable(model)
         return model
 
+    def check_kind(self, model: str, headers: list[Any]) -> None:
+        """Refuse an endpoint that `model`'s engines do not serve (embeddings of a generate
+        engine's model, chat of a pooling one's). Raises UnsupportedEndpoint (400) naming
+        the models here that do."""
+        fleet = self.state.fleet
+        kinds = fleet.kinds_of(model)
+        if serving(self.endpoint, kinds):
+            return
+        others = [
+            m
+            for m in self.state.admission.capacity.models()
+            if serving(self.endpoint, fleet.kinds_of(m))
+        ]
+        kind = "/".join(sorted(kinds or ()))
+        raise UnsupportedEndpoint(self.endpoint.paths[0], model, kind, others)
+
     async def validate(
         self, arrival: Arrival, exchange: Exchange, tenant: Tenant, body: Body, model: str
-    ) -> Prepared:
-        """Class, deadline (from arrival), fields, prompt tokens (counted in the class's turn)
-        and context of a generation request (by its model's validator: tokenizer and context
-        length), its cost (a request that fits no backend of its pool is refused) and its
-        prefix key for admission. The body's object is dropped once the bytes to send are
-        built. Raises ApiError (400)."""
-        admission = self.state.admission
+    ) -> Prepared | dict[str, Any]:
+        """Class, deadline (from arrival), the endpoint's fields, prompt tokens (counted in the
+        class's turn) and context (by its model's validator: tokenizer and context length;
+        an endpoint that does not validate goes as it is), its cost (a request that fits no
+        backend of its pool is refused) and its prefix key for admission; or, for a tokenizer
+        request the local tokenizer answers, that answer. The body's object is dropped once
+        the bytes to send are built. Raises ApiError (400)."""
+        admission, endpoint = self.state.admission, self.endpoint
         cls = admission.classify(tenant, arrival.headers)
         arrival.request_class = exchange.request_class = cls.label
         deadline = read_deadline(arrival.headers, arrival.at)
+        fields = endpoint.read(body.payload)
         validator = self.state.validators.for_model(model)
-        valid = await validator.check(
-            self.endpoint, body.payload, body.raw, arrival.headers, int(cls)
-        )
+        if endpoint.answer is not Answer.RELAY:
+            answer = await (
+                validator.tokenize(fields, int(cls))
+                if endpoint.answer is Answer.TOKENIZE
+                else validator.detokenize(fields, int(cls))
+            )
+            if answer is not None:
+                exchange.prompt_tokens = answer.get("count")
+                return answer
+        if endpoint.validate:
+            valid = await validator.check(fields, body.payload, body.raw, arrival.headers, int(cls))
+        else:
+            counts = (0,) * max(1, len(fields.texts))
+            valid = Validated(body.raw, counts, fields.output.max_tokens, 1, [], counted=False)
         # `payload` carries validation's changes (edited in place).
-        priority_body = (
-            _with_priority(body.payload, cls) if admission.gates.priority_backends else b""
-        )
-        key = (
-            prefix_key(body.payload, admission.gates.prefix_chars)
-            if admission.gates.prefix_chars
-            else None
-        )
+        gates = admission.gates
+        priority_body = _with_priority(body.payload, cls) if gates.priority_backends else b""
+        key = prefix_key(fields.prompt, gates.prefix_chars) if gates.prefix_chars else None
         conversation = None
         if model in admission.capacity.splits:  # a canary: sticky per conversation
-            conversation = conversation_key(read_fields(self.endpoint, body.payload).prompt)
-            exchange.conversation = conversation
+            conversation = exchange.conversation = conversation_key(fields.prompt)
         body.drop()
         if body.hold is not None:
             body.hold.resize(len(valid.body) + len(priority_body))
         exchange.prompt_tokens = valid.prompt_tokens
-        cost = request_cost(
-            valid.prompt_counts,
-            valid.max_tokens,
-            valid.n,
-            rest_of_context=valid.rest_of_context,
-            max_model_len=validator.engine.max_model_len,
-        )
-        admission.gates.check_fits(cost, model)
+        cost = endpoint.cost(fields, valid, validator.engine.max_model_len)
+        gates.check_fits(cost, model)
         request = AdmissionRequest(
             tenant, cls, cost, deadline, model=model, affinity=key, conversation=conversation
         )
         return Prepared(valid.body, priority_body, body.stream, request, valid.response_headers)
+
+    async def answer(self, writer: ClientWriter, answer: dict[str, Any]) -> None:
+        """Answer the client here with `answer` as JSON (200), as the engine would have."""
+        payload = json.dumps(answer, separators=(",", ":")).encode()
+        await writer.start(
+            200,
+            [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+                (b"x-llmd-queue-ms", b"0"),
+            ],
+        )
+        await writer.body(payload, more=False)
 
     async def admit(self, exchange: Exchange, prepared: Prepared) -> Ticket:
         """Wait in admission's queue until a backend of the request's pool may take it (the
@@ -317,7 +352,7 @@ class Relay:
             data = prepared.priority_body if backend in admission.gates.priority_backends else b""
             try:
                 await forward(
-                    self.state, backend, self.path, exchange, data or prepared.body, writer
+                    self.state, backend, exchange.path, exchange, data or prepared.body, writer
                 )
                 return
             except ApiError as error:
@@ -418,7 +453,11 @@ class Relay:
         ticket: Ticket | None = None
         prepared: Prepared | None = None
         try:
-            prepared = await self.validate(arrival, exchange, tenant, body, str(exchange.model))
+            validated = await self.validate(arrival, exchange, tenant, body, str(exchange.model))
+            if isinstance(validated, dict):  # answered here, by llmd's tokenizer
+                await self.answer(writer, validated)
+                return
+            prepared = validated
             # Validation's notes (and the SLO guard's cap, added to the same list) go on the
             # response's start.
             writer.headers = prepared.response_headers

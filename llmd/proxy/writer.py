@@ -15,9 +15,9 @@ import structlog
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
+from llmd.endpoints.dialects import OPENAI, Dialect
 from llmd.errors import ApiError
 from llmd.inflight import Exchange
-from llmd.proxy.dialects import read_openai_chunk
 
 log = structlog.get_logger("llmd.proxy")
 
@@ -59,7 +59,8 @@ class ClientWriter:
     `headers` are added to the response's start, an error's included (validation's notes to
     the client; the list may grow until the start). The body goes to `body_send` when given:
     the `send` beneath wrappers that touch only a response's start (llmd/proxy/middleware.py's
-    BODY_SEND_KEY), so a streamed chunk does not pass through each of them."""
+    BODY_SEND_KEY), so a streamed chunk does not pass through each of them. `dialect` reads
+    what the answer tells llmd (llmd/endpoints/dialects.py)."""
 
     def __init__(
         self,
@@ -67,8 +68,10 @@ class ClientWriter:
         exchange: Exchange,
         headers: list[tuple[bytes, bytes]] | None = None,
         body_send: Send | None = None,
+        dialect: Dialect = OPENAI,
     ) -> None:
         self._send = send
+        self._read_chunk = dialect.read_chunk
         self._send_body = body_send or send
         self.exchange = exchange
         self.headers = headers if headers is not None else []
@@ -95,7 +98,7 @@ class ClientWriter:
             # The last bytes of the stream so far, across chunk boundaries: an engine may split
             # the blank line that ends an event between two reads.
             self.tail = (self.tail + chunk)[-len(DONE_EVENT) :]
-            read_openai_chunk(exchange, chunk)
+            self._read_chunk(exchange, chunk)
         # A send blocks while the client's transport buffer is full; the stall watcher
         # (llmd/proxy/stalls.py) ends exchanges blocked longer than server.send_timeout_s.
         exchange.send_since = time.monotonic()

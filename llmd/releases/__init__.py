@@ -2,5 +2,6 @@
 versions), their store in the state directory, the pure cores of a deploy (smoke checks, the
 canary comparison, the state machine) and their execution on the daemon (a `DeployHost`).
 
-May import: state, routing, validation, telemetry, supervisor, arguments, config, engine.
+May import: state, endpoints, routing, validation, telemetry, supervisor, arguments, config,
+engine.
 """

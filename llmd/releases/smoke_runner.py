@@ -18,6 +18,7 @@ from typing import Any
 
 import aiohttp
 
+from llmd.endpoints.openai import read_chat, read_completions
 from llmd.releases.golden import FIXED_CHAT, FIXED_TEXTS, GoldenPrompt
 from llmd.releases.smoke import (
     GoldenAnswer,
@@ -28,7 +29,7 @@ from llmd.releases.smoke import (
     judge,
 )
 from llmd.validation.counter import LocalCounter
-from llmd.validation.fields import Endpoint, read_fields
+from llmd.validation.fields import as_counted
 
 _POLL_S = 0.2
 _SMALL_TIMEOUT = aiohttp.ClientTimeout(total=10)
@@ -136,11 +137,11 @@ async def _count(
     """`text` as a completion prompt, or FIXED_CHAT as a chat when `text` is None."""
     if text is None:
         body: dict[str, Any] = {"model": model, "messages": list(FIXED_CHAT)}
-        prompt = read_fields(Endpoint.CHAT, body).prompt
+        prompt = as_counted(read_chat(body).prompt)
         tokenize = {**body, "add_generation_prompt": True}
     else:
         body = {"model": model, "prompt": text}
-        prompt = read_fields(Endpoint.COMPLETIONS, body).prompt
+        prompt = as_counted(read_completions(body).prompt)
         tokenize = body
     local = None
     if counter is not None and counter.can_count(prompt):

@@ -14,11 +14,8 @@ import hashlib
 import json
 from typing import Any
 
-from llmd.validation.fields import ChatPrompt, Prompt
-
-# How much of a conversation's start names it: enough to tell conversations apart, bounded so
-# that hashing costs the same for a long prompt.
-PREFIX_CHARS = 2048
+from llmd.routing.prefix import PREFIX_CHARS
+from llmd.validation.fields import ChatPrompt, Prompt, TextPrompt
 
 
 def canary_point(tenant: str, prefix_key: str) -> float:
@@ -34,8 +31,9 @@ def goes_to_canary(tenant: str, prefix_key: str, share: float) -> bool:
 
 def conversation_key(prompt: Prompt) -> str:
     """What names a conversation across its turns: the messages up to and including the first
-    user message (later turns only append), or a completion's first prompt; at most
-    PREFIX_CHARS characters."""
+    user message (later turns only append), or a completion's (or pooling request's) first
+    prompt; at most PREFIX_CHARS characters (the prefix key's: enough to tell conversations
+    apart, bounded so that hashing costs the same for a long prompt)."""
     if isinstance(prompt, ChatPrompt):
         opening: list[Any] = []
         for message in prompt.messages:
@@ -44,6 +42,7 @@ def conversation_key(prompt: Prompt) -> str:
                 break
         text = json.dumps(opening, ensure_ascii=False, sort_keys=True)
     else:
-        first = prompt.prompts[0] if prompt.prompts else ""
+        texts = prompt.prompts if isinstance(prompt, TextPrompt) else prompt.texts
+        first = texts[0] if texts else ""
         text = first if isinstance(first, str) else json.dumps(first[: PREFIX_CHARS // 4])
     return text[:PREFIX_CHARS]

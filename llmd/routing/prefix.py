@@ -1,11 +1,15 @@
 """The prefix key of a request: requests with the same key share their first `PREFIX_CHARS`
-characters of prompt, so sending them to one backend lets vLLM's prefix cache serve them."""
+characters of prompt, so sending them to one backend lets vLLM's prefix cache serve them.
+`PREFIX_CHARS` is also how much of a conversation's start names it for a canary
+(llmd/routing/canary.py)."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
+
+from llmd.validation.fields import ChatPrompt, Prompt, TextPrompt
 
 # About 256 tokens at about 4 characters per token (the guess of gateway-api-inference-extension's
 # prefix scorer, pkg/epp/scheduling/framework/plugins/multi/prefix), i.e. 16 KV blocks at vLLM's
@@ -19,19 +23,20 @@ _MESSAGE_END = "\x1e"  # record separator: after each message
 _SOURCE_CHARS = 256
 
 
-def prefix_key(payload: Mapping[str, Any], chars: int = PREFIX_CHARS) -> str | None:
+def prefix_key(prompt: Prompt, chars: int = PREFIX_CHARS) -> str | None:
     """A 16-hex-digit key for the first `chars` characters of the request's prompt, or None
-    when the prompt is shorter (too little to cache) or not readable.
+    when the prompt is shorter (too little to cache).
 
-    The prompt is `prompt` for completions (the first prompt of a batch; token ids as their
-    decimal text), and for chat the messages in order, each as its role, a separator, its
-    text parts (a non-text part as its type and the first 256 characters of its URL) and a
-    separator. The key covers the start of the conversation, not "everything before the last
-    user turn": a conversation's later turns only append, so all its turns past the first
-    `chars` characters share its key and so its backend.
-    Tools, images' content and sampling fields are not part of the key.
+    The prompt is a completion's or a pooling request's first prompt (token ids as their
+    decimal text; a batch goes to one backend, keyed by its first), a scored pair's first
+    text, and for chat the messages in order, each as its role, a separator, its text parts
+    (a non-text part as its type and the first 256 characters of its URL) and a separator.
+    The key covers the start of the conversation, not "everything before the last user
+    turn": a conversation's later turns only append, so all its turns past the first `chars`
+    characters share its key and so its backend. Tools, images' content and sampling fields
+    are not part of the key.
     """
-    text = "".join(_take(_pieces(payload), chars))
+    text = "".join(_take(_pieces(prompt), chars))
     if len(text) < chars:
         return None
     return hashlib.blake2b(text.encode("utf-8", "replace"), digest_size=8).hexdigest()
@@ -47,24 +52,17 @@ def _take(pieces: Iterator[str], chars: int) -> Iterator[str]:
         left -= len(piece)
 
 
-def _pieces(payload: Mapping[str, Any]) -> Iterator[str]:
-    messages = payload.get("messages")
-    if isinstance(messages, list):
-        for message in messages:
-            if not isinstance(message, dict):
-                return
+def _pieces(prompt: Prompt) -> Iterator[str]:
+    if isinstance(prompt, ChatPrompt):
+        for message in prompt.messages:
             yield str(message.get("role", ""))
             yield _ROLE_END
             yield from _content(message.get("content"))
             yield _MESSAGE_END
         return
-    prompt = payload.get("prompt")
-    if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
-        prompt = prompt[0]  # a batch of prompts goes to one backend: key it by the first
-    if isinstance(prompt, str):
-        yield prompt
-    elif isinstance(prompt, list):
-        yield ",".join(str(token) for token in prompt)
+    texts = prompt.prompts if isinstance(prompt, TextPrompt) else prompt.texts
+    first = texts[0] if texts else ""
+    yield first if isinstance(first, str) else ",".join(str(token) for token in first)
 
 
 def _content(content: Any) -> Iterator[str]:

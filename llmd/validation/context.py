@@ -1,9 +1,10 @@
 """The context-length check: pure, over numbers. Does prompt + requested output fit?
 
-Each sequence of a request needs its prompt plus its output within the engine's
-`max_model_len`. With `n` > 1, vLLM 0.32 runs n sequences of the same prompt, each checked on its
-own (`get_max_tokens` per prompt), so `n` does not shrink the room for one sequence; with several
-completion prompts, the longest one decides.
+- A generation's sequences each need their prompt plus their output within `max_model_len`.
+  With `n` > 1 vLLM 0.32 checks each of the n sequences of a prompt on its own
+  (`get_max_tokens`), so `n` does not shrink the room; of several prompts the longest decides.
+- A pooling request (no output) needs each input within `max_model_len`: the first input over
+  it is named (vLLM 0.32 renderers/params.py `_token_len_check`).
 """
 
 from __future__ import annotations
@@ -12,10 +13,9 @@ import dataclasses
 from typing import Literal
 
 from llmd.config import ValidationConfig
-from llmd.engine.args import COMPLETIONS_DEFAULT_MAX_TOKENS
 from llmd.engine.versions import ASSUMED, EngineApi
 from llmd.errors import ContextLengthExceeded, InvalidRequest
-from llmd.validation.fields import Endpoint, OutputRequest
+from llmd.validation.fields import OutputRequest
 
 Policy = Literal["reject", "clamp"]
 
@@ -38,7 +38,6 @@ class ContextDecision:
 
 
 def check_context(
-    endpoint: Endpoint,
     prompt_tokens: list[int],
     output: OutputRequest,
     max_model_len: int,
@@ -46,8 +45,10 @@ def check_context(
     policy: Policy,
     truncate_prompt_tokens: int | None = None,
     api: EngineApi = ASSUMED,
+    prompt_param: str = "prompt",
 ) -> ContextDecision:
-    """Decide the output budget of a request whose sequences have `prompt_tokens` each.
+    """Decide the output budget of a request whose sequences have `prompt_tokens` each
+    (`prompt_param`: the request field that holds the prompts, named in a refusal).
 
     A prompt that leaves no room for one output token is always refused (an `AtLeast` count
     is named as such). Over the room (or
@@ -56,11 +57,13 @@ def check_context(
     cuts the prompt as the engine's release (`api`) will.
     Raises ContextLengthExceeded (the context) or InvalidRequest (the operator's limit).
     """
+    if not output.generates:
+        _check_inputs(prompt_tokens, max_model_len, truncate_prompt_tokens, prompt_param)
+        return ContextDecision()
     prompt = _effective_prompt(
         max(prompt_tokens), max_model_len, truncate_prompt_tokens, output, api
     )
     room = max_model_len - prompt
-    prompt_param = "messages" if endpoint is Endpoint.CHAT else "prompt"
     if room < 1:
         size = f"at least {prompt} tokens" if isinstance(prompt, AtLeast) else f"{prompt} tokens"
         raise ContextLengthExceeded(
@@ -72,7 +75,7 @@ def check_context(
     ceiling = min(room, config.max_tokens_limit) if config.max_tokens_limit else room
     requested = output.max_tokens
     if requested is None:
-        return _default(endpoint, output, ceiling, config)
+        return _default(output, ceiling, config)
     if requested <= ceiling:
         return ContextDecision()
     if policy == "clamp":
@@ -114,19 +117,46 @@ def _effective_prompt(
     return min(prompt, keep if truncate == -1 else truncate)
 
 
-def _default(
-    endpoint: Endpoint, output: OutputRequest, ceiling: int, config: ValidationConfig
-) -> ContextDecision:
+def _check_inputs(
+    prompt_tokens: list[int], max_model_len: int, truncate: int | None, param: str
+) -> None:
+    """Each pooling input within `max_model_len` after `truncate_prompt_tokens` (-1: the
+    context; vLLM 0.32 keeps pooling's whole context, `max_truncation_tokens`). Raises
+    InvalidRequest for a truncation past the context, ContextLengthExceeded naming the first
+    input over it (its index when there are several)."""
+    if truncate is not None and truncate > max_model_len:
+        raise InvalidRequest(
+            f"truncate_prompt_tokens={truncate} cannot be greater than max_model_len = "
+            f"{max_model_len}. Please request a smaller truncation size.",
+            param="truncate_prompt_tokens",
+        )
+    for index, count in enumerate(prompt_tokens):
+        tokens = (
+            count if truncate is None else min(count, max_model_len if truncate == -1 else truncate)
+        )
+        if tokens <= max_model_len:
+            continue
+        which = f"{param}[{index}]" if len(prompt_tokens) > 1 else f"your {param}"
+        size = f"at least {tokens}" if isinstance(tokens, AtLeast) else f"{tokens}"
+        raise ContextLengthExceeded(
+            f"This model's maximum context length is {max_model_len} tokens. However, {which} "
+            f"contains {size} input tokens, which exceeds this limit even without any output "
+            "tokens. Please reduce the length of the input.",
+            param=param,
+        )
+
+
+def _default(output: OutputRequest, ceiling: int, config: ValidationConfig) -> ContextDecision:
     """max_tokens for a request that omits it (or sends null), fitted to `ceiling`.
 
-    Completions that omit it keep the OpenAI and vLLM default of 16. Where vLLM 0.32 would take
-    the rest of the context (chat, or an explicit null), the configured default applies;
+    Completions that omit it keep the OpenAI and vLLM default of 16 (`output.engine_default`).
+    Where vLLM 0.32 would take the rest of the context (chat, or an explicit null), the
+    configured default applies;
     without one the engine's does. llmd writes a value only when it differs from what the
     engine would do, or when that would not fit.
     """
     field = output.field
-    omitted_completion = endpoint is Endpoint.COMPLETIONS and output.omitted
-    engine_default = COMPLETIONS_DEFAULT_MAX_TOKENS if omitted_completion else None
+    engine_default = output.engine_default
     if engine_default is None and config.default_max_tokens:
         return ContextDecision(max_tokens=min(config.default_max_tokens, ceiling), field=field)
     if engine_default is None and config.max_tokens_limit:

@@ -21,7 +21,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 
@@ -34,7 +34,7 @@ from llmd.validation.conversation import (
     detect_content_format,
     parse_template,
 )
-from llmd.validation.fields import ChatPrompt, CompletionPrompt, Prompt
+from llmd.validation.fields import ChatPrompt, Counted, TextPrompt
 
 # apply_chat_template's own parameters: taken from the request's fields (or meaningless with
 # tokenize=False), never from its chat_template_kwargs.
@@ -45,6 +45,9 @@ _HF_PARAMS = frozenset(
         "return_tensors", "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs",
     }
 )  # fmt: skip
+
+
+T = TypeVar("T")
 
 
 class TokenizerUnavailable(Exception):
@@ -111,13 +114,13 @@ class LocalCounter:
         self._closed = True
         self._executor.shutdown(wait=False)
 
-    def can_count(self, prompt: Prompt) -> bool:
+    def can_count(self, prompt: Counted) -> bool:
         """Whether this counter renders `prompt` exactly as the engine does."""
-        if isinstance(prompt, CompletionPrompt):
+        if isinstance(prompt, TextPrompt):
             return True
         return prompt.local and self._template is not None
 
-    async def count(self, prompt: Prompt, limit: int | None = None) -> list[int]:
+    async def count(self, prompt: Counted, limit: int | None = None) -> list[int]:
         """Prompt tokens per sequence (one per completion prompt), on the tokenizer thread.
 
         A text longer than `limit` tokens could possibly be is not tokenized: it counts as
@@ -125,12 +128,9 @@ class LocalCounter:
         it the same way, `TokenizeParams._text_len_check`). Raises InvalidRequest (naming the
         field) when the chat template or the tokenizer refuses the input.
         """
-        if self._closed:
-            return await asyncio.to_thread(self.count_now, prompt, limit)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self.count_now, prompt, limit)
+        return await self._on_thread(lambda p: self.count_now(p, limit), prompt)
 
-    def count_inline(self, prompt: Prompt, limit: int | None = None) -> list[int] | None:
+    def count_inline(self, prompt: Counted, limit: int | None = None) -> list[int] | None:
         """Prompt tokens per sequence on the calling thread (the event loop's), or None, at
         once, when the tokenizer is in use on another thread (then count on it, `count`).
 
@@ -145,20 +145,64 @@ class LocalCounter:
         finally:
             self._lock.release()
 
-    def count_now(self, prompt: Prompt, limit: int | None = None) -> list[int]:
+    def count_now(self, prompt: Counted, limit: int | None = None) -> list[int]:
         """Prompt tokens per sequence, on the calling thread (blocking); see `count`."""
         with self._lock:
             return self._count(prompt, limit)
 
-    def _count(self, prompt: Prompt, limit: int | None) -> list[int]:
-        if isinstance(prompt, CompletionPrompt):
+    def _count(self, prompt: Counted, limit: int | None) -> list[int]:
+        if isinstance(prompt, TextPrompt):
             return [
                 len(p)
                 if isinstance(p, list)
-                else self._encode(p, prompt.add_special_tokens, limit, "prompt")
+                else self._encode(p, prompt.add_special_tokens, limit, prompt.param)
                 for p in prompt.prompts
             ]
         return [self._encode(self.render(prompt), prompt.add_special_tokens, limit, "messages")]
+
+    async def tokenize(self, prompt: Counted) -> list[int]:
+        """The token ids of `prompt`'s first text (a chat: its rendered template), as vLLM
+        0.32's /tokenize gives them, on the tokenizer thread. Raises InvalidRequest as
+        `count`."""
+        return await self._on_thread(self._ids, prompt)
+
+    async def detokenize(self, ids: list[int]) -> tuple[str, list[str]]:
+        """The text of `ids` (`tokenizer.decode`, special tokens kept: vLLM 0.32's
+        /detokenize, renderers/base.py `_detokenize_prompt`) and each id's token string
+        (`convert_ids_to_tokens`, its /tokenize's `token_strs`)."""
+        return await self._on_thread(self._decode, ids)
+
+    def _ids(self, prompt: Counted) -> list[int]:
+        with self._lock:
+            if isinstance(prompt, TextPrompt):
+                first = prompt.prompts[0]
+                text = first if isinstance(first, str) else None
+                if text is None:
+                    return list(first)  # type: ignore[arg-type]
+            else:
+                text = self.render(prompt)
+            try:
+                ids: list[int] = self._tokenizer(
+                    text, add_special_tokens=prompt.add_special_tokens
+                )["input_ids"]
+            except Exception as exc:
+                raise InvalidRequest(
+                    f"the tokenizer refused the {prompt.param}: {type(exc).__name__}: {exc}",
+                    param=prompt.param,
+                ) from exc
+            return ids
+
+    def _decode(self, ids: list[int]) -> tuple[str, list[str]]:
+        with self._lock:
+            text: str = self._tokenizer.decode(ids)
+            strs: list[str] = self._tokenizer.convert_ids_to_tokens(ids)
+            return text, strs
+
+    async def _on_thread(self, call: Callable[[Any], T], arg: Any) -> T:
+        """`call(arg)` on the tokenizer thread (a thread of its own once closed)."""
+        if self._closed:
+            return await asyncio.to_thread(call, arg)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call, arg)
 
     def render(self, prompt: ChatPrompt) -> str:
         """The chat template applied to `prompt`, as text (vLLM 0.32 `safe_apply_chat_template`).
@@ -205,8 +249,8 @@ class EngineCounter:
     def __init__(self, client: Callable[[], EngineClient]) -> None:
         self._client = client
 
-    async def count(self, prompt: Prompt, model: str | None) -> list[int]:
-        if isinstance(prompt, CompletionPrompt):
+    async def count(self, prompt: Counted, model: str | None) -> list[int]:
+        if isinstance(prompt, TextPrompt):
             counts = []
             for p in prompt.prompts:
                 if isinstance(p, list):

@@ -39,13 +39,7 @@ from llmd.validation.counter import (
     LocalCounter,
     TokenizerUnavailable,
 )
-from llmd.validation.fields import (
-    CompletionPrompt,
-    Endpoint,
-    Prompt,
-    RequestFields,
-    read_fields,
-)
+from llmd.validation.fields import Counted, Fields, PairPrompt, TextPrompt, as_counted
 from llmd.validation.turns import Turns
 
 log = structlog.get_logger("llmd.validation")
@@ -94,17 +88,16 @@ class ModelSource:
 @dataclasses.dataclass(frozen=True)
 class Validated:
     """A request that may go to the engine: `body` (the client's bytes unless llmd changed
-    them), `prompt_counts` (tokens of each prompt), the effective `max_tokens` (None: the
-    engine's default, which is the rest of the context when `rest_of_context`, else 16), `n`,
-    and headers for the client's response; `counted` False when nothing here could count the
-    prompts (then `prompt_counts` are zeros, one per prompt).
+    them), `prompt_counts` (tokens of each prompt or input), the effective `max_tokens`
+    (None: the engine's default, `OutputRequest.engine_default`), `n`, and headers for the
+    client's response; `counted` False when nothing here could count the prompts (then
+    `prompt_counts` are zeros, one per prompt).
     """
 
     body: bytes
     prompt_counts: tuple[int, ...]
     max_tokens: int | None
     n: int
-    rest_of_context: bool
     response_headers: list[tuple[bytes, bytes]]
     counted: bool = True
 
@@ -204,33 +197,27 @@ class Validator:
 
     async def check(
         self,
-        endpoint: Endpoint,
-        body: dict[str, Any],
+        fields: Fields,
+        payload: dict[str, Any],
         raw: bytes,
         headers: list[Any],
         rank: int = 0,
     ) -> Validated:
-        """Validate parsed `body` (bytes `raw`) sent with ASGI `headers`; its prompt is counted
-        in its class's turn (`rank`: 0 first). Raises ApiError."""
+        """Validate a request's `fields` (read from `payload`, its bytes `raw`, sent with ASGI
+        `headers`); its prompt is counted in its class's turn (`rank`: 0 first). A clamp or a
+        default max_tokens is written into `payload` and the bytes made again. Raises
+        ApiError."""
         policy = _policy(headers, self.config.context_policy)
-        fields = read_fields(endpoint, body)
         self._check_sizes(fields)
         max_model_len = self.engine.max_model_len
-        self._check_token_ids(fields.prompt)
+        prompt = as_counted(fields.prompt)
+        self._check_token_ids(prompt)
         short = len(raw) <= INLINE_COUNT_BYTES
-        counts = await self._count(fields.prompt, fields.model, max_model_len, rank, short)
+        counts = await self._count(prompt, fields.model, max_model_len, rank, short)
+        output = fields.output
         if not counts:  # nothing here can count them: the engine checks the context
-            uncounted = (0,) * _prompts(fields.prompt)
-            return Validated(
-                raw,
-                uncounted,
-                fields.output.max_tokens,
-                fields.output.n,
-                fields.output.max_tokens is None
-                and (endpoint is Endpoint.CHAT or not fields.output.omitted),
-                [],
-                counted=False,
-            )
+            uncounted = (0,) * _prompts(prompt)
+            return Validated(raw, uncounted, output.max_tokens, output.n, [], counted=False)
         if max_model_len is None:
             if not self._warned_no_limit:
                 log.warning("context_check_skipped", reason="max_model_len unknown")
@@ -238,26 +225,54 @@ class Validator:
             decision = ContextDecision()
         else:
             decision = check_context(
-                endpoint, counts, fields.output, max_model_len, self.config, policy,
-                fields.truncate_prompt_tokens, self.engine.api,
+                counts, output, max_model_len, self.config, policy,
+                fields.truncate_prompt_tokens, self.engine.api, prompt.param,
             )  # fmt: skip
         response_headers: list[tuple[bytes, bytes]] = []
-        max_tokens = fields.output.max_tokens
+        max_tokens = output.max_tokens
         if decision.max_tokens is not None:
-            body[decision.field] = max_tokens = decision.max_tokens
-            raw = json.dumps(body, separators=(",", ":")).encode()
+            payload[decision.field] = max_tokens = decision.max_tokens
+            raw = json.dumps(payload, separators=(",", ":")).encode()
         if decision.clamped_from is not None:
             response_headers.append(
                 (CLAMPED_HEADER, f"{decision.clamped_from}->{decision.max_tokens}".encode())
             )
-        rest_of_context = max_tokens is None and (
-            endpoint is Endpoint.CHAT or not fields.output.omitted
-        )
-        return Validated(
-            raw, tuple(counts), max_tokens, fields.output.n, rest_of_context, response_headers
-        )
+        return Validated(raw, tuple(counts), max_tokens, output.n, response_headers)
 
-    def _check_sizes(self, fields: RequestFields) -> None:
+    async def tokenize(self, fields: Fields, rank: int = 0) -> dict[str, Any] | None:
+        """vLLM 0.32's /tokenize answer (`count`, `max_model_len`, `tokens`, `token_strs`
+        when `return_token_strs`) from the local tokenizer, in the class's turn (`rank`); None
+        when the engine must answer (no local tokenizer, a prompt it does not render, the
+        context length not known yet). Raises InvalidRequest."""
+        local, prompt = self.local, as_counted(fields.prompt)
+        max_model_len = self.engine.max_model_len
+        if local is None or not local.can_count(prompt) or max_model_len is None:
+            return None
+        async with self.local_turns.turn(rank):
+            ids = await local.tokenize(prompt)
+            strs = (await local.detokenize(ids))[1] if fields.token_strs else None
+        return {
+            "count": len(ids),
+            "max_model_len": max_model_len,
+            "tokens": ids,
+            "token_strs": strs,
+        }
+
+    async def detokenize(self, fields: Fields, rank: int = 0) -> dict[str, Any] | None:
+        """vLLM 0.32's /detokenize answer (`prompt`: the text of the ids) from the local
+        tokenizer, in the class's turn; None when the engine must answer. Raises
+        InvalidRequest for an id past the vocabulary."""
+        local, prompt = self.local, as_counted(fields.prompt)
+        if local is None or not isinstance(prompt, TextPrompt):
+            return None
+        self._check_token_ids(prompt)
+        ids = prompt.prompts[0]
+        assert isinstance(ids, list)
+        async with self.local_turns.turn(rank):
+            text, _ = await local.detokenize(ids)
+        return {"prompt": text}
+
+    def _check_sizes(self, fields: Fields) -> None:
         """`n` and the number of prompts within this server's limits. Raises InvalidRequest."""
         n, limit = fields.output.n, self.config.max_n
         if limit and n > limit:
@@ -266,20 +281,29 @@ class Validator:
                 param="n",
             )
         prompt, limit = fields.prompt, self.config.max_prompts
-        if limit and isinstance(prompt, CompletionPrompt) and len(prompt.prompts) > limit:
+        count = len(prompt.pairs) if isinstance(prompt, PairPrompt) else len(fields.texts)
+        if limit and count > limit:
             raise InvalidRequest(
-                f"'prompt' holds {len(prompt.prompts)} prompts, over this server's limit of "
+                f"'{prompt.param}' holds {count} prompts, over this server's limit of "
                 f"{limit} per request",
-                param="prompt",
+                param=prompt.param,
             )
 
     async def _count(
-        self, prompt: Prompt, model: str | None, limit: int | None, rank: int, short: bool
+        self,
+        prompt: Counted,
+        model: str | None,
+        limit: int | None,
+        rank: int,
+        short: bool,
     ) -> list[int]:
         """Tokens per prompt, counted in turn: locally when the tokenizer renders it as the
         engine does (a `short` one at once on the loop when the tokenizer's turn is free), else
-        by a backend's /tokenize; none when nothing here can count them (the backend has no
-        /tokenize and no local tokenizer is loaded): then the engine checks the context."""
+        by a backend's /tokenize; none when nothing here can count them (inputs llmd does not
+        read, such as images; or the backend has no /tokenize and no local tokenizer is
+        loaded): then the engine checks the context."""
+        if isinstance(prompt, TextPrompt) and not prompt.local:
+            return []
         local = self.local
         if local is not None and local.can_count(prompt):
             if short and self.local_turns.busy == 0:  # nobody holds or waits for a turn
@@ -288,7 +312,7 @@ class Validator:
                     return counts
             async with self.local_turns.turn(rank):
                 return await local.count(prompt, limit)
-        ids_only = isinstance(prompt, CompletionPrompt) and all(
+        ids_only = isinstance(prompt, TextPrompt) and all(
             isinstance(p, list) for p in prompt.prompts
         )
         try:
@@ -302,13 +326,13 @@ class Validator:
                 self._warned_no_count = True
             return []
 
-    def _check_token_ids(self, prompt: Prompt) -> None:
+    def _check_token_ids(self, prompt: Counted) -> None:
         """Token ids past the vocabulary: 400, as vLLM 0.32 answers (`renderers/base.py`)."""
-        if self.local is None or not isinstance(prompt, CompletionPrompt):
+        if self.local is None or not isinstance(prompt, TextPrompt):
             return
         for p in prompt.prompts:
-            if isinstance(p, list) and max(p) > self.local.max_token_id:
-                raise InvalidRequest(f"Token id {max(p)} is out of vocabulary", param="prompt")
+            if isinstance(p, list) and p and max(p) > self.local.max_token_id:
+                raise InvalidRequest(f"Token id {max(p)} is out of vocabulary", param=prompt.param)
 
 
 def _policy(headers: list[Any], default: Policy) -> Policy:
@@ -355,6 +379,6 @@ async def _on_daemon_thread(call: Callable[[str], T], arg: str) -> T:
     return await done
 
 
-def _prompts(prompt: Prompt) -> int:
+def _prompts(prompt: Counted) -> int:
     """How many prompts the request holds (chat: one)."""
-    return len(prompt.prompts) if isinstance(prompt, CompletionPrompt) else 1
+    return len(prompt.prompts) if isinstance(prompt, TextPrompt) else 1

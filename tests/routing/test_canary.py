@@ -5,8 +5,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from llmd.endpoints.openai import read_chat, read_completions
 from llmd.routing.canary import canary_point, conversation_key, goes_to_canary
-from llmd.validation.fields import Endpoint, read_fields
+from llmd.routing.prefix import PREFIX_CHARS
 
 
 @given(st.text(), st.text(), st.floats(0, 100), st.floats(0, 100))
@@ -34,7 +35,7 @@ def test_the_tenant_is_part_of_the_point() -> None:
 
 def chat(*messages: tuple[str, str]) -> str:
     body = {"messages": [{"role": r, "content": c} for r, c in messages]}
-    return conversation_key(read_fields(Endpoint.CHAT, body).prompt)
+    return conversation_key(read_chat(body).prompt)
 
 
 def test_later_turns_of_a_conversation_keep_its_key() -> None:
@@ -52,7 +53,7 @@ def test_later_turns_of_a_conversation_keep_its_key() -> None:
 
 def test_a_completion_is_keyed_by_the_start_of_its_prompt() -> None:
     """Completions: the first prompt's first characters; token-id prompts too."""
-    text = read_fields(Endpoint.COMPLETIONS, {"prompt": "x" * 5000}).prompt
-    assert conversation_key(text) == "x" * 2048
-    ids = read_fields(Endpoint.COMPLETIONS, {"prompt": [1, 2, 3]}).prompt
+    text = read_completions({"prompt": "x" * 5000}).prompt
+    assert conversation_key(text) == "x" * PREFIX_CHARS  # the prefix key's length, one fact
+    ids = read_completions({"prompt": [1, 2, 3]}).prompt
     assert conversation_key(ids) == "[1, 2, 3]"

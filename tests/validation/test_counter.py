@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from llmd.endpoints.openai import read_chat, read_completions
 from llmd.engine.client import EngineClient
 from llmd.errors import InvalidRequest
 from llmd.validation.context import AtLeast
@@ -23,17 +24,17 @@ from llmd.validation.counter import (
     LocalCounter,
     TokenizerUnavailable,
 )
-from llmd.validation.fields import Endpoint, Prompt, read_fields
+from llmd.validation.fields import Counted as Prompt
 from tests.support.log_capture import Captured
 from tests.validation.conftest import tokenizer_threads
 
 
 def chat(messages: list[dict[str, Any]], **extra: Any) -> Prompt:
-    return read_fields(Endpoint.CHAT, {"messages": messages, **extra}).prompt
+    return read_chat({"messages": messages, **extra}).prompt
 
 
 def completion(prompt: Any, **extra: Any) -> Prompt:
-    return read_fields(Endpoint.COMPLETIONS, {"prompt": prompt, **extra}).prompt
+    return read_completions({"prompt": prompt, **extra}).prompt
 
 
 def test_chat_count_is_the_rendered_template_tokenized(counter: LocalCounter) -> None:
@@ -295,9 +296,9 @@ def in_a_fresh_python(script: str, tokenizer_dir: Path) -> subprocess.CompletedP
 _LOAD_IN_A_FRESH_PYTHON = """
 import json, sys
 from llmd.validation.counter import LocalCounter
-from llmd.validation.fields import Endpoint, read_fields
+from llmd.endpoints.openai import read_chat, read_completions
 counter = LocalCounter.load(sys.argv[1])
-prompt = read_fields(Endpoint.CHAT, {"messages": [{"role": "user", "content": "Hello"}]}).prompt
+prompt = read_chat({"messages": [{"role": "user", "content": "Hello"}]}).prompt
 count = counter.count_now(prompt)
 torch_hidden = "torch" not in sys.modules
 try:

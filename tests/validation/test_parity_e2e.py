@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
+from llmd.endpoints.openai import read_chat, read_completions
 from llmd.validation.counter import LocalCounter
-from llmd.validation.fields import Endpoint, read_fields
 from tests.support.fake_engine import ProxyStack
 from tests.support.model import ensure_tiny_model
 from tests.support.vllm_engine import Engine
@@ -129,7 +129,7 @@ def test_chat_counts_equal_the_engine_tokenize(engine: httpx.Client, counter: Lo
     """Every chat body: llmd's local count == the engine's /tokenize count (100%)."""
     mismatches = []
     for body in chat_corpus():
-        prompt = read_fields(Endpoint.CHAT, body).prompt
+        prompt = read_chat(body).prompt
         assert counter.can_count(prompt)
         ours = counter.count_now(prompt)[0]
         answer = engine.post("/tokenize", json={"model": "tiny", **body})
@@ -144,7 +144,7 @@ def test_completion_counts_equal_the_engine_tokenize(
 ) -> None:
     """Every completions string: llmd's local count == the engine's /tokenize count."""
     for body in completion_corpus():
-        ours = counter.count_now(read_fields(Endpoint.COMPLETIONS, body).prompt)
+        ours = counter.count_now(read_completions(body).prompt)
         answer = engine.post("/tokenize", json={"model": "tiny", **body})
         assert [answer.json()["count"]] == ours, body
 
@@ -159,7 +159,7 @@ def test_multi_prompt_and_token_id_counts_equal_the_engine_usage(
         [[5, 6, 7], [8] * 40, list(range(4, 200))],
     ]
     for prompt in cases:
-        ours = counter.count_now(read_fields(Endpoint.COMPLETIONS, {"prompt": prompt}).prompt)
+        ours = counter.count_now(read_completions({"prompt": prompt}).prompt)
         answer = engine.post(
             "/v1/completions", json={"model": "tiny", "prompt": prompt, "max_tokens": 1}
         )
@@ -268,7 +268,7 @@ def test_engine_fallback_counts_like_local(engine_socket: Path) -> None:
         async with client.open():
             remote = EngineCounter(lambda: client)
             for body in chat_corpus()[:40]:
-                prompt = read_fields(Endpoint.CHAT, body).prompt
+                prompt = read_chat(body).prompt
                 assert await remote.count(prompt, "tiny") == local.count_now(prompt), json.dumps(
                     body
                 )

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from llmd.config import Config, EngineConfig
+from llmd.endpoints.openai import read_completions
 from llmd.supervisor.state import EngineState
 from llmd.validation.counter import LocalCounter
-from llmd.validation.fields import Endpoint, Prompt, read_fields
+from llmd.validation.fields import Counted as Prompt
 from llmd.validation.validator import INLINE_COUNT_BYTES, Validator, _on_daemon_thread
 from tests.validation.conftest import tokenizer_threads
 
@@ -66,7 +67,7 @@ def validator(
 async def check(validator: Validator, prompt: str, rank: int = 0) -> tuple[int, ...]:
     body = {"model": "tiny", "prompt": prompt, "max_tokens": 1}
     raw = json.dumps(body).encode()
-    valid = await validator.check(Endpoint.COMPLETIONS, body, raw, [], rank)
+    valid = await validator.check(read_completions(body), body, raw, [], rank)
     return valid.prompt_counts
 
 
@@ -99,4 +100,4 @@ async def test_a_short_prompt_waits_its_turn_while_the_tokenizer_thread_is_taken
 
 
 def completion_of(text: str) -> Prompt:
-    return read_fields(Endpoint.COMPLETIONS, {"prompt": text}).prompt
+    return read_completions({"prompt": text}).prompt

@@ -1,4 +1,5 @@
-"""The fields llmd reads: types, empty or missing prompts, and what is counted locally."""
+"""The OpenAI readers: the fields llmd reads of each endpoint's body (types, empty or missing
+prompts, what is counted locally, pairs, outputs) into one Fields record."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from llmd.endpoints.openai import read_chat, read_completions
 from llmd.errors import InvalidRequest
-from llmd.validation.fields import ChatPrompt, CompletionPrompt, Endpoint, read_fields
+from llmd.validation.fields import ChatPrompt, TextPrompt
 
 USER = [{"role": "user", "content": "hi"}]
 
@@ -62,7 +64,7 @@ BAD_COMPLETIONS: list[tuple[dict[str, Any], str]] = [
 def test_bad_chat_fields_are_400_with_param(body: dict[str, Any], param: str) -> None:
     """A chat body with a wrong type or an empty or missing field is refused, naming it."""
     with pytest.raises(InvalidRequest) as caught:
-        read_fields(Endpoint.CHAT, body)
+        read_chat(body)
     assert caught.value.param == param
     assert caught.value.status == 400
 
@@ -71,7 +73,7 @@ def test_bad_chat_fields_are_400_with_param(body: dict[str, Any], param: str) ->
 def test_bad_completions_fields_are_400_with_param(body: dict[str, Any], param: str) -> None:
     """A completions body with a wrong type or an empty or missing prompt is refused."""
     with pytest.raises(InvalidRequest) as caught:
-        read_fields(Endpoint.COMPLETIONS, body)
+        read_completions(body)
     assert caught.value.param == param
 
 
@@ -85,36 +87,34 @@ def test_completion_prompt_shapes() -> None:
     }
     bodies = {"a": "a", '["a", ""]': ["a", ""], "[1, 2]": [1, 2], "[[1], [2, 3]]": [[1], [2, 3]]}
     for key, prompt in bodies.items():
-        fields = read_fields(Endpoint.COMPLETIONS, {"prompt": prompt})
-        assert isinstance(fields.prompt, CompletionPrompt)
+        fields = read_completions({"prompt": prompt})
+        assert isinstance(fields.prompt, TextPrompt)
         assert fields.prompt.prompts == shapes[key]
         assert fields.prompt.add_special_tokens is True
 
 
 def test_max_completion_tokens_wins_over_max_tokens() -> None:
     """As in vLLM 0.32, max_completion_tokens is the budget when both are given."""
-    fields = read_fields(
-        Endpoint.CHAT, {"messages": USER, "max_tokens": 50, "max_completion_tokens": 7}
-    )
+    fields = read_chat({"messages": USER, "max_tokens": 50, "max_completion_tokens": 7})
     assert (fields.output.max_tokens, fields.output.field) == (7, "max_completion_tokens")
 
 
 def test_null_max_tokens_and_n_mean_omitted() -> None:
     """`null` max_tokens is the same as omitting it; `null` n is 1."""
-    fields = read_fields(Endpoint.CHAT, {"messages": USER, "max_tokens": None, "n": None})
+    fields = read_chat({"messages": USER, "max_tokens": None, "n": None})
     assert (fields.output.max_tokens, fields.output.n) == (None, 1)
 
 
 def test_echo_allows_zero_max_tokens_for_completions() -> None:
     """vLLM accepts max_tokens=0 for completions that echo the prompt, so llmd does too."""
-    fields = read_fields(Endpoint.COMPLETIONS, {"prompt": "a", "echo": True, "max_tokens": 0})
+    fields = read_completions({"prompt": "a", "echo": True, "max_tokens": 0})
     assert fields.output.max_tokens == 0
 
 
 def test_missing_content_and_assistant_null_content_are_accepted() -> None:
     """A message without content, and an assistant message with null content, are valid."""
     body = {"messages": [{"role": "user"}, {"role": "assistant", "content": None}]}
-    assert isinstance(read_fields(Endpoint.CHAT, body).prompt, ChatPrompt)
+    assert isinstance(read_chat(body).prompt, ChatPrompt)
 
 
 @pytest.mark.parametrize(
@@ -130,7 +130,7 @@ def test_missing_content_and_assistant_null_content_are_accepted() -> None:
 )
 def test_what_llmd_does_not_render_is_counted_by_the_engine(body: dict[str, Any]) -> None:
     """Tools, request templates, non-text parts and tool calls are not rendered locally."""
-    prompt = read_fields(Endpoint.CHAT, body).prompt
+    prompt = read_chat(body).prompt
     assert isinstance(prompt, ChatPrompt)
     assert not prompt.local
 
@@ -140,12 +140,12 @@ def test_an_unknown_content_part_type_is_one_sentence_listing_the_types() -> Non
     it takes (the engine's /tokenize answered an 8-error pydantic dump)."""
     part = {"type": "nope", "x": 1}
     with pytest.raises(InvalidRequest) as caught:
-        read_fields(Endpoint.CHAT, {"messages": [{"role": "user", "content": ["a", part]}]})
+        read_chat({"messages": [{"role": "user", "content": ["a", part]}]})
     message = caught.value.message
     assert caught.value.param == "messages"
     assert message.startswith("messages[0].content[0] must be an object")  # "a": not a part
     with pytest.raises(InvalidRequest) as caught:
-        read_fields(Endpoint.CHAT, {"messages": [{"role": "user", "content": [part]}]})
+        read_chat({"messages": [{"role": "user", "content": [part]}]})
     message = caught.value.message
     assert message.startswith("messages[0].content[0].type must be one of text, input_text,")
     assert "image_url" in message and message.endswith("; got 'nope'")
@@ -153,5 +153,5 @@ def test_an_unknown_content_part_type_is_one_sentence_listing_the_types() -> Non
 
 def test_unknown_fields_are_ignored() -> None:
     """Fields llmd does not read are not checked (they pass through to the engine)."""
-    fields = read_fields(Endpoint.CHAT, {"messages": USER, "temperature": "hot", "x": [1]})
+    fields = read_chat({"messages": USER, "temperature": "hot", "x": [1]})
     assert isinstance(fields.prompt, ChatPrompt) and fields.prompt.local

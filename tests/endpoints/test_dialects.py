@@ -3,8 +3,8 @@ finish reason, from the bytes."""
 
 from __future__ import annotations
 
+from llmd.endpoints.dialects import read_openai_chunk
 from llmd.inflight import Exchange
-from llmd.proxy.dialects import read_openai_chunk
 
 
 def test_streamed_chunks_count_tokens_and_usage_replaces_the_estimate() -> None:

@@ -1,13 +1,16 @@
 """What a protocol's answers tell llmd as they pass: the first byte, output tokens, whether
 there was text, and the finish reason, read from the bytes without decoding each event.
 
-    OpenAI  chat and completions, streamed (`data: {...}` events) or whole
+    OPENAI  chat, completions (streamed: `data: {...}` events, or whole), and the JSON answers
+            of vLLM's pooling, scoring and tokenizer routes (their usage counts no output)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
+from collections.abc import Callable
 
 from llmd.inflight import Exchange
 
@@ -55,3 +58,15 @@ def read_openai_chunk(exchange: Exchange, chunk: bytes) -> None:
             return
     if exchange.stream:
         exchange.output_tokens += chunk.count(b"data: {") - chunk.count(b'"role":"assistant"')
+
+
+@dataclasses.dataclass(frozen=True)
+class Dialect:
+    """A protocol as the relay reads it: `name`, and `read_chunk(exchange, chunk)` for each
+    body chunk sent to the client."""
+
+    name: str
+    read_chunk: Callable[[Exchange, bytes], None]
+
+
+OPENAI = Dialect("openai", read_openai_chunk)

@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
+from llmd.endpoints.openai import read_chat
+from llmd.endpoints.tools import check_tools
 from llmd.errors import InvalidRequest
-from llmd.validation.fields import ChatPrompt, Endpoint, read_fields
-from llmd.validation.tools import check_tools
+from llmd.validation.fields import ChatPrompt
 
 USER = [{"role": "user", "content": "hi"}]
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
@@ -49,7 +50,7 @@ def test_a_bad_tools_field_is_a_400_naming_it(
     """Each wrong shape of `tools` / `tool_choice` is a 400 with that param and a sentence
     naming the item, before anything is counted."""
     with pytest.raises(InvalidRequest) as caught:
-        read_fields(Endpoint.CHAT, {"messages": USER, **extra})
+        read_chat({"messages": USER, **extra})
     assert caught.value.param == param
     assert words in caught.value.message
 
@@ -68,4 +69,4 @@ def test_a_bad_tools_field_is_a_400_naming_it(
 def test_what_vllm_accepts_passes(extra: dict[str, Any]) -> None:
     """The shapes vLLM 0.32's ChatCompletionRequest takes are not refused."""
     check_tools({"messages": USER, **extra})
-    assert isinstance(read_fields(Endpoint.CHAT, {"messages": USER, **extra}).prompt, ChatPrompt)
+    assert isinstance(read_chat({"messages": USER, **extra}).prompt, ChatPrompt)

@@ -1,0 +1,132 @@
+"""The endpoint table: every path llmd answers for a backend, one `Endpoint` entry each, and
+the only list of those paths (`ENDPOINTS`). The relay (llmd/proxy/relay.py) runs the same
+named stages for each, reading the entry: how the body is read, whether prompt lengths are
+checked here, what a request costs, which engine kinds serve it, how its answer is read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable
+from typing import Any
+
+from llmd.admission.cost import Cost, pair_cost, pooling_cost, request_cost
+from llmd.endpoints import openai
+from llmd.endpoints.dialects import OPENAI, Dialect
+from llmd.engine.runner import EngineKind
+from llmd.validation.fields import Fields, PairPrompt
+from llmd.validation.validator import Validated
+
+
+class BodyKind(enum.Enum):
+    """JSON: one object; MULTIPART: a `multipart/form-data` upload (audio)."""
+
+    JSON = "json"
+    MULTIPART = "multipart"
+
+
+class Answer(enum.Enum):
+    """Who answers: a backend (RELAY), or llmd's own tokenizer when it has the model's
+    (TOKENIZE, DETOKENIZE: they then cost the engine nothing; else relayed)."""
+
+    RELAY = "relay"
+    TOKENIZE = "tokenize"
+    DETOKENIZE = "detokenize"
+
+
+Cost_ = Callable[[Fields, Validated, int | None], Cost]
+
+
+def generation(fields: Fields, valid: Validated, max_model_len: int | None) -> Cost:
+    """Chat and completions: `n` sequences per prompt, each its prompt plus its output."""
+    return request_cost(
+        valid.prompt_counts,
+        valid.max_tokens,
+        fields.output.n,
+        rest_of_context=fields.output.rest_of_context,
+        max_model_len=max_model_len,
+    )
+
+
+def pooling(fields: Fields, valid: Validated, max_model_len: int | None) -> Cost:
+    """Embeddings, pooling, classify: one sequence per input, its prompt only."""
+    return pooling_cost(valid.prompt_counts)
+
+
+def pairs(fields: Fields, valid: Validated, max_model_len: int | None) -> Cost:
+    """Score and rerank: one sequence per pair (query x documents), both texts' tokens."""
+    prompt = fields.prompt
+    assert isinstance(prompt, PairPrompt)
+    return pair_cost(valid.prompt_counts, prompt.pairs)
+
+
+def one_seat(fields: Fields, valid: Validated, max_model_len: int | None) -> Cost:
+    """A tokenizer request sent to a backend: one seat for a moment, its prompt's tokens."""
+    return pooling_cost(valid.prompt_counts[:1] or (1,))
+
+
+GENERATE = frozenset({EngineKind.GENERATE})
+POOL = frozenset({EngineKind.POOLING})
+ANY = frozenset(EngineKind)
+
+
+@dataclasses.dataclass(frozen=True)
+class Endpoint:
+    """One API endpoint.
+
+    `name` labels its metrics and log lines (bounded: the table's names); `read` checks the
+    body's fields into a `Fields` record (raises InvalidRequest); `validate` counts prompt
+    tokens and checks them against the context here (False: the engine does); `cost` prices
+    a request for admission; `engine_kinds` are the engines that serve it (an upstream is
+    assumed to serve every endpoint); `dialect` reads its answers.
+    """
+
+    name: str
+    paths: tuple[str, ...]
+    read: Callable[[dict[str, Any]], Fields]
+    cost: Cost_
+    engine_kinds: frozenset[EngineKind]
+    validate: bool = True
+    body: BodyKind = BodyKind.JSON
+    answer: Answer = Answer.RELAY
+    dialect: Dialect = OPENAI
+    streams: bool = False  # a `stream` field may ask for server-sent events
+
+    def __str__(self) -> str:
+        return self.name
+
+
+ENDPOINTS: tuple[Endpoint, ...] = (
+    Endpoint(
+        "chat", ("/v1/chat/completions",), openai.read_chat, generation, GENERATE, streams=True
+    ),
+    Endpoint(
+        "completions", ("/v1/completions",), openai.read_completions, generation, GENERATE,
+        streams=True,
+    ),
+    Endpoint("embeddings", ("/v1/embeddings",), openai.read_embeddings, pooling, POOL),
+    Endpoint("pooling", ("/pooling",), openai.read_embeddings, pooling, POOL),
+    Endpoint("classify", ("/classify",), openai.read_embeddings, pooling, POOL),
+    Endpoint("embed_v2", ("/v2/embed",), openai.read_cohere_embed, pooling, POOL),
+    Endpoint("score", ("/score", "/v1/score"), openai.read_score, pairs, POOL),
+    Endpoint("rerank", ("/rerank", "/v1/rerank", "/v2/rerank"), openai.read_rerank, pairs, POOL),
+    Endpoint(
+        "tokenize", ("/tokenize",), openai.read_tokenize, one_seat, ANY, validate=False,
+        answer=Answer.TOKENIZE,
+    ),
+    Endpoint(
+        "detokenize", ("/detokenize",), openai.read_detokenize, one_seat, ANY, validate=False,
+        answer=Answer.DETOKENIZE,
+    ),
+)  # fmt: skip
+
+
+def by_path() -> dict[str, Endpoint]:
+    """Every endpoint by each of its paths."""
+    return {path: endpoint for endpoint in ENDPOINTS for path in endpoint.paths}
+
+
+def serving(endpoint: Endpoint, kinds: frozenset[EngineKind] | None) -> bool:
+    """Whether backends of `kinds` serve `endpoint` (None: unknown, an upstream: yes)."""
+    return kinds is None or bool(kinds & endpoint.engine_kinds)
