@@ -1,11 +1,12 @@
 """The strict TOML binder: a TOML table in, a frozen dataclass out, or a ConfigError naming the key.
 
-A leaf module (it imports only the error tree), so the config and the files it names (the tenants
-file) bind their tables the same way without importing each other. Values that may be secrets (a
-field marked `metadata={"secret": True}`, or a whole table bound with `secret=True`) are never
-echoed in an error: the error names the key, and `at_line` adds the line of the file. No
-error echoes the value of a key the binder does not know (a mistyped `env` may hold one). Numbers
-are finite; a duration (a key ending in `_s` or `_ms`) is at most `MAX_DURATION_S`.
+- A leaf module (it imports only the error tree), so the config and the files it names (the
+  tenants file) bind their tables the same way without importing each other.
+- Values that may be secrets (a field marked `metadata={"secret": True}`, or a whole table bound
+  with `secret=True`) are never echoed in an error: the error names the key, and `at_line` adds
+  the line of the file. No error echoes the value of a key the binder does not know (a
+  mistyped `env` may hold one).
+- Numbers are finite; a duration (a key ending in `_s` or `_ms`) is at most `MAX_DURATION_S`.
 """
 
 from __future__ import annotations

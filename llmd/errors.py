@@ -95,17 +95,13 @@ class ApiError(LlmdError):
     `message` and `param` often quote what a client sent; text no UTF-8 encoder takes (a lone
     UTF-16 surrogate from a JSON escape) is kept escaped (`\\udc00`), so every error body is
     strict JSON (RFC 8259 §8.2) and every log line writes.
-
-    Attributes: `status` (HTTP status), `code` (stable machine-readable reason, DESIGN.md table;
-    also the label metrics, status counts and log lines carry: `reason`), `type` (OpenAI error
-    type), `param` (offending request field or None), `retry_after_s`
-    (seconds, sent as `Retry-After` rounded up; required for 429 and 503), `extra_headers`
-    (more response headers the status calls for, e.g. `Allow` on a 405).
     """
 
-    status = 500
+    status = 500  # the HTTP status
+    # Stable machine-readable reason (DESIGN.md table); also the label metrics, status counts and
+    # log lines carry (`reason`).
     code = "internal_error"
-    type = "server_error"
+    type = "server_error"  # the OpenAI error type
     # `x-should-retry`: what the openai clients obey over their own retry rule (openai-python
     # `_base_client._should_retry`: "true" retries, "false" never; else 408, 409, 429, 5xx
     # retry). None: no header, the client's rule applies.
@@ -117,8 +113,10 @@ class ApiError(LlmdError):
         message = encodable(message)
         super().__init__(message)
         self.message = message
-        self.param = encodable(param) if param is not None else None
+        self.param = encodable(param) if param is not None else None  # offending request field
+        # Seconds, sent as `Retry-After` rounded up; required for 429 and 503.
         self.retry_after_s = retry_after_s
+        # More response headers the status calls for, e.g. `Allow` on a 405.
         self.extra_headers: list[tuple[bytes, bytes]] = []
 
     @property

@@ -1,11 +1,14 @@
 """Recent events: a small bounded list of the notable log events, for the Status snapshot.
+`llmd-top` shows it; `GET /status` serves it as `events`.
 
 A structlog processor placed after the rate limiter keeps the last `capacity` events an operator
-wants to see at a glance: every warning and error (engine exits and restarts, suppressed-line
-summaries, drain deadlines, operator cancels), plus a few info events (the engine started or
-became ready, drains, reloads) and requests refused or failed. A storm of one event is already
-collapsed by the limiter into its "suppressed N similar" line, so the list is never flooded by one
-key. `llmd-top` shows it; `GET /status` serves it as `events`.
+wants to see at a glance:
+- every warning and error (engine exits and restarts, suppressed-line summaries, drain
+  deadlines, operator cancels);
+- a few info events (the engine started or became ready, drains, reloads);
+- requests refused or failed.
+A storm of one event is already collapsed by the limiter into its "suppressed N similar" line,
+so the list is never flooded by one key.
 """
 
 from __future__ import annotations

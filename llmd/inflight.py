@@ -16,56 +16,48 @@ from llmd.telemetry.metrics import RequestPhase
 
 @dataclasses.dataclass(eq=False)
 class Exchange:
-    """One client request relayed to the engine.
+    """One client request relayed to the engine, and its record for telemetry.
 
-    `task` does the upstream work; `abort_error` is set (before cancelling `task`) when llmd,
-    not the client, ends the request, so the client gets that error rather than silence.
-    `response_started` tells whether the error must go in-band.
-
-    The rest is the request's record for telemetry (times are `time.monotonic()` seconds):
-    `started_at` (the request arrived; the exchange is made once its body is read),
-    `queued_at` (validated, it joined admission's queue; None before), `admitted_at`
-    (released to a backend; None while validated or queued), `first_byte_at` (the first
-    body chunk to the client: time to first token), `ended_at`; `tenant` and
-    `request_class` (admission fills them), `model` (the pool it asked for) and `backend`
-    (where it runs; None while queued), `prompt_tokens` (from validation),
-    `output_tokens` (so far: the usage figure when the engine sends one, else one per streamed
-    event), the response `status`, `error_code` when llmd answered an error, `rejected` when
-    that error came before the request reached the engine (validation, admission: a
-    rejection, not a failure), `finish_reason` (the engine's, from the answer: `length` when
-    any choice was cut off by max_tokens or the context; None: none seen), `has_text` (the
-    answer carried some output text), `conversation` (its canary key, set while a canary
-    splits its pool: llmd/routing/canary.py), `client_gone` when the client left first, and
-    `answered` once the client has its whole answer (a stream's `data: [DONE]` went out:
-    leaving after that is no cancellation). `send_since` is when a send to the client began
-    that has not returned yet: a client that stopped reading (llmd/proxy/stalls.py ends
-    those).
+    Times are `time.monotonic()` seconds; a field's note sits beside it.
     """
 
     request_id: str
     stream: bool
+    # The request arrived; the exchange is made once its body is read.
     started_at: float = dataclasses.field(default_factory=time.monotonic)
-    queued_at: float | None = None
-    task: asyncio.Task[None] | None = None
-    response_started: bool = False
+    queued_at: float | None = None  # validated, it joined admission's queue; None before
+    task: asyncio.Task[None] | None = None  # does the upstream work
+    response_started: bool = False  # whether an error must go in-band
+    # Set (before cancelling `task`) when llmd, not the client, ends the request, so the client
+    # gets that error rather than silence.
     abort_error: ApiError | None = None
-    tenant: str = ANONYMOUS
-    request_class: str = Priority.NORMAL.label
-    prompt_tokens: int | None = None
-    admitted_at: float | None = None
-    first_byte_at: float | None = None
+    tenant: str = ANONYMOUS  # admission fills it
+    request_class: str = Priority.NORMAL.label  # admission fills it
+    prompt_tokens: int | None = None  # from validation
+    admitted_at: float | None = None  # released to a backend; None while validated or queued
+    first_byte_at: float | None = None  # the first body chunk to the client: time to first token
     ended_at: float | None = None
+    # So far: the usage figure when the engine sends one, else one per streamed event.
     output_tokens: int = 0
-    status: int | None = None
-    error_code: str | None = None
+    status: int | None = None  # the response's
+    error_code: str | None = None  # when llmd answered an error
+    # That error came before the request reached the engine (validation, admission): a
+    # rejection, not a failure.
     rejected: bool = False
-    client_gone: bool = False
+    client_gone: bool = False  # the client left first
+    # The client has its whole answer (a stream's `data: [DONE]` went out): leaving after that
+    # is no cancellation.
     answered: bool = False
+    # When a send to the client began that has not returned yet: a client that stopped reading
+    # (llmd/proxy/stalls.py ends those).
     send_since: float | None = None
-    model: str | None = None
-    backend: str | None = None
+    model: str | None = None  # the pool it asked for
+    backend: str | None = None  # where it runs; None while queued
+    # The engine's, from the answer: `length` when any choice was cut off by max_tokens or the
+    # context; None: none seen.
     finish_reason: str | None = None
-    has_text: bool = False
+    has_text: bool = False  # the answer carried some output text
+    # Its canary key, set while a canary splits its pool (llmd/routing/canary.py).
     conversation: str | None = None
     endpoint: str = "chat"  # its entry's name in the endpoint table (llmd/endpoints/table.py)
     path: str = "/v1/chat/completions"  # the path it asked for (sent to the backend as it is)

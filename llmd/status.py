@@ -24,17 +24,11 @@ MAX_SEQUENCES = 1000
 
 @dataclasses.dataclass(frozen=True)
 class EngineStatus:
-    """One backend: phase, pid, model, version, uptime (s), restarts, last exit (kind and
-    detail), exits by reason, its own running/waiting gauges (`metrics_age_s`: how old they
-    are), and the diagnosis of its last boot or exit (findings: check, severity, message, hint,
-    evidence). Then which backend: `name`, `kind` (`engine` llmd supervises, `upstream` it
-    does not), its `gpus`, the release it runs (`release`: null when it runs no recorded
-    release; `release_note`: why, when llmd chose it at start-up from the state directory's
-    deploy history, else null), its KV usage (0..1) and capacity (tokens) from its metrics,
-    llmd's requests there (`in_flight`), whether an operator drained it, and for an upstream
-    its `url` and circuit `breaker` state (closed, open, half_open). An upstream's `state` is
-    serving, unreachable (breaker open), probing (half open) or unknown (no answer yet)."""
+    """One backend (an engine llmd supervises or an upstream it does not): its process, its
+    gauges, its diagnosis and where it stands in the fleet."""
 
+    # An engine's phase; an upstream's: serving, unreachable (breaker open), probing (half
+    # open) or unknown (no answer yet).
     state: str
     pid: int | None
     model: str
@@ -42,24 +36,28 @@ class EngineStatus:
     max_model_len: int | None
     uptime_s: float | None
     restarts: int
-    last_exit_reason: str | None
+    last_exit_reason: str | None  # its kind
     last_exit_detail: str | None
     exits_by_reason: dict[str, int] = dataclasses.field(default_factory=dict)
-    running: int | None = None
+    running: int | None = None  # its own gauges
     waiting: int | None = None
-    metrics_age_s: float | None = None
+    metrics_age_s: float | None = None  # how old those gauges are
+    # The diagnosis of its last boot or exit (findings: check, severity, message, hint,
+    # evidence).
     diagnosis: tuple[dict[str, str], ...] = ()
     name: str = "main"
-    kind: str = "engine"
+    kind: str = "engine"  # `engine` llmd supervises, `upstream` it does not
     gpus: tuple[str, ...] = ()
-    release: str | None = None
+    release: str | None = None  # the release it runs; null when it runs no recorded release
+    # Why, when llmd chose the release at start-up from the state directory's deploy history;
+    # else null.
     release_note: str | None = None
-    kv_usage: float | None = None
-    kv_capacity_tokens: int | None = None
-    in_flight: int = 0
-    draining: bool = False
-    url: str | None = None
-    breaker: str | None = None
+    kv_usage: float | None = None  # 0..1, from its metrics
+    kv_capacity_tokens: int | None = None  # from its metrics
+    in_flight: int = 0  # llmd's requests there
+    draining: bool = False  # an operator drained it
+    url: str | None = None  # an upstream's
+    breaker: str | None = None  # an upstream's circuit breaker: closed, open, half_open
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,22 +202,14 @@ class GuardStatus:
 
 @dataclasses.dataclass(frozen=True)
 class Status:
-    """Everything an operator sees at a glance; `taken_at` and `started_at` (when this llmd
-    process started: a new value means the daemon restarted) are Unix time (s); `in_flight`
-    counts the requests relayed to a backend now, `queued` those waiting in llmd (being
-    validated or in admission's queue); `events` are the recent notable log events, oldest
-    first (llmd.events). `engines` has one entry per backend (engines, then
-    upstreams, config order) and `models` one per served model; `deploys` one per deploy in
-    progress or ended since llmd started, the latest per engine (llmd/releases/deploy_events.py
-    `DeployState.as_snapshot`: deploy, engine, strategy, old, new, phase, step, steps, share,
-    verdict, reason); `engine` and `kv_cache` are
-    the `main` engine's (or the first backend's)."""
+    """Everything an operator sees at a glance. Times `taken_at` and `started_at` are Unix
+    time (s); `engine` and `kv_cache` are the `main` engine's (or the first backend's)."""
 
     llmd_version: str
     taken_at: float
     listen: str
     draining: bool
-    in_flight: int
+    in_flight: int  # requests relayed to a backend now
     engine: EngineStatus
     kv_cache: KvCacheStatus = KvCacheStatus()
     gpus: GpuStatus = GpuStatus()
@@ -229,12 +219,15 @@ class Status:
     latency: LatencyWindows | None = None
     throughput: ThroughputStatus | None = None
     counts: CountsStatus | None = None
-    started_at: float | None = None
-    events: tuple[Event, ...] = ()
-    queued: int = 0
-    engines: tuple[EngineStatus, ...] = ()
-    models: tuple[ModelStatus, ...] = ()
+    started_at: float | None = None  # when this llmd process started: new means it restarted
+    events: tuple[Event, ...] = ()  # the recent notable log events, oldest first (llmd.events)
+    queued: int = 0  # requests waiting in llmd (being validated or in admission's queue)
+    engines: tuple[EngineStatus, ...] = ()  # one per backend: engines, then upstreams, config order
+    models: tuple[ModelStatus, ...] = ()  # one per served model
     guard: GuardStatus | None = None
+    # One per deploy in progress or ended since llmd started, the latest per engine
+    # (llmd/releases/deploy_events.py `DeployState.as_snapshot`: deploy, engine, strategy, old,
+    # new, phase, step, steps, share, verdict, reason).
     deploys: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:

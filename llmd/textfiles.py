@@ -1,7 +1,10 @@
-"""Text files llmd is given to read: a whole file that must be UTF-8 (a config, a release
-record), said to be otherwise with the line and offset of its first bad byte; and a log read
-line by line (`llmd doctor --log`, `llmd tune --from-traffic`), whose lines that are not UTF-8
-are skipped and counted."""
+"""Text files llmd is given to read, and what it says of bytes that are not UTF-8.
+
+- A whole file that must be UTF-8 (a config, a release record): said to be otherwise with the
+  line and offset of its first bad byte.
+- A log read line by line (`llmd doctor --log`, `llmd tune --from-traffic`): its lines that are
+  not UTF-8 are skipped and counted.
+"""
 
 from __future__ import annotations
 

@@ -1,16 +1,18 @@
 """The memory budget of request bodies: bytes llmd holds for requests not yet sent to the engine.
+Pure (no I/O).
 
-A request's share follows the bytes llmd has of its body: it starts empty and grows as each
-chunk is read (never by what a Content-Length promises, so a client that declares a body and
-stalls holds nothing it has not sent), and is given back once the body has gone to the engine or
-the request has ended, whichever comes first. While the requests holding bodies (being read,
-validated or queued) would pass `admission.max_queued_bytes`, a request is refused (429
-`queue_full`, with Retry-After): a new one before its body is read, one being read as the chunk
-that would pass it arrives. So what llmd keeps of waiting requests is bounded by the budget,
-whatever the number of clients; a request always fits when no other holds bytes, so a body
-larger than the budget is not refused forever. When the budget empties again, `on_drained`
-hears the most it held since it was last empty (the daemon then gives freed memory back to the
-system: llmd/allocator.py). Pure (no I/O).
+- A request's share follows the bytes llmd has of its body: it starts empty and grows as each
+  chunk is read (never by what a Content-Length promises, so a client that declares a body and
+  stalls holds nothing it has not sent), and is given back once the body has gone to the engine
+  or the request has ended, whichever comes first.
+- While the requests holding bodies (being read, validated or queued) would pass
+  `admission.max_queued_bytes`, a request is refused (429 `queue_full`, with Retry-After): a new
+  one before its body is read, one being read as the chunk that would pass it arrives. So what
+  llmd keeps of waiting requests is bounded by the budget, whatever the number of clients.
+- A request always fits when no other holds bytes, so a body larger than the budget is not
+  refused forever.
+- When the budget empties again, `on_drained` hears the most it held since it was last empty
+  (the daemon then gives freed memory back to the system: llmd/allocator.py).
 """
 
 from __future__ import annotations

@@ -1,18 +1,19 @@
 """The capacity gate: whether the engine can start one more request soon. Pure.
 
-Two views are combined. The engine's own metrics (`EngineLoad`, scraped every ~0.5 s): nothing
-is released while its KV cache is past the high watermark, and no normal or batch request
-while it reports more than a few waiting requests.
-And llmd's own accounting, updated at the moment of each release and end (not at the next
-scrape), in what the engine runs: sequences, not requests (a request with n = 4, or with 4
-completion prompts, takes 4 of `max_in_flight`'s seats), and the KV tokens they may hold (the
-sum over their sequences of prompt + max_tokens) against the KV capacity in tokens (vLLM's
-`cache_config_info`: num_gpu_blocks x block_size). When nothing is in flight the gate admits
-whatever is next, so the engine is never left idle while work waits; `never_fits` names the
-requests that could not run even alone, which validation refuses.
+Two views are combined:
+- The engine's own metrics (`EngineLoad`, scraped every ~0.5 s): nothing is released while its
+  KV cache is past the high watermark, and no normal or batch request while it reports more
+  than a few waiting requests.
+- llmd's own accounting, updated at the moment of each release and end (not at the next
+  scrape), in what the engine runs: sequences, not requests (a request with n = 4, or with 4
+  completion prompts, takes 4 of `max_in_flight`'s seats), and the KV tokens they may hold (the
+  sum over their sequences of prompt + max_tokens) against the KV capacity in tokens (vLLM's
+  `cache_config_info`: num_gpu_blocks x block_size).
 
-The gate takes each request's `seats` and `cost` from its scheduler entry and nothing else, so
-one gate per backend can stand behind routing (llmd/admission/pools.py).
+When nothing is in flight the gate admits whatever is next, so the engine is never left idle
+while work waits; `never_fits` names the requests that could not run even alone, which
+validation refuses. The gate takes each request's `seats` and `cost` from its scheduler entry
+and nothing else, so one gate per backend can stand behind routing (llmd/admission/pools.py).
 """
 
 from __future__ import annotations

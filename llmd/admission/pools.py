@@ -1,11 +1,12 @@
 """Capacity per backend, grouped in pools: which backend of a request's pool can start it now.
+Pure: the caller passes `now` (monotonic seconds).
 
-Admission stays one layer (tenants, classes, aging and fairness are global in the scheduler);
-the capacity gate (llmd/admission/capacity.py: seats, KV, engine waiting) is one per backend.
-An entry may start when at least one backend of its pool is available (serving, and its breaker
-lets a request through) and its gate admits the entry; among those, `choose` picks one
-(llmd/routing/choice.py: least load with prefix affinity under a bound). So a request waits in
-llmd only for capacity on its own pool. Pure: the caller passes `now` (monotonic seconds).
+- Admission stays one layer (tenants, classes, aging and fairness are global in the scheduler);
+  the capacity gate (llmd/admission/capacity.py: seats, KV, engine waiting) is one per backend.
+- An entry may start when at least one backend of its pool is available (serving, and its
+  breaker lets a request through) and its gate admits the entry; among those, `choose` picks one
+  (llmd/routing/choice.py: least load with prefix affinity under a bound). So a request waits in
+  llmd only for capacity on its own pool.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """Release rates by scope (a tenant, a class, a tenant in a class, all), for Retry-After.
 
-A 429 or a queue timeout tells the client when to come back: `(position + 1) / rate`, where
-`rate` is the measured releases per second of the scope the request waits on (its tenant's
-for a tenant limit, its class's for a full class queue), over the last 30 s, and `position` is
-how many of that scope's requests go first. A scope with no release in the window has the
-rate of one release since its last one (a slot busy for 14 s reads as one release per 14 s);
-one never released waits one second per position. Between 1 s and 10 minutes.
+A 429 or a queue timeout tells the client when to come back: `(position + 1) / rate`, between
+1 s and 10 minutes, where:
+- `rate` is the measured releases per second of the scope the request waits on (its tenant's
+  for a tenant limit, its class's for a full class queue), over the last 30 s. A scope with no
+  release in the window has the rate of one release since its last one (a slot busy for 14 s
+  reads as one release per 14 s); one never released waits one second per position.
+- `position` is how many of that scope's requests go first.
 """
 
 from __future__ import annotations

@@ -1,56 +1,42 @@
 """The scheduler core: queues per class and tenant, and which request goes to a backend next.
+Pure (no asyncio, no I/O): given the clock (`now`, seconds) and a capacity `Gate`, it decides
+which entries to release (to the backend the gate chose) and which to reject (reason, Retry-After).
 
-Pure: no asyncio, no I/O. The caller passes the clock (`now`, seconds) and a capacity `Gate`, and
-gets back decisions: which entries to release (and to which backend the gate chose), which to
-reject (with a reason and a Retry-After).
+The rules, one layer over every pool (clocks kept per class and pool):
+- **Pools**: an entry belongs to the pool of its model (`Entry.model`: every backend serving
+  that name; one pool when llmd serves one model). The gate answers for that pool, so a request
+  waits in llmd only for capacity on its own pool.
+- **Between classes**: interactive before normal before batch, with aging by class and pool: a
+  lower class overdue on a pool gets that pool's next release (`_overdue`).
+- **A pick the gate refuses** (its seats or KV do not fit yet on any backend of its pool, the
+  pool is busy or down) keeps its place and blocks its pool, for the rest of the pass, for its
+  class and those below; the classes above and the other pools go on (`decide`). A class past
+  its hold time on a pool (2 x its aging_s; the top class, which does not age: 2 x the shortest)
+  is *held* there: its pick goes first, and while the gate refuses it nothing more is released
+  on that pool (`_held`).
+- **Within a class, between tenants**: deficit round-robin over token cost (`_pick_drr`); within
+  a tenant and class, first in, first out among the entries whose pool is not blocked.
+- **Limits**: a tenant at `max_concurrency` is skipped (its entries wait); a tenant with
+  `max_queued` entries waiting, or a class with `queue_size` entries, rejects new ones (429); an
+  entry past its class's `queue_timeout_s` or its own deadline is rejected (503).
 
-**Pools.** Each entry belongs to the pool of its model (`Entry.model`: every backend serving
-that name; one pool when llmd serves one model). The gate answers for the entry's own pool, so
-a request waits in llmd only for capacity on its own pool. Classes, aging, holding, DRR and
-tenant limits are one layer over every pool, with their clocks kept per class and pool.
+Guarantees, under continuous load on a pool:
+- the pool's queue waits behind a held pick for at most one drain of a backend, and only after
+  the others have passed it for its hold time minus its aging_s;
+- the head of a class's queue for a pool waits at most aging_s plus one release opportunity of
+  the pool when its pick fits as it comes and the pool's opportunities come more often than
+  every aging_s (else a class above it, passed at one, may be held at the next and take it
+  first);
+- and in any case at most its hold time plus one drain per class held before it on that pool
+  (its own included, at most three; batch defaults: 30 s plus the longest requests running on a
+  backend of the pool);
+- a request with k requests of its class and pool released before it waits at most k + 1 times
+  that.
 
-**Between classes**: interactive before normal before batch, with aging by class and pool. A
-lower class that has had work waiting for a pool and no release there for its `aging_s` (since
-its last release on that pool, or since its queue for that pool last became non-empty) is
-overdue on that pool: it gets that pool's next release (its DRR pick among its entries for the
-pool), which restarts the clock. Aging gives a starved class a minimum rate per pool (one
-release per aging_s), not a share: a batch flood's own backlog does not make it overdue while
-it is being served, so interactive work keeps the rest. Releases on other pools do not reset a
-pool's clock, so a class served on one pool is not starved on another.
-
-**A pick the gate refuses** (its seats or KV do not fit yet on any backend of its pool, the
-pool is busy or down) keeps its place: for the rest of the pass, nothing of its class or of a
-class below passes it *on its pool* (the pool is blocked for those classes), but the classes
-above it go on on that pool, and every class goes on on the other pools. So one refused pick
-never stalls the classes above it, nor another pool. To keep a refused pick from starving in
-turn, passing is bounded: a class that has gone its *hold time* on a pool without a release
-there (2 x aging_s; for the top class, which does not age, 2 x the shortest aging_s) is *held*
-on that pool: its pick for the pool goes first, ahead of overdue and higher classes, and if the
-gate refuses it nothing more is released on that pool until it is (other pools go on). A
+A *release opportunity* is the gate admitting a pick on a backend of the pool. *One drain*: a
 backend with nothing in flight admits anything (and validation refuses a request that could not
 fit a backend of its pool alone), so a held pick goes at the latest once the requests in flight
-on one backend of its pool when it was first refused have ended (one drain). Under continuous
-load on a pool:
-
-    the pool's queue waits behind a held pick for at most one drain of a backend, and only
-    after the others have passed it for its hold time minus its aging_s;
-    the head of a class's queue for a pool waits at most aging_s plus one release opportunity
-    of the pool when its pick fits as it comes (a release opportunity: the gate admitting it
-    on a backend of the pool) and the pool's opportunities come more often than every aging_s
-    (else a class above it, passed at one, may be held at the next and take it first), and at
-    most its hold time plus one drain per class held before it on that pool (its own
-    included; at most three) in any case (batch defaults: 30 s plus
-    the longest requests running on a backend of the pool); a request with k requests of its
-    class and pool released before it waits at most k + 1 times that.
-
-**Within a class, between tenants**: deficit round-robin (Shreedhar & Varghese, SIGCOMM 1995)
-over token cost (KV tokens, llmd/admission/cost.py), each tenant's quantum scaled by its weight, so
-backlogged tenants get tokens in proportion to their weights, within one maximum request cost.
-Within a tenant and class, first in, first out among the entries whose pool is not blocked.
-
-**Limits**: a tenant at `max_concurrency` is skipped (its entries wait); a tenant with
-`max_queued` entries waiting, or a class with `queue_size` entries, rejects new ones (429); an
-entry past its class's `queue_timeout_s` or its own deadline is rejected (503).
+on one backend of its pool when it was first refused have ended.
 """
 
 from __future__ import annotations
@@ -161,7 +147,8 @@ class Scheduler:
         """Reject what expired, then release in order what `gate` admits. A refused pick blocks
         its pool, for the rest of this pass, for its class and those below (the classes above,
         and the other pools, pass it); a refused held pick blocks its pool for every class
-        (module docstring)."""
+        (module docstring). So one refused pick never stalls the classes above it, nor another
+        pool."""
         decisions = Decisions(rejected=self._expire(now))
         blocked: dict[Priority, set[str]] = {cls: set() for cls in Priority}
         while True:
@@ -287,14 +274,29 @@ class Scheduler:
 
     def _overdue(self, cls: Priority, pool: str, now: float) -> bool:
         """Whether class `cls` has gone its aging_s without a release on `pool` (never, with
-        none)."""
+        none).
+
+        Aging: a lower class that has had work waiting for a pool and no release there for its
+        `aging_s` (since its last release on that pool, or since its queue for that pool last
+        became non-empty) is overdue on that pool: it gets that pool's next release (its DRR
+        pick among its entries for the pool), which restarts the clock. That gives a starved
+        class a minimum rate per pool (one release per aging_s), not a share: a batch flood's
+        own backlog does not make it overdue while it is being served, so interactive work
+        keeps the rest. Releases on other pools do not reset a pool's clock, so a class served
+        on one pool is not starved on another.
+        """
         queue = self.classes[cls]
         aging = queue.policy.aging_s
         return bool(aging) and now - queue.waiting_since[pool] >= aging
 
     def _held(self, cls: Priority, pool: str, now: float) -> bool:
         """Whether class `cls` has gone its hold time without a release on `pool`: 2 x its
-        aging_s, or 2 x the shortest aging_s for a class that does not age (the top one)."""
+        aging_s, or 2 x the shortest aging_s for a class that does not age (the top one).
+
+        Holding bounds the passing of a refused pick, so it does not starve in turn: a held
+        class's pick for the pool goes first, ahead of overdue and higher classes, and if the
+        gate refuses it nothing more is released on that pool until it is (other pools go on).
+        """
         aging = self.classes[cls].policy.aging_s or min(
             (q.policy.aging_s for q in self.classes.values() if q.policy.aging_s),
             default=math.inf,
@@ -325,6 +327,10 @@ class Scheduler:
     def _pick_drr(self, queue: _ClassQueue, blocked: Set[str], only: str | None = None) -> Entry:
         """Deficit round-robin over the class's tenants: the head the ring now points at
         (among the entries of pools not `blocked`, of pool `only` when given).
+
+        DRR (Shreedhar & Varghese, SIGCOMM 1995) over token cost (KV tokens,
+        llmd/admission/cost.py), each tenant's quantum scaled by its weight, so backlogged
+        tenants get tokens in proportion to their weights, within one maximum request cost.
 
         Leaves the ring where it is, so a pick the gate refuses is picked again next time.
         The class must have an eligible tenant.

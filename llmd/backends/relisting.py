@@ -1,7 +1,9 @@
 """Reading the engines' model lists again when a request names a model no pool holds, so an
-adapter loaded while an engine runs is served from then on (vLLM 0.32: `POST
-/v1/load_lora_adapter` with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True; the adapter joins its
-`GET /v1/models`). At most one read per REFRESH_S; concurrent misses share the read in progress.
+adapter loaded while an engine runs is served from then on.
+
+- vLLM 0.32: `POST /v1/load_lora_adapter` with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True; the
+  adapter joins its `GET /v1/models`.
+- At most one read per REFRESH_S; concurrent misses share the read in progress.
 """
 
 from __future__ import annotations

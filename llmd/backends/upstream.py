@@ -1,11 +1,13 @@
 """An upstream llmd routes to but does not supervise: its published state and its probe.
 
-The probe asks `GET /v1/models` every `routing.probe_interval_s`: an answer with a model list
-is a success for the upstream's circuit breaker (llmd/routing/breaker.py), anything else (a
-refused connection, a timeout, a 5xx, no list) a failure. It is also how llmd learns what an
-upstream serves when its config gives no `models`, and each model's card (`max_model_len`,
-`root`) for llmd's own `/v1/models`. While the breaker is open no probe is sent; once its
-cooldown has passed the probe (or a request) is the half-open trial.
+The probe asks `GET /v1/models` every `routing.probe_interval_s`:
+- an answer with a model list is a success for the upstream's circuit breaker
+  (llmd/routing/breaker.py), anything else (a refused connection, a timeout, a 5xx, no list) a
+  failure;
+- it is also how llmd learns what an upstream serves when its config gives no `models`, and
+  each model's card (`max_model_len`, `root`) for llmd's own `/v1/models`;
+- while the breaker is open no probe is sent; once its cooldown has passed the probe (or a
+  request) is the half-open trial.
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
 """Samples load gauges from Prometheus /metrics endpoints while a step runs.
 
-Engine names are vLLM's (ENGINE.md): `vllm:kv_cache_usage_perc` (0..1; `vllm:gpu_cache_usage_perc`
-before 0.11), `vllm:num_requests_waiting`, `vllm:num_requests_running`; llmd re-exports them as
-`llmd_engine_kv_cache_usage_ratio`, `llmd_engine_requests_waiting` and `_running`, and shows its
-own admission queue as `llmd_queue_depth{class}` (names of the observability work, issue 6).
-The engine's prefix-cache counters (`vllm:prefix_cache_queries_total`, `_hits_total`, in prompt
-tokens; vLLM v1) are read the same way, and once more when the step ends.
-Each family is summed over its label sets. Only the lines of those families are handed to
-prometheus_client's parser, so a scrape of a large /metrics page costs the bench little CPU.
+- Engine names are vLLM's (ENGINE.md): `vllm:kv_cache_usage_perc` (0..1;
+  `vllm:gpu_cache_usage_perc` before 0.11), `vllm:num_requests_waiting`,
+  `vllm:num_requests_running`; llmd re-exports them as `llmd_engine_kv_cache_usage_ratio`,
+  `llmd_engine_requests_waiting` and `_running`, and shows its own admission queue as
+  `llmd_queue_depth{class}` (names of the observability work, issue 6).
+- The engine's prefix-cache counters (`vllm:prefix_cache_queries_total`, `_hits_total`, in
+  prompt tokens; vLLM v1) are read the same way, and once more when the step ends.
+- Each family is summed over its label sets. Only the lines of those families are handed to
+  prometheus_client's parser, so a scrape of a large /metrics page costs the bench little CPU.
 """
 
 from __future__ import annotations

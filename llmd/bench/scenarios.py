@@ -1,12 +1,16 @@
 """The seven load scenarios (A..G) and the seeded plan of each request they send.
 
-Load is made by `concurrency` simulated users. In A..D a user sends its next request as soon as
-the last one ends (a closed loop: `concurrency` requests always in flight). In E and F a user
-thinks between requests for an exponential time (mean `think_s`), so arrivals across users are
-close to a Poisson stream; on top, bursts come at exponential intervals (mean `burst_every_s`) and
-wake every thinking user at once. In F a share of the requests stop reading mid-stream and close
-their connection, as a user who closes the tab. In G every prompt starts with the same long
-system prompt, as chat apps send, so the engine's prefix cache can serve it.
+Load is made by `concurrency` simulated users:
+
+    A..D   a closed loop: a user sends its next request as soon as the last one ends
+           (`concurrency` requests always in flight)
+    E, F   a user thinks between requests for an exponential time (mean `think_s`), so arrivals
+           across users are close to a Poisson stream; on top, bursts come at exponential
+           intervals (mean `burst_every_s`) and wake every thinking user at once
+    F      besides, a share of the requests stop reading mid-stream and close their
+           connection, as a user who closes the tab
+    G      every prompt starts with the same long system prompt, as chat apps send, so the
+           engine's prefix cache can serve it
 """
 
 from __future__ import annotations

@@ -15,44 +15,43 @@ from llmd.errors import ConfigError
 
 @dataclasses.dataclass(frozen=True)
 class ReleaseConfig:
-    """Each key with its default (the reasoning is in README "Releases and rollback").
-
-    Canary: `canary_steps` (percent of traffic per step, rising, ending at 100), `step_s` (least
-    dwell per step before it may pass), `max_step_s` (a step that still lacks samples this long
-    after it began rolls back: a canary is never promoted unjudged).
-    Comparison, new release against old on the same traffic over the current step (an increase
-    is new minus old, in shares 0..1): `min_requests` (answered requests each side needs before
-    a rate or the output lengths are judged), `min_bucket_requests` (per input-length bucket,
-    for TTFT p95), `ttft_buckets` (input-token upper bounds of the buckets; one more bucket
-    takes the rest), `max_error_rate_increase`, `max_rejection_rate_increase`,
-    `max_ttft_p95_ratio` with `ttft_slack_s` (p95 breaks when above old x ratio and more than
-    the slack above old), `max_output_length_shift` (Kolmogorov-Smirnov distance of the
-    output-token distributions), `max_empty_rate_increase` (answers without text),
-    `max_cut_off_rate_increase` (answers ended by max_tokens or the context: finish_reason
-    `length`; looser, as a release may answer longer within the same max_tokens), and
-    `max_rejection_rate_increase` counts requests refused while they waited for a release.
-    Smoke gate: `golden_prompts` (JSON-lines file of chat requests; "" = built-in),
-    `golden_max_tokens`, `golden_latency_s` (bound per golden request), `degenerate_share`
-    (an answer of at least 8 tokens whose most frequent token makes up more than this share
-    is degenerate).
+    """The `[release]` table: canary steps, the canary comparison's thresholds, the smoke gate.
+    Each key with its default and its note; the reasoning is in README "Releases and rollback".
     """
 
-    canary_steps: str = "5,25,50,100"
-    step_s: float = 300.0
+    # Canary.
+    canary_steps: str = "5,25,50,100"  # percent of traffic per step, rising, ending at 100
+    step_s: float = 300.0  # least dwell per step before it may pass
+    # A step that still lacks samples this long after it began rolls back: a canary is never
+    # promoted unjudged.
     max_step_s: float = 1800.0
+
+    # Comparison: new release against old on the same traffic over the current step (an
+    # increase is new minus old, in shares 0..1).
+    # Answered requests each side needs before a rate or the output lengths are judged.
     min_requests: int = 50
-    min_bucket_requests: int = 20
+    min_bucket_requests: int = 20  # the same per input-length bucket, for TTFT p95
+    # Input-token upper bounds of the TTFT buckets; one more bucket takes the rest.
     ttft_buckets: str = "512,2048,8192"
     max_error_rate_increase: float = 0.01
+    # Counts requests refused while they waited for a release.
     max_rejection_rate_increase: float = 0.02
+    # p95 breaks when above old x ratio and more than the slack above old.
     max_ttft_p95_ratio: float = 1.5
     ttft_slack_s: float = 0.05
+    # Kolmogorov-Smirnov distance of the output-token distributions.
     max_output_length_shift: float = 0.2
-    max_empty_rate_increase: float = 0.02
+    max_empty_rate_increase: float = 0.02  # answers without text
+    # Answers ended by max_tokens or the context (finish_reason `length`); looser, as a release
+    # may answer longer within the same max_tokens.
     max_cut_off_rate_increase: float = 0.05
-    golden_prompts: str = ""
+
+    # Smoke gate.
+    golden_prompts: str = ""  # JSON-lines file of chat requests; "" = built-in
     golden_max_tokens: int = 16
-    golden_latency_s: float = 30.0
+    golden_latency_s: float = 30.0  # bound per golden request
+    # An answer of at least 8 tokens whose most frequent token makes up more than this share is
+    # degenerate.
     degenerate_share: float = 0.9
 
     def steps(self) -> tuple[int, ...]:

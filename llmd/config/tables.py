@@ -54,28 +54,26 @@ ANONYMOUS = "anonymous"
 class ServerConfig:
     """The public HTTP listener, the runtime directory (admin and engine sockets) and the
     state directory (release records and the deploy history: llmd/releases/store.py).
-
-    Request limits: `max_body_bytes` (as sent and once decoded), `max_header_bytes` (request
-    line and headers) and `max_headers` (how many). `cors_allowed_origins`: origins whose web
-    pages may call the API (`"*"`: any); none by default. `max_connections`: requests the
-    public listener has in progress at once (open connections without one do not count); past
-    it, 503 too_many_connections (0: no limit). `read_timeout_s`: how long a request's head
-    (request line and headers, counted from the connection or the request's first byte), and
-    then its body, may take to arrive; past it, 408 request_timeout and the connection closes
-    (a connection that sent nothing is closed quietly). 0: no limit.
     """
 
     listen: str = "127.0.0.1:8000"
     runtime_dir: str = "/run/llmd"
     state_dir: str = "/var/lib/llmd"
-    max_body_bytes: int = 4 * 1024 * 1024
+    max_body_bytes: int = 4 * 1024 * 1024  # as sent and once decoded
+    # Requests the public listener has in progress at once (open connections without one do
+    # not count); past it, 503 too_many_connections. 0: no limit.
     max_connections: int = 2048
-    max_header_bytes: int = 32 * 1024
-    max_headers: int = 100
+    max_header_bytes: int = 32 * 1024  # the request line and headers
+    max_headers: int = 100  # how many
+    # Origins whose web pages may call the API (`"*"`: any); none by default.
     cors_allowed_origins: tuple[str, ...] = ()
     drain_timeout_s: float = 30.0
     send_timeout_s: float = 15.0
     send_buffer_bytes: int = 65536
+    # How long a request's head (request line and headers, counted from the connection or the
+    # request's first byte), and then its body, may take to arrive; past it, 408
+    # request_timeout and the connection closes (a connection that sent nothing is closed
+    # quietly). 0: no limit.
     read_timeout_s: float = 30.0
 
     @property
@@ -111,96 +109,84 @@ class LoggingConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TelemetryConfig:
-    """How often the engine's /metrics and the GPUs are read, and the tenant label bound.
-
-    `top_tenants`: tenants past this many distinct ones share the Prometheus label `other`.
-    """
+    """How often the engine's /metrics and the GPUs are read, and the tenant label bound."""
 
     engine_interval_s: float = 0.5
     gpu_interval_s: float = 1.0
+    # Tenants past this many distinct ones share the Prometheus label `other`.
     top_tenants: int = 20
 
 
 @dataclasses.dataclass(frozen=True)
 class ValidationConfig:
-    """Request validation: the context-length policy, output-token defaults, the tokenizer.
+    """Request validation: the context-length policy, output-token defaults, the tokenizer."""
 
-    `context_policy`: what to do when prompt + max_tokens does not fit the context (`reject`: 400
-    `context_length_exceeded`; `clamp`: lower max_tokens to what fits). `default_max_tokens`:
-    written into chat requests that omit max_tokens (0: the engine's own default, the rest of
-    the context). `max_tokens_limit`:
-    the most output tokens one request may ask for (0: only the context limits it).
-    `max_n`: the most sequences (`n`) one request may ask per prompt; `max_prompts`: the most
-    prompts one completions request may carry.
-    `tokenizer`: `auto` (local if it loads, else the engine's /tokenize) or `engine` (always ask).
-    `tokenizer_path`: where the local tokenizer is loaded from (default: `engine.model`).
-    `max_tokenize_calls`: requests counted through the engine's /tokenize at once (the others
-    wait their turn, interactive first).
-    """
-
+    # When prompt + max_tokens does not fit the context: `reject` (400
+    # `context_length_exceeded`) or `clamp` (lower max_tokens to what fits).
     context_policy: Literal["reject", "clamp"] = "reject"
+    # Written into chat requests that omit max_tokens (0: the engine's own default, the rest of
+    # the context).
     default_max_tokens: int = 2048
+    # The most output tokens one request may ask for (0: only the context limits it).
     max_tokens_limit: int = 0
-    max_n: int = 16
-    max_prompts: int = 64
+    max_n: int = 16  # the most sequences (`n`) one request may ask per prompt
+    max_prompts: int = 64  # the most prompts one completions request may carry
+    # `auto` (local if it loads, else the engine's /tokenize) or `engine` (always ask).
     tokenizer: Literal["auto", "engine"] = "auto"
-    tokenizer_path: str = ""
+    tokenizer_path: str = ""  # where the local tokenizer is loaded from (default: engine.model)
+    # Requests counted through the engine's /tokenize at once (the others wait their turn,
+    # interactive first).
     max_tokenize_calls: int = 8
 
 
 @dataclasses.dataclass(frozen=True)
 class ClassConfig:
-    """One priority class's queue: its size (requests), its timeout and its aging time (s).
-
-    `aging_s`: when this class has had requests waiting and no release for this long, it gets
-    the next release ahead of higher classes (see llmd/admission/scheduler).
-    `ttft_p95_budget_ms`: the class's time-to-first-token p95 budget the SLO guard keeps
-    (llmd/admission/guard.py; 0: none).
-    """
+    """One priority class's queue: its size (requests), its timeout and its aging time (s)."""
 
     queue_size: int = 1024
     queue_timeout_s: float = 60.0
+    # When this class has had requests waiting and no release for this long, it gets the next
+    # release ahead of higher classes (see llmd/admission/scheduler).
     aging_s: float = 10.0
+    # The class's time-to-first-token p95 budget the SLO guard keeps (llmd/admission/guard.py;
+    # 0: none).
     ttft_p95_budget_ms: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
 class GuardConfig:
-    """The SLO guard's settings (llmd/admission/guard.py): a class's TTFT p95 is taken over the
-    last `window_s` seconds (10-300) and counts once it rests on `min_samples` requests; the
-    level changes at most every `dwell_s` seconds, and falls only while every class is under
-    `recover_ratio` (0-1) x its budget; from level 2, normal and batch requests released get at
-    most `max_tokens_cap` output tokens."""
+    """The SLO guard's settings (llmd/admission/guard.py)."""
 
-    window_s: int = 60
-    min_samples: int = 20
-    dwell_s: float = 10.0
+    window_s: int = 60  # a class's TTFT p95 is taken over the last this many seconds (10-300)
+    min_samples: int = 20  # and counts once it rests on this many requests
+    dwell_s: float = 10.0  # the level changes at most this often (s)
+    # The level falls only while every class is under recover_ratio (0-1) x its budget.
     recover_ratio: float = 0.8
+    # From level 2, normal and batch requests released get at most this many output tokens.
     max_tokens_cap: int = 256
 
 
 @dataclasses.dataclass(frozen=True)
 class AdmissionConfig:
     """Admission: tenants, per-class queues, and the capacity gate in front of the engine.
-
-    `tenants_file`: TOML file of tenants and their key hashes ("" = one anonymous tenant).
-    `max_in_flight`: requests llmd lets into the engine at once (0 = the engine's
-    `--max-num-seqs` from engine.args, else 128). `batch_reserve`: of those, slots batch
-    requests may not take (kept for interactive and normal). `kv_high_watermark`: fraction of
-    the KV cache past which nothing new is released; `kv_overcommit`: how many times that budget
-    the reserved prompt + max_tokens of running requests may sum to. `max_engine_waiting`:
-    release normal and batch requests only while the engine reports at most this many waiting.
     The engine's load comes from the telemetry scraper (`telemetry.engine_interval_s`).
-    `max_queued_bytes`: request bodies llmd may hold for requests not yet sent to the engine
-    (being read, validated or queued); past it new requests get 429 queue_full (0: no limit).
     """
 
+    # TOML file of tenants and their key hashes ("" = one anonymous tenant).
     tenants_file: str = ""
+    # Requests llmd lets into the engine at once (0 = the engine's `--max-num-seqs` from
+    # engine.args, else 128).
     max_in_flight: int = 0
+    # Request bodies llmd may hold for requests not yet sent to the engine (being read,
+    # validated or queued); past it new requests get 429 queue_full (0: no limit).
     max_queued_bytes: int = 256 * 1024 * 1024
+    # Of max_in_flight, the slots batch requests may not take (kept for interactive and normal).
     batch_reserve: int = 4
+    # Fraction of the KV cache past which nothing new is released.
     kv_high_watermark: float = 0.9
+    # How many times that budget the reserved prompt + max_tokens of running requests may sum to.
     kv_overcommit: float = 1.0
+    # Release normal and batch requests only while the engine reports at most this many waiting.
     max_engine_waiting: int = 4
     interactive: ClassConfig = dataclasses.field(
         default_factory=lambda: ClassConfig(

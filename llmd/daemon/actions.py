@@ -1,13 +1,16 @@
 """Operator actions on a running llmd: drain, resume, restart, reload, cancel, and shutdown.
+The admin API and the daemon's signal handling call these.
 
-The admin API and the daemon's signal handling call these; each returns a JSON-able summary or
-raises ActionRefused (409) when it makes no sense in llmd's current state, NotFound (404) for
-an engine llmd does not have. Drain, resume and restart act on every engine, or on one
-(`engine`): drained alone, an engine takes no new request (its pool's other backends do; a pool
-with none left answers 503 with Retry-After) while those running there finish. Drain and resume
-take an upstream's name too (llmd stops and starts routing to it); a restart of one is refused,
-since llmd does not run it. They run one at a time: a restart (it waits for the drain and for
-the new engine) or a shutdown is under way until it ends, and what else may happen then is:
+- Each returns a JSON-able summary, or raises ActionRefused (409) when it makes no sense in
+  llmd's current state, NotFound (404) for an engine llmd does not have.
+- Drain, resume and restart act on every engine, or on one (`engine`): drained alone, an engine
+  takes no new request (its pool's other backends do; a pool with none left answers 503 with
+  Retry-After) while those running there finish.
+- Drain and resume take an upstream's name too (llmd stops and starts routing to it); a restart
+  of one is refused, since llmd does not run it.
+
+They run one at a time: a restart (it waits for the drain and for the new engine) or a shutdown
+is under way until it ends, and what else may happen then is:
 
     asked \\ under way   restart                              shutdown
     drain               yes (admission stays closed after)   refused: shutting down

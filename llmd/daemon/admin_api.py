@@ -1,17 +1,23 @@
 """The admin API: a small pure-ASGI app served on the admin Unix socket.
+Access control is the socket's mode (0660: root and the llmd group), set when the daemon binds it.
 
-Routes: `GET /status` (the Status snapshot), `POST /drain` (JSON body, optional
-`{"deadline_s": S, "queued": "wait" | "reject", "engine": NAME}`), `POST /resume` and
-`POST /restart` (optional `{"engine": NAME}`: that engine only), `POST /reload`,
-`POST /requests/{id}/cancel`, `POST /guard` (`{"mode": "off" | "on" | "level N"}`: the SLO
-guard's override until the next reload; answers the guard's status), `POST /deploy`
-(`{"release": NAME, "engine": NAME, "strategy": "replace" | "canary", "canary": "5,25,50,100",
-"step_s": S, "wait": true}`: with `wait`, answered when the deploy ends) and `POST /rollback`
-(`{"engine": NAME, "wait": true}`), both answering the deploy's snapshot. Bodies are read with
-the public API's limit (`server.max_body_bytes`); errors are OpenAI-shaped, as on the public
-API, an unexpected failure included (500 internal_error, logged `admin_request_failed`).
-Access control is the socket's mode (0660: root and the llmd group), set when the daemon binds
-it.
+    GET  /status                  the Status snapshot
+    POST /drain                   optional {"deadline_s": S, "queued": "wait" | "reject",
+                                  "engine": NAME}
+    POST /resume, /restart        optional {"engine": NAME}: that engine only
+    POST /reload
+    POST /requests/{id}/cancel
+    POST /guard                   {"mode": "off" | "on" | "level N"}: the SLO guard's override
+                                  until the next reload; answers the guard's status
+    POST /deploy                  {"release": NAME, "engine": NAME, "strategy": "replace" |
+                                  "canary", "canary": "5,25,50,100", "step_s": S, "wait": true}
+                                  (with `wait`, answered when the deploy ends); answers the
+                                  deploy's snapshot
+    POST /rollback                {"engine": NAME, "wait": true}; answers the deploy's snapshot
+
+Bodies are JSON, read with the public API's limit (`server.max_body_bytes`); errors are
+OpenAI-shaped, as on the public API, an unexpected failure included (500 internal_error, logged
+`admin_request_failed`).
 """
 
 from __future__ import annotations

@@ -29,13 +29,11 @@ ApplyTables = Callable[[Mapping[str, EngineConfig]], None]
 
 class Backends:
     """The engines' supervisors and the upstreams' probes over `state` (its fleet, admission's
-    pools, validation), for the engine and upstream tables of `state.config`. Each engine
-    joins the fleet and its pools when supervised, each upstream when its table applies; the
-    supervisors boot, and the probes run, from `start()` on.
+    pools, validation), for the engine and upstream tables of `state.config`.
 
-    `apply_tables(tables)` configures every part from the config in use with these engine
-    tables (the daemon's `apply`; raises ConfigError). `on_members_changed()` runs when an
-    engine joined or left outside a reload (the daemon rescrapes the new set)."""
+    Each engine joins the fleet and its pools when supervised, each upstream when its table
+    applies; the supervisors boot, and the probes run, from `start()` on.
+    """
 
     def __init__(
         self,
@@ -44,7 +42,10 @@ class Backends:
         on_members_changed: Callable[[], None],
     ) -> None:
         self.state = state
+        # Configures every part from the config in use with these engine tables (the daemon's
+        # `apply`; raises ConfigError).
         self.apply_tables = apply_tables
+        # Runs when an engine joined or left outside a reload (the daemon rescrapes the new set).
         self.on_members_changed = on_members_changed
         config = state.config
         # One lock per GPU that several engines share: they boot one after the other.

@@ -1,14 +1,15 @@
 """What a reload changes, decided before anything is touched. Pure.
 
 Reload is start-up again (gunicorn's arbiter): every part built from the config takes the new
-one (`Daemon.apply`), upstreams included (pool membership, URLs, keys, limits: an upstream
-that is gone takes no new request, those running there finish). Three kinds of key cannot
-apply to a running llmd, and a plan says which: the listen address and the runtime directory
-need llmd itself restarted (its sockets are bound); a supervised engine's table applies when
-that engine restarts (`llmd restart [--engine NAME]` takes it; until then it is pending and
-nothing built from it changes, so the running engine and what llmd assumes of it stay
-consistent), and so do an engine added or removed; a send buffer set back to 0 (the kernel's
-autotuning) needs new sockets.
+one (`Daemon.apply`), upstreams included (pool membership, URLs, keys, limits: an upstream that
+is gone takes no new request, those running there finish). Three kinds of key cannot apply to a
+running llmd, and a plan says which:
+- the listen address and the runtime directory need llmd itself restarted (its sockets are
+  bound);
+- a supervised engine's table applies when that engine restarts (`llmd restart [--engine
+  NAME]` takes it; until then it is pending and nothing built from it changes, so the running
+  engine and what llmd assumes of it stay consistent), and so do an engine added or removed;
+- a send buffer set back to 0 (the kernel's autotuning) needs new sockets.
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 at its URL) and the GPUs through NVML, on their own intervals, into the observer (and so into
 the Status snapshot and /metrics).
 
-Started by the daemon and cancelled at shutdown (and restarted when the backends or the
-intervals change); it never ends on its own. A failed read is logged (rate-limited) and the
-figures it would have refreshed read as unknown; a backend that has no /metrics (404: a router
-in front of vLLM) is read no more.
+- Started by the daemon and cancelled at shutdown (and restarted when the backends or the
+  intervals change); it never ends on its own.
+- A failed read is logged (rate-limited) and the figures it would have refreshed read as
+  unknown; a backend that has no /metrics (404: a router in front of vLLM) is read no more.
 """
 
 from __future__ import annotations

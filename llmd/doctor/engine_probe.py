@@ -1,7 +1,10 @@
 """Run by the engine's own Python (`engine.python`) as a script: prints one JSON object describing
 the engine's environment (vLLM and torch versions, torch's CUDA, vLLM's pinned torch, the model
-architectures vLLM's registry supports). Standard library only at the top: vLLM and torch are
-imported inside `try`, so a broken install is reported, not raised."""
+architectures vLLM's registry supports).
+
+Standard library only at the top: vLLM and torch are imported inside `try`, so a broken install
+is reported, not raised.
+"""
 
 import importlib.metadata
 import json

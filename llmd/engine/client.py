@@ -67,7 +67,7 @@ class EngineClient:
         before its end (the client left mid-stream) closes its connection, which is what makes
         vLLM abort the sequence. A connect costs only microseconds on a Unix socket, but two
         per request (llmd's and the engine's side) were about a tenth of llmd's CPU per request
-        on the zero-latency simulator (docs/bench/README.md, issue 20)."""
+        on the zero-latency simulator (docs/bench/overhead.md, issue 20)."""
         if self._session is None or self._session.closed:
             self._session = self._new_session(force_close=False)
         return self._session

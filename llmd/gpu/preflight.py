@@ -1,13 +1,15 @@
 """GPU preflight: before vLLM starts, check each GPU has the memory its engines will ask for.
+vLLM turns a busy or missing GPU into a CUDA out-of-memory trace deep in its boot; this check
+says it in one line, naming the processes that hold the memory.
 
-vLLM turns a busy or missing GPU into a CUDA out-of-memory trace deep in its boot; this check says
-it in one line, naming the processes that hold the memory. A GPU that several engines share
-(each with an explicit `--kv-cache-memory-bytes`, llmd/config/backends.py) must hold all of
-them: their weights (the model directory's weight files, split over the engine's GPUs), their
-KV caches and a fixed allowance each for the CUDA context and activations; a plan over the
-device's total memory is refused for good, one over its free memory until the memory is free.
-Uses NVML through `pynvml` (the nvidia-ml-py package); the module is passed in so tests replace
-it at that boundary.
+- A GPU that several engines share (each with an explicit `--kv-cache-memory-bytes`,
+  llmd/config/backends.py) must hold all of them: their weights (the model directory's weight
+  files, split over the engine's GPUs), their KV caches and a fixed allowance each for the CUDA
+  context and activations.
+- A plan over the device's total memory is refused for good, one over its free memory until
+  the memory is free.
+- NVML through `pynvml` (the nvidia-ml-py package); the module is passed in so tests replace it
+  at that boundary.
 """
 
 from __future__ import annotations

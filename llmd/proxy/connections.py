@@ -4,18 +4,20 @@ answered as llmd answers past it.
 uvicorn takes no new request past `limit_concurrency` open connections or running requests, and
 answers it with its own 503 (`flow_control.service_unavailable`: plain text, no Retry-After).
 `limited_protocol` is llmd's httptools protocol (`protocol.py`: the request head bounded) with
-two changes. Only requests in progress count: connections open without one (a burst of clients
-that connected together, keep-alive connections between requests) do not, so a burst larger
-than the limit has its first `max_connections` requests served rather than every one refused
-(uvicorn counts every connection accepted, before any of their requests has run). And past the
-limit the answer is llmd's: 503 `too_many_connections`, OpenAI-shaped, with Retry-After (the
-time for one release at the measured rate), counted as a rejection. `GET /health`, `/ready` and
-`/metrics` are served past the limit (`PROBES`): a probe never sees llmd refuse it for being
-busy. The limit bounds what
-requests being read cost llmd (each may buffer a read of body before llmd reads it: uvicorn
-pauses reading past 64 KiB, and uvloop reads up to 250 KB at once); the body budget
-(llmd/admission/bodies.py) bounds the bodies it reads. uvicorn reads the limit from its config
-for each new connection, so a reload applies it to the connections that follow.
+two changes:
+- Only requests in progress count: connections open without one (a burst of clients that
+  connected together, keep-alive connections between requests) do not, so a burst larger than
+  the limit has its first `max_connections` requests served rather than every one refused
+  (uvicorn counts every connection accepted, before any of their requests has run).
+- Past the limit the answer is llmd's: 503 `too_many_connections`, OpenAI-shaped, with
+  Retry-After (the time for one release at the measured rate), counted as a rejection.
+  `GET /health`, `/ready` and `/metrics` are served past the limit (`PROBES`): a probe never
+  sees llmd refuse it for being busy.
+
+The limit bounds what requests being read cost llmd (each may buffer a read of body before llmd
+reads it: uvicorn pauses reading past 64 KiB, and uvloop reads up to 250 KB at once); the body
+budget (llmd/admission/bodies.py) bounds the bodies it reads. uvicorn reads the limit from its
+config for each new connection, so a reload applies it to the connections that follow.
 """
 
 from __future__ import annotations

@@ -1,9 +1,13 @@
 """CORS by config: which web pages may call the API (`server.cors_allowed_origins`, none by
-default). Starlette's `CORSMiddleware` (pure ASGI, so disconnects still reach the relay) does
-the work: preflights answered per the Fetch standard, `Access-Control-Allow-Origin` on every
-response of an allowed origin, streams included. llmd shapes its refused preflight as an
-OpenAI error and rebuilds it when a reload changes the origins. With no origins configured
-nothing is added: a preflight is then a 405 with `Allow`, and a browser refuses the call.
+default).
+
+- Starlette's `CORSMiddleware` (pure ASGI, so disconnects still reach the relay) does the work:
+  preflights answered per the Fetch standard, `Access-Control-Allow-Origin` on every response of
+  an allowed origin, streams included.
+- llmd shapes its refused preflight as an OpenAI error and rebuilds it when a reload changes the
+  origins.
+- With no origins configured nothing is added: a preflight is then a 405 with `Allow`, and a
+  browser refuses the call.
 """
 
 from __future__ import annotations

@@ -41,13 +41,13 @@ class RequestIdMiddleware:
     makes one (32 hex digits), and answers an exception that escaped the routes (a bug in
     llmd) with that id.
 
-    The id is put in `scope["llmd.request_id"]` and echoed on the response, and an answer on
-    `/v1` that does not say its queue time gets `x-llmd-queue-ms: 0` (a 404, 405, 401 or 503
-    answered before any queue), so every `/v1` answer carries both; the `send` under this
-    middleware goes in `scope["llmd.body_send"]`, for a response's body. An exception
-    before the response started is answered 500 `internal_error`; either way it is logged
-    once (`unexpected_error`, with the id and the traceback) and never reaches uvicorn, which
-    would log it again without the id.
+    - The id is put in `scope["llmd.request_id"]` and echoed on the response.
+    - An answer on `/v1` that does not say its queue time gets `x-llmd-queue-ms: 0` (a 404, 405,
+      401 or 503 answered before any queue), so every `/v1` answer carries both.
+    - The `send` under this middleware goes in `scope["llmd.body_send"]`, for a response's body.
+    - An exception before the response started is answered 500 `internal_error`; either way it
+      is logged once (`unexpected_error`, with the id and the traceback) and never reaches
+      uvicorn, which would log it again without the id.
     """
 
     def __init__(self, app: ASGIApp) -> None:

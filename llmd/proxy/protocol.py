@@ -1,19 +1,21 @@
 """The HTTP/1.1 protocol llmd serves with: uvicorn's httptools protocol, the request head bounded.
 
-uvicorn 0.54 bounds the request head only for h11 (`h11_max_incomplete_event_size`); with
+Why: uvicorn 0.54 bounds the request head only for h11 (`h11_max_incomplete_event_size`); with
 httptools, the parser llmd serves with (the relay's costs were measured on it), a head of any
 size is read and kept, and a 64 MB header stalled other clients for seconds. This subclass,
-passed to uvicorn as its `http` protocol class, counts the head's bytes as they arrive and its
-headers as they are parsed, and answers 431 (RFC 6585 §5) as soon as either passes
-`server.max_header_bytes` or `server.max_headers`, without reading on. Requests the parser
-refuses get an OpenAI-shaped 400 in place of uvicorn's plain-text one. A head that has not
-arrived whole `server.read_timeout_s` after the connection opened (or after the request's first
-byte, on a kept-alive connection) gets 408 `request_timeout`; a connection that sent nothing
-by then is closed without an answer (nginx's `client_header_timeout` does the same). A request
-whose `Transfer-Encoding` is anything but `chunked` alone (`gzip, chunked`, say: llmd decodes no
-transfer coding) is a 400 before its body is read (RFC 9112 §6.1, §6.3). Each of these closes
-the connection, carries a fresh `x-request-id` (and `x-llmd-queue-ms: 0` on `/v1`), is logged
-by llmd (`request_head_refused`, rate-limited) and never reaches the app.
+passed to uvicorn as its `http` protocol class, answers without reading on:
+- a head over `server.max_header_bytes` (its bytes counted as they arrive) or
+  `server.max_headers` (its headers counted as they are parsed): 431 (RFC 6585 §5);
+- a request the parser refuses: an OpenAI-shaped 400 in place of uvicorn's plain-text one;
+- a head not arrived whole `server.read_timeout_s` after the connection opened (or after the
+  request's first byte, on a kept-alive connection): 408 `request_timeout`; a connection that
+  sent nothing by then is closed without an answer (nginx's `client_header_timeout` does the
+  same);
+- a `Transfer-Encoding` that is anything but `chunked` alone (`gzip, chunked`, say: llmd decodes
+  no transfer coding): 400 before its body is read (RFC 9112 §6.1, §6.3).
+
+Each of these closes the connection, carries a fresh `x-request-id` (and `x-llmd-queue-ms: 0` on
+`/v1`), is logged by llmd (`request_head_refused`, rate-limited) and never reaches the app.
 
 llmd serves HTTP/1.1 alone: uvicorn runs with `ws="none"`, so a request asking to upgrade (to
 WebSocket, h2c) is served as the HTTP/1.1 request it also is, its `Upgrade` ignored (RFC 9110

@@ -1,7 +1,10 @@
-"""A canary's live parts: the new release as a second engine beside the old one in its pool
-(`ENGINE.canary`), the split that sends each request to one of them (sticky per tenant and
-prefix key: llmd/routing/canary.py), and both releases' figures over the current step, from the
-requests that finished on each (llmd/releases/figures.py).
+"""A canary's live parts, and its promotion.
+
+- The new release as a second engine beside the old one in its pool (`ENGINE.canary`).
+- The split that sends each request to one of them (sticky per tenant and prefix key:
+  llmd/routing/canary.py).
+- Both releases' figures over the current step, from the requests that finished on each
+  (llmd/releases/figures.py).
 
 On promotion the engine itself takes the new release (drained while the canary serves all the
 traffic, restarted with the new table), then the canary engine goes: names, metrics and the

@@ -1,11 +1,13 @@
 """The canary comparison rule (pure): two releases' figures on the same live traffic, judged
 against the `[release]` thresholds, give a verdict (hold, promote, roll back) and its reason.
 
-Each figure is judged only when both sides have its minimum samples; a judged figure past its
-threshold rolls back; promotion needs every figure judged (TTFT in at least one input-length
-bucket) and none broken; anything else holds. Rates compare by absolute increase (new minus
-old), so a baseline of 0 errors does not make one canary error an infinite ratio; TTFT p95
-compares by ratio with an absolute slack, so noise on millisecond TTFTs does not break it.
+- Each figure is judged only when both sides have its minimum samples; a judged figure past its
+  threshold rolls back; promotion needs every figure judged (TTFT in at least one input-length
+  bucket) and none broken; anything else holds.
+- Rates compare by absolute increase (new minus old), so a baseline of 0 errors does not make
+  one canary error an infinite ratio; TTFT p95 compares by ratio with an absolute slack, so
+  noise on millisecond TTFTs does not break it.
+
 Guarantees (tests/releases/test_compare.py, property-tested): identical figures never roll back;
 any one figure past its threshold with enough samples always rolls back; a side below the
 minimum samples never promotes.

@@ -9,12 +9,15 @@ actions it returns. No clock, no I/O: the daemon executes; tests drive it direct
              boot or smoke failure, or abort -> stop new, boot old -> smoke old -> resume on
              old: rolled back (old retried `old_boot_attempts` times, then failed)
 
-Guarantees (property-tested in tests/releases/test_deploy.py): a deploy ends in promoted or
-rolled back whenever the old release boots again; on rollback the old release ends with all the
-traffic; the new release's share only rises until the end; nothing reaches the new release
-before its smoke gate passed. Events that do not fit the phase (a late `Booted`, a stale
-`Observed`) are ignored. A step whose work raised (`StepFailed`) is recorded with its error and
-taken as that step's failure: the same way back to the old release.
+Guarantees (property-tested in tests/releases/test_deploy.py):
+- a deploy ends in promoted or rolled back whenever the old release boots again;
+- on rollback the old release ends with all the traffic;
+- the new release's share only rises until the end;
+- nothing reaches the new release before its smoke gate passed.
+
+Events that do not fit the phase (a late `Booted`, a stale `Observed`) are ignored. A step whose
+work raised (`StepFailed`) is recorded with its error and taken as that step's failure: the same
+way back to the old release.
 """
 
 from __future__ import annotations

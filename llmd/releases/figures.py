@@ -33,23 +33,18 @@ class LatencyBucket:
 
 @dataclasses.dataclass(frozen=True)
 class Figures:
-    """One release's figures since the current step began.
+    """One release's figures since the current step began."""
 
-    `answered`: requests the engine answered (successes and engine errors); `errors`: of those,
-    the ones that failed (engine error before or after the first byte); `rejected`: requests
-    assigned to this release that llmd refused (429, 503) while they waited for it; `empty`: of
-    the successes, answers with no output text; `cut_off`: of the successes, answers ended by
-    `max_tokens` or the context (finish_reason `length`); `ttft`: bucket label ->
-    LatencyBucket; `output_tokens`: output-length bucket upper bound (OUTPUT_BOUNDS) ->
-    successes in it.
-    """
-
-    answered: int = 0
-    errors: int = 0
+    answered: int = 0  # requests the engine answered (successes and engine errors)
+    errors: int = 0  # of those, the ones that failed (engine error before or after the first byte)
+    # Requests assigned to this release that llmd refused (429, 503) while they waited for it.
     rejected: int = 0
-    empty: int = 0
+    empty: int = 0  # of the successes, answers with no output text
+    # Of the successes, answers ended by `max_tokens` or the context (finish_reason `length`).
     cut_off: int = 0
+    # Input-length bucket label (`ttft_bucket`) -> LatencyBucket.
     ttft: Mapping[str, LatencyBucket] = dataclasses.field(default_factory=dict)
+    # Output-length bucket upper bound (OUTPUT_BOUNDS) -> successes in it.
     output_tokens: Mapping[int, int] = dataclasses.field(default_factory=dict)
 
     @property

@@ -2,12 +2,15 @@
 application to the store.
 
 Never removed: the current and the previous release of every engine (the last `promoted` event
-names both), both releases of a deploy still in progress or of one that `failed`, and the
-`keep` newest records of each engine. By default only records (and the cached digests of files
-no kept record names) are removed, never model files. With `models=True` a model directory
-also goes when all of these hold: it lies under `<state-dir>/models/` (llmd owns it), a removed
-record names it, and no kept record and no configured engine names it. Directories elsewhere
-(a home directory, a shared hub cache) are never touched.
+names both), both releases of a deploy still in progress or of one that `failed`, and the `keep`
+newest records of each engine.
+
+By default only records (and the cached digests of files no kept record names) are removed,
+never model files. With `models=True` a model directory also goes when all of these hold:
+- it lies under `<state-dir>/models/` (llmd owns it);
+- a removed record names it;
+- no kept record and no configured engine names it.
+Directories elsewhere (a home directory, a shared hub cache) are never touched.
 """
 
 from __future__ import annotations

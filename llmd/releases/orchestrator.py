@@ -2,16 +2,17 @@
 engine's supervisor, admission's hold and the smoke gate, feeds it the events that come back,
 and appends each step to the history file.
 
-One supervisor per engine runs its releases one after the other: the machine's `StopEngine`
-then `BootEngine` of one engine is one supervisor restart with the new release's table. While a
-deploy holds the engine (`Drain` until `Resume`), admission gives it no request and requests
-for its pool wait in llmd's queues within their timeouts (503 `queue_timeout` with Retry-After
-past them). A `canary` boots the new release as a second engine (llmd/releases/canary.py).
-
-Nothing a step raises leaves the engine held: a step's work that raises comes back as its
-`StepFailed` event (the machine takes the way back to the old release), and an executor that
-raises ends the deploy `failed`; both are recorded with the error. A promoted canary whose
-engine does not boot the new release shows as `adopting` until the engine serves it.
+- One supervisor per engine runs its releases one after the other: the machine's `StopEngine`
+  then `BootEngine` of one engine is one supervisor restart with the new release's table.
+- While a deploy holds the engine (`Drain` until `Resume`), admission gives it no request and
+  requests for its pool wait in llmd's queues within their timeouts (503 `queue_timeout` with
+  Retry-After past them).
+- A `canary` boots the new release as a second engine (llmd/releases/canary.py).
+- Nothing a step raises leaves the engine held: a step's work that raises comes back as its
+  `StepFailed` event (the machine takes the way back to the old release), and an executor that
+  raises ends the deploy `failed`; both are recorded with the error.
+- A promoted canary whose engine does not boot the new release shows as `adopting` until the
+  engine serves it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What each engine boots when llmd starts: its current release from the state directory (the
-one the last deploy or rollback left serving), unless the config file's table changed since
-that deploy (the operator's edit wins) or the release cannot boot any more (its files are
-gone: the file's table, with a warning).
+one the last deploy or rollback left serving), unless:
+- the config file's table changed since that deploy (the operator's edit wins), or
+- the release cannot boot any more (its files are gone: the file's table, with a warning).
 
 Each ended deploy's history line carries `config`, the digest of the config file's table of
 the engine at that time (`table_digest`), so a later start can tell an edited file from the

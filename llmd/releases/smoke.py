@@ -2,16 +2,16 @@
 llmd/releases/smoke_runner.py) judged against what the release says, into a report that names
 the failed check.
 
-Checks, in order: `boot` (healthy within the boot timeout), `model_name` (the engine serves the
-release's served model name), `max_model_len` (what the engine reports equals what the release
-pins: `--max-model-len` in its args, else the model's `max_position_embeddings`),
-`token_count` (llmd's local count equals the engine's `/tokenize` on fixed texts, so context
-validation stays exact), `golden` (each golden prompt answers without error, non-empty, not
-degenerate, within the latency bound). A release that did not boot is judged on `boot` alone.
+Checks, in order (a release that did not boot is judged on `boot` alone):
 
-Degenerate: an answer of at least DEGENERATE_MIN_TOKENS tokens in which one token makes up more
-than `degenerate_share` of them (a model stuck on one token, e.g. broken weights under greedy
-decoding). Token identity is the engine's own tokenization of the answer.
+    boot           healthy within the boot timeout
+    model_name     the engine serves the release's served model name
+    max_model_len  what the engine reports equals what the release pins: `--max-model-len` in
+                   its args, else the model's `max_position_embeddings`
+    token_count    llmd's local count equals the engine's `/tokenize` on fixed texts, so context
+                   validation stays exact
+    golden         each golden prompt answers without error, non-empty, not degenerate
+                   (`degenerate`), within the latency bound
 """
 
 from __future__ import annotations
@@ -199,7 +199,8 @@ def golden_problem(answer: GoldenAnswer, expected: SmokeExpectations) -> str | N
 
 def degenerate(token_ids: Sequence[int], share: float) -> str | None:
     """Why an answer is degenerate (one token over `share` of at least DEGENERATE_MIN_TOKENS),
-    or None."""
+    or None: a model stuck on one token, e.g. broken weights under greedy decoding. Token
+    identity is the engine's own tokenization of the answer (`token_ids`)."""
     if len(token_ids) < DEGENERATE_MIN_TOKENS:
         return None
     token, count = Counter(token_ids).most_common(1)[0]

@@ -34,26 +34,20 @@ class BackendKind(enum.StrEnum):
 
 @dataclasses.dataclass(frozen=True)
 class Backend:
-    """One backend at one moment.
-
-    `seats` is how many requests llmd lets it run at once (admission's max_in_flight for it);
-    `in_flight` and `reserved_tokens` are llmd's own requests there and their prompt + max_tokens;
-    `engine` is its own /metrics (running, waiting, KV usage 0..1, KV capacity in tokens; None:
-    not known, as for an upstream that exports none); `serving` is the supervisor's word for an
-    engine and the health probe's for an upstream; `breaker` is an upstream's breaker state
-    (None for an engine) and `reachable` whether it lets a request through now.
-    """
+    """One backend at one moment."""
 
     name: str
     kind: BackendKind
     models: tuple[str, ...]
-    seats: int
-    in_flight: int = 0
-    reserved_tokens: int = 0
+    seats: int  # how many requests llmd lets it run at once (admission's max_in_flight for it)
+    in_flight: int = 0  # llmd's own requests there
+    reserved_tokens: int = 0  # their prompt + max_tokens
+    # Its own /metrics (running, waiting, KV usage 0..1, KV capacity in tokens; None: not known,
+    # as for an upstream that exports none).
     engine: EngineLoad | None = None
-    serving: bool = True
-    breaker: BreakerState | None = None
-    reachable: bool = True
+    serving: bool = True  # the supervisor's word for an engine, the health probe's for an upstream
+    breaker: BreakerState | None = None  # an upstream's breaker state (None for an engine)
+    reachable: bool = True  # whether it lets a request through now
 
     @property
     def available(self) -> bool:

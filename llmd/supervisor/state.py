@@ -38,41 +38,42 @@ def model_ids(listing: Any) -> tuple[str, ...]:
 @dataclasses.dataclass
 class EngineState:
     """Mutable, single-writer (the supervisor) view of the engine.
-
-    `model` is the name clients use (set from the config before the first boot);
-    `served_models` every name the serving boot answers to, as its /v1/models lists them (its
-    served names and LoRA adapters; empty before the first ready boot). Times are
-    `time.monotonic()` seconds; `boot_s` is how long the last successful boot took,
-    used to estimate `Retry-After` while a boot is under way. `failed_boots` counts boots that
-    never became ready within the supervisor's failure window. `exits_by_reason` counts the
-    exits llmd did not ask for, by `ExitReason.kind` (each one is followed by a restart or by
-    giving up). `card` is the engine's own `/v1/models` entry for its model, read when it
-    became ready (None: not read). `api` is the vLLM release the engine answers as (its GET
-    /version, read when it becomes ready), where llmd must mirror what differs between releases.
-    `diagnosis` is what `llmd.supervisor.diagnosis` found in the engine's output at its last boot
-    or unrequested exit (slow paths at boot; the cause of a failure). `release` is the
-    release it runs (llmd/releases/position.py; None: no recorded release), set by deploys;
-    `release_note` says why, when llmd chose it at start-up (llmd/releases/restore.py).
+    Times are `time.monotonic()` seconds; a field's note sits beside it.
     """
 
     phase: EnginePhase = EnginePhase.STARTING
     pid: int | None = None
-    model: str = ""
+    model: str = ""  # the name clients use (set from the config before the first boot)
     engine_version: str = ""
+    # Every name the serving boot answers to, as its /v1/models lists them (its served names
+    # and LoRA adapters; empty before the first ready boot).
     served_models: tuple[str, ...] = ()
+    # The vLLM release the engine answers as (its GET /version, read when it becomes ready),
+    # where llmd must mirror what differs between releases.
     api: EngineApi = ASSUMED
     max_model_len: int | None = None
     boot_started_at: float | None = None
     ready_at: float | None = None
+    # How long the last successful boot took, used to estimate `Retry-After` while a boot is
+    # under way.
     boot_s: float | None = None
     restarts: int = 0
+    # Boots that never became ready within the supervisor's failure window.
     failed_boots: int = 0
     last_exit: ExitReason | None = None
+    # The exits llmd did not ask for, by `ExitReason.kind` (each one is followed by a restart or
+    # by giving up).
     exits_by_reason: dict[str, int] = dataclasses.field(default_factory=dict)
     restart_at: float | None = None
+    # The engine's own `/v1/models` entry for its model, read when it became ready (None: not
+    # read).
     card: dict[str, Any] | None = None
+    # What `llmd.supervisor.diagnosis` found in the engine's output at its last boot or
+    # unrequested exit (slow paths at boot; the cause of a failure).
     diagnosis: tuple[Finding, ...] = ()
+    # The release it runs (llmd/releases/position.py; None: no recorded release), set by deploys.
     release: str | None = None
+    # Why, when llmd chose the release at start-up (llmd/releases/restore.py).
     release_note: str | None = None
 
     @property

@@ -1,11 +1,13 @@
 """The supervisor: keeps one engine serving, restarting it by policy, and stops it cleanly.
 
-Lifecycle of one engine: spawn → wait for `/health` 200 (or exit, or start timeout) → serve,
-probing `/health` → exit (classified) → restart after backoff, or give up. One supervisor per
-engine, each with its own process group, socket, pid file, exit history, backoff and give-up:
-one engine's crash loop never touches another. Engines that share a GPU boot one after the
-other (`boot_locks`: held from the spawn until the engine serves or exits), since vLLM checks a
-device's free memory while it boots (vllm#10533).
+    spawn → wait for `/health` 200 (or exit, or start timeout) → serve, probing `/health`
+          → exit (classified) → restart after backoff, or give up
+
+- One supervisor per engine, each with its own process group, socket, pid file, exit history,
+  backoff and give-up: one engine's crash loop never touches another.
+- Engines that share a GPU boot one after the other (`boot_locks`: held from the spawn until the
+  engine serves or exits), since vLLM checks a device's free memory while it boots
+  (vllm#10533).
 """
 
 from __future__ import annotations

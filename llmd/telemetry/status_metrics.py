@@ -1,9 +1,11 @@
 """The Prometheus gauges read from the Status snapshot at scrape time, and the suppressed log
-lines: per backend (label `engine`) up, restarts, the release it runs, drained, llmd's requests
-there, KV cache, running and waiting; llmd draining, queue depth, in flight (relayed to a
-backend) and queued by tenant (global, over every pool), GPUs, the SLO guard's level and TTFT
-p95 by class. Names and labels are a contract (shared/DESIGN.md; pinned by
+lines. Names and labels are a contract (shared/DESIGN.md; pinned by
 tests/telemetry/test_metrics.py).
+
+- Per backend (label `engine`): up, restarts, the release it runs, drained, llmd's requests
+  there, KV cache, running and waiting.
+- llmd: draining, queue depth, in flight (relayed to a backend) and queued by tenant (global,
+  over every pool), GPUs, the SLO guard's level and TTFT p95 by class.
 """
 
 from __future__ import annotations

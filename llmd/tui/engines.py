@@ -1,7 +1,10 @@
 """The engines panel: one row per backend (a supervised engine or an upstream) with its state,
-release, GPUs, KV cache, running, waiting, llmd's requests there and restarts. Shown only when
-llmd has more than one backend (with one, the header and the KV panel say it all). The row under
-the cursor is the engine that drain, resume and restart act on while the panel has the focus."""
+release, GPUs, KV cache, running, waiting, llmd's requests there and restarts.
+
+Shown only when llmd has more than one backend (with one, the header and the KV panel say it
+all). The row under the cursor is the engine that drain, resume and restart act on while the
+panel has the focus.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,10 @@
 """The dashboard's panels, one widget each. Every panel's `show(snapshot)` renders the figures
-the daemon sent; none computes a figure of its own. `show` may come at any time: before the
-panel is composed or mounted, while it is on screen, after it was removed; a panel never looks
-its own parts up in the DOM (they may not exist yet), it holds them."""
+the daemon sent; none computes a figure of its own.
+
+`show` may come at any time: before the panel is composed or mounted, while it is on screen,
+after it was removed; a panel never looks its own parts up in the DOM (they may not exist yet),
+it holds them.
+"""
 
 from __future__ import annotations
 

