@@ -57,7 +57,7 @@ ENGINE_RENDERING_ARGS = (
 # 50 µs for a short prompt, at most about 0.6 ms of the loop's time for 1 KiB (the tiny model's
 # tokenizer through transformers, measured here on a loaded machine), which spares the
 # hand-off to the thread and back: two wake-ups and a wait for the GIL while the loop holds it
-# (docs/bench/README.md, issue 20).
+# (docs/bench/overhead.md, issue 20).
 INLINE_COUNT_BYTES = 1024
 POLICY_HEADER = b"x-llmd-context-policy"
 CLAMPED_HEADER = b"x-llmd-max-tokens-clamped"
