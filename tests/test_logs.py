@@ -49,6 +49,7 @@ def test_a_storm_of_identical_failures_is_bounded_and_counted(captured_logs: Cap
                 "class": "normal",
                 "status": "502",
                 "model": "tiny",
+                "endpoint": "chat",
                 "outcome": "error",
                 "code": "engine_error",
             },

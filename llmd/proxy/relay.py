@@ -387,6 +387,7 @@ class Relay:
             arrival.tenant,
             arrival.request_class,
             arrival.model,
+            endpoint=self.endpoint.name,
         )
         await send_error(send, error, [NOT_QUEUED])
 
@@ -406,6 +407,7 @@ class Relay:
                 error_code=error.reason,
                 ended_at=time.monotonic(),
                 model=arrival.model,
+                endpoint=self.endpoint.name,
             )
         )
         await send_error(send, error, [NOT_QUEUED])

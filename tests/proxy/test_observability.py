@@ -69,7 +69,7 @@ def test_metrics_count_real_traffic(llmd: LlmdProcess) -> None:
         return (value(found, name, **labels) or 0) - (value(base, name, **labels) or 0)
 
     ok = {"tenant": "anonymous", "class": "normal", "status": "200", "model": "tiny",
-          "outcome": "ok", "code": ""}  # fmt: skip
+          "endpoint": "chat", "outcome": "ok", "code": ""}  # fmt: skip
     left = {**ok, "outcome": "cancelled"}
     answered = {"engine": "main", "model": "tiny", "outcome": "answered", "release": ""}
 
@@ -88,7 +88,8 @@ def test_metrics_count_real_traffic(llmd: LlmdProcess) -> None:
     assert delta("llmd_requests_total", **left) == 1  # the abandoned stream had its 200
     assert delta("llmd_rejections_total", reason="context_length_exceeded") == 1
     assert delta("llmd_cancellations_total", phase="decode") == 1
-    lengths = {"class": "normal", "input_length": "le512", "model": "tiny", "release": ""}
+    lengths = {"class": "normal", "input_length": "le512", "model": "tiny", "endpoint": "chat",
+               "release": ""}  # fmt: skip
     assert delta("llmd_e2e_request_latency_seconds_count", **lengths) == 4
     assert delta("llmd_generation_tokens_total", tenant="anonymous") >= 4 * 20
     assert delta("llmd_backend_requests_total", **answered) == 5
@@ -119,7 +120,7 @@ def test_a_failure_storm_is_quiet_in_the_log_and_whole_in_the_counters(
 
     assert set(asyncio.run(storm())) == {502}
     failed = {"tenant": "anonymous", "class": "normal", "status": "502", "model": "tiny",
-              "outcome": "error", "code": "engine_error"}  # fmt: skip
+              "endpoint": "chat", "outcome": "error", "code": "engine_error"}  # fmt: skip
 
     def counted(found: dict[tuple[str, frozenset[tuple[str, str]]], float]) -> float:
         return (value(found, "llmd_requests_total", **failed) or 0) - (

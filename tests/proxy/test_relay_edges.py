@@ -35,7 +35,7 @@ def server_lines(captured: Captured) -> list[dict[str, Any]]:
 def requests_with_status(stack: ProxyStack, status: str) -> float:
     registry = stack.ctx.observer.metrics.registry
     labels = {"tenant": "anonymous", "class": "normal", "status": status, "model": "tiny",
-              "outcome": "error", "code": "internal_error"}  # fmt: skip
+              "endpoint": "chat", "outcome": "error", "code": "internal_error"}  # fmt: skip
     return registry.get_sample_value("llmd_requests_total", labels) or 0.0
 
 

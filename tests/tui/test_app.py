@@ -365,3 +365,23 @@ async def test_a_without_a_deploy_in_progress_does_nothing() -> None:
         await until(pilot, lambda: app.snapshot is not None)
         await pilot.press("a", "y")
         assert daemon.calls == []
+
+
+async def test_the_endpoints_panel_follows_the_snapshots() -> None:
+    """The endpoints panel shows each endpoint's row as the daemon sends it, says when no
+    request came yet, and when the daemon is older than the panel (no `endpoints`)."""
+    snapshot = example_status()
+    del snapshot["endpoints"]
+    daemon = FakeDaemon(snapshot)
+    app = TopApp(daemon, interval_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: "does not report them" in screen_text(app))
+        daemon.snapshot["endpoints"] = []
+        await until(pilot, lambda: "no request yet" in screen_text(app))
+        daemon.snapshot["endpoints"] = [
+            {"name": "embeddings", "in_flight": 7, "queued": 120, "requests": 4321,
+             "answered": 4300, "rejected": 20, "cancelled": 0, "aborted": 0, "errors": 1,
+             "requests_per_s": 12.5},
+        ]  # fmt: skip
+        row = "embeddings 7 120 12.5 4,321 20 1"
+        await until(pilot, lambda: row in " ".join(screen_text(app).split()))

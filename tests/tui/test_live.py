@@ -5,6 +5,7 @@ away and comes back."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
 
 import httpx
@@ -129,7 +130,8 @@ async def test_drain_from_the_tui_with_20_streams_in_flight(llmd: LlmdProcess) -
 
 async def test_a_rejection_shows_as_a_rejection(llmd: LlmdProcess) -> None:
     """A request refused by admission (a bad x-llmd-deadline-ms) is counted under `rejected`
-    with its code in the counts panel, and not under `errors`."""
+    with its code (the counts panel's total, the endpoints panel's `completions` row), and not
+    under `errors`."""
     app = top(llmd)
     async with (
         httpx.AsyncClient(base_url=llmd.base_url, timeout=30) as client,
@@ -149,7 +151,14 @@ async def test_a_rejection_shows_as_a_rejection(llmd: LlmdProcess) -> None:
         await until(pilot, counted)
         assert app.snapshot is not None
         assert app.snapshot["counts"]["errors"] == before["errors"]
-        await until(pilot, lambda: "invalid_request" in screen_text(app))
+        rejected = sum(app.snapshot["counts"]["rejections"].values())
+        ends = {e["name"]: e["rejected"] for e in app.snapshot["endpoints"]}
+        rows = (
+            rf"rejected {rejected} [^│]*invali",
+            rf"completions 0 0 [\d.]+ \d+ {ends['completions']} 0",
+        )
+        shown = lambda: all(re.search(row, " ".join(screen_text(app).split())) for row in rows)  # noqa: E731
+        await until(pilot, shown)
 
 
 @pytest.fixture
