@@ -38,7 +38,14 @@ from llmd.admission.slo import CAPPED_HEADER, SloGuard
 from llmd.admission.tenants import Tenant
 from llmd.config import ANONYMOUS
 from llmd.endpoints.table import Answer, Endpoint, serving
-from llmd.errors import ApiError, InternalError, InvalidRequest, ModelNotFound, UnsupportedEndpoint
+from llmd.errors import (
+    ApiError,
+    BackendRefused,
+    InternalError,
+    InvalidRequest,
+    ModelNotFound,
+    UnsupportedEndpoint,
+)
 from llmd.inflight import Exchange
 from llmd.proxy.body import (
     ClientGone,
@@ -67,12 +74,13 @@ CONTROL_PREFIX = b"x-llmd-"
 
 @dataclasses.dataclass
 class Arrival:
-    """A request as it arrives: its id, when (monotonic s), its ASGI headers, and, once the
-    stages know them, its tenant and class (what a refusal is accounted under)."""
+    """A request as it arrives: its id, when (monotonic s), its ASGI headers and path, and,
+    once the stages know them, its tenant and class (what a refusal is accounted under)."""
 
     request_id: str
     at: float
     headers: list[Any]
+    path: str
     tenant: str = ANONYMOUS
     request_class: str = Priority.NORMAL.label
     model: str | None = None
@@ -131,7 +139,7 @@ class Relay:
         self.endpoint = endpoint
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        arrival = Arrival(scope[REQUEST_ID_KEY], time.monotonic(), scope["headers"])
+        arrival = Arrival(scope[REQUEST_ID_KEY], time.monotonic(), scope["headers"], scope["path"])
         hold: BodyHold | None = None
         try:
             tenant = self.authenticate(arrival)
@@ -161,7 +169,7 @@ class Relay:
             tenant=arrival.tenant,
             model=model,
             endpoint=self.endpoint.name,
-            path=scope["path"],
+            path=arrival.path,
         )
         writer = ClientWriter(
             send, exchange, body_send=scope.get(BODY_SEND_KEY), dialect=self.endpoint.dialect
@@ -240,12 +248,12 @@ class Relay:
             api = self.state.engine.api
             raise ModelNotFound(model, list(served), api.names_models_when_not_found)
         arrival.model = model
-        self.check_kind(model, arrival.headers)
+        self.check_kind(model, arrival.path)
         if not capacity.available(model, time.monotonic()) and not capacity.holding(model):
             raise self.state.pool_unavailable(model)
         return model
 
-    def check_kind(self, model: str, headers: list[Any]) -> None:
+    def check_kind(self, model: str, path: str) -> None:
         """Refuse an endpoint that `model`'s engines do not serve (embeddings of a generate
         engine's model, chat of a pooling one's). Raises UnsupportedEndpoint (400) naming
         the models here that do."""
@@ -259,7 +267,7 @@ class Relay:
             if serving(self.endpoint, fleet.kinds_of(m))
         ]
         kind = "/".join(sorted(kinds or ()))
-        raise UnsupportedEndpoint(self.endpoint.paths[0], model, kind, others)
+        raise UnsupportedEndpoint(path, model, kind, others)
 
     async def validate(
         self, arrival: Arrival, exchange: Exchange, tenant: Tenant, body: Body, model: str
@@ -357,7 +365,7 @@ class Relay:
                 return
             except ApiError as error:
                 if error.status < 500:  # the backend refused the request itself: never resent
-                    raise
+                    raise self.unserved(error, exchange) from None
                 decision = tries.after_failure(response_started=exchange.response_started)
                 moved = None
                 if isinstance(decision, Retry):
@@ -374,6 +382,25 @@ class Relay:
                     error=error.message,
                 )
                 backend = moved
+
+    def unserved(self, error: ApiError, exchange: Exchange) -> ApiError:
+        """`error` as the client sees it: a backend's FastAPI 404 for the path (vLLM answers
+        `{"detail": "Not Found"}` for a route its runner does not register) says its engine
+        is of another kind than its flags told: UnsupportedEndpoint (400), as llmd answers it
+        before sending; any other refusal as it is."""
+        if not (
+            isinstance(error, BackendRefused) and error.status == 404 and error.code == "not_found"
+        ):
+            return error
+        if error.message != "Not Found":
+            return error
+        model = str(exchange.model)
+        others = [
+            m
+            for m in self.state.admission.capacity.models()
+            if m != model and serving(self.endpoint, self.state.fleet.kinds_of(m))
+        ]
+        return UnsupportedEndpoint(exchange.path, model, None, others)
 
     # -- around the stages -------------------------------------------------------------------
 
