@@ -37,7 +37,8 @@ from llmd.admission.requests import AdmissionRequest, Ticket, read_deadline
 from llmd.admission.slo import CAPPED_HEADER, SloGuard
 from llmd.admission.tenants import Tenant
 from llmd.config import ANONYMOUS
-from llmd.endpoints.table import Answer, Endpoint, serving
+from llmd.endpoints.audio import read_form
+from llmd.endpoints.table import Answer, BodyKind, Endpoint, serving
 from llmd.errors import (
     ApiError,
     BackendRefused,
@@ -93,9 +94,10 @@ class Body:
     object go (once the backend request is built); `release` gives the share back."""
 
     raw: bytes
-    payload: dict[str, Any]
+    payload: dict[str, Any]  # a multipart body's: its text fields (llmd/endpoints/audio.py)
     stream: bool
     hold: BodyHold | None = None
+    content_type: str = "application/json"  # what the backend is sent it as
 
     def drop(self) -> None:
         self.raw, self.payload = b"", {}
@@ -117,6 +119,7 @@ class Prepared:
     stream: bool
     request: AdmissionRequest
     response_headers: list[tuple[bytes, bytes]]
+    content_type: str = "application/json"
 
     def drop(self) -> None:
         self.body = self.priority_body = b""
@@ -124,6 +127,8 @@ class Prepared:
     def cap(self, guard: SloGuard) -> None:
         """Lower max_tokens in the bytes to send when the SLO guard caps the request's class
         now, saying so in the response header `x-llmd-max-tokens-capped`."""
+        if self.content_type != "application/json":
+            return  # a form (audio): no max_tokens to cap
         bodies, said = guard.cap_body(self.request.cls, [self.body, self.priority_body])
         if said is not None:
             self.body, self.priority_body = bodies
@@ -206,7 +211,8 @@ class Relay:
         resized to what was read. Raises UnsupportedMediaType (415), BodyTooLarge (413),
         QueueFull (429: the budget cannot grow), InvalidRequest (400), RequestTimeout (408: not
         all there within `server.read_timeout_s`), ClientGone."""
-        check_content_type(arrival.headers)
+        multipart = self.endpoint.body is BodyKind.MULTIPART
+        content_type = check_content_type(arrival.headers, multipart=multipart)
         coding = body_coding(arrival.headers)
         server, admission = self.state.config.server, self.state.admission
         raw = await read_body(
@@ -217,6 +223,10 @@ class Relay:
             taking=lambda size: admission.grow_body(hold, size),
         )
         hold.resize(len(raw))
+        if multipart:  # the form's text fields; the upload stays in `raw`, sent as it came
+            form = read_form(raw, content_type)
+            stream = form.get("stream", "").strip().lower() == "true"
+            return Body(raw, form, stream, hold, content_type.decode("latin-1"))
         payload = parse_object(raw)
         if not isinstance(payload.get("stream"), bool | None):
             raise InvalidRequest("'stream' must be a boolean", param="stream")
@@ -300,7 +310,9 @@ class Relay:
             valid = Validated(body.raw, counts, fields.output.max_tokens, 1, [], counted=False)
         # `payload` carries validation's changes (edited in place).
         gates = admission.gates
-        priority_body = _with_priority(body.payload, cls) if gates.priority_backends else b""
+        json_body = endpoint.body is BodyKind.JSON
+        priority = json_body and bool(gates.priority_backends)
+        priority_body = _with_priority(body.payload, cls) if priority else b""
         key = prefix_key(fields.prompt, gates.prefix_chars) if gates.prefix_chars else None
         conversation = None
         if model in admission.capacity.splits:  # a canary: sticky per conversation
@@ -314,7 +326,14 @@ class Relay:
         request = AdmissionRequest(
             tenant, cls, cost, deadline, model=model, affinity=key, conversation=conversation
         )
-        return Prepared(valid.body, priority_body, body.stream, request, valid.response_headers)
+        return Prepared(
+            valid.body,
+            priority_body,
+            body.stream,
+            request,
+            valid.response_headers,
+            content_type=body.content_type,
+        )
 
     async def answer(self, writer: ClientWriter, answer: dict[str, Any]) -> None:
         """Answer the client here with `answer` as JSON (200), as the engine would have."""
@@ -360,7 +379,13 @@ class Relay:
             data = prepared.priority_body if backend in admission.gates.priority_backends else b""
             try:
                 await forward(
-                    self.state, backend, exchange.path, exchange, data or prepared.body, writer
+                    self.state,
+                    backend,
+                    exchange.path,
+                    exchange,
+                    data or prepared.body,
+                    writer,
+                    content_type=prepared.content_type,
                 )
                 return
             except ApiError as error:

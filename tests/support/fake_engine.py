@@ -56,6 +56,8 @@ class FakeEngine:
     # The routes it registers beside chat, completions and /tokenize (vLLM registers the
     # pooling ones only for a pooling runner); any other path gets FastAPI's 404.
     pooling_paths: tuple[str, ...] = ()
+    # What each audio request sent: (path, its Content-Type, its raw bytes).
+    forms: list[tuple[str, str, bytes]] = dataclasses.field(default_factory=list)
 
     def app(self) -> web.Application:
         self.tail = asyncio.Event()
@@ -101,6 +103,20 @@ class FakeEngine:
             usage = {"prompt_tokens": 3, "total_tokens": 3, "completion_tokens": 0}
             return web.json_response({"object": "list", "data": [], "usage": usage})
 
+        async def transcribe(request: web.Request) -> web.StreamResponse:
+            raw = await request.read()
+            self.forms.append((request.path, request.headers["content-type"], raw))
+            if b'name="stream"\r\n\r\ntrue\r\n' in raw:
+                response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+                await response.prepare(request)
+                chunk = {"object": "transcription.chunk", "choices": [{"delta": {"content": "hi"}}]}
+                await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                await response.write(b"data: [DONE]\n\n")
+                await response.write_eof()
+                return response
+            usage = {"type": "duration", "seconds": 1}
+            return web.json_response({"text": "hello there", "usage": usage})
+
         @web.middleware
         async def fastapi_404(request: web.Request, handler: Any) -> web.StreamResponse:
             try:
@@ -113,6 +129,8 @@ class FakeEngine:
         app.router.add_post("/v1/completions", generate)
         app.router.add_post("/tokenize", tokenize)
         app.router.add_post("/detokenize", pool)
+        app.router.add_post("/v1/audio/transcriptions", transcribe)
+        app.router.add_post("/v1/audio/translations", transcribe)
         for path in self.pooling_paths:
             app.router.add_post(path, pool)
         return app
