@@ -247,7 +247,7 @@ class UnsupportedEndpoint(ApiError):
     code = "unsupported_endpoint"
     type = "invalid_request_error"
 
-    def __init__(self, path: str, model: str, kind: str, serving: list[str]) -> None:
+    def __init__(self, path: str, model: str, kind: str | None, serving: list[str]) -> None:
         others = (
             f"models here that serve it: {', '.join(serving)}"
             if serving
@@ -255,7 +255,9 @@ class UnsupportedEndpoint(ApiError):
             "--runner pooling)"
         )
         super().__init__(
-            f"model {model!r} does not serve {path} (it runs on a {kind} engine); {others}",
+            f"model {model!r} does not serve {path} "
+            + (f"(it runs on a {kind} engine); " if kind else "(its engine has no such route); ")
+            + others,
             param="model",
         )
 

@@ -148,15 +148,21 @@ class Fleet:
         return engines[0].api if engines else ASSUMED
 
     def card(self, model: str) -> dict[str, Any]:
-        """`model`'s entry for llmd's `/v1/models`: a backend's own card (vLLM's, with
-        `max_model_len` and `root`), else a minimal one."""
+        """`model`'s entry for llmd's `/v1/models`: a backend's own card for it (vLLM's, with
+        `max_model_len`, `root` and, for an adapter, `parent`), else that backend's first card
+        under this id, else a minimal one; with `context_length` beside `max_model_len` (the
+        name clients such as Open WebUI and Cline read)."""
         for name in self.members(model):
-            card = (
-                self.engines[name].card if name in self.engines else
-                self.upstreams[name].cards.get(model)
+            cards = (
+                self.engines[name].cards if name in self.engines else
+                self.upstreams[name].cards
             )  # fmt: skip
+            card = cards.get(model) or next(iter(cards.values()), None)
             if card:
-                return {**card, "id": model}
+                card = {**card, "id": model}
+                if isinstance(card.get("max_model_len"), int):
+                    card["context_length"] = card["max_model_len"]
+                return card
         return {"id": model, "object": "model", "owned_by": "llmd"}
 
     def upstream_models(self) -> list[str]:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import aiohttp
 import structlog
 
 from llmd.engine.client import EngineClient
-from llmd.supervisor.state import EngineState, model_ids
+from llmd.supervisor.state import EngineState, model_cards
 
 log = structlog.get_logger("llmd.backends")
 
@@ -58,9 +59,10 @@ class ModelRelisting:
                 client = self.clients.get(name)
                 if not state.serving or client is None:
                     continue
-                ids = await _read(client)
+                cards = await _read(client)
+                ids = tuple(cards)
                 if ids and ids != state.served_models and self.engines.get(name) is state:
-                    state.served_models = ids
+                    state.served_models, state.cards = ids, cards
                     log.info("engine_models_relisted", engine=name, models=list(ids))
                     self.on_change(name)
         finally:
@@ -68,13 +70,13 @@ class ModelRelisting:
             self._reading = None
 
 
-async def _read(client: EngineClient) -> tuple[str, ...]:
-    """The ids `client`'s backend lists (empty when it cannot be read)."""
+async def _read(client: EngineClient) -> dict[str, dict[str, Any]]:
+    """The cards `client`'s backend lists, by id (empty when it cannot be read)."""
     try:
         async with client.session().get(
             client.url("/v1/models"), headers=client.headers(), timeout=_TIMEOUT
         ) as response:
-            return model_ids(await response.json()) if response.status == 200 else ()
+            return model_cards(await response.json()) if response.status == 200 else {}
     except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
         log.info("engine_models_read_failed", error=repr(exc))
-        return ()
+        return {}

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from llmd.admission.cost import Cost, pair_cost, pooling_cost, request_cost
-from llmd.endpoints import openai
+from llmd.endpoints import audio, openai
 from llmd.endpoints.dialects import OPENAI, Dialect
 from llmd.engine.runner import EngineKind
 from llmd.telemetry.metrics import OTHER_ENDPOINT
@@ -60,6 +60,17 @@ def pairs(fields: Fields, valid: Validated, max_model_len: int | None) -> Cost:
     prompt = fields.prompt
     assert isinstance(prompt, PairPrompt)
     return pair_cost(valid.prompt_counts, prompt.pairs)
+
+
+def transcription(fields: Fields, valid: Validated, max_model_len: int | None) -> Cost:
+    """An audio upload: one sequence per 30 s window it can hold (its size at the lowest
+    bitrate, llmd/endpoints/audio.py), each up to the model's context (448 for Whisper)."""
+    windows = audio.audio_windows(fields.audio_bytes)
+    return Cost(seats=windows, tokens=windows * (max_model_len or WHISPER_CONTEXT))
+
+
+# Whisper's decoder context (`max_target_positions`), when the engine has not said its own.
+WHISPER_CONTEXT = 448
 
 
 def one_seat(fields: Fields, valid: Validated, max_model_len: int | None) -> Cost:
@@ -112,6 +123,14 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("embed_v2", ("/v2/embed",), openai.read_cohere_embed, pooling, POOL),
     Endpoint("score", ("/score", "/v1/score"), openai.read_score, pairs, POOL),
     Endpoint("rerank", ("/rerank", "/v1/rerank", "/v2/rerank"), openai.read_rerank, pairs, POOL),
+    Endpoint(
+        "transcriptions", ("/v1/audio/transcriptions",), audio.read_transcription, transcription,
+        GENERATE, validate=False, body=BodyKind.MULTIPART, streams=True,
+    ),
+    Endpoint(
+        "translations", ("/v1/audio/translations",), audio.read_transcription, transcription,
+        GENERATE, validate=False, body=BodyKind.MULTIPART, streams=True,
+    ),
     Endpoint(
         "tokenize", ("/tokenize",), openai.read_tokenize, one_seat, ANY, validate=False,
         answer=Answer.TOKENIZE,

@@ -24,6 +24,7 @@ from llmd.errors import (
     ApiError,
     InvalidRequest,
     MethodNotAllowed,
+    ModelNotFound,
     NotFound,
     PermissionDenied,
 )
@@ -107,6 +108,20 @@ def build_app(state: DaemonState) -> ProxyApp:
         cards = [state.fleet.card(model) for model in capacity.models()]
         return JSONResponse({"object": "list", "data": cards}, headers={"x-llmd-queue-ms": "0"})
 
+    async def model(request: Request) -> Response:
+        """One model's card, as in `/v1/models` (vLLM has only the list; the openai client's
+        `models.retrieve` asks for this). 404 `model_not_found` for a model llmd does not
+        serve; 503 while llmd drains."""
+        model_id = request.path_params["model"]
+        error = state.unavailable()
+        if error is not None:
+            return ErrorResponse(error, [NOT_QUEUED])
+        served = list(state.admission.capacity.models())
+        if model_id not in served:
+            names = state.engine.api.names_models_when_not_found
+            return ErrorResponse(ModelNotFound(model_id, served, names), [NOT_QUEUED])
+        return JSONResponse(state.fleet.card(model_id), headers={"x-llmd-queue-ms": "0"})
+
     async def metrics(request: Request) -> Response:
         # With keys configured, /metrics names tenants and their traffic: only a key whose
         # tenant has `metrics = true` may read it (401 without a key, 403 with another).
@@ -123,6 +138,7 @@ def build_app(state: DaemonState) -> ProxyApp:
     routes = [
         *(Route(path, relay, methods=["POST"]) for path, relay in relays.items()),
         Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/models/{model:path}", model, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/ready", ready, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),

@@ -40,20 +40,26 @@ class ClientGone(Exception):
     """The client disconnected before its body was read."""
 
 
-def check_content_type(headers: list[Any]) -> None:
+def check_content_type(headers: list[Any], *, multipart: bool = False) -> bytes:
     """Require `Content-Type: application/json` (any parameters, such as a charset: RFC 8259
-    §11 defines none, and the body is read as UTF-8 whatever they say), as vLLM 0.32 does.
-    A web page can send a cross-origin POST without a CORS preflight only with a form or text
-    type, so refusing those keeps pages from calling the API behind the user's back.
-    Raises UnsupportedMediaType (415)."""
+    §11 defines none, and the body is read as UTF-8 whatever they say), as vLLM 0.32 does;
+    `multipart/form-data` instead for an endpoint that takes a form (audio). A web page can
+    send a cross-origin POST without a CORS preflight only with a form or text type, so
+    refusing those keeps pages from calling the JSON API behind the user's back (a form
+    endpoint takes a key as every /v1 path does). The header's value. Raises
+    UnsupportedMediaType (415)."""
     value = next((v for k, v in headers if k == b"content-type"), None)
     media_type = value.split(b";")[0].strip().lower() if value is not None else b""
-    if media_type != b"application/json":
+    wanted, what = (
+        (b"multipart/form-data", "a form") if multipart else (b"application/json", "JSON")
+    )
+    if media_type != wanted:
         given = f"Content-Type {header_text(value)}" if value is not None else "no Content-Type"
         raise UnsupportedMediaType(
-            f"request body must be JSON sent as Content-Type: application/json; got {given}",
+            f"request body must be {what} sent as Content-Type: {wanted.decode()}; got {given}",
             param="content-type",
         )
+    return value or b""
 
 
 def body_coding(headers: list[Any]) -> str | None:

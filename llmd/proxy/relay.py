@@ -37,8 +37,16 @@ from llmd.admission.requests import AdmissionRequest, Ticket, read_deadline
 from llmd.admission.slo import CAPPED_HEADER, SloGuard
 from llmd.admission.tenants import Tenant
 from llmd.config import ANONYMOUS
-from llmd.endpoints.table import Answer, Endpoint, serving
-from llmd.errors import ApiError, InternalError, InvalidRequest, ModelNotFound, UnsupportedEndpoint
+from llmd.endpoints.audio import read_form
+from llmd.endpoints.table import Answer, BodyKind, Endpoint, serving
+from llmd.errors import (
+    ApiError,
+    BackendRefused,
+    InternalError,
+    InvalidRequest,
+    ModelNotFound,
+    UnsupportedEndpoint,
+)
 from llmd.inflight import Exchange
 from llmd.proxy.body import (
     ClientGone,
@@ -67,12 +75,13 @@ CONTROL_PREFIX = b"x-llmd-"
 
 @dataclasses.dataclass
 class Arrival:
-    """A request as it arrives: its id, when (monotonic s), its ASGI headers, and, once the
-    stages know them, its tenant and class (what a refusal is accounted under)."""
+    """A request as it arrives: its id, when (monotonic s), its ASGI headers and path, and,
+    once the stages know them, its tenant and class (what a refusal is accounted under)."""
 
     request_id: str
     at: float
     headers: list[Any]
+    path: str
     tenant: str = ANONYMOUS
     request_class: str = Priority.NORMAL.label
     model: str | None = None
@@ -85,9 +94,10 @@ class Body:
     object go (once the backend request is built); `release` gives the share back."""
 
     raw: bytes
-    payload: dict[str, Any]
+    payload: dict[str, Any]  # a multipart body's: its text fields (llmd/endpoints/audio.py)
     stream: bool
     hold: BodyHold | None = None
+    content_type: str = "application/json"  # what the backend is sent it as
 
     def drop(self) -> None:
         self.raw, self.payload = b"", {}
@@ -109,6 +119,7 @@ class Prepared:
     stream: bool
     request: AdmissionRequest
     response_headers: list[tuple[bytes, bytes]]
+    content_type: str = "application/json"
 
     def drop(self) -> None:
         self.body = self.priority_body = b""
@@ -116,6 +127,8 @@ class Prepared:
     def cap(self, guard: SloGuard) -> None:
         """Lower max_tokens in the bytes to send when the SLO guard caps the request's class
         now, saying so in the response header `x-llmd-max-tokens-capped`."""
+        if self.content_type != "application/json":
+            return  # a form (audio): no max_tokens to cap
         bodies, said = guard.cap_body(self.request.cls, [self.body, self.priority_body])
         if said is not None:
             self.body, self.priority_body = bodies
@@ -131,7 +144,7 @@ class Relay:
         self.endpoint = endpoint
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        arrival = Arrival(scope[REQUEST_ID_KEY], time.monotonic(), scope["headers"])
+        arrival = Arrival(scope[REQUEST_ID_KEY], time.monotonic(), scope["headers"], scope["path"])
         hold: BodyHold | None = None
         try:
             tenant = self.authenticate(arrival)
@@ -161,7 +174,7 @@ class Relay:
             tenant=arrival.tenant,
             model=model,
             endpoint=self.endpoint.name,
-            path=scope["path"],
+            path=arrival.path,
         )
         writer = ClientWriter(
             send, exchange, body_send=scope.get(BODY_SEND_KEY), dialect=self.endpoint.dialect
@@ -198,7 +211,8 @@ class Relay:
         resized to what was read. Raises UnsupportedMediaType (415), BodyTooLarge (413),
         QueueFull (429: the budget cannot grow), InvalidRequest (400), RequestTimeout (408: not
         all there within `server.read_timeout_s`), ClientGone."""
-        check_content_type(arrival.headers)
+        multipart = self.endpoint.body is BodyKind.MULTIPART
+        content_type = check_content_type(arrival.headers, multipart=multipart)
         coding = body_coding(arrival.headers)
         server, admission = self.state.config.server, self.state.admission
         raw = await read_body(
@@ -209,6 +223,10 @@ class Relay:
             taking=lambda size: admission.grow_body(hold, size),
         )
         hold.resize(len(raw))
+        if multipart:  # the form's text fields; the upload stays in `raw`, sent as it came
+            form = read_form(raw, content_type)
+            stream = form.get("stream", "").strip().lower() == "true"
+            return Body(raw, form, stream, hold, content_type.decode("latin-1"))
         payload = parse_object(raw)
         if not isinstance(payload.get("stream"), bool | None):
             raise InvalidRequest("'stream' must be a boolean", param="stream")
@@ -240,12 +258,12 @@ class Relay:
             api = self.state.engine.api
             raise ModelNotFound(model, list(served), api.names_models_when_not_found)
         arrival.model = model
-        self.check_kind(model, arrival.headers)
+        self.check_kind(model, arrival.path)
         if not capacity.available(model, time.monotonic()) and not capacity.holding(model):
             raise self.state.pool_unavailable(model)
         return model
 
-    def check_kind(self, model: str, headers: list[Any]) -> None:
+    def check_kind(self, model: str, path: str) -> None:
         """Refuse an endpoint that `model`'s engines do not serve (embeddings of a generate
         engine's model, chat of a pooling one's). Raises UnsupportedEndpoint (400) naming
         the models here that do."""
@@ -259,7 +277,7 @@ class Relay:
             if serving(self.endpoint, fleet.kinds_of(m))
         ]
         kind = "/".join(sorted(kinds or ()))
-        raise UnsupportedEndpoint(self.endpoint.paths[0], model, kind, others)
+        raise UnsupportedEndpoint(path, model, kind, others)
 
     async def validate(
         self, arrival: Arrival, exchange: Exchange, tenant: Tenant, body: Body, model: str
@@ -292,7 +310,9 @@ class Relay:
             valid = Validated(body.raw, counts, fields.output.max_tokens, 1, [], counted=False)
         # `payload` carries validation's changes (edited in place).
         gates = admission.gates
-        priority_body = _with_priority(body.payload, cls) if gates.priority_backends else b""
+        json_body = endpoint.body is BodyKind.JSON
+        priority = json_body and bool(gates.priority_backends)
+        priority_body = _with_priority(body.payload, cls) if priority else b""
         key = prefix_key(fields.prompt, gates.prefix_chars) if gates.prefix_chars else None
         conversation = None
         if model in admission.capacity.splits:  # a canary: sticky per conversation
@@ -306,7 +326,14 @@ class Relay:
         request = AdmissionRequest(
             tenant, cls, cost, deadline, model=model, affinity=key, conversation=conversation
         )
-        return Prepared(valid.body, priority_body, body.stream, request, valid.response_headers)
+        return Prepared(
+            valid.body,
+            priority_body,
+            body.stream,
+            request,
+            valid.response_headers,
+            content_type=body.content_type,
+        )
 
     async def answer(self, writer: ClientWriter, answer: dict[str, Any]) -> None:
         """Answer the client here with `answer` as JSON (200), as the engine would have."""
@@ -352,12 +379,18 @@ class Relay:
             data = prepared.priority_body if backend in admission.gates.priority_backends else b""
             try:
                 await forward(
-                    self.state, backend, exchange.path, exchange, data or prepared.body, writer
+                    self.state,
+                    backend,
+                    exchange.path,
+                    exchange,
+                    data or prepared.body,
+                    writer,
+                    content_type=prepared.content_type,
                 )
                 return
             except ApiError as error:
                 if error.status < 500:  # the backend refused the request itself: never resent
-                    raise
+                    raise self.unserved(error, exchange) from None
                 decision = tries.after_failure(response_started=exchange.response_started)
                 moved = None
                 if isinstance(decision, Retry):
@@ -374,6 +407,25 @@ class Relay:
                     error=error.message,
                 )
                 backend = moved
+
+    def unserved(self, error: ApiError, exchange: Exchange) -> ApiError:
+        """`error` as the client sees it: a backend's FastAPI 404 for the path (vLLM answers
+        `{"detail": "Not Found"}` for a route its runner does not register) says its engine
+        is of another kind than its flags told: UnsupportedEndpoint (400), as llmd answers it
+        before sending; any other refusal as it is."""
+        if not (
+            isinstance(error, BackendRefused) and error.status == 404 and error.code == "not_found"
+        ):
+            return error
+        if error.message != "Not Found":
+            return error
+        model = str(exchange.model)
+        others = [
+            m
+            for m in self.state.admission.capacity.models()
+            if m != model and serving(self.endpoint, self.state.fleet.kinds_of(m))
+        ]
+        return UnsupportedEndpoint(exchange.path, model, None, others)
 
     # -- around the stages -------------------------------------------------------------------
 

@@ -39,8 +39,11 @@ async def forward(
     exchange: Exchange,
     body: bytes,
     writer: ClientWriter,
+    *,
+    content_type: str = "application/json",
 ) -> None:
-    """POST `body` to `path` on `backend` and relay its answer through `writer`; this function
+    """POST `body` (of `content_type`) to `path` on `backend` and relay its answer through
+    `writer`; this function
     lets `body` go once sent (the caller keeps it only while a retry on another backend may
     still send it, llmd/routing/retry.py).
 
@@ -51,7 +54,7 @@ async def forward(
     client = state.fleet.client(backend)
     breaker = _breaker(state, backend)
     headers = {**client.headers(), "x-request-id": exchange.request_id}
-    headers["content-type"] = "application/json"
+    headers["content-type"] = content_type
     try:
         response = await _post(client, client.url(path), body, headers)
     except _UPSTREAM_LOST as exc:
@@ -65,9 +68,9 @@ async def forward(
         if response.status >= 400:  # the client's input refused: a rejection, in llmd's shape
             retry_after = response.headers.get("retry-after")
             raise backend_refusal(response.status, await response.read(), retry_after)
-        content_type = response.headers.get("content-type", "application/json").encode()
+        answer_type = response.headers.get("content-type", "application/json").encode()
         queue_ms = str(round(exchange.queue_ms())).encode()
-        response_headers = [(b"content-type", content_type), (b"x-llmd-queue-ms", queue_ms)]
+        response_headers = [(b"content-type", answer_type), (b"x-llmd-queue-ms", queue_ms)]
         if not (exchange.stream and response.status == 200):
             payload = await response.read()
             response_headers.append((b"content-length", str(len(payload)).encode()))

@@ -29,10 +29,15 @@ class EnginePhase(enum.StrEnum):
 def model_ids(listing: Any) -> tuple[str, ...]:
     """The `id`s of an OpenAI model list (`{"data": [{"id": ...}, ...]}`), in order; () when
     the listing has none."""
+    return tuple(model_cards(listing))
+
+
+def model_cards(listing: Any) -> dict[str, dict[str, Any]]:
+    """Each card of an OpenAI model list by its `id`, in order ({} when it has none)."""
     data = listing.get("data") if isinstance(listing, dict) else None
     if not isinstance(data, list):
-        return ()
-    return tuple(c["id"] for c in data if isinstance(c, dict) and isinstance(c.get("id"), str))
+        return {}
+    return {c["id"]: c for c in data if isinstance(c, dict) and isinstance(c.get("id"), str)}
 
 
 @dataclasses.dataclass
@@ -65,9 +70,9 @@ class EngineState:
     # by giving up).
     exits_by_reason: dict[str, int] = dataclasses.field(default_factory=dict)
     restart_at: float | None = None
-    # The engine's own `/v1/models` entry for its model, read when it became ready (None: not
-    # read).
-    card: dict[str, Any] | None = None
+    # The engine's own `/v1/models` entries by id (its served names, its LoRA adapters with
+    # their `parent` and `root`), read when it became ready and when its models are read again.
+    cards: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     # What `llmd.supervisor.diagnosis` found in the engine's output at its last boot or
     # unrequested exit (slow paths at boot; the cause of a failure).
     diagnosis: tuple[Finding, ...] = ()

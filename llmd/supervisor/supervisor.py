@@ -32,7 +32,7 @@ from llmd.supervisor.exits import ExitReason, classify_exit
 from llmd.supervisor.leftovers import forget_engine, record_engine, stop_leftover
 from llmd.supervisor.policy import ExitRecord, GiveUp, decide_restart
 from llmd.supervisor.process import EngineProcess
-from llmd.supervisor.state import EnginePhase, EngineState, model_ids
+from llmd.supervisor.state import EnginePhase, EngineState, model_cards, model_ids
 
 log = structlog.get_logger("llmd.supervisor")
 
@@ -322,7 +322,7 @@ class Supervisor:
                 timeout=aiohttp.ClientTimeout(total=5),
             ) as r:
                 models = await r.json()
-            self.state.card = dict(models["data"][0])
+            self.state.cards = model_cards(models)
             self.state.served_models = model_ids(models)
             self.state.max_model_len = int(models["data"][0]["max_model_len"])
         self.state.api = ASSUMED

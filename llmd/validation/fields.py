@@ -105,6 +105,7 @@ class Fields:
     truncate_prompt_tokens: int | None = None
     stream: bool = False
     token_strs: bool = False  # /tokenize's return_token_strs
+    audio_bytes: int = 0  # an audio upload's size (transcriptions), what bounds its cost
 
     @property
     def texts(self) -> list[str | list[int]]:

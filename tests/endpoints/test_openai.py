@@ -7,9 +7,18 @@ from typing import Any
 
 import pytest
 
-from llmd.endpoints.openai import read_chat, read_completions
+from llmd.endpoints.openai import (
+    read_chat,
+    read_cohere_embed,
+    read_completions,
+    read_detokenize,
+    read_embeddings,
+    read_rerank,
+    read_score,
+    read_tokenize,
+)
 from llmd.errors import InvalidRequest
-from llmd.validation.fields import ChatPrompt, TextPrompt
+from llmd.validation.fields import ChatPrompt, PairPrompt, TextPrompt
 
 USER = [{"role": "user", "content": "hi"}]
 
@@ -155,3 +164,58 @@ def test_unknown_fields_are_ignored() -> None:
     """Fields llmd does not read are not checked (they pass through to the engine)."""
     fields = read_chat({"messages": USER, "temperature": "hot", "x": [1]})
     assert isinstance(fields.prompt, ChatPrompt) and fields.prompt.local
+
+
+BAD_POOLING: list[tuple[Any, dict[str, Any], str]] = [
+    (read_embeddings, {}, "input"),
+    (read_embeddings, {"input": ""}, "input"),
+    (read_embeddings, {"input": [[1], "a"]}, "input"),
+    (read_embeddings, {"input": [1, -2]}, "input"),
+    (read_embeddings, {"messages": []}, "messages"),
+    (read_embeddings, {"input": "a", "truncate_prompt_tokens": -2}, "truncate_prompt_tokens"),
+    (read_cohere_embed, {}, "texts"),
+    (read_cohere_embed, {"texts": []}, "texts"),
+    (read_cohere_embed, {"texts": ["a"], "images": ["x"]}, "texts"),
+    (read_score, {"queries": ["a", "b"], "documents": ["c", "d", "e"]}, "documents"),
+    (read_score, {"text_1": "a"}, "text_2"),
+    (read_score, {"queries": [], "documents": ["c"]}, "queries"),
+    (read_score, {}, "queries"),
+    (read_rerank, {"documents": ["a"]}, "query"),
+    (read_rerank, {"query": "q", "documents": [1]}, "documents"),
+    (read_rerank, {"query": "q", "documents": ["a"], "top_n": -1}, "top_n"),
+    (read_tokenize, {"prompt": 5}, "prompt"),
+    (read_tokenize, {"prompt": "a", "return_token_strs": "yes"}, "return_token_strs"),
+    (read_detokenize, {"tokens": [1, "2"]}, "tokens"),
+    (read_detokenize, {"tokens": "12"}, "tokens"),
+]
+
+
+@pytest.mark.parametrize(("read", "body", "param"), BAD_POOLING)
+def test_bad_pooling_scoring_and_tokenizer_bodies_name_the_field(
+    read: Any, body: dict[str, Any], param: str
+) -> None:
+    """Each reader refuses a wrong shape with a 400 that names the field."""
+    with pytest.raises(InvalidRequest) as caught:
+        read(body)
+    assert caught.value.param == param
+
+
+def test_scored_pairs_follow_vllm_s_pairing() -> None:
+    """1:N pairs the one query with each document, N:N each with its own; every field pair
+    vLLM 0.32 takes is read; objects (images) are left to the engine to count."""
+    one = read_score({"queries": "q", "documents": ["a", "b"]}).prompt
+    assert isinstance(one, PairPrompt) and one.pairs == [(0, 1), (0, 2)] and one.local
+    many = read_score({"text_1": ["q1", "q2"], "text_2": ["a", "b"]}).prompt
+    assert isinstance(many, PairPrompt) and many.pairs == [(0, 2), (1, 3)]
+    assert isinstance(read_score({"data_1": "q", "data_2": "a"}).prompt, PairPrompt)
+    images = read_rerank({"query": "q", "documents": [{"content": []}]}).prompt
+    assert isinstance(images, PairPrompt) and not images.local
+
+
+def test_a_pooling_conversation_counts_without_a_generation_prompt() -> None:
+    """Embeddings of `messages` (or a conversation in `input`) render without the generation
+    prompt unless asked, as vLLM 0.32's pooling requests default."""
+    for body in ({"messages": USER}, {"input": USER}):
+        prompt = read_embeddings(body).prompt
+        assert isinstance(prompt, ChatPrompt) and not prompt.add_generation_prompt
+    assert read_embeddings({"input": "a"}).output.generates is False

@@ -53,6 +53,11 @@ class FakeEngine:
     tokenize_hold: threading.Event | None = None
     tail: asyncio.Event | None = None
     transports: list[Any] = dataclasses.field(default_factory=list)
+    # The routes it registers beside chat, completions and /tokenize (vLLM registers the
+    # pooling ones only for a pooling runner); any other path gets FastAPI's 404.
+    pooling_paths: tuple[str, ...] = ()
+    # What each audio request sent: (path, its Content-Type, its raw bytes).
+    forms: list[tuple[str, str, bytes]] = dataclasses.field(default_factory=list)
 
     def app(self) -> web.Application:
         self.tail = asyncio.Event()
@@ -92,10 +97,42 @@ class FakeEngine:
                 self.tokenizing -= 1
             return web.json_response({"count": len(json.dumps(body)), "max_model_len": 0})
 
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        async def pool(request: web.Request) -> web.Response:
+            body = await request.json()
+            self.received.append((request.path, body))
+            usage = {"prompt_tokens": 3, "total_tokens": 3, "completion_tokens": 0}
+            return web.json_response({"object": "list", "data": [], "usage": usage})
+
+        async def transcribe(request: web.Request) -> web.StreamResponse:
+            raw = await request.read()
+            self.forms.append((request.path, request.headers["content-type"], raw))
+            if b'name="stream"\r\n\r\ntrue\r\n' in raw:
+                response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+                await response.prepare(request)
+                chunk = {"object": "transcription.chunk", "choices": [{"delta": {"content": "hi"}}]}
+                await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                await response.write(b"data: [DONE]\n\n")
+                await response.write_eof()
+                return response
+            usage = {"type": "duration", "seconds": 1}
+            return web.json_response({"text": "hello there", "usage": usage})
+
+        @web.middleware
+        async def fastapi_404(request: web.Request, handler: Any) -> web.StreamResponse:
+            try:
+                return await handler(request)  # type: ignore[no-any-return]
+            except web.HTTPNotFound:
+                return web.json_response({"detail": "Not Found"}, status=404)
+
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[fastapi_404])
         app.router.add_post("/v1/chat/completions", generate)
         app.router.add_post("/v1/completions", generate)
         app.router.add_post("/tokenize", tokenize)
+        app.router.add_post("/detokenize", pool)
+        app.router.add_post("/v1/audio/transcriptions", transcribe)
+        app.router.add_post("/v1/audio/translations", transcribe)
+        for path in self.pooling_paths:
+            app.router.add_post(path, pool)
         return app
 
 
@@ -130,10 +167,13 @@ class ProxyStack:
         real_engine: Path | None = None,
         engine: FakeEngine | None = None,
         admission: AdmissionConfig | None = None,
+        engine_args: tuple[str, ...] = (),
         **validation: Any,
     ) -> Iterator[ProxyStack]:
         """Start the stack; stop it on exit. `validation` sets ValidationConfig fields,
-        `admission` replaces the default AdmissionConfig, `engine` the FakeEngine.
+        `admission` replaces the default AdmissionConfig, `engine` the FakeEngine,
+        `engine_args` the engine table's args (`--runner pooling`: llmd takes it for a pooling
+        engine).
 
         With `real_engine` (a running engine's Unix socket) the proxy relays to it instead of
         to the fake engine (whose `received` then stays empty), knowing its vLLM release from
@@ -141,7 +181,7 @@ class ProxyStack:
         """
         config = Config(
             server=ServerConfig(runtime_dir=str(runtime_dir), max_body_bytes=1024 * 1024),
-            engine=EngineConfig(model=str(model_dir), served_model_name="tiny"),
+            engine=EngineConfig(model=str(model_dir), served_model_name="tiny", args=engine_args),
             validation=ValidationConfig(**validation),
             admission=admission or AdmissionConfig(),
         )
