@@ -153,9 +153,9 @@ def _histogram(registry: CollectorRegistry, name: str, documentation: str) -> Hi
     # By endpoint: an embeddings request ends in milliseconds and a tokenize llmd answers itself
     # in microseconds, so mixed with chat under one model they would hide its latency. Bounded:
     # only requests relayed or answered are observed (a refusal is not), so a model has series
-    # only for the endpoints its engines serve (generate: chat, completions, tokenize,
-    # detokenize; pooling: the six pooling ones and the two tokenizer ones), and TTFT only for
-    # the two that stream (chat, completions).
+    # only for the endpoints its engines serve (generate: chat, completions, the two audio ones
+    # and the two tokenizer ones; pooling: the six pooling ones and the tokenizer ones), and
+    # TTFT only for those that stream (chat, completions, audio).
     return Histogram(
         name,
         documentation,
