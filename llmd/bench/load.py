@@ -19,7 +19,7 @@ import aiohttp
 from llmd.bench.client import Call, EmbedCall, RequestResult, Target, embed, stream_completion
 from llmd.bench.prompts import PromptBuilder
 from llmd.bench.sampler import GaugeSample, GaugeSampler
-from llmd.bench.scenarios import Scenario, plan_documents, plan_request
+from llmd.bench.scenarios import Indexing, Scenario, plan_documents, plan_request
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,12 +202,20 @@ async def _index(
     assert indexing is not None and spec.embed_model is not None
     await asyncio.sleep(max(0.0, start_at - time.perf_counter()))
     while (index := step.take_embed()) is not None:
-        lengths = plan_documents(indexing, spec.seed, index, spec.max_model_len)
-        rng = random.Random(f"{spec.seed}:document:{index}")
-        documents = tuple(prompts.build(tokens, rng) for tokens in lengths)
-        call = EmbedCall(spec.embed_model, documents, spec.embed_headers)
-        result = RequestResult(index, "embed", sum(lengths), 0, 0.0)
+        texts, tokens = documents(prompts, indexing, spec.seed, index, spec.max_model_len)
+        call = EmbedCall(spec.embed_model, texts, spec.embed_headers)
+        result = RequestResult(index, "embed", tokens, 0, 0.0)
         await embed(where[1], where[0], call, result, spec.timeout_s, step.clock_zero)
         step.embed_results.append(result)
         if on_result is not None:
             on_result(result)
+
+
+def documents(
+    prompts: PromptBuilder, indexing: Indexing, seed: int, index: int, max_model_len: int | None
+) -> tuple[tuple[str, ...], int]:
+    """The texts of embeddings request `index` (`plan_documents`'s lengths) and their planned
+    tokens in all: the same for the same (indexing, seed, index) on every target."""
+    lengths = plan_documents(indexing, seed, index, max_model_len)
+    rng = random.Random(f"{seed}:document:{index}")
+    return tuple(prompts.build(tokens, rng) for tokens in lengths), sum(lengths)
