@@ -21,7 +21,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 import aiohttp
 
@@ -34,7 +34,7 @@ from llmd.validation.conversation import (
     detect_content_format,
     parse_template,
 )
-from llmd.validation.fields import ChatPrompt, Counted, TextPrompt
+from llmd.validation.fields import ChatPrompt, Counted, EnginePrompt, Renderable, TextPrompt
 
 # apply_chat_template's own parameters: taken from the request's fields (or meaningless with
 # tokenize=False), never from its chat_template_kwargs.
@@ -114,13 +114,15 @@ class LocalCounter:
         self._closed = True
         self._executor.shutdown(wait=False)
 
-    def can_count(self, prompt: Counted) -> bool:
+    def can_count(self, prompt: Counted) -> TypeGuard[Renderable]:
         """Whether this counter renders `prompt` exactly as the engine does."""
+        if isinstance(prompt, EnginePrompt):
+            return False
         if isinstance(prompt, TextPrompt):
             return True
         return prompt.local and self._template is not None
 
-    async def count(self, prompt: Counted, limit: int | None = None) -> list[int]:
+    async def count(self, prompt: Renderable, limit: int | None = None) -> list[int]:
         """Prompt tokens per sequence (one per completion prompt), on the tokenizer thread.
 
         A text longer than `limit` tokens could possibly be is not tokenized: it counts as
@@ -130,7 +132,7 @@ class LocalCounter:
         """
         return await self._on_thread(lambda p: self.count_now(p, limit), prompt)
 
-    def count_inline(self, prompt: Counted, limit: int | None = None) -> list[int] | None:
+    def count_inline(self, prompt: Renderable, limit: int | None = None) -> list[int] | None:
         """Prompt tokens per sequence on the calling thread (the event loop's), or None, at
         once, when the tokenizer is in use on another thread (then count on it, `count`).
 
@@ -145,12 +147,12 @@ class LocalCounter:
         finally:
             self._lock.release()
 
-    def count_now(self, prompt: Counted, limit: int | None = None) -> list[int]:
+    def count_now(self, prompt: Renderable, limit: int | None = None) -> list[int]:
         """Prompt tokens per sequence, on the calling thread (blocking); see `count`."""
         with self._lock:
             return self._count(prompt, limit)
 
-    def _count(self, prompt: Counted, limit: int | None) -> list[int]:
+    def _count(self, prompt: Renderable, limit: int | None) -> list[int]:
         if isinstance(prompt, TextPrompt):
             return [
                 len(p)
@@ -160,7 +162,7 @@ class LocalCounter:
             ]
         return [self._encode(self.render(prompt), prompt.add_special_tokens, limit, "messages")]
 
-    async def tokenize(self, prompt: Counted) -> list[int]:
+    async def tokenize(self, prompt: Renderable) -> list[int]:
         """The token ids of `prompt`'s first text (a chat: its rendered template), as vLLM
         0.32's /tokenize gives them, on the tokenizer thread. Raises InvalidRequest as
         `count`."""
@@ -172,7 +174,7 @@ class LocalCounter:
         (`convert_ids_to_tokens`, its /tokenize's `token_strs`)."""
         return await self._on_thread(self._decode, ids)
 
-    def _ids(self, prompt: Counted) -> list[int]:
+    def _ids(self, prompt: Renderable) -> list[int]:
         with self._lock:
             if isinstance(prompt, TextPrompt):
                 first = prompt.prompts[0]
@@ -250,6 +252,12 @@ class EngineCounter:
         self._client = client
 
     async def count(self, prompt: Counted, model: str | None) -> list[int]:
+        """Tokens per prompt: each text's by /tokenize, a chat's by /tokenize with the fields
+        it needs, a request only the engine counts by its own counting route."""
+        if isinstance(prompt, EnginePrompt):
+            body = dict(prompt.body)
+            sent = tuple(body)
+            return [await self._tokenize(body, model, sent, prompt.path, prompt.count_field)]
         if isinstance(prompt, TextPrompt):
             counts = []
             for p in prompt.prompts:
@@ -263,15 +271,23 @@ class EngineCounter:
         sent += ("chat_template_kwargs",) if prompt.template_kwargs else ()
         return [await self._tokenize(_chat_tokenize_body(prompt), model, sent)]
 
-    async def _tokenize(self, body: dict[str, Any], model: str | None, sent: Sequence[str]) -> int:
-        """The count /tokenize gives `body`; `sent` names the client's fields in it (the rest
-        llmd filled in), the only fields an error may name."""
+    async def _tokenize(
+        self,
+        body: dict[str, Any],
+        model: str | None,
+        sent: Sequence[str],
+        path: str = "/tokenize",
+        field: str = "count",
+    ) -> int:
+        """The count `path` (/tokenize) gives `body`, read from the answer's `field`; `sent`
+        names the client's fields in it (the rest llmd filled in), the only fields an error
+        may name."""
         if model is not None:
             body["model"] = model
         client = self._client()
         try:
             async with client.session().post(
-                client.url("/tokenize"),
+                client.url(path),
                 data=json.dumps(body),
                 timeout=_TOKENIZE_TIMEOUT,
                 headers={**client.headers(), "content-type": "application/json"},
@@ -280,13 +296,13 @@ class EngineCounter:
                 status = response.status
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise EngineUnavailable(
-                "cannot count prompt tokens: the engine's /tokenize failed: "
+                f"cannot count prompt tokens: the engine's {path} failed: "
                 f"{exc or f'no answer in {_TOKENIZE_TIMEOUT.total:g} s'}",
                 retry_after_s=1,
             ) from exc
         if status == 404:
-            raise CountUnsupported(f"{client.url('/tokenize')} answered 404")
-        return _tokenize_count(status, payload, sent)
+            raise CountUnsupported(f"{client.url(path)} answered 404")
+        return _tokenize_count(status, payload, sent, field)
 
 
 _TOKENIZE_TIMEOUT = aiohttp.ClientTimeout(total=30)
@@ -303,14 +319,15 @@ def _chat_tokenize_body(prompt: ChatPrompt) -> dict[str, Any]:
     }
 
 
-def _tokenize_count(status: int, payload: bytes, sent: Sequence[str]) -> int:
-    """The `count` of a /tokenize answer; a 4xx becomes the client's 400 (`refusal`)."""
+def _tokenize_count(status: int, payload: bytes, sent: Sequence[str], field: str = "count") -> int:
+    """The `field` (`count`) of a /tokenize answer; a 4xx becomes the client's 400
+    (`refusal`)."""
     try:
         answer = json.loads(payload)
     except ValueError:
         answer = None
-    if status == 200 and isinstance(answer, dict) and isinstance(answer.get("count"), int):
-        count: int = answer["count"]
+    if status == 200 and isinstance(answer, dict) and isinstance(answer.get(field), int):
+        count: int = answer[field]
         return count
     message = payload.decode(errors="replace")[:300]
     if isinstance(answer, dict) and isinstance(answer.get("error"), dict):
@@ -319,7 +336,7 @@ def _tokenize_count(status: int, payload: bytes, sent: Sequence[str]) -> int:
     if 400 <= status < 500:
         error = refusal(message, sent)
     else:
-        error = EngineError(f"the engine's /tokenize failed with HTTP {status}: {message}")
+        error = EngineError(f"the engine's count failed with HTTP {status}: {message}")
     raise error
 
 

@@ -161,3 +161,31 @@ def test_an_engine_without_the_route_is_an_unsupported_endpoint(
     assert answer.status_code == 400, answer.text
     error = answer.json()["error"]
     assert error["code"] == "unsupported_endpoint" and "/v1/embeddings" in error["message"]
+
+
+def test_agents_probes_are_answered(generate: ProxyStack) -> None:
+    """`HEAD /` and `GET /` answer 200 (Claude Code probes them); `GET /v1/models` with
+    `anthropic-version` answers in Anthropic's list shape, OpenAI's without it."""
+    generate.engine_state.cards = {
+        "tiny": {"id": "tiny", "object": "model", "created": 0, "max_model_len": MAX_MODEL_LEN}
+    }
+    assert httpx.head(generate.base_url + "/").status_code == 200
+    assert httpx.get(generate.base_url + "/").status_code == 200
+    listing = httpx.get(
+        generate.base_url + "/v1/models", headers={"anthropic-version": "2023-06-01"}
+    ).json()
+    assert listing == {
+        "data": [
+            {
+                "type": "model",
+                "id": "tiny",
+                "display_name": "tiny",
+                "created_at": "1970-01-01T00:00:00Z",
+                "max_model_len": MAX_MODEL_LEN,
+            }
+        ],
+        "has_more": False,
+        "first_id": "tiny",
+        "last_id": "tiny",
+    }
+    assert httpx.get(generate.base_url + "/v1/models").json()["object"] == "list"
