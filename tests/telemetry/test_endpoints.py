@@ -5,6 +5,7 @@ requests of each endpoint)."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -104,3 +105,12 @@ def test_the_status_lists_live_and_ended_requests_by_endpoint() -> None:
         ),
         EndpointStatus("tokenize", queued=1),
     ]
+
+
+def test_the_readme_names_every_endpoint_label() -> None:
+    """The README's metrics section names every `endpoint` label: the table's names and
+    `other`."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme[readme.index("**Metrics.**") : readme.index("| series | type | labels |")]
+    missing = [n for n in [e.name for e in ENDPOINTS] + ["other"] if f"`{n}`" not in section]
+    assert missing == []
