@@ -1,5 +1,5 @@
-"""The `llmd` command's own handling of bad input: numbers refused by argparse (exit 2), a
-config that cannot be read refused as a config error (exit 78)."""
+"""The `llmd` command's own handling of bad input: numbers refused by argparse (exit 64,
+EX_USAGE, in one line), a config that cannot be read refused as a config error (exit 78)."""
 
 from __future__ import annotations
 
@@ -39,12 +39,15 @@ from llmd.cli import main
 def test_a_bad_number_is_a_usage_error(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A bad number is refused by argparse with exit 2 and names the option and the rule,
-    before anything runs (no traceback, no request the daemon refuses)."""
+    """A bad number is refused by argparse with exit 64 in one line naming the verb, the option,
+    the rule and where help is, before anything runs (no traceback, no request the daemon
+    refuses)."""
     with pytest.raises(SystemExit) as exited:
         main(argv)
-    assert exited.value.code == 2
-    assert message in capsys.readouterr().err
+    assert exited.value.code == 64
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert err.startswith(f"llmd {argv[0]}") and err.endswith(" --help`)\n")
 
 
 @pytest.mark.parametrize("verb", [["check-config"], ["serve", "--config"]])

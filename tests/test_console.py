@@ -7,13 +7,15 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import psutil
+import pytest
 
 from llmd.console import EXIT_BROKEN_PIPE
-from tests.support.llmd_process import free_port, short_tmpdir, stop_process
+from tests.support.llmd_process import LlmdProcess, free_port, short_tmpdir, stop_process
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
 from tests.support.waiting import wait_for
@@ -33,9 +35,53 @@ def _cut_short(args: list[str]) -> subprocess.CompletedProcess[bytes]:
         os.close(write)
 
 
-def test_closed_stdout_ends_a_verb_quietly_with_141() -> None:
-    """A verb whose stdout reader has gone exits 141 (as a tool SIGPIPE ended) with no traceback."""
-    done = _cut_short([sys.executable, "-m", "llmd.cli", "check-config", "etc/demo.toml"])
+LLMD = [sys.executable, "-m", "llmd.cli"]
+TOP = [sys.executable, "-c", "from llmd.tui.cli import main; main()"]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        [*LLMD, "--version"],
+        [*LLMD, "--help"],
+        [*LLMD, "status", "--help"],
+        [*LLMD, "check-config", "etc/demo.toml"],
+        [*LLMD, "check-config", "etc/demo.toml", "--json"],
+        [*LLMD, "hash-key", "--new"],
+        [*LLMD, "release", "list", "--state-dir", "tests/data"],
+        [*LLMD, "release", "list", "--json", "--state-dir", "tests/data"],
+        [*TOP, "--version"],
+        [*TOP, "--help"],
+    ],
+    ids=lambda command: " ".join(command[3:]),
+)
+def test_closed_stdout_ends_a_verb_quietly(command: list[str]) -> None:
+    """A verb whose stdout reader has gone exits 141 (as a tool SIGPIPE ended) with no
+    traceback; `--help` exits 0, as argparse drops help it cannot write (both are what `head`
+    expects)."""
+    done = _cut_short(command)
+    assert done.stderr == b""
+    assert done.returncode == (0 if "--help" in command else EXIT_BROKEN_PIPE)
+
+
+@pytest.fixture(scope="module")
+def daemon() -> Iterator[LlmdProcess]:
+    process = LlmdProcess.start(sim_config(ensure_tiny_model()))
+    process.wait_ready(timeout_s=60)
+    yield process
+    process.stop()
+
+
+@pytest.mark.parametrize(
+    "verb",
+    [["status"], ["status", "--json"], ["drain"], ["resume"], ["reload"], ["guard", "on"]],
+    ids=" ".join,
+)
+def test_closed_stdout_ends_a_client_verb_quietly_with_141(
+    verb: list[str], daemon: LlmdProcess
+) -> None:
+    """The verbs that ask the daemon end as quietly when their output is cut short."""
+    done = _cut_short([*LLMD, *verb, "--runtime-dir", str(daemon.runtime_dir)])
     assert done.stderr == b""
     assert done.returncode == EXIT_BROKEN_PIPE
 

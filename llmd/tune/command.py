@@ -11,12 +11,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from llmd import exitcodes
 from llmd.arguments import positive, positive_count, positive_seconds
 from llmd.bench.scenarios import SCENARIOS
 from llmd.releases.store import DEFAULT_STATE_DIR
 from llmd.tune.release import ENGINE_NAME
 
-EXIT_USAGE = 2
 EPILOG = """For each --max-num-seqs value tune boots the engine alone with it (on a private socket),
 runs the `llmd bench` scenario with as many users as seats (or --concurrency), and records TTFT
 p50/p95, tokens/s, peak KV cache, peak GPU memory (NVML), errors and timeouts, and a verdict:
@@ -129,7 +129,7 @@ def add_parser(verbs: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the tune the flags describe: 0 done, 1 an engine failed to boot, llmd serves, or the
-    release could not be recorded (or there was no recommendation to record), 2 a usage error,
+    release could not be recorded (or there was no recommendation to record), 64 a usage error,
     78 a bad config."""
     from llmd.config import config_path, load_config
     from llmd.errors import BenchError, ConfigError, ReleaseError, TuneError
@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         config = load_config(config_path(args.config))
     except ConfigError as exc:
         print(f"llmd tune: {exc}", file=sys.stderr)
-        return 78
+        return exitcodes.CONFIG
     try:
         options = _options(args, config)
         if args.release:
@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         report = _run(options, args.quiet)
     except BenchError as exc:
         print(f"llmd tune: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return exitcodes.USAGE
     except (TuneError, ReleaseError) as exc:
         print(f"llmd tune: {exc}", file=sys.stderr)
         return 1

@@ -4,11 +4,10 @@ the GPU with it, and a socket it cannot read is no proof that none serves."""
 from __future__ import annotations
 
 import asyncio
-import grp
 import socket
 from pathlib import Path
 
-from llmd.admin.client import admin_request
+from llmd.admin.client import AdminForbidden, AdminUnreachable, admin_request, socket_group
 from llmd.errors import TuneError
 from llmd.runtime import RuntimePaths
 
@@ -30,7 +29,8 @@ def refuse_if_serving(runtime_dir: Path, engine: str | None, name: str = "main")
         status = asyncio.run(admin_request(admin, "GET", "/status", timeout_s=ADMIN_TIMEOUT_S))
         state = status["engine"]["state"]
     except Exception as exc:  # anything but a status: something serves there, unread
-        detail = str(exc) or f"no answer in {ADMIN_TIMEOUT_S:g} s"
+        unreachable = isinstance(exc, AdminUnreachable) and not isinstance(exc, AdminForbidden)
+        detail = f"no answer in {ADMIN_TIMEOUT_S:g} s" if unreachable else str(exc)
         raise TuneError(
             f"the admin socket {admin} is listened on, but gave no status ({detail}): llmd may "
             f"be serving there, and tune must not share the GPU with it. {_WAY_OUT}"
@@ -57,7 +57,7 @@ def _listened_on(path: Path) -> bool:
         raise TuneError(
             f"the admin socket {path} exists but this user may not open it ({exc.strerror}): "
             "llmd may be serving there, and tune must not share the GPU with it. Run tune as "
-            f"root or as a user of the socket's group ({_group_of(path)}), or stop llmd "
+            f"root or as a user of the socket's group ({socket_group(path)}), or stop llmd "
             "(systemctl stop llmd)."
         ) from None
     except OSError as exc:
@@ -68,18 +68,3 @@ def _listened_on(path: Path) -> bool:
     finally:
         probe.close()
     return True
-
-
-def _group_of(path: Path) -> str:
-    """The name of `path`'s group (`llmd` under the shipped unit), or its parent's when `path`
-    cannot be examined either; '?' when neither can."""
-    for candidate in (path, path.parent):
-        try:
-            gid = candidate.stat().st_gid
-        except OSError:
-            continue
-        try:
-            return grp.getgrgid(gid).gr_name
-        except KeyError:
-            return str(gid)
-    return "?"

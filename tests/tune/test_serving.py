@@ -18,8 +18,7 @@ from llmd.runtime import RuntimePaths
 from llmd.tune import serving
 from llmd.tune.serving import refuse_if_serving
 from tests.support.llmd_process import short_tmpdir
-
-NOBODY = 65534
+from tests.support.users import as_nobody
 
 
 @pytest.fixture
@@ -102,26 +101,15 @@ def test_a_socket_this_user_may_not_open_is_a_refusal(runtime_dir: Path) -> None
     drops to `nobody` when the tests run as root (root passes every permission check)."""
     keep = listening(admin_socket(runtime_dir))
     runtime_dir.chmod(0o000 if os.geteuid() else 0o700)
-    read, write = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - reports through the pipe
-        os.close(read)
+
+    def refused() -> str:
         try:
-            if os.geteuid() == 0:
-                os.setgid(NOBODY)
-                os.setuid(NOBODY)
             refuse_if_serving(runtime_dir, None)
-            message = "went ahead"
         except TuneError as exc:
-            message = str(exc)
-        except BaseException as exc:
-            message = f"{type(exc).__name__}: {exc}"
-        os.write(write, message.encode())
-        os._exit(0)
-    os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        message = pipe.read().decode()
-    os.waitpid(child, 0)
+            return str(exc)
+        return "went ahead"
+
+    message = as_nobody(refused)
     runtime_dir.chmod(0o700)
     keep.close()
     assert "exists but this user may not open it (Permission denied)" in message, message
