@@ -339,8 +339,8 @@ def restart_message(answer: dict[str, Any], engine: str | None = None) -> str:
 
 
 def _os_error(exc: OSError) -> str:
-    """An OSError in words, without Python's '[Errno N]': 'permission denied: /run/llmd'."""
-    what = (exc.strerror or str(exc)).lower()
+    """An OSError in words, without Python's '[Errno N]': 'Permission denied: /run/llmd'."""
+    what = exc.strerror or str(exc)
     where = exc.filename if exc.filename is not None else None
     return f"{what}: {where}" if where else what
 

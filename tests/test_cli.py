@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from llmd.cli import main
+from tests.support.model import ensure_tiny_model
+from tests.support.sim_process import sim_config
 
 
 @pytest.mark.parametrize(
@@ -63,3 +65,28 @@ def test_a_config_not_utf8_exits_78_naming_the_file(
     assert exited.value.code == 78
     err = capsys.readouterr().err
     assert f"llmd: {path}:3: cannot read config: not UTF-8" in err and "Traceback" not in err
+
+
+def test_serve_that_may_not_write_its_runtime_dir_exits_77(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`llmd serve` whose runtime directory this user may not create (the daemon's start-up
+    raises PermissionError): one line naming the directory and what to do, exit 77
+    (EX_NOPERM), no traceback."""
+    denied = "/run/llmd"
+
+    async def refused(self: object) -> int:
+        raise PermissionError(13, "Permission denied", denied)
+
+    monkeypatch.setattr("llmd.daemon.Daemon.serve", refused)
+    monkeypatch.setattr("llmd.logs.configure_logging", lambda config: None)
+    monkeypatch.setattr("llmd.allocator.fix_mmap_threshold", lambda: None)
+    config = tmp_path / "llmd.toml"
+    config.write_text(sim_config(ensure_tiny_model()))
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--config", str(config), "--runtime-dir", str(tmp_path / "run")])
+    assert exited.value.code == 77
+    assert capsys.readouterr().err == (
+        f"llmd: cannot start: Permission denied: {denied}: run it as the llmd user (systemctl "
+        "start llmd), or pass --runtime-dir and --state-dir it may write\n"
+    )

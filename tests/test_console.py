@@ -4,6 +4,7 @@ daemon outlives the reader of its log."""
 from __future__ import annotations
 
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -118,4 +119,32 @@ def _ready(port: int) -> bool:
     try:
         return httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200
     except httpx.HTTPError:
+        return False
+
+
+def test_ctrl_c_ends_a_verb_as_sigint_does_without_a_traceback() -> None:
+    """Ctrl-C while a verb waits (`llmd hash-key` reading its stdin): no traceback, and the
+    process ends by SIGINT itself, so the shell reports 130 and a script's loop stops."""
+    process = subprocess.Popen(
+        [*LLMD, "hash-key"], stdin=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
+    )
+    try:
+        assert wait_for(lambda: _reading_stdin(process.pid), timeout_s=60)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    finally:
+        stop_process(process, 10)
+    assert process.returncode == -signal.SIGINT
+    assert b"Traceback" not in err and b"KeyboardInterrupt" not in err
+
+
+# read(2)'s number, which /proc/PID/syscall shows first while a process waits in it.
+READ_SYSCALL = {"x86_64": "0", "aarch64": "63"}[platform.machine()]
+
+
+def _reading_stdin(pid: int) -> bool:
+    """Whether process `pid` is blocked in read(0, ...): waiting for its stdin."""
+    try:
+        return Path(f"/proc/{pid}/syscall").read_text().split()[:2] == [READ_SYSCALL, "0x0"]
+    except OSError:
         return False
