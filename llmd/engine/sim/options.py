@@ -51,6 +51,12 @@ class SimOptions:
     faults: FaultOptions = dataclasses.field(default_factory=FaultOptions)
     stats_interval_s: float = 10.0
     vllm_version: str = DEFAULT_VERSION
+    # What the model does (llmd/engine/sim/tasks.py): vLLM's --runner and --convert, the
+    # config keys of --hf-overrides, and the simulator's own --sim-asr.
+    runner: str = "auto"
+    convert: str = "auto"
+    hf_overrides: tuple[tuple[str, object], ...] = ()
+    asr: bool = False
 
 
 def parse_options(argv: Sequence[str] | None = None) -> SimOptions:
@@ -80,6 +86,7 @@ def parse_options(argv: Sequence[str] | None = None) -> SimOptions:
         error_status=args.fault_error_status,
         empty_rate=args.fault_empty_rate,
     )
+    _check_tasks(parser, args)
     names = tuple(args.served_model_name or ()) or (args.model,)
     keys = [k for k in (args.api_key or [os.environ.get("VLLM_API_KEY")]) if k]
     return SimOptions(
@@ -103,7 +110,28 @@ def parse_options(argv: Sequence[str] | None = None) -> SimOptions:
         faults=faults,
         stats_interval_s=args.stats_interval,
         vllm_version=args.vllm_version,
+        runner=args.runner,
+        convert=args.convert,
+        hf_overrides=tuple(args.hf_overrides.items()),
+        asr=args.sim_asr,
     )
+
+
+def _check_tasks(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse what vLLM 0.32 refuses: `--task` (gone; its parser's hint), and a pooling
+    runner with a generative convert; `--sim-asr` needs a generate model."""
+    if args.task is not None:
+        parser.error(
+            f"unrecognized arguments: --task {args.task}\n\nHint: --task is not a vllm serve "
+            "option. For embedding, reranking, or reward models, use --runner pooling. To adapt "
+            "a generative model for pooling, also use --convert embed, --convert classify, or "
+            "--convert reward."
+        )
+    pooling = args.runner == "pooling" or args.convert in ("embed", "classify")
+    if args.runner == "generate" and args.convert in ("embed", "classify"):
+        parser.error(f"--convert {args.convert} needs --runner pooling (or auto)")
+    if args.sim_asr and pooling:
+        parser.error("--sim-asr simulates a speech model, which generates: not with pooling")
 
 
 def _lora_module(parser: argparse.ArgumentParser, spec: str) -> tuple[str, str]:
@@ -118,6 +146,17 @@ def _lora_module(parser: argparse.ArgumentParser, spec: str) -> tuple[str, str]:
     if not sep or not name:
         parser.error(f"--lora-modules: expected NAME=PATH, got {spec!r}")
     return name, path
+
+
+def _json_object(value: str) -> dict[str, object]:
+    """An `--hf-overrides` value: a JSON object."""
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {value!r}")
+    return parsed
 
 
 # The timing flags: flag, TimingModel field (seconds), flag units per second, help.
@@ -166,6 +205,33 @@ def _parser() -> argparse.ArgumentParser:
         choices=sorted(SURFACES),
         default=DEFAULT_VERSION,
         help="the vLLM release whose API behaviour to mimic (llmd/engine/sim/surface.py)",
+    )
+    model = p.add_argument_group("what the model does (as vLLM's flags)")
+    model.add_argument(
+        "--runner",
+        choices=("auto", "generate", "pooling"),
+        default="auto",
+        help="pooling: serve embeddings, pooling, score and rerank, not chat (vLLM's flag)",
+    )
+    model.add_argument(
+        "--convert",
+        choices=("auto", "none", "embed", "classify"),
+        default="auto",
+        help="embed (the default of --runner pooling) or classify: the pooling task",
+    )
+    model.add_argument(
+        "--hf-overrides",
+        type=_json_object,
+        default={},
+        metavar="JSON",
+        help="config.json keys to override, e.g. '{\"num_labels\": 1}' (a cross-encoder)",
+    )
+    model.add_argument("--task", help=argparse.SUPPRESS)  # gone from vLLM: refused as it does
+    model.add_argument(
+        "--sim-asr",
+        action="store_true",
+        help="a speech model: serve /v1/audio/transcriptions and /v1/audio/translations "
+        "(a fake recogniser: text of a length set by the audio's)",
     )
     limits = p.add_argument_group("engine limits (as vLLM's flags)")
     limits.add_argument("--max-model-len", type=int, default=0)
