@@ -22,6 +22,7 @@ from typing import Literal
 from aiohttp import web
 
 from llmd.engine.sim import errors
+from llmd.engine.sim.audio import AudioRoutes
 from llmd.engine.sim.core import RequestState, SimEngine
 from llmd.engine.sim.errors import SimHTTPError
 from llmd.engine.sim.faults import FaultOptions, FaultSpecError, RequestFault
@@ -103,6 +104,8 @@ class SimServer:
             PoolingRoutes(self).add_to(app.router)
         if self.tasks.score_type is not None:
             ScoringRoutes(self).add_to(app.router)
+        if self.tasks.asr:
+            AudioRoutes(self).add_to(app.router)
         if runtime_lora_updating():
             app.router.add_post("/v1/load_lora_adapter", self.load_lora_adapter)
         return app

@@ -1,0 +1,115 @@
+"""Recorded vLLM answers (tests/data/vllm_cpu_endpoints, tests/data/vllm_audio_http) replayed
+against the simulator: send the recorded request, compare the answer's shape.
+
+`same_shape` holds an answer to a recording: the same keys in the same order, the same JSON
+types, lists of the same length, and equal values except where a value is the model's own
+(floats, made-up text, base64 vectors: same length) or a moment's (`id` past its prefix,
+`created`).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import wave
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+DATA = Path(__file__).resolve().parents[2] / "data"
+# Keys whose string values are volatile (ids: the prefix before the first '-' is compared)
+# or the model's own (text it made up, vectors in base64: the length is compared).
+VOLATILE = {
+    "id": "prefix",
+    "created": "any",
+    "text": "any",
+    "embedding": "length",
+    "data": "length",
+}
+
+
+def fixtures(folder: str) -> list[Path]:
+    """The recorded answers of one folder under tests/data (recursively), sorted."""
+    return sorted((DATA / folder).rglob("*.json"))
+
+
+def load(path: Path) -> dict[str, Any]:
+    record: dict[str, Any] = json.loads(path.read_text())
+    return record
+
+
+def silence_wav(seconds: float = 1.0, rate: int = 16_000) -> bytes:
+    """The recordings' upload: a mono 16-bit WAV of silence."""
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes(b"\0\0" * int(seconds * rate))
+    return buffer.getvalue()
+
+
+async def replay(client: httpx.AsyncClient, request: dict[str, Any]) -> httpx.Response:
+    """Send a recorded request (JSON, multipart with files of the recorded sizes, or raw)."""
+    path = request["path"]
+    if request["method"] == "GET":
+        return await client.get(path)
+    if "json" in request:
+        return await client.post(path, json=request["json"])
+    if "raw" in request:
+        raw = request["raw"]
+        headers = {"content-type": raw["content_type"]}
+        return await client.post(path, content=raw["body"].encode(), headers=headers)
+    multipart = request["multipart"]
+    files = {
+        part: (f["filename"], _upload(f["bytes"]), f["content_type"])
+        for part, f in multipart["files"].items()
+    }
+    return await client.post(path, data=multipart["fields"], files=files or None)
+
+
+def _upload(size: int) -> bytes:
+    wav = silence_wav()
+    return wav if size == len(wav) else b"\0" * size
+
+
+def same_shape(got: Any, want: Any, where: str = "body") -> list[str]:
+    """The differences between an answer and a recording, as 'where: what' lines."""
+    if isinstance(want, dict):
+        if not isinstance(got, dict):
+            return [f"{where}: {type(got).__name__} instead of an object"]
+        if list(got) != list(want):
+            return [f"{where}: keys {list(got)} instead of {list(want)}"]
+        return [line for key in want for line in _field(got[key], want[key], f"{where}.{key}", key)]
+    if isinstance(want, list):
+        if not isinstance(got, list) or len(got) != len(want):
+            return [f"{where}: {_brief(got)} instead of a list of {len(want)}"]
+        return [
+            line
+            for i, (g, w) in enumerate(zip(got, want, strict=True))
+            for line in same_shape(g, w, f"{where}[{i}]")
+        ]
+    if isinstance(want, float) or (isinstance(want, int) and isinstance(got, float)):
+        ok = isinstance(got, int | float) and not isinstance(got, bool)
+        return [] if ok else [f"{where}: {got!r} is not a number"]
+    return (
+        [] if got == want and type(got) is type(want) else [f"{where}: {got!r} instead of {want!r}"]
+    )
+
+
+def _field(got: Any, want: Any, where: str, key: str) -> list[str]:
+    rule = VOLATILE.get(key)
+    if rule is None or not isinstance(want, str):
+        return same_shape(got, want, where)
+    if not isinstance(got, str):
+        return [f"{where}: {got!r} is not a string"]
+    if rule == "prefix" and got.split("-")[0] != want.split("-")[0]:
+        return [f"{where}: {got!r} does not start as {want!r}"]
+    if rule == "length" and len(got) != len(want):
+        return [f"{where}: {len(got)} characters instead of {len(want)}"]
+    return []
+
+
+def _brief(value: Any) -> str:
+    return f"a list of {len(value)}" if isinstance(value, list) else repr(value)[:80]
