@@ -6,7 +6,9 @@ from __future__ import annotations
 import base64
 import json
 import struct
+import time
 
+import httpx
 import pytest
 
 from tests.engine.sim.conftest import RunningSim, SimFactory
@@ -217,3 +219,26 @@ async def test_faults_apply_to_pooling(embed: RunningSim) -> None:
         "/score", json={"text_1": "a", "text_2": "b", "sim_fault": "error:500"}
     )
     assert by_header.status_code == 503 and by_field.status_code == 500
+
+
+async def test_hang_and_die_after_on_pooling(embed: RunningSim) -> None:
+    """`hang` never answers (the engine holds nothing once the client leaves); `die-after:0`
+    drops the connection."""
+    with pytest.raises(httpx.ReadTimeout):
+        await embed.client.post(
+            "/v1/embeddings", json={"input": "hi"}, headers={"x-sim-fault": "hang"}, timeout=0.3
+        )
+    with pytest.raises(httpx.RemoteProtocolError):
+        await embed.client.post(
+            "/v1/embeddings", json={"input": "hi"}, headers={"x-sim-fault": "die-after:0"}
+        )
+    assert embed.server.engine.num_running == embed.server.engine.num_waiting == 0
+
+
+async def test_each_input_takes_a_seat(make_sim: SimFactory) -> None:
+    """Each input of a batch is its own engine request: with one seat and 100 ms steps, three
+    inputs take at least three steps."""
+    sim = await make_sim("--runner", "pooling", "--max-num-seqs", "1", "--step-base-ms", "100")
+    started = time.monotonic()
+    response = await sim.client.post("/v1/embeddings", json={"input": ["a", "b", "c"]})
+    assert response.status_code == 200 and time.monotonic() - started >= 0.29
