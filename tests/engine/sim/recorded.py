@@ -74,40 +74,48 @@ def _upload(size: int) -> bytes:
     return wav if size == len(wav) else b"\0" * size
 
 
-def same_shape(got: Any, want: Any, where: str = "body") -> list[str]:
-    """The differences between an answer and a recording, as 'where: what' lines."""
+def same_shape(got: Any, want: Any, where: str = "body", *, loose: bool = False) -> list[str]:
+    """The differences between an answer and a recording, as 'where: what' lines; `loose`
+    (a generated answer) compares strings and numbers by type only."""
     if isinstance(want, dict):
         if not isinstance(got, dict):
             return [f"{where}: {type(got).__name__} instead of an object"]
         if list(got) != list(want):
             return [f"{where}: keys {list(got)} instead of {list(want)}"]
-        return [line for key in want for line in _field(got[key], want[key], f"{where}.{key}", key)]
-    if isinstance(want, list):
-        if not isinstance(got, list) or len(got) != len(want):
-            return [f"{where}: {_brief(got)} instead of a list of {len(want)}"]
         return [
             line
-            for i, (g, w) in enumerate(zip(got, want, strict=True))
-            for line in same_shape(g, w, f"{where}[{i}]")
+            for key in want
+            for line in _field(got[key], want[key], f"{where}.{key}", key, loose)
+        ]
+    if isinstance(want, list):
+        if not isinstance(got, list) or (len(got) != len(want) and not loose):
+            return [f"{where}: {_brief(got)} instead of a list of {len(want)}"]
+        pairs = zip(got, want, strict=False)
+        return [
+            line
+            for i, (g, w) in enumerate(pairs)
+            for line in same_shape(g, w, f"{where}[{i}]", loose=loose)
         ]
     if isinstance(want, float) or (isinstance(want, int) and isinstance(got, float)):
         ok = isinstance(got, int | float) and not isinstance(got, bool)
         return [] if ok else [f"{where}: {got!r} is not a number"]
-    return (
-        [] if got == want and type(got) is type(want) else [f"{where}: {got!r} instead of {want!r}"]
-    )
+    if loose and want is not None and not isinstance(want, bool):
+        ok = type(got) is type(want)
+        return [] if ok else [f"{where}: {got!r} is not a {type(want).__name__}"]
+    same = got == want and type(got) is type(want)
+    return [] if same else [f"{where}: {got!r} instead of {want!r}"]
 
 
-def _field(got: Any, want: Any, where: str, key: str) -> list[str]:
+def _field(got: Any, want: Any, where: str, key: str, loose: bool) -> list[str]:
     rule = VOLATILE.get(key)
-    if rule is None or not isinstance(want, str):
-        return same_shape(got, want, where)
-    if not isinstance(got, str):
-        return [f"{where}: {got!r} is not a string"]
-    if rule == "prefix" and got.split("-")[0] != want.split("-")[0]:
+    if rule is None or not isinstance(want, str | int) or isinstance(want, bool):
+        return same_shape(got, want, where, loose=loose)
+    if type(got) is not type(want):
+        return [f"{where}: {got!r} is not a {type(want).__name__}"]
+    if rule == "prefix" and str(got).split("-")[0] != str(want).split("-")[0]:
         return [f"{where}: {got!r} does not start as {want!r}"]
-    if rule == "length" and len(got) != len(want):
-        return [f"{where}: {len(got)} characters instead of {len(want)}"]
+    if rule == "length" and len(str(got)) != len(str(want)):
+        return [f"{where}: {len(str(got))} characters instead of {len(str(want))}"]
     return []
 
 
