@@ -279,7 +279,7 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="N",
-        help="serve N generation requests, then exit non-zero when the next one arrives",
+        help="serve N engine requests (any endpoint), then exit non-zero when the next one arrives",
     )
     faults.add_argument("--fault-crash-code", type=int, default=1, metavar="CODE")
     faults.add_argument(
@@ -287,7 +287,7 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="N",
-        help="serve N generation requests, then the engine dies: /health 503, generation 500",
+        help="serve N engine requests, then the engine dies: /health 503, requests 500",
     )
     faults.add_argument(
         "--fault-exit-on-death",
@@ -300,7 +300,7 @@ def _parser() -> argparse.ArgumentParser:
         "--fault-request",
         default="",
         metavar="SPEC",
-        help="apply SPEC to every generation request (same grammar as the x-sim-fault header)",
+        help="apply SPEC to every engine request (same grammar as the x-sim-fault header)",
     )
     faults.add_argument("--fault-error-rate", type=float, default=0.0, metavar="P")
     faults.add_argument("--fault-error-status", type=int, default=500, metavar="STATUS")
