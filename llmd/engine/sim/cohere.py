@@ -15,12 +15,12 @@ from typing import Any
 
 from llmd.engine.sim import prompts, vectors
 from llmd.engine.sim.errors import bad_request, validation_error
+from llmd.engine.sim.pooling_fields import typed
 from llmd.engine.sim.pooling_requests import (
     PoolingJob,
     PromptContext,
     check_dimensions,
     pooling_job,
-    typed,
 )
 from llmd.engine.sim.prompts import Tokenizing
 
@@ -60,6 +60,11 @@ def read_cohere_embed(body: dict[str, Any], ctx: PromptContext) -> CohereJob:
             "Input should be 'float', 'binary', 'ubinary' or 'base64'",
             types,
         )
+    dimensions = typed(
+        body, "output_dimension", int, "int_parsing", "Input should be a valid integer"
+    )
+    items = _items(body)
+    ctx.check_model(body.get("model"))
     input_type = body.get("input_type")
     if input_type is not None:
         raise bad_request(  # io_processor.py `_validate_input_type`: no task instructions
@@ -72,12 +77,10 @@ def read_cohere_embed(body: dict[str, Any], ctx: PromptContext) -> CohereJob:
         side="left" if truncate == "START" else None,
     )
     texts = body.get("texts")
-    ids = [_prompt(ctx, item, how) for item in _items(body)]
-    check_dimensions(
-        typed(body, "output_dimension", int, "int_parsing", "Input should be a valid integer"), ctx
-    )
+    ids = [_prompt(ctx, item, how) for item in items]
+    check_dimensions(dimensions, ctx)
     return CohereJob(
-        job=pooling_job(body, ctx, ids, encoded=False),
+        job=pooling_job(body, ctx, ids),
         embedding_types=tuple(types),
         texts=texts if isinstance(texts, list) else None,
         max_tokens_none=max_tokens if truncate == "NONE" else None,

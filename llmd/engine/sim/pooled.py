@@ -5,7 +5,7 @@ then the answer. As vLLM 0.32 (entrypoints/pooling/base/serving.py).
 Each prompt is its own engine request (prefill only), so a batch of N inputs takes N seats and
 is counted N times in `vllm:prompt_tokens_total` and `vllm:request_success_total{finished_reason=
 "stop"}`; the request is aborted in the engine when its client leaves. Ids are a prefix, then
-the x-request-id header, else the body's `request_id`, else 32 random hex digits.
+the x-request-id header, else the body's `request_id`, else 16 random hex digits.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def check_json_request(request: web.Request) -> None:
 def request_id_of(request: web.Request, body: dict[str, Any]) -> str:
     """The id vLLM 0.32 gives a request (serve/engine/serving.py `_base_request_id`)."""
     given = request.headers.get("x-request-id") or body.get("request_id")
-    return given if isinstance(given, str) and given else secrets.token_hex(16)
+    return given if isinstance(given, str) and given else secrets.token_hex(8)
 
 
 def usage(prompt_tokens: int) -> dict[str, Any]:

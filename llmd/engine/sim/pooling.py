@@ -1,9 +1,9 @@
 """The pooling endpoints of a pooling model: /v1/embeddings, /v2/embed, /pooling, /classify
 (vLLM 0.32's entrypoints/pooling/{embed,pooling,classify}/serving.py).
 
-The `model` field is not checked (vLLM 0.32's pooling `_check_model` answers None whatever it
-finds): answers name the served model. Ids are `embd-`, `pooling-`, `classify-` and the
-request's id (pooled.py). `encoding_format` bytes and bytes_only answer the raw vectors.
+An unknown `model` is a 404 of its own (pooling_requests.py); answers name the served model
+(or the adapter asked for). Ids are `embd-`, `pooling-`, `classify-` and the request's id
+(pooled.py). `encoding_format` bytes and bytes_only answer the raw vectors.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ class PoolingRoutes:
 
         async def write(job: PoolingJob, request_id: str) -> web.StreamResponse:
             outputs = self._outputs(job)
-            head = self._head(f"{prefix}-{request_id}")
+            head = self._head(f"{prefix}-{request_id}", job.model)
             if job.encoding.format in ("bytes", "bytes_only"):
                 return bytes_response(head, outputs, job)
             data = [
@@ -118,16 +118,11 @@ class PoolingRoutes:
             }
             for i, probs in enumerate(self._outputs(job))
         ]
-        head = self._head(f"classify-{request_id}")
+        head = self._head(f"classify-{request_id}", job.model)
         return json_response(dumps({**head, "data": data, "usage": usage(job.prompt_tokens)}))
 
-    def _head(self, response_id: str) -> dict[str, Any]:
-        return {
-            "id": response_id,
-            "object": "list",
-            "created": int(time.time()),
-            "model": self.server.model_name,
-        }
+    def _head(self, response_id: str, model: str) -> dict[str, Any]:
+        return {"id": response_id, "object": "list", "created": int(time.time()), "model": model}
 
 
 def _job_of(parsed: CohereJob) -> PoolingJob:

@@ -22,14 +22,8 @@ from llmd.engine.sim import prompts, vectors
 from llmd.engine.sim.errors import SimHTTPError, bad_request, validation_error
 from llmd.engine.sim.front import Front
 from llmd.engine.sim.pooled import serve_pooled, usage
-from llmd.engine.sim.pooling_requests import (
-    PoolingJob,
-    PromptContext,
-    check_removed,
-    pooling_job,
-    tokenizing,
-    typed,
-)
+from llmd.engine.sim.pooling_fields import check_truncation, tokenizing, typed, union_missing
+from llmd.engine.sim.pooling_requests import PoolingJob, PromptContext, pooling_job
 from llmd.engine.sim.responses import dumps, json_response
 
 # ScoreRequest's members in vLLM 0.32's order, each with its two fields.
@@ -80,7 +74,7 @@ class ScoringRoutes:
         async def write(job: ScoreJob, request_id: str) -> web.StreamResponse:
             scores = self._scores(job)
             tokens = job.job.prompt_tokens
-            model = self.server.model_name
+            model = job.job.model
             if not rerank:
                 data = [{"index": i, "object": "score", "score": s} for i, s in enumerate(scores)]
                 return json_response(
@@ -117,7 +111,10 @@ class ScoringRoutes:
     def _job(self, body: dict[str, Any], first: list[Any], second: list[Any]) -> ScoreJob:
         """Pairs checked and tokenized as the model's scorer does. Raises `SimHTTPError`."""
         ctx = self.server.prompt_context
-        check_removed(body)
+        how = tokenizing(body, ctx.max_model_len, chat=False)
+        typed(body, "priority", int, "int_parsing", "Input should be a valid integer")
+        ctx.check_model(body.get("model"))
+        check_truncation(how)
         for item in (*first, *second):
             if not isinstance(item, str):
                 raise bad_request(f"MultiModalParam is not supported for {ctx.tasks.architecture}")
@@ -128,11 +125,10 @@ class ScoringRoutes:
         if not second:
             raise bad_request("At least one text_pair element must be given")
         first, second = _limited(body, ctx, first, second)
-        how = tokenizing(body, ctx, chat=False)
         lefts = [first[0]] * len(second) if len(first) == 1 else first
         if ctx.tasks.score_type == "cross-encoder":
             ids = [
-                prompts.token_ids(ctx.tokenizer.encode_pair(q, d), how)
+                prompts.pair_ids(ctx.tokenizer, q, d, how)
                 for q, d in zip(lefts, second, strict=True)
             ]
             pairs: tuple[tuple[int, ...], ...] = tuple((i,) for i in range(len(ids)))
@@ -141,7 +137,7 @@ class ScoringRoutes:
             pairs = tuple((0 if len(first) == 1 else i, len(first) + i) for i in range(len(second)))
         top_n = body.get("top_n")
         return ScoreJob(
-            job=pooling_job(body, ctx, ids, encoded=False),
+            job=pooling_job(body, ctx, ids),
             pairs=pairs,
             documents=tuple(second),
             top_n=top_n if isinstance(top_n, int) else 0,
@@ -161,19 +157,8 @@ def _score_inputs(body: dict[str, Any]) -> tuple[list[Any], list[Any]]:
     for _, first, second in SCORE_SHAPES:
         if body.get(first) is not None and body.get(second) is not None:
             return _input_list(body, first), _input_list(body, second)
-    missing = [
-        (shape, name) for shape, *names in SCORE_SHAPES for name in names if body.get(name) is None
-    ]
-    error = validation_error(
-        "missing", f"body.{missing[0][0]}.{missing[0][1]}", "Field required", body
-    )
-    lines = [
-        f"{{'type': 'missing', 'loc': 'body.{shape}.{name}', 'msg': 'Field required', "
-        f"'input': '<dict of {len(body)} items>'}}"
-        for shape, name in missing
-    ]
-    error.message = f"{len(missing)} validation errors:\n  " + "\n  ".join(lines)
-    raise error
+    missing = tuple(name for _, *names in SCORE_SHAPES for name in names if body.get(name) is None)
+    raise union_missing(body, missing)
 
 
 def _rerank_inputs(body: dict[str, Any]) -> tuple[list[Any], list[Any]]:

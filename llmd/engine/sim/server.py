@@ -84,6 +84,8 @@ class SimServer:
             tasks=self.tasks,
             model_name=model_name,
             vocab_size=max(vocab_size, tokenizer.vocab_size),
+            serves=lambda name: name in self.aliases or name in self.lora_modules,
+            adapter=lambda name: name in self.lora_modules,
         )
         self.generation_requests = 0
         self.created = int(time.time())

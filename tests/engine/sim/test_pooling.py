@@ -163,10 +163,15 @@ async def test_not_json_is_refused(embed: RunningSim) -> None:
     assert response.status_code == 400 and "Unsupported Media Type" in response.text
 
 
-async def test_model_name_is_not_checked(embed: RunningSim) -> None:
-    """vLLM 0.32's pooling endpoints ignore `model`: answered, naming the served model."""
+async def test_unknown_model_is_a_404_without_the_names(embed: RunningSim) -> None:
+    """vLLM 0.32's pooling endpoints refuse an unknown `model` with their own 404 (no served
+    names, no param), after the body's types and before its prompts are read."""
     response = await embed.client.post("/v1/embeddings", json={"model": "nope", "input": "hi"})
-    assert response.status_code == 200 and response.json()["model"] == "tiny"
+    error = response.json()["error"]
+    assert response.status_code == 404 and error["type"] == "NotFoundError"
+    assert error["message"] == "The model `nope` does not exist." and error["param"] is None
+    typed = await embed.client.post("/v1/embeddings", json={"model": "nope", "input": 5})
+    assert typed.status_code == 400
 
 
 async def test_generation_paths_are_not_served(embed: RunningSim) -> None:
@@ -242,3 +247,15 @@ async def test_each_input_takes_a_seat(make_sim: SimFactory) -> None:
     started = time.monotonic()
     response = await sim.client.post("/v1/embeddings", json={"input": ["a", "b", "c"]})
     assert response.status_code == 200 and time.monotonic() - started >= 0.29
+
+
+async def test_answers_name_the_adapter_asked_for(make_sim: SimFactory) -> None:
+    """A LoRA adapter's name is answered as asked; any served name answers as the first."""
+    sim = await make_sim(
+        "--runner", "pooling", "--served-model-name", "tiny", "alias", "--lora-modules", "ad=/x"
+    )
+    for asked, named in (("ad", "ad"), ("alias", "tiny"), (None, "tiny")):
+        body = (
+            await sim.client.post("/v1/embeddings", json={"model": asked, "input": "hi"})
+        ).json()
+        assert body["model"] == named
