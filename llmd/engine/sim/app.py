@@ -33,13 +33,16 @@ def build_server(options: SimOptions) -> SimServer:
     if not (model_dir / "tokenizer.json").is_file():
         raise BootError(f"OSError: {options.model} is not a local folder with a tokenizer.json")
     tokenizer = SimTokenizer(model_dir)
-    tasks = resolve_tasks(
-        model_dir,
-        runner=options.runner,
-        convert=options.convert,
-        hf_overrides=dict(options.hf_overrides),
-        asr=options.asr,
-    )
+    try:
+        tasks = resolve_tasks(
+            model_dir,
+            runner=options.runner,
+            convert=options.convert,
+            hf_overrides=dict(options.hf_overrides),
+            asr=options.asr,
+        )
+    except ValueError as exc:
+        raise BootError(f"ValueError: {exc}") from exc
     max_model_len = options.max_model_len or model_max_len(model_dir)
     capacity = options.num_gpu_blocks * options.block_size
     if capacity < max_model_len:

@@ -74,13 +74,19 @@ def resolve_tasks(
     """The tasks vLLM 0.32 gives a `*ForCausalLM` model for these flags (config/model.py
     `_get_runner_type`, `_get_convert_type`): `--runner pooling` alone converts to `embed`;
     a pooling `--convert` alone implies `--runner pooling`. `hf_overrides` (vLLM's
-    `--hf-overrides`) is laid over config.json (e.g. `{"num_labels": 1}`)."""
+    `--hf-overrides`) is laid over config.json (e.g. `{"num_labels": 1}`). Raises ValueError
+    (vLLM's message) for `--runner pooling --convert none`."""
     config = {**_read_config(model_dir), **(hf_overrides or {})}
     architectures = config.get("architectures")
     common: dict[str, Any] = {"hidden_size": _int(config, "hidden_size", 128)}
     if isinstance(architectures, list) and architectures and isinstance(architectures[0], str):
         common["architecture"] = architectures[0]
     pooling = runner == "pooling" or (runner == "auto" and convert in ("embed", "classify"))
+    if runner == "pooling" and convert == "none":
+        raise ValueError(
+            "This model does not support `--runner pooling`. You can pass `--convert "
+            "<embed|classify> to adapt it into a pooling model."
+        )
     if not pooling:
         return ModelTasks(asr=asr, **common)
     labels = _labels(config)

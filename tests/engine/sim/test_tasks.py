@@ -48,3 +48,9 @@ def test_named_labels(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(config))
     tasks = resolve_tasks(tmp_path, convert="classify")
     assert tasks.id2label == ("no", "yes") and tasks.num_labels == 2 and tasks.hidden_size == 16
+
+
+def test_pooling_runner_without_a_convert_is_refused(tiny_model: Path) -> None:
+    """`--runner pooling --convert none` on a generative model: vLLM's boot error."""
+    with pytest.raises(ValueError, match="does not support `--runner pooling`"):
+        resolve_tasks(tiny_model, runner="pooling", convert="none")
