@@ -1,9 +1,10 @@
 """The HTTP surface: vLLM's OpenAI server routes (0.32's, or 0.31's: `Surface`) over the
-simulated engine (aiohttp).
+simulated engine (aiohttp): health, models, metrics, tokenizer, then the routes the model's
+tasks register (tasks.py): generation here, pooling, scoring and audio in their modules.
 
 Handlers are cancelled when their client disconnects (`handler_cancellation`), and a cancelled
-generation aborts its engine request at once, as vLLM does. Faults armed by flag, header
-(`x-sim-fault`) or body field (`sim_fault`) are applied here, on the request's way in and out.
+request aborts its engine requests at once, as vLLM does. Faults armed by flag, header
+(`x-sim-fault`) or body field (`sim_fault`) are applied here (`admit`) for every endpoint.
 """
 
 from __future__ import annotations
