@@ -17,6 +17,7 @@ from typing import Literal
 from llmd.engine.args import dashed
 from llmd.engine.sim.faults import FaultOptions
 from llmd.engine.sim.surface import DEFAULT_VERSION, SURFACES
+from llmd.engine.sim.tasks import add_task_arguments, check_task_arguments
 from llmd.engine.sim.timing import TimingModel
 
 
@@ -86,7 +87,7 @@ def parse_options(argv: Sequence[str] | None = None) -> SimOptions:
         error_status=args.fault_error_status,
         empty_rate=args.fault_empty_rate,
     )
-    _check_tasks(parser, args)
+    check_task_arguments(parser, args)
     names = tuple(args.served_model_name or ()) or (args.model,)
     keys = [k for k in (args.api_key or [os.environ.get("VLLM_API_KEY")]) if k]
     return SimOptions(
@@ -117,23 +118,6 @@ def parse_options(argv: Sequence[str] | None = None) -> SimOptions:
     )
 
 
-def _check_tasks(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Refuse what vLLM 0.32 refuses: `--task` (gone; its parser's hint), and a pooling
-    runner with a generative convert; `--sim-asr` needs a generate model."""
-    if args.task is not None:
-        parser.error(
-            f"unrecognized arguments: --task {args.task}\n\nHint: --task is not a vllm serve "
-            "option. For embedding, reranking, or reward models, use --runner pooling. To adapt "
-            "a generative model for pooling, also use --convert embed, --convert classify, or "
-            "--convert reward."
-        )
-    pooling = args.runner == "pooling" or args.convert in ("embed", "classify")
-    if args.runner == "generate" and args.convert in ("embed", "classify"):
-        parser.error(f"--convert {args.convert} needs --runner pooling (or auto)")
-    if args.sim_asr and pooling:
-        parser.error("--sim-asr simulates a speech model, which generates: not with pooling")
-
-
 def _lora_module(parser: argparse.ArgumentParser, spec: str) -> tuple[str, str]:
     """(name, path) of a `--lora-modules` value: `NAME=PATH` or vLLM's JSON form."""
     if spec.startswith("{"):
@@ -146,17 +130,6 @@ def _lora_module(parser: argparse.ArgumentParser, spec: str) -> tuple[str, str]:
     if not sep or not name:
         parser.error(f"--lora-modules: expected NAME=PATH, got {spec!r}")
     return name, path
-
-
-def _json_object(value: str) -> dict[str, object]:
-    """An `--hf-overrides` value: a JSON object."""
-    try:
-        parsed = json.loads(value)
-    except ValueError:
-        parsed = None
-    if not isinstance(parsed, dict):
-        raise argparse.ArgumentTypeError(f"expected a JSON object, got {value!r}")
-    return parsed
 
 
 # The timing flags: flag, TimingModel field (seconds), flag units per second, help.
@@ -206,33 +179,7 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_VERSION,
         help="the vLLM release whose API behaviour to mimic (llmd/engine/sim/surface.py)",
     )
-    model = p.add_argument_group("what the model does (as vLLM's flags)")
-    model.add_argument(
-        "--runner",
-        choices=("auto", "generate", "pooling"),
-        default="auto",
-        help="pooling: serve embeddings, pooling, score and rerank, not chat (vLLM's flag)",
-    )
-    model.add_argument(
-        "--convert",
-        choices=("auto", "none", "embed", "classify"),
-        default="auto",
-        help="embed (the default of --runner pooling) or classify: the pooling task",
-    )
-    model.add_argument(
-        "--hf-overrides",
-        type=_json_object,
-        default={},
-        metavar="JSON",
-        help="config.json keys to override, e.g. '{\"num_labels\": 1}' (a cross-encoder)",
-    )
-    model.add_argument("--task", help=argparse.SUPPRESS)  # gone from vLLM: refused as it does
-    model.add_argument(
-        "--sim-asr",
-        action="store_true",
-        help="a speech model: serve /v1/audio/transcriptions and /v1/audio/translations "
-        "(a fake recogniser: text of a length set by the audio's)",
-    )
+    add_task_arguments(p)
     limits = p.add_argument_group("engine limits (as vLLM's flags)")
     limits.add_argument("--max-model-len", type=int, default=0)
     limits.add_argument("--max-num-seqs", type=int, default=SimOptions.max_num_seqs)

@@ -10,6 +10,7 @@ audio only for a model with the `transcription` task. Anything else is FastAPI's
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 from pathlib import Path
@@ -97,6 +98,66 @@ def resolve_tasks(
         id2label=labels,
         **common,
     )
+
+
+def add_task_arguments(parser: argparse.ArgumentParser) -> None:
+    """The simulator's flags for what the model does: vLLM 0.32's `--runner`, `--convert`,
+    `--hf-overrides` (and its refused `--task`), the simulator's own `--sim-asr`."""
+    model = parser.add_argument_group("what the model does (as vLLM's flags)")
+    model.add_argument(
+        "--runner",
+        choices=("auto", "generate", "pooling"),
+        default="auto",
+        help="pooling: serve embeddings, pooling, score and rerank, not chat (vLLM's flag)",
+    )
+    model.add_argument(
+        "--convert",
+        choices=("auto", "none", "embed", "classify"),
+        default="auto",
+        help="embed (the default of --runner pooling) or classify: the pooling task",
+    )
+    model.add_argument(
+        "--hf-overrides",
+        type=_json_object,
+        default={},
+        metavar="JSON",
+        help="config.json keys to override, e.g. '{\"num_labels\": 1}' (a cross-encoder)",
+    )
+    model.add_argument("--task", help=argparse.SUPPRESS)  # gone from vLLM: refused as it does
+    model.add_argument(
+        "--sim-asr",
+        action="store_true",
+        help="a speech model: serve /v1/audio/transcriptions and /v1/audio/translations "
+        "(a fake recogniser: text of a length set by the audio's)",
+    )
+
+
+def check_task_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse what vLLM 0.32 refuses: `--task` (gone; its parser's hint), and a pooling
+    runner with a generative convert; `--sim-asr` needs a generate model."""
+    if args.task is not None:
+        parser.error(
+            f"unrecognized arguments: --task {args.task}\n\nHint: --task is not a vllm serve "
+            "option. For embedding, reranking, or reward models, use --runner pooling. To adapt "
+            "a generative model for pooling, also use --convert embed, --convert classify, or "
+            "--convert reward."
+        )
+    pooling = args.runner == "pooling" or args.convert in ("embed", "classify")
+    if args.runner == "generate" and args.convert in ("embed", "classify"):
+        parser.error(f"--convert {args.convert} needs --runner pooling (or auto)")
+    if args.sim_asr and pooling:
+        parser.error("--sim-asr simulates a speech model, which generates: not with pooling")
+
+
+def _json_object(value: str) -> dict[str, object]:
+    """An `--hf-overrides` value: a JSON object."""
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {value!r}")
+    return parsed
 
 
 def _labels(config: dict[str, Any]) -> tuple[str, ...]:
