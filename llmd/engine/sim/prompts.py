@@ -60,11 +60,17 @@ def token_ids(ids: Sequence[int], how: Tokenizing) -> list[int]:
     return _checked(_truncated(list(ids), how), how)
 
 
-def pair_ids(tokenizer: SimTokenizer, first: str, second: str, how: Tokenizing) -> list[int]:
-    """Token ids of a cross-encoder's pair prompt (the tokenizer's pair template), tokenized
-    only up to the budget plus one as text is (scoring/io_processor.py `get_score_prompt`).
-    Raises `SimHTTPError` 400 when too long."""
-    ids = tokenizer.encode_pair(first, second)
+def pair_ids(
+    tokenizer: SimTokenizer, first: str, second: str, how: Tokenizing, *, template: bool
+) -> list[int]:
+    """Token ids of a cross-encoder's pair prompt: the tokenizer's pair `template`, or else
+    the two texts joined as one (an LLM reranker); tokenized only up to the budget plus one
+    as text is (scoring/io_processor.py `get_score_prompt`). Raises `SimHTTPError` 400 when
+    too long."""
+    if template:
+        ids = tokenizer.encode_pair(first, second)
+    else:
+        ids = tokenizer.encode(first + second, add_special_tokens=how.add_special_tokens)
     if how.keep is None:
         ids = ids[: how.max_input_tokens + 1]
     return _checked(_truncated(ids, how), how)

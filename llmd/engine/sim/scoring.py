@@ -128,7 +128,7 @@ class ScoringRoutes:
         lefts = [first[0]] * len(second) if len(first) == 1 else first
         if ctx.tasks.score_type == "cross-encoder":
             ids = [
-                prompts.pair_ids(ctx.tokenizer, q, d, how)
+                prompts.pair_ids(ctx.tokenizer, q, d, how, template=ctx.tasks.use_sep_token)
                 for q, d in zip(lefts, second, strict=True)
             ]
             pairs: tuple[tuple[int, ...], ...] = tuple((i,) for i in range(len(ids)))

@@ -28,7 +28,9 @@ class ModelTasks:
     `supported` is vLLM's `supported_tasks` tuple (it appears in an error message);
     `hidden_size` the length of an embedding (the pooler returns hidden states);
     `num_labels`/`id2label` the classifier head (transformers' defaults: 2 labels,
-    `LABEL_i`); `asr` whether /v1/audio/* is served; `architecture` the config's first.
+    `LABEL_i`); `asr` whether /v1/audio/* is served; `architecture` the config's first;
+    `use_sep_token` whether a cross-encoder joins a pair with the tokenizer's pair template
+    (else it tokenizes `query + document` as one text: an LLM reranker).
     """
 
     runner: Runner = "generate"
@@ -38,6 +40,7 @@ class ModelTasks:
     id2label: tuple[str, ...] = ("LABEL_0", "LABEL_1")
     asr: bool = False
     architecture: str = "LlamaForCausalLM"
+    use_sep_token: bool = True
 
     @property
     def supported(self) -> tuple[str, ...]:
@@ -90,14 +93,33 @@ def resolve_tasks(
         )
     if not pooling:
         return ModelTasks(asr=asr, **common)
+    config = _classifier(config)
     labels = _labels(config)
     return ModelTasks(
         runner="pooling",
         pooling_task="classify" if convert == "classify" else "embed",
         num_labels=len(labels),
         id2label=labels,
+        use_sep_token=bool(config.get("use_sep_token", config.get("use_pad_token", True))),
         **common,
     )
+
+
+def _classifier(config: dict[str, Any]) -> dict[str, Any]:
+    """The config as vLLM 0.32 updates it for a head built from token rows (`method` with
+    `classifier_from_token`; model_executor/models/adapters.py
+    `SequenceClassificationConfig`): one label for `from_2_way_softmax`, else one per token,
+    and no separating token unless the config asks for one (an LLM reranker)."""
+    method, tokens = config.get("method"), config.get("classifier_from_token")
+    if method is None or not isinstance(tokens, list):
+        return config
+    count = 1 if method == "from_2_way_softmax" else len(tokens)
+    return {
+        **config,
+        "num_labels": count,
+        "id2label": None,
+        "use_sep_token": config.get("use_sep_token", False),
+    }
 
 
 def add_task_arguments(parser: argparse.ArgumentParser) -> None:

@@ -16,14 +16,8 @@ from llmd.endpoints.table import ENDPOINTS
 from tests.engine.sim.conftest import SimFactory
 from tests.engine.sim.recorded import fixtures, load, replay, same_shape
 
-# The simulator's flags for each recorded engine kind (the recorder's ENGINE_ARGS).
-SIM_ARGS = {
-    "embed": ("--runner", "pooling", "--convert", "embed"),
-    "classify": ("--runner", "pooling", "--convert", "classify"),
-    "cross_encoder": ("--runner", "pooling", "--convert", "classify", "--hf-overrides",
-                      '{"num_labels": 1}'),
-    "chat": (),
-}  # fmt: skip
+# The recorded engine's flags the simulator takes too: what the model does.
+MODEL_FLAGS = ("--runner", "--convert", "--hf-overrides")
 RECORDED = fixtures("vllm_cpu_endpoints")
 # Generated answers: their text and token counts are the model's own; keys and types only.
 GENERATED = {"chat_completions", "completions"}
@@ -53,7 +47,7 @@ async def test_answer_as_recorded(make_sim: SimFactory, path: Path) -> None:
     if _id(path) in KNOWN:
         pytest.xfail(KNOWN[_id(path)])
     record = load(path)
-    sim = await make_sim(*SIM_ARGS[path.parent.name])
+    sim = await make_sim(*sim_args(record["engine_args"]))
     if record["request"]["path"] == "/openapi.json":  # the routes vLLM registered
         served = {resource.canonical for resource in sim.server.app().router.resources()}
         assert served & SIMULATED == set(record["body"]) & SIMULATED
@@ -79,6 +73,17 @@ async def test_answer_as_recorded(make_sim: SimFactory, path: Path) -> None:
         assert all(r["document"]["text"] == documents[r["index"]] for r in body["results"])
 
 
+def sim_args(engine_args: list[str]) -> list[str]:
+    """The simulator's flags for a recorded engine: its model flags with their values."""
+    return [
+        arg
+        for flag, value in zip(engine_args, [*engine_args[1:], ""], strict=True)
+        if flag in MODEL_FLAGS
+        for arg in (flag, value)
+    ]
+
+
 def test_every_kind_is_recorded() -> None:
     """Each engine kind the simulator can be has its recording."""
-    assert {p.parent.name for p in RECORDED} == set(SIM_ARGS)
+    kinds = {p.parent.name for p in RECORDED}
+    assert kinds == {"chat", "embed", "classify", "cross_encoder"}

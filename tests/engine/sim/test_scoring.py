@@ -118,3 +118,13 @@ async def test_cross_encoder(make_sim: SimFactory) -> None:
     assert scored["usage"]["prompt_tokens"] == sum(pairs)
     classified = (await sim.client.post("/classify", json={"input": "hi"})).json()
     assert classified["data"][0]["num_classes"] == 1
+
+
+async def test_llm_reranker_joins_the_texts(make_sim: SimFactory) -> None:
+    """A head built from token rows (`from_2_way_softmax`) scores `query + document` as one
+    text: usage counts each joined text's tokens."""
+    overrides = '{"method": "from_2_way_softmax", "classifier_from_token": ["he", "ll"]}'
+    sim = await make_sim("--convert", "classify", "--hf-overrides", overrides)
+    scored = (await sim.client.post("/score", json={"text_1": "hello", "text_2": DOCS[:2]})).json()
+    joined = [await tokens(sim, "hello" + d) for d in DOCS[:2]]
+    assert scored["usage"]["prompt_tokens"] == sum(joined)

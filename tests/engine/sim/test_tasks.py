@@ -54,3 +54,17 @@ def test_pooling_runner_without_a_convert_is_refused(tiny_model: Path) -> None:
     """`--runner pooling --convert none` on a generative model: vLLM's boot error."""
     with pytest.raises(ValueError, match="does not support `--runner pooling`"):
         resolve_tasks(tiny_model, runner="pooling", convert="none")
+
+
+def test_head_from_token_rows(tiny_model: Path) -> None:
+    """`method` with `classifier_from_token` (vLLM's LLM rerankers): one label for
+    from_2_way_softmax, one per token else, and no separating token by default."""
+    tokens = {"classifier_from_token": ["he", "ll"]}
+    one = resolve_tasks(
+        tiny_model, convert="classify", hf_overrides={"method": "from_2_way_softmax", **tokens}
+    )
+    two = resolve_tasks(
+        tiny_model, convert="classify", hf_overrides={"method": "no_post_processing", **tokens}
+    )
+    assert (one.num_labels, one.score_type, one.use_sep_token) == (1, "cross-encoder", False)
+    assert (two.num_labels, two.score_type, two.id2label) == (2, None, ("LABEL_0", "LABEL_1"))
