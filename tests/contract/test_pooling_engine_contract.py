@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine.sim.recorded import fixtures, load, replay, same_shape
+from tests.engine.sim.recorded import (
+    SIMULATED,
+    fixtures,
+    load,
+    replay,
+    same_shape,
+    served_paths,
+)
 from tests.support.engines import booted_engine
 from tests.support.vllm_engine import Engine, vllm_engine
 
@@ -37,6 +44,10 @@ async def test_sim_answers_as_the_live_engine(engines: tuple[Engine, Engine], pa
     real, sim = engines
     request = load(path)["request"]
     async with real.async_client() as real_client, sim.async_client() as sim_client:
+        if request["path"] == "/openapi.json":  # the routes: probed on both
+            routes = await served_paths(real_client, SIMULATED)
+            assert await served_paths(sim_client, SIMULATED) == routes
+            return
         want = await replay(real_client, request)
         got = await replay(sim_client, request)
     assert got.status_code == want.status_code, got.text

@@ -17,6 +17,8 @@ from typing import Any
 
 import httpx
 
+from llmd.endpoints.table import ENDPOINTS
+
 DATA = Path(__file__).resolve().parents[2] / "data"
 # How the values under some keys are compared: `prefix` (ids: up to the first '-'), `any`
 # (a moment's or a place's: the type only), `length` (vectors in base64: their length),
@@ -73,6 +75,31 @@ async def replay(client: httpx.AsyncClient, request: dict[str, Any]) -> httpx.Re
         for part, f in multipart["files"].items()
     }
     return await client.post(path, data=multipart["fields"], files=files or None)
+
+
+# The paths the simulator can serve: llmd's endpoint table, generation, audio, the plumbing.
+# vLLM's others (/v1/messages, /v1/responses, /invocations, /ping, ...) are not simulated.
+SIMULATED = {path for endpoint in ENDPOINTS for path in endpoint.paths} | {
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/audio/transcriptions",
+    "/v1/audio/translations",
+    "/v1/models",
+    "/health",
+    "/metrics",
+    "/version",
+}
+
+
+async def served_paths(client: httpx.AsyncClient, paths: set[str]) -> set[str]:
+    """Which of `paths` an engine has a route for: any answer to an empty POST but FastAPI's
+    404 (a GET-only route answers 405)."""
+    served = set()
+    for path in paths:
+        response = await client.post(path, json={})
+        if response.status_code != 404 or response.json() != {"detail": "Not Found"}:
+            served.add(path)
+    return served
 
 
 def _upload(size: int) -> bytes:

@@ -12,9 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from llmd.endpoints.table import ENDPOINTS
 from tests.engine.sim.conftest import SimFactory
-from tests.engine.sim.recorded import fixtures, load, replay, same_shape
+from tests.engine.sim.recorded import (
+    SIMULATED,
+    fixtures,
+    load,
+    replay,
+    same_shape,
+    served_paths,
+)
 
 # The recorded engine's flags the simulator takes too: what the model does.
 MODEL_FLAGS = ("--runner", "--convert", "--hf-overrides")
@@ -23,18 +29,6 @@ RECORDED = fixtures("vllm_cpu_endpoints")
 GENERATED = {"chat_completions", "completions"}
 # Recorded answers the simulator does not match, each with the reason.
 KNOWN: dict[str, str] = {}
-# The paths the simulator can serve: llmd's endpoint table, generation, audio, the plumbing.
-# vLLM's others (/v1/messages, /v1/responses, /invocations, /ping, ...) are not simulated.
-SIMULATED = {path for endpoint in ENDPOINTS for path in endpoint.paths} | {
-    "/v1/chat/completions",
-    "/v1/completions",
-    "/v1/audio/transcriptions",
-    "/v1/audio/translations",
-    "/v1/models",
-    "/health",
-    "/metrics",
-    "/version",
-}
 
 
 def _id(path: Path) -> str:
@@ -49,8 +43,8 @@ async def test_answer_as_recorded(make_sim: SimFactory, path: Path) -> None:
     record = load(path)
     sim = await make_sim(*sim_args(record["engine_args"]))
     if record["request"]["path"] == "/openapi.json":  # the routes vLLM registered
-        served = {resource.canonical for resource in sim.server.app().router.resources()}
-        assert served & SIMULATED == set(record["body"]) & SIMULATED
+        served = await served_paths(sim.client, SIMULATED)
+        assert served == set(record["body"]) & SIMULATED
         return
     response = await replay(sim.client, record["request"])
     assert response.status_code == record["status"], response.text
