@@ -92,7 +92,11 @@ class FaultOptions:
     next one. `exit_on_death` is the delay after the engine dies before the process exits with
     status 0, as vLLM's API server does once its engine core is gone (vllm#48966).
     `error_rate` and `empty_rate` are the shares of generation requests answered with
-    `error_status` or without text (`empty`), drawn from a fixed seed.
+    `error_status` or without text (`empty`), drawn from a fixed seed. `stall_after_s`: that
+    many seconds after boot the engine core stops producing tokens for good while `/health`
+    and `/metrics` still answer (as vLLM's API server does with its EngineCore process
+    stopped: ENGINE.md). `sse_layout`: streams are written in another layout the event-stream
+    grammar allows (`sse_relayout`).
     """
 
     boot_delay_s: float = 0.0
@@ -105,3 +109,21 @@ class FaultOptions:
     error_rate: float = 0.0
     error_status: int = 500
     empty_rate: float = 0.0
+    stall_after_s: float | None = None
+    sse_layout: bool = False
+
+
+def sse_relayout(chunk: bytes, first_id: int) -> bytes:
+    """`chunk`'s events (vLLM's `data: X\n\n` each) as another valid event stream writes them
+    (WHATWG HTML §9.2.6): CRLF line endings, a comment and an `id:` line before each event,
+    `event: message`, `data:` without its space, and a JSON object's data over two lines (cut
+    after its `{`: joined again with a LF, still the same JSON). `first_id` numbers the first
+    event."""
+    out = []
+    for number, event in enumerate(chunk.split(b"\n\n")[:-1], start=first_id):
+        data = event.removeprefix(b"data: ")
+        lines = [b"{", data[1:]] if data.startswith(b"{") else [data]
+        out.append(b": sim\r\nid: %d\r\nevent: message\r\n" % number)
+        out.extend(b"data:" + line + b"\r\n" for line in lines)
+        out.append(b"\r\n")
+    return b"".join(out)

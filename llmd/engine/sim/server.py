@@ -24,7 +24,7 @@ from aiohttp import web
 from llmd.engine.sim import errors
 from llmd.engine.sim.core import RequestState, SimEngine
 from llmd.engine.sim.errors import SimHTTPError
-from llmd.engine.sim.faults import FaultOptions, FaultSpecError, RequestFault
+from llmd.engine.sim.faults import FaultOptions, FaultSpecError, RequestFault, sse_relayout
 from llmd.engine.sim.metrics import CONTENT_TYPE, SimMetrics
 from llmd.engine.sim.requests import parse_generation, parse_json_object, parse_tokenize
 from llmd.engine.sim.responses import DONE, ResponseWriter, dumps
@@ -270,6 +270,8 @@ class SimServer:
         self, request: web.Request, state: RequestState, writer: ResponseWriter
     ) -> web.StreamResponse:
         response = web.StreamResponse(status=200, headers=SSE_HEADERS)
+        if self.faults.sse_layout:
+            response = _Relayout(status=200, headers=SSE_HEADERS)
         die_after = state.fault.die_after
         started = False
         end = 0
@@ -312,6 +314,17 @@ class SimServer:
             raise errors.model_not_found(
                 str(name), ", ".join(self.aliases), self.surface.names_models
             )
+
+
+class _Relayout(web.StreamResponse):
+    """A stream whose events are written in another valid layout (`--fault-sse-layout`)."""
+
+    _events = 0
+
+    async def write(self, data: bytes | bytearray | memoryview) -> None:
+        chunk = bytes(data)
+        await super().write(sse_relayout(chunk, self._events))
+        self._events += chunk.count(b"\n\n")
 
 
 def _json(body: bytes, status: int = 200) -> web.Response:
