@@ -142,5 +142,9 @@ class Watchdog:
 def _relayed(exchange: Exchange) -> Relayed:
     assert exchange.admitted_at is not None
     return Relayed(
-        exchange.admitted_at, exchange.progress_at, exchange.stream, exchange.prompt_tokens or 0
+        exchange.admitted_at,
+        exchange.progress_at,
+        exchange.stream,
+        exchange.prompt_tokens or 0,
+        exchange.max_tokens,
     )

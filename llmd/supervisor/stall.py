@@ -35,6 +35,10 @@ IDLE_FACTOR = 2.0
 # measured any, x UNMEASURED_S_PER_TOKEN (500 tokens/s: slower than any GPU's prefill).
 PREFILL_MARGIN = 4.0
 UNMEASURED_S_PER_TOKEN = 0.002
+# A non-streamed answer shows nothing until it is whole, and its engine's counters move for
+# every request there: however busy the engine, it is given up once its output budget at the
+# measured mean inter-token latency x this margin has passed (beyond its idle timeout).
+OUTPUT_MARGIN = 4.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +49,7 @@ class Relayed:
     progress_at: float | None  # its latest byte from the backend; None: none yet
     stream: bool
     prompt_tokens: int = 0
+    max_tokens: int | None = None  # each sequence's output budget (None: not known)
 
     @property
     def started(self) -> bool:
@@ -170,23 +175,29 @@ class StallWatch:
     def idle_past(self, now: float, request: Relayed, requests: Sequence[Relayed]) -> Stall | None:
         """The verdict on one `request` at `now` (`requests`: all of llmd's on the backend,
         for the prefill allowance): a stream idle past its limit since its last byte (or its
-        start); a non-streamed request since the engine's last counted progress, judged on a
-        scrape sent after the deadline (none without counters: nothing shows its progress)."""
+        start). A non-streamed request is idle since the engine's last counted progress (judged
+        on a scrape sent after the deadline; not at all without counters), and overdue once
+        its output budget had time to come out (`OUTPUT_MARGIN`), however busy the engine."""
         since = request.progress_at if request.progress_at is not None else request.admitted_at
         timeout = idle_timeout(self.configured_idle, self.timeout_s())
         prefill = 0.0 if request.started else self.prefill_s(requests)
-        if not request.stream:
-            if not self.counted:
-                return None
-            since = max(since, self.progress_at)
-        deadline = since + timeout + prefill
-        if now <= deadline:
-            return None
-        if not request.stream:
-            assert self.sample is not None
-            if _sent(self.sample) < deadline:
-                return None
         running = self.sample.running if self.sample is not None else None
+        if request.stream:
+            if now <= since + timeout + prefill:
+                return None
+            return Stall(now - since, timeout, prefill, running, len(requests))
+        itl = self.sample.mean_itl_s if self.sample is not None else None
+        if request.max_tokens and itl:
+            output = request.max_tokens * itl * OUTPUT_MARGIN
+            if now > request.admitted_at + timeout + prefill + output:
+                return Stall(now - since, timeout + output, prefill, running, len(requests))
+        if not self.counted:
+            return None
+        assert self.sample is not None
+        since = max(since, self.progress_at)
+        deadline = since + timeout + prefill
+        if now <= deadline or _sent(self.sample) < deadline:
+            return None
         return Stall(now - since, timeout, prefill, running, len(requests))
 
 

@@ -149,6 +149,18 @@ def test_a_request_idle_past_its_timeout() -> None:
     assert watch.idle_past(35.0, whole, [whole]) is not None
 
 
+def test_a_non_streamed_request_is_overdue_once_its_budget_had_time() -> None:
+    """However busy the engine (its counters moving), a non-streamed request is given up
+    once its max_tokens at 4 x the mean inter-token latency, past its idle timeout, passed."""
+    watch = StallWatch(stall_timeout_s=2.0, idle_timeout_s=5.0, now=0.0)
+    whole = Relayed(admitted_at=0.0, progress_at=None, stream=False, max_tokens=100)
+    for t in range(1, 46):  # 10 ms a token: 100 x 0.01 x 4 = 4 s, + 5 s idle
+        watch.observe(scrape(t / 5, float(t), itl=(0.01 * t, float(t))))
+        assert watch.idle_past(t / 5, whole, [whole]) is None
+    stall = watch.idle_past(9.05, whole, [whole])
+    assert stall is not None and stall.timeout_s == 9.0
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(st.floats(min_value=0.01, max_value=4.9), min_size=1, max_size=60),
@@ -176,4 +188,4 @@ def test_an_engine_producing_within_the_timeout_is_never_stalled(
             verdict_at = read
         sent, i = read + interval, i + 1
     assert verdict_at is not None and verdict_at > end + 5.0
-    assert verdict_at <= end + 5.0 + 3 * (interval + 3.0)
+    assert verdict_at <= end + 5.0 + 4 * (interval + 3.0)  # tokens seen late, then a scrape

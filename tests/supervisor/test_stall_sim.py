@@ -135,3 +135,38 @@ def test_a_stream_in_another_layout_is_relayed_and_counted(relaid: LlmdProcess) 
         return counts["requests"] >= 2 and counts["requests"] == counts["answered"]
 
     assert wait_for(counted, 10), llmd.admin_status()["counts"]
+
+
+@pytest.fixture
+def idling() -> Iterator[LlmdProcess]:
+    """llmd on a slow simulator with a 1 s request idle timeout (and a long stall timeout)."""
+    config = sim_config(
+        ensure_tiny_model(),
+        ("--step-base-ms", "10"),
+        engine={"stall_timeout_s": 30.0, "request_idle_timeout_s": 1.0},
+    )
+    llmd = LlmdProcess.start(config)
+    yield llmd
+    llmd.stop()
+
+
+def test_a_request_idle_alone_ends_while_the_engine_serves(idling: LlmdProcess) -> None:
+    """While the engine serves others, a request it never answers (the simulator's `hang`)
+    ends with 503 engine_stalled and Retry-After after its idle timeout, streamed or not (a
+    non-streamed one once its output budget had time), and the engine is not restarted."""
+    llmd = idling
+    llmd.wait_ready(timeout_s=30)
+    busy = TimedStream(llmd.base_url + "/v1/completions")
+    busy.start()
+    assert busy.first.wait(20)
+    url = llmd.base_url + "/v1/completions"
+    for stream in (True, False):
+        began = time.monotonic()
+        hung = httpx.post(url, json={**SHORT, "stream": stream, "sim_fault": "hang"}, timeout=30)
+        assert hung.status_code == 503 and hung.json()["error"]["code"] == "engine_stalled"
+        assert "retry-after" in hung.headers and time.monotonic() - began < 8
+    busy.join(40)
+    assert busy.lines[-1] == "data: [DONE]" and "error" not in busy.lines[-2]
+    engine = llmd.admin_status()["engine"]
+    assert engine["restarts"] == 0 and engine["state"] == "serving"
+    assert "request_stalled" in llmd.log_tail(100)
