@@ -5,7 +5,8 @@ that forward bodies untouched but not headers).
 Request fault grammar, comma-separated: `hang` (accepted, never a token), `die-after:K` (the
 connection is dropped after K tokens; 0: before the response starts), `error:STATUS` (answered
 with that status), `crash` (the process exits non-zero at once), `dead` (the engine dies now:
-/health 503, generation 500), `delay:S` (S more seconds before the request is scheduled),
+/health 503, generation 500), `stall` (the engine core stalls now, as `--fault-stall-after-s`
+does; this request with the others), `delay:S` (S more seconds before the request is scheduled),
 `empty` (the answer has no text: its first token is an end of sequence that carries none, so
 it ends at once with finish_reason `stop` and 1 completion token, as a model that emits EOS
 first does in vLLM).
@@ -32,6 +33,7 @@ class RequestFault:
     error_status: int | None = None
     crash: bool = False
     dead: bool = False
+    stall: bool = False
     delay_s: float = 0.0
     empty: bool = False
 
@@ -48,6 +50,8 @@ class RequestFault:
                     fault = dataclasses.replace(fault, crash=True)
                 elif name == "dead" and not value:
                     fault = dataclasses.replace(fault, dead=True)
+                elif name == "stall" and not value:
+                    fault = dataclasses.replace(fault, stall=True)
                 elif name == "empty" and not value:
                     fault = dataclasses.replace(fault, empty=True)
                 elif name == "die-after":

@@ -232,6 +232,8 @@ class SimServer:
             self.on_exit(f.crash_exit_code)
         if fault.dead or (f.dead_after is not None and self.generation_requests > f.dead_after):
             self.kill_engine()
+        if fault.stall and self.engine.stall_at is None:
+            self.engine.stall_at = self.engine.clock()
         if self.engine.dead:
             raise errors.engine_dead()
         if fault.error_status is not None:

@@ -200,3 +200,17 @@ async def test_sse_layout_writes_another_valid_layout(make_sim: SimFactory) -> N
         for es in events
     )
     assert plain_events == other_events
+
+
+async def test_a_stall_fault_stalls_the_core_from_that_request_on(make_sim: SimFactory) -> None:
+    """`stall` (header or body): the core stalls as the request arrives; the request never
+    gets a token while /health stays 200."""
+    sim: RunningSim = await make_sim("--step-base-ms", "5")
+    assert (await sim.client.post("/v1/completions", json={"prompt": "x"})).status_code == 200
+    assert not sim.server.engine.stalled
+    with pytest.raises(httpx.ReadTimeout):
+        await sim.client.post(
+            "/v1/completions", json={"prompt": "x", "sim_fault": "stall"}, timeout=1.0
+        )
+    assert sim.server.engine.stalled
+    assert (await sim.client.get("/health")).status_code == 200
