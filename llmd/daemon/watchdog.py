@@ -73,7 +73,7 @@ class Watchdog:
         for name, upstream in fleet.upstreams.items():
             config = self.state.config.upstreams.get(name)
             breaker = capacity.breaker(name) if name in capacity.names() else None
-            closed = breaker is None or breaker.state(now) is BreakerState.CLOSED
+            closed = breaker is not None and breaker.state(now) is BreakerState.CLOSED
             if upstream.healthy is True and closed and config is not None:
                 serving[name] = (config.stall_timeout_s, config.request_idle_timeout_s)
         for name, (stall_s, idle_s) in serving.items():
@@ -101,9 +101,11 @@ class Watchdog:
             idle = watch.idle_past(now, request, requests)
             if idle is not None:
                 log.warning(
-                    "request_stalled", request_id=exchange.request_id, backend=name,
+                    "request_stalled",
+                    request_id=exchange.request_id,
+                    backend=name,
                     detail=idle.detail,
-                )  # fmt: skip
+                )
                 message = f"no output from {name} for this request: {idle.detail}"
                 self.state.inflight.abort(exchange, EngineStalled(message, retry_after_s=1))
 
