@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import time
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ import pytest
 from llmd.supervisor.group import group_members
 from tests.e2e.test_lifecycle import start_streams
 from tests.support.configs import demo_config
+from tests.support.fault_soak import engine_core
 from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
 from tests.support.waiting import wait_for
@@ -25,7 +25,6 @@ from tests.support.waiting import wait_for
 pytestmark = pytest.mark.e2e
 
 STALL_TIMEOUT_S = 5.0
-ENGINE_CORE = "VLLM::EngineCore"
 
 
 @pytest.fixture(scope="module")
@@ -35,24 +34,8 @@ def llmd() -> Iterator[LlmdProcess]:
         engine={"stall_timeout_s": STALL_TIMEOUT_S},
         supervisor={"backoff_initial_s": 0.5},
     )
-    process = LlmdProcess.start(config)
-    try:
-        process.wait_ready()
+    with LlmdProcess.running(config, timeout_s=400.0) as process:
         yield process
-    finally:
-        process.stop()
-
-
-def engine_core(pgid: int) -> psutil.Process:
-    """The engine's `VLLM::EngineCore` process (its title; /proc's comm keeps 15 characters)."""
-    for process in psutil.process_iter():
-        with contextlib.suppress(psutil.Error, ProcessLookupError):
-            if os.getpgid(process.pid) != pgid:
-                continue
-            title = " ".join(process.cmdline()) or process.name()
-            if title.startswith(ENGINE_CORE) or process.name() == ENGINE_CORE[:15]:
-                return process
-    raise AssertionError(f"no {ENGINE_CORE} in process group {pgid}")
 
 
 def test_a_stopped_engine_core_ends_every_stream_and_is_restarted(llmd: LlmdProcess) -> None:
