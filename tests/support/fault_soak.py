@@ -159,23 +159,19 @@ class Soak:
     # -- faults ------------------------------------------------------------------------------
 
     async def inject(self, session: aiohttp.ClientSession) -> None:
-        """The faults of the plan, each once its time came and the engine serves again; until
-        the plan's time is up and every fault was applied (a boot may take longer)."""
+        """The faults of the plan, each once its time came and an engine other than the one
+        the fault before hurt serves (a boot may take longer than the plan's time: the run
+        lasts until every fault was applied); `llmd reload` every `reload_every_s` beside."""
         plan = self.plan
         steps: list[tuple[float, str]] = [(plan.kill_at, "kill"), (plan.stall_at, "stall")]
         if plan.deploy is not None:
             steps += [(plan.deploy_at, "deploy"), (plan.rollback_at, "rollback")]
-        reload_at = self.start + plan.reload_every_s
-        pending = sorted((self.start + f * plan.seconds, name) for f, name in steps)
-        until = self.start + plan.seconds
-        while pending or time.monotonic() < until:
-            now = time.monotonic()
-            if now >= reload_at:
-                reload_at += plan.reload_every_s
-                await self.fault("reload", self.cli, "reload")
-            elif pending and now >= pending[0][0]:
-                _, name = pending.pop(0)
-                await asyncio.to_thread(self.wait_serving)
+        reloads = asyncio.create_task(self.reloads())
+        hurt: int | None = None  # the engine the last fault killed, stopped or replaced
+        try:
+            for at, name in sorted((self.start + f * plan.seconds, n) for f, n in steps):
+                await asyncio.sleep(max(0.0, at - time.monotonic()))
+                hurt = await asyncio.to_thread(self.wait_serving, hurt)
                 if name == "kill":
                     await self.fault("kill", self.kill)
                 elif name == "stall":
@@ -184,8 +180,18 @@ class Soak:
                     await self.fault("deploy", self.cli, "deploy", str(plan.deploy))
                 else:
                     await self.fault("rollback", self.cli, "rollback")
-            else:
-                await asyncio.sleep(0.5)
+            await asyncio.sleep(max(0.0, self.start + plan.seconds - time.monotonic()))
+        finally:
+            reloads.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reloads
+
+    async def reloads(self) -> None:
+        """`llmd reload` every `reload_every_s` until cancelled (one a restart or a deploy
+        under way refuses is recorded as refused)."""
+        while True:
+            await asyncio.sleep(self.plan.reload_every_s)
+            await self.fault("reload", self.cli, "reload")
 
     async def fault(self, name: str, act: Any, *args: Any) -> None:
         began = time.monotonic()
@@ -227,13 +233,18 @@ class Soak:
                 return f"sim stall, its request: {response.status}"
         return "sim stall"
 
-    def wait_serving(self) -> None:
+    def wait_serving(self, hurt: int | None) -> int | None:
+        """Wait (at most `serving_wait_s`) until an engine other than `hurt` (a pid) serves;
+        its pid."""
         deadline = time.monotonic() + self.plan.serving_wait_s
         while time.monotonic() < deadline:
             with contextlib.suppress(Exception):
-                if self.llmd.admin_status()["engine"]["state"] == "serving":
-                    return
+                engine = self.llmd.admin_status()["engine"]
+                if engine["state"] == "serving" and engine["pid"] != hurt:
+                    pid: int = engine["pid"]
+                    return pid
             time.sleep(0.5)
+        return None
 
     def release_stopped(self) -> None:
         for process in self.stopped:
