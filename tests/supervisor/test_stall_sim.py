@@ -109,6 +109,8 @@ def test_a_stalled_engine_ends_its_streams_and_restarts(stalling: LlmdProcess) -
     assert engine["exits_by_reason"].get("stalled", 0) >= 1
     assert engine["pid"] != old_pid and not psutil.pid_exists(old_pid)
     assert "engine_stalled" in llmd.log_tail(200)
+    metrics = httpx.get(llmd.base_url + "/metrics").text
+    assert 'llmd_engine_restarts_total{engine="main",reason="stalled"} 1.0' in metrics
 
 
 @pytest.fixture
