@@ -12,7 +12,7 @@ from tests.support.model import ensure_tiny_model
 from tests.support.vllm_engine import Engine
 from tests.support.vllm_engine import vllm_engine as boot_vllm
 
-pytest_plugins = ["tests.support.log_capture"]
+pytest_plugins = ["tests.support.log_capture", "tests.support.shared_tls"]
 
 
 @pytest.fixture(scope="session")
