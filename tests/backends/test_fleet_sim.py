@@ -41,6 +41,10 @@ def llmd() -> Iterator[LlmdProcess]:
     process = LlmdProcess.start(config)
     try:
         process.wait_ready(timeout_s=60)
+        # Ready comes with the first engine serving; the tests count on all three (pa booting
+        # late on a loaded machine left pb every request of the pool).
+        serving = lambda: {e["state"] for e in process.admin_status()["engines"]} == {"serving"}  # noqa: E731
+        assert wait_for(serving, 60), process.log_tail()
         yield process
     finally:
         process.stop()
