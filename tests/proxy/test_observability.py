@@ -85,6 +85,9 @@ def test_metrics_count_real_traffic(llmd: LlmdProcess) -> None:
             and delta("llmd_requests_total", **left) >= 1
             and delta("llmd_backend_requests_total", **answered) >= 5
             and delta("llmd_cancellations_total", phase="decode") >= 1
+            # the engine's gauges come with llmd's first scrape of the engine (a loaded
+            # machine had not scraped it yet when this test, the module's first, got here)
+            and value(found, "llmd_engine_kv_cache_capacity_tokens", engine="main") is not None
         )
 
     wait_for(accounted, 10)  # the exact counts below say what is missing
