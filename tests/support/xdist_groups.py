@@ -5,6 +5,7 @@ plugin of tests/conftest.py.
   boots a real vLLM (about 2 GB, both cores while it warms up), one at a time on this machine.
 - A test that uses a module- or package-scoped fixture runs in the group of that module or
   package, so the fixture (often a live llmd) is set up once, in one worker.
+- A test marked `xdist_group(NAME)` runs in group NAME (tests that share a costly import).
 - Every other test is a unit of its own, which any worker takes as it comes free.
 
 xdist's own loadgroup reads `xdist_group` marks through a suffix it appends to each test's
@@ -43,9 +44,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _group(item: pytest.Item) -> str:
-    """The group of `item`: "e2e", its module's or package's path, or its own nodeid."""
+    """The group of `item`: "e2e", its mark's, its module's or package's path, or its own
+    nodeid."""
     if item.get_closest_marker("e2e") is not None:
         return "e2e"
+    if (marked := item.get_closest_marker("xdist_group")) is not None:
+        return str(marked.args[0] if marked.args else marked.kwargs["name"])
     info = getattr(item, "_fixtureinfo", None)
     widest = max(
         (

@@ -23,6 +23,10 @@ from tests.support.prompt_corpus import TEXTS, chat_corpus, completion_corpus
 from tests.validation.conftest import make_tokenizer_dir, transformers_loaded
 from tests.validation.test_counter import _LOAD_IN_A_FRESH_PYTHON, in_a_fresh_python
 
+# One worker for the module: most tests compare with transformers, whose import costs 1.5-2 s
+# of CPU in each worker that loads it.
+pytestmark = pytest.mark.xdist_group("tokenizer_files")
+
 # Jinja features chat templates use: the generation block, tojson, loop state, loop controls,
 # raise_exception, a template variable from chat_template_kwargs, whitespace control.
 RICH_TEMPLATE = (
@@ -146,14 +150,16 @@ def tiny_pair(tiny_model_dir: Path) -> tuple[LocalCounter, LocalCounter]:
     return files_loaded(tiny_model_dir), transformers_loaded(tiny_model_dir)
 
 
-def test_the_tiny_model_loads_without_transformers(tiny_model_dir: Path) -> None:
+def test_the_tiny_model_loads_without_transformers(
+    tiny_model_dir: Path, tiny_pair: tuple[LocalCounter, LocalCounter]
+) -> None:
     """In a fresh Python, the tiny model's counter loads and counts with neither transformers
     nor torch imported (transformers costs 1.5-2 s of CPU in every llmd that loads it)."""
     done = in_a_fresh_python(_LOAD_IN_A_FRESH_PYTHON, tiny_model_dir, "files")
     report = json.loads(done.stdout)
     chat = read_fields(Endpoint.CHAT, {"messages": [{"role": "user", "content": "Hello"}]})
     assert report["transformers"] is False and report["torch_hidden"] is True
-    assert report["count"] == transformers_loaded(tiny_model_dir).count_now(chat.prompt)
+    assert report["count"] == tiny_pair[1].count_now(chat.prompt)  # transformers' count
 
 
 def edit_json(path: Path, **changes: Any) -> None:
