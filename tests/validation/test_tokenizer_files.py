@@ -15,9 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from llmd.endpoints.openai import read_chat, read_completions
 from llmd.errors import InvalidRequest
 from llmd.validation.counter import LocalCounter
-from llmd.validation.fields import ChatPrompt, Endpoint, read_fields
+from llmd.validation.fields import ChatPrompt
 from llmd.validation.tokenizer_files import FileTokenizer, NotReproducible
 from tests.support.prompt_corpus import TEXTS, chat_corpus, completion_corpus
 from tests.validation.conftest import make_tokenizer_dir, transformers_loaded
@@ -102,7 +103,7 @@ def test_chat_text_and_counts_equal_transformers(pair: tuple[LocalCounter, Local
     assert files.has_template == transformers.has_template
     differ = []
     for body in chat_bodies():
-        prompt = read_fields(Endpoint.CHAT, body).prompt
+        prompt = read_chat(body).prompt
         assert isinstance(prompt, ChatPrompt)
         assert files.can_count(prompt) and transformers.can_count(prompt), body
         if outcome(files, prompt) != outcome(transformers, prompt):
@@ -114,7 +115,7 @@ def test_completion_counts_equal_transformers(pair: tuple[LocalCounter, LocalCou
     """Every completions prompt, special tokens added or not, counts the same."""
     files, transformers = pair
     for body in completion_corpus():
-        prompt = read_fields(Endpoint.COMPLETIONS, body).prompt
+        prompt = read_completions(body).prompt
         assert files.count_now(prompt) == transformers.count_now(prompt), body
 
 
@@ -157,7 +158,7 @@ def test_the_tiny_model_loads_without_transformers(
     nor torch imported (transformers costs 1.5-2 s of CPU in every llmd that loads it)."""
     done = in_a_fresh_python(_LOAD_IN_A_FRESH_PYTHON, tiny_model_dir, "files")
     report = json.loads(done.stdout)
-    chat = read_fields(Endpoint.CHAT, {"messages": [{"role": "user", "content": "Hello"}]})
+    chat = read_chat({"messages": [{"role": "user", "content": "Hello"}]})
     assert report["transformers"] is False and report["torch_hidden"] is True
     assert report["count"] == tiny_pair[1].count_now(chat.prompt)  # transformers' count
 
@@ -229,7 +230,7 @@ def test_a_special_token_transformers_adds_is_counted_as_transformers_counts(
     root = tmp_path / "model"
     shutil.copytree(tiny_model_dir, root, ignore=shutil.ignore_patterns("*.safetensors"))
     DECLINED["special token not added"](root)
-    prompt = read_fields(Endpoint.COMPLETIONS, {"prompt": "<extra_pad>"}).prompt
+    prompt = read_completions({"prompt": "<extra_pad>"}).prompt
     assert LocalCounter.load(str(root)).count_now(prompt) == [2]  # BOS and the pad token
     from tokenizers import Tokenizer
 
