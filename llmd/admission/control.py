@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -21,10 +22,13 @@ from typing import Any
 import structlog
 
 from llmd.admission.bodies import BodyBudget, BodyHold
+from llmd.admission.budgets import Budgets, Charge
 from llmd.admission.classes import PRIORITY_HEADER, Priority, requested_class
+from llmd.admission.cost import Cost
 from llmd.admission.entries import ClassPolicy, Entry, Reason, Rejection, State
 from llmd.admission.gates import BackendGates
 from llmd.admission.pools import PoolCapacity, PoolGate
+from llmd.admission.ratelimit import ratelimit_headers
 from llmd.admission.requests import AdmissionRequest, Ticket
 from llmd.admission.scheduler import Scheduler
 from llmd.admission.slo import SloGuard
@@ -32,9 +36,16 @@ from llmd.admission.tenants import Tenant, configured_tenants
 from llmd.allocator import HeapTrimmer
 from llmd.config import AdmissionConfig, Config
 from llmd.engine.metrics import EngineSample
-from llmd.errors import ApiError, QueueFull, QueueTimeout, RateLimited
+from llmd.errors import (
+    ApiError,
+    BudgetExceeded,
+    InvalidRequest,
+    QueueFull,
+    QueueTimeout,
+    RateLimited,
+)
 from llmd.routing.backend import BackendKind
-from llmd.status import QueueStatus, TenantStatus
+from llmd.status import BudgetStatus, QueueStatus, TenantStatus
 from llmd.supervisor.state import EngineState
 
 log = structlog.get_logger("llmd.admission")
@@ -49,12 +60,13 @@ class AdmissionSnapshot:
 
 
 class Admission:
-    """Tenants, the scheduler, the body budget, the SLO guard and every backend's capacity
-    gate in pools (`gates`, `capacity`); lives as long as the proxy. `engines` are the
-    supervised engines' published states by name (their serving state reaches the gates at
-    each pump)."""
+    """Tenants, their token budgets, the scheduler, the body budget, the SLO guard and every
+    backend's capacity gate in pools (`gates`, `capacity`); lives as long as the proxy.
+    `engines` are the supervised engines' published states by name (their serving state
+    reaches the gates at each pump)."""
 
     def __init__(self, config: Config, engines: Mapping[str, EngineState]) -> None:
+        self.budgets = Budgets()  # configured with the tenants: `configure`
         self.scheduler = Scheduler(_policies(config.admission))
         self.guard = SloGuard(config.admission)  # configured again on reload: `configure`
         self.gates = BackendGates(config, engines)
@@ -95,9 +107,10 @@ class Admission:
         the class policies, the SLO guard, each backend's gate (`BackendGates.configure`) and
         the body budget. Raises ConfigError (the tenants file) before anything has changed.
         Requests in flight keep their slots; queued ones are released by the new limits at
-        once."""
+        once; token budgets kept keep what was spent."""
         admission = config.admission
         self.tenants = configured_tenants(admission)
+        self.budgets.configure(self.tenants.tenants(), time.time())
         self.config = admission
         self.scheduler.set_policies(_policies(admission))
         self.guard.configure(admission)
@@ -105,6 +118,16 @@ class Admission:
         self.bodies.limit = admission.max_queued_bytes
         if self._waiters:
             self.pump()
+
+    def reload_tenants(self) -> list[str]:
+        """Read the tenants file again, and only it (`llmd tenant ...` edited it): keys added,
+        rotated or revoked apply from the next request; token budgets kept keep what was
+        spent. The tenants' names. Raises ConfigError, and then nothing changes."""
+        self.tenants = configured_tenants(self.config)
+        self.budgets.configure(self.tenants.tenants(), time.time())
+        if self._waiters:
+            self.pump()
+        return [tenant.name for tenant in self.tenants.tenants()]
 
     # -- request side ----------------------------------------------------------------------
 
@@ -133,6 +156,16 @@ class Admission:
         if not hold.grow(nbytes):
             raise self._bodies_full()
 
+    def check_share(self, tenant: Tenant, cost: Cost, model: str) -> None:
+        """Refuse a request that could never start within `tenant`'s share of `model`'s
+        KV cache (llmd/admission/shares.py). Raises InvalidRequest (400)."""
+        why = self.scheduler.shares.never_fits(tenant, model, cost.tokens)
+        if why is not None:
+            raise InvalidRequest(
+                f"this request cannot be served: {why}; lower n, the number of prompts or "
+                "max_tokens"
+            )
+
     def _bodies_full(self) -> QueueFull:
         scheduler = self.scheduler
         retry = scheduler.rates.wait_s((None, None), scheduler.queued(), time.monotonic())
@@ -151,6 +184,18 @@ class Admission:
         if self.turned_away is not None:
             raise self.turned_away
         self.guard.check_shed(request.cls)
+        charge = self._charge(request.tenant, request.cost)
+        try:
+            ticket = await self._queue(request)
+        except BaseException:  # rejected or cancelled before it reached a backend
+            self.budgets.refund(charge, time.time())
+            raise
+        ticket.charge = charge
+        ticket.ratelimit = self._standing(request.tenant.name)
+        return ticket
+
+    async def _queue(self, request: AdmissionRequest) -> Ticket:
+        """Queue the request and wait for its release (`admit`)."""
         now = time.monotonic()
         models = self.capacity.models()
         model = request.model or (models[0] if len(models) == 1 else "")
@@ -178,7 +223,7 @@ class Admission:
             if self.scheduler.cancel(entry):
                 self.pump()
             elif entry.state is State.RELEASED:  # released, but the client left meanwhile
-                self.finish(Ticket(entry, 0.0))
+                self.finish(Ticket(entry, 0.0))  # its tokens: refunded by `admit`
             raise
         finally:
             self._waiters.pop(entry, None)
@@ -203,13 +248,51 @@ class Admission:
         """Queue requests again after `reject_queued` (a resume)."""
         self.turned_away = None
 
-    def finish(self, ticket: Ticket) -> None:
-        """The request has ended (any way): its capacity goes to the next in line."""
+    def finish(self, ticket: Ticket, output_tokens: int = 0) -> None:
+        """The request has ended (any way), having produced `output_tokens`: its capacity goes
+        to the next in line, and its token budgets get back what it did not use."""
         entry = ticket.entry
+        if ticket.charge is not None:
+            self.budgets.settle(ticket.charge, output_tokens, time.time())
+            ticket.charge = None
         if entry.state is State.RELEASED:
             self.scheduler.finish(entry)
             self.capacity.on_finish(entry)
             self.pump()
+
+    def _charge(self, tenant: Tenant, cost: Cost) -> Charge:
+        """Take a request's tokens from `tenant`'s budgets. Raises BudgetExceeded (429, with
+        Retry-After and the x-ratelimit-* headers), InvalidRequest (400: it needs more than a
+        budget's whole size)."""
+        now = time.time()
+        taken = self.budgets.charge(tenant.name, cost.input_tokens, cost.output_tokens, now)
+        if isinstance(taken, Charge):
+            return taken
+        budget, needed = taken.budget.value, f"{taken.needed:,}"
+        if taken.never:
+            raise InvalidRequest(
+                f"this request cannot be served: it needs {needed} tokens of tenant "
+                f"{tenant.name}'s {budget} budget, more than its whole {taken.limit:,}; lower "
+                "max_tokens or the prompt"
+            )
+        log.info("request_rejected", tenant=tenant.name, reason=BudgetExceeded.code, budget=budget)
+        raise BudgetExceeded(
+            f"tenant {tenant.name} is over its {budget} budget ({taken.limit:,}): this request "
+            f"needs {needed} tokens there, {taken.left:,} are left; retry in "
+            f"{max(1, math.ceil(taken.wait_s))} s",
+            retry_after_s=taken.wait_s,
+            ratelimit=self._standing(tenant.name, taken.budget.value),
+        )
+
+    def _standing(self, tenant: str, budget: str | None = None) -> list[tuple[bytes, bytes]]:
+        """The x-ratelimit-*-tokens headers of `tenant`'s `budget` (None: its tightest; no
+        headers without budgets)."""
+        now = time.time()
+        standings = self.budgets.standings(tenant, now)
+        if budget is not None:
+            standings = [s for s in standings if s.budget == budget]
+        chosen = self.budgets.tightest(tenant, now) if budget is None else standings[0]
+        return ratelimit_headers(chosen) if chosen is not None else []
 
     def reroute(self, ticket: Ticket, exclude: frozenset[str]) -> str | None:
         """Move an admitted request whose backend failed before the first byte to another
@@ -240,24 +323,47 @@ class Admission:
         )
         limits = {tenant.name: tenant for tenant in self.tenants.tenants()}
         tenants = tuple(
-            TenantStatus(
-                name,
-                in_flight=in_flight.get(name, 0),
-                queued=queued.get(name, 0),
-                max_in_flight=limits[name].max_concurrency or None if name in limits else None,
-                max_queued=limits[name].max_queued or None if name in limits else None,
-            )
+            self._tenant_row(name, limits.get(name), in_flight.get(name, 0), queued.get(name, 0))
             for name in sorted({*in_flight, *queued, *limits})
         )
         return AdmissionSnapshot(queues, tenants)
+
+    def _tenant_row(
+        self, name: str, tenant: Tenant | None, in_flight: int, queued: int
+    ) -> TenantStatus:
+        """One tenant's Status row: its requests against its limits (None: unlimited), the
+        KV tokens its running requests hold against its share (summed over the pools), and
+        where it stands in each token budget."""
+        shares, now = self.scheduler.shares, time.time()
+        kv_limit = None
+        if tenant is not None:
+            limits = [shares.limit(tenant, model) for model in self.capacity.models()]
+            if limits and None not in limits:
+                kv_limit = sum(limit or 0 for limit in limits)
+        return TenantStatus(
+            name,
+            in_flight=in_flight,
+            queued=queued,
+            max_in_flight=tenant.max_concurrency or None if tenant else None,
+            max_queued=tenant.max_queued or None if tenant else None,
+            kv_tokens=shares.held_by(name),
+            max_kv_tokens=kv_limit,
+            budgets=tuple(
+                BudgetStatus(s.budget.value, s.limit, s.remaining, round(s.reset_s, 1))
+                for s in self.budgets.standings(name, now)
+            ),
+        )
 
     # -- engine side -----------------------------------------------------------------------
 
     def engine_sampled(self, backend: str, sample: EngineSample | None) -> None:
         """A new read of `backend`'s /metrics (the telemetry task's, every
         `telemetry.engine_interval_s`; None: unknown or not serving): update its gate's view of
-        its load and release what it now allows."""
+        its load, and each pool's KV capacity the tenants' shares are of, and release what it
+        now allows."""
         self.gates.sampled(backend, sample)
+        for model in self.capacity.models():
+            self.scheduler.shares.measured(model, self.capacity.kv_tokens(model))
         self.pump()
 
     def pump(self) -> None:

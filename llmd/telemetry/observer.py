@@ -1,5 +1,6 @@
 """The request observer: each finished or refused request updates the metrics, the latency and
-throughput windows, the tallies, and writes its one log line (never the prompt text).
+throughput windows, the tallies and the usage kept in the state directory (`usage`, written by
+llmd/daemon/usage.py), and writes its one log line (never the prompt text).
 
 It also holds the latest engine and GPU readings, which the telemetry scraper writes and the
 Status snapshot reads. Everything here runs on the event loop; a call costs a few microseconds
@@ -30,6 +31,7 @@ from llmd.status import (
 from llmd.telemetry.metrics import ProxyMetrics, input_length_label
 from llmd.telemetry.outcomes import Ending, Outcome, Tallies, classify
 from llmd.telemetry.windows import LatencyWindow, RateWindow
+from llmd.usage.records import UsageBatch
 
 log = structlog.get_logger("llmd.requests")
 
@@ -49,6 +51,7 @@ class Record(Ending, Protocol):
     model: str | None
     backend: str | None
     prompt_tokens: int | None
+    input_tokens: int
     started_at: float
     queued_at: float | None
     admitted_at: float | None
@@ -105,6 +108,8 @@ class Observer:
         self.metrics = ProxyMetrics(top_tenants)
         self.windows = Windows()
         self.tallies = Tallies()
+        # Per hour, tenant, model and outcome: what llmd/daemon/usage.py writes to the store.
+        self.usage = UsageBatch()
         self.log_requests = log_requests
         # The latest scrape of each backend's /metrics, and its prompt and generation token
         # rates (per s), by backend name.
@@ -216,6 +221,10 @@ class Observer:
         m.generation_tokens.labels(tenant).inc(record.output_tokens)
         self.windows.throughput.add(1, prompt, record.output_tokens)
         self.tallies.add(outcome, label)
+        self.usage.add(
+            record.tenant, model, outcome.value, record.input_tokens, record.output_tokens,
+            time.time(),
+        )  # fmt: skip
         phase = None
         if outcome is Outcome.CANCELLED:
             phase = label
@@ -266,6 +275,7 @@ class Observer:
         ).inc()
         m.rejections.labels(code).inc()
         self.tallies.add(Outcome.REJECTED, code)
+        self.usage.add(tenant, model or "", rejected, 0, 0, time.time())
         self.windows.throughput.add(1, 0, 0)
         if code in TIMEOUT_CODES:
             self._timeout(request_class)
