@@ -9,6 +9,7 @@
     ├── SizingError                  a model cannot be sized: no config.json, a missing key
     ├── TuneError                    `llmd tune` cannot run: bad option, llmd serving, no boot
     ├── UsageError                   the usage store cannot be opened, read or written
+    ├── TenantError                  `llmd tenant` cannot: no such tenant, a name taken or bad
     └── ApiError                     answered to an HTTP client (status, code, Retry-After)
         ├── InvalidRequest           400 invalid_request
         ├── BodyTooLarge             413 body_too_large
@@ -94,6 +95,11 @@ class TuneError(LlmdError):
 class UsageError(LlmdError):
     """The usage store (llmd/usage/store.py) cannot be opened, read or written; the message
     names the file and SQLite's reason."""
+
+
+class TenantError(LlmdError):
+    """A `llmd tenant` verb cannot do what was asked: no such tenant, a name taken or not
+    allowed, a bad class or limit; the message says which."""
 
 
 class ApiError(LlmdError):

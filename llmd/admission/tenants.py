@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +143,20 @@ def load_tenants(path: Path | None) -> TenantDirectory:
     if path is None:
         return TenantDirectory()
     text, raw = read_toml(path, "tenants file")
+    return _directory(raw, text, path)
+
+
+def parse_tenants(text: str, path: Path) -> TenantDirectory:
+    """The tenants of `text`, the new content of the tenants file at `path` (`llmd tenant`
+    checks an edit before it writes it). Raises ConfigError as `load_tenants` does."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    return _directory(raw, text, path)
+
+
+def _directory(raw: dict[str, Any], text: str, path: Path) -> TenantDirectory:
     try:
         every, by_digest = _bind_tenants(raw, text)
         return TenantDirectory(by_digest, path, every)
