@@ -19,7 +19,10 @@ from tests.support.llmd_process import LlmdProcess, short_tmpdir
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
 
-FIRST = f'# the tenants of this test\n[tenants.ops]  # the operator\nkeys = ["{hash_key("ops")}"]\n'
+FIRST = (
+    "# the tenants of this test\n[tenants.ops]  # the operator, who reads /metrics\n"
+    f'keys = ["{hash_key("ops")}"]\nmetrics = true\n'
+)
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +101,14 @@ def test_the_tenant_verbs_end_to_end(llmd: LlmdProcess) -> None:
     status = llmd.admin_status()
     (row,) = [t for t in status["tenants"] if t["name"] == "agent"]
     assert row["budgets"][0]["name"] == "output_tokens_per_minute"
+    metrics = httpx.get(
+        llmd.base_url + "/metrics", headers={"authorization": "Bearer ops"}, timeout=10
+    ).text
+    assert 'llmd_rejections_total{reason="budget_exceeded"} 1.0' in metrics
+    assert (
+        'llmd_tenant_budget_remaining_tokens{budget="output_tokens_per_minute",tenant="agent"}'
+        in metrics
+    )
 
 
 def test_a_refused_verb_changes_nothing(llmd: LlmdProcess) -> None:
