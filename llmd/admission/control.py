@@ -14,21 +14,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import structlog
 
+from llmd.admission import charges
 from llmd.admission.bodies import BodyBudget, BodyHold
-from llmd.admission.budgets import Budgets, Charge
+from llmd.admission.budgets import Budgets
 from llmd.admission.classes import PRIORITY_HEADER, Priority, requested_class
 from llmd.admission.cost import Cost
 from llmd.admission.entries import ClassPolicy, Entry, Reason, Rejection, State
 from llmd.admission.gates import BackendGates
 from llmd.admission.pools import PoolCapacity, PoolGate
-from llmd.admission.ratelimit import ratelimit_headers
 from llmd.admission.requests import AdmissionRequest, Ticket
 from llmd.admission.scheduler import Scheduler
 from llmd.admission.slo import SloGuard
@@ -36,14 +35,7 @@ from llmd.admission.tenants import Tenant, configured_tenants
 from llmd.allocator import HeapTrimmer
 from llmd.config import AdmissionConfig, Config
 from llmd.engine.metrics import EngineSample
-from llmd.errors import (
-    ApiError,
-    BudgetExceeded,
-    InvalidRequest,
-    QueueFull,
-    QueueTimeout,
-    RateLimited,
-)
+from llmd.errors import ApiError, InvalidRequest, QueueFull, QueueTimeout, RateLimited
 from llmd.routing.backend import BackendKind
 from llmd.status import BudgetStatus, QueueStatus, TenantStatus
 from llmd.supervisor.state import EngineState
@@ -176,22 +168,25 @@ class Admission:
         )
 
     async def admit(self, request: AdmissionRequest) -> Ticket:
-        """Wait until the request may go to the engine. Raises the rejection as an ApiError
-        (429 rate_limited/queue_full, 503 queue_timeout; 503 draining once a drain turned the
-        queue away; 503 overloaded while the SLO guard sheds its class); on cancellation (the
-        client left) the request leaves the queue at once. The caller counts cancellations (it
-        knows the phase)."""
+        """Charge the tenant's token budgets (llmd/admission/charges.py), then wait until the
+        request may go to the engine; the ticket carries the charge (settled at `finish`; all
+        of it refunded when the request never reaches a backend) and the x-ratelimit headers
+        for its answer. Raises the rejection as an ApiError (429 budget_exceeded/rate_limited/
+        queue_full, 503 queue_timeout; 503 draining once a drain turned the queue away; 503
+        overloaded while the SLO guard sheds its class; 400 past a whole budget); on
+        cancellation (the client left) the request leaves the queue at once. The caller counts
+        cancellations (it knows the phase)."""
         if self.turned_away is not None:
             raise self.turned_away
         self.guard.check_shed(request.cls)
-        charge = self._charge(request.tenant, request.cost)
+        taken = charges.charge(self.budgets, request.tenant, request.cost, time.time())
         try:
             ticket = await self._queue(request)
         except BaseException:  # rejected or cancelled before it reached a backend
-            self.budgets.refund(charge, time.time())
+            self.budgets.refund(taken, time.time())
             raise
-        ticket.charge = charge
-        ticket.ratelimit = self._standing(request.tenant.name)
+        ticket.charge = taken
+        ticket.ratelimit = charges.headers(self.budgets, request.tenant.name, time.time())
         return ticket
 
     async def _queue(self, request: AdmissionRequest) -> Ticket:
@@ -259,40 +254,6 @@ class Admission:
             self.scheduler.finish(entry)
             self.capacity.on_finish(entry)
             self.pump()
-
-    def _charge(self, tenant: Tenant, cost: Cost) -> Charge:
-        """Take a request's tokens from `tenant`'s budgets. Raises BudgetExceeded (429, with
-        Retry-After and the x-ratelimit-* headers), InvalidRequest (400: it needs more than a
-        budget's whole size)."""
-        now = time.time()
-        taken = self.budgets.charge(tenant.name, cost.input_tokens, cost.output_tokens, now)
-        if isinstance(taken, Charge):
-            return taken
-        budget, needed = taken.budget.value, f"{taken.needed:,}"
-        if taken.never:
-            raise InvalidRequest(
-                f"this request cannot be served: it needs {needed} tokens of tenant "
-                f"{tenant.name}'s {budget} budget, more than its whole {taken.limit:,}; lower "
-                "max_tokens or the prompt"
-            )
-        log.info("request_rejected", tenant=tenant.name, reason=BudgetExceeded.code, budget=budget)
-        raise BudgetExceeded(
-            f"tenant {tenant.name} is over its {budget} budget ({taken.limit:,}): this request "
-            f"needs {needed} tokens there, {taken.left:,} are left; retry in "
-            f"{max(1, math.ceil(taken.wait_s))} s",
-            retry_after_s=taken.wait_s,
-            ratelimit=self._standing(tenant.name, taken.budget.value),
-        )
-
-    def _standing(self, tenant: str, budget: str | None = None) -> list[tuple[bytes, bytes]]:
-        """The x-ratelimit-*-tokens headers of `tenant`'s `budget` (None: its tightest; no
-        headers without budgets)."""
-        now = time.time()
-        standings = self.budgets.standings(tenant, now)
-        if budget is not None:
-            standings = [s for s in standings if s.budget == budget]
-        chosen = self.budgets.tightest(tenant, now) if budget is None else standings[0]
-        return ratelimit_headers(chosen) if chosen is not None else []
 
     def reroute(self, ticket: Ticket, exclude: frozenset[str]) -> str | None:
         """Move an admitted request whose backend failed before the first byte to another
