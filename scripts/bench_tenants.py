@@ -13,6 +13,9 @@ the order rotating, on the same llmd and engine, the tenants file switched by `P
     share    the indexer may hold at most `--share` of the KV cache (max_kv_share)
     budget   the share, and the indexer's token budgets (input and output per minute)
 
+A budget starts full (a minute's worth): a run shorter than a minute past its fill measures
+that first minute. `--fill 60` measures the indexer held to its budget's refill.
+
 Each run reports the agent's and the chat UI's TTFT p50/p95, the indexer's output tokens/s
 (its answered requests' completion tokens over the measured window), its requests refused
 (429 budget_exceeded), the most KV it held (llmd's status, sampled each second), the engine's
@@ -259,8 +262,9 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
         await asyncio.to_thread(llmd.wait_ready, 120)
         await asyncio.to_thread(llmd.wait_tokenizer)
         for round_no in range(1, args.rounds + 1):
-            shift = (round_no - 1) % len(SETTINGS)
-            for setting in SETTINGS[shift:] + SETTINGS[:shift]:
+            settings = args.settings
+            shift = (round_no - 1) % len(settings)
+            for setting in settings[shift:] + settings[:shift]:
                 (workdir / "tenants.toml").write_text(files[setting])
                 with llmd.admin() as admin:
                     admin.post("/tenants/reload").raise_for_status()
@@ -279,7 +283,7 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
 def summary(results: list[dict[str, Any]]) -> list[str]:
     """Per setting: median (min-max) over rounds of the headline figures."""
     lines = []
-    for setting in SETTINGS:
+    for setting in dict.fromkeys(r["setting"] for r in results):
         runs = [r for r in results if r["setting"] == setting]
         cells = []
         for key in ("agent_ttft_p95_ms", "chat_ttft_p95_ms", "indexer_tokens_per_s"):
@@ -304,8 +308,16 @@ def main() -> None:
     parser.add_argument("--share", type=float, default=0.5, help="the indexer's max_kv_share")
     parser.add_argument("--input-per-min", type=int, default=60_000)
     parser.add_argument("--output-per-min", type=int, default=12_000)
+    parser.add_argument(
+        "--settings",
+        type=lambda text: tuple(text.split(",")),
+        default=SETTINGS,
+        help=f"comma-separated, of {', '.join(SETTINGS)} (default: all)",
+    )
     parser.add_argument("--output", help="write the results as JSON here")
     args = parser.parse_args()
+    if not set(args.settings) <= set(SETTINGS):
+        parser.error(f"--settings takes {', '.join(SETTINGS)}")
     results = asyncio.run(main_async(args))
     print(
         "\n| round | setting | agent TTFT p50/p95 ms | chat TTFT p50/p95 ms | indexer tok/s "
