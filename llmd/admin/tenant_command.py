@@ -14,14 +14,15 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from llmd.admin.client import AdminRefused, AdminUnreachable, admin_request
-from llmd.admin.tenants_file import LIMITS, TenantsFile, limit_value
-from llmd.admission.tenants import Tenant
 from llmd.config import config_path, load_config
 from llmd.errors import ConfigError, TenantError
 from llmd.runtime import RuntimePaths
+
+if TYPE_CHECKING:  # imported when a verb runs: `llmd`'s other verbs start without them
+    from llmd.admin.tenants_file import TenantsFile
+    from llmd.admission.tenants import Tenant
 
 EXIT_FAILED = 1
 EXIT_CONFIG = 78  # sysexits.h EX_CONFIG, as `llmd check-config`
@@ -50,7 +51,9 @@ def add_parser(verbs: Any) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help=f"a share or budget ({', '.join(LIMITS)}); repeat for each",
+        help="a share or budget of the tenants file as KEY=VALUE (input_tokens_per_minute, "
+        "output_tokens_per_minute, tokens_per_day, max_kv_tokens, max_kv_share); repeat for "
+        "each",
     )
     key = actions.add_parser("key", help="replace a tenant's keys with a new one (printed once)")
     key.add_argument("name", help="the tenant")
@@ -72,6 +75,8 @@ def add_parser(verbs: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """One `llmd tenant` action; its exit status."""
+    from llmd.admin.tenants_file import TenantsFile
+
     try:
         config = load_config(config_path(args.config))
         if not config.admission.tenants_file:
@@ -98,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _edit(tenants: TenantsFile, args: argparse.Namespace) -> str | None:
     """Apply the action to `tenants`: the new key to print, if any. Raises TenantError."""
+    from llmd.admin.tenants_file import limit_value
+
     name = args.name
     if args.action == "add":
         limits = dict(limit_value(text) for text in args.budget)
@@ -116,6 +123,8 @@ def _edit(tenants: TenantsFile, args: argparse.Namespace) -> str | None:
 def _reload(runtime_dir: Path) -> int:
     """Ask the daemon to read the tenants file again; a daemon not running is no failure (it
     reads the file when it starts)."""
+    from llmd.admin.client import AdminRefused, AdminUnreachable, admin_request
+
     socket = RuntimePaths(runtime_dir).admin_socket
     try:
         answer = asyncio.run(admin_request(socket, "POST", "/tenants/reload"))
@@ -154,6 +163,8 @@ def _list(tenants: TenantsFile, as_json: bool) -> int:
 
 def _limits(tenant: Tenant) -> str:
     """The tenant's limits that are set, as `key=value` pairs."""
+    from llmd.admin.tenants_file import LIMITS
+
     shown = ("max_concurrency", "max_queued", *LIMITS)
     return " ".join(f"{key}={getattr(tenant, key):g}" for key in shown if getattr(tenant, key))
 
