@@ -4,7 +4,8 @@
     ├── ConfigError                  bad config file: names the key, the value, what was expected
     ├── EngineGaveUp                 the supervisor stopped restarting a failing engine
     ├── RuntimeDirInUse              another llmd runs with this runtime directory
-    ├── BenchError                   `llmd bench` cannot run: bad option, target unreachable
+    ├── BenchError                   `llmd bench` cannot run: a bad option or length spec
+    │   └── TargetUnavailable        the target does not answer, or not as an engine would
     ├── ReleaseError                 a release cannot be created, read or removed (llmd/releases)
     ├── SizingError                  a model cannot be sized: no config.json, a missing key
     ├── TuneError                    `llmd tune` cannot run: bad option, llmd serving, no boot
@@ -35,6 +36,7 @@
         ├── Overloaded               503 overloaded (the SLO guard sheds the class; + Retry-After)
         ├── TooManyConnections       503 too_many_connections (server.max_connections in progress)
         ├── RequestCancelled         503 cancelled (an operator ended it; x-should-retry: false)
+        ├── EngineStalled            503 engine_stalled (no token from the engine; + Retry-After)
         ├── EngineError              502 engine_error (engine failed mid-request)
         └── InternalError            500 internal_error (a fault in llmd; logged with its id)
 
@@ -75,6 +77,11 @@ class RuntimeDirInUse(LlmdError):
 
 class BenchError(LlmdError):
     """`llmd bench` cannot run as asked: a bad option or length spec, an unreachable target."""
+
+
+class TargetUnavailable(BenchError):
+    """The bench's target does not answer, or not with a model list and completions (`llmd
+    bench` exits 69, EX_UNAVAILABLE, for it; 64 for the other BenchErrors)."""
 
 
 class ReleaseError(LlmdError):
@@ -419,6 +426,16 @@ class RequestCancelled(ApiError):
     code = "cancelled"
     type = "server_error"
     should_retry = False
+
+
+class EngineStalled(ApiError):
+    """The engine produced nothing for this request for longer than its stall or idle timeout
+    (llmd/supervisor/stall.py): the request is ended (in-band once its stream started) and the
+    engine restarted, or the upstream's breaker opened; retry after `retry_after_s`."""
+
+    status = 503
+    code = "engine_stalled"
+    type = "server_error"
 
 
 class EngineError(ApiError):

@@ -35,8 +35,11 @@ class Exchange:
     request_class: str = Priority.NORMAL.label  # admission fills it
     prompt_tokens: int | None = None  # from validation: the longest prompt's
     input_tokens: int = 0  # every prompt's, once each: what usage and token budgets count
+    max_tokens: int | None = None  # from validation: each sequence's output budget
     admitted_at: float | None = None  # released to a backend; None while validated or queued
     first_byte_at: float | None = None  # the first body chunk to the client: time to first token
+    # The latest body chunk to the client: the backend's progress (llmd/daemon/watchdog.py).
+    progress_at: float | None = None
     ended_at: float | None = None
     # So far: the usage figure when the engine sends one, else one per streamed event.
     output_tokens: int = 0
@@ -95,6 +98,7 @@ class Exchange:
             tokens_per_s=round(self.output_tokens / decode_s, 1) if decode_s > 0.05 else None,
             model=self.model,
             backend=self.backend,
+            endpoint=self.endpoint,
         )
 
 
@@ -102,13 +106,15 @@ class Exchange:
 class InFlightSnapshot:
     """The in-flight registry's part of the Status: how many live requests are relayed to a
     backend (`count`) and how many wait in llmd (`queued`: validated or in admission's queue),
-    the oldest `MAX_SEQUENCES` of all as rows, the relayed ones by tenant and by backend."""
+    the oldest `MAX_SEQUENCES` of all as rows, the relayed ones by tenant and by backend, and
+    all of them by endpoint (relayed, queued)."""
 
     count: int
     queued: int
     sequences: tuple[SequenceStatus, ...]
     by_tenant: dict[str, int]
     by_backend: dict[str, int]
+    by_endpoint: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
 
 
 class InFlight:
@@ -136,15 +142,22 @@ class InFlight:
         exchanges = self.exchanges()
         by_tenant: dict[str, int] = {}
         by_backend: dict[str, int] = {}
+        by_endpoint: dict[str, tuple[int, int]] = {}
         relayed = 0
         for exchange in exchanges:
-            if exchange.admitted_at is not None:
+            live, queued = by_endpoint.get(exchange.endpoint, (0, 0))
+            if exchange.admitted_at is None:
+                by_endpoint[exchange.endpoint] = (live, queued + 1)
+            else:
+                by_endpoint[exchange.endpoint] = (live + 1, queued)
                 relayed += 1
                 by_tenant[exchange.tenant] = by_tenant.get(exchange.tenant, 0) + 1
                 if exchange.backend is not None:
                     by_backend[exchange.backend] = by_backend.get(exchange.backend, 0) + 1
         rows = tuple(exchange.as_snapshot(now) for exchange in exchanges[:MAX_SEQUENCES])
-        return InFlightSnapshot(relayed, len(exchanges) - relayed, rows, by_tenant, by_backend)
+        return InFlightSnapshot(
+            relayed, len(exchanges) - relayed, rows, by_tenant, by_backend, by_endpoint
+        )
 
     def add(self, exchange: Exchange) -> None:
         self._exchanges.add(exchange)

@@ -126,8 +126,8 @@ class DaemonState:
         """The Status now: the sum of each part's own snapshot."""
         now = time.monotonic()
         primary = self.fleet.primary_name()
-        telemetry = self.observer.as_snapshot(primary)
         inflight = self.inflight.as_snapshot(now)
+        telemetry = self.observer.as_snapshot(primary, inflight.by_endpoint)
         admission = self.admission.as_snapshot(now, inflight.by_tenant)
         engines, models = self.fleet.as_snapshot(
             self.admission.capacity, self.observer.engine_samples, inflight.by_backend, now
@@ -157,4 +157,5 @@ class DaemonState:
             queued=inflight.queued,
             guard=self.admission.guard.as_snapshot(),
             deploys=tuple(self.deploys.values()),
+            endpoints=telemetry.endpoints,
         )

@@ -130,7 +130,8 @@ class TenantStatus:
 class SequenceStatus:
     """One live request: `phase` queued, prefill (no output yet) or decode; `age_s` since it was
     received; `ttft_s` when its first byte went out; `tokens_per_s` of output since then;
-    the `model` it asked for and the `backend` it runs on (null while queued)."""
+    the `model` it asked for, the `backend` it runs on (null while queued) and its `endpoint`
+    (its name in the endpoint table)."""
 
     id: str
     tenant: str
@@ -144,6 +145,7 @@ class SequenceStatus:
     tokens_per_s: float | None
     model: str | None = None
     backend: str | None = None
+    endpoint: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,6 +192,26 @@ class CountsStatus:
     aborted: dict[str, int]
     errors: dict[str, int]
     timeouts: int
+
+
+@dataclasses.dataclass(frozen=True)
+class EndpointStatus:
+    """One endpoint (its name in the endpoint table, llmd/endpoints/table.py; `other`: refused
+    before llmd knew it) that had a request since llmd started: now, its requests relayed to a
+    backend (`in_flight`) and waiting in llmd (`queued`); since start, its ended `requests`,
+    each once in `answered`, `rejected`, `cancelled`, `aborted` or `errors` (as `counts`);
+    `requests_per_s`: those that ended over the last minute."""
+
+    name: str
+    in_flight: int = 0
+    queued: int = 0
+    requests: int = 0
+    answered: int = 0
+    rejected: int = 0
+    cancelled: int = 0
+    aborted: int = 0
+    errors: int = 0
+    requests_per_s: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,6 +268,9 @@ class Status:
     # (llmd/releases/deploy_events.py `DeployState.as_snapshot`: deploy, engine, strategy, old,
     # new, phase, step, steps, share, verdict, reason).
     deploys: tuple[dict[str, Any], ...] = ()
+    # One per endpoint with a request live or ended since llmd started, in the order each was
+    # first seen (so rows keep their place).
+    endpoints: tuple[EndpointStatus, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The snapshot as JSON-ready dicts and lists (what `dataclasses.asdict` gives, without

@@ -3,7 +3,8 @@
 
 Starts `llmd serve` on etc/sim.toml with slow engine steps and a small KV cache (so sequences
 stay active, some wait in llmd and some in the engine, and the KV gauge moves), sends 40
-streaming requests, a few refused ones and one whose client leaves, then saves `GET /status`
+streaming requests, a few refused ones, one whose client leaves, and a few to other endpoints
+(completions, tokenize, embeddings the chat engine refuses), then saves `GET /status`
 from the admin socket. The TUI's snapshot tests render this file. Run from the repo root:
 `.venv/bin/python scripts/record_status_example.py`.
 """
@@ -54,6 +55,13 @@ async def load(llmd: LlmdProcess) -> dict[str, object]:
                                for _ in range(8)))  # fmt: skip
         for _ in range(3):
             await client.post("/v1/chat/completions", json=chat("x", 5000))  # context too long
+        # Other endpoints: completions, the tokenizer llmd answers itself, and embeddings, which
+        # the chat engine does not serve (400 unsupported_endpoint).
+        completion = {"model": "tiny", "prompt": "Once upon a time", "max_tokens": 20}
+        await client.post("/v1/completions", json=completion)
+        for _ in range(4):
+            await client.post("/tokenize", json={"model": "tiny", "prompt": "Hello there"})
+        await client.post("/v1/embeddings", json={"model": "tiny", "input": "a document"})
         leaving = asyncio.create_task(stream(1))
         await asyncio.sleep(0.5)
         leaving.cancel()  # the client leaves mid-stream: a cancellation

@@ -63,7 +63,7 @@ SCHEMA: dict[str, Any] = {
     "sequences": [{
         "id": str, "tenant": str, "request_class": str, "phase": str, "stream": bool,
         "prompt_tokens": OPT_INT, "output_tokens": int, "age_s": NUM, "ttft_s": OPT_NUM,
-        "tokens_per_s": OPT_NUM, "model": OPT_STR, "backend": OPT_STR,
+        "tokens_per_s": OPT_NUM, "model": OPT_STR, "backend": OPT_STR, "endpoint": OPT_STR,
     }],
     "latency": {"last_1m": LATENCY, "last_5m": LATENCY},
     "throughput": {
@@ -87,6 +87,10 @@ SCHEMA: dict[str, Any] = {
         "deploy": str, "engine": str, "strategy": str, "old": str, "new": str, "phase": str,
         "step": OPT_INT, "steps": [int], "share": int, "verdict": (dict, type(None)),
         "reason": OPT_STR,
+    }],
+    "endpoints": [{
+        "name": str, "in_flight": int, "queued": int, "requests": int, "answered": int,
+        "rejected": int, "cancelled": int, "aborted": int, "errors": int, "requests_per_s": NUM,
     }],
 }  # fmt: skip
 
@@ -127,6 +131,7 @@ def busy_snapshot() -> dict[str, Any]:
     ctx.observer.rejected("r", 429, "queue_full", started_at=0.0)
     for phase in ("queued", "prefill", "decode"):
         exchange = Exchange(phase, stream=True, model="tiny")
+        exchange.endpoint = "embeddings" if phase == "queued" else "chat"
         if phase != "queued":
             exchange.admitted_at = exchange.started_at
             exchange.backend = "main"
@@ -145,6 +150,7 @@ def test_a_live_snapshot_matches_the_schema() -> None:
     assert [s["phase"] for s in status["sequences"]] == ["queued", "prefill", "decode"]
     assert [s["backend"] for s in status["sequences"]] == [None, "main", "main"]
     assert status["counts"]["rejections"] == {"queue_full": 1}
+    assert [s["endpoint"] for s in status["sequences"]] == ["embeddings", "chat", "chat"]
     (engine,) = status["engines"]
     assert engine == status["engine"] and engine["name"] == "main" and engine["in_flight"] == 2
     assert engine["kv_usage"] == 0.4 and engine["kind"] == "engine"
@@ -161,10 +167,9 @@ def test_an_idle_snapshot_matches_the_schema() -> None:
 
 def test_the_recorded_example_matches_the_schema() -> None:
     """tests/data/status_example.json (scripts/record_status_example.py) is current, taken
-    under load with active sequences."""
+    under load with active sequences and requests to four endpoints."""
     status = json.loads(EXAMPLE.read_text())
-    # Recorded before the SLO guard: it stands for an older daemon, which llmd-top and `llmd
-    # status` still show (the guard's part is pinned by the live snapshots above).
-    older = {key: value for key, value in SCHEMA.items() if key != "guard"}
-    assert mismatches(status, older) == []
+    assert mismatches(status, SCHEMA) == []
     assert len(status["sequences"]) >= 10 and status["engine"]["state"] == "serving"
+    names = [entry["name"] for entry in status["endpoints"]]
+    assert names == ["chat", "completions", "tokenize", "embeddings"]

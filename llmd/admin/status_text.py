@@ -1,5 +1,5 @@
 """`llmd status`'s human form of a Status snapshot: a compact, aligned summary, with a row per
-backend and per model when llmd has several."""
+backend and per model when llmd has several, and per endpoint that had requests."""
 
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ def format_status(status: dict[str, Any]) -> str:
     if "kv_cache" in status:
         rows += _load_rows(status)
     rows += _fleet_rows(status)
+    rows += endpoint_rows(status)
     rows += release_rows(status)
     if status.get("guard"):
         rows.append(("slo guard", guard_line(status["guard"])))
@@ -98,6 +99,30 @@ def _fleet_rows(status: dict[str, Any]) -> list[tuple[str, str]]:
     for model in status.get("models") or []:
         available = "available" if model["available"] else "UNAVAILABLE"
         rows.append(("model", f"{model['name']}  {available}  on {', '.join(model['backends'])}"))
+    return rows
+
+
+def endpoint_rows(status: dict[str, Any]) -> list[tuple[str, str]]:
+    """A row per endpoint that had a request since llmd started (`chat  in flight 3  queued 1
+    2.5 req/s  requests 120 (answered 118, rejected 2)`): live now, finished per second over
+    the last minute, ended since start with each way but answered that is not 0."""
+    endpoints = status.get("endpoints") or []
+    width = max((len(entry["name"]) for entry in endpoints), default=0)
+    rows = []
+    for entry in endpoints:
+        ends = ", ".join(
+            f"{key} {entry[key]}"
+            for key in ("answered", "rejected", "cancelled", "aborted", "errors")
+            if entry[key]
+        )
+        rows.append(
+            (
+                "endpoint",
+                f"{entry['name']:<{width}}  in flight {entry['in_flight']}  queued "
+                f"{entry['queued']}  {entry['requests_per_s']:.1f} req/s  requests "
+                f"{entry['requests']}" + (f" ({ends})" if ends else ""),
+            )
+        )
     return rows
 
 

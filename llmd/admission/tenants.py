@@ -35,6 +35,8 @@ from llmd.config import ANONYMOUS, AdmissionConfig
 from llmd.errors import ConfigError, InvalidApiKey
 
 _HEX = frozenset("0123456789abcdef")
+# The anthropic SDK's header for an API key (`api_key`); OpenAI's clients send a bearer token.
+API_KEY_HEADER = b"x-api-key"
 
 
 def hash_key(key: str) -> str:
@@ -117,7 +119,9 @@ class TenantDirectory:
         return list(self._every) or ([] if self.keys_required else [self._anonymous])
 
     def authenticate(self, headers: list[Any]) -> Tenant:
-        """The tenant of a request with ASGI `headers` (`Authorization: Bearer KEY`).
+        """The tenant of a request with ASGI `headers`: its key in `Authorization: Bearer KEY`
+        (OpenAI's clients, the anthropic SDK's `auth_token`) or `x-api-key: KEY` (the anthropic
+        SDK's `api_key`); when both are sent, the bearer key counts.
 
         Raises InvalidApiKey (401) when keys are configured and the key is missing or unknown.
         """
@@ -125,12 +129,16 @@ class TenantDirectory:
             return self._anonymous
         value = next((v for k, v in headers if k == b"authorization"), b"")
         scheme, _, key = value.decode("latin-1").partition(" ")
+        if not value:
+            value = next((v for k, v in headers if k == API_KEY_HEADER), b"")
+            scheme, key = "bearer", value.decode("latin-1")
         tenant = self._by_digest.get(hash_key(key.strip())) if scheme.lower() == "bearer" else None
         if tenant is None:
             raise InvalidApiKey(
-                "missing or unknown API key: send Authorization: Bearer KEY"
+                "missing or unknown API key: send Authorization: Bearer KEY (or x-api-key: KEY)"
                 if value
-                else "this llmd requires an API key: send Authorization: Bearer KEY"
+                else "this llmd requires an API key: send Authorization: Bearer KEY (or "
+                "x-api-key: KEY)"
             )
         return tenant
 

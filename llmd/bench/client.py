@@ -1,9 +1,11 @@
-"""The bench's HTTP side: where a target is (TCP or Unix socket) and one streamed completion.
+"""The bench's HTTP side: where a target is (TCP or Unix socket), one streamed completion and
+one embeddings request.
 
-Requests go to `POST /v1/completions` with `stream`, `stream_options.include_usage` and
+Completions go to `POST /v1/completions` with `stream`, `stream_options.include_usage` and
 `ignore_eos` (a vLLM sampling parameter, so the engine generates exactly `max_tokens` tokens).
 Time to first token is taken at the first SSE event that carries a choice; the output token count
 is the engine's own (the usage chunk) when the stream ends, else the number of choice events read.
+Embeddings go to `POST /v1/embeddings` with a list of documents as `input` (scenario H).
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ import asyncio
 import dataclasses
 import json
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 import aiohttp
 
-from llmd.errors import BenchError
+from llmd.errors import BenchError, TargetUnavailable
 
 UDS_HOST = "http://engine"
 
@@ -61,15 +64,18 @@ async def fetch_json(
     path: str,
     headers: tuple[tuple[str, str], ...] = (),
 ) -> Any:
-    """GET `path` on `target` as JSON, with `headers` (an API key). Raises `BenchError` when it
-    does not answer 200 JSON."""
+    """GET `path` on `target` as JSON, with `headers` (an API key). Raises `TargetUnavailable`
+    when it does not answer 200 JSON."""
     try:
         async with session.get(target.base_url + path, headers=list(headers)) as response:
             if response.status != 200:
-                raise BenchError(f"{target.url}{path}: HTTP {response.status}")
+                raise TargetUnavailable(f"{target.url}{path}: HTTP {response.status}")
             return await response.json(content_type=None)
+    except aiohttp.ClientConnectorError as exc:
+        reason = (exc.os_error.strerror or str(exc.os_error)).lower()
+        raise TargetUnavailable(f"nothing answers on {target.url} ({reason})") from None
     except (aiohttp.ClientError, OSError, ValueError) as exc:
-        raise BenchError(f"{target.url}{path}: {exc or type(exc).__name__}") from None
+        raise TargetUnavailable(f"{target.url}{path}: {exc or type(exc).__name__}") from None
 
 
 @dataclasses.dataclass
@@ -91,6 +97,16 @@ class RequestResult:
     output_tokens: int = 0
     chunks: int = 0
     finish_reason: str | None = None
+    documents: int = 0  # an embeddings request's: the vectors it got back
+
+
+@dataclasses.dataclass(frozen=True)
+class EmbedCall:
+    """An embeddings request to send: model, the documents' texts."""
+
+    model: str
+    documents: tuple[str, ...]
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,18 +140,70 @@ async def stream_completion(
     }
     started = time.perf_counter()
     result.start = started - clock_zero
+    await _guarded(_exchange(session, target, call, body, result, started), result, timeout_s)
+    if result.outcome in ("ok", "disconnected"):
+        result.e2e = time.perf_counter() - started
+    return result
+
+
+async def embed(
+    session: aiohttp.ClientSession,
+    target: Target,
+    call: EmbedCall,
+    result: RequestResult,
+    timeout_s: float,
+    clock_zero: float,
+) -> RequestResult:
+    """Send `call` to `POST /v1/embeddings` and fill `result` in place (also returned): its
+    `documents` (vectors received; fewer than sent is an error `short_answer`) and
+    `prompt_tokens` (the usage's). Never raises for HTTP, network or timeout failures."""
+    body = {"model": call.model, "input": list(call.documents)}
+    started = time.perf_counter()
+    result.start = started - clock_zero
+    await _guarded(_embeddings(session, target, call, body, result), result, timeout_s)
+    if result.outcome == "ok":
+        result.e2e = time.perf_counter() - started
+    return result
+
+
+async def _guarded(exchange: Awaitable[None], result: RequestResult, timeout_s: float) -> None:
+    """Await `exchange` within `timeout_s`; a timeout or a network failure becomes `result`'s
+    outcome."""
     try:
         async with asyncio.timeout(timeout_s):
-            await _exchange(session, target, call, body, result, started)
+            await exchange
     except TimeoutError:
         result.outcome, result.error_kind = "timeout", "timeout"
     except aiohttp.ServerDisconnectedError:
         result.outcome, result.error_kind = "error", "server_disconnected"
     except (aiohttp.ClientError, OSError) as exc:
         result.outcome, result.error_kind = "error", f"connection {type(exc).__name__}"
-    if result.outcome in ("ok", "disconnected"):
-        result.e2e = time.perf_counter() - started
-    return result
+
+
+async def _embeddings(
+    session: aiohttp.ClientSession,
+    target: Target,
+    call: EmbedCall,
+    body: dict[str, Any],
+    result: RequestResult,
+) -> None:
+    async with session.post(
+        target.base_url + "/v1/embeddings", json=body, headers=dict(call.headers)
+    ) as response:
+        raw = await response.read()
+        if response.status != 200:
+            result.outcome = "error"
+            result.error_kind = f"{response.status} {_error_code(raw)}"
+            return
+    try:
+        answer = json.loads(raw)
+        result.documents = len(answer["data"])
+        result.prompt_tokens = (answer.get("usage") or {}).get("prompt_tokens")
+    except (ValueError, KeyError, TypeError):
+        result.outcome, result.error_kind = "error", "non_json"
+        return
+    if result.documents < len(call.documents):
+        result.outcome, result.error_kind = "error", "short_answer"
 
 
 async def _exchange(

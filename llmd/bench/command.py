@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from llmd import exitcodes
 from llmd.arguments import (
     count,
     positive,
@@ -19,7 +20,7 @@ from llmd.arguments import (
 )
 from llmd.bench.lengths import Component, Dist, LengthMix, load_pairs
 from llmd.bench.scenarios import SCENARIOS, scenario
-from llmd.errors import BenchError
+from llmd.errors import BenchError, TargetUnavailable
 
 if TYPE_CHECKING:  # the runner pulls in aiohttp and prometheus_client: only when a bench runs
     from llmd.bench.runner import BenchOptions
@@ -36,6 +37,7 @@ examples:
   llmd bench --url http://127.0.0.1:8000 --scenario B --sweep 1,4,16 --duration 20
   llmd bench --url http://127.0.0.1:8000 --direct-uds /run/llmd/engine.sock \\
       --scenario E --max-concurrency 32 --output bench.json
+  llmd bench --url http://127.0.0.1:8000 --scenario H --embed-model tiny-embed --sweep 2,4
 """
 )
 
@@ -74,6 +76,15 @@ def add_parser(verbs: Any) -> None:
         help="model dir with tokenizer.json (exact "
         "prompt lengths; default: the model's root when it is local)",
     )
+    where.add_argument(
+        "--embed-model",
+        metavar="NAME",
+        help="H: the model its embeddings go to (served by a pooling engine)",
+    )
+    where.add_argument(
+        "--embed-direct", metavar="URL", help="H with --direct: that pooling engine straight"
+    )
+    where.add_argument("--embed-direct-uds", metavar="PATH", help="as --embed-direct unix:PATH")
     where.add_argument("--api-key", metavar="KEY", help="sent as Authorization: Bearer KEY")
     where.add_argument(
         "--priority", choices=("interactive", "normal", "batch"), help="sent as x-llmd-priority"
@@ -133,6 +144,12 @@ def add_parser(verbs: Any) -> None:
     )
     load.add_argument(
         "--disconnect-share", metavar="P", type=share, help="F: share of requests cut (0.25)"
+    )
+    load.add_argument(
+        "--embed-users", metavar="N", type=positive_count, help="H: indexers sending embeddings (4)"
+    )
+    load.add_argument(
+        "--embed-batch", metavar="N", type=positive_count, help="H: documents per request (8)"
     )
 
     out = bench.add_argument_group("results")
@@ -211,10 +228,11 @@ def options_from(args: argparse.Namespace) -> BenchOptions:
         think_s=args.think,
         burst_every_s=args.burst_every,
         disconnect_share=args.disconnect_share,
+        embed_users=args.embed_users,
+        embed_batch=args.embed_batch,
     )
-    if args.direct and args.direct_uds:
-        raise BenchError("give --direct or --direct-uds, not both")
-    direct = args.direct or (f"unix:{args.direct_uds}" if args.direct_uds else None)
+    direct = _either(args.direct, args.direct_uds, "--direct")
+    embed_direct = _either(args.embed_direct, args.embed_direct_uds, "--embed-direct")
     return BenchOptions(
         url=args.url,
         scenario=chosen,
@@ -232,11 +250,22 @@ def options_from(args: argparse.Namespace) -> BenchOptions:
         api_key=args.api_key,
         priority=args.priority,
         metrics_interval_s=args.metrics_interval,
+        embed_model=args.embed_model,
+        embed_direct_url=embed_direct,
     )
 
 
+def _either(url: str | None, uds: str | None, flag: str) -> str | None:
+    """The target of `flag URL` or `flag-uds PATH` (as unix:PATH). Raises `BenchError` for
+    both."""
+    if url and uds:
+        raise BenchError(f"give {flag} or {flag}-uds, not both")
+    return url or (f"unix:{uds}" if uds else None)
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run the bench the flags describe; 0 on a finished run, 2 on a usage or target error."""
+    """Run the bench the flags describe; 0 on a finished run, 64 (EX_USAGE) on a usage error, 69
+    (EX_UNAVAILABLE) when the target does not answer as an engine."""
     from rich.console import Console
 
     from llmd.bench import report
@@ -252,7 +281,8 @@ def run(args: argparse.Namespace) -> int:
                 result = asyncio.run(run_bench(options, display))
     except BenchError as exc:
         print(f"llmd bench: {exc}", file=sys.stderr)
-        return 2
+        unavailable = isinstance(exc, TargetUnavailable)
+        return exitcodes.UNAVAILABLE if unavailable else exitcodes.USAGE
     console = Console()
     if not console.is_terminal:
         console = Console(width=180)  # a file or a pipe: keep each step on one line

@@ -1,4 +1,5 @@
-"""One step of load: `concurrency` users sending a scenario's requests to one target.
+"""One step of load: `concurrency` users sending a scenario's requests to one target, and in
+scenario H its indexers sending embeddings beside them.
 
 A step stops sending at its duration or request cap and then waits for what is in flight (each
 request bounded by its timeout). Its wall time runs from the first send to the last answer.
@@ -13,15 +14,18 @@ import random
 import time
 from collections.abc import Callable
 
-from llmd.bench.client import Call, RequestResult, Target, stream_completion
+import aiohttp
+
+from llmd.bench.client import Call, EmbedCall, RequestResult, Target, embed, stream_completion
 from llmd.bench.prompts import PromptBuilder
 from llmd.bench.sampler import GaugeSample, GaugeSampler
-from llmd.bench.scenarios import Scenario, plan_request
+from llmd.bench.scenarios import Indexing, Scenario, plan_documents, plan_request
 
 
 @dataclasses.dataclass(frozen=True)
 class StepSpec:
-    """How one step runs: users, bounds (seconds, requests) and what every request carries."""
+    """How one step runs: users, bounds (seconds, requests) and what every request carries;
+    `embed_model` (and `embed_headers`, with the API key) the embeddings' in scenario H."""
 
     scenario: Scenario
     concurrency: int
@@ -32,16 +36,21 @@ class StepSpec:
     model: str
     max_model_len: int | None
     headers: tuple[tuple[str, str], ...] = ()
+    embed_model: str | None = None
+    embed_headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclasses.dataclass
 class StepRun:
-    """The raw outcome of a step: every request's result, wall and client CPU seconds, gauges."""
+    """The raw outcome of a step: every request's result, wall and client CPU seconds, gauges;
+    in H the embeddings' results apart and when indexing began (s, on the results' clock)."""
 
     results: list[RequestResult]
     wall_s: float
     client_cpu_s: float
     samples: list[GaugeSample]
+    embed_results: list[RequestResult] = dataclasses.field(default_factory=list)
+    indexing_at_s: float | None = None
 
 
 class _Step:
@@ -54,6 +63,9 @@ class _Step:
         self.next_index = 0
         self.burst = asyncio.Event()
         self.results: list[RequestResult] = []
+        self.next_embed = 0
+        self.embed_results: list[RequestResult] = []
+        self.users_done = False  # the chat users have stopped: the indexers stop too
 
     def take(self) -> int | None:
         """The next request index, or None when the step is over (time or count)."""
@@ -71,6 +83,13 @@ class _Step:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(burst.wait(), timeout=max(0.0, min(pause, remaining)))
 
+    def take_embed(self) -> int | None:
+        """The next embeddings request's index, or None once the step is over."""
+        if self.users_done or time.perf_counter() >= self.deadline:
+            return None
+        index, self.next_embed = self.next_embed, self.next_embed + 1
+        return index
+
     async def bursts(self, rng: random.Random) -> None:
         """Every exponential interval, wake every thinking user at once."""
         mean = self.spec.scenario.burst_every_s
@@ -86,8 +105,10 @@ async def run_step(
     prompts: PromptBuilder,
     sampler: GaugeSampler | None = None,
     on_result: Callable[[RequestResult], None] | None = None,
+    embed_target: Target | None = None,
 ) -> StepRun:
-    """Run one step against `target`; `on_result` is called as each request ends."""
+    """Run one step against `target` (its embeddings, in H, against `embed_target`, else
+    `target`); `on_result` is called as each request ends."""
     scenario = spec.scenario
     async with target.session(spec.timeout_s) as session:
         clock_zero = time.perf_counter()
@@ -128,13 +149,26 @@ async def run_step(
                 if scenario.open_arrivals:
                     await step.think(rng)
 
+        async def users() -> None:
+            await asyncio.gather(
+                *(user(n) for n in range(1 if scenario.single else spec.concurrency))
+            )
+            step.users_done = True
+
         bursts = (
             asyncio.create_task(step.bursts(random.Random(f"{spec.seed}:bursts")))
             if scenario.open_arrivals and scenario.burst_every_s > 0
             else None
         )
-        users = 1 if scenario.single else spec.concurrency
-        await asyncio.gather(*(user(n) for n in range(users)))
+        indexing = scenario.indexing if spec.embed_model is not None else None
+        indexing_at = clock_zero + spec.duration_s * (indexing.starts_at if indexing else 0.0)
+        embeds = embed_target or target
+        async with embeds.session(spec.timeout_s) as embed_session:
+            indexers = [
+                _index(step, spec, prompts, (embeds, embed_session), indexing_at, on_result)
+                for _ in range(indexing.users if indexing else 0)
+            ]
+            await asyncio.gather(users(), *indexers)
         if bursts is not None:
             bursts.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -143,4 +177,45 @@ async def run_step(
         cpu_s = time.process_time() - cpu_zero
         samples = await sampler.stop() if sampler is not None else []
     first = min((r.start for r in step.results), default=0.0)
-    return StepRun(sorted(step.results, key=lambda r: r.index), wall_s - first, cpu_s, samples)
+    indexing_at_s = indexing_at - clock_zero if step.embed_results else None  # results' clock
+    return StepRun(
+        sorted(step.results, key=lambda r: r.index),
+        wall_s - first,
+        cpu_s,
+        samples,
+        sorted(step.embed_results, key=lambda r: r.index),
+        indexing_at_s,
+    )
+
+
+async def _index(
+    step: _Step,
+    spec: StepSpec,
+    prompts: PromptBuilder,
+    where: tuple[Target, aiohttp.ClientSession],
+    start_at: float,
+    on_result: Callable[[RequestResult], None] | None,
+) -> None:
+    """One indexer of H: from `start_at` (perf_counter s), embeddings requests of the planned
+    documents, one after the other, until the step is over."""
+    indexing = spec.scenario.indexing
+    assert indexing is not None and spec.embed_model is not None
+    await asyncio.sleep(max(0.0, start_at - time.perf_counter()))
+    while (index := step.take_embed()) is not None:
+        texts, tokens = documents(prompts, indexing, spec.seed, index, spec.max_model_len)
+        call = EmbedCall(spec.embed_model, texts, spec.embed_headers)
+        result = RequestResult(index, "embed", tokens, 0, 0.0)
+        await embed(where[1], where[0], call, result, spec.timeout_s, step.clock_zero)
+        step.embed_results.append(result)
+        if on_result is not None:
+            on_result(result)
+
+
+def documents(
+    prompts: PromptBuilder, indexing: Indexing, seed: int, index: int, max_model_len: int | None
+) -> tuple[tuple[str, ...], int]:
+    """The texts of embeddings request `index` (`plan_documents`'s lengths) and their planned
+    tokens in all: the same for the same (indexing, seed, index) on every target."""
+    lengths = plan_documents(indexing, seed, index, max_model_len)
+    rng = random.Random(f"{seed}:document:{index}")
+    return tuple(prompts.build(tokens, rng) for tokens in lengths), sum(lengths)

@@ -78,14 +78,38 @@ def sweep_table(report: BenchReport) -> Table:
     prefix = report.options.scenario.shared_prefix_tokens > 0
     if prefix:  # the engine's prefix cache, in the shared-prefix scenario
         table.add_column("prefix hits", justify="right")
+    indexing = any(s.indexing is not None for s in rows)
+    if indexing:  # H: the chat's TTFT before and during the embeddings, and theirs
+        for column in INDEXING_COLUMNS:
+            table.add_column(column, justify="right")
     for step in rows:
         cells = step_row(step)
         if queued:
             cells.append(_num(step.peak_llmd_queue))
         if prefix:
             cells.append(_pct(step.prefix_cache_hit_rate))
+        if indexing:
+            cells += indexing_cells(step)
         table.add_row(*cells)
     return table
+
+
+INDEXING_COLUMNS = ("TTFT p95 before/during ms", "embed req/s", "docs/s", "embed errors")
+
+
+def indexing_cells(step: StepSummary) -> list[str]:
+    """H's cells of one step, in `INDEXING_COLUMNS` order (dashes for a step without)."""
+    figures = step.indexing
+    if figures is None:
+        return ["-"] * len(INDEXING_COLUMNS)
+    failures = ", ".join(f"{kind} {n}" for kind, n in figures.errors_by_kind.items()) or "-"
+    before, during = figures.chat_ttft_before_ms["p95"], figures.chat_ttft_during_ms["p95"]
+    return [
+        f"{_num(before)} / {_num(during)}",
+        _num(figures.requests_per_s, 2),
+        _num(figures.documents_per_s, 1),
+        failures,
+    ]
 
 
 def ratio_table(report: BenchReport) -> Table | None:
@@ -93,7 +117,11 @@ def ratio_table(report: BenchReport) -> Table | None:
     if not report.ratios:
         return None
     table = Table(title="through llmd / direct")
-    names = ("concurrency", "output_tokens_per_s", "ttft_p50", "ttft_p95", "e2e_p50", "e2e_p95")
+    names: tuple[str, ...] = (
+        "concurrency", "output_tokens_per_s", "ttft_p50", "ttft_p95", "e2e_p50", "e2e_p95",
+    )  # fmt: skip
+    if "ttft_p95_indexing" in report.ratios[0]:  # H
+        names += ("ttft_p95_indexing", "embed_requests_per_s")
     for name in names:
         table.add_column(name.replace("_", " "), justify="right")
     for row in report.ratios:
@@ -115,9 +143,29 @@ def summary_lines(report: BenchReport) -> Text:
                 f"(SLO {point.slo_ttft_p95_ms:g} ms; {point.reason})\n",
                 style="bold",
             )
+    for label, steps in report.steps.items():
+        for step in steps:
+            if step.indexing is not None:
+                text.append(indexing_line(label, step) + "\n")
     if report.client_warning:
         text.append(f"warning: {report.client_warning}\n", style="yellow")
     return text
+
+
+def indexing_line(label: str, step: StepSummary) -> str:
+    """H in a sentence for one step: the chat's TTFT p95 during the embeddings against before,
+    and the embeddings' rate."""
+    figures = step.indexing
+    assert figures is not None
+    ratio = figures.ttft_p95_during_over_before
+    return (
+        f"indexing ({label}, concurrency {step.concurrency}): chat TTFT p95 "
+        f"{_num(figures.chat_ttft_during_ms['p95'])} ms during the embeddings, "
+        f"{_num(figures.chat_ttft_before_ms['p95'])} ms before"
+        + (f" (x{ratio:.2f})" if ratio is not None else "")
+        + f"; {_num(figures.requests_per_s, 2)} embeddings req/s, "
+        f"{_num(figures.documents_per_s, 1)} documents/s, {figures.errors} failed"
+    )
 
 
 def render(report: BenchReport) -> Group:

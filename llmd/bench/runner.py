@@ -16,13 +16,28 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from llmd import __version__
-from llmd.bench.client import Call, RequestResult, Target, fetch_json, stream_completion
+from llmd.bench.client import (
+    Call,
+    EmbedCall,
+    RequestResult,
+    Target,
+    embed,
+    fetch_json,
+    stream_completion,
+)
 from llmd.bench.load import StepSpec, run_step
 from llmd.bench.prompts import PromptBuilder
 from llmd.bench.sampler import GaugeSampler
 from llmd.bench.scenarios import Scenario
-from llmd.bench.stats import OperatingPoint, StepSummary, operating_point, ratios, summarize
-from llmd.errors import BenchError
+from llmd.bench.stats import (
+    OperatingPoint,
+    StepSummary,
+    indexing_summary,
+    operating_point,
+    ratios,
+    summarize,
+)
+from llmd.errors import BenchError, TargetUnavailable
 
 # Above this share of one core, the bench process may be what limits the figures.
 CLIENT_CPU_WARN_SHARE = 0.5
@@ -30,7 +45,9 @@ CLIENT_CPU_WARN_SHARE = 0.5
 
 @dataclasses.dataclass(frozen=True)
 class BenchOptions:
-    """Everything a run needs, typed (the CLI builds it from its flags)."""
+    """Everything a run needs, typed (the CLI builds it from its flags). `embed_model`: where
+    H's embeddings go (a model llmd serves with a pooling engine); `embed_direct_url`: that
+    engine straight, the direct run's target for them."""
 
     url: str
     scenario: Scenario
@@ -48,6 +65,8 @@ class BenchOptions:
     api_key: str | None = None
     priority: str | None = None
     metrics_interval_s: float = 0.5
+    embed_model: str | None = None
+    embed_direct_url: str | None = None
 
 
 class Display(Protocol):
@@ -86,6 +105,8 @@ class BenchReport:
                 "burst_every_s": options.scenario.burst_every_s,
                 "disconnect_share": options.scenario.disconnect_share,
                 "shared_prefix_tokens": options.scenario.shared_prefix_tokens,
+                "priority": options.scenario.priority,
+                "indexing": _indexing_json(options),
             },
             "options": {
                 "url": options.url,
@@ -98,6 +119,8 @@ class BenchReport:
                 "timeout_s": options.timeout_s,
                 "slo_ttft_p95_ms": options.slo_ttft_p95_ms,
                 "warmup": options.warmup,
+                "embed_model": options.embed_model,
+                "embed_direct_url": options.embed_direct_url,
             },
             "model": self.model,
             "max_model_len": self.max_model_len,
@@ -112,6 +135,13 @@ class BenchReport:
             "ratios_llmd_over_direct": self.ratios,
             "client_warning": self.client_warning,
         }
+
+
+def _indexing_json(options: BenchOptions) -> dict[str, Any] | None:
+    indexing = options.scenario.indexing
+    if indexing is None:
+        return None
+    return {**dataclasses.asdict(indexing), "lengths": str(indexing.lengths)}
 
 
 def targets_of(options: BenchOptions) -> list[Target]:
@@ -132,7 +162,7 @@ async def discover(
         listing = await fetch_json(session, target, "/v1/models", auth)
     models = listing.get("data") or [] if isinstance(listing, dict) else []
     if not models:
-        raise BenchError(f"{target.url}/v1/models lists no model")
+        raise TargetUnavailable(f"{target.url}/v1/models lists no model")
     chosen = next((m for m in models if m.get("id") == options.model), None)
     if options.model is not None and chosen is None:
         names = ", ".join(str(m.get("id")) for m in models)
@@ -159,7 +189,7 @@ async def warm_up(
     auth: tuple[tuple[str, str], ...] = (),
 ) -> None:
     """`count` small requests (with `auth`, the API key's header), not measured; raises
-    `BenchError` if the target cannot serve."""
+    `TargetUnavailable` if the target cannot serve."""
     async with target.session(timeout_s=60) as session:
         for index in range(count):
             prompt = prompts.build(16, random.Random(f"warmup:{index}"))
@@ -167,13 +197,73 @@ async def warm_up(
             result = RequestResult(-1, "warmup", 16, 16, 0.0)
             await stream_completion(session, target, call, result, 120, time.perf_counter())
             if result.outcome != "ok":
-                raise BenchError(f"warm-up request to {target.url} failed: {result.error_kind}")
+                raise TargetUnavailable(
+                    f"warm-up request to {target.url} failed: {result.error_kind}"
+                )
+
+
+def embed_targets_of(options: BenchOptions, targets: list[Target]) -> dict[str, Target]:
+    """Where each target's embeddings go in H (by target label): the direct run's to
+    `embed_direct_url`, the others' to their own URL. Raises `BenchError` when H lacks
+    `embed_model`, or a direct run its `embed_direct_url`."""
+    if options.scenario.indexing is None:
+        return {}
+    if options.embed_model is None:
+        raise BenchError(
+            f"scenario {options.scenario.name} sends embeddings: give --embed-model NAME, a model "
+            "served by a pooling engine (vLLM --runner pooling)"
+        )
+    if options.direct_url is not None and options.embed_direct_url is None:
+        raise BenchError(
+            "the direct run needs the pooling engine straight too: give --embed-direct URL or "
+            "--embed-direct-uds PATH"
+        )
+    return {
+        target.label: (
+            Target.parse("embed-direct", options.embed_direct_url)
+            if target.label == "direct" and options.embed_direct_url
+            else target
+        )
+        for target in targets
+    }
+
+
+async def warm_up_embeddings(
+    target: Target, model: str, auth: tuple[tuple[str, str], ...] = ()
+) -> None:
+    """One small embeddings request (with `auth`), not measured; raises `BenchError` if the
+    target cannot serve it (a model it does not serve, an engine that does not pool)."""
+    async with target.session(timeout_s=60) as session:
+        result = RequestResult(-1, "warmup", 2, 0, 0.0)
+        call = EmbedCall(model, ("warm up",), auth)
+        await embed(session, target, call, result, 120, time.perf_counter())
+    if result.outcome != "ok":
+        raise BenchError(
+            f"warm-up embeddings of {model} at {target.url} failed: {result.error_kind}"
+        )
+
+
+Headers = tuple[tuple[str, str], ...]
+
+
+def request_headers(options: BenchOptions, auth: Headers) -> tuple[Headers, Headers]:
+    """The headers of the measured requests and of H's embeddings: `auth` (the API key's) and
+    `x-llmd-priority`: `--priority`, else the scenario's (H: interactive), and the indexing's
+    (H: batch) for the embeddings."""
+    priority = options.priority or options.scenario.priority
+    indexing = options.scenario.indexing
+    embed_priority = indexing.priority if indexing is not None else None
+    return (
+        auth + ((("x-llmd-priority", priority),) if priority else ()),
+        auth + ((("x-llmd-priority", embed_priority),) if embed_priority else ()),
+    )
 
 
 async def run_bench(options: BenchOptions, display: Display | None = None) -> BenchReport:
     """Run the whole bench. Raises `BenchError` when a target cannot be used at all."""
     started_at = time.time()
     targets = targets_of(options)
+    embeds = embed_targets_of(options, targets)
     auth = (("Authorization", f"Bearer {options.api_key}"),) if options.api_key else ()
     model, max_model_len, prompts, tokenizer = await discover(options, targets[0], auth)
     metrics = Target.parse("metrics", options.metrics_url) if options.metrics_url else targets[0]
@@ -181,9 +271,11 @@ async def run_bench(options: BenchOptions, display: Display | None = None) -> Be
     if not single:
         for target in targets:
             await warm_up(target, model, prompts, options.warmup, auth)
-    headers = list(auth)
-    if options.priority:
-        headers.append(("x-llmd-priority", options.priority))
+    for target in embeds.values():
+        assert options.embed_model is not None  # embed_targets_of checked it
+        await warm_up_embeddings(target, options.embed_model, auth)
+    headers, embed_headers = request_headers(options, auth)
+    indexing = options.scenario.indexing
     steps: dict[str, list[StepSummary]] = {t.label: [] for t in targets}
     for concurrency in (1,) if single else options.concurrencies:
         spec = StepSpec(
@@ -195,7 +287,9 @@ async def run_bench(options: BenchOptions, display: Display | None = None) -> Be
             timeout_s=options.timeout_s,
             model=model,
             max_model_len=max_model_len,
-            headers=tuple(headers),
+            headers=headers,
+            embed_model=options.embed_model if indexing is not None else None,
+            embed_headers=embed_headers,
         )
         # Alternate which target goes first, so slow drift (engine warmth, other load on the
         # machine) does not always favour the same one.
@@ -206,10 +300,26 @@ async def run_bench(options: BenchOptions, display: Display | None = None) -> Be
             sources = [metrics] if target.url == metrics.url else [metrics, target]
             sampler = GaugeSampler(sources, options.metrics_interval_s)
             run = await run_step(
-                target, spec, prompts, sampler, display.request_done if display else None
+                target,
+                spec,
+                prompts,
+                sampler,
+                display.request_done if display else None,
+                embeds.get(target.label),
+            )
+            beside = (
+                indexing_summary(run.results, run.embed_results, run.indexing_at_s)
+                if run.indexing_at_s is not None
+                else None
             )
             summary = summarize(
-                target.label, concurrency, run.results, run.wall_s, run.samples, run.client_cpu_s
+                target.label,
+                concurrency,
+                run.results,
+                run.wall_s,
+                run.samples,
+                run.client_cpu_s,
+                beside,
             )
             steps[target.label].append(summary)
             if display is not None:

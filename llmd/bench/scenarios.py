@@ -1,4 +1,4 @@
-"""The seven load scenarios (A..G) and the seeded plan of each request they send.
+"""The eight load scenarios (A..H) and the seeded plan of each request they send.
 
 Load is made by `concurrency` simulated users:
 
@@ -11,6 +11,10 @@ Load is made by `concurrency` simulated users:
            connection, as a user who closes the tab
     G      every prompt starts with the same long system prompt, as chat apps send, so the
            engine's prefix cache can serve it
+    H      interactive chat (a closed loop, `x-llmd-priority: interactive`) and, from half the
+           step on, an embeddings burst beside it: a RAG app indexing short documents
+           (`Indexing`), sent to another model (its pooling engine); the figure is the chat's
+           TTFT during the burst against before it
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from llmd.bench.lengths import LengthMix, fit_context, mix_of
+from llmd.bench.lengths import Dist, LengthMix, fit_context, mix_of
 from llmd.errors import BenchError
 
 SHORT = ("short", 1.0, "lognormal:64:0.5:16-256", "lognormal:64:0.5:16-256")
@@ -27,6 +31,24 @@ LONG_OUTPUT = ("long_output", 1.0, "lognormal:32:0.5:8-64", "lognormal:512:0.3:2
 # G: a chat app's request after its shared system prompt: a short question, a short answer.
 QUESTION = ("question", 1.0, "lognormal:48:0.5:16-128", "lognormal:64:0.5:16-128")
 SYSTEM_PROMPT_TOKENS = 512
+# H: a chat turn, and the documents of a RAG index (chunks of a paragraph or so) embedded in
+# batches, as indexers send them (LangChain's OpenAIEmbeddings sends up to its chunk_size).
+CHAT_TURN = ("chat", 1.0, "lognormal:48:0.5:16-128", "lognormal:64:0.5:16-128")
+DOCUMENT_TOKENS = "lognormal:96:0.4:32-256"
+
+
+@dataclasses.dataclass(frozen=True)
+class Indexing:
+    """An indexing burst beside a scenario's chat (H): from `starts_at` (a share of the step's
+    duration) to the step's end, `users` indexers each send, in a closed loop, one embeddings
+    request of `batch` documents of `lengths` tokens each, with `x-llmd-priority: priority`
+    (None: no header)."""
+
+    users: int
+    batch: int
+    lengths: Dist
+    starts_at: float = 0.5
+    priority: str | None = "batch"
 
 
 def _weighted(row: tuple[str, float, str, str], weight: float) -> tuple[str, float, str, str]:
@@ -37,7 +59,8 @@ def _weighted(row: tuple[str, float, str, str], weight: float) -> tuple[str, flo
 class Scenario:
     """What a run sends: lengths, arrivals, disconnects. `single` (A) sends one request only.
     `shared_prefix_tokens`: every prompt starts with the same text of this many tokens, before
-    its own part drawn from `mix` (G)."""
+    its own part drawn from `mix` (G). `indexing`: embeddings sent beside (H), and `priority` the
+    `x-llmd-priority` of the other requests (None: none sent)."""
 
     name: str
     title: str
@@ -47,6 +70,8 @@ class Scenario:
     disconnect_share: float = 0.0
     single: bool = False
     shared_prefix_tokens: int = 0
+    indexing: Indexing | None = None
+    priority: str | None = None
 
     @property
     def open_arrivals(self) -> bool:
@@ -82,6 +107,13 @@ SCENARIOS: dict[str, Scenario] = {
         mix_of([QUESTION]),
         shared_prefix_tokens=SYSTEM_PROMPT_TOKENS,
     ),
+    "H": Scenario(
+        "H",
+        "interactive chat, then a RAG indexing burst (embeddings of short documents) beside it",
+        mix_of([CHAT_TURN]),
+        indexing=Indexing(users=4, batch=8, lengths=Dist.parse(DOCUMENT_TOKENS)),
+        priority="interactive",
+    ),
 }
 
 
@@ -92,8 +124,11 @@ def scenario(
     think_s: float | None = None,
     burst_every_s: float | None = None,
     disconnect_share: float | None = None,
+    embed_users: int | None = None,
+    embed_batch: int | None = None,
 ) -> Scenario:
-    """Scenario `name` (A..G) with the given fields replaced. Raises `BenchError`."""
+    """Scenario `name` (A..H) with the given fields replaced (`embed_users` and `embed_batch`:
+    its indexing's, H only). Raises `BenchError`."""
     base = SCENARIOS.get(name.upper())
     if base is None:
         raise BenchError(f"unknown scenario {name!r}: expected one of {', '.join(SCENARIOS)}")
@@ -108,6 +143,17 @@ def scenario(
         if not 0 <= disconnect_share <= 1:
             raise BenchError(f"--disconnect-share {disconnect_share}: expected 0..1")
         changes["disconnect_share"] = disconnect_share
+    if embed_users is not None or embed_batch is not None:
+        if base.indexing is None:
+            raise BenchError(
+                f"--embed-users and --embed-batch: scenario {base.name} sends no embeddings"
+            )
+        indexing = base.indexing
+        changes["indexing"] = dataclasses.replace(
+            indexing,
+            users=indexing.users if embed_users is None else embed_users,
+            batch=indexing.batch if embed_batch is None else embed_batch,
+        )
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
@@ -136,3 +182,13 @@ def plan_request(
     if scenario.disconnect_share and rng.random() < scenario.disconnect_share:
         disconnect_after = max(1, round(output * rng.uniform(0.2, 0.8)))
     return RequestPlan(index, component, prompt, output, disconnect_after)
+
+
+def plan_documents(
+    indexing: Indexing, seed: int, index: int, max_model_len: int | None
+) -> tuple[int, ...]:
+    """The token lengths of the documents of embeddings request `index` (each within
+    `max_model_len`): a function of (indexing, seed, index) only, as `plan_request`."""
+    rng = random.Random(f"{seed}:documents:{index}")
+    limit = max_model_len or 2**31
+    return tuple(min(limit, indexing.lengths.sample(rng)) for _ in range(indexing.batch))

@@ -50,10 +50,68 @@ def stability(results: Sequence[RequestResult], wall_s: float) -> Verdict:
 
 
 @dataclasses.dataclass(frozen=True)
+class IndexingSummary:
+    """The embeddings sent beside the chat in a step of H, and what they did to it: from
+    `started_s` (s from the step's start) its requests (ok, failed by kind), the documents and
+    prompt tokens embedded, requests and documents per second over its span (its start to
+    the last answer), their end-to-end latency (ms), and the chat's TTFT (ms) of the requests
+    sent before it (`chat_ttft_before_ms`) and during it (`chat_ttft_during_ms`), with
+    `ttft_p95_during_over_before`: about 1 when the chat's TTFT held."""
+
+    started_s: float
+    requests: int
+    ok: int
+    errors: int
+    errors_by_kind: dict[str, int]
+    documents: int
+    prompt_tokens: int
+    requests_per_s: float
+    documents_per_s: float
+    e2e_ms: dict[str, float | None]
+    chat_ttft_before_ms: dict[str, float | None]
+    chat_ttft_during_ms: dict[str, float | None]
+    ttft_p95_during_over_before: float | None
+
+
+def indexing_summary(
+    chat: Sequence[RequestResult], embeds: Sequence[RequestResult], started_s: float
+) -> IndexingSummary:
+    """The figures of H's embeddings `embeds`, begun at `started_s` (the results' clock),
+    beside the step's `chat` results."""
+    ok = [r for r in embeds if r.outcome == "ok"]
+    failed = [r for r in embeds if r.outcome != "ok"]
+    ends = [r.start + (r.e2e or 0.0) for r in embeds]
+    span = max(max(ends, default=started_s) - started_s, 1e-9)
+    documents = sum(r.documents for r in ok)
+    ttfts = [(r.start, r.ttft) for r in chat if r.ttft is not None and r.outcome == "ok"]
+    before = _ms_percentiles([ttft for start, ttft in ttfts if start < started_s])
+    during = _ms_percentiles([ttft for start, ttft in ttfts if start >= started_s])
+    p95_before, p95_during = before["p95"], during["p95"]
+    return IndexingSummary(
+        started_s=round(started_s, 3),
+        requests=len(embeds),
+        ok=len(ok),
+        errors=len(failed),
+        errors_by_kind=dict(Counter(str(r.error_kind) for r in failed).most_common()),
+        documents=documents,
+        prompt_tokens=sum(r.prompt_tokens or 0 for r in ok),
+        requests_per_s=round(len(ok) / span, 3),
+        documents_per_s=round(documents / span, 2),
+        e2e_ms=_ms_percentiles([r.e2e for r in ok if r.e2e is not None]),
+        chat_ttft_before_ms=before,
+        chat_ttft_during_ms=during,
+        ttft_p95_during_over_before=(
+            round(p95_during / p95_before, 3) if p95_during is not None and p95_before else None
+        ),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
 class StepSummary:
     """All figures of one step against one target. Times in ms, rates per second, tokens are the
     engine's counts (usage) where the stream finished, else streamed chunks. `chunks` counts SSE
-    events with a choice (vLLM sends one per token; the zero-latency simulator may batch)."""
+    events with a choice (vLLM sends one per token; the zero-latency simulator may batch).
+    Every figure but `indexing` (H's embeddings, apart) is the chat's."""
 
     target: str
     concurrency: int
@@ -87,6 +145,7 @@ class StepSummary:
     client_cpu_us_per_chunk: float | None
     verdict: str
     verdict_reason: str
+    indexing: IndexingSummary | None = None
 
 
 def _ms_percentiles(values: Sequence[float]) -> dict[str, float | None]:
@@ -119,9 +178,11 @@ def summarize(
     wall_s: float,
     samples: Sequence[GaugeSample],
     client_cpu_s: float,
+    indexing: IndexingSummary | None = None,
 ) -> StepSummary:
     """The figures of one step: `results` of every request sent, the step's wall time (first send
-    to last answer), the gauge samples taken meanwhile and the bench process's CPU seconds."""
+    to last answer), the gauge samples taken meanwhile and the bench process's CPU seconds;
+    `indexing`: H's embeddings beside them."""
     ok = [r for r in results if r.outcome == "ok"]
     disconnected = [r for r in results if r.outcome == "disconnected"]
     failed = [r for r in results if r.outcome in ("error", "timeout")]
@@ -166,6 +227,7 @@ def summarize(
         client_cpu_us_per_chunk=round(client_cpu_s / chunks * 1e6, 1) if chunks else None,
         verdict=verdict.state,
         verdict_reason=verdict.reason,
+        indexing=indexing,
     )
 
 
@@ -224,8 +286,9 @@ def operating_point(steps: Sequence[StepSummary], slo_ttft_p95_ms: float) -> Ope
 
 
 def _compared(step: StepSummary) -> dict[str, float | None]:
-    """The figures `ratios` compares."""
-    return {
+    """The figures `ratios` compares (in H also the chat's TTFT p95 during the indexing and the
+    embeddings' requests per second)."""
+    figures = {
         "output_tokens_per_s": step.output_tokens_per_s,
         "requests_per_s": step.requests_per_s,
         "ttft_p50": step.ttft_ms["p50"],
@@ -233,6 +296,10 @@ def _compared(step: StepSummary) -> dict[str, float | None]:
         "e2e_p50": step.e2e_ms["p50"],
         "e2e_p95": step.e2e_ms["p95"],
     }
+    if step.indexing is not None:
+        figures["ttft_p95_indexing"] = step.indexing.chat_ttft_during_ms["p95"]
+        figures["embed_requests_per_s"] = step.indexing.requests_per_s
+    return figures
 
 
 def ratios(
@@ -249,7 +316,7 @@ def ratios(
         row: dict[str, float | int | None] = {"concurrency": step.concurrency}
         ours, theirs = _compared(step), _compared(base)
         for name, a in ours.items():
-            b = theirs[name]
+            b = theirs.get(name)
             row[name] = round(a / b, 3) if a is not None and b else None
         rows.append(row)
     return rows

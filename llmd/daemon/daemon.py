@@ -21,6 +21,7 @@ from typing import Literal
 
 import structlog
 
+from llmd import exitcodes
 from llmd.admission.control import Admission
 from llmd.admission.tenants import configured_tenants
 from llmd.backends.fleet import Fleet, PoolLimits
@@ -39,6 +40,7 @@ from llmd.daemon.listeners import (
 from llmd.daemon.reload import ReloadPlan, plan_reload, with_engine_tables
 from llmd.daemon.telemetry import Telemetry
 from llmd.daemon.usage import UsageKeeper
+from llmd.daemon.watchdog import Watchdog
 from llmd.errors import ActionRefused, ConfigError, EngineGaveUp
 from llmd.gpu.preflight import GpuReport, PreflightError, run_preflight
 from llmd.logs import configure_logging, line_limiter
@@ -58,14 +60,11 @@ from llmd.validation.pools import Validators
 
 log = structlog.get_logger("llmd.daemon.daemon")
 
-EXIT_OK = 0
-EXIT_FAILURE = 1
-# Every engine failed to boot `supervisor.max_failed_boots` times within the window, and no
-# upstream is configured. Listed in the unit's RestartPreventExitStatus: restarting llmd would
-# not fix a broken model or a full GPU.
-EXIT_ENGINE_GAVE_UP = 79
-# sysexits.h EX_CONFIG: the configuration cannot work (also: a GPU engine on a host without one).
-EXIT_CONFIG = 78
+# The statuses `llmd serve` exits with (llmd/exitcodes.py says when each is used).
+EXIT_OK = exitcodes.OK
+EXIT_FAILURE = exitcodes.FAILURE
+EXIT_ENGINE_GAVE_UP = exitcodes.ENGINE_GAVE_UP
+EXIT_CONFIG = exitcodes.CONFIG
 TICK_S = 1.0
 _SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -115,6 +114,8 @@ class Daemon:
         self.usage.open()
         # The engines' supervisors and the upstreams' probes; telemetry follows who joins.
         self.backends = Backends(self.state, self._apply_tables, self._start_telemetry)
+        # The stall watchdog over every backend (llmd/supervisor/stall.py).
+        self.watchdog = Watchdog(self.state, self.backends.supervisors)
         relisting = ModelRelisting(fleet.engines, fleet.clients, self.backends.engine_changed)
         self.state.relisting = relisting
         metrics = self.state.observer.metrics
@@ -192,6 +193,7 @@ class Daemon:
         self.backends.start()
         self.apply(self.config)
         self.usage.start()
+        self.watchdog.start()
         log.info(
             "llmd_started",
             listen=self.config.server.listen,
@@ -268,13 +270,15 @@ class Daemon:
         #    reap (an engine being spawned right now included).
         async with self._step("stop_engines"):
             await self.backends.stop_engines()
-        # 5. Stop telemetry and the upstream probes, then close the backends' clients: the
-        #    proxy's lifespan closed them at step 3, but a scrape or a probe since then opened
-        #    a new session (left to the garbage collector, seen in CI as an unclosed session).
+        # 5. Stop telemetry, the stall watchdog and the upstream probes, then close the
+        #    backends' clients: the proxy's lifespan closed them at step 3, but a scrape or a
+        #    probe since then opened a new session (left to the garbage collector, seen in CI
+        #    as an unclosed session).
         async with self._step("stop_telemetry"):
             tasks = [*self.backends.probes.values()]
-            if self.telemetry.task is not None:
-                tasks.append(self.telemetry.task)
+            for task in (self.telemetry.task, self.watchdog.task):
+                if task is not None:
+                    tasks.append(task)
             for task in tasks:
                 task.cancel()
             if tasks:

@@ -15,6 +15,7 @@ from llmd.admission.cost import Cost, pair_cost, pooling_cost, request_cost
 from llmd.endpoints import audio, openai
 from llmd.endpoints.dialects import OPENAI, Dialect
 from llmd.engine.runner import EngineKind
+from llmd.telemetry.metrics import OTHER_ENDPOINT
 from llmd.validation.fields import Fields, PairPrompt
 from llmd.validation.validator import Validated
 
@@ -148,6 +149,12 @@ ENDPOINTS: tuple[Endpoint, ...] = (
 def by_path() -> dict[str, Endpoint]:
     """Every endpoint by each of its paths."""
     return {path: endpoint for endpoint in ENDPOINTS for path in endpoint.paths}
+
+
+def label_of(path: str) -> str:
+    """The `endpoint` label of a request at `path` (its metrics and log line): its entry's
+    name, or `other` for a path no entry has."""
+    return next((e.name for e in ENDPOINTS if path in e.paths), OTHER_ENDPOINT)
 
 
 def serving(endpoint: Endpoint, kinds: frozenset[EngineKind] | None) -> bool:

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
@@ -106,7 +107,13 @@ def build_app(state: DaemonState) -> ProxyApp:
         if error is not None:
             return ErrorResponse(error, [NOT_QUEUED])
         cards = [state.fleet.card(model) for model in capacity.models()]
+        if "anthropic-version" in request.headers:  # Claude Code reads Anthropic's shape
+            return JSONResponse(anthropic_models(cards), headers={"x-llmd-queue-ms": "0"})
         return JSONResponse({"object": "list", "data": cards}, headers={"x-llmd-queue-ms": "0"})
+
+    async def root(request: Request) -> Response:
+        """`GET /` and `HEAD /`: 200, which clients such as Claude Code probe at start."""
+        return JSONResponse({"status": "ok", "service": "llmd"})
 
     async def model(request: Request) -> Response:
         """One model's card, as in `/v1/models` (vLLM has only the list; the openai client's
@@ -140,6 +147,7 @@ def build_app(state: DaemonState) -> ProxyApp:
         Route("/v1/models", models, methods=["GET"]),
         Route("/v1/models/{model:path}", model, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
+        Route("/", root, methods=["GET", "HEAD"]),
         Route("/ready", ready, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ]
@@ -157,6 +165,29 @@ def build_app(state: DaemonState) -> ProxyApp:
     app.add_middleware(RequestIdMiddleware)
     app.add_middleware(Cors, server_config=lambda: state.config.server)
     return ProxyApp(app, dict(relays), lambda: state.config.server)
+
+
+def anthropic_models(cards: list[dict[str, Any]]) -> dict[str, Any]:
+    """OpenAI model `cards` as Anthropic's model list (`type: "model"`, `id`,
+    `display_name`, `created_at` in RFC 3339, `has_more`, `first_id`, `last_id`), with the
+    context length kept beside them."""
+    data = [
+        {
+            "type": "model",
+            "id": card["id"],
+            "display_name": card["id"],
+            "created_at": _rfc3339(card.get("created")),
+            **({"max_model_len": card["max_model_len"]} if "max_model_len" in card else {}),
+        }
+        for card in cards
+    ]
+    first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
+    return {"data": data, "has_more": False, "first_id": first, "last_id": last}
+
+
+def _rfc3339(unix_s: object) -> str:
+    seconds = unix_s if isinstance(unix_s, int | float) else 0
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
 async def _http_exception(request: Request, exc: Exception) -> Response:

@@ -10,7 +10,8 @@ two changes:
   the limit has its first `max_connections` requests served rather than every one refused
   (uvicorn counts every connection accepted, before any of their requests has run).
 - Past the limit the answer is llmd's: 503 `too_many_connections`, OpenAI-shaped, with
-  Retry-After (the time for one release at the measured rate), counted as a rejection.
+  Retry-After (the time for one release at the measured rate), counted as a rejection (its
+  `endpoint` the table's name for its path, `other` for a path no entry has).
   `GET /health`, `/ready` and `/metrics` are served past the limit (`PROBES`): a probe never
   sees llmd refuse it for being busy.
 
@@ -31,6 +32,7 @@ from uvicorn._types import ASGI3Application, HTTPScope
 from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
+from llmd.endpoints.table import label_of
 from llmd.errors import TooManyConnections
 from llmd.proxy.middleware import REQUEST_ID_KEY, RequestIdMiddleware
 from llmd.proxy.writer import send_error
@@ -59,7 +61,9 @@ def limited_protocol(
             f"llmd has {limit} connections or requests open, its limit; retry later",
             retry_after_s=state.admission.scheduler.rates.wait_s((None, None), 0, now),
         )
-        state.observer.rejected(scope[REQUEST_ID_KEY], error.status, error.reason, now)
+        state.observer.rejected(
+            scope[REQUEST_ID_KEY], error.status, error.reason, now, endpoint=label_of(scope["path"])
+        )
         await send_error(send, error)
 
     # With the request id (and x-llmd-queue-ms on /v1), as every answer of llmd's app.

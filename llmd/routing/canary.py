@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from llmd.routing.prefix import PREFIX_CHARS
-from llmd.validation.fields import ChatPrompt, Prompt, TextPrompt
+from llmd.validation.fields import ChatPrompt, EnginePrompt, Prompt, first_text, messages_of
 
 
 def canary_point(tenant: str, prefix_key: str) -> float:
@@ -34,15 +34,18 @@ def conversation_key(prompt: Prompt) -> str:
     user message (later turns only append), or a completion's (or pooling request's) first
     prompt; at most PREFIX_CHARS characters (the prefix key's: enough to tell conversations
     apart, bounded so that hashing costs the same for a long prompt)."""
-    if isinstance(prompt, ChatPrompt):
+    messages = messages_of(prompt)
+    if messages is not None:
         opening: list[Any] = []
-        for message in prompt.messages:
+        for message in messages:
+            if not isinstance(message, dict):
+                break
             opening.append([message.get("role"), message.get("content")])
             if message.get("role") == "user":
                 break
         text = json.dumps(opening, ensure_ascii=False, sort_keys=True)
     else:
-        texts = prompt.prompts if isinstance(prompt, TextPrompt) else prompt.texts
-        first = texts[0] if texts else ""
+        assert not isinstance(prompt, ChatPrompt | EnginePrompt)
+        first = first_text(prompt)
         text = first if isinstance(first, str) else json.dumps(first[: PREFIX_CHARS // 4])
     return text[:PREFIX_CHARS]

@@ -9,7 +9,7 @@ import hashlib
 from collections.abc import Iterator
 from typing import Any
 
-from llmd.validation.fields import ChatPrompt, Prompt, TextPrompt
+from llmd.validation.fields import ChatPrompt, EnginePrompt, Prompt, first_text, messages_of
 
 # About 256 tokens at about 4 characters per token (the guess of gateway-api-inference-extension's
 # prefix scorer, pkg/epp/scheduling/framework/plugins/multi/prefix), i.e. 16 KV blocks at vLLM's
@@ -53,15 +53,18 @@ def _take(pieces: Iterator[str], chars: int) -> Iterator[str]:
 
 
 def _pieces(prompt: Prompt) -> Iterator[str]:
-    if isinstance(prompt, ChatPrompt):
-        for message in prompt.messages:
+    messages = messages_of(prompt)
+    if messages is not None:
+        for message in messages:
+            if not isinstance(message, dict):
+                return
             yield str(message.get("role", ""))
             yield _ROLE_END
             yield from _content(message.get("content"))
             yield _MESSAGE_END
         return
-    texts = prompt.prompts if isinstance(prompt, TextPrompt) else prompt.texts
-    first = texts[0] if texts else ""
+    assert not isinstance(prompt, ChatPrompt | EnginePrompt)
+    first = first_text(prompt)
     yield first if isinstance(first, str) else ",".join(str(token) for token in first)
 
 

@@ -5,8 +5,11 @@ snapshot at scrape time are `llmd.telemetry.status_metrics`'s.
 Names and labels are a contract (shared/DESIGN.md; pinned by tests/telemetry/test_metrics.py):
 prefix `llmd_`, base units (seconds, bytes, ratios 0..1), bounded label sets. Tenant labels past
 the first `top_tenants` distinct tenants read `other`; prompt lengths are four buckets; `model`
-is a model some backend serves ("" when the request never named one llmd serves) and `engine`
-a configured backend's name.
+is a model some backend serves ("" when the request never named one llmd serves), `engine`
+a configured backend's name, and `endpoint` an entry's name in the endpoint table
+(llmd/endpoints/table.py: chat, embeddings, rerank, ...; `OTHER_ENDPOINT` for a request refused
+before llmd knew its endpoint). The callers give the table's names; this layer lies below the
+table, so it takes them as they come.
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ class RequestPhase(enum.StrEnum):
 CLASSES = tuple(cls.label for cls in Priority)
 CANCEL_PHASES = tuple(phase.value for phase in RequestPhase)
 OTHER_TENANT = "other"
+# The `endpoint` of a request refused before routing at a path no entry of the table has (the
+# listener's connection limit answers any path).
+OTHER_ENDPOINT = "other"
 # Input-length buckets (prompt tokens) on the latency histograms.
 INPUT_LENGTHS = ((512, "le512"), (2048, "le2048"), (8192, "le8192"))
 INPUT_LONGER = "gt8192"
@@ -87,10 +93,13 @@ class ProxyMetrics:
         r = self.registry
         self.requests = Counter(
             "llmd_requests",
-            "Ended requests by tenant, class, HTTP status, model, outcome (ok, rejected, "
-            "cancelled, aborted, error) and code (the error code of a rejected, aborted or "
-            "failed request; empty otherwise).",
-            ["tenant", "class", "status", "model", "outcome", "code"], registry=r,
+            "Ended requests by tenant, class, HTTP status, model, endpoint, outcome (ok, "
+            "rejected, cancelled, aborted, error) and code (the error code of a rejected, "
+            "aborted or failed request; empty otherwise).",
+            # `endpoint` multiplies the series by at most the table's dozen names, and less in
+            # practice: a model's engines serve either the generate endpoints or the pooling
+            # ones, and a request to the others is one code (`unsupported_endpoint`).
+            ["tenant", "class", "status", "model", "endpoint", "outcome", "code"], registry=r,
         )  # fmt: skip
         self.backend_requests = Counter(
             "llmd_backend_requests",
@@ -108,9 +117,13 @@ class ProxyMetrics:
         self.e2e = _histogram(
             r, "llmd_e2e_request_latency_seconds", "Arrival to the last byte, completed requests."
         )
+        # By endpoint: an embeddings burst is read in prompt tokens (it generates none);
+        # tenants x the table's names stays a few hundred series at most.
         self.prompt_tokens = Counter(
-            "llmd_prompt_tokens", "Prompt tokens of relayed requests.", ["tenant"], registry=r
-        )
+            "llmd_prompt_tokens", "Prompt tokens of relayed requests.", ["tenant", "endpoint"],
+            registry=r,
+        )  # fmt: skip
+        # Not by endpoint: only chat and completions generate.
         self.generation_tokens = Counter(
             "llmd_generation_tokens", "Output tokens sent to clients.", ["tenant"], registry=r
         )
@@ -118,6 +131,7 @@ class ProxyMetrics:
             "llmd_rejections",
             "Requests refused for their own sake: before reaching a backend, or by a backend's "
             "4xx for the client's input.",
+            # Not by endpoint: llmd_requests_total{outcome="rejected"} has it with the code.
             ["reason"], registry=r,
         )  # fmt: skip
         self.cancellations = Counter(
@@ -136,10 +150,16 @@ class ProxyMetrics:
 
 
 def _histogram(registry: CollectorRegistry, name: str, documentation: str) -> Histogram:
+    # By endpoint: an embeddings request ends in milliseconds and a tokenize llmd answers itself
+    # in microseconds, so mixed with chat under one model they would hide its latency. Bounded:
+    # only requests relayed or answered are observed (a refusal is not), so a model has series
+    # only for the endpoints its engines serve (generate: chat, completions, the two audio ones
+    # and the two tokenizer ones; pooling: the six pooling ones and the tokenizer ones), and
+    # TTFT only for those that stream (chat, completions, audio).
     return Histogram(
         name,
         documentation,
-        ["class", "input_length", "model", "release"],
+        ["class", "input_length", "model", "endpoint", "release"],
         buckets=LATENCY_BUCKETS,
         registry=registry,
     )

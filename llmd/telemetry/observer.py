@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Protocol
 
@@ -22,13 +23,14 @@ from llmd.engine.metrics import EngineSample
 from llmd.gpu.nvml import GpuReading
 from llmd.status import (
     CountsStatus,
+    EndpointStatus,
     GpuStatus,
     KvCacheStatus,
     LatencyStatus,
     LatencyWindows,
     ThroughputStatus,
 )
-from llmd.telemetry.metrics import ProxyMetrics, input_length_label
+from llmd.telemetry.metrics import OTHER_ENDPOINT, ProxyMetrics, input_length_label
 from llmd.telemetry.outcomes import Ending, Outcome, Tallies, classify
 from llmd.telemetry.windows import LatencyWindow, RateWindow
 from llmd.usage.records import UsageBatch
@@ -46,6 +48,7 @@ class Record(Ending, Protocol):
 
     request_id: str
     stream: bool
+    endpoint: str
     tenant: str
     request_class: str
     model: str | None
@@ -77,6 +80,15 @@ class Windows:
         self.e2e = LatencyWindow()
         # requests, prompt tokens, output tokens
         self.throughput = RateWindow()
+        # ended requests, by endpoint (a dozen at most: the table's names)
+        self.endpoints: dict[str, RateWindow] = {}
+
+    def endpoint(self, name: str) -> RateWindow:
+        """The ended-requests window of endpoint `name`."""
+        window = self.endpoints.get(name)
+        if window is None:
+            window = self.endpoints[name] = RateWindow()
+        return window
 
     def status(self, window_s: int) -> LatencyStatus:
         """Queue wait, TTFT and end-to-end percentiles over the last `window_s` seconds."""
@@ -91,7 +103,7 @@ class Windows:
 class TelemetrySnapshot:
     """The observer's part of the Status: the primary backend's KV cache and latest scrape
     (`engine`, for its running and waiting gauges), the GPUs, latency over 1 and 5 minutes,
-    throughput and the counts since start."""
+    throughput, the counts since start, and the requests by endpoint."""
 
     engine: EngineSample | None
     kv_cache: KvCacheStatus
@@ -99,6 +111,7 @@ class TelemetrySnapshot:
     latency: LatencyWindows
     throughput: ThroughputStatus
     counts: CountsStatus
+    endpoints: tuple[EndpointStatus, ...] = ()
 
 
 class Observer:
@@ -129,9 +142,13 @@ class Observer:
         self.metrics.tenant.limit = top_tenants
         self.log_requests = log_requests
 
-    def as_snapshot(self, primary: str | None = None) -> TelemetrySnapshot:
+    def as_snapshot(
+        self, primary: str | None = None, live: dict[str, tuple[int, int]] | None = None
+    ) -> TelemetrySnapshot:
         """The readings, windows and tallies now, for the Status: the KV cache and engine
-        sample of backend `primary`, the engines' token rates summed over every backend."""
+        sample of backend `primary`, the engines' token rates summed over every backend, and
+        each endpoint's counts with its live requests (`live`: relayed, queued by endpoint,
+        the in-flight registry's)."""
         sample = self.engine_samples.get(primary) if primary is not None else None
         kv_cache = KvCacheStatus()
         if sample is not None:
@@ -157,7 +174,33 @@ class Observer:
                 engine_generation_tokens_per_s=round(rates[1], 1) if rates else None,
             ),
             counts=self.tallies.as_counts(),
+            endpoints=self._endpoints(live or {}),
         )
+
+    def _endpoints(self, live: dict[str, tuple[int, int]]) -> tuple[EndpointStatus, ...]:
+        """Each endpoint that ended a request (in the order it first did) or has one live."""
+        ended_by = self.tallies.by_endpoint
+        rows = []
+        for name in [*ended_by, *(name for name in live if name not in ended_by)]:
+            ended = ended_by.get(name) or Counter[Outcome]()
+            in_flight, queued = live.get(name, (0, 0))
+            window = self.windows.endpoints.get(name)
+            rate = window.rates(60, 1)[0] if window is not None else 0.0
+            rows.append(
+                EndpointStatus(
+                    name,
+                    in_flight=in_flight,
+                    queued=queued,
+                    requests=ended.total(),
+                    answered=ended[Outcome.OK],
+                    rejected=ended[Outcome.REJECTED],
+                    cancelled=ended[Outcome.CANCELLED],
+                    aborted=ended[Outcome.ABORTED],
+                    errors=ended[Outcome.ERROR],
+                    requests_per_s=round(rate, 2),
+                )
+            )
+        return tuple(rows)
 
     def finished(self, record: Record) -> None:
         """Account a request once it has ended, in exactly one count (llmd/telemetry/
@@ -183,6 +226,7 @@ class Observer:
                 record.tenant,
                 record.request_class,
                 record.model,
+                endpoint=record.endpoint,
                 ended_at=now,
                 queue_s=None if record.queued_at is None else now - record.queued_at,
             )
@@ -191,6 +235,7 @@ class Observer:
         tenant = m.tenant(record.tenant)
         klass = record.request_class
         model = record.model or ""
+        endpoint = record.endpoint
         length = input_length_label(record.prompt_tokens)
         release = (self.release_of(record.backend) if record.backend is not None else None) or ""
         admitted = record.admitted_at or now
@@ -198,29 +243,30 @@ class Observer:
         ttft_s = None if record.first_byte_at is None else record.first_byte_at - record.started_at
         total_s = now - record.started_at
         code = "" if outcome is Outcome.CANCELLED else label
-        m.requests.labels(tenant, klass, str(status), model, outcome.value, code).inc()
+        m.requests.labels(tenant, klass, str(status), model, endpoint, outcome.value, code).inc()
         if record.backend is not None:
             answered = status and status < 500 and record.error_code is None
             m.backend_requests.labels(
                 record.backend, model, "answered" if answered else "failed", release
             ).inc()
-        m.queue_wait.labels(klass, length, model, release).observe(queue_s)
+        m.queue_wait.labels(klass, length, model, endpoint, release).observe(queue_s)
         self.windows.queue_wait.add(queue_s)
         # TTFT of streamed answers only: a non-streamed answer's first byte comes with its last
         # token, so its "first token" time is its whole time.
         if ttft_s is not None and status == 200 and record.stream:
-            m.ttft.labels(klass, length, model, release).observe(ttft_s)
+            m.ttft.labels(klass, length, model, endpoint, release).observe(ttft_s)
             self.windows.ttft.add(ttft_s)
             if self.ttft_sink is not None:
                 self.ttft_sink.observed(klass, ttft_s, queue_s)
         if outcome is Outcome.OK:
-            m.e2e.labels(klass, length, model, release).observe(total_s)
+            m.e2e.labels(klass, length, model, endpoint, release).observe(total_s)
             self.windows.e2e.add(total_s)
         prompt = record.prompt_tokens or 0
-        m.prompt_tokens.labels(tenant).inc(prompt)
+        m.prompt_tokens.labels(tenant, endpoint).inc(prompt)
         m.generation_tokens.labels(tenant).inc(record.output_tokens)
         self.windows.throughput.add(1, prompt, record.output_tokens)
-        self.tallies.add(outcome, label)
+        self.windows.endpoint(endpoint).add(1)
+        self.tallies.add(outcome, label, endpoint)
         self.usage.add(
             record.tenant, model, outcome.value, record.input_tokens, record.output_tokens,
             time.time(),
@@ -239,6 +285,7 @@ class Observer:
                 request_id=record.request_id,
                 tenant=record.tenant,
                 **{"class": klass},
+                endpoint=endpoint,
                 model=record.model,
                 backend=record.backend,
                 status=status,
@@ -261,22 +308,25 @@ class Observer:
         request_class: str = Priority.NORMAL.label,
         model: str | None = None,
         *,
+        endpoint: str = OTHER_ENDPOINT,
         ended_at: float | None = None,
         queue_s: float | None = None,
     ) -> None:
         """Account a request refused for its own sake (`code`: the error's name,
         `ApiError.reason`, the rejection reason; `model`: the served model it asked for, when
-        it got that far; `queue_s`: how long it waited in admission's queue, for one turned
-        away from there)."""
+        it got that far; `endpoint`: its entry's name in the endpoint table, `other` when
+        refused before llmd knew it; `queue_s`: how long it waited in admission's queue, for
+        one turned away from there)."""
         m = self.metrics
         rejected = Outcome.REJECTED.value
         m.requests.labels(
-            m.tenant(tenant), request_class, str(status), model or "", rejected, code
+            m.tenant(tenant), request_class, str(status), model or "", endpoint, rejected, code
         ).inc()
         m.rejections.labels(code).inc()
-        self.tallies.add(Outcome.REJECTED, code)
+        self.tallies.add(Outcome.REJECTED, code, endpoint)
         self.usage.add(tenant, model or "", rejected, 0, 0, time.time())
         self.windows.throughput.add(1, 0, 0)
+        self.windows.endpoint(endpoint).add(1)
         if code in TIMEOUT_CODES:
             self._timeout(request_class)
         if self.log_requests != "off":
@@ -285,6 +335,7 @@ class Observer:
                 request_id=request_id,
                 tenant=tenant,
                 **{"class": request_class},
+                endpoint=endpoint,
                 status=status,
                 **({} if queue_s is None else {"queue_ms": _ms(queue_s)}),
                 total_ms=_ms((ended_at or time.monotonic()) - started_at),

@@ -74,10 +74,15 @@ class Tallies:
     aborted: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     errors: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     timeouts: int = 0
+    # The same requests by endpoint (its name in the endpoint table), then by outcome; in the
+    # order each endpoint first ended a request.
+    by_endpoint: dict[str, collections.Counter[Outcome]] = dataclasses.field(default_factory=dict)
 
-    def add(self, outcome: Outcome, label: str) -> None:
-        """Count one ended request."""
+    def add(self, outcome: Outcome, label: str, endpoint: str | None = None) -> None:
+        """Count one ended request (at `endpoint` too, when given)."""
         self.requests += 1
+        if endpoint is not None:
+            self.by_endpoint.setdefault(endpoint, collections.Counter())[outcome] += 1
         if outcome is Outcome.OK:
             self.answered += 1
             return

@@ -19,6 +19,7 @@ from textual.widgets import DataTable, Footer, Input
 
 from llmd.tui.client import AdminRefused, AdminUnreachable, DaemonClient, Snapshot
 from llmd.tui.deploys import in_progress
+from llmd.tui.endpoints import EndpointPanel
 from llmd.tui.engines import EngineTable
 from llmd.tui.link import Link, changes
 from llmd.tui.panels import (
@@ -45,6 +46,7 @@ PANEL_TITLES = {
     "throughput": "tokens/s",
     "queues": "queues",
     "tenants": "tenants",
+    "endpoints": "endpoints",
     "counts": "since llmd started",
     "events": "recent events",
 }
@@ -86,6 +88,7 @@ class TopApp(App[None]):
         self.throughput = ThroughputPanel(id="throughput", classes="panel")
         self.queues = QueuePanel(id="queues", classes="panel")
         self.tenants = TenantPanel(id="tenants", classes="panel")
+        self.endpoints = EndpointPanel(id="endpoints", classes="panel")
         self.counts = CountsPanel(id="counts", classes="panel")
         self.sequences = SequenceTable(id="sequences", classes="panel")
         self.events = EventsPanel(id="events", classes="panel")
@@ -100,7 +103,8 @@ class TopApp(App[None]):
             yield from (self.queues, self.tenants, self.counts)
         yield self.engines
         yield self.sequences
-        yield self.events
+        with Horizontal(id="bottom"):
+            yield from (self.events, self.endpoints)
         yield self.filter
         yield Footer()
 
@@ -159,7 +163,7 @@ class TopApp(App[None]):
         after it was removed). Raises what a panel raises on a snapshot it cannot read."""
         self.header.show(s, self.link)
         for panel in (self.kv, self.gpu, self.latency, self.throughput, self.queues,
-                      self.tenants, self.counts, self.events):  # fmt: skip
+                      self.tenants, self.endpoints, self.counts, self.events):  # fmt: skip
             panel.show(s)
         self.engines.show(s.get("engines") or [])
         self.sequences.show(s["sequences"], s["in_flight"] + (s.get("queued") or 0))

@@ -47,7 +47,7 @@ class Panel(Static):
         return True
 
 
-def _grid(*columns: tuple[str, str]) -> Table:
+def grid(*columns: tuple[str, str]) -> Table:
     """A borderless table with (header, justify) columns."""
     table = Table(box=None, padding=(0, 1), expand=True, show_edge=False, header_style="bold")
     for header, justify in columns:
@@ -172,7 +172,7 @@ class KvCachePanel(Panel):
         capacity = Text(f"of {fmt.count(kv['capacity_tokens'])} tokens")
         if kv["num_blocks"] is not None:
             capacity.append(f" ({kv['num_blocks']} blocks)", style="dim")
-        table = _grid(("", "left"), ("", "right"))
+        table = grid(("", "left"), ("", "right"))
         table.show_header = False
         table.add_row("engine running", fmt.count(engine["running"]))
         table.add_row("engine waiting", fmt.count(engine["waiting"]))
@@ -192,7 +192,7 @@ class GpuPanel(Panel):
         if not gpus["devices"]:
             self.update(Text(gpus["reason"] or "no GPU reading yet", style="dim"))
             return
-        table = _grid(("gpu", "left"), ("util", "right"), ("mem GiB", "right"), ("°C", "right"),
+        table = grid(("gpu", "left"), ("util", "right"), ("mem GiB", "right"), ("°C", "right"),
                       ("W", "right"))  # fmt: skip
         table.columns[0].ratio = 1
         table.columns[0].overflow = "ellipsis"
@@ -215,7 +215,7 @@ class LatencyPanel(Panel):
     def show(self, s: Snapshot) -> None:
         if not self.changed(s.get("latency")):
             return
-        table = _grid(("", "left"), ("", "left"), ("p50", "right"), ("p95", "right"),
+        table = grid(("", "left"), ("", "left"), ("p50", "right"), ("p95", "right"),
                       ("p99", "right"), ("n", "right"))  # fmt: skip
         latency = s.get("latency")
         if latency is not None:
@@ -305,7 +305,7 @@ class QueuePanel(Panel):
     def show(self, s: Snapshot) -> None:
         if not self.changed(s["queues"]):
             return
-        table = _grid(("class", "left"), ("queued", "right"), ("oldest", "right"))
+        table = grid(("class", "left"), ("queued", "right"), ("oldest", "right"))
         for q in s["queues"]:
             table.add_row(q["name"], fmt.count(q["depth"]), fmt.duration(q["oldest_wait_s"]))
         self.update(table)
@@ -319,8 +319,8 @@ class TenantPanel(Panel):
     def show(self, s: Snapshot) -> None:
         if not self.changed(s["tenants"]):
             return
-        table = _grid(("tenant", "left"), ("in flight", "right"), ("queued", "right"),
-                      ("kv cache", "right"), ("budget left", "right"))  # fmt: skip
+        table = grid(("tenant", "left"), ("in flight", "right"), ("queued", "right"),
+                     ("kv cache", "right"), ("budget left", "right"))  # fmt: skip
         for t in s["tenants"]:
             budgets = t.get("budgets") or []
             tightest = min(budgets, key=lambda b: b["remaining"] / max(1, b["limit"]), default=None)

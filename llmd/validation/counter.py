@@ -1,12 +1,13 @@
 """Prompt token counts, as the engine will count them: locally, or by asking the engine.
 
-`LocalCounter` loads the model's tokenizer with transformers (what vLLM 0.32 itself uses for
+`LocalCounter` loads the model's tokenizer as transformers does (what vLLM 0.32 itself uses for
 Hugging Face models: `AutoTokenizer.from_pretrained`, `apply_chat_template(tokenize=False)`, then
-the tokenizer on the text) and counts on one worker thread, off the event loop, or a short
-prompt at once on the loop when that thread is idle (`count_inline`). `EngineCounter`
-asks the engine's `POST /tokenize`: exact by construction, one round trip per request. It counts
-what the local one cannot render (tools, request templates, images) and stands in when no local
-tokenizer loads.
+the tokenizer on the text): read from its files (`tokenizer_files`) where that gives exactly
+transformers' tokenizer, with transformers otherwise. It counts on one worker thread, off the
+event loop, or a short prompt at once on the loop when that thread is idle (`count_inline`).
+`EngineCounter` asks the engine's `POST /tokenize`: exact by construction, one round trip per
+request. It counts what the local one cannot render (tools, request templates, images) and
+stands in when no local tokenizer loads.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 import aiohttp
 
@@ -34,7 +35,8 @@ from llmd.validation.conversation import (
     detect_content_format,
     parse_template,
 )
-from llmd.validation.fields import ChatPrompt, Counted, TextPrompt
+from llmd.validation.fields import ChatPrompt, Counted, EnginePrompt, Renderable, TextPrompt
+from llmd.validation.tokenizer_files import FileTokenizer
 
 # apply_chat_template's own parameters: taken from the request's fields (or meaningless with
 # tokenize=False), never from its chat_template_kwargs.
@@ -84,11 +86,11 @@ class LocalCounter:
     def load(cls, path: str) -> LocalCounter:
         """Load the tokenizer in directory `path` (or a cached hub name, offline only).
 
-        Blocking (imports transformers: about 2 s); call it from a thread.
-        Raises TokenizerUnavailable with the reason.
+        Blocking (milliseconds read from its files, `tokenizer_files`; about 2 s of CPU where it
+        takes transformers); call it from a thread. Raises TokenizerUnavailable with the reason.
         """
         with _LOADING:
-            tokenizer = _load_tokenizer(path)
+            tokenizer = _load_from_files(path) or _load_tokenizer(path)
         if not hasattr(tokenizer, "apply_chat_template"):
             raise TokenizerUnavailable(f"{type(tokenizer).__name__} has no chat template support")
         template: str | None
@@ -114,13 +116,15 @@ class LocalCounter:
         self._closed = True
         self._executor.shutdown(wait=False)
 
-    def can_count(self, prompt: Counted) -> bool:
+    def can_count(self, prompt: Counted) -> TypeGuard[Renderable]:
         """Whether this counter renders `prompt` exactly as the engine does."""
+        if isinstance(prompt, EnginePrompt):
+            return False
         if isinstance(prompt, TextPrompt):
             return True
         return prompt.local and self._template is not None
 
-    async def count(self, prompt: Counted, limit: int | None = None) -> list[int]:
+    async def count(self, prompt: Renderable, limit: int | None = None) -> list[int]:
         """Prompt tokens per sequence (one per completion prompt), on the tokenizer thread.
 
         A text longer than `limit` tokens could possibly be is not tokenized: it counts as
@@ -130,7 +134,7 @@ class LocalCounter:
         """
         return await self._on_thread(lambda p: self.count_now(p, limit), prompt)
 
-    def count_inline(self, prompt: Counted, limit: int | None = None) -> list[int] | None:
+    def count_inline(self, prompt: Renderable, limit: int | None = None) -> list[int] | None:
         """Prompt tokens per sequence on the calling thread (the event loop's), or None, at
         once, when the tokenizer is in use on another thread (then count on it, `count`).
 
@@ -145,12 +149,12 @@ class LocalCounter:
         finally:
             self._lock.release()
 
-    def count_now(self, prompt: Counted, limit: int | None = None) -> list[int]:
+    def count_now(self, prompt: Renderable, limit: int | None = None) -> list[int]:
         """Prompt tokens per sequence, on the calling thread (blocking); see `count`."""
         with self._lock:
             return self._count(prompt, limit)
 
-    def _count(self, prompt: Counted, limit: int | None) -> list[int]:
+    def _count(self, prompt: Renderable, limit: int | None) -> list[int]:
         if isinstance(prompt, TextPrompt):
             return [
                 len(p)
@@ -160,7 +164,7 @@ class LocalCounter:
             ]
         return [self._encode(self.render(prompt), prompt.add_special_tokens, limit, "messages")]
 
-    async def tokenize(self, prompt: Counted) -> list[int]:
+    async def tokenize(self, prompt: Renderable) -> list[int]:
         """The token ids of `prompt`'s first text (a chat: its rendered template), as vLLM
         0.32's /tokenize gives them, on the tokenizer thread. Raises InvalidRequest as
         `count`."""
@@ -172,7 +176,7 @@ class LocalCounter:
         (`convert_ids_to_tokens`, its /tokenize's `token_strs`)."""
         return await self._on_thread(self._decode, ids)
 
-    def _ids(self, prompt: Counted) -> list[int]:
+    def _ids(self, prompt: Renderable) -> list[int]:
         with self._lock:
             if isinstance(prompt, TextPrompt):
                 first = prompt.prompts[0]
@@ -250,6 +254,12 @@ class EngineCounter:
         self._client = client
 
     async def count(self, prompt: Counted, model: str | None) -> list[int]:
+        """Tokens per prompt: each text's by /tokenize, a chat's by /tokenize with the fields
+        it needs, a request only the engine counts by its own counting route."""
+        if isinstance(prompt, EnginePrompt):
+            body = dict(prompt.body)
+            sent = tuple(body)
+            return [await self._tokenize(body, model, sent, prompt.path, prompt.count_field)]
         if isinstance(prompt, TextPrompt):
             counts = []
             for p in prompt.prompts:
@@ -263,15 +273,23 @@ class EngineCounter:
         sent += ("chat_template_kwargs",) if prompt.template_kwargs else ()
         return [await self._tokenize(_chat_tokenize_body(prompt), model, sent)]
 
-    async def _tokenize(self, body: dict[str, Any], model: str | None, sent: Sequence[str]) -> int:
-        """The count /tokenize gives `body`; `sent` names the client's fields in it (the rest
-        llmd filled in), the only fields an error may name."""
+    async def _tokenize(
+        self,
+        body: dict[str, Any],
+        model: str | None,
+        sent: Sequence[str],
+        path: str = "/tokenize",
+        field: str = "count",
+    ) -> int:
+        """The count `path` (/tokenize) gives `body`, read from the answer's `field`; `sent`
+        names the client's fields in it (the rest llmd filled in), the only fields an error
+        may name."""
         if model is not None:
             body["model"] = model
         client = self._client()
         try:
             async with client.session().post(
-                client.url("/tokenize"),
+                client.url(path),
                 data=json.dumps(body),
                 timeout=_TOKENIZE_TIMEOUT,
                 headers={**client.headers(), "content-type": "application/json"},
@@ -280,13 +298,13 @@ class EngineCounter:
                 status = response.status
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise EngineUnavailable(
-                "cannot count prompt tokens: the engine's /tokenize failed: "
+                f"cannot count prompt tokens: the engine's {path} failed: "
                 f"{exc or f'no answer in {_TOKENIZE_TIMEOUT.total:g} s'}",
                 retry_after_s=1,
             ) from exc
         if status == 404:
-            raise CountUnsupported(f"{client.url('/tokenize')} answered 404")
-        return _tokenize_count(status, payload, sent)
+            raise CountUnsupported(f"{client.url(path)} answered 404")
+        return _tokenize_count(status, payload, sent, field)
 
 
 _TOKENIZE_TIMEOUT = aiohttp.ClientTimeout(total=30)
@@ -303,14 +321,15 @@ def _chat_tokenize_body(prompt: ChatPrompt) -> dict[str, Any]:
     }
 
 
-def _tokenize_count(status: int, payload: bytes, sent: Sequence[str]) -> int:
-    """The `count` of a /tokenize answer; a 4xx becomes the client's 400 (`refusal`)."""
+def _tokenize_count(status: int, payload: bytes, sent: Sequence[str], field: str = "count") -> int:
+    """The `field` (`count`) of a /tokenize answer; a 4xx becomes the client's 400
+    (`refusal`)."""
     try:
         answer = json.loads(payload)
     except ValueError:
         answer = None
-    if status == 200 and isinstance(answer, dict) and isinstance(answer.get("count"), int):
-        count: int = answer["count"]
+    if status == 200 and isinstance(answer, dict) and isinstance(answer.get(field), int):
+        count: int = answer[field]
         return count
     message = payload.decode(errors="replace")[:300]
     if isinstance(answer, dict) and isinstance(answer.get("error"), dict):
@@ -319,7 +338,7 @@ def _tokenize_count(status: int, payload: bytes, sent: Sequence[str]) -> int:
     if 400 <= status < 500:
         error = refusal(message, sent)
     else:
-        error = EngineError(f"the engine's /tokenize failed with HTTP {status}: {message}")
+        error = EngineError(f"the engine's count failed with HTTP {status}: {message}")
     raise error
 
 
@@ -351,6 +370,16 @@ def refusal(message: str, sent: Sequence[str]) -> InvalidRequest:
 # threads at once (its lazy module answers the second "cannot import name 'AutoTokenizer'"),
 # and several models' validators, or a reload during a load, load on threads of their own.
 _LOADING = threading.Lock()
+
+
+def _load_from_files(path: str) -> FileTokenizer | None:
+    """The tokenizer in `path` read without transformers, or None where transformers must
+    load it: it may load it differently (`tokenizer_files.NotReproducible`), `tokenizers` is
+    not installed, or the files do not read (transformers then gives the reason)."""
+    try:
+        return FileTokenizer.load(path)
+    except Exception:  # the Rust tokenizer's parse errors are plain Exceptions
+        return None
 
 
 def _load_tokenizer(path: str) -> Any:

@@ -81,9 +81,41 @@ class PairPrompt:
     local: bool = True  # False: content objects (images) the engine renders and checks
 
 
-Prompt = ChatPrompt | TextPrompt | PairPrompt
-# What a counter counts: a chat rendered by its template, or texts each on its own.
-Counted = ChatPrompt | TextPrompt
+@dataclasses.dataclass(frozen=True)
+class EnginePrompt:
+    """A prompt only the engine can count exactly (a protocol it converts itself, such as
+    Anthropic Messages with tools): `body` sent to its `path`, the count read from the
+    answer's `count_field`."""
+
+    path: str
+    body: dict[str, Any]
+    count_field: str
+    param: str = "messages"
+
+
+Prompt = ChatPrompt | TextPrompt | PairPrompt | EnginePrompt
+# What a counter counts: a chat rendered by its template, texts each on its own, or a request
+# for the engine's own count.
+Counted = ChatPrompt | TextPrompt | EnginePrompt
+# What llmd's own tokenizer counts.
+Renderable = ChatPrompt | TextPrompt
+
+
+def messages_of(prompt: Prompt) -> list[dict[str, Any]] | None:
+    """A conversation's messages (a chat's, or those of a request only the engine counts, in
+    its protocol's shape); None for prompts of texts."""
+    if isinstance(prompt, ChatPrompt):
+        return prompt.messages
+    if isinstance(prompt, EnginePrompt):
+        messages = prompt.body.get("messages")
+        return messages if isinstance(messages, list) else []
+    return None
+
+
+def first_text(prompt: TextPrompt | PairPrompt) -> str | list[int]:
+    """The first prompt or text ("" when there is none)."""
+    texts = prompt.prompts if isinstance(prompt, TextPrompt) else prompt.texts
+    return texts[0] if texts else ""
 
 
 def as_counted(prompt: Prompt) -> Counted:
@@ -106,6 +138,7 @@ class Fields:
     stream: bool = False
     token_strs: bool = False  # /tokenize's return_token_strs
     audio_bytes: int = 0  # an audio upload's size (transcriptions), what bounds its cost
+    clamp: bool = False  # an output budget past the window is lowered, whatever the policy
 
     @property
     def texts(self) -> list[str | list[int]]:

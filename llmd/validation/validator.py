@@ -208,6 +208,8 @@ class Validator:
         default max_tokens is written into `payload` and the bytes made again. Raises
         ApiError."""
         policy = _policy(headers, self.config.context_policy)
+        if fields.clamp:  # a protocol whose engine lowers an output budget past the window
+            policy = "clamp"
         self._check_sizes(fields)
         max_model_len = self.engine.max_model_len
         prompt = as_counted(fields.prompt)

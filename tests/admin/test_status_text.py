@@ -103,3 +103,17 @@ def test_the_release_and_each_deploy_get_a_row() -> None:
         "deploy     main r1 -> r2  canary  step 3/3 share 100%  adopting: promoted, but engine "
         "main did not boot r2: exit 3"
     ) in lines
+
+
+def test_each_endpoint_with_requests_gets_a_row() -> None:
+    """A row per endpoint of the snapshot, in its order: live now, finished per second, ended
+    since start and each way but answered that is not 0."""
+    status = json.loads(EXAMPLE.read_text())
+    rows = [line for line in format_status(status).splitlines() if line.startswith("endpoint")]
+    assert rows == [
+        "endpoint   chat         in flight 29  queued 11  2.2 req/s  requests 12 (answered 8, "
+        "rejected 3, cancelled 1)",
+        "endpoint   completions  in flight 0  queued 0  0.2 req/s  requests 1 (answered 1)",
+        "endpoint   tokenize     in flight 0  queued 0  0.8 req/s  requests 4 (answered 4)",
+        "endpoint   embeddings   in flight 0  queued 0  0.2 req/s  requests 1 (rejected 1)",
+    ]

@@ -174,3 +174,15 @@ def test_a_tenant_may_be_allowed_to_read_metrics(tmp_path: Path) -> None:
     assert not directory.authenticate([(b"authorization", b"Bearer a")]).metrics
     with pytest.raises(ConfigError, match="metrics: expected true or false"):
         load_tenants(write(tmp_path, "[tenants.x]\nmetrics = 1\n"))
+
+
+def test_a_key_in_x_api_key_maps_to_its_tenant(tmp_path: Path) -> None:
+    """The anthropic SDK sends its `api_key` as `x-api-key`: it finds the same tenant as a
+    bearer token; the bearer key counts when both are sent; an unknown one is a 401."""
+    path = write(tmp_path, f'[tenants.agent]\nkeys = ["{hash_key("agent-key")}"]\n')
+    directory = load_tenants(path)
+    assert directory.authenticate([(b"x-api-key", b"agent-key")]).name == "agent"
+    both = [(b"authorization", b"Bearer agent-key"), (b"x-api-key", b"wrong")]
+    assert directory.authenticate(both).name == "agent"
+    with pytest.raises(InvalidApiKey):
+        directory.authenticate([(b"x-api-key", b"wrong")])

@@ -4,25 +4,31 @@ disconnects counted)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import io
 import json
+import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from aiohttp import web
+from rich.console import Console
 
 from llmd.admission.tenants import hash_key
+from llmd.bench import report as bench_report
 from llmd.bench.client import RequestResult, Target
 from llmd.bench.load import StepSpec, run_step
 from llmd.bench.prompts import PromptBuilder
-from llmd.bench.runner import BenchOptions, run_bench
+from llmd.bench.runner import BenchOptions, BenchReport, run_bench
 from llmd.bench.sampler import GaugeSampler
 from llmd.bench.scenarios import plan_request, scenario
-from llmd.bench.stats import StepSummary, summarize
+from llmd.bench.stats import StepSummary, indexing_summary, operating_point, summarize
 from tests.support.engine_metrics import wait_for_gauge
-from tests.support.llmd_process import REPO, LlmdProcess
+from tests.support.llmd_process import REPO, LlmdProcess, short_tmpdir
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import SimProcess, sim_config
 
@@ -168,8 +174,9 @@ def test_cli_writes_json_and_plot(fast_sim: SimProcess, tmp_path: Path) -> None:
     assert output.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_bad_target_is_a_usage_error(tmp_path: Path) -> None:
-    """An unreachable target ends the bench with status 2 and one line, not a traceback."""
+def test_an_unreachable_target_is_unavailable(tmp_path: Path) -> None:
+    """An unreachable target ends the bench with status 69 (EX_UNAVAILABLE) and one line saying
+    nothing answers there, not a traceback or aiohttp's words."""
     completed = subprocess.run(
         [sys.executable, "-m", "llmd.cli", "bench", "--url", f"unix:{tmp_path}/none.sock"],
         capture_output=True,
@@ -177,9 +184,10 @@ def test_bad_target_is_a_usage_error(tmp_path: Path) -> None:
         cwd=REPO,
         timeout=60,
     )
-    assert completed.returncode == 2
-    assert completed.stderr.strip().startswith("llmd bench: ")
-    assert "Traceback" not in completed.stderr
+    assert completed.returncode == 69
+    assert completed.stderr.strip() == (
+        f"llmd bench: nothing answers on unix:{tmp_path}/none.sock (no such file or directory)"
+    )
 
 
 async def test_a_bench_with_an_api_key_runs_against_a_keyed_llmd(tmp_path: Path) -> None:
@@ -242,3 +250,73 @@ async def test_side_by_side_through_llmd_with_disconnects() -> None:
         assert json.loads(json.dumps(document))["ratios_llmd_over_direct"] == report.ratios
     finally:
         llmd.stop()
+
+
+@pytest.fixture
+async def pooling_engine() -> AsyncIterator[Target]:
+    """A stand-in pooling engine on a Unix socket: POST /v1/embeddings answers one vector per
+    input after 5 ms, with vLLM's usage (here 4 prompt tokens per document)."""
+
+    async def embeddings(request: web.Request) -> web.Response:
+        body = await request.json()
+        await asyncio.sleep(0.005)
+        data = [{"object": "embedding", "index": i, "embedding": [0.5, 0.5]}
+                for i, _ in enumerate(body["input"])]  # fmt: skip
+        usage = {"prompt_tokens": 4 * len(data), "total_tokens": 4 * len(data)}
+        return web.json_response({"object": "list", "data": data, "usage": usage})
+
+    app = web.Application()
+    app.router.add_post("/v1/embeddings", embeddings)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    folder = short_tmpdir("llmd-embed-")
+    await web.UnixSite(runner, str(folder / "embed.sock")).start()
+    try:
+        yield Target.parse("embed", f"unix:{folder / 'embed.sock'}")
+    finally:
+        await runner.cleanup()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+async def test_h_measures_the_chat_ttft_before_and_during_indexing(
+    fast_sim: SimProcess, pooling_engine: Target
+) -> None:
+    """H: chat from the step's start, embeddings of 8 documents each from its half on, to
+    another engine; the figures split the chat's TTFT at the indexing's start, count the
+    documents, and the report shows them."""
+    spec = StepSpec(
+        scenario=scenario("H"),
+        concurrency=2,
+        duration_s=1.0,
+        max_requests=100_000,  # the duration ends the step
+        seed=4,
+        timeout_s=30,
+        model="tiny",
+        max_model_len=MAX_MODEL_LEN,
+        embed_model="tiny-embed",
+    )
+    chat = Target.parse("target", f"unix:{fast_sim.socket}")
+    run = await run_step(chat, spec, PromptBuilder(ensure_tiny_model()), None, None, pooling_engine)
+    assert run.indexing_at_s == 0.5 and run.embed_results
+    assert all(r.outcome == "ok" and r.documents == 8 for r in run.embed_results)
+    assert all(r.start >= run.indexing_at_s for r in run.embed_results)
+    figures = indexing_summary(run.results, run.embed_results, run.indexing_at_s)
+    summary = summarize("target", 2, run.results, run.wall_s, [], run.client_cpu_s, figures)
+    assert_consistent(run.results, summary)
+    assert figures.ok == figures.requests and figures.documents == 8 * figures.ok
+    assert figures.prompt_tokens == 4 * figures.documents
+    assert figures.chat_ttft_before_ms["p95"] is not None
+    assert figures.chat_ttft_during_ms["p95"] is not None
+    assert figures.ttft_p95_during_over_before is not None
+    report = BenchReport(
+        BenchOptions(url=chat.url, scenario=spec.scenario, embed_model="tiny-embed"),
+        "tiny", MAX_MODEL_LEN, None, 0.0, {"target": [summary]},
+        {"target": operating_point([summary], 1000)}, [], None,
+    )  # fmt: skip
+    console = Console(file=io.StringIO(), width=400, color_system=None)
+    console.print(bench_report.render(report))
+    shown = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "TTFT p95 before/during ms" in shown and "indexing (target, concurrency 2)" in shown
+    document = json.loads(json.dumps(report.to_json()))
+    assert document["scenario"]["indexing"]["batch"] == 8
+    assert document["targets"]["target"]["steps"][0]["indexing"]["documents"] == figures.documents

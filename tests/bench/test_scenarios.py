@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from llmd.bench.command import add_parser, concurrencies, options_from
-from llmd.bench.scenarios import SCENARIOS, plan_request, scenario
+from llmd.bench.runner import BenchOptions, embed_targets_of, request_headers, targets_of
+from llmd.bench.scenarios import SCENARIOS, plan_documents, plan_request, scenario
 from llmd.errors import BenchError
 
 
@@ -104,3 +106,60 @@ def test_flags_become_options(tmp_path: Path) -> None:
     assert options.scenario.mix.pairs == ((5, 6),)
     with pytest.raises(BenchError, match="not both"):
         options_from(parse("--url", "u", "--direct", "http://y", "--direct-uds", "/s"))
+
+
+def test_h_plans_batches_of_short_documents() -> None:
+    """H's embeddings requests carry `batch` documents of short lengths (median 96 tokens),
+    the same for the same (seed, index), each within max_model_len."""
+    indexing = SCENARIOS["H"].indexing
+    assert indexing is not None and (indexing.users, indexing.batch) == (4, 8)
+    plans = [plan_documents(indexing, 1, i, 128) for i in range(100)]
+    assert plans == [plan_documents(indexing, 1, i, 128) for i in range(100)]
+    lengths = [n for plan in plans for n in plan]
+    assert all(len(plan) == 8 for plan in plans) and max(lengths) <= 128
+    assert 60 < sorted(lengths)[len(lengths) // 2] < 120
+    assert SCENARIOS["H"].priority == "interactive" and indexing.priority == "batch"
+
+
+def test_h_flags_and_what_it_needs() -> None:
+    """--embed-users and --embed-batch replace H's; other scenarios refuse them; H needs
+    --embed-model, and with --direct the pooling engine straight (--embed-direct[-uds])."""
+    options = options_from(
+        parse(
+            "--url", "http://x:1", "--scenario", "h", "--embed-model", "tiny-embed",
+            "--embed-users", "2", "--embed-batch", "16", "--direct-uds", "/chat.sock",
+            "--embed-direct-uds", "/embed.sock",
+        )
+    )  # fmt: skip
+    assert options.scenario.indexing is not None
+    assert (options.scenario.indexing.users, options.scenario.indexing.batch) == (2, 16)
+    embeds = embed_targets_of(options, targets_of(options))
+    assert {label: t.url for label, t in embeds.items()} == {
+        "direct": "unix:/embed.sock",
+        "llmd": "http://x:1",
+    }
+    with pytest.raises(BenchError, match="sends no embeddings"):
+        options_from(parse("--url", "u", "--embed-users", "2"))
+    with pytest.raises(BenchError, match="not both"):
+        options_from(parse("--url", "u", "--embed-direct", "http://y", "--embed-direct-uds", "/s"))
+    alone = BenchOptions(url="http://x:1", scenario=scenario("H"))
+    with pytest.raises(BenchError, match="--embed-model"):
+        embed_targets_of(alone, targets_of(alone))
+    direct = dataclasses.replace(alone, embed_model="e", direct_url="unix:/chat.sock")
+    with pytest.raises(BenchError, match="--embed-direct"):
+        embed_targets_of(direct, targets_of(direct))
+    assert embed_targets_of(dataclasses.replace(direct, scenario=scenario("B")), []) == {}
+
+
+def test_h_sends_chat_as_interactive_and_embeddings_as_batch() -> None:
+    """In H the chat carries x-llmd-priority interactive (or --priority's) and the embeddings
+    batch, each after the API key's header; other scenarios send --priority's only."""
+    auth = (("Authorization", "Bearer k"),)
+    h = BenchOptions(url="u", scenario=scenario("H"), embed_model="e")
+    assert request_headers(h, auth) == (
+        (*auth, ("x-llmd-priority", "interactive")),
+        (*auth, ("x-llmd-priority", "batch")),
+    )
+    normal = dataclasses.replace(h, priority="normal")
+    assert request_headers(normal, ())[0] == (("x-llmd-priority", "normal"),)
+    assert request_headers(BenchOptions(url="u", scenario=scenario("B")), auth) == (auth, auth)

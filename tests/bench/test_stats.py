@@ -11,6 +11,7 @@ from llmd.bench.client import RequestResult
 from llmd.bench.sampler import GaugeSample
 from llmd.bench.stats import (
     StepSummary,
+    indexing_summary,
     operating_point,
     percentile,
     prefix_hit_rate,
@@ -159,3 +160,34 @@ def test_prefix_hit_rate_is_hits_over_queries_across_the_step() -> None:
     assert prefix_hit_rate(samples) == 0.8
     assert prefix_hit_rate(samples[:1]) is None
     assert prefix_hit_rate([samples[0], samples[0]]) is None
+
+
+def embedded(index: int, start: float, e2e: float | None, **fields: object) -> RequestResult:
+    """An embeddings request of 8 documents (40 prompt tokens) answered after `e2e` s."""
+    base = RequestResult(index, "embed", 40, 0, start, e2e=e2e, prompt_tokens=40, documents=8)
+    return dataclasses.replace(base, **fields)  # type: ignore[arg-type]
+
+
+def test_indexing_figures_and_the_chat_ttft_before_and_during() -> None:
+    """H's embeddings from 1.0 s: their rates over their span (its start to the last answer),
+    failures by kind, and the chat's TTFT p95 of the requests sent before and during it with
+    their ratio; the ratios llmd / direct gain both figures."""
+    chat = [result(i, 0.1 * i, 0.05 if i < 10 else 0.1) for i in range(20)]
+    embeds = [
+        embedded(0, 1.0, 0.5),
+        embedded(1, 1.0, 1.0),
+        embedded(2, 1.5, 0.5),
+        embedded(3, 1.6, None, outcome="error", error_kind="503 queue_timeout"),
+    ]
+    figures = indexing_summary(chat, embeds, started_s=1.0)
+    assert (figures.requests, figures.ok, figures.errors) == (4, 3, 1)
+    assert figures.errors_by_kind == {"503 queue_timeout": 1}
+    assert (figures.documents, figures.prompt_tokens) == (24, 120)
+    assert (figures.requests_per_s, figures.documents_per_s) == (3.0, 24.0)  # over 1.0-2.0 s
+    assert figures.e2e_ms["p50"] == 500.0
+    assert figures.chat_ttft_before_ms["p95"] == pytest.approx(50.0)
+    assert figures.chat_ttft_during_ms["p95"] == pytest.approx(100.0)
+    assert figures.ttft_p95_during_over_before == 2.0
+    summary = summarize("direct", 2, chat, 2.0, [], 0.0, figures)
+    (row,) = ratios([summary], [dataclasses.replace(summary, target="llmd")])
+    assert (row["ttft_p95_indexing"], row["embed_requests_per_s"]) == (1.0, 1.0)

@@ -83,7 +83,7 @@ async def test_past_the_limit_llmd_answers_503_with_retry_after_and_a_reload_rai
 async def test_probes_are_answered_at_the_limit() -> None:
     """max_connections = 2 with two streams open: GET /health, /ready and /metrics are still
     200 (a liveness probe must not restart a busy daemon), while a generation request gets
-    503 too_many_connections."""
+    503 too_many_connections, counted under its endpoint (`other` on a path of none)."""
     llmd = LlmdProcess.start(config(2), workdir=short_tmpdir("llmd-conn-"))
     try:
         llmd.wait_ready(timeout_s=30)
@@ -93,10 +93,13 @@ async def test_probes_are_answered_at_the_limit() -> None:
         ):
             probes = [await probe.get(path) for path in ("/health", "/ready", "/metrics")]
             refused = await probe.post("/v1/chat/completions", json=CHAT)
+            nowhere = await probe.post("/v1/nowhere", json=CHAT)
         assert [answer.status_code for answer in probes] == [200, 200, 200], probes[0].text
         assert "llmd_requests_total" in probes[2].text
-        assert refused.status_code == 503, refused.text
+        assert refused.status_code == nowhere.status_code == 503, refused.text
         assert refused.json()["error"]["code"] == "too_many_connections"
+        rejected = {e["name"]: e["rejected"] for e in llmd.admin_status()["endpoints"]}
+        assert rejected == {"chat": 1, "other": 1}  # `other`: a path of no endpoint
     finally:
         llmd.stop()
 

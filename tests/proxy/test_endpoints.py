@@ -13,7 +13,7 @@ import openai
 import pytest
 from transformers import AutoTokenizer
 
-from llmd.endpoints.table import ENDPOINTS, Answer, EngineKind
+from llmd.endpoints.table import ENDPOINTS, Answer, BodyKind, EngineKind, by_path
 from tests.support.fake_engine import FakeEngine, ProxyStack
 
 MAX_MODEL_LEN = 64
@@ -32,6 +32,8 @@ BODIES = {
     "rerank": {"query": "a query", "documents": ["one", "two"], "top_n": 1},
     "tokenize": {"prompt": "hello there"},
     "detokenize": {"tokens": [1, 2, 3]},
+    "transcriptions": {"language": "en"},
+    "translations": {},
 }
 
 
@@ -59,7 +61,13 @@ def pooling(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> I
 
 
 def post(stack: ProxyStack, path: str, body: dict[str, object]) -> httpx.Response:
+    """`body` as JSON, or as a form with an audio file for an endpoint that takes forms."""
     stack.engine.received.clear()
+    stack.engine.forms.clear()
+    if by_path()[path].body is BodyKind.MULTIPART:
+        files = {"file": ("a.wav", b"RIFF" + bytes(100), "audio/wav")}
+        data = {"model": "tiny", **{k: str(v) for k, v in body.items()}}
+        return httpx.post(stack.base_url + path, files=files, data=data, timeout=30)
     return httpx.post(stack.base_url + path, json={"model": "tiny", **body}, timeout=30)
 
 
@@ -75,7 +83,9 @@ def test_every_path_of_the_table_is_served_by_the_engine_kind_it_names(
     serving = pooling if EngineKind.POOLING in endpoint.engine_kinds else generate
     answer = post(serving, path, body)
     assert answer.status_code == 200, answer.text
-    if endpoint.answer is Answer.RELAY:
+    if endpoint.body is BodyKind.MULTIPART:
+        assert [form[0] for form in serving.engine.forms] == [path]
+    elif endpoint.answer is Answer.RELAY:
         assert serving.engine.received == [(path, {"model": "tiny", **body})]
     else:
         assert serving.engine.received == []  # answered by llmd's tokenizer
@@ -85,7 +95,7 @@ def test_every_path_of_the_table_is_served_by_the_engine_kind_it_names(
         assert refused.status_code == 400, refused.text
         error = refused.json()["error"]
         assert error["code"] == "unsupported_endpoint" and error["param"] == "model"
-        assert path in error["message"] and other.engine.received == []
+        assert path in error["message"] and other.engine.received == other.engine.forms == []
 
 
 def test_a_pooling_input_over_the_context_is_refused_naming_it(pooling: ProxyStack) -> None:
@@ -161,3 +171,31 @@ def test_an_engine_without_the_route_is_an_unsupported_endpoint(
     assert answer.status_code == 400, answer.text
     error = answer.json()["error"]
     assert error["code"] == "unsupported_endpoint" and "/v1/embeddings" in error["message"]
+
+
+def test_agents_probes_are_answered(generate: ProxyStack) -> None:
+    """`HEAD /` and `GET /` answer 200 (Claude Code probes them); `GET /v1/models` with
+    `anthropic-version` answers in Anthropic's list shape, OpenAI's without it."""
+    generate.engine_state.cards = {
+        "tiny": {"id": "tiny", "object": "model", "created": 0, "max_model_len": MAX_MODEL_LEN}
+    }
+    assert httpx.head(generate.base_url + "/").status_code == 200
+    assert httpx.get(generate.base_url + "/").status_code == 200
+    listing = httpx.get(
+        generate.base_url + "/v1/models", headers={"anthropic-version": "2023-06-01"}
+    ).json()
+    assert listing == {
+        "data": [
+            {
+                "type": "model",
+                "id": "tiny",
+                "display_name": "tiny",
+                "created_at": "1970-01-01T00:00:00Z",
+                "max_model_len": MAX_MODEL_LEN,
+            }
+        ],
+        "has_more": False,
+        "first_id": "tiny",
+        "last_id": "tiny",
+    }
+    assert httpx.get(generate.base_url + "/v1/models").json()["object"] == "list"

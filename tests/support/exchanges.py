@@ -22,6 +22,7 @@ def finished_exchange(
     request_id: str = "req-1",
     model: str | None = "tiny",
     backend: str | None = "main",
+    endpoint: str = "chat",
 ) -> Exchange:
     """An Exchange as the relay leaves it when the request has ended (on `backend`)."""
     start = time.monotonic() - total_s
@@ -38,4 +39,5 @@ def finished_exchange(
     exchange.client_gone = client_gone
     exchange.model = model
     exchange.backend = backend
+    exchange.endpoint = endpoint
     return exchange

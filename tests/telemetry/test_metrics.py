@@ -24,16 +24,19 @@ from llmd.telemetry.status_metrics import StatusCollector
 from tests.support.exchanges import finished_exchange
 from tests.support.state import daemon_state
 
-HISTOGRAM_LABELS = {"class", "input_length", "model", "release", "le"}
+HISTOGRAM_LABELS = {"class", "input_length", "model", "endpoint", "release", "le"}
 ENGINE = {"engine"}
 # name -> (type, label names). The contract: change only with the README and the dashboard.
 SERIES = {
-    "llmd_requests": ("counter", {"tenant", "class", "status", "model", "outcome", "code"}),
+    "llmd_requests": (
+        "counter",
+        {"tenant", "class", "status", "model", "endpoint", "outcome", "code"},
+    ),
     "llmd_backend_requests": ("counter", {"engine", "model", "outcome", "release"}),
     "llmd_queue_wait_seconds": ("histogram", HISTOGRAM_LABELS),
     "llmd_time_to_first_token_seconds": ("histogram", HISTOGRAM_LABELS),
     "llmd_e2e_request_latency_seconds": ("histogram", HISTOGRAM_LABELS),
-    "llmd_prompt_tokens": ("counter", {"tenant"}),
+    "llmd_prompt_tokens": ("counter", {"tenant", "endpoint"}),
     "llmd_generation_tokens": ("counter", {"tenant"}),
     "llmd_rejections": ("counter", {"reason"}),
     "llmd_cancellations": ("counter", {"phase"}),
@@ -123,6 +126,7 @@ def test_tenants_past_the_top_n_fold_into_other() -> None:
                 "class": "normal",
                 "status": "200",
                 "model": "tiny",
+                "endpoint": "chat",
                 "outcome": "ok",
                 "code": "",
             },
@@ -146,7 +150,8 @@ def test_latency_lands_in_the_class_and_length_series() -> None:
         finished_exchange(request_class="interactive", prompt_tokens=3000, ttft_s=0.2)
     )
     registry = ctx.observer.metrics.registry
-    labels = {"class": "interactive", "input_length": "le8192", "model": "tiny", "release": "r1"}
+    labels = {"class": "interactive", "input_length": "le8192", "model": "tiny",
+              "endpoint": "chat", "release": "r1"}  # fmt: skip
     assert registry.get_sample_value("llmd_time_to_first_token_seconds_count", labels) == 1
     ttft_sum = registry.get_sample_value("llmd_time_to_first_token_seconds_sum", labels)
     assert ttft_sum == pytest.approx(0.2)

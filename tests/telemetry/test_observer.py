@@ -10,6 +10,7 @@ from tests.support.log_capture import Captured
 LINE_FIELDS = {
     "request_id", "tenant", "class", "status", "prompt_tokens", "output_tokens", "queue_ms",
     "ttft_ms", "total_ms", "outcome", "event", "level", "timestamp", "model", "backend",
+    "endpoint",
 }  # fmt: skip
 
 

@@ -127,10 +127,10 @@ def test_arguments() -> None:
 def test_top_interval_takes_positive_finite_seconds(
     text: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """llmd-top --interval nan (a busy loop), inf, 0 or past 30 days is a usage error (exit 2)."""
+    """llmd-top --interval nan (a busy loop), inf, 0 or past 30 days is a usage error (exit 64)."""
     with pytest.raises(SystemExit) as exited:
         _parser().parse_args(["--interval", text])
-    assert exited.value.code == 2 and "argument --interval: expected" in capsys.readouterr().err
+    assert exited.value.code == 64 and "argument --interval: expected" in capsys.readouterr().err
     assert _parser().parse_args(["--interval", "0.25"]).interval == 0.25
 
 
@@ -365,3 +365,23 @@ async def test_a_without_a_deploy_in_progress_does_nothing() -> None:
         await until(pilot, lambda: app.snapshot is not None)
         await pilot.press("a", "y")
         assert daemon.calls == []
+
+
+async def test_the_endpoints_panel_follows_the_snapshots() -> None:
+    """The endpoints panel shows each endpoint's row as the daemon sends it, says when no
+    request came yet, and when the daemon is older than the panel (no `endpoints`)."""
+    snapshot = example_status()
+    del snapshot["endpoints"]
+    daemon = FakeDaemon(snapshot)
+    app = TopApp(daemon, interval_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: "does not report them" in screen_text(app))
+        daemon.snapshot["endpoints"] = []
+        await until(pilot, lambda: "no request yet" in screen_text(app))
+        daemon.snapshot["endpoints"] = [
+            {"name": "embeddings", "in_flight": 7, "queued": 120, "requests": 4321,
+             "answered": 4300, "rejected": 20, "cancelled": 0, "aborted": 0, "errors": 1,
+             "requests_per_s": 12.5},
+        ]  # fmt: skip
+        row = "embeddings 7 120 12.5 4,321 20 1"
+        await until(pilot, lambda: row in " ".join(screen_text(app).split()))

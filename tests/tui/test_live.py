@@ -5,6 +5,7 @@ away and comes back."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
 
 import httpx
@@ -30,9 +31,7 @@ def top(llmd: LlmdProcess, **kwargs: object) -> TopApp:
 
 async def test_one_engine_drained_by_name_shows_drained_in_the_header(llmd: LlmdProcess) -> None:
     """llmd's only engine drained by name (`POST /drain {"engine": "main"}`): the header says
-    DRAINED, not `admitting`, with a note; resumed, it says `admitting` again. (First in the
-    package's shared daemon: test_each_key's restart then logs the latest engine_ready, which
-    test_tmux looks for among the recent events.)"""
+    DRAINED, not `admitting`, with a note; resumed, it says `admitting` again."""
     app = top(llmd)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: "admitting" in screen_text(app))
@@ -53,7 +52,10 @@ async def test_one_engine_drained_by_name_shows_drained_in_the_header(llmd: Llmd
 async def test_each_key_against_a_live_daemon(llmd: LlmdProcess) -> None:
     """`/` filters, `c`+`y` cancels only the selected stream, `s` sorts, `d` then `n` does
     nothing, `d`+`y` drains, `u` resumes, `r`+`y` restarts the engine, `?` helps, `q` quits."""
-    victim, bystander = Stream(llmd, "victim-7"), Stream(llmd, "bystander-7")
+    # 1,000 tokens (about 20 s at SLOW), so both are still streaming once llmd-top is up and
+    # filtered, however long that takes on a loaded machine (300 tokens, 6 s, were over first).
+    long = {**STREAM, "max_tokens": 1000}
+    victim, bystander = Stream(llmd, "victim-7", long), Stream(llmd, "bystander-7", long)
     victim.start()
     bystander.start()
     assert victim.first.wait(10) and bystander.first.wait(10)
@@ -78,7 +80,7 @@ async def test_each_key_against_a_live_daemon(llmd: LlmdProcess) -> None:
         await pilot.press("u")
         await until(pilot, lambda: "admitting" in screen_text(app))
         assert llmd.admin_status()["draining"] is False
-        await asyncio.to_thread(bystander.join, 30)
+        await asyncio.to_thread(bystander.join, 60)
         assert bystander.last_event()["choices"][0]["finish_reason"] == "length"
 
         pid = llmd.admin_status()["engine"]["pid"]
@@ -129,7 +131,8 @@ async def test_drain_from_the_tui_with_20_streams_in_flight(llmd: LlmdProcess) -
 
 async def test_a_rejection_shows_as_a_rejection(llmd: LlmdProcess) -> None:
     """A request refused by admission (a bad x-llmd-deadline-ms) is counted under `rejected`
-    with its code in the counts panel, and not under `errors`."""
+    with its code (the counts panel's total, the endpoints panel's `completions` row), and not
+    under `errors`."""
     app = top(llmd)
     async with (
         httpx.AsyncClient(base_url=llmd.base_url, timeout=30) as client,
@@ -149,7 +152,14 @@ async def test_a_rejection_shows_as_a_rejection(llmd: LlmdProcess) -> None:
         await until(pilot, counted)
         assert app.snapshot is not None
         assert app.snapshot["counts"]["errors"] == before["errors"]
-        await until(pilot, lambda: "invalid_request" in screen_text(app))
+        rejected = sum(app.snapshot["counts"]["rejections"].values())
+        ends = {e["name"]: e["rejected"] for e in app.snapshot["endpoints"]}
+        rows = (
+            rf"rejected {rejected} [^│]*invali",
+            rf"completions 0 0 [\d.]+ \d+ {ends['completions']} 0",
+        )
+        shown = lambda: all(re.search(row, " ".join(screen_text(app).split())) for row in rows)  # noqa: E731
+        await until(pilot, shown)
 
 
 @pytest.fixture

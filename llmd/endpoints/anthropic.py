@@ -1,0 +1,176 @@
+"""Readers of Anthropic Messages bodies (`/v1/messages`, `/v1/messages/count_tokens`): the fields
+llmd reads, checked once into one `Fields` record, with the conversation as vLLM 0.32 hands it
+to the chat template (entrypoints/anthropic/serving.py `to_chat_completion_request`).
+
+    local   text-only conversations are rendered and counted by llmd's own tokenizer
+    engine  anything else (tools, thinking, tool blocks, images, inline system messages) is
+            counted by the engine's own `/v1/messages/count_tokens`: exact by construction
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmd.errors import InvalidRequest
+from llmd.validation.fields import NO_OUTPUT, ChatPrompt, EnginePrompt, Fields, OutputRequest
+
+COUNT_PATH = "/v1/messages/count_tokens"
+ROLES = ("user", "assistant", "system")
+# Content block types vLLM 0.32 reads (AnthropicContentBlock.type).
+BLOCK_TYPES = (
+    "text", "image", "tool_use", "tool_result", "tool_reference", "thinking",
+    "redacted_thinking", "tool_addition", "tool_removal",
+)  # fmt: skip
+# Claude Code's per-request attribution line, which vLLM drops from the system prompt.
+BILLING_HEADER = "x-anthropic-billing-header"
+
+
+def read_messages(body: dict[str, Any]) -> Fields:
+    """`POST /v1/messages`: `model`, `messages`, `max_tokens` (required, >= 1), `system`,
+    `stream`, `tools`; an output budget past the window is clamped, never refused (as vLLM
+    0.32 does for the chat it converts to). Raises InvalidRequest (with param)."""
+    max_tokens = body.get("max_tokens")
+    if max_tokens is None:
+        raise InvalidRequest("max_tokens: Field required", param="max_tokens")
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise InvalidRequest("max_tokens: must be an integer >= 1", param="max_tokens")
+    stream = body.get("stream")
+    if not isinstance(stream, bool | None):
+        raise InvalidRequest("stream: must be a boolean", param="stream")
+    return Fields(
+        model=_model(body),
+        prompt=conversation(body),
+        output=OutputRequest(max_tokens=max_tokens, field="max_tokens", n=1),
+        stream=bool(stream),
+        clamp=True,
+    )
+
+
+def read_count_tokens(body: dict[str, Any]) -> Fields:
+    """`POST /v1/messages/count_tokens`: the same conversation, no output. Raises
+    InvalidRequest (with param)."""
+    return Fields(model=_model(body), prompt=conversation(body), output=NO_OUTPUT)
+
+
+def conversation(body: dict[str, Any]) -> ChatPrompt | EnginePrompt:
+    """The request's conversation as the chat template sees it when llmd can render it (text
+    only), else the request itself for the engine's count_tokens. Raises InvalidRequest."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest("messages: must be a non-empty list of messages", param="messages")
+    for index, message in enumerate(messages):
+        _check_message(index, message)
+    system = body.get("system")
+    if not isinstance(system, str | list | None):
+        raise InvalidRequest("system: must be a string or a list of text blocks", param="system")
+    tools = body.get("tools")
+    if tools is not None:
+        _check_tools(tools)
+    if not _local(body):
+        count = {k: v for k, v in body.items() if k not in ("max_tokens", "stream")}
+        return EnginePrompt(COUNT_PATH, count, "input_tokens", param="messages")
+    chat: list[dict[str, Any]] = []
+    system_text = _system_text(system)
+    if system_text:
+        chat.append({"role": "system", "content": system_text})
+    for message in messages:
+        content = message["content"]
+        if isinstance(content, list):
+            texts = [block["text"] for block in content if block.get("text")]
+            if not texts:  # vLLM 0.32 drops a user message left empty, keeps an assistant's
+                if message["role"] == "assistant":
+                    chat.append({"role": "assistant"})
+                continue
+            if len(texts) > 1:
+                content = [{"type": "text", "text": text} for text in texts]
+            else:
+                content = texts[0]
+        chat.append({"role": message["role"], "content": content})
+    kwargs = body.get("chat_template_kwargs") or {}
+    if not isinstance(kwargs, dict):
+        raise InvalidRequest(
+            "chat_template_kwargs: must be an object", param="chat_template_kwargs"
+        )
+    return ChatPrompt(
+        messages=chat,
+        add_generation_prompt=True,
+        continue_final_message=False,
+        add_special_tokens=False,
+        template_kwargs=kwargs,
+        local=True,
+    )
+
+
+def _local(body: dict[str, Any]) -> bool:
+    """Whether llmd renders this conversation exactly as vLLM 0.32 would: text blocks only, no
+    inline system message (vLLM then probes the template), no tools, thinking, output
+    config or tool choice (each changes what the template is given)."""
+    if any(body.get(k) is not None for k in ("tools", "thinking", "output_config", "tool_choice")):
+        return False
+    for message in body["messages"]:
+        if message["role"] == "system":
+            return False
+        content = message["content"]
+        if isinstance(content, list) and any(block["type"] != "text" for block in content):
+            return False
+    return True
+
+
+def _system_text(system: str | list[Any] | None) -> str:
+    """The top-level system prompt as one text, Claude Code's billing line left out (vLLM
+    0.32 `_convert_system_message`). Raises InvalidRequest for a block that is not text."""
+    if system is None or isinstance(system, str):
+        return system or ""
+    parts = []
+    for index, block in enumerate(system):
+        if not isinstance(block, dict) or block.get("type") != "text":
+            raise InvalidRequest(f"system.{index}: must be a text block", param="system")
+        text = block.get("text")
+        if not isinstance(text, str):
+            raise InvalidRequest(f"system.{index}.text: must be a string", param="system")
+        if text and not text.startswith(BILLING_HEADER):
+            parts.append(text)
+    return "".join(parts)
+
+
+def _check_message(index: int, message: object) -> None:
+    where = f"messages.{index}"
+    if not isinstance(message, dict):
+        raise InvalidRequest(f"{where}: must be an object", param="messages")
+    if message.get("role") not in ROLES:
+        raise InvalidRequest(f"{where}.role: must be one of {', '.join(ROLES)}", param="messages")
+    content = message.get("content")
+    if isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        raise InvalidRequest(
+            f"{where}.content: must be a string or a list of content blocks", param="messages"
+        )
+    for block_index, block in enumerate(content):
+        at = f"{where}.content.{block_index}"
+        if not isinstance(block, dict) or block.get("type") not in BLOCK_TYPES:
+            raise InvalidRequest(
+                f"{at}.type: must be one of {', '.join(BLOCK_TYPES)}", param="messages"
+            )
+        if block["type"] == "text" and not isinstance(block.get("text"), str):
+            raise InvalidRequest(f"{at}.text: must be a string", param="messages")
+        if block["type"] == "tool_result" and not isinstance(block.get("tool_use_id"), str):
+            raise InvalidRequest(f"{at}.tool_use_id: Field required", param="messages")
+
+
+def _check_tools(tools: object) -> None:
+    if not isinstance(tools, list):
+        raise InvalidRequest("tools: must be a list of tools", param="tools")
+    for index, tool in enumerate(tools):
+        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+            raise InvalidRequest(f"tools.{index}.name: Field required", param="tools")
+        schema = tool.get("input_schema")
+        if schema is not None and not isinstance(schema, dict):
+            raise InvalidRequest(f"tools.{index}.input_schema: must be an object", param="tools")
+
+
+def _model(body: dict[str, Any]) -> str | None:
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise InvalidRequest("model: must be a string", param="model")
+    return model or None
