@@ -125,6 +125,11 @@ def _parser() -> argparse.ArgumentParser:
     from llmd.releases.deploy_command import add_parser as add_deploy_parser
 
     add_deploy_parser(verbs, _call)
+    from llmd.admin.tenant_command import add_parser as add_tenant_parser
+    from llmd.usage.command import add_parser as add_usage_parser
+
+    add_tenant_parser(verbs)
+    add_usage_parser(verbs)
 
     hash_key = verbs.add_parser(
         "hash-key", help="print the SHA-256 of an API key read from stdin, for the tenants file"

@@ -9,6 +9,8 @@
     ├── ReleaseError                 a release cannot be created, read or removed (llmd/releases)
     ├── SizingError                  a model cannot be sized: no config.json, a missing key
     ├── TuneError                    `llmd tune` cannot run: bad option, llmd serving, no boot
+    ├── UsageError                   the usage store cannot be opened, read or written
+    ├── TenantError                  `llmd tenant` cannot: no such tenant, a name taken or bad
     └── ApiError                     answered to an HTTP client (status, code, Retry-After)
         ├── InvalidRequest           400 invalid_request
         ├── BodyTooLarge             413 body_too_large
@@ -27,6 +29,7 @@
         ├── PermissionDenied         403 permission_denied (a valid key without this right)
         ├── RateLimited              429 rate_limited (tenant over its limits; + Retry-After)
         ├── QueueFull                429 queue_full (the class queue is full; + Retry-After)
+        ├── BudgetExceeded           429 budget_exceeded (a token budget; + x-ratelimit-*)
         ├── QueueTimeout             503 queue_timeout (queue wait over timeout or deadline)
         ├── EngineUnavailable        503 engine_unavailable (+ Retry-After)
         ├── Draining                 503 draining (+ Retry-After)
@@ -94,6 +97,16 @@ class SizingError(LlmdError):
 class TuneError(LlmdError):
     """`llmd tune` cannot run as asked: a bad option, llmd serving on the GPU, an engine that
     does not boot with a setting."""
+
+
+class UsageError(LlmdError):
+    """The usage store (llmd/usage/store.py) cannot be opened, read or written; the message
+    names the file and SQLite's reason."""
+
+
+class TenantError(LlmdError):
+    """A `llmd tenant` verb cannot do what was asked: no such tenant, a name taken or not
+    allowed, a bad class or limit; the message says which."""
 
 
 class ApiError(LlmdError):
@@ -342,6 +355,22 @@ class QueueFull(ApiError):
     status = 429
     code = "queue_full"
     type = "rate_limit_error"
+
+
+class BudgetExceeded(ApiError):
+    """The tenant has spent a token budget (llmd/admission/budgets.py) for now: retry after
+    `retry_after_s`, when it has refilled enough. `ratelimit` are OpenAI's
+    `x-ratelimit-limit-tokens`, `-remaining-tokens` and `-reset-tokens` headers."""
+
+    status = 429
+    code = "budget_exceeded"
+    type = "rate_limit_error"
+
+    def __init__(
+        self, message: str, *, retry_after_s: float, ratelimit: list[tuple[bytes, bytes]]
+    ) -> None:
+        super().__init__(message, retry_after_s=retry_after_s)
+        self.extra_headers.extend(ratelimit)
 
 
 class QueueTimeout(ApiError):

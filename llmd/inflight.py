@@ -33,7 +33,8 @@ class Exchange:
     abort_error: ApiError | None = None
     tenant: str = ANONYMOUS  # admission fills it
     request_class: str = Priority.NORMAL.label  # admission fills it
-    prompt_tokens: int | None = None  # from validation
+    prompt_tokens: int | None = None  # from validation: the longest prompt's
+    input_tokens: int = 0  # every prompt's, once each: what usage and token budgets count
     max_tokens: int | None = None  # from validation: each sequence's output budget
     admitted_at: float | None = None  # released to a backend; None while validated or queued
     first_byte_at: float | None = None  # the first body chunk to the client: time to first token

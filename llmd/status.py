@@ -98,15 +98,32 @@ class QueueStatus:
 
 
 @dataclasses.dataclass(frozen=True)
+class BudgetStatus:
+    """One token budget of a tenant (`name`: its tenants-file key, e.g.
+    `input_tokens_per_minute`): its size, the tokens left now and the seconds until it is full
+    again."""
+
+    name: str
+    limit: int
+    remaining: int
+    reset_s: float
+
+
+@dataclasses.dataclass(frozen=True)
 class TenantStatus:
     """One tenant: requests in flight (relayed to the engine) and queued (in admission's
-    queue), and its limits (None: unlimited)."""
+    queue), and its limits (None: unlimited); the KV tokens its running requests hold and its
+    share in tokens (both summed over the pools; None: no share, or one of a pool not measured
+    yet); where it stands in each token budget (none: it has none)."""
 
     name: str
     in_flight: int = 0
     queued: int = 0
     max_in_flight: int | None = None
     max_queued: int | None = None
+    kv_tokens: int = 0
+    max_kv_tokens: int | None = None
+    budgets: tuple[BudgetStatus, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

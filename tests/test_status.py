@@ -57,7 +57,8 @@ SCHEMA: dict[str, Any] = {
     "queues": [{"name": str, "depth": int, "oldest_wait_s": OPT_NUM}],
     "tenants": [{
         "name": str, "in_flight": int, "queued": int, "max_in_flight": OPT_INT,
-        "max_queued": OPT_INT,
+        "max_queued": OPT_INT, "kv_tokens": int, "max_kv_tokens": OPT_INT,
+        "budgets": [{"name": str, "limit": int, "remaining": int, "reset_s": NUM}],
     }],
     "sequences": [{
         "id": str, "tenant": str, "request_class": str, "phase": str, "stream": bool,

@@ -249,6 +249,13 @@ class PoolCapacity:
         self._start(entry, self._slots[choice.backend], now, placement.model)
         return choice.backend
 
+    def kv_tokens(self, model: str) -> int | None:
+        """The KV capacity of `model`'s pool, in tokens: what its backends' last scrapes
+        reported, summed (None: none has reported one)."""
+        loads = [self._slots[name].gate.load for name in self._pools.get(model, ())]
+        total = sum(load.kv_tokens or 0 for load in loads if load is not None)
+        return total or None
+
     def available(self, model: str, now: float) -> bool:
         """Whether some backend of `model`'s pool can take requests now (serving, not
         drained, reachable; its seats may still be full: then requests queue)."""

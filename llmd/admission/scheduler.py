@@ -16,7 +16,9 @@ The rules, one layer over every pool (clocks kept per class and pool):
   on that pool (`_held`).
 - **Within a class, between tenants**: deficit round-robin over token cost (`_pick_drr`); within
   a tenant and class, first in, first out among the entries whose pool is not blocked.
-- **Limits**: a tenant at `max_concurrency` is skipped (its entries wait); a tenant with
+- **Limits**: a tenant at `max_concurrency` is skipped (its entries wait), and so is a tenant
+  on a pool where its next entry would take it over its share of the pool's KV cache
+  (llmd/admission/shares.py: it then holds at least one request there); a tenant with
   `max_queued` entries waiting, or a class with `queue_size` entries, rejects new ones (429); an
   entry past its class's `queue_timeout_s` or its own deadline is rejected (503).
 
@@ -46,11 +48,13 @@ import dataclasses
 import heapq
 import itertools
 import math
-from collections.abc import Iterator, Mapping, Set
+from collections.abc import Iterable, Iterator, Mapping, Set
 
 from llmd.admission.classes import Priority
 from llmd.admission.entries import ClassPolicy, Decisions, Entry, Gate, Reason, Rejection, State
 from llmd.admission.rates import ReleaseRates, Scope
+from llmd.admission.shares import KvShares
+from llmd.admission.tenants import Tenant
 
 # Deficit added to a tenant of weight 1 per round: about one large request. Larger quanta make
 # rounds coarser; smaller ones only cost more loop turns (fast-forwarded, see _pick_drr).
@@ -82,6 +86,7 @@ class Scheduler:
         self.classes = {cls: _ClassQueue(policies[cls]) for cls in Priority}
         self.in_flight: collections.Counter[str] = collections.Counter()
         self.queued_by_tenant: collections.Counter[str] = collections.Counter()
+        self.shares = KvShares()  # what each tenant's running requests hold of each pool's KV
         self.rates = ReleaseRates()
         self._expiry: list[tuple[float, int, Entry]] = []
         self._seq = itertools.count(1)
@@ -140,6 +145,7 @@ class Scheduler:
         if entry.state is State.RELEASED:
             entry.state = State.FINISHED
             self.in_flight[entry.tenant.name] -= 1
+            self.shares.give(entry)
 
     # -- decisions -------------------------------------------------------------------------
 
@@ -172,6 +178,7 @@ class Scheduler:
             entry.backend = backend
             self.classes[entry.cls].waiting_since[entry.model] = now
             self.in_flight[entry.tenant.name] += 1
+            self.shares.take(entry)
             self.rates.record(entry.tenant.name, entry.cls, now)
             gate.on_release(entry, backend)
             decisions.released.append(entry)
@@ -230,14 +237,25 @@ class Scheduler:
         self, tenant_name: str, queue: _ClassQueue, blocked: Set[str], only: str | None = None
     ) -> bool:
         """Whether the tenant is under its concurrency limit and has an entry in a pool not
-        `blocked` (and in pool `only`, when given)."""
-        tenant = queue.queues[tenant_name][0].tenant
+        `blocked` (and in pool `only`, when given) where its KV share lets it start."""
+        fifo = queue.queues[tenant_name]
+        tenant = fifo[0].tenant
         if tenant.max_concurrency and self.in_flight[tenant_name] >= tenant.max_concurrency:
             return False
         pools = queue.tenant_pools[tenant_name]
-        if only is not None:
-            return bool(pools[only]) and only not in blocked
-        return any(count and pool not in blocked for pool, count in pools.items())
+        candidates = [only] if only is not None else list(pools)
+        return any(
+            pools[pool] and pool not in blocked and self._within_share(tenant, fifo, pool)
+            for pool in candidates
+        )
+
+    def _within_share(self, tenant: Tenant, fifo: Iterable[Entry], pool: str) -> bool:
+        """Whether the tenant's first entry for `pool` fits its KV share there
+        (llmd/admission/shares.py)."""
+        if not (tenant.max_kv_tokens or tenant.max_kv_share):
+            return True
+        head = next(entry for entry in fifo if entry.model == pool)
+        return self.shares.fits(tenant, pool, head.cost)
 
     def _next(
         self, now: float, blocked: Mapping[Priority, Set[str]]
@@ -316,13 +334,20 @@ class Scheduler:
     def _head(
         self, tenant_name: str, queue: _ClassQueue, blocked: Set[str], only: str | None
     ) -> Entry:
-        """The tenant's first entry in a pool not `blocked` (in pool `only`, when given); the
-        tenant must be eligible for them."""
-        return next(
-            entry
-            for entry in queue.queues[tenant_name]
-            if entry.model not in blocked and (only is None or entry.model == only)
-        )
+        """The tenant's first entry in a pool not `blocked` (in pool `only`, when given) whose
+        KV share lets it start; the tenant must be eligible for them."""
+        fifo = queue.queues[tenant_name]
+        tenant = fifo[0].tenant
+        limited = bool(tenant.max_kv_tokens or tenant.max_kv_share)
+        over: set[str] = set()  # pools whose first entry is over the tenant's share
+        for entry in fifo:
+            pool = entry.model
+            if pool in blocked or pool in over or (only is not None and pool != only):
+                continue
+            if not limited or self.shares.fits(tenant, pool, entry.cost):
+                return entry
+            over.add(pool)
+        raise AssertionError("the tenant has no entry it may start")
 
     def _pick_drr(self, queue: _ClassQueue, blocked: Set[str], only: str | None = None) -> Entry:
         """Deficit round-robin over the class's tenants: the head the ring now points at

@@ -39,6 +39,7 @@ __all__ = [
     "SupervisorConfig",
     "TelemetryConfig",
     "UpstreamConfig",
+    "UsageConfig",
     "ValidationConfig",
     "config_path",
     "load_config",
@@ -119,6 +120,15 @@ class TelemetryConfig:
     gpu_interval_s: float = 1.0
     # Tenants past this many distinct ones share the Prometheus label `other`.
     top_tenants: int = 20
+
+
+@dataclasses.dataclass(frozen=True)
+class UsageConfig:
+    """Usage kept in the state directory (llmd/usage/store.py): how long, and how often the
+    daemon writes what it gathered (with the token budgets' state)."""
+
+    keep_days: int = 90  # hours older than this many days are dropped (0: kept forever)
+    flush_interval_s: float = 2.0  # a crash loses at most this much of usage and budgets
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,6 +237,7 @@ class Config:
     telemetry: TelemetryConfig = dataclasses.field(default_factory=TelemetryConfig)
     validation: ValidationConfig = dataclasses.field(default_factory=ValidationConfig)
     admission: AdmissionConfig = dataclasses.field(default_factory=AdmissionConfig)
+    usage: UsageConfig = dataclasses.field(default_factory=UsageConfig)
     release: ReleaseConfig = dataclasses.field(default_factory=ReleaseConfig)
     source: str = ""
 
@@ -274,6 +285,10 @@ def load_config(path: Path, *, listen: str | None = None, runtime_dir: str | Non
     )
     _check_listen(server.listen, "server.listen")
     _check_limits(server)
+    if config.usage.flush_interval_s <= 0:
+        raise ConfigError(
+            f"usage.flush_interval_s = {config.usage.flush_interval_s!r}: expected seconds > 0"
+        )
     engines = engine_tables(config.engine if "engine" in raw else None, config.engines)
     for name, engine in engines.items():
         if not engine.model:

@@ -6,6 +6,8 @@ Access control is the socket's mode (0660: root and the llmd group), set when th
                                   "engine": NAME}
     POST /resume, /restart        optional {"engine": NAME}: that engine only
     POST /reload
+    POST /tenants/reload          read the tenants file again, and only it (`llmd tenant ...`);
+                                  answers {"tenants": [NAME, ...]}
     POST /requests/{id}/cancel
     POST /guard                   {"mode": "off" | "on" | "level N"}: the SLO guard's override
                                   until the next reload; answers the guard's status
@@ -113,6 +115,10 @@ class AdminApp:
             return await self.actions.restart(_engine(body))
         if path == "/reload":
             return self.actions.reload()
+        if path == "/tenants/reload":
+            tenants = self.state.admission.reload_tenants()
+            log.info("tenants_reloaded", tenants=len(tenants))
+            return {"tenants": tenants}
         if path == "/guard":
             return _guard(self.state, body)
         if path in ("/deploy", "/rollback"):

@@ -39,6 +39,7 @@ from llmd.daemon.listeners import (
 )
 from llmd.daemon.reload import ReloadPlan, plan_reload, with_engine_tables
 from llmd.daemon.telemetry import Telemetry
+from llmd.daemon.usage import UsageKeeper
 from llmd.daemon.watchdog import Watchdog
 from llmd.errors import ActionRefused, ConfigError, EngineGaveUp
 from llmd.gpu.preflight import GpuReport, PreflightError, run_preflight
@@ -107,6 +108,10 @@ class Daemon:
             observer=Observer(config.telemetry.top_tenants, config.logging.requests),
         )
         self.telemetry = Telemetry(self.state.observer, self.state.admission.engine_sampled)
+        # Usage and the token budgets, kept in the state directory: the budgets start where
+        # the last llmd left them.
+        self.usage = UsageKeeper(self.state, Path(state_dir or config.server.state_dir))
+        self.usage.open()
         # The engines' supervisors and the upstreams' probes; telemetry follows who joins.
         self.backends = Backends(self.state, self._apply_tables, self._start_telemetry)
         # The stall watchdog over every backend (llmd/supervisor/stall.py).
@@ -187,6 +192,7 @@ class Daemon:
             )
         self.backends.start()
         self.apply(self.config)
+        self.usage.start()
         self.watchdog.start()
         log.info(
             "llmd_started",
@@ -278,7 +284,10 @@ class Daemon:
             if tasks:
                 await asyncio.wait(tasks)
             await self.state.fleet.close()
-        # 6. Remove the sockets and the signal handlers.
+        # 6. Write the usage and the budgets' state a last time (the drained requests settled).
+        async with self._step("keep_usage"):
+            await self.usage.close()
+        # 7. Remove the sockets and the signal handlers.
         async with self._step("remove_sockets"):
             sockets = [self.paths.socket_of(name) for name in self.backends.supervisors]
             for path in (self.paths.admin_socket, *sockets):
@@ -288,13 +297,13 @@ class Daemon:
             loop = asyncio.get_running_loop()
             for sig in _SIGNALS:
                 loop.remove_signal_handler(sig)
-        # 7. Write the pending "suppressed N similar" lines (the log is otherwise written as it
+        # 8. Write the pending "suppressed N similar" lines (the log is otherwise written as it
         #    goes) and tell systemd.
         async with self._step("flush_logs"):
             line_limiter().flush(force=True)
             log.info("llmd_stopped", exit_code=self.exit_code)
             self.reporter.notifier.close()
-        # 8. Let the next llmd have the runtime directory; give start-up's objects back to the
+        # 9. Let the next llmd have the runtime directory; give start-up's objects back to the
         #    garbage collector (an llmd run in-process, as the tests do, leaves nothing frozen).
         if self._lock is not None:
             os.close(self._lock)

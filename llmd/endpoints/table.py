@@ -64,7 +64,9 @@ def pairs(fields: Fields, valid: Validated, max_model_len: int | None) -> Cost:
 
 def transcription(fields: Fields, valid: Validated, max_model_len: int | None) -> Cost:
     """An audio upload: one sequence per 30 s window it can hold (its size at the lowest
-    bitrate, llmd/endpoints/audio.py), each up to the model's context (448 for Whisper)."""
+    bitrate, llmd/endpoints/audio.py), each up to the model's context (448 for Whisper).
+    Nothing is reserved from token budgets (the tokens are not known before): the output it
+    produced is charged when it ends."""
     windows = audio.audio_windows(fields.audio_bytes)
     return Cost(seats=windows, tokens=windows * (max_model_len or WHISPER_CONTEXT))
 
@@ -74,8 +76,10 @@ WHISPER_CONTEXT = 448
 
 
 def one_seat(fields: Fields, valid: Validated, max_model_len: int | None) -> Cost:
-    """A tokenizer request sent to a backend: one seat for a moment, its prompt's tokens."""
-    return pooling_cost(valid.prompt_counts[:1] or (1,))
+    """A tokenizer request sent to a backend: one seat for a moment, its prompt's tokens
+    (charged to no token budget: nothing is generated or pooled)."""
+    tokens = pooling_cost(valid.prompt_counts[:1] or (1,)).tokens
+    return Cost(seats=1, tokens=tokens)
 
 
 GENERATE = frozenset({EngineKind.GENERATE})

@@ -148,7 +148,8 @@ class Relay:
         """Class, deadline (from arrival), the endpoint's fields, prompt tokens (counted in the
         class's turn) and context (by its model's validator: tokenizer and context length;
         an endpoint that does not validate goes as it is), its cost (a request that fits no
-        backend of its pool is refused) and its prefix key for admission; or, for a tokenizer
+        backend of its pool, or not its tenant's KV share, is refused) and its prefix key for
+        admission; or, for a tokenizer
         request the local tokenizer answers, that answer. The body's object is dropped once
         the bytes to send are built. Raises ApiError (400)."""
         admission, endpoint = self.state.admission, self.endpoint
@@ -185,7 +186,9 @@ class Relay:
             body.hold.resize(len(valid.body) + len(priority_body))
         exchange.prompt_tokens, exchange.max_tokens = valid.prompt_tokens, valid.max_tokens
         cost = endpoint.cost(fields, valid, validator.engine.max_model_len)
+        exchange.input_tokens = cost.input_tokens
         gates.check_fits(cost, model)
+        admission.check_share(tenant, cost, model)
         request = AdmissionRequest(
             tenant, cls, cost, deadline, model=model, affinity=key, conversation=conversation
         )
@@ -212,11 +215,14 @@ class Relay:
         await writer.body(payload, more=False)
 
     async def admit(self, exchange: Exchange, prepared: Prepared) -> Ticket:
-        """Wait in admission's queue until a backend of the request's pool may take it (the
-        ticket's `entry.backend`). Raises RateLimited, QueueFull (429), QueueTimeout, Draining
-        (503)."""
+        """Charge the tenant's token budgets, then wait in admission's queue until a backend of
+        the request's pool may take it (the ticket's `entry.backend`); the answer gets the
+        x-ratelimit-*-tokens headers of a tenant with budgets. Raises BudgetExceeded,
+        RateLimited, QueueFull (429), QueueTimeout, Draining (503)."""
         exchange.queued_at = time.monotonic()
-        return await self.state.admission.admit(prepared.request)
+        ticket = await self.state.admission.admit(prepared.request)
+        prepared.response_headers.extend(ticket.ratelimit)
+        return ticket
 
     async def relay(
         self,
@@ -399,7 +405,7 @@ class Relay:
             if prepared is not None:
                 prepared.drop()
             if ticket is not None:
-                self.state.admission.finish(ticket)
+                self.state.admission.finish(ticket, exchange.output_tokens)
 
 
 def _with_priority(payload: dict[str, Any], cls: Priority) -> bytes:

@@ -1,5 +1,6 @@
 """The request observer: each finished or refused request updates the metrics, the latency and
-throughput windows, the tallies, and writes its one log line (never the prompt text).
+throughput windows, the tallies and the usage kept in the state directory (`usage`, written by
+llmd/daemon/usage.py), and writes its one log line (never the prompt text).
 
 It also holds the latest engine and GPU readings, which the telemetry scraper writes and the
 Status snapshot reads. Everything here runs on the event loop; a call costs a few microseconds
@@ -32,6 +33,7 @@ from llmd.status import (
 from llmd.telemetry.metrics import OTHER_ENDPOINT, ProxyMetrics, input_length_label
 from llmd.telemetry.outcomes import Ending, Outcome, Tallies, classify
 from llmd.telemetry.windows import LatencyWindow, RateWindow
+from llmd.usage.records import UsageBatch
 
 log = structlog.get_logger("llmd.requests")
 
@@ -52,6 +54,7 @@ class Record(Ending, Protocol):
     model: str | None
     backend: str | None
     prompt_tokens: int | None
+    input_tokens: int
     started_at: float
     queued_at: float | None
     admitted_at: float | None
@@ -118,6 +121,8 @@ class Observer:
         self.metrics = ProxyMetrics(top_tenants)
         self.windows = Windows()
         self.tallies = Tallies()
+        # Per hour, tenant, model and outcome: what llmd/daemon/usage.py writes to the store.
+        self.usage = UsageBatch()
         self.log_requests = log_requests
         # The latest scrape of each backend's /metrics, and its prompt and generation token
         # rates (per s), by backend name.
@@ -262,6 +267,10 @@ class Observer:
         self.windows.throughput.add(1, prompt, record.output_tokens)
         self.windows.endpoint(endpoint).add(1)
         self.tallies.add(outcome, label, endpoint)
+        self.usage.add(
+            record.tenant, model, outcome.value, record.input_tokens, record.output_tokens,
+            time.time(),
+        )  # fmt: skip
         phase = None
         if outcome is Outcome.CANCELLED:
             phase = label
@@ -315,6 +324,7 @@ class Observer:
         ).inc()
         m.rejections.labels(code).inc()
         self.tallies.add(Outcome.REJECTED, code, endpoint)
+        self.usage.add(tenant, model or "", rejected, 0, 0, time.time())
         self.windows.throughput.add(1, 0, 0)
         self.windows.endpoint(endpoint).add(1)
         if code in TIMEOUT_CODES:

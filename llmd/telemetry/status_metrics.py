@@ -5,7 +5,8 @@ tests/telemetry/test_metrics.py).
 - Per backend (label `engine`): up, restarts, the release it runs, drained, llmd's requests
   there, KV cache, running and waiting.
 - llmd: draining, queue depth, in flight (relayed to a backend) and queued by tenant (global,
-  over every pool), GPUs, the SLO guard's level and TTFT p95 by class.
+  over every pool), each tenant's KV share in use and token budgets left, GPUs, the SLO
+  guard's level and TTFT p95 by class.
 """
 
 from __future__ import annotations
@@ -71,8 +72,47 @@ def _status_families(status: Status, tenant: TenantLabels) -> Iterator[Metric]:
         queued.add_metric([label], waiting[label])
     yield in_flight
     yield queued
+    yield from _tenant_limit_families(status, tenant)
     yield from _gpu_families(status)
     yield from _guard_families(status)
+
+
+def _tenant_limit_families(status: Status, tenant: TenantLabels) -> Iterator[Metric]:
+    """Each tenant's KV share in use and its share, and the tokens left in each of its token
+    budgets (llmd/admission/shares.py, budgets.py); tenants past the label bound are summed
+    under `other`."""
+    held = GaugeMetricFamily(
+        "llmd_tenant_kv_tokens",
+        "KV tokens the tenant's running requests hold, as llmd prices them, over every pool.",
+        labels=["tenant"],
+    )
+    share = GaugeMetricFamily(
+        "llmd_tenant_kv_limit_tokens",
+        "The tenant's share of the KV cache, in tokens, over every pool (tenants with one).",
+        labels=["tenant"],
+    )
+    left = GaugeMetricFamily(
+        "llmd_tenant_budget_remaining_tokens",
+        "Tokens left in each token budget of the tenant (budget: input_tokens_per_minute, "
+        "output_tokens_per_minute or tokens_per_day).",
+        labels=["tenant", "budget"],
+    )
+    sums: dict[str, dict[tuple[str, ...], float]] = {"held": {}, "share": {}, "left": {}}
+    for row in status.tenants:
+        label = tenant(row.name)
+        _add(sums["held"], (label,), row.kv_tokens)
+        if row.max_kv_tokens is not None:
+            _add(sums["share"], (label,), row.max_kv_tokens)
+        for budget in row.budgets:
+            _add(sums["left"], (label, budget.name), budget.remaining)
+    for family, name in ((held, "held"), (share, "share"), (left, "left")):
+        for labels, value in sorted(sums[name].items()):
+            family.add_metric(list(labels), value)
+        yield family
+
+
+def _add(sums: dict[tuple[str, ...], float], labels: tuple[str, ...], value: float) -> None:
+    sums[labels] = sums.get(labels, 0) + value
 
 
 def _guard_families(status: Status) -> Iterator[Metric]:

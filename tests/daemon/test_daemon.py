@@ -136,6 +136,8 @@ PROBES: dict[str, Probe] = {
     "admission.kv_high_watermark": lambda d: _gate(d).kv_high_watermark,
     "admission.kv_overcommit": lambda d: _gate(d).kv_overcommit,
     "admission.max_engine_waiting": lambda d: _gate(d).max_engine_waiting,
+    "usage.keep_days": lambda d: d.state.config.usage.keep_days,
+    "usage.flush_interval_s": lambda d: d.state.config.usage.flush_interval_s,
     "routing.prefix_chars": lambda d: d.state.admission.gates.prefix_chars,
     "routing.epsilon": lambda d: d.state.admission.capacity.affinity.epsilon,
     "routing.slack": lambda d: d.state.admission.capacity.affinity.slack,
@@ -261,7 +263,11 @@ async def live() -> AsyncIterator[Live]:
     workdir = short_tmpdir("llmd-walk-")
     text = sim_config(
         ensure_tiny_model(),
-        server={"listen": f"127.0.0.1:{free_port()}", "runtime_dir": str(workdir / "run")},
+        server={
+            "listen": f"127.0.0.1:{free_port()}",
+            "runtime_dir": str(workdir / "run"),
+            "state_dir": str(workdir / "state"),
+        },
     )
     raw = tomllib.loads(text)
     config_file = workdir / "llmd.toml"

@@ -11,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from llmd.admission.classes import Priority
 from llmd.admission.entries import Entry
+from llmd.admission.tenants import Tenant, TenantDirectory
 from llmd.config import Config, EngineConfig
 from llmd.engine.metrics import EngineSample
 from llmd.gpu.nvml import GpuDevice, GpuReading
@@ -54,6 +55,9 @@ SERIES = {
     "llmd_queue_depth": ("gauge", {"class"}),
     "llmd_in_flight": ("gauge", {"tenant"}),
     "llmd_queued": ("gauge", {"tenant"}),
+    "llmd_tenant_kv_tokens": ("gauge", {"tenant"}),
+    "llmd_tenant_kv_limit_tokens": ("gauge", {"tenant"}),
+    "llmd_tenant_budget_remaining_tokens": ("gauge", {"tenant", "budget"}),
     "llmd_gpu_utilization_ratio": ("gauge", {"gpu", "name"}),
     "llmd_gpu_memory_used_bytes": ("gauge", {"gpu", "name"}),
     "llmd_gpu_memory_total_bytes": ("gauge", {"gpu", "name"}),
@@ -64,8 +68,12 @@ SERIES = {
 }
 
 
+CAPPED = Tenant("capped", max_kv_tokens=4096, tokens_per_day=10_000)
+
+
 def busy_context(top_tenants: int = 20) -> DaemonState:
-    """A context with a serving engine, one exit, engine and GPU readings, and traffic."""
+    """A context with a serving engine, one exit, engine and GPU readings, traffic, and a
+    tenant with a KV share and a token budget."""
     engine = EngineState(phase=EnginePhase.SERVING, exits_by_reason={"oom_killed": 1}, release="r1")
     ctx = daemon_state(Config(engine=EngineConfig(model="tiny")), engine, Observer(top_tenants))
     ctx.observer.engine_samples["main"] = EngineSample(
@@ -79,6 +87,8 @@ def busy_context(top_tenants: int = 20) -> DaemonState:
     metrics.registry.register(collector)
     live = Exchange("live", stream=True, tenant="acme")
     ctx.inflight.add(live)
+    ctx.admission.tenants = TenantDirectory({"0" * 64: CAPPED})
+    ctx.admission.budgets.configure([CAPPED], time.time())
     return ctx
 
 
@@ -180,6 +190,23 @@ def test_in_flight_counts_what_is_relayed_and_queued_has_its_own_gauge() -> None
     assert not value("llmd_in_flight", {"tenant": "acme"})  # validating: not relayed
     status = ctx.snapshot()
     assert (status.in_flight, status.queued) == (1, 2)
+
+
+def test_each_tenants_kv_share_and_budgets_left_are_gauges() -> None:
+    """llmd_tenant_kv_tokens: what its running requests hold; llmd_tenant_kv_limit_tokens: its
+    share; llmd_tenant_budget_remaining_tokens: each budget's tokens left."""
+    ctx = busy_context()
+    value = ctx.observer.metrics.registry.get_sample_value
+    scheduler = ctx.admission.scheduler
+    entry = Entry(CAPPED, Priority.NORMAL, 1500, model="tiny")
+    scheduler.shares.take(entry)
+    ctx.admission.budgets.charge("capped", 1000, 500, time.time())
+    assert value("llmd_tenant_kv_tokens", {"tenant": "capped"}) == 1500
+    assert value("llmd_tenant_kv_limit_tokens", {"tenant": "capped"}) == 4096
+    left = value(
+        "llmd_tenant_budget_remaining_tokens", {"tenant": "capped", "budget": "tokens_per_day"}
+    )
+    assert left == 8500
 
 
 def test_the_grafana_dashboard_uses_only_contracted_series() -> None:
