@@ -1,0 +1,547 @@
+"""The relay's ceiling: how many streamed tokens and requests a second one core of llmd relays
+before llmd's own process is what limits them (issue 37).
+
+`llmd serve` with etc/sim.toml and the simulator's `--zero-latency` (it answers as fast as it
+can), llmd pinned to one core (`--llmd-cpu`, sched_setaffinity on each of its threads, as
+`taskset -p` does) and its simulator child, with this script's clients, on the others. Two
+paths to the same simulator socket, in an order rotated by round:
+  splice  client → TCP → a bare uvloop byte splice (its own process, pinned like llmd) →
+          the simulator's socket: the floor for any relay process
+  llmd    client → TCP → llmd → the simulator's socket
+For each path, streamed completions (`--tokens` each, ignore_eos) from closed-loop clients at
+rising concurrency (`--streams`), then non-streamed ones (16 tokens) at `--clients`; per step
+the tokens/s and requests/s the clients got, the relay process's CPU time (user + system, its
+children excluded, from /proc through psutil) per streamed token and per request, and its CPU
+use in cores (1.0: its core is saturated). A path's ceiling is its best step. Per round it
+prints the figures; at the end the median (min-max) over rounds, and llmd/splice.
+
+CPU per token and per request are the stable figures on a shared machine; tokens/s and
+requests/s move with whatever else runs on the clients' and the simulator's core (and at the
+ceiling the simulator itself may be what limits both paths: see each step's CPU use).
+
+    flock /tmp/llmd-heavy.lock .venv/bin/python scripts/bench_ceiling.py --rounds 3 \
+        [--output docs/bench/ceiling-DATE.json] [--py-spy .venv/bin/py-spy]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.support.configs import config_sections  # noqa: E402
+from tests.support.llmd_process import LlmdProcess, free_port, stop_process  # noqa: E402
+from tests.support.machine_load import load_average  # noqa: E402
+from tests.support.model import ensure_tiny_model  # noqa: E402
+from tests.support.profiling import py_spy_record, report_profile  # noqa: E402
+from tests.support.rounds import cpu_seconds, spread, write_record  # noqa: E402
+from tests.support.sim_process import sim_config  # noqa: E402
+
+PATHS = ("splice", "llmd")
+
+
+# -- the splice: a process of its own, so that its CPU time is its own ------------------------
+
+
+def splice_main(port: int, upstream: str) -> None:
+    """Serve a bare byte splice on 127.0.0.1:`port` to the Unix socket `upstream` (uvloop)."""
+    import uvloop
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except OSError:
+            pass
+        finally:
+            writer.close()
+
+    async def handle(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        up_r, up_w = await asyncio.open_unix_connection(upstream)
+        await asyncio.gather(pipe(client_r, up_w), pipe(up_r, client_w))
+
+    async def serve() -> None:
+        server = await asyncio.start_server(handle, "127.0.0.1", port)
+        async with server:
+            await server.serve_forever()
+
+    uvloop.run(serve())
+
+
+# -- the firehose: the simulator's answers replayed at wire speed ----------------------------
+
+
+class Firehose(asyncio.Protocol):
+    """The engine side of one connection. A POST answered before (the same body) is answered
+    again from the recording, one HTTP chunk (one event, vLLM's layout) a write, each stream
+    one chunk a turn of the loop, as an engine's steps give each sequence one token; anything
+    else (and a POST's first time) goes to the simulator on `Firehose.upstream` and its
+    answer is recorded."""
+
+    upstream = ""
+    recorded: ClassVar[
+        dict[bytes, list[bytes]]
+    ] = {}  # request (head's first line and body) -> writes
+    active: ClassVar[
+        list[tuple[asyncio.Transport, list[bytes], list[int]]]
+    ] = []  # streams replaying
+    stepping = False
+
+    def __init__(self) -> None:
+        self.buffer = b""
+        self.transport: asyncio.Transport | None = None
+        self.forwarding: set[asyncio.Future[None]] = set()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        end = self.buffer.find(b"\r\n\r\n")
+        if end < 0:
+            return
+        head = self.buffer[:end]
+        marker = head.lower().find(b"content-length:")
+        length = int(head[marker + 15 :].split(b"\r\n", 1)[0]) if marker >= 0 else 0
+        if len(self.buffer) < end + 4 + length:
+            return
+        raw, self.buffer = self.buffer[: end + 4 + length], self.buffer[end + 4 + length :]
+        key = head.split(b"\r\n", 1)[0] + raw[end + 4 :]
+        writes = self.recorded.get(key) if head.startswith(b"POST") else None
+        if writes is None:
+            task = asyncio.ensure_future(self.forward(raw, key, head.startswith(b"POST")))
+            self.forwarding.add(task)
+            task.add_done_callback(self.forwarding.discard)
+        else:
+            self.replay(writes)
+
+    def replay(self, writes: list[bytes]) -> None:
+        assert self.transport is not None
+        Firehose.active.append((self.transport, writes, [0]))
+        if not Firehose.stepping:
+            Firehose.stepping = True
+            asyncio.get_running_loop().call_soon(Firehose.step)
+
+    @staticmethod
+    def step() -> None:
+        """One write to each stream replaying; again next turn while any is left."""
+        still = []
+        for transport, writes, at in Firehose.active:
+            if transport.is_closing():
+                continue
+            transport.write(writes[at[0]])
+            at[0] += 1
+            if at[0] < len(writes):
+                still.append((transport, writes, at))
+        Firehose.active = still
+        if still:
+            asyncio.get_running_loop().call_soon(Firehose.step)
+        else:
+            Firehose.stepping = False
+
+    async def forward(self, raw: bytes, key: bytes, record: bool) -> None:
+        loop = asyncio.get_running_loop()
+        transport, exchange = await loop.create_unix_connection(Exchange, self.upstream)
+        try:
+            status, body = await exchange.ask(raw)
+        finally:
+            transport.close()
+        assert exchange.head is not None and self.transport is not None
+        head = exchange.head_raw + b"\r\n\r\n"
+        writes = [head, *_chunks(body)] if exchange.length < 0 else [head + body]
+        if record and status == 200:
+            Firehose.recorded[key] = writes
+        self.transport.write(b"".join(writes))
+
+
+def _chunks(body: bytes) -> list[bytes]:
+    """A chunked body split at its chunks, each with its framing."""
+    out, at = [], 0
+    while at < len(body):
+        line_end = body.index(b"\r\n", at)
+        size = int(body[at:line_end], 16)
+        end = line_end + 2 + size + 2
+        out.append(body[at:end])
+        at = end
+    return out
+
+
+def firehose_main(path: str, upstream: str) -> None:
+    """Serve the firehose on the Unix socket `path`, in front of the simulator's `upstream`."""
+    import uvloop
+
+    Firehose.upstream = upstream
+
+    async def serve() -> None:
+        server = await asyncio.get_running_loop().create_unix_server(Firehose, path)
+        async with server:
+            await server.serve_forever()
+
+    uvloop.run(serve())
+
+
+# -- the clients: raw HTTP/1.1 on kept-alive connections, as cheap as a client gets -----------
+
+
+class Exchange(asyncio.Protocol):
+    """One kept-alive connection; `ask(request)` sends a request and waits for its whole
+    answer (Content-Length or chunked): (status, body bytes as received, chunked framing
+    included)."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.parts: list[bytes] = []
+        self.tail = b""
+        self.head: bytes | None = None
+        self.head_raw = b""
+        self.length = -1
+        self.got = 0
+        self.done: asyncio.Future[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.done is not None and not self.done.done():
+            self.done.set_exception(ConnectionError("the relay closed the connection"))
+
+    def data_received(self, data: bytes) -> None:
+        self.parts.append(data)
+        if self.head is None:
+            raw = b"".join(self.parts)
+            end = raw.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            self.head_raw = raw[:end]
+            self.head = self.head_raw.lower()
+            rest = raw[end + 4 :]
+            self.parts = [rest]
+            self.got = len(rest)
+            marker = self.head.find(b"content-length:")
+            if marker >= 0:
+                self.length = int(self.head[marker + 15 :].split(b"\r\n", 1)[0])
+            self.tail = rest[-8:]
+        else:
+            self.got += len(data)
+            self.tail = (self.tail + data)[-8:]
+        if (self.length >= 0 and self.got >= self.length) or (
+            self.length < 0 and self.tail.endswith(b"0\r\n\r\n")
+        ):
+            assert self.done is not None
+            self.done.set_result(None)
+
+    async def ask(self, request: bytes) -> tuple[int, bytes]:
+        assert self.transport is not None
+        self.parts, self.tail, self.head, self.length, self.got = [], b"", None, -1, 0
+        self.done = asyncio.get_running_loop().create_future()
+        self.transport.write(request)
+        await self.done
+        assert self.head is not None
+        return int(self.head.split(b" ", 2)[1]), b"".join(self.parts)
+
+
+def request_bytes(port: int, *, stream: bool, tokens: int) -> bytes:
+    body = json.dumps(
+        {
+            "model": "tiny",
+            "prompt": "The quick brown fox",
+            "max_tokens": tokens,
+            "ignore_eos": True,
+            "stream": stream,
+        }
+    ).encode()
+    return (
+        b"POST /v1/completions HTTP/1.1\r\nhost: 127.0.0.1:%d\r\n"
+        b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+    ) % (port, len(body), body)
+
+
+async def closed_loop(
+    port: int, request: bytes, clients: int, seconds: float
+) -> tuple[int, int, int, bytes]:
+    """`clients` connections each sending `request` back to back for `seconds`: (answers
+    done, failures, events in the answers that were checked, one answer's body)."""
+    loop = asyncio.get_running_loop()
+    deadline = time.monotonic() + seconds
+    done = failures = 0
+    sample = b""
+
+    async def client() -> None:
+        nonlocal done, failures, sample
+        _, exchange = await loop.create_connection(Exchange, "127.0.0.1", port)
+        try:
+            while time.monotonic() < deadline:
+                status, body = await exchange.ask(request)
+                if status != 200:
+                    failures += 1
+                    sample = body
+                    continue
+                done += 1
+                if not sample:
+                    sample = body
+        finally:
+            assert exchange.transport is not None
+            exchange.transport.close()
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return done, failures, sample.count(b"data: "), sample
+
+
+async def step(
+    port: int, pid: int, *, stream: bool, tokens: int, clients: int, seconds: float
+) -> dict[str, Any]:
+    """One load step against the relay on `port` (process `pid`): its figures."""
+    request = request_bytes(port, stream=stream, tokens=tokens)
+    await closed_loop(port, request, clients, 0.5)  # connections and both processes warm
+    cpu0, t0 = cpu_seconds(pid), time.monotonic()
+    done, failures, events, sample = await closed_loop(port, request, clients, seconds)
+    cpu, wall = cpu_seconds(pid) - cpu0, time.monotonic() - t0
+    streamed = done * tokens if stream else 0
+    return {
+        "clients": clients,
+        "stream": stream,
+        "requests": done,
+        "failures": failures,
+        "events_per_answer": events if stream else None,
+        "failure_sample": sample[:300].decode(errors="replace") if failures else None,
+        "tokens_per_s": streamed / wall if stream else None,
+        "requests_per_s": done / wall,
+        "relay_cores": cpu / wall,
+        "cpu_us_per_token": cpu / streamed * 1e6 if streamed else None,
+        "cpu_us_per_request": cpu / done * 1e6 if done else None,
+    }
+
+
+async def sweep(port: int, pid: int, args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
+    """The streamed steps at each of `args.streams`, then the non-streamed step."""
+    streamed = [
+        await step(port, pid, stream=True, tokens=args.tokens, clients=c, seconds=args.seconds)
+        for c in args.streams
+    ]
+    whole = [
+        await step(port, pid, stream=False, tokens=16, clients=c, seconds=args.seconds)
+        for c in args.clients
+    ]
+    return {"streamed": streamed, "whole": whole}
+
+
+def ceiling(steps: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """The step with the most `key` a second."""
+    return max(steps, key=lambda s: s[key] or 0.0)
+
+
+# -- processes and cores ----------------------------------------------------------------------
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of `pid` on `cpus` (threads it starts later inherit their creator's)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(int(tid), cpus)
+
+
+def children(pid: int) -> list[int]:
+    import psutil
+
+    return [child.pid for child in psutil.Process(pid).children(recursive=True)]
+
+
+def start_firehose(engine_socket: Path, cpus: set[int]) -> subprocess.Popen[bytes]:
+    """Put the firehose at `engine_socket`, the simulator moved behind it (its listening
+    socket renamed: new connections to the old path reach the firehose)."""
+    moved = engine_socket.with_name("engine-sim.sock")
+    os.rename(engine_socket, moved)
+    process = subprocess.Popen(
+        [sys.executable, __file__, "--firehose-serve", str(engine_socket), str(moved)]
+    )
+    pin(process.pid, cpus)
+    deadline = time.monotonic() + 10
+    while not engine_socket.exists():
+        if time.monotonic() > deadline or process.poll() is not None:
+            raise RuntimeError("the firehose did not start")
+        time.sleep(0.05)
+    return process
+
+
+def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per path: medians (and min-max strings) of its ceilings over rounds; llmd/splice."""
+    out: dict[str, Any] = {}
+    for path in PATHS:
+        rows = [r[path] for r in records]
+        out[path] = {
+            "streamed_tokens_per_s": spread([r["streamed_ceiling"]["tokens_per_s"] for r in rows]),
+            "streamed_requests_per_s": spread(
+                [r["streamed_ceiling"]["requests_per_s"] for r in rows]
+            ),
+            "streamed_cores": spread([r["streamed_ceiling"]["relay_cores"] for r in rows], 2),
+            "cpu_us_per_token": spread(
+                [r["streamed_ceiling"]["cpu_us_per_token"] for r in rows], 2
+            ),
+            "cpu_us_per_streamed_request": spread(
+                [r["streamed_ceiling"]["cpu_us_per_request"] for r in rows]
+            ),
+            "whole_requests_per_s": spread([r["whole_ceiling"]["requests_per_s"] for r in rows]),
+            "whole_cores": spread([r["whole_ceiling"]["relay_cores"] for r in rows], 2),
+            "cpu_us_per_request": spread([r["whole_ceiling"]["cpu_us_per_request"] for r in rows]),
+        }
+    ratios = {
+        "tokens_per_s": [r["ratio_tokens_per_s"] for r in records],
+        "cpu_per_token": [r["ratio_cpu_per_token"] for r in records],
+        "requests_per_s": [r["ratio_requests_per_s"] for r in records],
+        "cpu_per_request": [r["ratio_cpu_per_request"] for r in records],
+    }
+    out["llmd_over_splice"] = {name: spread(values, 2) for name, values in ratios.items()}
+    out["one_core_tokens_per_s_from_cpu"] = spread(
+        [1e6 / r["llmd"]["streamed_ceiling"]["cpu_us_per_token"] for r in records]
+    )
+    return out
+
+
+async def measure(
+    llmd: LlmdProcess, splice: subprocess.Popen[bytes], splice_port: int, args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    targets = {"splice": (splice_port, splice.pid), "llmd": (llmd.port, llmd.process.pid)}
+    records = []
+    for round_no in range(1, args.rounds + 1):
+        order = PATHS if round_no % 2 else PATHS[::-1]
+        record: dict[str, Any] = {
+            "round": round_no,
+            "started": datetime.datetime.now().isoformat(timespec="seconds"),
+            "load_before": load_average(),
+        }
+        for path in order:
+            port, pid = targets[path]
+            steps = await sweep(port, pid, args)
+            record[path] = {
+                **steps,
+                "streamed_ceiling": ceiling(steps["streamed"], "tokens_per_s"),
+                "whole_ceiling": ceiling(steps["whole"], "requests_per_s"),
+            }
+        llmd_r, splice_r = record["llmd"], record["splice"]
+        record["ratio_tokens_per_s"] = (
+            llmd_r["streamed_ceiling"]["tokens_per_s"]
+            / splice_r["streamed_ceiling"]["tokens_per_s"]
+        )
+        record["ratio_cpu_per_token"] = (
+            llmd_r["streamed_ceiling"]["cpu_us_per_token"]
+            / splice_r["streamed_ceiling"]["cpu_us_per_token"]
+        )
+        record["ratio_requests_per_s"] = (
+            llmd_r["whole_ceiling"]["requests_per_s"] / splice_r["whole_ceiling"]["requests_per_s"]
+        )
+        record["ratio_cpu_per_request"] = (
+            llmd_r["whole_ceiling"]["cpu_us_per_request"]
+            / splice_r["whole_ceiling"]["cpu_us_per_request"]
+        )
+        print(json.dumps(record), flush=True)
+        records.append(record)
+    if args.py_spy:
+        port, pid = targets["llmd"]
+        with py_spy_record(args.py_spy, pid, args.profile):
+            await step(
+                port,
+                pid,
+                stream=True,
+                tokens=args.tokens,
+                clients=max(args.streams),
+                seconds=args.seconds,
+            )
+    return records
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--firehose-serve"]:
+        firehose_main(sys.argv[2], sys.argv[3])
+        return
+    if sys.argv[1:2] == ["--splice-serve"]:
+        splice_main(int(sys.argv[2]), sys.argv[3])
+        return
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=5.0, help="per step")
+    parser.add_argument("--tokens", type=int, default=200, help="per streamed answer")
+    parser.add_argument(
+        "--streams", type=lambda s: [int(x) for x in s.split(",")], default=[16, 64, 256]
+    )
+    parser.add_argument(
+        "--clients", type=lambda s: [int(x) for x in s.split(",")], default=[16, 64]
+    )
+    parser.add_argument(
+        "--engine",
+        choices=("firehose", "sim"),
+        default="firehose",
+        help="firehose: the simulator's answers replayed at wire speed (default); sim: the "
+        "zero-latency simulator itself (its own CPU limits both paths near 40,000 tokens/s)",
+    )
+    parser.add_argument("--llmd-cpu", type=int, default=0, help="the core llmd and the splice get")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    parser.add_argument("--output", type=Path)
+    parser.add_argument("--py-spy", help="py-spy's path: profile llmd in an extra step")
+    parser.add_argument("--profile", type=Path, default=Path("/tmp/llmd-ceiling.collapsed"))
+    args = parser.parse_args()
+    relay_cpus = {args.llmd_cpu}
+    other_cpus = (os.sched_getaffinity(0) - relay_cpus) or relay_cpus
+    config = sim_config(
+        ensure_tiny_model(),
+        ["--zero-latency", "--max-num-seqs", "1024"],
+        **config_sections(args.set),
+    )
+    with LlmdProcess.running(config, "llmd-ceiling-") as llmd:
+        llmd.wait_tokenizer()
+        pin(llmd.process.pid, relay_cpus)
+        for child in children(llmd.process.pid):
+            pin(child, other_cpus)
+        os.sched_setaffinity(0, other_cpus)
+        helpers: list[subprocess.Popen[bytes]] = []
+        try:
+            if args.engine == "firehose":
+                helpers.append(start_firehose(llmd.engine_socket, other_cpus))
+            splice_port = free_port()
+            splice = subprocess.Popen(
+                [
+                    sys.executable,
+                    __file__,
+                    "--splice-serve",
+                    str(splice_port),
+                    str(llmd.engine_socket),
+                ]
+            )
+            helpers.append(splice)
+            pin(splice.pid, relay_cpus)
+            import uvloop
+
+            time.sleep(2.5)  # the splice binds; llmd's kept-alive engine connections expire
+            records = uvloop.run(measure(llmd, splice, splice_port, args))
+        finally:
+            for helper in helpers:
+                stop_process(helper, 5)
+    summary = summarise(records)
+    print("\nmedian (min-max) over rounds:")
+    print(json.dumps(summary, indent=2))
+    shares = report_profile(args.py_spy, args.profile, "py-spy, llmd in an extra step")
+    write_record(
+        args.output,
+        settings=args.set,
+        cpus={"relay": sorted(relay_cpus), "others": sorted(other_cpus)},
+        summary=summary,
+        rounds=records,
+        profile=shares,
+    )
+
+
+if __name__ == "__main__":
+    main()
