@@ -451,14 +451,19 @@ async def measure(
         port, pid = targets["llmd"]
         with py_spy_record(args.py_spy, pid, args.profile):
             await step(
-                port,
-                pid,
-                stream=True,
-                tokens=args.tokens,
-                clients=max(args.streams),
+                port, pid, stream=True, tokens=args.tokens, clients=max(args.streams),
                 seconds=args.seconds,
+            )  # fmt: skip
+        with py_spy_record(args.py_spy, pid, whole_profile(args.profile)):
+            await step(
+                port, pid, stream=False, tokens=16, clients=max(args.clients), seconds=args.seconds
             )
     return records
+
+
+def whole_profile(streamed: Path) -> Path:
+    """Where the profile of the non-streamed step goes, beside the streamed one's."""
+    return streamed.with_name(streamed.stem + "-whole" + streamed.suffix)
 
 
 def main() -> None:
@@ -532,7 +537,12 @@ def main() -> None:
     summary = summarise(records)
     print("\nmedian (min-max) over rounds:")
     print(json.dumps(summary, indent=2))
-    shares = report_profile(args.py_spy, args.profile, "py-spy, llmd in an extra step")
+    shares = {
+        "streamed": report_profile(args.py_spy, args.profile, "py-spy, llmd, streamed step"),
+        "whole": report_profile(
+            args.py_spy, whole_profile(args.profile), "py-spy, llmd, non-streamed step"
+        ),
+    }
     write_record(
         args.output,
         settings=args.set,
