@@ -55,13 +55,16 @@ class EventStream:
             or b"\r" in chunk
         ):
             return 0
-        events = chunk.count(b"\n\n")
-        # Every LF is in a blank line's pair, and every pair but the last is followed by the
-        # next event's `data: `: the lines are `data: X` and blank, in turn.
-        if chunk.count(b"\n") != 2 * events or chunk.count(b"\n\ndata: ") != events - 1:
-            return 0
+        if chunk.find(b"\n") == len(chunk) - 2:  # the most common: one event
+            events = 1
+        else:
+            events = chunk.count(b"\n\n")
+            # Every LF is in a blank line's pair, and every pair but the last is followed by
+            # the next event's `data: `: the lines are `data: X` and blank, in turn.
+            if chunk.count(b"\n") != 2 * events or chunk.count(b"\n\ndata: ") != events - 1:
+                return 0
         self._started = True
-        if chunk.startswith(b"data: [DONE]") or b"\n\ndata: [DONE]" in chunk:
+        if chunk.startswith(b"data: [DONE]") or (events > 1 and b"\n\ndata: [DONE]" in chunk):
             self.done = True
         return events
 
