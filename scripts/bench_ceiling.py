@@ -3,17 +3,21 @@ before llmd's own process is what limits them (issue 37).
 
 `llmd serve` with etc/sim.toml and the simulator's `--zero-latency` (it answers as fast as it
 can), llmd pinned to one core (`--llmd-cpu`, sched_setaffinity on each of its threads, as
-`taskset -p` does) and its simulator child, with this script's clients, on the others. Two
+`taskset -p` does) and its simulator child, with this script's clients, on the others. Three
 paths to the same simulator socket, in an order rotated by round:
   splice  client → TCP → a bare uvloop byte splice (its own process, pinned like llmd) →
           the simulator's socket: the floor for any relay process
+  stack   client → TCP → uvicorn and aiohttp as llmd runs them, a bare ASGI app between
+          (its own process, pinned like llmd) → the simulator's socket: the floor of llmd's
+          HTTP libraries
   llmd    client → TCP → llmd → the simulator's socket
 For each path, streamed completions (`--tokens` each, ignore_eos) from closed-loop clients at
 rising concurrency (`--streams`), then non-streamed ones (16 tokens) at `--clients`; per step
 the tokens/s and requests/s the clients got, the relay process's CPU time (user + system, its
 children excluded, from /proc through psutil) per streamed token and per request, and its CPU
 use in cores (1.0: its core is saturated). A path's ceiling is its best step. Per round it
-prints the figures; at the end the median (min-max) over rounds, and llmd/splice.
+prints the figures; at the end the median (min-max) over rounds, and the ratios llmd/splice,
+llmd/stack and stack/splice (CPU per token also at the same concurrency).
 
 CPU per token and per request are the stable figures on a shared machine; tokens/s and
 requests/s move with whatever else runs on the clients' and the simulator's core (and at the
@@ -48,7 +52,7 @@ from tests.support.profiling import py_spy_record, report_profile  # noqa: E402
 from tests.support.rounds import cpu_seconds, spread, write_record  # noqa: E402
 from tests.support.sim_process import sim_config  # noqa: E402
 
-PATHS = ("splice", "llmd")
+PATHS = ("splice", "stack", "llmd")
 
 
 # -- the splice: a process of its own, so that its CPU time is its own ------------------------
@@ -190,6 +194,62 @@ def firehose_main(path: str, upstream: str) -> None:
             await server.serve_forever()
 
     uvloop.run(serve())
+
+
+# -- the stack: uvicorn and aiohttp as llmd runs them, with nothing of llmd between --------
+
+
+def stack_main(port: int, upstream: str) -> None:
+    """Serve on 127.0.0.1:`port` a pure ASGI app under uvicorn (httptools, uvloop, as llmd
+    serves) that POSTs each request's body to the Unix socket `upstream` through one kept-alive
+    aiohttp session and relays the answer chunk by chunk (`readany`): the floor of llmd's
+    HTTP stack, with none of llmd's work."""
+    import aiohttp
+    import uvicorn
+
+    session: aiohttp.ClientSession | None = None
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        nonlocal session
+        if scope["type"] != "http":
+            return
+        if session is None:
+            connector = aiohttp.UnixConnector(path=upstream, limit=0, keepalive_timeout=2.0)
+            session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        headers = {"content-type": "application/json"}
+        async with session.post("http://engine" + scope["path"], data=body, headers=headers) as r:
+            kind = r.headers.get("content-type", "application/json").encode()
+            if r.headers.get("transfer-encoding") != "chunked":
+                payload = await r.read()
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": r.status,
+                        "headers": [
+                            (b"content-type", kind),
+                            (b"content-length", str(len(payload)).encode()),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": payload})
+                return
+            start = {"type": "http.response.start", "status": r.status, "headers": [
+                (b"content-type", kind)]}  # fmt: skip
+            await send(start)
+            while chunk := await r.content.readany():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+
+    uvicorn.run(
+        app, host="127.0.0.1", port=port, loop="uvloop", http="httptools", ws="none",
+        lifespan="off", log_config=None, access_log=False,
+    )  # fmt: skip
 
 
 # -- the clients: raw HTTP/1.1 on kept-alive connections, as cheap as a client gets -----------
@@ -375,8 +435,24 @@ def start_firehose(engine_socket: Path, cpus: set[int]) -> subprocess.Popen[byte
     return process
 
 
+def ratios(path: dict[str, Any], base: dict[str, Any]) -> dict[str, float]:
+    """`path`'s ceilings over `base`'s: tokens/s, CPU per token (each at its own ceiling, and
+    at the same concurrency as `base`'s ceiling), requests/s, CPU per request."""
+    same = next(s for s in path["streamed"] if s["clients"] == base["streamed_ceiling"]["clients"])
+    mine, theirs = path["streamed_ceiling"], base["streamed_ceiling"]
+    whole, whole_base = path["whole_ceiling"], base["whole_ceiling"]
+    return {
+        "tokens_per_s": mine["tokens_per_s"] / theirs["tokens_per_s"],
+        "cpu_per_token": mine["cpu_us_per_token"] / theirs["cpu_us_per_token"],
+        "cpu_per_token_same_load": same["cpu_us_per_token"] / theirs["cpu_us_per_token"],
+        "requests_per_s": whole["requests_per_s"] / whole_base["requests_per_s"],
+        "cpu_per_request": whole["cpu_us_per_request"] / whole_base["cpu_us_per_request"],
+    }
+
+
 def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per path: medians (and min-max strings) of its ceilings over rounds; llmd/splice."""
+    """Per path: medians (and min-max strings) of its ceilings over rounds; the ratios; the
+    tokens/s one core would relay at each path's CPU per token."""
     out: dict[str, Any] = {}
     for path in PATHS:
         rows = [r[path] for r in records]
@@ -396,26 +472,26 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
             "whole_cores": spread([r["whole_ceiling"]["relay_cores"] for r in rows], 2),
             "cpu_us_per_request": spread([r["whole_ceiling"]["cpu_us_per_request"] for r in rows]),
         }
-    ratios = {
-        "tokens_per_s": [r["ratio_tokens_per_s"] for r in records],
-        "cpu_per_token": [r["ratio_cpu_per_token"] for r in records],
-        "requests_per_s": [r["ratio_requests_per_s"] for r in records],
-        "cpu_per_request": [r["ratio_cpu_per_request"] for r in records],
+    for name in ("llmd_over_splice", "llmd_over_stack", "stack_over_splice"):
+        keys = records[0][name] if records else {}
+        out[name] = {key: spread([r[name][key] for r in records], 2) for key in keys}
+    out["one_core_tokens_per_s_from_cpu"] = {
+        path: spread([1e6 / r[path]["streamed_ceiling"]["cpu_us_per_token"] for r in records])
+        for path in PATHS
     }
-    out["llmd_over_splice"] = {name: spread(values, 2) for name, values in ratios.items()}
-    out["one_core_tokens_per_s_from_cpu"] = spread(
-        [1e6 / r["llmd"]["streamed_ceiling"]["cpu_us_per_token"] for r in records]
-    )
     return out
 
 
 async def measure(
-    llmd: LlmdProcess, splice: subprocess.Popen[bytes], splice_port: int, args: argparse.Namespace
+    targets: dict[str, tuple[int, int]], args: argparse.Namespace
 ) -> list[dict[str, Any]]:
-    targets = {"splice": (splice_port, splice.pid), "llmd": (llmd.port, llmd.process.pid)}
+    """`args.rounds` rounds of each path's sweep (`targets`: path -> (port, relay's pid)), the
+    paths' order rotated by one a round; one record per round, with llmd's ratios to the
+    splice and to the stack."""
     records = []
     for round_no in range(1, args.rounds + 1):
-        order = PATHS if round_no % 2 else PATHS[::-1]
+        shift = (round_no - 1) % len(PATHS)
+        order = PATHS[shift:] + PATHS[:shift]
         record: dict[str, Any] = {
             "round": round_no,
             "started": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -429,22 +505,9 @@ async def measure(
                 "streamed_ceiling": ceiling(steps["streamed"], "tokens_per_s"),
                 "whole_ceiling": ceiling(steps["whole"], "requests_per_s"),
             }
-        llmd_r, splice_r = record["llmd"], record["splice"]
-        record["ratio_tokens_per_s"] = (
-            llmd_r["streamed_ceiling"]["tokens_per_s"]
-            / splice_r["streamed_ceiling"]["tokens_per_s"]
-        )
-        record["ratio_cpu_per_token"] = (
-            llmd_r["streamed_ceiling"]["cpu_us_per_token"]
-            / splice_r["streamed_ceiling"]["cpu_us_per_token"]
-        )
-        record["ratio_requests_per_s"] = (
-            llmd_r["whole_ceiling"]["requests_per_s"] / splice_r["whole_ceiling"]["requests_per_s"]
-        )
-        record["ratio_cpu_per_request"] = (
-            llmd_r["whole_ceiling"]["cpu_us_per_request"]
-            / splice_r["whole_ceiling"]["cpu_us_per_request"]
-        )
+        for base in ("splice", "stack"):
+            record[f"llmd_over_{base}"] = ratios(record["llmd"], record[base])
+        record["stack_over_splice"] = ratios(record["stack"], record["splice"])
         print(json.dumps(record), flush=True)
         records.append(record)
     if args.py_spy:
@@ -472,6 +535,9 @@ def main() -> None:
         return
     if sys.argv[1:2] == ["--splice-serve"]:
         splice_main(int(sys.argv[2]), sys.argv[3])
+        return
+    if sys.argv[1:2] == ["--stack-serve"]:
+        stack_main(int(sys.argv[2]), sys.argv[3])
         return
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -515,22 +581,20 @@ def main() -> None:
         try:
             if args.engine == "firehose":
                 helpers.append(start_firehose(llmd.engine_socket, other_cpus))
-            splice_port = free_port()
-            splice = subprocess.Popen(
-                [
-                    sys.executable,
-                    __file__,
-                    "--splice-serve",
-                    str(splice_port),
-                    str(llmd.engine_socket),
-                ]
-            )
-            helpers.append(splice)
-            pin(splice.pid, relay_cpus)
+            targets = {"llmd": (llmd.port, llmd.process.pid)}
+            for path in ("splice", "stack"):
+                port = free_port()
+                helper = subprocess.Popen(
+                    [sys.executable, __file__, f"--{path}-serve", str(port),
+                     str(llmd.engine_socket)]
+                )  # fmt: skip
+                helpers.append(helper)
+                pin(helper.pid, relay_cpus)
+                targets[path] = (port, helper.pid)
             import uvloop
 
-            time.sleep(2.5)  # the splice binds; llmd's kept-alive engine connections expire
-            records = uvloop.run(measure(llmd, splice, splice_port, args))
+            time.sleep(2.5)  # the relays bind; llmd's kept-alive engine connections expire
+            records = uvloop.run(measure(targets, args))
         finally:
             for helper in helpers:
                 stop_process(helper, 5)
