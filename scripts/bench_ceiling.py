@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import datetime
 import json
 import os
 import subprocess
@@ -49,8 +48,15 @@ from tests.support.llmd_process import LlmdProcess, free_port, stop_process  # n
 from tests.support.machine_load import load_average  # noqa: E402
 from tests.support.model import ensure_tiny_model  # noqa: E402
 from tests.support.profiling import py_spy_record, report_profile  # noqa: E402
-from tests.support.rounds import cpu_seconds, spread, write_record  # noqa: E402
+from tests.support.rounds import (  # noqa: E402
+    cpu_seconds,
+    rotated,
+    round_record,
+    spread,
+    write_record,
+)
 from tests.support.sim_process import sim_config  # noqa: E402
+from tests.support.splice import splice_server  # noqa: E402
 
 PATHS = ("splice", "stack", "llmd")
 
@@ -62,26 +68,7 @@ def splice_main(port: int, upstream: str) -> None:
     """Serve a bare byte splice on 127.0.0.1:`port` to the Unix socket `upstream` (uvloop)."""
     import uvloop
 
-    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        except OSError:
-            pass
-        finally:
-            writer.close()
-
-    async def handle(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
-        up_r, up_w = await asyncio.open_unix_connection(upstream)
-        await asyncio.gather(pipe(client_r, up_w), pipe(up_r, client_w))
-
-    async def serve() -> None:
-        server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=4096)
-        async with server:
-            await server.serve_forever()
-
-    uvloop.run(serve())
+    uvloop.run(splice_server(port, upstream, backlog=4096))
 
 
 # -- the firehose: the simulator's answers replayed at wire speed ----------------------------
@@ -495,13 +482,8 @@ async def measure(
     splice and to the stack."""
     records = []
     for round_no in range(1, args.rounds + 1):
-        shift = (round_no - 1) % len(PATHS)
-        order = PATHS[shift:] + PATHS[:shift]
-        record: dict[str, Any] = {
-            "round": round_no,
-            "started": datetime.datetime.now().isoformat(timespec="seconds"),
-            "load_before": load_average(),
-        }
+        order = rotated(PATHS, round_no)
+        record = round_record(round_no, load_before=load_average())
         for path in order:
             port, pid = targets[path]
             steps = await sweep(port, pid, args)
