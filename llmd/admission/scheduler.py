@@ -50,7 +50,7 @@ import itertools
 import math
 from collections.abc import Iterable, Iterator, Mapping, Set
 
-from llmd.admission.classes import Priority
+from llmd.admission.classes import CLASSES, Priority
 from llmd.admission.entries import ClassPolicy, Decisions, Entry, Gate, Reason, Rejection, State
 from llmd.admission.rates import ReleaseRates, Scope
 from llmd.admission.shares import KvShares
@@ -156,7 +156,7 @@ class Scheduler:
         (module docstring). So one refused pick never stalls the classes above it, nor another
         pool."""
         decisions = Decisions(rejected=self._expire(now))
-        blocked: dict[Priority, set[str]] = {cls: set() for cls in Priority}
+        blocked: dict[Priority, set[str]] = {cls: set() for cls in CLASSES}
         while True:
             picked = self._next(now, blocked)
             if picked is None:
@@ -167,7 +167,7 @@ class Scheduler:
                 decisions.refused.append(entry)
                 if held:
                     decisions.held.append(entry)
-                below = Priority if held else [c for c in Priority if c >= entry.cls]
+                below = CLASSES if held else [c for c in CLASSES if c >= entry.cls]
                 for cls in below:
                     blocked[cls].add(entry.model)
                 continue
@@ -231,7 +231,7 @@ class Scheduler:
 
     def _ahead(self, cls: Priority) -> int:
         """Entries served before a new one of class `cls`: its class and every higher one."""
-        return sum(self.classes[c].size for c in Priority if c <= cls)
+        return sum(self.classes[c].size for c in CLASSES if c <= cls)
 
     def _eligible(
         self, tenant_name: str, queue: _ClassQueue, blocked: Set[str], only: str | None = None
@@ -264,7 +264,7 @@ class Scheduler:
         is held on its pool (see the module docstring); `blocked` names, per class, the pools
         not considered. A held (class, pool) goes first, then an overdue one, then the top
         class's DRR pick among its pools not blocked."""
-        ready = [(cls, pool) for cls in Priority for pool in self._ready_pools(cls, blocked[cls])]
+        ready = [(cls, pool) for cls in CLASSES for pool in self._ready_pools(cls, blocked[cls])]
         if not ready:
             return None
         held = self._longest_waiting([(c, p) for c, p in ready if self._held(c, p, now)])

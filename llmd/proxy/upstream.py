@@ -78,9 +78,7 @@ async def forward(
             await writer.body(payload, more=False)
             return
         await writer.start(200, [*response_headers, (b"cache-control", b"no-cache")])
-        content = response.content
-        while chunk := await content.readany():  # b"": the end (what `iter_any` wraps)
-            await writer.body(chunk, more=True)
+        await writer.stream(response.content)
         if not (writer.between_events or writer.answer.done):
             raise EngineError("the engine closed the stream mid-event")  # a failure, not an end
         await writer.body(b"", more=False)

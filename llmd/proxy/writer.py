@@ -11,6 +11,7 @@ import contextlib
 import time
 from collections.abc import Sequence
 
+import aiohttp
 import structlog
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
@@ -107,6 +108,19 @@ class ClientWriter:
         exchange.send_since = None
         if chunk and exchange.stream and self.answer.done:
             exchange.answered = True
+
+    async def stream(self, content: aiohttp.StreamReader) -> None:
+        """Send each chunk `content` has (`readany`: whatever the socket holds) as `body`
+        would, until its end; the stream's per-chunk path, in one frame."""
+        exchange, answer, send = self.exchange, self.answer, self._send_body
+        monotonic = time.monotonic
+        while chunk := await content.readany():  # b"": the end (what `iter_any` wraps)
+            exchange.progress_at = exchange.send_since = monotonic()
+            answer.feed(chunk)
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            exchange.send_since = None
+            if answer.done and exchange.stream:
+                exchange.answered = True
 
 
 async def answer_error(send: ClientWriter, error: ApiError, *, log_it: bool = True) -> None:
