@@ -2,6 +2,6 @@
 work (a supervisor per engine, a probe per upstream), the telemetry task, the admin API and the
 listening sockets. The top of the service: it builds every layer below and wires them.
 
-May import: systemd, releases, proxy, state, backends, admission, routing, validation,
+May import: systemd, releases, proxy, state, endpoints, backends, admission, routing, validation,
 telemetry, supervisor, gpu, logs, runtime, config, engine.
 """

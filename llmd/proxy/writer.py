@@ -107,6 +107,11 @@ class ClientWriter:
         if chunk and exchange.stream and self.tail.endswith(DONE_EVENT):
             exchange.answered = True
 
+    def stream_error(self, error: ApiError) -> bytes:
+        """`error` in-band, as this answer's protocol ends a stream with it (a writer of
+        another protocol overrides this: llmd/proxy/responses.py)."""
+        return error.sse_event()
+
 
 async def answer_error(send: ClientWriter, error: ApiError, *, log_it: bool = True) -> None:
     """Send `error` as a response (with the time queued, `x-llmd-queue-ms`), or in-band as an
@@ -121,7 +126,7 @@ async def answer_error(send: ClientWriter, error: ApiError, *, log_it: bool = Tr
             await send_error(send._send, error, [*send.headers, (b"x-llmd-queue-ms", queue_ms)])
         elif exchange.stream:
             prefix = b"" if send.between_events else SSE_BOUNDARY
-            await send.body(prefix + error.sse_event(), more=False)
+            await send.body(prefix + send.stream_error(error), more=False)
         else:
             await send.body(b"", more=False)
     if log_it:

@@ -28,6 +28,7 @@ from llmd.engine.sim.faults import FaultOptions, FaultSpecError, RequestFault
 from llmd.engine.sim.metrics import CONTENT_TYPE, SimMetrics
 from llmd.engine.sim.requests import parse_generation, parse_json_object, parse_tokenize
 from llmd.engine.sim.responses import DONE, ResponseWriter, dumps
+from llmd.engine.sim.responses_api import ResponsesApi
 from llmd.engine.sim.surface import DEFAULT_VERSION, SURFACES, Surface
 from llmd.engine.sim.tokenizer import SimTokenizer
 
@@ -84,6 +85,7 @@ class SimServer:
         app.router.add_post("/tokenize", self.tokenize)
         app.router.add_post("/v1/chat/completions", self._generation("chat"))
         app.router.add_post("/v1/completions", self._generation("completion"))
+        app.router.add_post("/v1/responses", ResponsesApi(self).create)
         if runtime_lora_updating():
             app.router.add_post("/v1/load_lora_adapter", self.load_lora_adapter)
         return app
