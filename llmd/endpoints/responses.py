@@ -94,7 +94,8 @@ def conversation(body: dict[str, Any]) -> ChatPrompt | EnginePrompt:
     instructions = body.get("instructions")
     if not isinstance(instructions, str | None):
         raise InvalidRequest("'instructions' must be a string", param="instructions")
-    kwargs = body.get("chat_template_kwargs") or {}
+    kwargs = body.get("chat_template_kwargs")
+    kwargs = {} if kwargs is None else kwargs
     if not isinstance(kwargs, dict):
         raise InvalidRequest(
             "'chat_template_kwargs' must be an object", param="chat_template_kwargs"

@@ -28,14 +28,10 @@ from llmd.inflight import Exchange
 _DELTA = b'.delta"'
 _SOME_TEXT = re.compile(rb'"(?:delta|text|arguments)":\s*"[^"]')
 _OUTPUT_TOKENS = re.compile(rb'"output_tokens":\s*(\d{1,12})')
-_SEQUENCE = re.compile(rb'"sequence_number":\s*(\d{1,12})')
+_SEQUENCE = re.compile(rb'"sequence_number"\s*:\s*(\d{1,12})')
 # The events that end a stream: after one the client has its whole answer.
-TERMINAL = (
-    b'"type":"response.completed"',
-    b'"type":"response.incomplete"',
-    b'"type":"response.failed"',
-)
-_INCOMPLETE = b'"incomplete_details":{'
+_TERMINAL = re.compile(rb'"type"\s*:\s*"response\.(?:completed|incomplete|failed)"')
+_INCOMPLETE = re.compile(rb'"incomplete_details"\s*:\s*\{')
 SSE_BOUNDARY = b"\n\n"
 
 
@@ -50,12 +46,12 @@ def read_responses_chunk(exchange: Exchange, chunk: bytes) -> None:
         exchange.first_byte_at = time.monotonic()
     if not exchange.has_text and _SOME_TEXT.search(chunk):
         exchange.has_text = True
-    ended = not exchange.stream or any(marker in chunk for marker in TERMINAL)
+    ended = not exchange.stream or _TERMINAL.search(chunk) is not None
     if exchange.stream:
         exchange.output_tokens += chunk.count(_DELTA)
     if not ended:
         return
-    exchange.finish_reason = "length" if _INCOMPLETE in chunk else "stop"
+    exchange.finish_reason = "length" if _INCOMPLETE.search(chunk) else "stop"
     usage = None
     for usage in _OUTPUT_TOKENS.finditer(chunk):  # noqa: B007 (the last one counts)
         pass
@@ -101,7 +97,7 @@ class ResponsesAnswer:
         if chunk:
             read_responses_chunk(exchange, chunk)
         if exchange.stream:
-            at = chunk.rfind(b'"sequence_number":')
+            at = chunk.rfind(b'"sequence_number"')
             if at >= 0:
                 found = _SEQUENCE.match(chunk, at)
                 if found is not None:
@@ -134,7 +130,7 @@ class ResponsesAnswer:
         at = chunk.rfind(SSE_BOUNDARY)
         end = at + len(SSE_BOUNDARY) if at >= 0 else 0  # after the last whole event
         whole = chunk if end == len(chunk) else chunk[:end]
-        if whole and any(marker in whole for marker in TERMINAL):
+        if whole and _TERMINAL.search(whole):
             self._take_events(whole)
         if self.response is None and end != len(chunk):
             self._pending = [chunk[end:]]
@@ -142,7 +138,7 @@ class ResponsesAnswer:
     def _take_events(self, data: bytes) -> None:
         """The response of the last event in `data` (whole events) that ends the stream."""
         for event in data.split(SSE_BOUNDARY):
-            if any(marker in event for marker in TERMINAL):
+            if _TERMINAL.search(event):
                 payload = _event_data(event)
                 found = payload.get("response") if isinstance(payload, dict) else None
                 if isinstance(found, dict):
