@@ -32,8 +32,9 @@ from llmd.endpoints.store import ResponseStore
 from llmd.endpoints.table import Answer, Endpoint
 from llmd.errors import ApiError, InvalidRequest, NotFound, RequestCancelled
 from llmd.inflight import Exchange
+from llmd.proxy.intake import Arrival, Body
 from llmd.proxy.middleware import BODY_SEND_KEY, NOT_QUEUED
-from llmd.proxy.relay import Arrival, Body, Prepared, Relay
+from llmd.proxy.relay import Prepared, Relay
 from llmd.proxy.writer import ClientWriter, ErrorResponse
 from llmd.state import DaemonState
 
