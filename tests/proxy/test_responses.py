@@ -103,6 +103,7 @@ def test_previous_response_id_continues_the_stored_conversation(llmd: LlmdProces
     expected = input_tokens(llmd, input="What is my name?", previous_response_id=first.id)
     assert second.usage is not None and second.usage.input_tokens == expected
     assert first.usage is not None and expected > first.usage.input_tokens
+    assert second.previous_response_id is None  # the engine never saw one
     assert api.responses.retrieve(second.id).previous_response_id == first.id
     third = api.responses.create(
         model="tiny", input="And again?", previous_response_id=second.id, max_output_tokens=3
@@ -126,6 +127,8 @@ def test_another_tenants_response_is_not_found(llmd: LlmdProcess) -> None:
     assert refused.status_code == 404
     assert refused.json()["error"]["param"] == "previous_response_id"
     assert client(llmd).responses.retrieve(mine.id).id == mine.id
+    anonymous = httpx.get(f"{llmd.base_url}/v1/responses/{mine.id}", timeout=10)
+    assert anonymous.status_code == 401
 
 
 def test_delete_and_store_false(llmd: LlmdProcess) -> None:
@@ -321,7 +324,8 @@ def test_the_engine_is_sent_store_false_and_the_expanded_input(
     output before the turn's own (the engine keeps nothing)."""
     with ProxyStack.run(tiny_model_dir, tmp_path, 1024) as stack:
         url = stack.base_url + "/v1/responses"
-        first = httpx.post(url, json={"model": "tiny", "input": "one", "store": True}, timeout=30)
+        opening = {"model": "tiny", "input": "one", "store": True, "instructions": "Be brief."}
+        first = httpx.post(url, json=opening, timeout=30)
         assert first.status_code == 200, first.text
         path, sent = stack.engine.received[-1]
         assert path == "/v1/responses" and sent["store"] is False
@@ -331,4 +335,5 @@ def test_the_engine_is_sent_store_false_and_the_expanded_input(
         assert nxt.status_code == 200, nxt.text
         _, again = stack.engine.received[-1]
         assert "previous_response_id" not in again and again["store"] is False
+        assert "instructions" not in again  # each request's own apply (OpenAI)
         assert again["input"] == [{"role": "user", "content": "one"}, *turn["input"]]
