@@ -89,6 +89,12 @@ def conversation(body: dict[str, Any]) -> ChatPrompt | EnginePrompt:
     """The request's conversation as the chat template sees it when llmd can render it (text
     only), else the chat messages and tools for the engine's /tokenize. Raises
     InvalidRequest."""
+    if body.get("conversation") is not None:
+        raise InvalidRequest(
+            "llmd keeps no conversations (OpenAI's Conversations API): send the input, or "
+            "continue a stored response with 'previous_response_id'",
+            param="conversation",
+        )
     if body.get("input") is None:
         raise InvalidRequest("'input' is required", param="input")
     instructions = body.get("instructions")

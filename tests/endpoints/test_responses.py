@@ -115,6 +115,7 @@ def test_an_unfinished_last_message_is_continued() -> None:
         ({"input": "x", "tools": {"type": "function"}}, "tools"),
         ({"input": "x", "model": 3}, "model"),
         ({"input": "x", "chat_template_kwargs": []}, "chat_template_kwargs"),
+        ({"input": "x", "conversation": "conv_1"}, "conversation"),
     ],
 )
 def test_a_field_of_the_wrong_type_is_refused_naming_it(body: dict[str, Any], param: str) -> None:

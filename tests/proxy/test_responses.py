@@ -69,6 +69,8 @@ def test_create_then_retrieve(llmd: LlmdProcess) -> None:
     assert created.object == "response" and created.status in ("completed", "incomplete")
     assert created.usage is not None and created.usage.output_tokens <= 4
     assert created.usage.input_tokens == input_tokens(llmd, input="Hello there")
+    counted = api.responses.input_tokens.count(model="tiny", input="Hello there")
+    assert counted.input_tokens == created.usage.input_tokens
     assert api.responses.retrieve(created.id).model_dump() == created.model_dump()
 
 
