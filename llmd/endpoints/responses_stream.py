@@ -42,6 +42,12 @@ def read_responses_chunk(exchange: Exchange, chunk: bytes) -> None:
     the finish reason (`length` for an incomplete response: `max_output_tokens` reached,
     else `stop`), and whether a stream's last event went out (`answered`). Read from the
     bytes as vLLM 0.32 writes them (compact JSON, each event whole)."""
+    _read_chunk(exchange, chunk)
+
+
+def _read_chunk(exchange: Exchange, chunk: bytes) -> bool:
+    """`read_responses_chunk`; True when the chunk ends the answer (a whole answer, or a
+    stream's last event)."""
     if exchange.first_byte_at is None:
         exchange.first_byte_at = time.monotonic()
     if not exchange.has_text and _SOME_TEXT.search(chunk):
@@ -50,7 +56,7 @@ def read_responses_chunk(exchange: Exchange, chunk: bytes) -> None:
     if exchange.stream:
         exchange.output_tokens += chunk.count(_DELTA)
     if not ended:
-        return
+        return False
     exchange.finish_reason = "length" if _INCOMPLETE.search(chunk) else "stop"
     usage = None
     for usage in _OUTPUT_TOKENS.finditer(chunk):  # noqa: B007 (the last one counts)
@@ -59,6 +65,7 @@ def read_responses_chunk(exchange: Exchange, chunk: bytes) -> None:
         exchange.output_tokens = int(usage.group(1))
     if exchange.stream:
         exchange.answered = True
+    return True
 
 
 def error_event(error: ApiError, sequence_number: int) -> bytes:
@@ -79,13 +86,14 @@ class ResponsesAnswer:
     (`read_responses_chunk`), its last `sequence_number` followed (for an in-band error), and,
     when `keep`, its response object kept (`response`, once complete)."""
 
-    __slots__ = ("_parts", "_pending", "exchange", "keep", "response", "sequence")
+    __slots__ = ("_parts", "_pending", "ended", "exchange", "keep", "response", "sequence")
 
     def __init__(self, exchange: Exchange, *, keep: bool = False) -> None:
         self.exchange = exchange
         self.keep = keep
         self.response: dict[str, Any] | None = None
         self.sequence = -1  # the last event's sequence_number
+        self.ended = False  # the answer's end went by (a stream's last event)
         self._parts: list[bytes] = []  # a whole answer's bytes so far (kept only when `keep`)
         self._pending: list[bytes] = []  # a stream's event in progress, when it may be the last
 
@@ -94,8 +102,8 @@ class ResponsesAnswer:
         if not chunk and not last:
             return
         exchange = self.exchange
-        if chunk:
-            read_responses_chunk(exchange, chunk)
+        if chunk and _read_chunk(exchange, chunk):
+            self.ended = True
         if exchange.stream:
             at = chunk.rfind(b'"sequence_number"')
             if at >= 0:

@@ -30,7 +30,7 @@ from llmd.endpoints.responses import as_items, continued_input
 from llmd.endpoints.responses_stream import ResponsesAnswer
 from llmd.endpoints.store import ResponseStore
 from llmd.endpoints.table import Answer, Endpoint
-from llmd.errors import ApiError, InvalidRequest, NotFound, RequestCancelled
+from llmd.errors import ApiError, EngineError, InvalidRequest, NotFound, RequestCancelled
 from llmd.inflight import Exchange
 from llmd.proxy.intake import Arrival, Body
 from llmd.proxy.middleware import BODY_SEND_KEY, NOT_QUEUED
@@ -59,7 +59,8 @@ class ResponsesWriter(ClientWriter):
     """The client writer of a Responses answer: reads it (`ResponsesAnswer`) and, when its turn
     keeps it, stores the response object before the bytes that complete it go out, so a
     retrieve sent the moment the answer ends finds it. An error after the first byte is the
-    stream's `error` event."""
+    stream's `error` event; so is a stream the engine ends before its last event (raised here
+    as EngineError, 502 in-band)."""
 
     def __init__(
         self, send: Send, exchange: Exchange, body_send: Send | None, store: ResponseStore
@@ -75,7 +76,11 @@ class ResponsesWriter(ClientWriter):
         self.answer.keep = turn.keep
 
     async def body(self, chunk: bytes, *, more: bool) -> None:
-        answer, turn = self.answer, self.turn
+        answer, turn, exchange = self.answer, self.turn, self.exchange
+        if not (chunk or more) and exchange.stream and not answer.ended:
+            # The engine closed a stream before its last event (an error of its own, in chat's
+            # form, or none): the client is told in the stream's own form, never left to guess.
+            raise EngineError("the engine ended the stream before its last event")
         answer.feed(chunk, last=not more)
         if turn is not None and turn.keep and not turn.kept and answer.response is not None:
             turn.kept = True

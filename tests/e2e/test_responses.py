@@ -55,9 +55,8 @@ def test_responses_through_llmd_to_vllm_and_across_a_restart() -> None:
         kinds = [event.type for event in events]
         assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
         last = events[-1].response  # type: ignore[union-attr]
-        assert last.usage is not None and last.usage.output_tokens == kinds.count(
-            "response.output_text.delta"
-        )
+        deltas = kinds.count("response.output_text.delta")  # a step may carry several tokens
+        assert last.usage is not None and 1 <= deltas <= last.usage.output_tokens <= 3
         assert api.responses.retrieve(last.id).model_dump() == last.model_dump()
         tools = api.responses.create(model="tiny", input=ITEMS, tools=TOOLS, max_output_tokens=2)
         assert tools.usage is not None
