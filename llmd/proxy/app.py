@@ -150,7 +150,9 @@ def build_app(state: DaemonState, store: ResponseStore | None = None) -> ProxyAp
         path: ResponsesRelay(state, endpoint, store) if endpoint.stored else Relay(state, endpoint)
         for path, endpoint in by_path().items()
     }
-    stored = StoredResponses(state, store, relays["/v1/responses"])  # type: ignore[arg-type]
+    responses = relays["/v1/responses"]
+    assert isinstance(responses, ResponsesRelay)
+    stored = StoredResponses(state, store, responses)
     routes = [
         *(Route(path, relay, methods=["POST"]) for path, relay in relays.items()),
         Route("/v1/responses/{response_id}", stored.retrieve, methods=["GET"]),

@@ -64,7 +64,7 @@ class ResponsesWriter(ClientWriter):
 
     def __init__(
         self, send: Send, exchange: Exchange, body_send: Send | None, store: ResponseStore
-    ):
+    ) -> None:
         super().__init__(send, exchange, body_send=body_send, dialect=_READ_BY_WRITER)
         self.store = store
         self.answer = ResponsesAnswer(exchange)
