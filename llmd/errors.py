@@ -34,6 +34,7 @@
         ├── TooManyConnections       503 too_many_connections (server.max_connections in progress)
         ├── RequestCancelled         503 cancelled (an operator ended it; x-should-retry: false)
         ├── StoreUnavailable         503 store_unavailable (the Responses store cannot be read)
+        ├── EngineStalled            503 engine_stalled (no token from the engine; + Retry-After)
         ├── EngineError              502 engine_error (engine failed mid-request)
         └── InternalError            500 internal_error (a fault in llmd; logged with its id)
 
@@ -405,6 +406,16 @@ class StoreUnavailable(ApiError):
 
     status = 503
     code = "store_unavailable"
+    type = "server_error"
+
+
+class EngineStalled(ApiError):
+    """The engine produced nothing for this request for longer than its stall or idle timeout
+    (llmd/supervisor/stall.py): the request is ended (in-band once its stream started) and the
+    engine restarted, or the upstream's breaker opened; retry after `retry_after_s`."""
+
+    status = 503
+    code = "engine_stalled"
     type = "server_error"
 
 

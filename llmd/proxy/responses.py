@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 import uuid
 from typing import Any
 
@@ -38,9 +39,6 @@ from llmd.proxy.relay import Prepared, Relay
 from llmd.proxy.writer import ClientWriter, ErrorResponse
 from llmd.state import DaemonState
 
-# The body read by the client writer itself (ResponsesWriter.body), not by the dialect hook.
-_READ_BY_WRITER = Dialect("responses", lambda exchange, chunk: None)
-
 
 @dataclasses.dataclass
 class Turn:
@@ -56,41 +54,49 @@ class Turn:
 
 
 class ResponsesWriter(ClientWriter):
-    """The client writer of a Responses answer: reads it (`ResponsesAnswer`) and, when its turn
-    keeps it, stores the response object before the bytes that complete it go out, so a
-    retrieve sent the moment the answer ends finds it. An error after the first byte is the
-    stream's `error` event; so is a stream the engine ends before its last event (raised here
-    as EngineError, 502 in-band)."""
+    """The client writer of a Responses answer, read by the endpoint's dialect
+    (`ResponsesAnswer`): when its turn keeps it, the response object is stored before the
+    bytes that complete it go out, so a retrieve sent the moment the answer ends finds it. An
+    error after the first byte is the stream's `error` event; so is a stream the engine ends
+    before its last event (raised here as EngineError, 502 in-band)."""
 
     def __init__(
-        self, send: Send, exchange: Exchange, body_send: Send | None, store: ResponseStore
+        self,
+        send: Send,
+        exchange: Exchange,
+        body_send: Send | None,
+        store: ResponseStore,
+        dialect: Dialect,
     ) -> None:
-        super().__init__(send, exchange, body_send=body_send, dialect=_READ_BY_WRITER)
+        super().__init__(send, exchange, body_send=body_send, dialect=dialect)
+        assert isinstance(self.answer, ResponsesAnswer)
+        self.reader: ResponsesAnswer = self.answer
         self.store = store
-        self.answer = ResponsesAnswer(exchange)
         self.turn: Turn | None = None
 
     def begin(self, turn: Turn) -> None:
         """Serve `turn`: keep its answer's response object when it asks for that."""
         self.turn = turn
-        self.answer.keep = turn.keep
+        self.reader.keep = turn.keep
 
     async def body(self, chunk: bytes, *, more: bool) -> None:
-        answer, turn, exchange = self.answer, self.turn, self.exchange
-        if not (chunk or more) and exchange.stream and not answer.ended:
+        answer, turn, exchange = self.reader, self.turn, self.exchange
+        if not (chunk or more) and exchange.stream and not answer.done:
             # The engine closed a stream before its last event (an error of its own, in chat's
             # form, or none): the client is told in the stream's own form, never left to guess.
             raise EngineError("the engine ended the stream before its last event")
+        if chunk:
+            exchange.progress_at = time.monotonic()  # llmd/daemon/watchdog.py reads it
         answer.feed(chunk, last=not more)
         if turn is not None and turn.keep and not turn.kept and answer.response is not None:
             turn.kept = True
             await self.store.put(
                 turn.tenant, turn.response_id, turn.context, _as_stored(answer.response, turn)
             )
-        await super().body(chunk, more=more)
+        await self.send_body(chunk, more=more)
 
     def stream_error(self, error: ApiError) -> bytes:
-        return self.answer.error_event(error)
+        return self.reader.error_event(error)
 
 
 class ResponsesRelay(Relay):
@@ -107,7 +113,8 @@ class ResponsesRelay(Relay):
         self.running: dict[tuple[str, str], Exchange] = {}
 
     def make_writer(self, send: Send, exchange: Exchange, scope: Scope) -> ClientWriter:
-        writer = ResponsesWriter(send, exchange, scope.get(BODY_SEND_KEY), self.store)
+        body_send = scope.get(BODY_SEND_KEY)
+        writer = ResponsesWriter(send, exchange, body_send, self.store, self.endpoint.dialect)
         self.writers[exchange] = writer
         return writer
 

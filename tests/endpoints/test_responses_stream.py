@@ -67,10 +67,10 @@ def test_a_stream_is_counted_by_its_deltas_then_its_usage() -> None:
     chunks = stream()
     answer = read(chunks[:-1])
     exchange = answer.exchange
-    assert exchange.output_tokens == 3 and not exchange.answered and exchange.has_text
+    assert exchange.output_tokens == 3 and not answer.done and exchange.has_text
     assert exchange.first_byte_at is not None
     answer.feed(chunks[-1])
-    assert exchange.output_tokens == USAGE["output_tokens"] and exchange.answered
+    assert exchange.output_tokens == USAGE["output_tokens"] and answer.done
     assert exchange.finish_reason == "stop" and answer.sequence == 4
 
 
@@ -96,6 +96,42 @@ def test_the_last_events_response_is_kept_however_the_bytes_are_cut(cut: int) ->
     pieces = [data[i : i + cut] for i in range(0, len(data), cut)]
     answer = read(pieces)
     assert answer.response == final()
+
+
+def relayout(chunks: list[bytes], *, typed: bool) -> bytes:
+    """The events as another valid event stream writes them (WHATWG HTML §9.2.6): CRLF line
+    endings, a comment before each event, `data:` without its space and over two lines, and
+    the `event:` field only when `typed`."""
+    out = []
+    for chunk in chunks:
+        head, _, data = chunk[:-2].partition(b"\ndata: ")
+        out.append(b": keep-alive\r\n")
+        if typed:
+            out.append(head + b"\r\n")
+        out.append(b"data:" + data[:1] + b"\r\ndata:" + data[1:] + b"\r\n\r\n")
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("typed", [True, False])
+@pytest.mark.parametrize("cut", [1, 3, 50])
+def test_any_layout_the_grammar_allows_is_read_alike(typed: bool, cut: int) -> None:
+    """The events are read by the shared SSE parser: CRLF, comments, split data lines, no
+    `event:` field (the type then read from the data), bytes cut anywhere: the same tokens,
+    usage, end, sequence and kept response as vLLM's own layout."""
+    data = relayout(stream("incomplete"), typed=typed)
+    answer = read([data[i : i + cut] for i in range(0, len(data), cut)])
+    assert answer.done and answer.sequence == 4 and answer.response == final("incomplete")
+    assert answer.exchange.output_tokens == 3 and answer.exchange.finish_reason == "length"
+    assert read(stream()[:3]).between_events and not read(stream()[:-1]).done
+
+
+@pytest.mark.parametrize("typed", [True, False])
+def test_a_text_that_names_an_event_type_is_not_one(typed: bool) -> None:
+    """A delta whose text reads like a last event's type neither ends the stream nor counts
+    twice, with or without `event:` fields: JSON escapes its quotes."""
+    tricky = event("response.output_text.delta", 1, delta='"type":"response.completed" x.delta"')
+    answer = read([relayout([stream()[0], tricky], typed=typed)])
+    assert not answer.done and answer.exchange.output_tokens == 1
 
 
 def test_nothing_is_kept_unless_asked() -> None:

@@ -32,9 +32,8 @@ from llmd.engine.responses_input import (
 from llmd.engine.sim import errors
 from llmd.engine.sim.core import RequestState
 from llmd.engine.sim.errors import SimHTTPError
-from llmd.engine.sim.faults import FaultSpecError, RequestFault
 from llmd.engine.sim.requests import GenerationRequest, parse_json_object
-from llmd.engine.sim.responses import dumps
+from llmd.engine.sim.responses import drop_connection, dumps
 from llmd.engine.sim.tokenizer import TemplateError
 
 if TYPE_CHECKING:
@@ -53,17 +52,17 @@ class ResponsesApi:
         server = self.server
         try:
             body = parse_json_object(await request.read())
-            server._check_model(body.get("model"))
+            server.check_model(body.get("model"))
             parsed = self.parse(body)
-            fault = server.request_fault.merged(
-                RequestFault.parse(request.headers.get("x-sim-fault", "") or parsed.sim_fault)
-            )
-            server._process_faults(fault)
-            state = server.engine.submit(parsed, fault, request.headers.get("x-request-id", ""))
-        except FaultSpecError as exc:
-            return _error(errors.bad_request(str(exc), "x-sim-fault"))
         except SimHTTPError as error:
-            return _error(error)
+            return error.response()
+        admitted = await server.admit(request, parsed.sim_fault, generation=True)
+        if isinstance(admitted, web.StreamResponse):
+            return admitted
+        try:
+            state = server.engine.submit(parsed, admitted, request.headers.get("x-request-id", ""))
+        except SimHTTPError as error:
+            return error.response()
         response = Response(body, state, server.model_name)
         try:
             if parsed.stream:
@@ -72,7 +71,7 @@ class ResponsesApi:
                 pass
             return web.Response(body=dumps(response.final()), content_type="application/json")
         except SimHTTPError as error:
-            return _error(error)
+            return error.response()
         finally:
             server.engine.abort(state)
 
@@ -174,7 +173,7 @@ class ResponsesApi:
         try:
             async for start, end in state.updates():
                 if die_after is not None and end >= die_after:
-                    _drop_connection(request)  # the engine process died mid-stream
+                    drop_connection(request)  # the engine process died mid-stream
                     return stream
                 delta = "".join(state.pieces[start:end])
                 if not delta:
@@ -367,16 +366,3 @@ def _message(item_id: str, text: str | None, status: str) -> dict[str, Any]:
 
 def _text_part(text: str, logprobs: list[Any] | None = None) -> dict[str, Any]:
     return {"annotations": [], "text": text, "type": "output_text", "logprobs": logprobs}
-
-
-def _error(error: SimHTTPError) -> web.Response:
-    return web.Response(
-        body=error.json_bytes(), status=error.status, content_type="application/json"
-    )
-
-
-def _drop_connection(request: web.Request) -> None:
-    """Cut the connection mid-response, as a dying engine process does."""
-    transport = request.transport
-    if transport is not None:
-        transport.abort()
