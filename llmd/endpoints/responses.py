@@ -20,6 +20,7 @@ from llmd.engine.responses_input import (
     continues_final,
     input_items,
     item_type,
+    tokenize_messages,
 )
 from llmd.errors import InvalidRequest
 from llmd.validation.fields import (
@@ -134,7 +135,7 @@ def conversation(body: dict[str, Any]) -> ChatPrompt | EnginePrompt:
         kwargs = {"reasoning_effort": effort, **kwargs}
         kwargs.setdefault("enable_thinking", effort != "none")
     tokenize = {
-        "messages": messages,
+        "messages": tokenize_messages(messages),
         "add_generation_prompt": not continued,
         "continue_final_message": continued,
         "add_special_tokens": False,

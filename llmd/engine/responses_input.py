@@ -86,6 +86,30 @@ def chat_messages(instructions: str | None, items: list[dict[str, Any]]) -> list
     return messages
 
 
+def tokenize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`messages` as vLLM 0.32's /tokenize takes them (its `ChatCompletionMessageParam`
+    refuses the Responses part types its renderer reads): `input_text` and `output_text`
+    parts as `text` parts, an `input_image` with an `image_url` as an `image_url` part. The
+    chat template sees the same (vLLM's `chat_utils` parses both forms alike). The messages
+    are not changed."""
+    return [
+        {**message, "content": [_tokenize_part(part) for part in message["content"]]}
+        if isinstance(message.get("content"), list)
+        else message
+        for message in messages
+    ]
+
+
+def _tokenize_part(part: Any) -> Any:
+    kind = part.get("type") if isinstance(part, dict) else None
+    if kind in ("input_text", "output_text") and isinstance(part.get("text"), str):
+        return {"type": "text", "text": part["text"]}
+    if kind == "input_image" and isinstance(part.get("image_url"), str):
+        detail = {"detail": part["detail"]} if isinstance(part.get("detail"), str) else {}
+        return {"type": "image_url", "image_url": {"url": part["image_url"], **detail}}
+    return part
+
+
 def continues_final(items: list[dict[str, Any]]) -> bool:
     """Whether the model continues the last item (a message or reasoning left `in_progress`
     or `incomplete`) rather than answering after it: then the template gets

@@ -113,6 +113,8 @@ class ResponsesRelay(Relay):
         self.running: dict[tuple[str, str], Exchange] = {}
 
     def make_writer(self, send: Send, exchange: Exchange, scope: Scope) -> ClientWriter:
+        if self.endpoint.answer is not Answer.RELAY:  # input_tokens: answered here, not read
+            return super().make_writer(send, exchange, scope)
         body_send = scope.get(BODY_SEND_KEY)
         writer = ResponsesWriter(send, exchange, body_send, self.store, self.endpoint.dialect)
         self.writers[exchange] = writer

@@ -15,6 +15,7 @@ from llmd.engine.responses_input import (
     chat_tools,
     continues_final,
     input_items,
+    tokenize_messages,
 )
 from tests.support.vllm_python import VLLM_PYTHON
 
@@ -238,3 +239,37 @@ def test_bad_tools_are_refused(tools: object) -> None:
     with pytest.raises(InputError) as caught:
         chat_tools(tools)
     assert caught.value.param == "tools"
+
+
+def test_tokenize_gets_chat_part_types() -> None:
+    """The messages sent to /tokenize carry chat's part types (text, image_url), which vLLM
+    0.32's /tokenize takes; other parts and string contents go as they are, the messages
+    unchanged."""
+    messages = [
+        {"role": "system", "content": "s"},
+        {
+            "role": "user",
+            "type": "message",
+            "content": [
+                {"type": "input_text", "text": "a"},
+                {"type": "input_image", "image_url": "data:x", "detail": "low"},
+                {"type": "input_file", "file_id": "f"},
+            ],
+        },
+        {"role": "tool", "content": [{"type": "output_text", "text": "42"}], "tool_call_id": "c"},
+    ]
+    before = json.dumps(messages)
+    assert tokenize_messages(messages) == [
+        {"role": "system", "content": "s"},
+        {
+            "role": "user",
+            "type": "message",
+            "content": [
+                {"type": "text", "text": "a"},
+                {"type": "image_url", "image_url": {"url": "data:x", "detail": "low"}},
+                {"type": "input_file", "file_id": "f"},
+            ],
+        },
+        {"role": "tool", "content": [{"type": "text", "text": "42"}], "tool_call_id": "c"},
+    ]
+    assert json.dumps(messages) == before
