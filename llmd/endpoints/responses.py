@@ -33,6 +33,11 @@ from llmd.validation.fields import (
 )
 
 INPUT_TOKENS_OBJECT = "response.input_tokens"
+# vLLM 0.32 tokenizes a Responses prompt, rendered by the chat template, with the tokenizer's
+# special tokens added (`ResponsesRequest.build_tok_params` leaves TokenizeParams'
+# add_special_tokens at True; chat's sets its own field, False by default): a tokenizer that
+# adds a BOS counts one token more than the same conversation as chat.
+ADD_SPECIAL_TOKENS = True
 # chat_template_kwargs vLLM refuses or renders with its own rules: the engine counts those.
 _ENGINE_KWARGS = frozenset({"chat_template", "tokenize", "tools", "documents"})
 # Output items a next turn carries as input (vLLM 0.32 reads them back as assistant
@@ -43,9 +48,9 @@ CARRIED = ("message", "reasoning", "function_call", "custom_tool_call")
 def read_responses(body: dict[str, Any]) -> Fields:
     """`POST /v1/responses`: `model`, `input` (with `instructions`, `tools`, `reasoning`),
     `max_output_tokens` (>= 1; past the window it is clamped, as vLLM 0.32 clamps it),
-    `stream`, `truncation` (`auto`: the prompt is cut to the window, as vLLM's
-    truncate_prompt_tokens -1). `background` is refused: llmd keeps no responses running
-    apart from their client. Raises InvalidRequest (with param)."""
+    `stream`, `truncation` (`auto` or null: the prompt is cut to the window, as vLLM's
+    truncate_prompt_tokens -1; absent: `disabled`). `background` is refused: llmd keeps no
+    responses running apart from their client. Raises InvalidRequest (with param)."""
     max_output = body.get("max_output_tokens")
     if max_output is not None and (
         not isinstance(max_output, int) or isinstance(max_output, bool) or max_output < 1
@@ -69,7 +74,8 @@ def read_responses(body: dict[str, Any]) -> Fields:
         model=_model(body),
         prompt=conversation(body),
         output=OutputRequest(max_tokens=max_output, field="max_output_tokens", n=1),
-        truncate_prompt_tokens=-1 if truncation == "auto" else None,
+        # vLLM 0.32: -1 unless "disabled", its default when the field is absent (null: -1)
+        truncate_prompt_tokens=None if truncation == "disabled" or "truncation" not in body else -1,
         stream=bool(body.get("stream")),
         clamp=True,
     )
@@ -126,7 +132,7 @@ def conversation(body: dict[str, Any]) -> ChatPrompt | EnginePrompt:
             messages=messages,
             add_generation_prompt=not continued,
             continue_final_message=continued,
-            add_special_tokens=False,
+            add_special_tokens=ADD_SPECIAL_TOKENS,
             template_kwargs=kwargs,
             local=True,
             param="input",
@@ -138,7 +144,7 @@ def conversation(body: dict[str, Any]) -> ChatPrompt | EnginePrompt:
         "messages": tokenize_messages(messages),
         "add_generation_prompt": not continued,
         "continue_final_message": continued,
-        "add_special_tokens": False,
+        "add_special_tokens": ADD_SPECIAL_TOKENS,
         "tools": tools,
         "chat_template_kwargs": kwargs or None,
     }

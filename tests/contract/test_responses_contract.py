@@ -148,7 +148,11 @@ def test_tokenize_counts_what_the_engine_renders(engine: Engine, index: int) -> 
     conversation = CONVERSATIONS[index]
     prompt = read_input_tokens({"model": "tiny", **conversation}).prompt
     if isinstance(prompt, ChatPrompt):
-        tokenize = {"messages": prompt.messages, "add_generation_prompt": True}
+        tokenize = {
+            "messages": prompt.messages,
+            "add_generation_prompt": True,
+            "add_special_tokens": prompt.add_special_tokens,
+        }
     else:
         assert isinstance(prompt, EnginePrompt)
         tokenize = {k: v for k, v in prompt.body.items() if v is not None}

@@ -59,7 +59,7 @@ def test_anything_else_is_counted_by_the_engine(extra: dict[str, Any]) -> None:
     prompt = read_input_tokens({"model": "tiny", "input": "hi", **extra}).prompt
     assert isinstance(prompt, EnginePrompt)
     assert prompt.path == "/tokenize" and prompt.count_field == "count"
-    assert prompt.param == "input" and prompt.body["add_special_tokens"] is False
+    assert prompt.param == "input" and prompt.body["add_special_tokens"] is True
     assert prompt.body["messages"][-1]["role"] in ("user", "assistant")
 
 
@@ -126,9 +126,12 @@ def test_a_field_of_the_wrong_type_is_refused_naming_it(body: dict[str, Any], pa
 
 
 def test_truncation_auto_cuts_the_prompt_to_the_window() -> None:
-    """`truncation: auto` is vLLM's truncate_prompt_tokens -1 (the prompt cut to the window)."""
+    """`truncation: auto` (or null, as vLLM 0.32 reads it) is vLLM's truncate_prompt_tokens
+    -1 (the prompt cut to the window); absent or `disabled`, nothing is cut."""
     assert read_responses({"input": "x", "truncation": "auto"}).truncate_prompt_tokens == -1
+    assert read_responses({"input": "x", "truncation": None}).truncate_prompt_tokens == -1
     assert read_responses({"input": "x"}).truncate_prompt_tokens is None
+    assert read_responses({"input": "x", "truncation": "disabled"}).truncate_prompt_tokens is None
 
 
 def test_a_stored_turn_is_continued_with_its_input_and_output() -> None:

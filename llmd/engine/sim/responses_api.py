@@ -107,7 +107,8 @@ class ResponsesApi:
             raise errors.invalid_value(exc.message, exc.param) from None
         except TemplateError as exc:
             raise errors.bad_request(str(exc)) from None
-        prompt = server.tokenizer.encode(text, add_special_tokens=False)
+        # vLLM 0.32 adds the tokenizer's special tokens to a Responses prompt (build_tok_params)
+        prompt = server.tokenizer.encode(text, add_special_tokens=True)
         requested = body.get("max_output_tokens")
         max_tokens = self._fit(len(prompt), requested)
         stream = body.get("stream")
