@@ -6,11 +6,13 @@ to the engine's Unix socket and through llmd, in one run.
     stored      POST /v1/responses, store left at its default (true): llmd keeps each answer
 
 For each protocol and path: the p50 of a non-streamed request (16 tokens) at concurrency 1 and
-of a stream's time to first token, tokens/s with 32 streams of 200 tokens (`ignore_eos`), and
+of a stream's time to first token, tokens/s with 32 streams of 200 tokens (`ignore_eos`),
 llmd's whole CPU time per streamed token meanwhile (user + system of its process, its engine
-excluded). Each round runs the protocols and paths in an order rotated by one; per round it
-prints llmd's added latency (llmd minus direct) and each protocol's CPU per token against
-chat's, then the median (min-max) over rounds (issue 34's goal: Responses the same as chat).
+excluded), and the events and socket reads per token the client saw (how the engine frames
+each protocol's tokens, which llmd's cost per token follows). Each round runs the protocols
+and paths in an order rotated by one; per round it prints llmd's added latency (llmd minus
+direct) and each protocol's CPU per token against chat's, then the median (min-max) over
+rounds (issue 34's goal: Responses the same as chat).
 
     flock /tmp/llmd-heavy.lock .venv/bin/python scripts/bench_protocols.py --rounds 3 \
         [--config etc/demo.toml] [--output docs/bench/protocols-DATE.json]
@@ -99,26 +101,30 @@ PROTOCOLS: dict[str, tuple[str, Callable[[int, bool], dict[str, Any]], Any, Any]
 
 async def one_request(
     session: aiohttp.ClientSession, url: str, protocol: str, tokens: int, stream: bool
-) -> tuple[float, float, int]:
-    """(seconds to the first token or the whole answer, seconds in all, output tokens)."""
+) -> tuple[float, float, int, int, int]:
+    """(seconds to the first token or the whole answer, seconds in all, output tokens, a
+    stream's events, the reads it arrived in)."""
     path, body, usage_of, is_token = PROTOCOLS[protocol]
     start = time.perf_counter()
     first = 0.0
-    count = 0
+    count = events = reads = 0
     async with session.post(url + path, json=body(tokens, stream)) as response:
         assert response.status == 200, await response.text()
         if not stream:
             count = usage_of(await response.json()) or 0
             first = time.perf_counter() - start
         else:
-            async for line in response.content:
-                if not line.startswith(b"data: {"):
-                    continue
-                if not first and is_token(line):
-                    first = time.perf_counter() - start
-                if b'"usage"' in line:
-                    count = usage_of(json.loads(line[6:])) or count
-    return first, time.perf_counter() - start, count
+            async for chunk in response.content.iter_any():
+                reads += 1
+                for line in chunk.split(b"\n"):
+                    if not line.startswith(b"data: {"):
+                        continue
+                    events += 1
+                    if not first and is_token(line):
+                        first = time.perf_counter() - start
+                    if b'"usage"' in line:
+                        count = usage_of(json.loads(line[6:])) or count
+    return first, time.perf_counter() - start, count, events, reads
 
 
 async def run_load(
@@ -133,16 +139,18 @@ async def run_load(
     """`requests` requests, `concurrency` at a time: p50s and output tokens/s."""
     firsts: list[float] = []
     totals: list[float] = []
-    generated = 0
+    generated = events = reads = 0
     queue = iter(range(requests))
 
     async def worker() -> None:
-        nonlocal generated
+        nonlocal generated, events, reads
         for _ in queue:
-            first, total, count = await one_request(session, url, protocol, tokens, stream)
-            firsts.append(first)
-            totals.append(total)
-            generated += count
+            answer = await one_request(session, url, protocol, tokens, stream)
+            firsts.append(answer[0])
+            totals.append(answer[1])
+            generated += answer[2]
+            events += answer[3]
+            reads += answer[4]
 
     start = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -152,6 +160,8 @@ async def run_load(
         "p50_ms": statistics.median(totals) * 1000,
         "tokens": generated,
         "tokens_per_s": generated / wall,
+        "events_per_token": events / max(generated, 1),
+        "reads_per_token": reads / max(generated, 1),
     }
 
 
@@ -177,6 +187,8 @@ async def one_path(target: str, url: str, protocol: str, pid: int | None) -> dic
         "tokens_per_s": load["tokens_per_s"],
         "tokens": load["tokens"],
         "cpu_us_per_token": cpu,
+        "events_per_token": load["events_per_token"],
+        "reads_per_token": load["reads_per_token"],
     }
 
 
@@ -228,6 +240,20 @@ def print_summary(records: list[dict[str, Any]]) -> None:
             f"{spread([a['ttft_p50_ms'] for a in added], 2):>22} "
             f"{spread([a['tokens_per_s_ratio'] for a in added], 2):>20} "
             f"{spread(cpu, 1):>20} {spread([a['cpu_over_chat'] for a in added], 2):>18}"
+        )
+    heads = ("events/token direct", "llmd", "reads/token direct", "llmd")
+    print(f"\n{'protocol':<10} {heads[0]:>22} {heads[1]:>14} {heads[2]:>20} {heads[3]:>14}")
+    for protocol in PROTOCOLS:
+        per = {
+            (path, key): [r[protocol][path][key] for r in records]
+            for path in ("direct", "llmd")
+            for key in ("events_per_token", "reads_per_token")
+        }
+        print(
+            f"{protocol:<10} {spread(per['direct', 'events_per_token'], 2):>22} "
+            f"{spread(per['llmd', 'events_per_token'], 2):>14} "
+            f"{spread(per['direct', 'reads_per_token'], 2):>20} "
+            f"{spread(per['llmd', 'reads_per_token'], 2):>14}"
         )
     loads = [r[p][path]["load"] for r in records for p in PROTOCOLS for path in ("direct", "llmd")]
     print(f"load average before each run: {spread(loads, 2)}")
