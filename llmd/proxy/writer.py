@@ -96,14 +96,17 @@ class ClientWriter:
         self.exchange.send_since = None
 
     async def body(self, chunk: bytes, *, more: bool) -> None:
-        exchange = self.exchange
-        now = time.monotonic()
         if chunk:
-            exchange.progress_at = now  # the backend's latest bytes (llmd/daemon/watchdog.py)
+            self.exchange.progress_at = time.monotonic()  # llmd/daemon/watchdog.py reads it
             self.answer.feed(chunk)
+        await self.send_body(chunk, more=more)
+
+    async def send_body(self, chunk: bytes, *, more: bool) -> None:
+        """Send `chunk`, already read (`body` reads, then sends)."""
+        exchange = self.exchange
         # A send blocks while the client's transport buffer is full; the stall watcher
         # (llmd/proxy/stalls.py) ends exchanges blocked longer than server.send_timeout_s.
-        exchange.send_since = now
+        exchange.send_since = time.monotonic()
         await self._send_body({"type": "http.response.body", "body": chunk, "more_body": more})
         exchange.send_since = None
         if chunk and exchange.stream and self.answer.done:
@@ -122,6 +125,11 @@ class ClientWriter:
             if answer.done and exchange.stream:
                 exchange.answered = True
 
+    def stream_error(self, error: ApiError) -> bytes:
+        """`error` in-band, as this answer's protocol ends a stream with it (a writer of
+        another protocol overrides this: llmd/proxy/responses.py)."""
+        return error.sse_event()
+
 
 async def answer_error(send: ClientWriter, error: ApiError, *, log_it: bool = True) -> None:
     """Send `error` as a response (with the time queued, `x-llmd-queue-ms`), or in-band as an
@@ -136,7 +144,7 @@ async def answer_error(send: ClientWriter, error: ApiError, *, log_it: bool = Tr
             await send_error(send._send, error, [*send.headers, (b"x-llmd-queue-ms", queue_ms)])
         elif exchange.stream:
             prefix = b"" if send.between_events else SSE_BOUNDARY
-            await send.body(prefix + error.sse_event(), more=False)
+            await send.body(prefix + send.stream_error(error), more=False)
         else:
             await send.body(b"", more=False)
     if log_it:
