@@ -21,12 +21,17 @@ from typing import Literal
 
 from aiohttp import web
 
-from llmd.engine.sim import errors
+from llmd.engine.sim import errors, messages_api
 from llmd.engine.sim.core import RequestState, SimEngine
 from llmd.engine.sim.errors import SimHTTPError
 from llmd.engine.sim.faults import FaultOptions, FaultSpecError, RequestFault
 from llmd.engine.sim.metrics import CONTENT_TYPE, SimMetrics
-from llmd.engine.sim.requests import parse_generation, parse_json_object, parse_tokenize
+from llmd.engine.sim.requests import (
+    GenerationRequest,
+    parse_generation,
+    parse_json_object,
+    parse_tokenize,
+)
 from llmd.engine.sim.responses import DONE, ResponseWriter, dumps
 from llmd.engine.sim.surface import DEFAULT_VERSION, SURFACES, Surface
 from llmd.engine.sim.tokenizer import SimTokenizer
@@ -84,6 +89,7 @@ class SimServer:
         app.router.add_post("/tokenize", self.tokenize)
         app.router.add_post("/v1/chat/completions", self._generation("chat"))
         app.router.add_post("/v1/completions", self._generation("completion"))
+        messages_api.register(app, self)
         if runtime_lora_updating():
             app.router.add_post("/v1/load_lora_adapter", self.load_lora_adapter)
         return app
@@ -199,20 +205,11 @@ class SimServer:
         except SimHTTPError as error:
             return _error(error)
         try:
-            self._process_faults(fault)
+            state = await self.admit(request, parsed, fault)
         except SimHTTPError as error:
             return _error(error)
-        if self.faults.empty_rate and self._rng.random() < self.faults.empty_rate:
-            fault = dataclasses.replace(fault, empty=True)
-        if fault.die_after == 0:
-            _drop_connection(request)
+        if state is None:
             return web.Response(status=500)
-        if fault.delay_s:
-            await asyncio.sleep(fault.delay_s)
-        try:
-            state = self.engine.submit(parsed, fault, request.headers.get("x-request-id", ""))
-        except SimHTTPError as error:
-            return _error(error)
         request_id = request.headers.get("x-request-id") or secrets.token_hex(8)
         answered_as = body.get("model") if body.get("model") in self.lora_modules else None
         writer = ResponseWriter(state, answered_as or self.model_name, request_id)
@@ -222,6 +219,21 @@ class SimServer:
             return await self._complete(request, state, writer)
         finally:
             self.engine.abort(state)  # no-op when it finished; frees seat and blocks otherwise
+
+    async def admit(
+        self, request: web.Request, parsed: GenerationRequest, fault: RequestFault
+    ) -> RequestState | None:
+        """Apply the faults that strike on arrival, then queue `parsed` in the engine: its
+        state, or None when the connection was cut (`die-after:0`). Raises `SimHTTPError`."""
+        self._process_faults(fault)
+        if self.faults.empty_rate and self._rng.random() < self.faults.empty_rate:
+            fault = dataclasses.replace(fault, empty=True)
+        if fault.die_after == 0:
+            _drop_connection(request)
+            return None
+        if fault.delay_s:
+            await asyncio.sleep(fault.delay_s)
+        return self.engine.submit(parsed, fault, request.headers.get("x-request-id", ""))
 
     def _process_faults(self, fault: RequestFault) -> None:
         """Faults that strike as the request arrives; raises the error to answer, if any."""
