@@ -62,7 +62,7 @@ def test_the_pooling_endpoints_answer_through_llmd(rag: LlmdProcess) -> None:
     score = post(rag, "/v1/score", {"model": EMBED, "queries": "ledger", "documents": documents})
     assert score.status_code == 200 and len(score.json()["data"]) == 2
     assert post(rag, "/pooling", {"model": EMBED, "input": "hello"}).status_code == 200
-    cohere = post(rag, "/v2/embed", {"model": EMBED, "texts": ["hello"], "input_type": "query"})
+    cohere = post(rag, "/v2/embed", {"model": EMBED, "texts": ["hello"]})
     assert cohere.status_code == 200 and cohere.json()["embeddings"]["float"]
     long = "word " * 2000
     over = post(rag, "/v1/embeddings", {"model": EMBED, "input": ["short", long]})

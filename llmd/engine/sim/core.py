@@ -306,6 +306,13 @@ class SimEngine:
         self._update_gauges()
 
     def _emit_token(self, state: RequestState, now: float) -> None:
+        if state.request.kind == "pooling":
+            # The pooler's output ends the request after its prefill, with no token sampled:
+            # vLLM 0.32 counts its prompt and TTFT, no generation token, and finishes it
+            # "stop" (v1/core/sched/scheduler.py: "Pooling stops as soon as there is output").
+            self._prefilled(state, now)
+            state.finish_reason = "stop"
+            return
         token_id = self.tokenizer.sample_id(state.rng)
         piece = self.tokenizer.piece(token_id)
         if state.fault.empty and not state.token_ids:  # an end of sequence first: no text
@@ -313,14 +320,7 @@ class SimEngine:
             state.finish_reason = "stop"
             self.scheduler.abort(state.seq, "stop")
         if state.first_token_at is None:
-            state.first_token_at = now
-            self.metrics.ttft.observe(now - state.arrival)
-            self.metrics.prompt_tokens.inc(state.seq.prompt_tokens)
-            self.metrics.prefix_queries.inc(state.seq.prompt_tokens)
-            self.metrics.prefix_hits.inc(state.cached_tokens)
-            if self.prefix_cache is not None:
-                self.prefix_cache.insert(state.request.prompt_ids)
-            self.prompt_tokens_done += state.seq.prompt_tokens
+            self._prefilled(state, now)
         elif state.last_token_at is not None:
             self.metrics.itl.observe(now - state.last_token_at)
         state.last_token_at = now
@@ -339,6 +339,17 @@ class SimEngine:
                     break
         state.token_ids.append(token_id)
         state.pieces.append(piece)
+
+    def _prefilled(self, state: RequestState, now: float) -> None:
+        """The request's first output (a token, or a pooled vector): TTFT and prompt counts."""
+        state.first_token_at = now
+        self.metrics.ttft.observe(now - state.arrival)
+        self.metrics.prompt_tokens.inc(state.seq.prompt_tokens)
+        self.metrics.prefix_queries.inc(state.seq.prompt_tokens)
+        self.metrics.prefix_hits.inc(state.cached_tokens)
+        if self.prefix_cache is not None:
+            self.prefix_cache.insert(state.request.prompt_ids)
+        self.prompt_tokens_done += state.seq.prompt_tokens
 
     def _record_finished(self, state: RequestState, now: float) -> None:
         m = self.metrics

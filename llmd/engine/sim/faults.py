@@ -8,7 +8,8 @@ with that status), `crash` (the process exits non-zero at once), `dead` (the eng
 /health 503, generation 500), `delay:S` (S more seconds before the request is scheduled),
 `empty` (the answer has no text: its first token is an end of sequence that carries none, so
 it ends at once with finish_reason `stop` and 1 completion token, as a model that emits EOS
-first does in vLLM).
+first does in vLLM). On a pooling request (no tokens) `die-after:K` drops the connection once
+its vectors are ready, and `empty` does nothing; on an audio one the body field is a form field.
 """
 
 from __future__ import annotations
@@ -88,11 +89,12 @@ def _non_negative(value: _N) -> _N:
 class FaultOptions:
     """Process-wide faults from the command line; `None` and 0 mean off.
 
-    `crash_after`/`dead_after` count generation requests served before the fault strikes on the
-    next one. `exit_on_death` is the delay after the engine dies before the process exits with
-    status 0, as vLLM's API server does once its engine core is gone (vllm#48966).
-    `error_rate` and `empty_rate` are the shares of generation requests answered with
-    `error_status` or without text (`empty`), drawn from a fixed seed.
+    `crash_after`/`dead_after` count engine requests (generation, pooling, audio) served before
+    the fault strikes on the next one. `exit_on_death` is the delay after the engine dies
+    before the process exits with status 0, as vLLM's API server does once its engine core is
+    gone (vllm#48966). `error_rate` is the share of engine requests answered with
+    `error_status`, `empty_rate` that of generation requests answered without text (`empty`),
+    both drawn from a fixed seed.
     """
 
     boot_delay_s: float = 0.0

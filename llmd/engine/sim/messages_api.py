@@ -14,6 +14,7 @@ message_stop; no ping. Message ids are the chat completion's, `chatcmpl-<x-reque
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -21,14 +22,9 @@ from aiohttp import web
 from llmd.engine.sim.anthropic_request import check_messages, to_chat
 from llmd.engine.sim.core import RequestState, SimEngine
 from llmd.engine.sim.errors import SimHTTPError
-from llmd.engine.sim.faults import FaultSpecError, RequestFault
-from llmd.engine.sim.requests import (
-    GenerationRequest,
-    parse_generation,
-    parse_json_object,
-    template_tools,
-)
-from llmd.engine.sim.responses import dumps
+from llmd.engine.sim.faults import RequestFault
+from llmd.engine.sim.requests import parse_generation, parse_json_object, template_tools
+from llmd.engine.sim.responses import drop_connection, dumps, json_response
 from llmd.engine.sim.surface import Surface
 from llmd.engine.sim.tokenizer import SimTokenizer, TemplateError
 
@@ -50,13 +46,17 @@ class Host(Protocol):
     tokenizer: SimTokenizer
     max_model_len: int
     surface: Surface
-    request_fault: RequestFault
 
-    def _check_model(self, name: object) -> None: ...
+    def check_model(self, name: object) -> None: ...
 
     async def admit(
-        self, request: web.Request, parsed: GenerationRequest, fault: RequestFault
-    ) -> RequestState | None: ...
+        self,
+        request: web.Request,
+        body_fault: str,
+        *,
+        generation: bool = False,
+        answer: Callable[[SimHTTPError], web.StreamResponse] = ...,
+    ) -> RequestFault | web.StreamResponse: ...
 
 
 def register(app: web.Application, server: Host) -> None:
@@ -80,13 +80,13 @@ class MessagesAPI:
             body = parse_json_object(await request.read())
             check_messages(body, count_only=True)
         except SimHTTPError as error:
-            return _json(error.json_bytes(), error.status)
+            return error.response()
         try:
-            self.server._check_model(body["model"])
+            self.server.check_model(body["model"])
             count = len(self._prompt(body)[0])
         except SimHTTPError as error:
             return anthropic_error(error)
-        return _json(
+        return json_response(
             dumps({"input_tokens": count, "context_management": {"original_input_tokens": count}})
         )
 
@@ -96,24 +96,23 @@ class MessagesAPI:
             body = parse_json_object(await request.read())
             check_messages(body)
         except SimHTTPError as error:
-            return _json(error.json_bytes(), error.status)
+            return error.response()
         server = self.server
         try:
-            server._check_model(body["model"])
+            server.check_model(body["model"])
             chat = to_chat(body, merge_inline_system=self.merge_inline_system)
             parsed = parse_generation(
                 "chat", chat, server.tokenizer, server.max_model_len, server.surface
             )
-            fault = server.request_fault.merged(
-                RequestFault.parse(request.headers.get("x-sim-fault", ""))
-            )
-            state = await server.admit(request, parsed, fault)
-        except FaultSpecError as exc:
-            return anthropic_error(SimHTTPError(400, str(exc), type="BadRequestError"))
         except SimHTTPError as error:
             return anthropic_error(error)
-        if state is None:
-            return web.Response(status=500)
+        admitted = await server.admit(request, "", generation=True, answer=anthropic_error)
+        if isinstance(admitted, web.StreamResponse):
+            return admitted
+        try:
+            state = server.engine.submit(parsed, admitted, request.headers.get("x-request-id", ""))
+        except SimHTTPError as error:
+            return anthropic_error(error)
         writer = MessageWriter(state, str(body["model"]), request.headers.get("x-request-id"))
         try:
             if parsed.stream:
@@ -124,9 +123,8 @@ class MessagesAPI:
             except SimHTTPError as error:
                 return anthropic_error(error)
             if state.fault.die_after is not None:
-                _drop_connection(request)
-                return web.Response(status=500)
-            return _json(writer.full_body())
+                return drop_connection(request)
+            return json_response(writer.full_body())
         finally:
             server.engine.abort(state)  # no-op when it finished
 
@@ -144,7 +142,7 @@ class MessagesAPI:
                     started = True
                 if die_after is not None and end >= die_after:
                     await response.write(writer.text(start, max(start, die_after)))
-                    _drop_connection(request)
+                    drop_connection(request)
                     return response
                 await response.write(writer.text(start, end))
         except SimHTTPError as error:
@@ -268,7 +266,7 @@ def event(name: str, data: dict[str, Any]) -> bytes:
 
 def anthropic_error(error: SimHTTPError) -> web.Response:
     """An error the Messages handler answers: vLLM's `translate_error_response`."""
-    return _json(dumps({"type": "error", "error": _error(error)}), error.status)
+    return json_response(dumps({"type": "error", "error": _error(error)}), error.status)
 
 
 def _error(error: SimHTTPError) -> dict[str, str]:
@@ -282,16 +280,6 @@ def _refuses_inline_system(server: Host) -> bool:
     except TemplateError:
         return True
     return False
-
-
-def _drop_connection(request: web.Request) -> None:
-    """Cut the connection mid-answer, as a dying engine process does."""
-    if request.transport is not None:
-        request.transport.abort()
-
-
-def _json(body: bytes, status: int = 200) -> web.Response:
-    return web.Response(body=body, status=status, content_type="application/json")
 
 
 __all__ = ["MessagesAPI", "register"]
