@@ -33,9 +33,14 @@ def agents() -> None:
 
 
 def finished(llmd: LlmdProcess, endpoint: str) -> list[dict[str, Any]]:
-    """llmd's `request_finished` log lines for `endpoint`."""
-    lines = (json.loads(line) for line in llmd.log_path.read_text().splitlines() if "{" in line)
-    return [e for e in lines if e.get("event") == "request_finished" and e["endpoint"] == endpoint]
+    """llmd's `request_finished` log lines (JSON) for `endpoint`."""
+    events = []
+    for line in llmd.log_path.read_text().splitlines():
+        if '"request_finished"' in line:
+            event = json.loads(line)
+            if event.get("endpoint") == endpoint:
+                events.append(event)
+    return events
 
 
 def test_claude_code_answers_through_llmd(real_llmd: LlmdProcess, tmp_path: Path) -> None:
