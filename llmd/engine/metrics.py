@@ -20,6 +20,10 @@ _GAUGES = {
     "vllm:gpu_cache_usage_perc": "kv_usage",
     "vllm:prompt_tokens_total": "prompt_tokens_total",
     "vllm:generation_tokens_total": "generation_tokens_total",
+    # Histograms' sums and counts (their buckets are not read): the stall watchdog's measures.
+    "vllm:inter_token_latency_seconds_sum": "itl_seconds_total",
+    "vllm:inter_token_latency_seconds_count": "itl_count",
+    "vllm:time_to_first_token_seconds_sum": "ttft_seconds_total",
 }
 _CACHE_INFO = "vllm:cache_config_info"
 _WANTED = (*_GAUGES, _CACHE_INFO)
@@ -32,8 +36,11 @@ class EngineSample:
     `kv_usage` is 0..1, the mean over the engine's label sets; `num_gpu_blocks` (summed over
     them) * `block_size` is the KV capacity in tokens. A vLLM with --data-parallel-size labels
     each rank's series with its `engine` index: the server's load is their sum, its KV usage
-    their mean. Fields are
-    None when the engine did not report them; `taken_at` is `time.monotonic()` seconds.
+    their mean. `itl_seconds_total` / `itl_count`: the mean inter-token latency since the
+    engine started; `ttft_seconds_total` / `prompt_tokens_total`: seconds to first token per
+    prompt token (queueing included), a measure of prefill. Fields are None when the engine
+    did not report them; `taken_at` (the answer read) and `sent_at` (the request sent; None:
+    not known) are `time.monotonic()` seconds.
     """
 
     taken_at: float
@@ -44,6 +51,10 @@ class EngineSample:
     block_size: int | None = None
     prompt_tokens_total: float | None = None
     generation_tokens_total: float | None = None
+    itl_seconds_total: float | None = None
+    itl_count: float | None = None
+    ttft_seconds_total: float | None = None
+    sent_at: float | None = None
 
     @property
     def kv_capacity_tokens(self) -> int | None:
@@ -51,10 +62,25 @@ class EngineSample:
             return None
         return self.num_gpu_blocks * self.block_size
 
+    @property
+    def mean_itl_s(self) -> float | None:
+        """The mean inter-token latency since the engine started, s (None: none measured)."""
+        if not self.itl_count or self.itl_seconds_total is None:
+            return None
+        return self.itl_seconds_total / self.itl_count
 
-def parse_engine_metrics(text: str, taken_at: float) -> EngineSample:
-    """Read an EngineSample from Prometheus exposition `text`. Raises ValueError when the text
-    is not Prometheus exposition format."""
+    @property
+    def prefill_s_per_token(self) -> float | None:
+        """Seconds to first token per prompt token since the engine started (None: none)."""
+        if not self.prompt_tokens_total or self.ttft_seconds_total is None:
+            return None
+        return self.ttft_seconds_total / self.prompt_tokens_total
+
+
+def parse_engine_metrics(text: str, taken_at: float, sent_at: float | None = None) -> EngineSample:
+    """Read an EngineSample from Prometheus exposition `text`, answered at `taken_at` to a
+    request sent at `sent_at`. Raises ValueError when the text is not Prometheus exposition
+    format."""
     kept = "\n".join(line for line in text.splitlines() if line.startswith(_WANTED)) + "\n"
     values: dict[str, float] = {}
     kv_engines = 0
@@ -81,6 +107,10 @@ def parse_engine_metrics(text: str, taken_at: float) -> EngineSample:
         block_size=block_size,
         prompt_tokens_total=values.get("prompt_tokens_total"),
         generation_tokens_total=values.get("generation_tokens_total"),
+        itl_seconds_total=values.get("itl_seconds_total"),
+        itl_count=values.get("itl_count"),
+        ttft_seconds_total=values.get("ttft_seconds_total"),
+        sent_at=sent_at,
     )
 
 

@@ -95,7 +95,7 @@ LISTEN_BACKLOG = 2048
 async def start(server: SimServer, options: SimOptions) -> web.AppRunner:
     """Start the engine loop and listen on `options.uds` and/or `options.port`; the runner
     (`await runner.cleanup()` stops listening; then `await server.engine.close()`)."""
-    server.engine.start()
+    server.engine.start(options.faults.stall_after_s)
     runner = web.AppRunner(
         server.app(),
         handler_cancellation=True,

@@ -86,6 +86,8 @@ def parse_options(argv: Sequence[str] | None = None) -> SimOptions:
         error_rate=args.fault_error_rate,
         error_status=args.fault_error_status,
         empty_rate=args.fault_empty_rate,
+        stall_after_s=args.fault_stall_after_s,
+        sse_layout=args.fault_sse_layout,
     )
     check_task_arguments(parser, args)
     names = tuple(args.served_model_name or ()) or (args.model,)
@@ -257,5 +259,19 @@ def _parser() -> argparse.ArgumentParser:
         default=0.0,
         metavar="P",
         help="answer this share of generation requests without text (the `empty` fault)",
+    )
+    faults.add_argument(
+        "--fault-stall-after-s",
+        type=float,
+        default=None,
+        metavar="S",
+        help="S seconds after boot the engine core stops producing tokens (as a SIGSTOPped "
+        "EngineCore); /health and /metrics still answer",
+    )
+    faults.add_argument(
+        "--fault-sse-layout",
+        action="store_true",
+        help="write streams with CRLF, comments, id: and event: fields, `data:` unspaced and "
+        "data over two lines (another layout the event-stream grammar allows)",
     )
     return p

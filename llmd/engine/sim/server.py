@@ -26,7 +26,7 @@ from llmd.engine.sim import errors, messages_api
 from llmd.engine.sim.audio import AudioRoutes
 from llmd.engine.sim.core import RequestState, SimEngine
 from llmd.engine.sim.errors import SimHTTPError
-from llmd.engine.sim.faults import FaultOptions, FaultSpecError, RequestFault
+from llmd.engine.sim.faults import FaultOptions, FaultSpecError, RequestFault, sse_relayout
 from llmd.engine.sim.metrics import CONTENT_TYPE, SimMetrics
 from llmd.engine.sim.pooling import PoolingRoutes
 from llmd.engine.sim.pooling_requests import PromptContext
@@ -254,6 +254,8 @@ class SimServer:
             self.on_exit(f.crash_exit_code)
         if fault.dead or (f.dead_after is not None and self.generation_requests > f.dead_after):
             self.kill_engine()
+        if fault.stall and self.engine.stall_at is None:
+            self.engine.stall_at = self.engine.clock()
         if self.engine.dead:
             raise errors.engine_dead()
         if fault.error_status is not None:
@@ -291,6 +293,8 @@ class SimServer:
         self, request: web.Request, state: RequestState, writer: ResponseWriter
     ) -> web.StreamResponse:
         response = web.StreamResponse(status=200, headers=SSE_HEADERS)
+        if self.faults.sse_layout:
+            response = _Relayout(status=200, headers=SSE_HEADERS)
         die_after = state.fault.die_after
         started = False
         end = 0
@@ -334,6 +338,17 @@ class SimServer:
             raise errors.model_not_found(
                 str(name), ", ".join(self.aliases), self.surface.names_models
             )
+
+
+class _Relayout(web.StreamResponse):
+    """A stream whose events are written in another valid layout (`--fault-sse-layout`)."""
+
+    _events = 0
+
+    async def write(self, data: bytes | bytearray | memoryview) -> None:
+        chunk = bytes(data)
+        await super().write(sse_relayout(chunk, self._events))
+        self._events += chunk.count(b"\n\n")
 
 
 def _hard_exit(code: int) -> None:
