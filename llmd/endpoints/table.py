@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from llmd.admission.cost import Cost, pair_cost, pooling_cost, request_cost
-from llmd.endpoints import audio, openai
-from llmd.endpoints.dialects import OPENAI, Dialect
+from llmd.endpoints import anthropic, audio, openai
+from llmd.endpoints.dialects import ANTHROPIC, OPENAI, Dialect
 from llmd.engine.runner import EngineKind
 from llmd.telemetry.metrics import OTHER_ENDPOINT
 from llmd.validation.fields import Fields, PairPrompt
@@ -28,12 +28,14 @@ class BodyKind(enum.Enum):
 
 
 class Answer(enum.Enum):
-    """Who answers: a backend (RELAY), or llmd's own tokenizer when it has the model's
-    (TOKENIZE, DETOKENIZE: they then cost the engine nothing; else relayed)."""
+    """Who answers: a backend (RELAY), or llmd's own tokenizer when it has the model's and
+    renders the prompt as the engine would (TOKENIZE, DETOKENIZE, COUNT_TOKENS: they then cost
+    the engine nothing; else relayed)."""
 
     RELAY = "relay"
     TOKENIZE = "tokenize"
     DETOKENIZE = "detokenize"
+    COUNT_TOKENS = "count_tokens"
 
 
 Cost_ = Callable[[Fields, Validated, int | None], Cost]
@@ -117,6 +119,14 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "completions", ("/v1/completions",), openai.read_completions, generation, GENERATE,
         streams=True,
     ),
+    Endpoint(
+        "messages", ("/v1/messages",), anthropic.read_messages, generation, GENERATE,
+        streams=True, dialect=ANTHROPIC,
+    ),
+    Endpoint(
+        "count_tokens", ("/v1/messages/count_tokens",), anthropic.read_count_tokens, one_seat,
+        GENERATE, validate=False, answer=Answer.COUNT_TOKENS, dialect=ANTHROPIC,
+    ),
     Endpoint("embeddings", ("/v1/embeddings",), openai.read_embeddings, pooling, POOL),
     Endpoint("pooling", ("/pooling",), openai.read_embeddings, pooling, POOL),
     Endpoint("classify", ("/classify",), openai.read_embeddings, pooling, POOL),
@@ -151,6 +161,12 @@ def label_of(path: str) -> str:
     """The `endpoint` label of a request at `path` (its metrics and log line): its entry's
     name, or `other` for a path no entry has."""
     return next((e.name for e in ENDPOINTS if path in e.paths), OTHER_ENDPOINT)
+
+
+def dialect_of(path: str) -> Dialect:
+    """The dialect of a request at `path` (its errors' shape): its entry's, OpenAI's for a
+    path no entry has."""
+    return next((e.dialect for e in ENDPOINTS if path in e.paths), OPENAI)
 
 
 def serving(endpoint: Endpoint, kinds: frozenset[EngineKind] | None) -> bool:

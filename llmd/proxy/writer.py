@@ -16,6 +16,7 @@ from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from llmd.endpoints.dialects import OPENAI, Dialect
+from llmd.endpoints.table import dialect_of
 from llmd.errors import ApiError
 from llmd.inflight import Exchange
 
@@ -28,12 +29,15 @@ SSE_BOUNDARY = b"\n\n"
 
 
 async def send_error(
-    send: Send, error: ApiError, headers: Sequence[tuple[bytes, bytes]] = ()
+    send: Send,
+    error: ApiError,
+    headers: Sequence[tuple[bytes, bytes]] = (),
+    dialect: Dialect = OPENAI,
 ) -> None:
-    """Answer `error` as a complete OpenAI-shaped JSON response (with Retry-After on 429 and
-    503), with `headers` added: the one writer of every error llmd answers, public and admin
-    API alike."""
-    body = error.body()
+    """Answer `error` as a complete JSON response in `dialect`'s shape (OpenAI's unless the
+    path is another protocol's: `dialect_of`), with Retry-After on 429 and 503 and `headers`
+    added: the one writer of every error llmd answers, public and admin API alike."""
+    body = dialect.error_body(error)
     headers = [*error.headers(), *headers, (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": error.status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})
@@ -41,7 +45,8 @@ async def send_error(
 
 class ErrorResponse(Response):
     """`error` as a Starlette response, for the app's exception handlers and `/ready`: written
-    by `send_error` like every other error llmd answers."""
+    by `send_error` like every other error llmd answers, in the dialect of the request's
+    path."""
 
     def __init__(self, error: ApiError, headers: list[tuple[bytes, bytes]] | None = None) -> None:
         super().__init__(status_code=error.status)
@@ -49,7 +54,8 @@ class ErrorResponse(Response):
         self.extra = headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send_error(send, self.error, self.extra or ())
+        dialect = dialect_of(scope.get("path", ""))
+        await send_error(send, self.error, self.extra or (), dialect)
 
 
 class ClientWriter:
@@ -73,6 +79,7 @@ class ClientWriter:
         dialect: Dialect = OPENAI,
     ) -> None:
         self._send = send
+        self.dialect = dialect
         self.answer = dialect.reader(exchange)
         self._send_body = body_send or send
         self.exchange = exchange
@@ -110,19 +117,20 @@ class ClientWriter:
 
 
 async def answer_error(send: ClientWriter, error: ApiError, *, log_it: bool = True) -> None:
-    """Send `error` as a response (with the time queued, `x-llmd-queue-ms`), or in-band as an
-    SSE event when the stream has started. Logged as `request_failed` unless `log_it` is
-    False (the caller logged it)."""
+    """Send `error` as a response (with the time queued, `x-llmd-queue-ms`), or in-band when
+    the stream has started (as the writer's dialect ends a stream with an error). Logged as
+    `request_failed` unless `log_it` is False (the caller logged it)."""
     exchange = send.exchange
     exchange.error_code = error.reason
     with contextlib.suppress(OSError):
         if not exchange.response_started:
             exchange.status = error.status
             queue_ms = str(round(exchange.queue_ms())).encode()
-            await send_error(send._send, error, [*send.headers, (b"x-llmd-queue-ms", queue_ms)])
+            headers = [*send.headers, (b"x-llmd-queue-ms", queue_ms)]
+            await send_error(send._send, error, headers, send.dialect)
         elif exchange.stream:
             prefix = b"" if send.between_events else SSE_BOUNDARY
-            await send.body(prefix + error.sse_event(), more=False)
+            await send.body(prefix + send.dialect.stream_error(error), more=False)
         else:
             await send.body(b"", more=False)
     if log_it:

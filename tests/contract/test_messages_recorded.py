@@ -65,7 +65,9 @@ def test_the_simulator_answers_as_vllm_did(sim_engine: Engine, path: Path) -> No
         compare_streams(events(recorded["body_text"]), events(reply.text))
         return
     expected, got = recorded["body"], reply.json()
-    if "error" in expected:
+    if request["path"] == "/tokenize":  # the tools rendered as vLLM hands them to the template
+        assert got == expected
+    elif "error" in expected:
         compare_errors(expected, got)
     elif "input_tokens" in expected:  # count_tokens: exact
         assert got == expected

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmd.engine.sim.errors import SimHTTPError, validation_error
+from llmd.engine.sim.errors import SimHTTPError, union_validation_error, validation_error
 
 BILLING_HEADER = "x-anthropic-billing-header"
 ROLES = ("user", "assistant", "system")
@@ -209,7 +209,12 @@ def _check_message(message: object, loc: str) -> None:
         )
     content = _required(message, "content", loc)
     if not isinstance(content, str):
-        _check_blocks(content, f"{loc}.content")
+        try:
+            _check_blocks(content, f"{loc}.content")
+        except SimHTTPError as error:
+            if not isinstance(content, list) or not error.message.startswith("1 validation"):
+                raise
+            raise union_validation_error(f"{loc}.content", content, error) from None
 
 
 def _check_blocks(blocks: object, loc: str) -> None:

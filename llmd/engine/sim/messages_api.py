@@ -23,7 +23,12 @@ from llmd.engine.sim.anthropic_request import check_messages, to_chat
 from llmd.engine.sim.core import RequestState, SimEngine
 from llmd.engine.sim.errors import SimHTTPError
 from llmd.engine.sim.faults import RequestFault
-from llmd.engine.sim.requests import parse_generation, parse_json_object, template_tools
+from llmd.engine.sim.requests import (
+    fit_context,
+    parse_generation,
+    parse_json_object,
+    template_tools,
+)
 from llmd.engine.sim.responses import drop_connection, dumps, json_response
 from llmd.engine.sim.surface import Surface
 from llmd.engine.sim.tokenizer import SimTokenizer, TemplateError
@@ -75,7 +80,8 @@ class MessagesAPI:
 
     async def count_tokens(self, request: web.Request) -> web.Response:
         """`{"input_tokens": N, "context_management": {"original_input_tokens": N}}`: the prompt
-        as the chat template renders it; no context-length check."""
+        as the chat template renders it; a prompt past the window is refused as chat refuses
+        it (vLLM 0.32: 400, "at least max_model_len + 1" tokens)."""
         try:
             body = parse_json_object(await request.read())
             check_messages(body, count_only=True)
@@ -83,7 +89,10 @@ class MessagesAPI:
             return error.response()
         try:
             self.server.check_model(body["model"])
-            count = len(self._prompt(body)[0])
+            ids = self._prompt(body)[0]
+            server = self.server
+            fit_context(ids, True, None, "max_tokens", server.max_model_len, server.surface)
+            count = len(ids)
         except SimHTTPError as error:
             return anthropic_error(error)
         return json_response(
@@ -106,7 +115,9 @@ class MessagesAPI:
             )
         except SimHTTPError as error:
             return anthropic_error(error)
-        admitted = await server.admit(request, "", generation=True, answer=anthropic_error)
+        fault = body.get("sim_fault")  # as on chat: a proxy passes the body on untouched
+        fault = fault if isinstance(fault, str) else ""
+        admitted = await server.admit(request, fault, generation=True, answer=anthropic_error)
         if isinstance(admitted, web.StreamResponse):
             return admitted
         try:

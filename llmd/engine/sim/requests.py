@@ -98,7 +98,7 @@ def parse_generation(
         raise validation_error(
             "int_parsing", f"body.{param}", "Input should be a valid integer", requested
         )
-    max_tokens = _fit_context(prompt_ids, from_text, requested, param, max_model_len, surface)
+    max_tokens = fit_context(prompt_ids, from_text, requested, param, max_model_len, surface)
     check_min_tokens(body, max_tokens)
     fault = body.get("sim_fault")
     return GenerationRequest(
@@ -115,7 +115,7 @@ def parse_generation(
     )
 
 
-def _fit_context(
+def fit_context(
     prompt_ids: list[int],
     from_text: bool,
     requested: int | None,
