@@ -50,7 +50,8 @@ class NotReproducible(Exception):
 
 class FileTokenizer:
     """The surface of a transformers tokenizer that `LocalCounter` uses: `get_vocab`,
-    `get_chat_template`, `apply_chat_template(tokenize=False)`, and a call giving `input_ids`.
+    `get_chat_template`, `apply_chat_template(tokenize=False)`, a call giving `input_ids`,
+    `decode` and `convert_ids_to_tokens`.
     Not thread-safe (the Rust tokenizer is not): `LocalCounter` serializes its use."""
 
     def __init__(self, backend: Any, specials: Mapping[str, str], template: str | None) -> None:
@@ -78,6 +79,9 @@ class FileTokenizer:
             raise NotReproducible("tokenizer.json has no post_processor")
         if backend.get_vocab_size() > _MAX_VOCAB:
             raise NotReproducible(f"vocabulary of {backend.get_vocab_size()} tokens")
+        if config.get("clean_up_tokenization_spaces") and type(backend.model).__name__ != "BPE":
+            # transformers cleans decoded text up then (BPE models excepted); this class does not
+            raise NotReproducible("clean_up_tokenization_spaces on a tokenizer other than BPE")
         backend.encode_special_tokens = False  # transformers: split_special_tokens=False
         specials = _special_tokens(root, config, _added_tokens(backend, config))
         return cls(backend, specials, _chat_template(root, config))
@@ -97,6 +101,16 @@ class FileTokenizer:
         """`{"input_ids": ids}` of `text`, as transformers' tokenizer call (no truncation)."""
         encoding = self._backend.encode_batch([text], add_special_tokens=add_special_tokens)[0]
         return {"input_ids": list(encoding.ids)}
+
+    def decode(self, ids: list[int]) -> str:
+        """The text of `ids`, special tokens kept, as transformers 5.19 `decode(ids)` gives it
+        (no clean-up of spaces: `load` refuses the tokenizers that would have one)."""
+        text: str = self._backend.decode(ids, skip_special_tokens=False)
+        return text
+
+    def convert_ids_to_tokens(self, ids: list[int]) -> list[str]:
+        """Each id's token string, as transformers 5.19 `convert_ids_to_tokens(ids)`."""
+        return [self._backend.id_to_token(int(index)) for index in ids]
 
     def apply_chat_template(
         self,

@@ -145,6 +145,19 @@ def test_ids_of_any_text_equal_transformers(
     assert files(text, add_special_tokens=add_special_tokens)["input_ids"] == expected
 
 
+@given(ids=st.lists(st.integers(min_value=0, max_value=511), max_size=24))
+@settings(max_examples=200, deadline=None)
+def test_text_of_any_ids_equals_transformers(
+    tiny_pair: tuple[LocalCounter, LocalCounter], ids: list[int]
+) -> None:
+    """Any ids of the tiny model's vocabulary decode to transformers' text and token strings
+    (what /detokenize and /tokenize's token_strs answer)."""
+    files, transformers = (c._tokenizer for c in tiny_pair)
+    ids = [i % len(transformers.get_vocab()) for i in ids]
+    assert files.decode(ids) == transformers.decode(ids)
+    assert files.convert_ids_to_tokens(ids) == transformers.convert_ids_to_tokens(ids)
+
+
 @pytest.fixture(scope="module")
 def tiny_pair(tiny_model_dir: Path) -> tuple[LocalCounter, LocalCounter]:
     """(read from the files, loaded with transformers) on the tiny model."""
