@@ -206,3 +206,26 @@ def test_agents_probes_are_answered(generate: ProxyStack) -> None:
         "last_id": "tiny",
     }
     assert httpx.get(generate.base_url + "/v1/models").json()["object"] == "list"
+
+
+def test_messages_pass_anthropic_s_headers_on_and_keep_the_key(generate: ProxyStack) -> None:
+    """A Messages request's `anthropic-version` and `anthropic-beta` reach the engine with
+    the body; its key (`x-api-key`, `Authorization`) does not; `?beta=true` is the same
+    route."""
+    generate.engine.message_headers.clear()
+    headers = {
+        "anthropic-version": "2023-06-01",
+        "anthropic-beta": "context-management-2025-06-27",
+        "x-api-key": "sk-client",
+        "authorization": "Bearer sk-client",
+    }
+    body = {"model": "tiny", **BODIES["messages"]}
+    answer = httpx.post(
+        generate.base_url + "/v1/messages?beta=true", json=body, headers=headers, timeout=30
+    )
+    assert answer.status_code == 200, answer.text
+    (seen,) = generate.engine.message_headers
+    seen = {k.lower(): v for k, v in seen.items()}
+    assert seen["anthropic-version"] == "2023-06-01"
+    assert seen["anthropic-beta"] == "context-management-2025-06-27"
+    assert "x-api-key" not in seen and "authorization" not in seen
