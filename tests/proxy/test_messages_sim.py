@@ -173,12 +173,26 @@ def test_an_output_budget_past_the_window_is_clamped(llmd: LlmdProcess) -> None:
             },
             "context",
         ),
+        (
+            {
+                "model": "tiny",
+                "max_tokens": 8,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "tool_result", "tool_use_id": "t", "content": "x"}],
+                    }
+                ],
+            },
+            "tool_use_id",
+        ),
     ],
 )
 def test_bad_input_is_an_anthropic_bad_request(
     llmd: LlmdProcess, body: dict[str, Any], words: str
 ) -> None:
-    """Wrong types, an unknown block, a bad role, a prompt past the window: 400
+    """Wrong types, an unknown block, a bad role, a prompt past the window, a tool_result
+    without its tool_use: 400
     invalid_request_error, raised as anthropic.BadRequestError."""
     with pytest.raises(anthropic.BadRequestError) as raised:
         client(llmd).post("/v1/messages", cast_to=object, body=body)
