@@ -33,6 +33,7 @@
         ├── Overloaded               503 overloaded (the SLO guard sheds the class; + Retry-After)
         ├── TooManyConnections       503 too_many_connections (server.max_connections in progress)
         ├── RequestCancelled         503 cancelled (an operator ended it; x-should-retry: false)
+        ├── StoreUnavailable         503 store_unavailable (the Responses store cannot be read)
         ├── EngineStalled            503 engine_stalled (no token from the engine; + Retry-After)
         ├── EngineError              502 engine_error (engine failed mid-request)
         └── InternalError            500 internal_error (a fault in llmd; logged with its id)
@@ -397,6 +398,15 @@ class RequestCancelled(ApiError):
     code = "cancelled"
     type = "server_error"
     should_retry = False
+
+
+class StoreUnavailable(ApiError):
+    """The Responses store (llmd/endpoints/store.py) cannot be read or written: its file or
+    directory is unreadable or full. 503, with Retry-After."""
+
+    status = 503
+    code = "store_unavailable"
+    type = "server_error"
 
 
 class EngineStalled(ApiError):

@@ -209,6 +209,19 @@ class AdmissionConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class ResponsesConfig:
+    """The Responses store (llmd/endpoints/store.py): what `store: true` asks to keep, in
+    SQLite in `server.state_dir`, per tenant."""
+
+    # Per tenant, bytes of stored responses and their input (JSON); past it the oldest go first
+    # (0: nothing is stored, every `previous_response_id` is unknown).
+    max_bytes: int = 256 * 1024 * 1024
+    # A stored response is forgotten this long after it was stored (s; at most 30 days, as
+    # OpenAI keeps them).
+    ttl_s: float = 30 * 24 * 3600.0
+
+
+@dataclasses.dataclass(frozen=True)
 class Config:
     """The whole configuration, as loaded from one TOML file.
 
@@ -228,6 +241,7 @@ class Config:
     validation: ValidationConfig = dataclasses.field(default_factory=ValidationConfig)
     admission: AdmissionConfig = dataclasses.field(default_factory=AdmissionConfig)
     release: ReleaseConfig = dataclasses.field(default_factory=ReleaseConfig)
+    responses: ResponsesConfig = dataclasses.field(default_factory=ResponsesConfig)
     source: str = ""
 
     @property

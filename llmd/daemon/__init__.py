@@ -3,6 +3,6 @@ work (a supervisor per engine, a probe per upstream), the telemetry task, the st
 the admin API and the listening sockets. The top of the service: it builds every layer below
 and wires them.
 
-May import: systemd, releases, proxy, state, inflight, backends, admission, routing,
+May import: systemd, releases, proxy, state, endpoints, inflight, backends, admission, routing,
 validation, telemetry, supervisor, gpu, logs, runtime, config, engine.
 """

@@ -26,7 +26,7 @@ from llmd.admission.control import Admission
 from llmd.admission.tenants import configured_tenants
 from llmd.backends.fleet import Fleet, PoolLimits
 from llmd.backends.relisting import ModelRelisting
-from llmd.config import Config, EngineConfig, config_path, load_config
+from llmd.config import Config, EngineConfig, ResponsesConfig, config_path, load_config
 from llmd.daemon.actions import OperatorActions
 from llmd.daemon.admin_api import AdminApp
 from llmd.daemon.backends import Backends
@@ -40,6 +40,8 @@ from llmd.daemon.listeners import (
 from llmd.daemon.reload import ReloadPlan, plan_reload, with_engine_tables
 from llmd.daemon.telemetry import Telemetry
 from llmd.daemon.watchdog import Watchdog
+from llmd.endpoints.store import FILE_NAME as STORE_FILE
+from llmd.endpoints.store import ResponseStore
 from llmd.errors import ActionRefused, ConfigError, EngineGaveUp
 from llmd.gpu.preflight import GpuReport, PreflightError, run_preflight
 from llmd.logs import configure_logging, line_limiter
@@ -84,7 +86,8 @@ class Daemon:
         runtime_dir: str | None = None,
         state_dir: str | None = None,
     ) -> None:
-        store = ReleaseStore(Path(state_dir or config.server.state_dir))
+        self.state_dir = Path(state_dir or config.server.state_dir)
+        store = ReleaseStore(self.state_dir)
         # The config file's engine tables as last read: a deploy, or the current releases
         # restored here, may run others (llmd/releases/restore.py).
         self.file_tables = dict(config.engine_tables)
@@ -169,7 +172,7 @@ class Daemon:
         admin = bind_unix(self.paths.admin_socket, mode=0o660)
         self._start_server(
             "proxy",
-            build_app(self.state),
+            build_app(self.state, ResponseStore(self.state_dir / STORE_FILE, self._responses)),
             self.public,
             lifespan="on",
             http=limited_protocol(self.state, bounded_protocol(lambda: self.config.server)),
@@ -398,6 +401,10 @@ class Daemon:
     def _start_telemetry(self) -> None:
         """(Re)start telemetry when its intervals or the backends changed."""
         self.telemetry.follow(self.config.telemetry, self.state.fleet)
+
+    def _responses(self) -> ResponsesConfig:
+        """The live `[responses]` table (a reload replaces the config)."""
+        return self.state.config.responses
 
     def _start_server(
         self,

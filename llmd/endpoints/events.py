@@ -4,7 +4,8 @@ CRLF, LF or CR line endings (a CRLF may be split between two chunks), `data:` wi
 its one optional space, comments (`:` lines), multi-line data (joined with LF), `event:`,
 `id:` and `retry:` fields, and one leading UTF-8 BOM.
 
-Cheap on the common layout (vLLM's `data: {...}\\n\\n`): a chunk costs a split at its line
+Cheap on the common layout (vLLM's `data: {...}\\n\\n`, and `event: TYPE\\ndata: {...}\\n\\n`
+for its Responses events, one a chunk: a fast path each): a chunk costs a split at its line
 feeds and a look at each line's first bytes; nothing is decoded.
 """
 
@@ -39,6 +40,23 @@ class EventStream:
         """At the start of a line, with no data or event field waiting for its blank line."""
         return not self._line and not self._pending
 
+    def _typed_event(self, chunk: bytes) -> Event | None:
+        """`chunk` as one whole `event: TYPE\ndata: DATA\n\n` (how vLLM 0.32 writes each
+        Responses event), or None when it is anything else (the general path reads it)."""
+        end = chunk.find(b"\n")
+        if (
+            chunk.find(b"\n", end + 1) != len(chunk) - 2
+            or not chunk.endswith(b"\n\n")
+            or not chunk.startswith(b"data: ", end + 1)
+            or b"\r" in chunk
+        ):
+            return None
+        self._started = True
+        data = chunk[end + 7 : -2]
+        if data.startswith(DONE):
+            self.done = True
+        return chunk[7:end], data
+
     def feed(self, chunk: bytes) -> list[Event]:
         """The events that `chunk` completes (an event ends at a blank line and has at least
         one `data` field), as (type, data) with the data lines joined by LF."""
@@ -60,6 +78,10 @@ class EventStream:
             if data.startswith(DONE):
                 self.done = True
             return [(b"", data)]
+        if chunk.startswith(b"event: ") and not (self._line or self._pending):
+            typed = self._typed_event(chunk)  # vLLM's Responses layout, one event a chunk
+            if typed is not None:
+                return [typed]
         if b"\r" in chunk:
             self._cr = chunk[-1:] == b"\r"
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")

@@ -12,8 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 from llmd.admission.cost import Cost, pair_cost, pooling_cost, request_cost
-from llmd.endpoints import anthropic, audio, openai
+from llmd.endpoints import anthropic, audio, openai, responses
 from llmd.endpoints.dialects import ANTHROPIC, OPENAI, Dialect
+from llmd.endpoints.responses_stream import RESPONSES
 from llmd.engine.runner import EngineKind
 from llmd.telemetry.metrics import OTHER_ENDPOINT
 from llmd.validation.fields import Fields, PairPrompt
@@ -28,14 +29,16 @@ class BodyKind(enum.Enum):
 
 
 class Answer(enum.Enum):
-    """Who answers: a backend (RELAY), or llmd's own tokenizer when it has the model's and
+    """Who answers: a backend (RELAY); llmd's own tokenizer when it has the model's and
     renders the prompt as the engine would (TOKENIZE, DETOKENIZE, COUNT_TOKENS: they then cost
-    the engine nothing; else relayed)."""
+    the engine nothing; else relayed); or llmd with the prompt's tokens, counted as for
+    validation (COUNT: `Endpoint.counted` shapes the answer)."""
 
     RELAY = "relay"
     TOKENIZE = "tokenize"
     DETOKENIZE = "detokenize"
     COUNT_TOKENS = "count_tokens"
+    COUNT = "count"
 
 
 Cost_ = Callable[[Fields, Validated, int | None], Cost]
@@ -93,7 +96,9 @@ class Endpoint:
     body's fields into a `Fields` record (raises InvalidRequest); `validate` counts prompt
     tokens and checks them against the context here (False: the engine does); `cost` prices
     a request for admission; `engine_kinds` are the engines that serve it (an upstream is
-    assumed to serve every endpoint); `dialect` reads its answers.
+    assumed to serve every endpoint); `dialect` reads its answers; `stored`: it reads llmd's
+    Responses store (`previous_response_id`, llmd/proxy/responses.py); `counted` shapes the
+    answer of a COUNT endpoint from the prompt's tokens.
     """
 
     name: str
@@ -106,6 +111,8 @@ class Endpoint:
     answer: Answer = Answer.RELAY
     dialect: Dialect = OPENAI
     streams: bool = False  # a `stream` field may ask for server-sent events
+    stored: bool = False
+    counted: Callable[[int], dict[str, Any]] | None = None
 
     def __str__(self) -> str:
         return self.name
@@ -126,6 +133,15 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(
         "count_tokens", ("/v1/messages/count_tokens",), anthropic.read_count_tokens, one_seat,
         GENERATE, validate=False, answer=Answer.COUNT_TOKENS, dialect=ANTHROPIC,
+    ),
+    Endpoint(
+        "responses", ("/v1/responses",), responses.read_responses, generation, GENERATE,
+        dialect=RESPONSES, streams=True, stored=True,
+    ),
+    Endpoint(
+        "responses_input_tokens", ("/v1/responses/input_tokens",), responses.read_input_tokens,
+        one_seat, GENERATE, answer=Answer.COUNT, stored=True,
+        counted=responses.input_tokens_answer,
     ),
     Endpoint("embeddings", ("/v1/embeddings",), openai.read_embeddings, pooling, POOL),
     Endpoint("pooling", ("/pooling",), openai.read_embeddings, pooling, POOL),

@@ -20,6 +20,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from llmd.config import ServerConfig
+from llmd.endpoints.store import ResponseStore
 from llmd.endpoints.table import by_path
 from llmd.errors import (
     ApiError,
@@ -32,6 +33,7 @@ from llmd.errors import (
 from llmd.proxy.cors import Cors
 from llmd.proxy.middleware import NOT_QUEUED, KeyRequired, RequestIdMiddleware
 from llmd.proxy.relay import Relay
+from llmd.proxy.responses import ResponsesRelay, StoredResponses
 from llmd.proxy.stalls import watch_stalls
 from llmd.proxy.writer import ErrorResponse
 from llmd.state import DaemonState
@@ -64,9 +66,11 @@ class ProxyApp:
         await self.app(scope, receive, send)
 
 
-def build_app(state: DaemonState) -> ProxyApp:
-    """The proxy app for `state`. The backends' HTTP clients are closed at the end of the
-    app's lifespan, which also loads the validators' tokenizers and runs the stall watcher."""
+def build_app(state: DaemonState, store: ResponseStore | None = None) -> ProxyApp:
+    """The proxy app for `state`, keeping Responses in `store` (None: one in memory). The
+    backends' HTTP clients and the store are closed at the end of the app's lifespan, which
+    also loads the validators' tokenizers and runs the stall watcher."""
+    store = store or ResponseStore(None, lambda: state.config.responses)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -78,6 +82,7 @@ def build_app(state: DaemonState) -> ProxyApp:
             stalls.cancel()
             state.validators.close()
             await state.fleet.close()
+            store.close()
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -141,9 +146,18 @@ def build_app(state: DaemonState) -> ProxyApp:
                 )
         return Response(state.observer.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
-    relays = {path: Relay(state, endpoint) for path, endpoint in by_path().items()}
+    relays: dict[str, Relay] = {
+        path: ResponsesRelay(state, endpoint, store) if endpoint.stored else Relay(state, endpoint)
+        for path, endpoint in by_path().items()
+    }
+    responses = relays["/v1/responses"]
+    assert isinstance(responses, ResponsesRelay)
+    stored = StoredResponses(state, store, responses)
     routes = [
         *(Route(path, relay, methods=["POST"]) for path, relay in relays.items()),
+        Route("/v1/responses/{response_id}", stored.retrieve, methods=["GET"]),
+        Route("/v1/responses/{response_id}", stored.delete, methods=["DELETE"]),
+        Route("/v1/responses/{response_id}/cancel", stored.cancel, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/v1/models/{model:path}", model, methods=["GET"]),
         Route("/health", health, methods=["GET"]),

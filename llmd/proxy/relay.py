@@ -134,13 +134,18 @@ class Relay:
             endpoint=self.endpoint.name,
             path=arrival.path,
         )
-        writer = ClientWriter(
-            send, exchange, body_send=scope.get(BODY_SEND_KEY), dialect=self.endpoint.dialect
-        )
+        writer = self.make_writer(send, exchange, scope)
         try:
             await self.run(exchange, arrival, tenant, body, receive, writer)
         finally:
             body.release()
+
+    def make_writer(self, send: Send, exchange: Exchange, scope: Scope) -> ClientWriter:
+        """The writer of `exchange`'s answer, read by the endpoint's dialect (a relay that
+        reads answers its own way overrides this: llmd/proxy/responses.py)."""
+        return ClientWriter(
+            send, exchange, body_send=scope.get(BODY_SEND_KEY), dialect=self.endpoint.dialect
+        )
 
     # -- the stages, in order ----------------------------------------------------------------
 
@@ -159,6 +164,10 @@ class Relay:
         deadline = read_deadline(arrival.headers, arrival.at)
         fields = endpoint.read(body.payload)
         validator = self.state.validators.for_model(model)
+        if endpoint.answer is Answer.COUNT:  # the prompt's tokens, counted here
+            exchange.prompt_tokens = await validator.count(fields, int(cls))
+            assert endpoint.counted is not None
+            return endpoint.counted(exchange.prompt_tokens)
         if endpoint.answer is not Answer.RELAY:
             here = {
                 Answer.TOKENIZE: validator.tokenize,

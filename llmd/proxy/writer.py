@@ -102,18 +102,26 @@ class ClientWriter:
         self.exchange.send_since = None
 
     async def body(self, chunk: bytes, *, more: bool) -> None:
-        exchange = self.exchange
-        now = time.monotonic()
         if chunk:
-            exchange.progress_at = now  # the backend's latest bytes (llmd/daemon/watchdog.py)
+            self.exchange.progress_at = time.monotonic()  # llmd/daemon/watchdog.py reads it
             self.answer.feed(chunk)
+        await self.send_body(chunk, more=more)
+
+    async def send_body(self, chunk: bytes, *, more: bool) -> None:
+        """Send `chunk`, already read (`body` reads, then sends)."""
+        exchange = self.exchange
         # A send blocks while the client's transport buffer is full; the stall watcher
         # (llmd/proxy/stalls.py) ends exchanges blocked longer than server.send_timeout_s.
-        exchange.send_since = now
+        exchange.send_since = time.monotonic()
         await self._send_body({"type": "http.response.body", "body": chunk, "more_body": more})
         exchange.send_since = None
         if chunk and exchange.stream and self.answer.done:
             exchange.answered = True
+
+    def stream_error(self, error: ApiError) -> bytes:
+        """`error` in-band, as this answer's dialect ends a stream with it (a writer that
+        numbers its events overrides this: llmd/proxy/responses.py)."""
+        return self.dialect.stream_error(error)
 
 
 async def answer_error(send: ClientWriter, error: ApiError, *, log_it: bool = True) -> None:
@@ -130,7 +138,7 @@ async def answer_error(send: ClientWriter, error: ApiError, *, log_it: bool = Tr
             await send_error(send._send, error, headers, send.dialect)
         elif exchange.stream:
             prefix = b"" if send.between_events else SSE_BOUNDARY
-            await send.body(prefix + send.dialect.stream_error(error), more=False)
+            await send.body(prefix + send.stream_error(error), more=False)
         else:
             await send.body(b"", more=False)
     if log_it:

@@ -30,7 +30,7 @@ from llmd.config import Config
 from llmd.engine.args import flags_given
 from llmd.engine.client import EngineClient
 from llmd.engine.versions import EngineApi
-from llmd.errors import InvalidRequest
+from llmd.errors import EngineUnavailable, InvalidRequest
 from llmd.quoting import header_text
 from llmd.validation.context import ContextDecision, Policy, check_context
 from llmd.validation.counter import (
@@ -240,6 +240,22 @@ class Validator:
                 (CLAMPED_HEADER, f"{decision.clamped_from}->{decision.max_tokens}".encode())
             )
         return Validated(raw, tuple(counts), max_tokens, output.n, response_headers)
+
+    async def count(self, fields: Fields, rank: int = 0) -> int:
+        """The prompt's tokens (its longest, for several prompts) as the engine will count
+        them, in the class's turn (`rank`), exactly however long it is. Raises
+        InvalidRequest (the template or tokenizer refused it), EngineUnavailable (503: the
+        engine must count it and cannot now, or nothing here can)."""
+        prompt = as_counted(fields.prompt)
+        self._check_token_ids(prompt)
+        counts = await self._count(prompt, fields.model, None, rank, short=False)
+        if not counts:
+            raise EngineUnavailable(
+                "llmd cannot count this prompt: no local tokenizer renders it and the "
+                "backend has no /tokenize",
+                retry_after_s=60,
+            )
+        return max(counts)
 
     async def tokenize(self, fields: Fields, rank: int = 0) -> dict[str, Any] | None:
         """vLLM 0.32's /tokenize answer (`count`, `max_model_len`, `tokens`, `token_strs`

@@ -140,6 +140,9 @@ PROBES: dict[str, Probe] = {
     "routing.epsilon": lambda d: d.state.admission.capacity.affinity.epsilon,
     "routing.slack": lambda d: d.state.admission.capacity.affinity.slack,
     "routing.probe_interval_s": lambda d: d.config.routing.probe_interval_s,
+    # The Responses store reads its limits through this on each write and read.
+    "responses.max_bytes": lambda d: d._responses().max_bytes,
+    "responses.ttl_s": lambda d: d._responses().ttl_s,
     **{
         f"routing.breaker.{field.name}": _breaker_probe(field.name)
         for field in dataclasses.fields(BreakerPolicy)

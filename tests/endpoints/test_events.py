@@ -69,7 +69,8 @@ def parse(pieces: list[bytes]) -> tuple[list[Event], bool, bool]:
 # Pieces from which streams are made: every field, line ending and spacing the grammar allows.
 TOKENS = st.sampled_from(
     ["data", "data:", "data: ", ":", " ", "\r", "\n", "\r\n", "event", "event: ping", "id: 7",
-     "retry: 10", "x", "{", '"a":1', "}", "[DONE]", "é", "\ufeff", "dat", "data:data"]
+     "retry: 10", "x", "{", '"a":1', "}", "[DONE]", "é", "\ufeff", "dat", "data:data",
+     "event: t\ndata: ", "\n\n"]
 )  # fmt: skip
 STREAMS = st.builds(
     lambda bom, tokens: (BOM if bom else b"") + "".join(tokens).encode(),
@@ -174,3 +175,22 @@ def test_a_stream_cut_inside_an_event_is_not_between_events() -> None:
         reader = EventStream()
         reader.feed(closed)
         assert reader.between_events, closed
+
+
+def test_typed_events_one_a_chunk_read_as_the_reference() -> None:
+    """vLLM's Responses layout, `event: TYPE` / `data: ...` one event a chunk (read on a fast
+    path), and near misses of it, read as the reference reads them."""
+    chunks = [
+        b"event: response.created\ndata: {}\n\n",
+        b"event: \ndata: \n\n",
+        b"event: x\ndata: [DONE]\n\n",
+        b"event: x\ndata:{}\n\n",
+        b"event: x\ndata: a\ndata: b\n\n",
+        b"event: x\r\ndata: y\r\n\r\n",
+        b"event: x\nid: 1\n\n",
+        b"event: x\ndata: y\n",
+    ]
+    for chunk in chunks:
+        assert parse([chunk]) == reference(chunk), chunk
+    stream = b"".join(chunks)
+    assert parse(chunks) == reference(stream)

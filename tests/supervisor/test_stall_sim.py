@@ -191,3 +191,22 @@ def test_a_request_idle_alone_ends_while_the_engine_serves(idling: LlmdProcess) 
     engine = llmd.admin_status()["engine"]
     assert engine["restarts"] == 0 and engine["state"] == "serving"
     assert "request_stalled" in llmd.log_tail(100)
+
+
+def test_a_responses_stream_idle_past_its_timeout_ends_with_the_error_event(
+    idling: LlmdProcess,
+) -> None:
+    """A Responses stream the engine stops answering after its first events ends with the
+    Responses `error` event, code engine_stalled, numbered after the last event sent (no
+    chat-shaped error, no `[DONE]`), after its idle timeout."""
+    llmd = idling
+    llmd.wait_ready(timeout_s=30)
+    body = {"model": "tiny", "input": "Go", "stream": True, "store": False, "sim_fault": "hang"}
+    answer = httpx.post(llmd.base_url + "/v1/responses", json=body, timeout=30)
+    assert answer.status_code == 200
+    blocks = answer.text.strip().split("\n\n")
+    assert blocks[0].startswith("event: response.created") and "[DONE]" not in answer.text
+    head, _, data = blocks[-1].partition("\ndata: ")
+    error = json.loads(data)
+    assert head == "event: error" and error["type"] == "error"
+    assert error["code"] == "engine_stalled" and error["sequence_number"] == len(blocks) - 1

@@ -155,6 +155,7 @@ class FakeEngine:
         app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[fastapi_404])
         app.router.add_post("/v1/chat/completions", generate)
         app.router.add_post("/v1/completions", generate)
+        app.router.add_post("/v1/responses", generate)
         app.router.add_post("/tokenize", tokenize)
         app.router.add_post("/v1/messages", messages)
         app.router.add_post("/v1/messages/count_tokens", messages)

@@ -32,6 +32,7 @@ from llmd.engine.sim.pooling import PoolingRoutes
 from llmd.engine.sim.pooling_requests import PromptContext
 from llmd.engine.sim.requests import parse_generation, parse_json_object
 from llmd.engine.sim.responses import DONE, ResponseWriter, drop_connection, dumps, json_response
+from llmd.engine.sim.responses_api import ResponsesApi
 from llmd.engine.sim.scoring import ScoringRoutes
 from llmd.engine.sim.surface import DEFAULT_VERSION, SURFACES, Surface
 from llmd.engine.sim.tasks import ModelTasks
@@ -104,6 +105,7 @@ class SimServer:
             app.router.add_post("/v1/chat/completions", self._generation("chat"))
             app.router.add_post("/v1/completions", self._generation("completion"))
             messages_api.register(app, self)
+            app.router.add_post("/v1/responses", ResponsesApi(self).create)
         if self.tasks.pooling_task is not None:
             PoolingRoutes(self).add_to(app.router)
         if self.tasks.score_type is not None:

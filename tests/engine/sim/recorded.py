@@ -78,7 +78,7 @@ async def replay(client: httpx.AsyncClient, request: dict[str, Any]) -> httpx.Re
 
 
 # The paths the simulator can serve: llmd's endpoint table, generation, audio, the plumbing.
-# vLLM's others (/v1/messages, /v1/responses, /invocations, /ping, ...) are not simulated.
+# vLLM's others (/v1/messages, /invocations, /ping, ...) are not simulated.
 SIMULATED = {path for endpoint in ENDPOINTS for path in endpoint.paths} | {
     "/v1/chat/completions",
     "/v1/completions",
