@@ -208,7 +208,8 @@ def _chat_prompt(body: dict[str, Any], tokenizer: SimTokenizer) -> list[int]:
 def template_tools(tools: list[Any]) -> list[Any]:
     """A request's function tools as vLLM 0.32 hands them to the chat template
     (`ChatCompletionToolsParam.model_dump()`): `name`, `description` and `parameters` (null when
-    absent), `strict` and `defer_loading` only when given; anything not a tool object as is."""
+    absent), `strict` and `defer_loading` only when sent (an explicit null kept); anything not
+    a tool object as is."""
     shaped = []
     for tool in tools:
         function = tool.get("function") if isinstance(tool, dict) else None
@@ -217,7 +218,8 @@ def template_tools(tools: list[Any]) -> list[Any]:
             continue
         defer = tool.get("defer_loading")
         out = {k: function.get(k) for k in ("name", "description", "parameters")}
-        out |= {k: function[k] for k in ("strict", "defer_loading") if function.get(k) is not None}
+        # kept as sent, null included (vLLM's models keep extra fields: `extra="allow"`)
+        out |= {k: function[k] for k in ("strict", "defer_loading") if k in function}
         if defer is not None and "defer_loading" not in out:
             out["defer_loading"] = defer
         shaped.append(
