@@ -55,8 +55,9 @@ def test_create_stream_and_count(api: anthropic.Anthropic, real_llmd: LlmdProces
 
 
 def test_claude_code_s_request_shape(api: anthropic.Anthropic) -> None:
-    """beta.messages.stream (`?beta=true`, anthropic-beta) with tools, a tool_use turn and its
-    result: answered, and count_tokens of the same (the engine's count) is its input."""
+    """beta.messages.stream and beta.messages.create (`?beta=true`, anthropic-beta) with tools,
+    a tool_use turn and its result: answered, and count_tokens of the same (the engine's
+    count) is their input."""
     turns: list[Any] = [
         {"role": "user", "content": "read a"},
         {
@@ -78,8 +79,11 @@ def test_claude_code_s_request_shape(api: anthropic.Anthropic) -> None:
         betas=["interleaved-thinking-2025-05-14"],
     ) as stream:
         final = stream.get_final_message()
+    created = api.beta.messages.create(
+        model="tiny", max_tokens=8, messages=turns, tools=TOOLS, betas=["context-1m-2025-08-07"]
+    )
     counted = api.messages.count_tokens(model="tiny", messages=turns, tools=TOOLS)
-    assert counted.input_tokens == final.usage.input_tokens > 0
+    assert counted.input_tokens == final.usage.input_tokens == created.usage.input_tokens > 0
 
 
 @pytest.mark.parametrize(
