@@ -1,9 +1,10 @@
-"""What llmd adds per protocol: the same generations as chat completions and as Responses, straight
-to the engine's Unix socket and through llmd, in one run.
+"""What llmd adds per protocol: the same generations as chat completions, as Responses and as
+Anthropic Messages, straight to the engine's Unix socket and through llmd, in one run.
 
     chat        POST /v1/chat/completions (streams with include_usage)
     responses   POST /v1/responses, store: false (as Codex CLI sends it)
     stored      POST /v1/responses, store left at its default (true): llmd keeps each answer
+    messages    POST /v1/messages (as Claude Code sends it, less its tools)
 
 For each protocol and path: the p50 of a non-streamed request (16 tokens) at concurrency 1 and
 of a stream's time to first token, tokens/s with 32 streams of 200 tokens (`ignore_eos`),
@@ -12,7 +13,7 @@ excluded), and the events and socket reads per token the client saw (how the eng
 each protocol's tokens, which llmd's cost per token follows). Each round runs the protocols
 and paths in an order rotated by one; per round it prints llmd's added latency (llmd minus
 direct) and each protocol's CPU per token against chat's, then the median (min-max) over
-rounds (issue 34's goal: Responses the same as chat).
+rounds (issue 34's goal: Responses and Messages the same as chat).
 
     flock /tmp/llmd-heavy.lock .venv/bin/python scripts/bench_protocols.py --rounds 3 \
         [--config etc/demo.toml] [--output docs/bench/protocols-DATE.json]
@@ -69,6 +70,27 @@ def responses_body(store: bool) -> Callable[[int, bool], dict[str, Any]]:
     return body
 
 
+def messages_body(tokens: int, stream: bool) -> dict[str, Any]:
+    return {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": tokens,
+        "ignore_eos": True,
+        "stream": stream,
+    }
+
+
+def messages_token(line: bytes) -> bool:
+    """A Messages stream's text delta (not message_start or the block's start)."""
+    return b'"content_block_delta"' in line
+
+
+def messages_usage(event: dict[str, Any]) -> int | None:
+    """A whole message's or message_delta's output tokens (message_start says 0: None)."""
+    usage = event.get("usage") or {}
+    return usage.get("output_tokens") or None
+
+
 def chat_token(line: bytes) -> bool:
     """A chat stream's event that carries generated text (not the role delta)."""
     return b'"content":"' in line and b'"role"' not in line
@@ -96,6 +118,7 @@ PROTOCOLS: dict[str, tuple[str, Callable[[int, bool], dict[str, Any]], Any, Any]
     "chat": ("/v1/chat/completions", chat_body, chat_usage, chat_token),
     "responses": ("/v1/responses", responses_body(False), responses_usage, responses_token),
     "stored": ("/v1/responses", responses_body(True), responses_usage, responses_token),
+    "messages": ("/v1/messages", messages_body, messages_usage, messages_token),
 }
 
 

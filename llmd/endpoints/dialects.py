@@ -1,9 +1,15 @@
-"""What a protocol's answers tell llmd as they pass: the first byte, output tokens, whether
-there was text, and the finish reason, read from the bytes without decoding each event.
+"""A protocol as llmd speaks it: what its answers tell llmd as they pass (the first byte,
+output tokens, whether there was text, and the finish reason, read from the bytes without
+decoding each event), the shape of every error llmd answers on its paths, and the client
+headers passed on to the engine.
 
-    OPENAI  chat, completions and audio (streamed: server-sent events in any layout the
-            WHATWG grammar allows, llmd/endpoints/events.py; or whole), and the JSON answers
-            of vLLM's pooling, scoring and tokenizer routes (their usage counts no output)
+    OPENAI     chat, completions and audio (streamed: server-sent events in any layout the
+               WHATWG grammar allows, llmd/endpoints/events.py; or whole), and the JSON answers
+               of vLLM's pooling, scoring and tokenizer routes (their usage counts no output);
+               errors `{"error": {...}}`, in a stream an error event then `[DONE]`
+    ANTHROPIC  Messages (llmd/endpoints/anthropic_stream.py): typed events ending at
+               `message_stop`; errors `{"type": "error", "error": {...}}`, in a stream an
+               `event: error`; `anthropic-version` and `anthropic-beta` go to the engine
 """
 
 from __future__ import annotations
@@ -14,7 +20,9 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from llmd.endpoints import anthropic_stream
 from llmd.endpoints.events import EventStream
+from llmd.errors import ApiError
 from llmd.inflight import Exchange
 
 # In an OpenAI answer's JSON (vLLM writes it compact; any JSON whitespace is allowed, and an
@@ -161,11 +169,26 @@ class OpenAIAnswer:
 
 @dataclasses.dataclass(frozen=True)
 class Dialect:
-    """A protocol as the relay reads it: `name`, and `reader(exchange)`: what reads each of
-    its answers as the chunks go to the client."""
+    """A protocol as the relay speaks it: `name`; `reader(exchange)`: what reads each of its
+    answers as the chunks go to the client; `error_body(error)`: a whole error answer's body;
+    `stream_error(error)`: the bytes that end a started stream with `error`;
+    `forward_headers`: the client's request headers (ASGI names, lower case) sent on to the
+    engine with the body."""
 
     name: str
     reader: Callable[[Exchange], AnswerReader]
+    error_body: Callable[[ApiError], bytes] = ApiError.body
+    stream_error: Callable[[ApiError], bytes] = ApiError.sse_event
+    forward_headers: tuple[bytes, ...] = ()
 
 
 OPENAI = Dialect("openai", OpenAIAnswer)
+# Anthropic's API versions its answers by `anthropic-version` and turns on features by
+# `anthropic-beta`; vLLM 0.32 reads neither, a newer one or an upstream may.
+ANTHROPIC = Dialect(
+    "anthropic",
+    anthropic_stream.AnthropicAnswer,
+    anthropic_stream.error_body,
+    anthropic_stream.stream_error,
+    (b"anthropic-version", b"anthropic-beta"),
+)

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from llmd.admission.cost import Cost, pair_cost, pooling_cost, request_cost
-from llmd.endpoints import audio, openai, responses
-from llmd.endpoints.dialects import OPENAI, Dialect
+from llmd.endpoints import anthropic, audio, openai, responses
+from llmd.endpoints.dialects import ANTHROPIC, OPENAI, Dialect
 from llmd.endpoints.responses_stream import RESPONSES
 from llmd.engine.runner import EngineKind
 from llmd.telemetry.metrics import OTHER_ENDPOINT
@@ -29,13 +29,15 @@ class BodyKind(enum.Enum):
 
 
 class Answer(enum.Enum):
-    """Who answers: a backend (RELAY), or llmd's own tokenizer when it has the model's
-    (TOKENIZE, DETOKENIZE: they then cost the engine nothing; else relayed), or llmd with the
-    prompt's tokens, counted as for validation (COUNT: `Endpoint.counted` shapes the answer)."""
+    """Who answers: a backend (RELAY); llmd's own tokenizer when it has the model's and
+    renders the prompt as the engine would (TOKENIZE, DETOKENIZE, COUNT_TOKENS: they then cost
+    the engine nothing; else relayed); or llmd with the prompt's tokens, counted as for
+    validation (COUNT: `Endpoint.counted` shapes the answer)."""
 
     RELAY = "relay"
     TOKENIZE = "tokenize"
     DETOKENIZE = "detokenize"
+    COUNT_TOKENS = "count_tokens"
     COUNT = "count"
 
 
@@ -129,6 +131,14 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         streams=True,
     ),
     Endpoint(
+        "messages", ("/v1/messages",), anthropic.read_messages, generation, GENERATE,
+        streams=True, dialect=ANTHROPIC,
+    ),
+    Endpoint(
+        "count_tokens", ("/v1/messages/count_tokens",), anthropic.read_count_tokens, one_seat,
+        GENERATE, validate=False, answer=Answer.COUNT_TOKENS, dialect=ANTHROPIC,
+    ),
+    Endpoint(
         "responses", ("/v1/responses",), responses.read_responses, generation, GENERATE,
         dialect=RESPONSES, streams=True, stored=True,
     ),
@@ -171,6 +181,12 @@ def label_of(path: str) -> str:
     """The `endpoint` label of a request at `path` (its metrics and log line): its entry's
     name, or `other` for a path no entry has."""
     return next((e.name for e in ENDPOINTS if path in e.paths), OTHER_ENDPOINT)
+
+
+def dialect_of(path: str) -> Dialect:
+    """The dialect of a request at `path` (its errors' shape): its entry's, OpenAI's for a
+    path no entry has."""
+    return next((e.dialect for e in ENDPOINTS if path in e.paths), OPENAI)
 
 
 def serving(endpoint: Endpoint, kinds: frozenset[EngineKind] | None) -> bool:

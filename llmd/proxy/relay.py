@@ -74,6 +74,8 @@ class Prepared:
     request: AdmissionRequest
     response_headers: list[tuple[bytes, bytes]]
     content_type: str = "application/json"
+    # The client's headers the engine is sent too (the dialect's `forward_headers`).
+    passed_on: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def drop(self) -> None:
         self.body = self.priority_body = b""
@@ -168,13 +170,14 @@ class Relay:
             assert endpoint.counted is not None
             return endpoint.counted(exchange.prompt_tokens)
         if endpoint.answer is not Answer.RELAY:
-            answer = await (
-                validator.tokenize(fields, int(cls))
-                if endpoint.answer is Answer.TOKENIZE
-                else validator.detokenize(fields, int(cls))
-            )
+            here = {
+                Answer.TOKENIZE: validator.tokenize,
+                Answer.DETOKENIZE: validator.detokenize,
+                Answer.COUNT_TOKENS: validator.count_tokens,
+            }[endpoint.answer]
+            answer = await here(fields, int(cls))
             if answer is not None:
-                exchange.prompt_tokens = answer.get("count")
+                exchange.prompt_tokens = answer.get("count", answer.get("input_tokens"))
                 return answer
         if endpoint.validate:
             valid = await validator.check(fields, body.payload, body.raw, arrival.headers, int(cls))
@@ -208,6 +211,7 @@ class Relay:
             request,
             valid.response_headers,
             content_type=body.content_type,
+            passed_on=_passed_on(arrival.headers, endpoint.dialect.forward_headers),
         )
 
     async def answer(self, writer: ClientWriter, answer: dict[str, Any]) -> None:
@@ -264,6 +268,7 @@ class Relay:
                     data or prepared.body,
                     writer,
                     content_type=prepared.content_type,
+                    headers=prepared.passed_on,
                 )
                 return
             except ApiError as error:
@@ -319,7 +324,7 @@ class Relay:
             arrival.model,
             endpoint=self.endpoint.name,
         )
-        await send_error(send, error, [NOT_QUEUED])
+        await send_error(send, error, [NOT_QUEUED], self.endpoint.dialect)
 
     async def fail(self, arrival: Arrival, exc: Exception, send: Send) -> None:
         """Answer 500 for an exception a stage raised unexpectedly (a bug in llmd): logged once,
@@ -340,7 +345,7 @@ class Relay:
                 endpoint=self.endpoint.name,
             )
         )
-        await send_error(send, error, [NOT_QUEUED])
+        await send_error(send, error, [NOT_QUEUED], self.endpoint.dialect)
 
     async def run(
         self,
@@ -415,6 +420,13 @@ class Relay:
                 prepared.drop()
             if ticket is not None:
                 self.state.admission.finish(ticket, exchange.output_tokens)
+
+
+def _passed_on(headers: list[Any], names: tuple[bytes, ...]) -> dict[str, str]:
+    """The request's ASGI `headers` named in `names`, for the engine (each value as sent)."""
+    if not names:
+        return {}
+    return {n.decode(): v.decode("latin-1") for n, v in headers if n in names}
 
 
 def _with_priority(payload: dict[str, Any], cls: Priority) -> bytes:

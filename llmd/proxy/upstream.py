@@ -41,9 +41,10 @@ async def forward(
     writer: ClientWriter,
     *,
     content_type: str = "application/json",
+    headers: dict[str, str] | None = None,
 ) -> None:
-    """POST `body` (of `content_type`) to `path` on `backend` and relay its answer through
-    `writer`; this function
+    """POST `body` (of `content_type`, with the client's `headers` the dialect passes on) to
+    `path` on `backend` and relay its answer through `writer`; this function
     lets `body` go once sent (the caller keeps it only while a retry on another backend may
     still send it, llmd/routing/retry.py).
 
@@ -53,7 +54,7 @@ async def forward(
     """
     client = state.fleet.client(backend)
     breaker = _breaker(state, backend)
-    headers = {**client.headers(), "x-request-id": exchange.request_id}
+    headers = {**(headers or {}), **client.headers(), "x-request-id": exchange.request_id}
     headers["content-type"] = content_type
     try:
         response = await _post(client, client.url(path), body, headers)

@@ -17,6 +17,7 @@ from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from llmd.endpoints.dialects import OPENAI, Dialect
+from llmd.endpoints.table import dialect_of
 from llmd.errors import ApiError
 from llmd.inflight import Exchange
 
@@ -29,12 +30,15 @@ SSE_BOUNDARY = b"\n\n"
 
 
 async def send_error(
-    send: Send, error: ApiError, headers: Sequence[tuple[bytes, bytes]] = ()
+    send: Send,
+    error: ApiError,
+    headers: Sequence[tuple[bytes, bytes]] = (),
+    dialect: Dialect = OPENAI,
 ) -> None:
-    """Answer `error` as a complete OpenAI-shaped JSON response (with Retry-After on 429 and
-    503), with `headers` added: the one writer of every error llmd answers, public and admin
-    API alike."""
-    body = error.body()
+    """Answer `error` as a complete JSON response in `dialect`'s shape (OpenAI's unless the
+    path is another protocol's: `dialect_of`), with Retry-After on 429 and 503 and `headers`
+    added: the one writer of every error llmd answers, public and admin API alike."""
+    body = dialect.error_body(error)
     headers = [*error.headers(), *headers, (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": error.status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})
@@ -42,7 +46,8 @@ async def send_error(
 
 class ErrorResponse(Response):
     """`error` as a Starlette response, for the app's exception handlers and `/ready`: written
-    by `send_error` like every other error llmd answers."""
+    by `send_error` like every other error llmd answers, in the dialect of the request's
+    path."""
 
     def __init__(self, error: ApiError, headers: list[tuple[bytes, bytes]] | None = None) -> None:
         super().__init__(status_code=error.status)
@@ -50,7 +55,8 @@ class ErrorResponse(Response):
         self.extra = headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send_error(send, self.error, self.extra or ())
+        dialect = dialect_of(scope.get("path", ""))
+        await send_error(send, self.error, self.extra or (), dialect)
 
 
 class ClientWriter:
@@ -74,6 +80,7 @@ class ClientWriter:
         dialect: Dialect = OPENAI,
     ) -> None:
         self._send = send
+        self.dialect = dialect
         self.answer = dialect.reader(exchange)
         self._send_body = body_send or send
         self.exchange = exchange
@@ -126,22 +133,23 @@ class ClientWriter:
                 exchange.answered = True
 
     def stream_error(self, error: ApiError) -> bytes:
-        """`error` in-band, as this answer's protocol ends a stream with it (a writer of
-        another protocol overrides this: llmd/proxy/responses.py)."""
-        return error.sse_event()
+        """`error` in-band, as this answer's dialect ends a stream with it (a writer that
+        numbers its events overrides this: llmd/proxy/responses.py)."""
+        return self.dialect.stream_error(error)
 
 
 async def answer_error(send: ClientWriter, error: ApiError, *, log_it: bool = True) -> None:
-    """Send `error` as a response (with the time queued, `x-llmd-queue-ms`), or in-band as an
-    SSE event when the stream has started. Logged as `request_failed` unless `log_it` is
-    False (the caller logged it)."""
+    """Send `error` as a response (with the time queued, `x-llmd-queue-ms`), or in-band when
+    the stream has started (as the writer's dialect ends a stream with an error). Logged as
+    `request_failed` unless `log_it` is False (the caller logged it)."""
     exchange = send.exchange
     exchange.error_code = error.reason
     with contextlib.suppress(OSError):
         if not exchange.response_started:
             exchange.status = error.status
             queue_ms = str(round(exchange.queue_ms())).encode()
-            await send_error(send._send, error, [*send.headers, (b"x-llmd-queue-ms", queue_ms)])
+            headers = [*send.headers, (b"x-llmd-queue-ms", queue_ms)]
+            await send_error(send._send, error, headers, send.dialect)
         elif exchange.stream:
             prefix = b"" if send.between_events else SSE_BOUNDARY
             await send.body(prefix + send.stream_error(error), more=False)

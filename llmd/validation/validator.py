@@ -276,6 +276,26 @@ class Validator:
             "token_strs": strs,
         }
 
+    async def count_tokens(self, fields: Fields, rank: int = 0) -> dict[str, Any] | None:
+        """vLLM 0.32's Anthropic `/v1/messages/count_tokens` answer (`input_tokens` and
+        `context_management.original_input_tokens`: the prompt the chat template renders from
+        the conversation) from the local tokenizer, in the class's turn (`rank`); None when
+        the engine must count it (no local tokenizer or template, a conversation llmd does not
+        render, the window not known yet). Raises ContextLengthExceeded for a prompt past the
+        window (as vLLM refuses it), InvalidRequest."""
+        local, prompt = self.local, as_counted(fields.prompt)
+        max_model_len = self.engine.max_model_len
+        if local is None or not local.can_count(prompt) or max_model_len is None:
+            return None
+        async with self.local_turns.turn(rank):
+            counts = await local.count(prompt, max_model_len)
+        check_context(
+            counts, fields.output, max_model_len, self.config, "reject",
+            api=self.engine.api, prompt_param=prompt.param,
+        )  # fmt: skip
+        count = int(counts[0])
+        return {"input_tokens": count, "context_management": {"original_input_tokens": count}}
+
     async def detokenize(self, fields: Fields, rank: int = 0) -> dict[str, Any] | None:
         """vLLM 0.32's /detokenize answer (`prompt`: the text of the ids) from the local
         tokenizer, in the class's turn; None when the engine must answer. Raises

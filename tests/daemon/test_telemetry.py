@@ -23,7 +23,8 @@ from tests.support.sim_process import SimProcess
 
 async def test_scrapes_the_engine_and_forgets_it_when_it_stops_serving() -> None:
     """A serving engine's gauges and capacity are read; a restarting one reads as unknown."""
-    sim = SimProcess.start(ensure_tiny_model(), "--num-gpu-blocks", "64")
+    # 64 blocks of 128 tokens: a window that fits them (the tiny model's own is 131,072)
+    sim = SimProcess.start(ensure_tiny_model(), "--num-gpu-blocks", "64", "--max-model-len", "1024")
     try:
         sim.wait_ready()
         observer = Observer()

@@ -44,8 +44,10 @@ def llmd() -> Iterator[LlmdProcess]:
 
 
 @pytest.fixture
-def client(llmd: LlmdProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="unused")
+def client(llmd: LlmdProcess) -> Iterator[openai.OpenAI]:
+    """The openai client at llmd, closed after the test (its pool's sockets with it)."""
+    with openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="unused") as opened:
+        yield opened
 
 
 def test_embeddings_and_model_cards_through_the_openai_client(client: openai.OpenAI) -> None:

@@ -161,7 +161,8 @@ def idling() -> Iterator[LlmdProcess]:
 def test_a_request_idle_alone_ends_while_the_engine_serves(idling: LlmdProcess) -> None:
     """While the engine serves others, a request it never answers (the simulator's `hang`)
     ends with 503 engine_stalled and Retry-After after its idle timeout, streamed or not (a
-    non-streamed one once its output budget had time), and the engine is not restarted."""
+    non-streamed one once its output budget had time; on /v1/messages Anthropic's
+    overloaded_error), and the engine is not restarted."""
     llmd = idling
     llmd.wait_ready(timeout_s=30)
     busy = TimedStream(llmd.base_url + "/v1/completions")
@@ -173,6 +174,18 @@ def test_a_request_idle_alone_ends_while_the_engine_serves(idling: LlmdProcess) 
         hung = httpx.post(url, json={**SHORT, "stream": stream, "sim_fault": "hang"}, timeout=30)
         assert hung.status_code == 503 and hung.json()["error"]["code"] == "engine_stalled"
         assert "retry-after" in hung.headers and time.monotonic() - began < 8
+    message = {"model": "tiny", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+    hung = httpx.post(
+        llmd.base_url + "/v1/messages",
+        json={**message, "stream": True, "sim_fault": "hang"},
+        timeout=30,
+    )  # on a Messages path in Anthropic's shape
+    assert hung.status_code == 503 and "retry-after" in hung.headers
+    assert hung.json()["error"]["message"].startswith("no output from")  # engine_stalled
+    assert hung.json() == {
+        "type": "error",
+        "error": {"type": "overloaded_error", "message": hung.json()["error"]["message"]},
+    }
     busy.join(40)
     assert busy.lines[-1] == "data: [DONE]" and "error" not in busy.lines[-2]
     engine = llmd.admin_status()["engine"]
