@@ -4,6 +4,7 @@ frozen, typed dataclasses: the contract every layer reads.
     tables.py    the service's tables ([server], [admission], ...), `Config`, `load_config`
     backends.py  [engine], [engines.NAME], [upstreams.NAME], [routing]
     release.py   [release]: canary steps, comparison thresholds, the smoke gate
+    swap.py      [swap_groups.NAME]: engines that take turns being awake, and their checks
 
 May import: engine (its flags, for the cross-table checks).
 """
@@ -18,6 +19,7 @@ from llmd.config.tables import (
     LoggingConfig,
     ServerConfig,
     SupervisorConfig,
+    SwapGroupConfig,
     TelemetryConfig,
     ValidationConfig,
     config_path,
@@ -36,6 +38,7 @@ __all__ = [
     "RoutingConfig",
     "ServerConfig",
     "SupervisorConfig",
+    "SwapGroupConfig",
     "TelemetryConfig",
     "UpstreamConfig",
     "ValidationConfig",
