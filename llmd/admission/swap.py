@@ -19,14 +19,14 @@ Guarantees (tests/admission/test_swap.py pins each, property-tested):
 from __future__ import annotations
 
 import bisect
-import collections
 import dataclasses
 import enum
-import statistics
 from collections.abc import Iterable, Sequence
 
-# The wakes an engine's predicted wake time is the median of (its latest ones).
-WAKES_KEPT = 5
+from llmd.supervisor.state import WakeTimes
+
+__all__ = ["Demand", "EngineView", "GroupPolicy", "Plan", "Residency", "SwapGroup", "WakeTimes"]
+
 # The window demand is counted over, seconds: an agent's turn alternates models within it.
 DEMAND_WINDOW_S = 60.0
 
@@ -213,22 +213,6 @@ def _eligible_at(engines: Iterable[EngineView], policy: GroupPolicy) -> list[flo
         for v in engines
         if v.residency is Residency.AWAKE and not v.pinned and v.awake_since is not None
     ]
-
-
-class WakeTimes:
-    """An engine's last wakes (seconds each); its prediction is their median."""
-
-    def __init__(self, default_s: float) -> None:
-        self.default_s = default_s
-        self._last: collections.deque[float] = collections.deque(maxlen=WAKES_KEPT)
-
-    def record(self, seconds: float) -> None:
-        """A wake took `seconds` (from the decision to its first token)."""
-        self._last.append(seconds)
-
-    def predicted_s(self) -> float:
-        """The median of the last WAKES_KEPT wakes, else `default_s`."""
-        return statistics.median(self._last) if self._last else self.default_s
 
 
 class Demand:

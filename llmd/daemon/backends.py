@@ -14,6 +14,9 @@ from llmd.backends.upstream import run_probe
 from llmd.config import Config, EngineConfig, UpstreamConfig
 from llmd.config.backends import shared_gpus
 from llmd.daemon.reload import changed_engine_keys
+from llmd.daemon.swapping import starts_asleep
+from llmd.engine.launch import installed_engine_build
+from llmd.engine.sleep import sleep_mechanism
 from llmd.errors import ConfigError
 from llmd.routing.backend import BackendKind
 from llmd.state import DaemonState
@@ -85,6 +88,11 @@ class Backends:
         if name not in admission.capacity.names():
             admission.add_backend(name, BackendKind.ENGINE, [engine.model_name])
         locks = [self.boot_locks[gpu] for gpu in sorted(engine.devices) if gpu in self.boot_locks]
+        mechanism = (
+            sleep_mechanism(engine, installed_engine_build(engine.python))
+            if engine.on_demand
+            else None
+        )
         self.supervisors[name] = Supervisor(
             name,
             engine,
@@ -93,6 +101,8 @@ class Backends:
             fleet.engines[name],
             boot_locks=locks,
             on_change=functools.partial(self.engine_changed, name),
+            mechanism=mechanism,
+            start_asleep=name in starts_asleep(self.state.config),
         )
 
     def start_engine(self, name: str) -> bool:
@@ -133,8 +143,10 @@ class Backends:
         least one serves (an llmd of upstreams only is ready at once). Upstreams, outside
         llmd's control, do not hold it back; `/ready` says whether each model is served."""
         phases = [state.phase for state in self.state.fleet.engines.values()]
-        booted = all(p in (EnginePhase.SERVING, EnginePhase.FAILED) for p in phases)
-        return booted and (not phases or EnginePhase.SERVING in phases)
+        done = (EnginePhase.SERVING, EnginePhase.FAILED, EnginePhase.ASLEEP)
+        booted = all(p in done for p in phases)
+        serving = (EnginePhase.SERVING, EnginePhase.ASLEEP)
+        return booted and (not phases or any(p in serving for p in phases))
 
     def running(self) -> list[Supervisor]:
         """The supervisors whose task runs (not ended, not given up)."""

@@ -243,6 +243,7 @@ def test_every_request_is_served_within_the_bound(
 
 def test_the_predicted_wake_is_the_median_of_the_last_wakes() -> None:
     """No wake yet: the default; then the median of the last five."""
+    assert WakeTimes().predicted_s() is None
     times = WakeTimes(default_s=3.0)
     assert times.predicted_s() == 3.0
     for seconds in (9.0, 1.0, 2.0, 1.5, 1.2, 1.1):
