@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import openai
+import pytest
 import tomli_w
 
 from tests.support.configs import multi_sim_config
@@ -19,19 +20,20 @@ from tests.support.model import ensure_tiny_model
 MODELS = ("chat", "coder", "small")
 
 
-def swap_config(**group: Any) -> str:
-    """Three simulator engines, each on demand with a 0.2 s wake, in one group of one."""
-    text = multi_sim_config(ensure_tiny_model(), {m: (m, ["--sim-wake-s", "0.2"]) for m in MODELS})
-    raw = tomllib.loads(text)
+def swap_config(sleep: str = "auto", **sections: dict[str, Any]) -> str:
+    """Three simulator engines, each on demand with a 0.2 s wake and sleeping as `sleep`
+    says, in one group of one; `sections` merged over the config."""
+    engines = {m: (m, ["--sim-wake-s", "0.2"]) for m in MODELS}
+    raw = tomllib.loads(multi_sim_config(ensure_tiny_model(), engines, **sections))
     for engine in raw["engines"].values():
         engine["on_demand"] = True
+        engine["sleep"] = sleep
     raw["swap_groups"] = {
         "gpu0": {
             "engines": list(MODELS),
             "max_resident": 1,
             "min_residence_s": 0.3,
             "max_wait_s": 0.2,
-            **group,
         }
     }
     return tomli_w.dumps(raw)
@@ -46,11 +48,13 @@ def ask(client: openai.OpenAI, model: str) -> str:
     return answer.model
 
 
-def test_alternating_models_on_a_group_of_one_lose_nothing() -> None:
-    """Two clients alternating over three models whose engines take turns being awake: every
-    request is answered in full by its own model; /ready was 200 with two engines asleep;
-    wakes and evictions are counted; `llmd status` shows one engine serving, two asleep."""
-    with LlmdProcess.running(swap_config(), "llmd-swap-") as llmd:
+@pytest.mark.parametrize(("sleep", "mechanism"), [("auto", "level1"), ("stop", "stop")])
+def test_alternating_models_on_a_group_of_one_lose_nothing(sleep: str, mechanism: str) -> None:
+    """Two clients alternating over three models whose engines take turns being awake (by
+    vLLM's sleep mode, or stopped and booted again): every request is answered in full by its
+    own model; /ready was 200 with two engines asleep; wakes are counted by mechanism, and
+    evictions; `llmd status` shows at most one engine serving."""
+    with LlmdProcess.running(swap_config(sleep), "llmd-swap-") as llmd:
         status = llmd.admin_status()
         states = sorted(e["state"] for e in status["engines"])
         assert states == ["asleep", "asleep", "serving"], states
@@ -62,8 +66,23 @@ def test_alternating_models_on_a_group_of_one_lose_nothing() -> None:
         metrics = httpx.get(llmd.base_url + "/metrics").text
         wakes = [x for x in metrics.splitlines() if x.startswith("llmd_engine_wakes_total{")]
         assert sum(float(x.split()[-1]) for x in wakes) >= 2
-        assert 'mechanism="level1"' in "".join(wakes)
+        assert f'mechanism="{mechanism}"' in "".join(wakes)
         assert "llmd_engine_evictions_total{" in metrics
         assert "llmd_engine_wake_seconds_count{" in metrics
         serving = [e for e in llmd.admin_status()["engines"] if e["state"] == "serving"]
         assert len(serving) <= 1
+
+
+def test_a_wake_longer_than_the_class_budget_is_refused_with_retry_after() -> None:
+    """With the interactive queue's timeout below the predicted wake, an interactive request
+    for an asleep model gets 503 with Retry-After at once; a normal one waits and is served."""
+    interactive = {"interactive": {"queue_timeout_s": 0.5}}
+    with LlmdProcess.running(swap_config(admission=interactive), "llmd-swap-") as llmd:
+        body = {"model": "coder", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        url = llmd.base_url + "/v1/chat/completions"
+        refused = httpx.post(url, json=body, headers={"x-llmd-priority": "interactive"})
+        assert refused.status_code == 503, refused.text
+        assert int(refused.headers["retry-after"]) >= 1
+        assert "asleep" in refused.json()["error"]["message"]
+        served = httpx.post(url, json=body, headers={"x-llmd-priority": "normal"}, timeout=30)
+        assert served.status_code == 200 and served.json()["model"] == "coder"
