@@ -126,6 +126,7 @@ class Daemon:
             StatusCollector(self.state.snapshot, lambda: line_limiter().suppressed, metrics.tenant)
         )
         self.actions = OperatorActions(self.state, self.backends, self)
+        self.actions.swapping = self.swapping if self.swapping.engines else None
         self.deployer = Deployer(self, store)
         self.deployer.read_releases()
         for restoration in self.restorations:

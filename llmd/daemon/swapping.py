@@ -12,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Coroutine, Mapping
+from typing import Any
 
 import structlog
 
 from llmd.admission.swap import Demand, EngineView, GroupPolicy, Residency, SwapGroup
 from llmd.config import Config
+from llmd.errors import ActionRefused
 from llmd.state import DaemonState
 from llmd.supervisor.state import EnginePhase
 from llmd.supervisor.supervisor import Supervisor
@@ -83,6 +85,9 @@ class Swapping:
         self.demand: dict[str, Demand] = {}
         self.last_request: dict[str, float] = {}
         self._ops: dict[str, asyncio.Task[None]] = {}
+        self._cancels: dict[str, asyncio.Task[None]] = {}
+        # Engines an operator woke: their wake is not cancelled for want of requests.
+        self._asked: set[str] = set()
         self._closed: set[str] = set()
         self._phases: dict[str, EnginePhase] = {}
         self._timer: asyncio.TimerHandle | None = None
@@ -119,12 +124,11 @@ class Swapping:
                     self.state.observer.metrics.evictions.labels(name, reason.value).inc()
                     log.info("engine_sleep_decided", engine=name, reason=reason.value)
             for name in plan.cancel:
-                if self._start(name, wake=False):
+                if self._cancel(name):
                     log.info("engine_wake_cancel_decided", engine=name)
             for name in plan.wake:
                 if self._start(name, wake=True):
-                    mechanism = self.supervisors[name].mechanism
-                    label = mechanism.value if mechanism is not None else ""
+                    label = self._mechanism(name)
                     self.state.observer.metrics.wakes.labels(name, label).inc()
                     log.info("engine_wake_decided", engine=name, mechanism=label)
         self._arm(min(next_at) if next_at else None, now)
@@ -136,11 +140,79 @@ class Swapping:
             self._closed = closed
             asyncio.get_running_loop().call_soon(self.pump)
 
+    def operator_wake(self, name: str) -> dict[str, Any]:
+        """`llmd wake --engine NAME`: wake on-demand engine `name` now. Refused (ActionRefused)
+        for an engine not on demand, one not asleep, or one whose swap group is full."""
+        group = self._group_of(name, "wake")
+        phase = self.state.fleet.engines[name].phase
+        if phase is not EnginePhase.ASLEEP:
+            raise ActionRefused(f"wake refused: engine {name} is {phase.value}, not asleep")
+        swap, engines = group
+        resident = [
+            n
+            for n in engines
+            if n in self.state.fleet.engines
+            and RESIDENCY[self.state.fleet.engines[n].phase] is not Residency.ASLEEP
+        ]
+        if len(resident) >= swap.policy.max_resident:
+            raise ActionRefused(
+                f"wake refused: its swap group has {swap.policy.max_resident} engine(s) awake at "
+                f"most, and {', '.join(resident)} are; put one to sleep first"
+            )
+        started = self._start(name, wake=True)
+        if started:
+            self._asked.add(name)
+            self.state.observer.metrics.wakes.labels(name, self._mechanism(name)).inc()
+            log.info("engine_wake_asked", engine=name)
+        return self._answer(name, started)
+
+    def operator_sleep(self, name: str) -> dict[str, Any]:
+        """`llmd sleep --engine NAME`: put on-demand engine `name` to sleep now. Refused
+        (ActionRefused) for an engine not on demand, not serving, or with requests in flight
+        (drain it first). Requests that then come for its model wake it again."""
+        self._group_of(name, "sleep")
+        engine = self.state.fleet.engines[name]
+        if engine.phase is not EnginePhase.SERVING:
+            raise ActionRefused(f"sleep refused: engine {name} is {engine.phase.value}")
+        capacity = self.state.admission.capacity
+        in_flight = capacity.gate(name).in_flight if name in capacity.names() else 0
+        if in_flight:
+            raise ActionRefused(
+                f"sleep refused: engine {name} has {in_flight} requests in flight; "
+                f"`llmd drain --engine {name} --wait` first"
+            )
+        started = self._start(name, wake=False)
+        if started:
+            self.state.observer.metrics.evictions.labels(name, "operator").inc()
+            log.info("engine_sleep_asked", engine=name)
+        return self._answer(name, started)
+
+    def _mechanism(self, name: str) -> str:
+        mechanism = self.supervisors[name].mechanism
+        return mechanism.value if mechanism is not None else ""
+
+    def _group_of(self, name: str, action: str) -> tuple[SwapGroup, tuple[str, ...]]:
+        for group, engines in self.groups.values():
+            if name in engines:
+                return group, engines
+        raise ActionRefused(
+            f"{action} refused: engine {name} is not on demand (set on_demand = true in its table)"
+        )
+
+    def _answer(self, name: str, started: bool) -> dict[str, Any]:
+        engine = self.state.fleet.engines[name]
+        return {
+            "engine": name,
+            "started": started,
+            "state": engine.phase.value,
+            "predicted_wake_s": round(engine.predicted_wake_s(), 2),
+        }
+
     def close(self) -> None:
         """Cancel the timer and the operations under way (at shutdown)."""
         if self._timer is not None:
             self._timer.cancel()
-        for task in self._ops.values():
+        for task in [*self._ops.values(), *self._cancels.values()]:
             task.cancel()
 
     def _view(self, name: str, now: float) -> EngineView:
@@ -182,6 +254,18 @@ class Swapping:
             return True
         return False
 
+    def _cancel(self, name: str) -> bool:
+        """Cancel engine `name`'s wake under way (unless an operator asked for it, or a cancel
+        runs already): a sleep-mode wake goes back to sleep once awake, a boot is stopped."""
+        running = self._cancels.get(name)
+        if name in self._asked or (running is not None and not running.done()):
+            return False
+        if self.state.fleet.engines[name].phase is not EnginePhase.WAKING:
+            return False
+        task = asyncio.create_task(_run(self.supervisors[name].sleep()), name=f"cancel:{name}")
+        self._cancels[name] = task
+        return True
+
     def _observe_wakes(self) -> None:
         """Each wake that ended since the last pass, in the wake-seconds histogram."""
         fleet = self.state.fleet
@@ -193,6 +277,10 @@ class Swapping:
             if woke and engine.phase is EnginePhase.SERVING and engine.wake_s is not None:
                 self.state.observer.metrics.wake_seconds.labels(name).observe(engine.wake_s)
             self._phases[name] = engine.phase
+            op = self._ops.get(name)
+            idle = op is None or op.done()
+            if engine.phase is EnginePhase.SERVING or (engine.phase is EnginePhase.ASLEEP and idle):
+                self._asked.discard(name)
 
     def _arm(self, at: float | None, now: float) -> None:
         if at == self._timer_at:

@@ -5,6 +5,8 @@ its engine is woken; the states and counters say what happened."""
 from __future__ import annotations
 
 import concurrent.futures
+import subprocess
+import sys
 import tomllib
 from typing import Any
 
@@ -16,14 +18,15 @@ import tomli_w
 from tests.support.configs import multi_sim_config
 from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
+from tests.support.waiting import wait_for
 
 MODELS = ("chat", "coder", "small")
 
 
-def swap_config(sleep: str = "auto", **sections: dict[str, Any]) -> str:
-    """Three simulator engines, each on demand with a 0.2 s wake and sleeping as `sleep`
-    says, in one group of one; `sections` merged over the config."""
-    engines = {m: (m, ["--sim-wake-s", "0.2"]) for m in MODELS}
+def swap_config(sleep: str = "auto", args: tuple[str, ...] = (), **sections: dict[str, Any]) -> str:
+    """Three simulator engines, each on demand with a 0.2 s wake (and `args`) and sleeping as
+    `sleep` says, in one group of one; `sections` merged over the config."""
+    engines = {m: (m, ["--sim-wake-s", "0.2", *args]) for m in MODELS}
     raw = tomllib.loads(multi_sim_config(ensure_tiny_model(), engines, **sections))
     for engine in raw["engines"].values():
         engine["on_demand"] = True
@@ -86,3 +89,50 @@ def test_a_wake_longer_than_the_class_budget_is_refused_with_retry_after() -> No
         assert "asleep" in refused.json()["error"]["message"]
         served = httpx.post(url, json=body, headers={"x-llmd-priority": "normal"}, timeout=30)
         assert served.status_code == 200 and served.json()["model"] == "coder"
+
+
+def llmd_cli(llmd: LlmdProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "llmd.cli", *args, "--runtime-dir", str(llmd.runtime_dir)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+
+def engine_state(llmd: LlmdProcess, name: str) -> str:
+    engines = llmd.admin_status()["engines"]
+    return str(next(e["state"] for e in engines if e["name"] == name))
+
+
+@pytest.mark.parametrize("sleep", ["auto", "stop"])
+def test_operators_wake_and_sleep_engines_by_name(sleep: str) -> None:
+    """`llmd sleep --engine` puts the resident engine to sleep; `llmd wake --engine` wakes
+    another while the group has room (not cancelled for want of requests) and is refused,
+    saying why, while it is full; an unknown engine is refused too."""
+    with LlmdProcess.running(swap_config(sleep), "llmd-swap-") as llmd:
+        awake = next(e["name"] for e in llmd.admin_status()["engines"] if e["state"] == "serving")
+        other = next(m for m in MODELS if m != awake)
+        third = next(m for m in MODELS if m not in (awake, other))
+        done = llmd_cli(llmd, "sleep", "--engine", awake)
+        assert done.returncode == 0, done.stderr
+        assert wait_for(lambda: engine_state(llmd, awake) == "asleep", 10)
+        done = llmd_cli(llmd, "wake", "--engine", other)
+        assert done.returncode == 0 and "a wake takes about" in done.stdout, done.stderr
+        assert wait_for(lambda: engine_state(llmd, other) == "serving", 10)
+        refused = llmd_cli(llmd, "wake", "--engine", third)
+        assert refused.returncode == 1 and "put one to sleep first" in refused.stderr
+        unknown = llmd_cli(llmd, "wake", "--engine", "nope")
+        assert unknown.returncode == 1 and "no engine 'nope'" in unknown.stderr
+
+
+def test_a_wake_nobody_waits_for_is_cancelled() -> None:
+    """A request for an asleep model whose client leaves while its engine boots (the stop
+    mechanism, a slow boot): the boot is stopped and the engine is asleep again."""
+    config = swap_config("stop", ("--fault-boot-delay", "3"))
+    with LlmdProcess.running(config, "llmd-swap-") as llmd:
+        asleep = [e["name"] for e in llmd.admin_status()["engines"] if e["state"] == "asleep"]
+        body = {"model": asleep[0], "messages": [{"role": "user", "content": "hi"}]}
+        with pytest.raises(httpx.TimeoutException):
+            httpx.post(llmd.base_url + "/v1/chat/completions", json=body, timeout=1.5)
+        log = llmd.log_path
+        assert wait_for(lambda: "engine_wake_cancel_decided" in log.read_text(), 15)
+        assert wait_for(lambda: engine_state(llmd, asleep[0]) == "asleep", 15)
