@@ -61,6 +61,12 @@ def test_alternating_models_on_a_group_of_one_lose_nothing(sleep: str, mechanism
         status = llmd.admin_status()
         states = sorted(e["state"] for e in status["engines"])
         assert states == ["asleep", "asleep", "serving"], states
+        ready = httpx.get(llmd.base_url + "/ready")
+        assert ready.status_code == 200 and len(ready.json()["asleep"]) == 2
+        listed = httpx.get(llmd.base_url + "/v1/models").json()["data"]
+        assert sorted(card["id"] for card in listed) == sorted(MODELS)
+        text = llmd_cli(llmd, "status").stdout
+        assert text.count("asleep") >= 2, text
         client = openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="x", max_retries=0)
         order = [MODELS[i % 3] for i in range(12)]
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
