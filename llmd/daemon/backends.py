@@ -13,6 +13,7 @@ import structlog
 from llmd.backends.upstream import run_probe
 from llmd.config import Config, EngineConfig, UpstreamConfig
 from llmd.config.backends import shared_gpus
+from llmd.config.swap import group_of
 from llmd.daemon.reload import changed_engine_keys
 from llmd.daemon.swapping import starts_asleep
 from llmd.engine.launch import installed_engine_build
@@ -53,6 +54,9 @@ class Backends:
         config = state.config
         # One lock per GPU that several engines share: they boot one after the other.
         self.boot_locks = {gpu: asyncio.Lock() for gpu in shared_gpus(config.engine_tables)}
+        # One lock per swap group: its engines' first boots run one at a time, those that
+        # start asleep first (llmd/supervisor/supervisor.py: `start_lock`).
+        self.start_locks = {name: asyncio.Lock() for name in config.swap_groups}
         self.supervisors: dict[str, Supervisor] = {}
         # The upstream tables the fleet runs (a reload diffs the new ones against them).
         self.upstream_tables: dict[str, UpstreamConfig] = dict(config.upstreams)
@@ -72,7 +76,8 @@ class Backends:
         """Boot every engine and probe every upstream (at start-up; from then on an upstream
         a reload adds is probed at once)."""
         self._started = True
-        for name in self.supervisors:
+        asleep = starts_asleep(self.state.config)  # their first boots go first
+        for name in sorted(self.supervisors, key=lambda name: name not in asleep):
             self.start_engine(name)
         for name in self.state.fleet.upstreams:
             self._start_probe(name)
@@ -103,6 +108,7 @@ class Backends:
             on_change=functools.partial(self.engine_changed, name),
             mechanism=mechanism,
             start_asleep=name in starts_asleep(self.state.config),
+            start_lock=self.start_locks.get(group_of(self.state.config.swap_groups, name) or ""),
         )
 
     def start_engine(self, name: str) -> bool:

@@ -68,6 +68,7 @@ class Supervisor:
         on_change: Callable[[], None] = lambda: None,
         mechanism: SleepMechanism | None = None,
         start_asleep: bool = False,
+        start_lock: asyncio.Lock | None = None,
     ) -> None:
         self.name = name
         self.engine = engine
@@ -94,6 +95,10 @@ class Supervisor:
         self._waking = False  # the boot under way is a wake
         self._cancel_wake = False  # a sleep came while a sleep-mode wake was under way
         self._probe: aiohttp.ClientSession | None = None
+        # A swap group's start-up: its engines' first boots one at a time, each held until the
+        # engine serves or is asleep again (their memory is never needed at once).
+        self._start_lock = start_lock
+        self._start_held = False
         # Monotonic time of the supervisor's last loop turn: the daemon pings systemd's
         # watchdog only while this moves.
         self.last_progress = time.monotonic()
@@ -114,6 +119,9 @@ class Supervisor:
         self._done.clear()
         self._history.clear()
         try:
+            if self._start_lock is not None:  # the first run only: `_started` forgets it
+                await self._start_lock.acquire()
+                self._start_held = True
             await self._stop_leftover()
             connector = aiohttp.UnixConnector(path=str(self.socket))
             async with aiohttp.ClientSession(connector=connector) as probe:
@@ -131,11 +139,21 @@ class Supervisor:
                     await self._back_off(reason, was_ready)
             self.state.phase = EnginePhase.STOPPED
         finally:
+            self._started()
             self._done.set()
+
+    def _started(self) -> None:
+        """The first boot is over (serving, asleep, or given up): the next engine of the swap
+        group may boot."""
+        if self._start_held and self._start_lock is not None:
+            self._start_held = False
+            self._start_lock.release()
+        self._start_lock = None
 
     async def _parked(self) -> None:
         """A `stop` sleep: asleep with no process until `wake()` (or a stop)."""
         self._sleep_requested = False
+        self._started()
         self.state.phase = EnginePhase.ASLEEP
         self.on_change()
         self.log.info("engine_asleep", mechanism=SleepMechanism.STOP.value)
@@ -172,6 +190,7 @@ class Supervisor:
         """POST /sleep: ASLEEP when the engine said yes, else it goes on serving."""
         assert self._probe is not None
         slept = await call_sleep(self._probe, self.engine, level)
+        self._started()
         self.state.phase = EnginePhase.ASLEEP if slept else EnginePhase.SERVING
         self.on_change()
         if slept:
@@ -501,6 +520,7 @@ class Supervisor:
             self._woken()
             return None
         self.state.phase = EnginePhase.SERVING
+        self._started()
         self._served.set()
         self.on_change()
         self.log.info(

@@ -5,6 +5,7 @@ its engine is woken; the states and counters say what happened."""
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import subprocess
 import sys
 import tomllib
@@ -42,6 +43,20 @@ def swap_config(sleep: str = "auto", args: tuple[str, ...] = (), **sections: dic
     return tomli_w.dumps(raw)
 
 
+def start_up_boots(llmd: LlmdProcess) -> int:
+    """How many engines booted before the first request, checking that each boot began only
+    after the one before it was asleep or serving."""
+    boots, busy = 0, False
+    for line in llmd.log_path.read_text().splitlines():
+        event = json.loads(line).get("event") if line.startswith("{") else None
+        if event == "engine_started":
+            assert not busy, "two engines of the group booted at once"
+            boots, busy = boots + 1, True
+        elif event in ("engine_asleep", "engine_ready"):
+            busy = False
+    return boots
+
+
 def ask(client: openai.OpenAI, model: str) -> str:
     answer = client.chat.completions.create(
         model=model, messages=[{"role": "user", "content": "hello"}], max_tokens=4
@@ -61,6 +76,7 @@ def test_alternating_models_on_a_group_of_one_lose_nothing(sleep: str, mechanism
         status = llmd.admin_status()
         states = sorted(e["state"] for e in status["engines"])
         assert states == ["asleep", "asleep", "serving"], states
+        assert start_up_boots(llmd) == 3  # one at a time, those starting asleep first
         ready = httpx.get(llmd.base_url + "/ready")
         assert ready.status_code == 200 and len(ready.json()["asleep"]) == 2
         listed = httpx.get(llmd.base_url + "/v1/models").json()["data"]
