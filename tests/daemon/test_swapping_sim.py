@@ -158,3 +158,21 @@ def test_a_wake_nobody_waits_for_is_cancelled() -> None:
         log = llmd.log_path
         assert wait_for(lambda: "engine_wake_cancel_decided" in log.read_text(), 15)
         assert wait_for(lambda: engine_state(llmd, asleep[0]) == "asleep", 15)
+
+
+def test_an_idle_engine_sleeps_and_a_request_wakes_it() -> None:
+    """An on-demand engine in no swap group sleeps after idle_sleep_s without requests
+    (counted as an `idle` eviction) and is woken by the next request for its model, which is
+    answered in full."""
+    raw = tomllib.loads(
+        multi_sim_config(ensure_tiny_model(), {"solo": ("solo", ["--sim-wake-s", "0.2"])})
+    )
+    raw["engines"]["solo"].update(on_demand=True, idle_sleep_s=1.0)
+    with LlmdProcess.running(tomli_w.dumps(raw), "llmd-swap-") as llmd:
+        client = openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="x", max_retries=0)
+        assert ask(client, "solo") == "solo"
+        assert wait_for(lambda: engine_state(llmd, "solo") == "asleep", 15)
+        assert httpx.get(llmd.base_url + "/ready").json()["asleep"] == ["solo"]
+        assert ask(client, "solo") == "solo"
+        metrics = httpx.get(llmd.base_url + "/metrics").text
+        assert 'llmd_engine_evictions_total{engine="solo",reason="idle"} 1.0' in metrics
