@@ -68,6 +68,8 @@ class Admission:
         # and run after each pass.
         self.on_queued: Callable[[str], None] | None = None
         self.after_pump: Callable[[], None] | None = None
+        # Told (model, seconds queued) of each request that came while its model slept.
+        self.on_woken: Callable[[str, float], None] | None = None
         for name, state in engines.items():
             engine = config.engine_tables.get(name)
             self.gates.add(name, BackendKind.ENGINE, [engine.model_name if engine else state.model])
@@ -187,6 +189,7 @@ class Admission:
             raise self._rejected(rejection)
         if self.on_queued is not None:
             self.on_queued(model)
+        asleep = self.capacity.wake_s(model, now) is not None
         future = asyncio.get_running_loop().create_future()
         self._waiters[entry] = future
         try:
@@ -202,7 +205,10 @@ class Admission:
         finally:
             self._waiters.pop(entry, None)
         assert entry.released_at is not None
-        return Ticket(entry, queue_ms=(entry.released_at - entry.enqueued_at) * 1000)
+        queued_s = entry.released_at - entry.enqueued_at
+        if asleep and self.on_woken is not None:
+            self.on_woken(model, queued_s)
+        return Ticket(entry, queue_ms=queued_s * 1000)
 
     def reject_queued(self, error: ApiError) -> int:
         """Answer every request still queued with `error` (a drain that turns the queue away),

@@ -117,6 +117,7 @@ class Daemon:
         if self.swapping.engines:
             admission.on_queued = self.swapping.queued
             admission.after_pump = self.swapping.decide
+            admission.on_woken = self.swapping.woken
         # The stall watchdog over every backend (llmd/supervisor/stall.py).
         self.watchdog = Watchdog(self.state, self.backends.supervisors)
         relisting = ModelRelisting(fleet.engines, fleet.clients, self.backends.engine_changed)

@@ -107,6 +107,10 @@ class Swapping:
                 self.demand.setdefault(name, Demand()).record(now)
                 self.last_request[name] = now
 
+    def woken(self, model: str, queued_s: float) -> None:
+        """A request that came while `model` slept was released after `queued_s` seconds."""
+        self.state.observer.metrics.wake_waits.labels(model).observe(queued_s)
+
     def decide(self) -> None:
         """Run every group's core now and start what it says (after each admission pass)."""
         now = time.monotonic()

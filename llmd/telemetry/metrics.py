@@ -155,6 +155,11 @@ class ProxyMetrics:
             "From the decision to wake an engine to its first token.",
             ["engine"], buckets=LATENCY_BUCKETS, registry=r,
         )  # fmt: skip
+        self.wake_waits = Histogram(
+            "llmd_wake_wait_seconds",
+            "Time queued of the requests that came while their model's engines slept.",
+            ["model"], buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
         self.evictions = Counter(
             "llmd_engine_evictions", "On-demand engines put to sleep, by engine and reason "
             "(evicted: to make room for another; idle: its idle_sleep_s passed).",

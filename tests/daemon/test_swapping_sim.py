@@ -94,6 +94,7 @@ def test_alternating_models_on_a_group_of_one_lose_nothing(sleep: str, mechanism
         assert f'mechanism="{mechanism}"' in "".join(wakes)
         assert "llmd_engine_evictions_total{" in metrics
         assert "llmd_engine_wake_seconds_count{" in metrics
+        assert "llmd_wake_wait_seconds_count{" in metrics
         serving = [e for e in llmd.admin_status()["engines"] if e["state"] == "serving"]
         assert len(serving) <= 1
 
