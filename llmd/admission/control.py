@@ -174,6 +174,8 @@ class Admission:
         models = self.capacity.models()
         model = request.model or (models[0] if len(models) == 1 else "")
         cost = request.cost
+        # A request for an asleep model may wait its class's timeout past the predicted wake.
+        wake_s = self.capacity.wake_s(model, now)
         entry = Entry(
             tenant=request.tenant,
             cls=request.cls,
@@ -183,13 +185,14 @@ class Admission:
             model=model,
             affinity=request.affinity,
             conversation=request.conversation,
+            grace_s=wake_s or 0.0,
         )
         rejection = self.scheduler.submit(entry, now)
         if rejection is not None:
             raise self._rejected(rejection)
         if self.on_queued is not None:
             self.on_queued(model)
-        asleep = self.capacity.wake_s(model, now) is not None
+        asleep = wake_s is not None
         future = asyncio.get_running_loop().create_future()
         self._waiters[entry] = future
         try:

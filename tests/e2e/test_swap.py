@@ -37,6 +37,9 @@ def swap_config() -> str:
             }
         },
         "supervisor": demo["supervisor"],
+        # A swap here is a stop and a boot (tens of seconds on 2 loaded cores): a request may
+        # wait for two of them.
+        "admission": {"normal": {"queue_timeout_s": 600.0}},
     }
     return tomli_w.dumps(raw)
 
