@@ -30,8 +30,8 @@ def check_swap_groups(
     """The swap plan can work. Raises ConfigError naming the key: a group naming an unknown
     engine or one already in another group, or none; an engine of a group without
     `on_demand = true`; `max_resident` below 1; more pinned engines than `max_resident`, or as
-    many while the group has others (they could never wake); `pin` on an engine that is not
-    on demand (`idle_sleep_s` there is ignored: it never sleeps)."""
+    many while the group has others (they could never wake). `pin` and `idle_sleep_s` of an
+    engine not on demand are ignored: it never sleeps."""
     owner: dict[str, str] = {}
     for group_name, group in groups.items():
         key = f"swap_groups.{group_name}"
@@ -70,12 +70,6 @@ def check_swap_groups(
                 f"{key}: the pinned engines ({', '.join(pinned)}) fill max_resident = "
                 f"{group.max_resident}, so {', '.join(others)} could never wake; unpin one or "
                 "raise max_resident"
-            )
-    for name, engine in engines.items():
-        if not engine.on_demand and engine.pin:
-            raise ConfigError(
-                f"engines.{name}.pin is set but on_demand is false: only an on-demand engine "
-                "is ever put to sleep"
             )
 
 

@@ -71,7 +71,6 @@ def test_a_swap_group_loads_with_defaults(tmp_path: Path) -> None:
             + engines("b", "c"),
             r"the pinned engines \(a\) fill max_resident = 1, so b, c could never wake",
         ),
-        (engines("a", extra="pin = true\n"), r"engines.a.pin is set but on_demand is false"),
         (engines("a", extra='on_demand = true\nsleep = "deep"\n'), r"engines.a.sleep"),
     ],
 )
