@@ -191,10 +191,10 @@ class PoolCapacity:
 
     def holding(self, model: str) -> bool:
         """Whether a backend of `model`'s pool is one its requests wait for in the queue: a
-        deploy holds it, it sleeps on demand or is being woken, or its swap group closed it
-        while it drains."""
+        deploy holds it, it sleeps on demand or is being woken (and no operator drained it), or
+        its swap group closed it while it drains."""
         return any(
-            slot.held or slot.dormant_s is not None or slot.closed
+            slot.held or (slot.dormant_s is not None and slot.drained_for is None) or slot.closed
             for slot in (self._slots[name] for name in self._pools.get(model, ()))
         )
 
@@ -215,7 +215,11 @@ class PoolCapacity:
         slots = [self._slots[name] for name in self._pools.get(model, ())]
         if not slots or any(slot.available(now) for slot in slots):
             return None
-        waits = [slot.dormant_s for slot in slots if slot.dormant_s is not None]
+        waits = [
+            slot.dormant_s
+            for slot in slots
+            if slot.dormant_s is not None and slot.drained_for is None
+        ]
         return min(waits) if waits else None
 
     def draining(self, backend: str) -> bool:

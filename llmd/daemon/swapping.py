@@ -224,8 +224,10 @@ class Swapping:
         engine = fleet.engines[name]
         table = self.supervisors[name].engine
         models = set(fleet.serving_models(name))
-        waiting = sum(1 for entry in admission.scheduler.entries() if entry.model in models)
         capacity = admission.capacity
+        drained = name in capacity.names() and capacity.draining(name)
+        waiting = sum(1 for entry in admission.scheduler.entries() if entry.model in models)
+        waiting = 0 if drained else waiting  # an engine an operator drained is not woken
         in_flight = capacity.gate(name).in_flight if name in capacity.names() else 0
         demand = self.demand.get(name)
         residency = RESIDENCY[engine.phase]

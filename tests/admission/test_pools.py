@@ -333,6 +333,9 @@ def test_an_asleep_engine_queues_its_pool_and_a_closed_one_takes_nothing_new() -
     assert not capacity.available("big", 0.0) and capacity.holding("big")
     assert capacity.wake_s("big", 0.0) == 3.5 and capacity.retry_after_s("big", 0.0) == 3.5
     assert capacity.wake_s("small", 0.0) is None  # it can take requests now
+    capacity.set_draining("big", 30.0)  # an operator drained it: no wake, 503 as drained
+    assert not capacity.holding("big") and capacity.wake_s("big", 0.0) is None
+    capacity.set_draining("big", None)
     capacity.set_serving("big", True)
     capacity.set_dormant("big", None)
     capacity.set_closed("big", True)

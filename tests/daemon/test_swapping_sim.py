@@ -130,7 +130,8 @@ def engine_state(llmd: LlmdProcess, name: str) -> str:
 def test_operators_wake_and_sleep_engines_by_name(sleep: str) -> None:
     """`llmd sleep --engine` puts the resident engine to sleep; `llmd wake --engine` wakes
     another while the group has room (not cancelled for want of requests) and is refused,
-    saying why, while it is full; an unknown engine is refused too."""
+    saying why, while it is full; an unknown engine is refused too. An asleep engine an
+    operator drained is not woken: its model answers 503 with Retry-After."""
     with LlmdProcess.running(swap_config(sleep), "llmd-swap-") as llmd:
         awake = next(e["name"] for e in llmd.admin_status()["engines"] if e["state"] == "serving")
         other = next(m for m in MODELS if m != awake)
@@ -145,6 +146,11 @@ def test_operators_wake_and_sleep_engines_by_name(sleep: str) -> None:
         assert refused.returncode == 1 and "put one to sleep first" in refused.stderr
         unknown = llmd_cli(llmd, "wake", "--engine", "nope")
         assert unknown.returncode == 1 and "no engine 'nope'" in unknown.stderr
+        assert llmd_cli(llmd, "drain", "--engine", third).returncode == 0
+        body = {"model": third, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        drained = httpx.post(llmd.base_url + "/v1/chat/completions", json=body, timeout=30)
+        assert drained.status_code == 503 and "retry-after" in drained.headers
+        assert engine_state(llmd, third) == "asleep"  # a drained engine is not woken
 
 
 def test_a_wake_nobody_waits_for_is_cancelled() -> None:
