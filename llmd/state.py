@@ -84,7 +84,8 @@ class DaemonState:
             names = self.engine.api.names_models_when_not_found
             return ModelNotFound(model, list(capacity.models()), names)
         for name in [model] if model is not None else capacity.models():
-            if not capacity.available(name, now):
+            # A model whose engines sleep on demand is ready: it will be served.
+            if not capacity.available(name, now) and capacity.wake_s(name, now) is None:
                 return self.pool_unavailable(name)
         if model is None:
             for name, upstream in self.fleet.upstreams.items():

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -35,7 +35,14 @@ from llmd.admission.tenants import Tenant, configured_tenants
 from llmd.allocator import HeapTrimmer
 from llmd.config import AdmissionConfig, Config
 from llmd.engine.metrics import EngineSample
-from llmd.errors import ApiError, InvalidRequest, QueueFull, QueueTimeout, RateLimited
+from llmd.errors import (
+    ApiError,
+    EngineUnavailable,
+    InvalidRequest,
+    QueueFull,
+    QueueTimeout,
+    RateLimited,
+)
 from llmd.routing.backend import BackendKind
 from llmd.status import BudgetStatus, QueueStatus, TenantStatus
 from llmd.supervisor.state import EngineState
@@ -68,6 +75,12 @@ class Admission:
         self._timer_at: float | None = None
         # Set by a drain that turns the queue away: new admissions get it too, until a resume.
         self.turned_away: ApiError | None = None
+        # On-demand engines (llmd/daemon/swapping.py): told of each request queued (its model),
+        # and run after each pass.
+        self.on_queued: Callable[[str], None] | None = None
+        self.after_pump: Callable[[], None] | None = None
+        # Told (model, seconds queued) of each request that came while its model slept.
+        self.on_woken: Callable[[str, float], None] | None = None
         for name, state in engines.items():
             engine = config.engine_tables.get(name)
             self.gates.add(name, BackendKind.ENGINE, [engine.model_name if engine else state.model])
@@ -126,6 +139,19 @@ class Admission:
     def authenticate(self, headers: list[Any]) -> Tenant:
         """The request's tenant. Raises InvalidApiKey (401)."""
         return self.tenants.authenticate(headers)
+
+    def check_wake(self, model: str, cls: Priority) -> None:
+        """Refuse a request whose model's engines all sleep on demand (or are being woken)
+        when their predicted wake passes its class's queue timeout; otherwise it waits in the
+        queue for the wake. Raises EngineUnavailable (503, Retry-After: the prediction)."""
+        wake_s = self.capacity.wake_s(model, time.monotonic())
+        budget = self.scheduler.classes[cls].policy.queue_timeout_s
+        if wake_s is not None and wake_s > budget:
+            raise EngineUnavailable(
+                f"model {model} is asleep and takes about {wake_s:.0f} s to wake, longer than "
+                f"the {cls.label} queue's timeout ({budget:g} s); retry later",
+                retry_after_s=wake_s,
+            )
 
     def classify(self, tenant: Tenant, headers: list[Any]) -> Priority:
         """The request's class from `x-llmd-priority`, clamped to the tenant's highest.
@@ -195,6 +221,8 @@ class Admission:
         models = self.capacity.models()
         model = request.model or (models[0] if len(models) == 1 else "")
         cost = request.cost
+        # A request for an asleep model may wait its class's timeout past the predicted wake.
+        wake_s = self.capacity.wake_s(model, now)
         entry = Entry(
             tenant=request.tenant,
             cls=request.cls,
@@ -204,10 +232,14 @@ class Admission:
             model=model,
             affinity=request.affinity,
             conversation=request.conversation,
+            grace_s=wake_s or 0.0,
         )
         rejection = self.scheduler.submit(entry, now)
         if rejection is not None:
             raise self._rejected(rejection)
+        if self.on_queued is not None:
+            self.on_queued(model)
+        asleep = wake_s is not None
         future = asyncio.get_running_loop().create_future()
         self._waiters[entry] = future
         try:
@@ -223,7 +255,10 @@ class Admission:
         finally:
             self._waiters.pop(entry, None)
         assert entry.released_at is not None
-        return Ticket(entry, queue_ms=(entry.released_at - entry.enqueued_at) * 1000)
+        queued_s = entry.released_at - entry.enqueued_at
+        if asleep and self.on_woken is not None:
+            self.on_woken(model, queued_s)
+        return Ticket(entry, queue_ms=queued_s * 1000)
 
     def reject_queued(self, error: ApiError) -> int:
         """Answer every request still queued with `error` (a drain that turns the queue away),
@@ -345,6 +380,8 @@ class Admission:
             if future is not None and not future.done():
                 future.set_exception(self._rejected(rejection))
         self._arm_timer(now)
+        if self.after_pump is not None:
+            self.after_pump()
 
     def _arm_timer(self, now: float) -> None:
         expiry = self.scheduler.next_expiry()

@@ -20,7 +20,8 @@ The rules, one layer over every pool (clocks kept per class and pool):
   on a pool where its next entry would take it over its share of the pool's KV cache
   (llmd/admission/shares.py: it then holds at least one request there); a tenant with
   `max_queued` entries waiting, or a class with `queue_size` entries, rejects new ones (429); an
-  entry past its class's `queue_timeout_s` or its own deadline is rejected (503).
+  entry past its class's `queue_timeout_s` (plus its `grace_s`) or its own deadline is rejected
+  (503).
 
 Guarantees, under continuous load on a pool:
 - the pool's queue waits behind a held pick for at most one drain of a backend, and only after
@@ -126,7 +127,7 @@ class Scheduler:
         queue.tenant_pools[tenant.name][entry.model] += 1
         queue.size += 1
         self.queued_by_tenant[tenant.name] += 1
-        expires = now + queue.policy.queue_timeout_s
+        expires = now + queue.policy.queue_timeout_s + entry.grace_s
         if entry.deadline is not None:
             expires = min(expires, entry.deadline)
         heapq.heappush(self._expiry, (expires, entry.seq, entry))

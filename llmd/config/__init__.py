@@ -4,6 +4,7 @@ frozen, typed dataclasses: the contract every layer reads.
     tables.py    the service's tables ([server], [admission], ...), `Config`, `load_config`
     backends.py  [engine], [engines.NAME], [upstreams.NAME], [routing]
     release.py   [release]: canary steps, comparison thresholds, the smoke gate
+    swap.py      [swap_groups.NAME]: engines that take turns being awake, and their checks
 
 May import: engine (its flags, for the cross-table checks).
 """
@@ -19,6 +20,7 @@ from llmd.config.tables import (
     ResponsesConfig,
     ServerConfig,
     SupervisorConfig,
+    SwapGroupConfig,
     TelemetryConfig,
     UsageConfig,
     ValidationConfig,
@@ -39,6 +41,7 @@ __all__ = [
     "RoutingConfig",
     "ServerConfig",
     "SupervisorConfig",
+    "SwapGroupConfig",
     "TelemetryConfig",
     "UpstreamConfig",
     "UsageConfig",

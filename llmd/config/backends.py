@@ -56,6 +56,15 @@ class EngineConfig:
     # A relayed request that gets no byte from the engine for this long is aborted (more for
     # a prompt still in prefill, by its tokens). 0: twice the stall timeout.
     request_idle_timeout_s: float = 0.0
+    # On demand (llmd/config/swap.py): the engine may be put to sleep, and is woken when a
+    # request names its model. `idle_sleep_s`: asleep after this long without requests (0: only
+    # when evicted). `sleep`: how (`level1`/`level2`: vLLM's sleep mode; `stop`: its process
+    # group stopped and booted again; `auto`: level1 where the engine has sleep mode, else
+    # stop). A pinned engine is never evicted.
+    on_demand: bool = False
+    idle_sleep_s: float = 0.0
+    sleep: Literal["auto", "level1", "level2", "stop"] = "auto"
+    pin: bool = False
 
     @property
     def model_name(self) -> str:

@@ -23,6 +23,7 @@ from llmd.config.backends import (
     engine_tables,
 )
 from llmd.config.release import ReleaseConfig, release_config
+from llmd.config.swap import SwapGroupConfig, check_swap_groups
 from llmd.errors import ConfigError
 from llmd.numerals import ascii_int
 
@@ -37,6 +38,7 @@ __all__ = [
     "RoutingConfig",
     "ServerConfig",
     "SupervisorConfig",
+    "SwapGroupConfig",
     "TelemetryConfig",
     "UpstreamConfig",
     "UsageConfig",
@@ -253,6 +255,8 @@ class Config:
     usage: UsageConfig = dataclasses.field(default_factory=UsageConfig)
     release: ReleaseConfig = dataclasses.field(default_factory=ReleaseConfig)
     responses: ResponsesConfig = dataclasses.field(default_factory=ResponsesConfig)
+    # Engines that take turns being awake (llmd/config/swap.py), by group name.
+    swap_groups: dict[str, SwapGroupConfig] = dataclasses.field(default_factory=dict)
     source: str = ""
 
     @property
@@ -284,7 +288,7 @@ def load_config(path: Path, *, listen: str | None = None, runtime_dir: str | Non
     `ConfigError` for a missing or unreadable file, one not UTF-8, bad TOML, unknown keys,
     wrong types or values out of range, and the cross-table checks of llmd/config/backends.py
     (both `[engine]` and `[engines.*]`, GPU sharing without explicit KV sizes, bad upstream
-    URLs).
+    URLs) and of llmd/config/swap.py (a swap plan that cannot work).
     """
     text, raw = read_toml(path, "config")
     try:
@@ -309,6 +313,7 @@ def load_config(path: Path, *, listen: str | None = None, runtime_dir: str | Non
             where = "engine" if "engine" in raw else f"engines.{name}"
             raise ConfigError(f"{path}: {where}.model is required (a model directory or name)")
     check_backends(engines, config.upstreams, config.routing)
+    check_swap_groups(engines, config.swap_groups)
     engines = {name: _resolve_model(engine, path) for name, engine in engines.items()}
     admission = _check_admission(config.admission, path)
     release_config(raw.get("release", {}))  # the checks across its keys

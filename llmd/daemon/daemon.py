@@ -38,6 +38,7 @@ from llmd.daemon.listeners import (
     set_send_buffer,
 )
 from llmd.daemon.reload import ReloadPlan, plan_reload, with_engine_tables
+from llmd.daemon.swapping import Swapping
 from llmd.daemon.telemetry import Telemetry
 from llmd.daemon.usage import UsageKeeper
 from llmd.daemon.watchdog import Watchdog
@@ -117,6 +118,14 @@ class Daemon:
         self.usage.open()
         # The engines' supervisors and the upstreams' probes; telemetry follows who joins.
         self.backends = Backends(self.state, self._apply_tables, self._start_telemetry)
+        # On-demand engines: woken and put to sleep by their swap groups after each admission
+        # pass (llmd/daemon/swapping.py).
+        admission = self.state.admission
+        self.swapping = Swapping(self.state, self.backends.supervisors, admission.pump)
+        if self.swapping.engines:
+            admission.on_queued = self.swapping.queued
+            admission.after_pump = self.swapping.decide
+            admission.on_woken = self.swapping.woken
         # The stall watchdog over every backend (llmd/supervisor/stall.py).
         self.watchdog = Watchdog(self.state, self.backends.supervisors)
         relisting = ModelRelisting(fleet.engines, fleet.clients, self.backends.engine_changed)
@@ -126,6 +135,7 @@ class Daemon:
             StatusCollector(self.state.snapshot, lambda: line_limiter().suppressed, metrics.tenant)
         )
         self.actions = OperatorActions(self.state, self.backends, self)
+        self.actions.swapping = self.swapping if self.swapping.engines else None
         self.deployer = Deployer(self, store)
         self.deployer.read_releases()
         for restoration in self.restorations:
@@ -272,6 +282,7 @@ class Daemon:
         # 4. Stop the engines, all at once: SIGTERM each group, SIGKILL it after the timeout,
         #    reap (an engine being spawned right now included).
         async with self._step("stop_engines"):
+            self.swapping.close()
             await self.backends.stop_engines()
         # 5. Stop telemetry, the stall watchdog and the upstream probes, then close the
         #    backends' clients: the proxy's lifespan closed them at step 3, but a scrape or a

@@ -89,13 +89,18 @@ def build_app(state: DaemonState, store: ResponseStore | None = None) -> ProxyAp
 
     async def ready(request: Request) -> Response:
         """200 when every model llmd serves (or `?model=NAME`) has a backend that can take a
-        request now; else 503 with the reason and Retry-After (404: no such model)."""
+        request now, or engines asleep on demand that will wake for it (listed in `asleep`);
+        else 503 with the reason and Retry-After (404: no such model)."""
         model = request.query_params.get("model")
         error = state.not_ready(model)
         if error is not None:
             return ErrorResponse(error)
-        models = [model] if model is not None else list(state.admission.capacity.models())
-        return JSONResponse({"status": "ready", "model": models[0], "models": models})
+        capacity, now = state.admission.capacity, time.monotonic()
+        models = [model] if model is not None else list(capacity.models())
+        asleep = [m for m in models if capacity.wake_s(m, now) is not None]
+        return JSONResponse(
+            {"status": "ready", "model": models[0], "models": models, "asleep": asleep}
+        )
 
     async def models(request: Request) -> Response:
         """The models llmd serves, the union of its backends' (each with a backend's own card:
@@ -103,7 +108,11 @@ def build_app(state: DaemonState, store: ResponseStore | None = None) -> ProxyAp
         model has a backend that can take a request."""
         capacity, now = state.admission.capacity, time.monotonic()
         error = state.unavailable()
-        if error is None and not any(capacity.available(m, now) for m in capacity.models()):
+        served = [
+            m for m in capacity.models()
+            if capacity.available(m, now) or capacity.wake_s(m, now) is not None
+        ]  # fmt: skip
+        if error is None and not served:
             error = min(
                 (state.pool_unavailable(m) for m in capacity.models()),
                 key=lambda e: e.retry_after_s or 0.0,

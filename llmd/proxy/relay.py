@@ -162,6 +162,7 @@ class Relay:
         admission, endpoint = self.state.admission, self.endpoint
         cls = admission.classify(tenant, arrival.headers)
         arrival.request_class = exchange.request_class = cls.label
+        admission.check_wake(model, cls)
         deadline = read_deadline(arrival.headers, arrival.at)
         fields = endpoint.read(body.payload)
         validator = self.state.validators.for_model(model)

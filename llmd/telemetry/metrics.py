@@ -144,6 +144,28 @@ class ProxyMetrics:
             registry=r,
         )  # fmt: skip
 
+        # On-demand engines (llmd/daemon/swapping.py): bounded by the configured engines.
+        self.wakes = Counter(
+            "llmd_engine_wakes", "Wakes of on-demand engines, by engine and mechanism "
+            "(level1, level2: vLLM's sleep mode; stop: a boot).",
+            ["engine", "mechanism"], registry=r,
+        )  # fmt: skip
+        self.wake_seconds = Histogram(
+            "llmd_engine_wake_seconds",
+            "From the decision to wake an engine to its first token.",
+            ["engine"], buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.wake_waits = Histogram(
+            "llmd_wake_wait_seconds",
+            "Time queued of the requests that came while their model's engines slept.",
+            ["model"], buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.evictions = Counter(
+            "llmd_engine_evictions", "On-demand engines put to sleep, by engine and reason "
+            "(evicted: to make room for another; idle: its idle_sleep_s passed).",
+            ["engine", "reason"], registry=r,
+        )  # fmt: skip
+
     def exposition(self) -> bytes:
         """The Prometheus text format of every llmd series."""
         return generate_latest(self.registry)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
@@ -37,7 +38,9 @@ from llmd.tui.screens import ConfirmScreen, HelpScreen
 from llmd.tui.sequences import SequenceTable
 
 # Actions that change the daemon: --readonly removes them.
-CONTROL_ACTIONS = frozenset({"drain", "resume", "restart", "cancel", "abort_deploy"})
+CONTROL_ACTIONS = frozenset(
+    {"drain", "resume", "restart", "cancel", "abort_deploy", "wake", "sleep"}
+)
 DEFAULT_INTERVAL_S = 1.0
 PANEL_TITLES = {
     "kv": "KV cache · engine load",
@@ -61,6 +64,8 @@ class TopApp(App[None]):
         Binding("d", "drain", "drain"),
         Binding("u", "resume", "resume"),
         Binding("r", "restart", "restart"),
+        Binding("w", "wake", "wake", show=False),
+        Binding("z", "sleep", "sleep", show=False),
         Binding("c", "cancel", "cancel seq"),
         Binding("a", "abort_deploy", "abort deploy", show=False),
         Binding("slash", "filter", "filter"),
@@ -225,6 +230,36 @@ class TopApp(App[None]):
             "restart",
             self.client.restart,
         )
+
+    def action_wake(self) -> None:
+        self._swap("wake")
+
+    def action_sleep(self) -> None:
+        self._swap("sleep")
+
+    def _swap(self, action: str) -> None:
+        """Wake, or put to sleep, the on-demand engine selected in the engines panel (asked
+        first); llmd refuses, saying why, one not on demand or whose group is full."""
+        engine = self._target()
+        if engine is None:
+            self.notify(
+                f"select an engine first (Tab to the engines panel) to {action} it",
+                severity="warning",
+            )
+            return
+        if action == "wake":
+            question = (
+                f"Wake engine {engine}? It serves again once it answers a first token;\n"
+                "its swap group must have room."
+            )
+            call = functools.partial(self.client.wake, engine)
+        else:
+            question = (
+                f"Put engine {engine} to sleep? Requests for its model then wait in llmd's\n"
+                "queue while it is woken again."
+            )
+            call = functools.partial(self.client.sleep, engine)
+        self._confirm(question, f"{action} {engine}", call)
 
     def action_cancel(self) -> None:
         selected = self.sequences.selected()

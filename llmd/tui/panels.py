@@ -26,7 +26,14 @@ from llmd.tui.deploys import deploy_lines
 from llmd.tui.link import Link, Snapshot
 
 # Engine phases and how they are shown (llmd.supervisor.state.EnginePhase).
-PHASE_STYLE = {"serving": "bold green", "starting": "bold yellow", "restarting": "bold yellow"}
+PHASE_STYLE = {
+    "serving": "bold green",
+    "starting": "bold yellow",
+    "restarting": "bold yellow",
+    "asleep": "dim",  # an on-demand engine: it wakes when a request names its model
+    "falling_asleep": "dim",
+    "waking": "bold cyan",
+}
 SPARK_POINTS = 120  # one point per refresh: two minutes at the default 1 s
 EVENT_STYLE = {"warning": "yellow", "error": "bold red", "critical": "bold red"}
 

@@ -187,7 +187,7 @@ LIVE_FORM: dict[str, Callable[[Any], Any]] = {
 # Tables of named tables: walked by their own tests (tests/backends/test_fleet_sim.py: an
 # upstream added, changed and removed by a reload; tests/daemon/test_reload.py and
 # tests/daemon/test_backends.py: engines added and removed by `llmd restart --engine`).
-NAMED_TABLES = ("engines", "upstreams")
+NAMED_TABLES = ("engines", "upstreams", "swap_groups")
 
 
 def leaf_fields(cls: type[Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -214,6 +214,8 @@ def changed_value(key: str, hint: Any, value: Any, workdir: Path) -> Any:
         return [*value, "--walk"]
     if origin is dict:
         return {**value, "LLMD_WALK": "1"}
+    if hint is bool:
+        return not value
     if hint is int:
         return value + 1
     if hint is float:

@@ -41,6 +41,11 @@ SERIES = {
     "llmd_rejections": ("counter", {"reason"}),
     "llmd_cancellations": ("counter", {"phase"}),
     "llmd_timeouts": ("counter", {"class"}),
+    # On-demand engines': no wake or eviction in this context, so no labels yet.
+    "llmd_engine_wakes": ("counter", set()),
+    "llmd_engine_wake_seconds": ("histogram", set()),
+    "llmd_engine_evictions": ("counter", set()),
+    "llmd_wake_wait_seconds": ("histogram", set()),
     "llmd_log_lines_suppressed": ("counter", {"event"}),
     "llmd_engine_up": ("gauge", ENGINE),
     "llmd_engine_restarts": ("counter", {"engine", "reason"}),

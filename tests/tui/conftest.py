@@ -72,6 +72,12 @@ class FakeDaemon:
     async def rollback(self, engine: str | None = None) -> Answer:
         return self._act("rollback", engine)
 
+    async def wake(self, engine: str) -> Answer:
+        return self._act("wake", engine)
+
+    async def sleep(self, engine: str) -> Answer:
+        return self._act("sleep", engine)
+
     async def cancel(self, request_id: str) -> Answer:
         self._answer()
         self.calls.append(f"cancel {request_id}")

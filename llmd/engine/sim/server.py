@@ -34,6 +34,7 @@ from llmd.engine.sim.requests import parse_generation, parse_json_object
 from llmd.engine.sim.responses import DONE, ResponseWriter, drop_connection, dumps, json_response
 from llmd.engine.sim.responses_api import ResponsesApi
 from llmd.engine.sim.scoring import ScoringRoutes
+from llmd.engine.sim.sleep import SleepRoutes
 from llmd.engine.sim.surface import DEFAULT_VERSION, SURFACES, Surface
 from llmd.engine.sim.tasks import ModelTasks
 from llmd.engine.sim.tokenizer import SimTokenizer
@@ -65,8 +66,10 @@ class SimServer:
         surface: Surface = SURFACES[DEFAULT_VERSION],
         tasks: ModelTasks | None = None,
         vocab_size: int = 0,
+        sleep: SleepRoutes | None = None,
     ) -> None:
         self.engine = engine
+        self.sleep = sleep  # the dev-mode sleep routes (None: VLLM_SERVER_DEV_MODE unset)
         self.tokenizer = tokenizer
         self.metrics = metrics
         self.model_name = model_name
@@ -112,6 +115,8 @@ class SimServer:
             ScoringRoutes(self).add_to(app.router)
         if self.tasks.asr:
             AudioRoutes(self).add_to(app.router)
+        if self.sleep is not None:
+            self.sleep.add_to(app.router)
         if runtime_lora_updating():
             app.router.add_post("/v1/load_lora_adapter", self.load_lora_adapter)
         return app
