@@ -112,9 +112,15 @@ class Daemon:
         self.backends = Backends(self.state, self._apply_tables, self._start_telemetry)
         relisting = ModelRelisting(fleet.engines, fleet.clients, self.backends.engine_changed)
         self.state.relisting = relisting
-        metrics = self.state.observer.metrics
+        observer = self.state.observer
+        metrics = observer.metrics
         metrics.registry.register(
-            StatusCollector(self.state.snapshot, lambda: line_limiter().suppressed, metrics.tenant)
+            StatusCollector(
+                self.state.snapshot,
+                lambda: line_limiter().suppressed,
+                metrics.tenant,
+                lambda: observer.engine_samples,
+            )
         )
         self.actions = OperatorActions(self.state, self.backends, self)
         self.deployer = Deployer(self, store)

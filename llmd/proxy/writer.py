@@ -94,14 +94,16 @@ class ClientWriter:
 
     async def body(self, chunk: bytes, *, more: bool) -> None:
         exchange = self.exchange
+        now = time.monotonic()
         if chunk:
             # The last bytes of the stream so far, across chunk boundaries: an engine may split
             # the blank line that ends an event between two reads.
             self.tail = (self.tail + chunk)[-len(DONE_EVENT) :]
             self._read_chunk(exchange, chunk)
+            exchange.chunk_sent(now)
         # A send blocks while the client's transport buffer is full; the stall watcher
         # (llmd/proxy/stalls.py) ends exchanges blocked longer than server.send_timeout_s.
-        exchange.send_since = time.monotonic()
+        exchange.send_since = now
         await self._send_body({"type": "http.response.body", "body": chunk, "more_body": more})
         exchange.send_since = None
         if chunk and exchange.stream and self.tail.endswith(DONE_EVENT):

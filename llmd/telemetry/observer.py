@@ -23,12 +23,15 @@ from llmd.gpu.nvml import GpuReading
 from llmd.status import (
     CountsStatus,
     EndpointStatus,
+    EngineLatencyStatus,
     GpuStatus,
     KvCacheStatus,
     LatencyStatus,
     LatencyWindows,
     ThroughputStatus,
 )
+from llmd.telemetry.engine_window import EngineWindow
+from llmd.telemetry.gaps import TokenGaps
 from llmd.telemetry.metrics import OTHER_ENDPOINT, ProxyMetrics, input_length_label
 from llmd.telemetry.outcomes import Ending, Outcome, Tallies, classify
 from llmd.telemetry.windows import LatencyWindow, RateWindow
@@ -59,6 +62,7 @@ class Record(Ending, Protocol):
     ended_at: float | None
     output_tokens: int
     finish_reason: str | None
+    gaps: TokenGaps | None
 
 
 class TtftSink(Protocol):
@@ -123,6 +127,8 @@ class Observer:
         # rates (per s), by backend name.
         self.engine_samples: dict[str, EngineSample] = {}
         self.engine_token_rates: dict[str, tuple[float, float]] = {}
+        # Each backend's reads over the last minute: the engine's side of latency.
+        self.engine_windows: dict[str, EngineWindow] = {}
         self.gpus = GpuReading()
         self.ttft_sink: TtftSink | None = None
         # The release a backend runs (None: none recorded): the `release` label of each
@@ -136,6 +142,19 @@ class Observer:
         their label, so no series flaps) and which finished requests get a log line."""
         self.metrics.tenant.limit = top_tenants
         self.log_requests = log_requests
+
+    def engine_window(self, backend: str) -> EngineWindow:
+        """The window of `backend`'s reads (made on its first read)."""
+        window = self.engine_windows.get(backend)
+        if window is None:
+            window = self.engine_windows[backend] = EngineWindow()
+        return window
+
+    def engine_latency(self) -> dict[str, EngineLatencyStatus]:
+        """The engine's side of latency over the last minute, by backend (those that report
+        it)."""
+        found = {name: window.status() for name, window in self.engine_windows.items()}
+        return {name: status for name, status in found.items() if status is not None}
 
     def as_snapshot(
         self, primary: str | None = None, live: dict[str, tuple[int, int]] | None = None
@@ -244,18 +263,21 @@ class Observer:
             m.backend_requests.labels(
                 record.backend, model, "answered" if answered else "failed", release
             ).inc()
-        m.queue_wait.labels(klass, length, model, endpoint, release).observe(queue_s)
+        m.queue_wait.labels(tenant, klass, length, model, endpoint, release).observe(queue_s)
         self.windows.queue_wait.add(queue_s)
         # TTFT of streamed answers only: a non-streamed answer's first byte comes with its last
         # token, so its "first token" time is its whole time.
         if ttft_s is not None and status == 200 and record.stream:
-            m.ttft.labels(klass, length, model, endpoint, release).observe(ttft_s)
+            m.ttft.labels(tenant, klass, length, model, endpoint, release).observe(ttft_s)
             self.windows.ttft.add(ttft_s)
             if self.ttft_sink is not None:
                 self.ttft_sink.observed(klass, ttft_s, queue_s)
         if outcome is Outcome.OK:
-            m.e2e.labels(klass, length, model, endpoint, release).observe(total_s)
+            m.e2e.labels(tenant, klass, length, model, endpoint, release).observe(total_s)
             self.windows.e2e.add(total_s)
+        gaps = _gaps(record, status)
+        if gaps is not None:
+            m.gaps.add(klass, model, gaps.sorted())
         prompt = record.prompt_tokens or 0
         m.prompt_tokens.labels(tenant, endpoint).inc(prompt)
         m.generation_tokens.labels(tenant).inc(record.output_tokens)
@@ -285,6 +307,7 @@ class Observer:
                 queue_ms=_ms(queue_s),
                 ttft_ms=_ms(ttft_s),
                 total_ms=_ms(total_s),
+                **_gap_fields(gaps),
                 outcome=outcome.value,
                 **_detail(record, phase, code),
             )
@@ -342,6 +365,22 @@ class Observer:
     def _timeout(self, request_class: str) -> None:
         self.metrics.timeouts.labels(request_class).inc()
         self.tallies.timeouts += 1
+
+
+def _gaps(record: Record, status: int) -> TokenGaps | None:
+    """The gaps of a streamed request answered 200 that sent two chunks or more."""
+    gaps = record.gaps
+    if not record.stream or status != 200 or gaps is None or gaps.max_s is None:
+        return None
+    return gaps
+
+
+def _gap_fields(gaps: TokenGaps | None) -> dict[str, object]:
+    """The request line's client-side inter-token latency: the median and the longest gap
+    between the chunks of its stream (ms)."""
+    if gaps is None:
+        return {}
+    return {"itl_p50_ms": _ms(gaps.p50_s), "itl_max_ms": _ms(gaps.max_s)}
 
 
 def _detail(record: Record, phase: str | None, code: str) -> dict[str, object]:
