@@ -105,9 +105,10 @@ class TopApp(App[None]):
         with Horizontal(id="middle"):
             yield from (self.queues, self.tenants, self.counts)
         yield self.engines
+        yield self.engine_latency
         yield self.sequences
         with Horizontal(id="bottom"):
-            yield from (self.events, self.engine_latency, self.endpoints)
+            yield from (self.events, self.endpoints)
         yield self.filter
         yield Footer()
 

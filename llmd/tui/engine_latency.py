@@ -1,6 +1,7 @@
-"""The engine-side panel: per backend, the engine's own view of its last minute: mean prefill
-and decode time and how its time splits between the two, mean inter-token latency,
-preemptions per second and the prefix cache's hit ratio (the snapshot's `engines[].latency`).
+"""The engine-side panel: per backend, the engine's own view of its last minute: mean queue,
+prefill and decode time and how its time splits between the last two, mean inter-token
+latency, preemptions per second (and since it started) and the prefix cache's hit ratio (and
+since start), from the snapshot's `engines[].latency`.
 Means, not p95: vLLM's request-time buckets start at 0.3 s, so a quantile under that is a
 guess within the first bucket (`llmd status` gives both).
 """
@@ -25,22 +26,23 @@ class EngineLatencyPanel(Panel):
         if not engines:
             self.update(Text("no engine figures yet", style="dim"))
             return
-        # prefill share of prefill + decode time; preemptions per second; prefix-cache hits
-        table = grid(("engine", "left"), ("prefill", "right"), ("decode", "right"),
-                     ("pf%", "right"), ("ITL", "right"), ("pre/s", "right"),
-                     ("hit%", "right"))  # fmt: skip
-        table.columns[0].overflow = "ellipsis"
+        table = grid(("engine", "left"), ("queue", "right"), ("prefill", "right"),
+                     ("decode", "right"), ("prefill share", "right"), ("inter-token", "right"),
+                     ("preemptions/s", "right"), ("since start", "right"),
+                     ("prefix-cache hits", "right"), ("since start", "right"))  # fmt: skip
         for e in engines:
             latency = e["latency"]
-            share = latency["prefill_share"]
             preempting = latency["preemptions_per_s"]
             table.add_row(
                 e["name"],
+                fmt.duration(latency["queue"]["mean_s"]),
                 fmt.duration(latency["prefill"]["mean_s"]),
                 fmt.duration(latency["decode"]["mean_s"]),
-                fmt.percent(share),
+                fmt.percent(latency["prefill_share"]),
                 fmt.duration(latency["inter_token"]["mean_s"]),
                 Text(fmt.rate(preempting), "yellow" if preempting else ""),
+                fmt.count(latency["preemptions"]),
                 fmt.percent(latency["prefix_cache_hit_ratio"]),
+                fmt.percent(latency["prefix_cache_hit_ratio_total"]),
             )
         self.update(table)
