@@ -1,7 +1,8 @@
 """The supervisor: keeps one engine serving, restarting it by policy, and stops it cleanly.
 
-    spawn → wait for `/health` 200 (or exit, or start timeout) → serve, probing `/health`
-          → exit (classified) → restart after backoff, or give up
+    spawn → wait for `/health` 200 (or exit, or start timeout) → one short request (the
+          warm-up) → serve, probing `/health` → exit (classified) → restart after backoff,
+          or give up
 
 - One supervisor per engine, each with its own process group, socket, pid file, exit history,
   backoff and give-up: one engine's crash loop never touches another.
@@ -33,6 +34,7 @@ from llmd.supervisor.leftovers import forget_engine, record_engine, stop_leftove
 from llmd.supervisor.policy import ExitRecord, GiveUp, decide_restart
 from llmd.supervisor.process import EngineProcess
 from llmd.supervisor.state import EnginePhase, EngineState, model_cards, model_ids
+from llmd.supervisor.warmup import warm_up
 
 log = structlog.get_logger("llmd.supervisor")
 
@@ -77,6 +79,7 @@ class Supervisor:
         self._process: EngineProcess | None = None
         self._history: list[ExitRecord] = []
         self._restart_requested = False
+        self._warmup_s: float | None = None  # how long this boot's warm-up took
         # Monotonic time of the supervisor's last loop turn: the daemon pings systemd's
         # watchdog only while this moves.
         self.last_progress = time.monotonic()
@@ -221,12 +224,13 @@ class Supervisor:
             # The leader's exit alone, not its last output too: routing stops at once.
             gone = asyncio.create_task(process.leader_exited(), name=f"engine-gone-{self.name}")
             ready = await self._wait_ready(probe, gone)
-        forced: ExitReason | None = None
+            forced = await self._warm_up(probe, gone) if ready else None
+            ready = ready and forced is None
         if ready:
             self.state.diagnosis = diagnose(process.output.recent)  # slow paths seen at boot
             await self._mark_serving(probe)
             forced = await self._watch_health(probe, gone)
-        elif not gone.done() and not self._stopping.is_set():
+        elif forced is None and not gone.done() and not self._stopping.is_set():
             forced = ExitReason("start_timeout", f"not ready after {engine.start_timeout_s:g}s")
         if self._stopping.is_set() or self._restart_requested:
             # stop() or restart() is taking the group down; a stop that came while this engine
@@ -275,6 +279,24 @@ class Supervisor:
                 return True
             await asyncio.wait({exited}, timeout=BOOT_PROBE_S)
         return False
+
+    async def _warm_up(
+        self, probe: aiohttp.ClientSession, exited: asyncio.Task[int]
+    ) -> ExitReason | None:
+        """One short request through the engine before it serves (llmd/supervisor/warmup.py),
+        within what is left of the start timeout; the reason to stop it when that failed
+        (None: it succeeded, or `engine.warmup` is off, or the engine exited meanwhile: its
+        exit says why)."""
+        self._warmup_s = None
+        if not self.engine.warmup or self._stopping.is_set():
+            return None
+        assert self.state.boot_started_at is not None
+        left = self.state.boot_started_at + self.engine.start_timeout_s - time.monotonic()
+        self._warmup_s, failure = await warm_up(probe, self.engine, left)
+        if failure is None or exited.done() or self._stopping.is_set():
+            return None
+        self.log.error("engine_warmup_failed", error=failure)
+        return ExitReason("warmup_failed", failure)
 
     async def _watch_health(
         self, probe: aiohttp.ClientSession, exited: asyncio.Task[int]
@@ -340,6 +362,7 @@ class Supervisor:
             "engine_ready",
             pid=self.state.pid,
             boot_s=round(self.state.boot_s, 1),
+            warmup_s=None if self._warmup_s is None else round(self._warmup_s, 2),
             max_model_len=self.state.max_model_len,
             vllm_release=".".join(map(str, self.state.api.release)),
         )
