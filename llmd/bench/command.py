@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from llmd import exitcodes
 from llmd.arguments import (
     count,
     positive,
@@ -19,7 +20,7 @@ from llmd.arguments import (
 )
 from llmd.bench.lengths import Component, Dist, LengthMix, load_pairs
 from llmd.bench.scenarios import SCENARIOS, scenario
-from llmd.errors import BenchError
+from llmd.errors import BenchError, TargetUnavailable
 
 if TYPE_CHECKING:  # the runner pulls in aiohttp and prometheus_client: only when a bench runs
     from llmd.bench.runner import BenchOptions
@@ -263,7 +264,8 @@ def _either(url: str | None, uds: str | None, flag: str) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the bench the flags describe; 0 on a finished run, 2 on a usage or target error."""
+    """Run the bench the flags describe; 0 on a finished run, 64 (EX_USAGE) on a usage error, 69
+    (EX_UNAVAILABLE) when the target does not answer as an engine."""
     from rich.console import Console
 
     from llmd.bench import report
@@ -279,7 +281,8 @@ def run(args: argparse.Namespace) -> int:
                 result = asyncio.run(run_bench(options, display))
     except BenchError as exc:
         print(f"llmd bench: {exc}", file=sys.stderr)
-        return 2
+        unavailable = isinstance(exc, TargetUnavailable)
+        return exitcodes.UNAVAILABLE if unavailable else exitcodes.USAGE
     console = Console()
     if not console.is_terminal:
         console = Console(width=180)  # a file or a pipe: keep each step on one line

@@ -37,7 +37,7 @@ from llmd.bench.stats import (
     ratios,
     summarize,
 )
-from llmd.errors import BenchError
+from llmd.errors import BenchError, TargetUnavailable
 
 # Above this share of one core, the bench process may be what limits the figures.
 CLIENT_CPU_WARN_SHARE = 0.5
@@ -162,7 +162,7 @@ async def discover(
         listing = await fetch_json(session, target, "/v1/models", auth)
     models = listing.get("data") or [] if isinstance(listing, dict) else []
     if not models:
-        raise BenchError(f"{target.url}/v1/models lists no model")
+        raise TargetUnavailable(f"{target.url}/v1/models lists no model")
     chosen = next((m for m in models if m.get("id") == options.model), None)
     if options.model is not None and chosen is None:
         names = ", ".join(str(m.get("id")) for m in models)
@@ -189,7 +189,7 @@ async def warm_up(
     auth: tuple[tuple[str, str], ...] = (),
 ) -> None:
     """`count` small requests (with `auth`, the API key's header), not measured; raises
-    `BenchError` if the target cannot serve."""
+    `TargetUnavailable` if the target cannot serve."""
     async with target.session(timeout_s=60) as session:
         for index in range(count):
             prompt = prompts.build(16, random.Random(f"warmup:{index}"))
@@ -197,7 +197,9 @@ async def warm_up(
             result = RequestResult(-1, "warmup", 16, 16, 0.0)
             await stream_completion(session, target, call, result, 120, time.perf_counter())
             if result.outcome != "ok":
-                raise BenchError(f"warm-up request to {target.url} failed: {result.error_kind}")
+                raise TargetUnavailable(
+                    f"warm-up request to {target.url} failed: {result.error_kind}"
+                )
 
 
 def embed_targets_of(options: BenchOptions, targets: list[Target]) -> dict[str, Target]:

@@ -21,6 +21,7 @@ from typing import Literal
 
 import structlog
 
+from llmd import exitcodes
 from llmd.admission.control import Admission
 from llmd.admission.tenants import configured_tenants
 from llmd.backends.fleet import Fleet, PoolLimits
@@ -57,14 +58,11 @@ from llmd.validation.pools import Validators
 
 log = structlog.get_logger("llmd.daemon.daemon")
 
-EXIT_OK = 0
-EXIT_FAILURE = 1
-# Every engine failed to boot `supervisor.max_failed_boots` times within the window, and no
-# upstream is configured. Listed in the unit's RestartPreventExitStatus: restarting llmd would
-# not fix a broken model or a full GPU.
-EXIT_ENGINE_GAVE_UP = 79
-# sysexits.h EX_CONFIG: the configuration cannot work (also: a GPU engine on a host without one).
-EXIT_CONFIG = 78
+# The statuses `llmd serve` exits with (llmd/exitcodes.py says when each is used).
+EXIT_OK = exitcodes.OK
+EXIT_FAILURE = exitcodes.FAILURE
+EXIT_ENGINE_GAVE_UP = exitcodes.ENGINE_GAVE_UP
+EXIT_CONFIG = exitcodes.CONFIG
 TICK_S = 1.0
 _SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 

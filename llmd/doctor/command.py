@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from llmd import exitcodes
 from llmd.arguments import positive
 from llmd.supervisor.findings import Finding, worst
 
-EXIT_CONFIG = 78
 EPILOG = """checks before a deployment: the model directory, its architecture in the installed
 vLLM's registry, its tokenizer against its vocabulary and chat template, memory for its weights
 plus one sequence of KV cache, torch/vLLM/CUDA/driver versions, and on the CPU build the
@@ -19,7 +19,8 @@ instruction set. Then the engine's recent exits as the running daemon diagnosed 
 lines of --log FILE (raw engine output, or llmd's JSON log: journalctl -u llmd -o cat); a line
 of it that is not UTF-8 is skipped, and how many were is said on stderr.
 
-exit status: 0 no errors, 1 at least one error finding, 78 a config that does not load.
+exit status: 0 no errors, 1 at least one error finding, 66 a --log FILE that cannot be read,
+78 a config that does not load.
 """
 
 
@@ -48,7 +49,8 @@ def add_parser(verbs: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the doctor; 0 when nothing is in error, 1 otherwise, 78 for a bad config."""
+    """Run the doctor; 0 when nothing is in error, 1 otherwise, 66 (EX_NOINPUT) when --log
+    cannot be read, 78 for a bad config."""
     from llmd.config import config_path, load_config
     from llmd.doctor.examine import Boundaries, from_daemon, from_log, pre_deployment
     from llmd.errors import ConfigError
@@ -59,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         config = load_config(path)
     except ConfigError as exc:
         print(f"llmd doctor: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        return exitcodes.CONFIG
     checks = pre_deployment(config, Boundaries(), args.gpu_memory_gib)
     if args.log:
         try:
@@ -67,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
                 exits = from_log(lines, lines.name)
         except OSError as exc:
             print(f"llmd doctor: --log {args.log}: {exc.strerror}", file=sys.stderr)
-            return 2
+            return exitcodes.NO_INPUT
         if lines.warning():
             print(f"llmd doctor: --log {lines.warning()}", file=sys.stderr)
     else:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from llmd import exitcodes
 from llmd.arguments import count
 from llmd.config import Config, EngineConfig, config_path, load_config
 from llmd.engine.args import engine_flag
@@ -20,7 +21,6 @@ from llmd.releases.gc import DEFAULT_KEEP, run_gc
 from llmd.releases.store import DEFAULT_STATE_DIR, ReleaseStore, create_release
 
 # sysexits.h EX_CONFIG, as llmd/cli.py.
-EXIT_CONFIG = 78
 
 
 def add_parser(verbs: Any) -> None:
@@ -92,10 +92,10 @@ def run(args: argparse.Namespace) -> int:
         code: int = args.release_func(args)
     except ConfigError as exc:
         print(f"llmd: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        return exitcodes.CONFIG
     except ReleaseError as exc:
         print(f"llmd: {exc}", file=sys.stderr)
-        return 1
+        return exitcodes.FAILURE
     return code
 
 

@@ -1,6 +1,9 @@
-"""The plan as `llmd check-config` prints it: one aligned line per figure, then the warnings."""
+"""The plan as `llmd check-config` prints it: one aligned line per figure, then the warnings;
+or as the JSON of `llmd check-config --json`."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from llmd.sizing.device import DeviceMemory
 from llmd.sizing.plan import GIB, SizingPlan
@@ -61,6 +64,35 @@ def format_plan(plan: SizingPlan, memory: DeviceMemory) -> str:
     if not plan.warnings:
         lines.append("  no warnings")
     return "\n".join(lines)
+
+
+def plan_json(plan: SizingPlan, memory: DeviceMemory) -> dict[str, Any]:
+    """The plan as `llmd check-config --json` gives it (keys only ever added; the README lists
+    them): bytes and tokens, None where unknown."""
+    shape = plan.shape
+    return {
+        "model": {
+            "architecture": shape.architecture,
+            "layers": shape.layers,
+            "kv_heads": shape.kv_heads,
+            "head_dim": shape.head_dim,
+            "dtype": plan.dtype,
+            "max_positions": shape.max_positions,
+        },
+        "kv_bytes_per_token": plan.kv_bytes_per_token,
+        "weights_bytes": plan.weights.bytes if plan.weights else None,
+        "memory_bytes": memory.total_bytes,
+        "memory": memory.description,
+        "kv_cache_bytes": plan.kv_cache_bytes,
+        "kv_tokens": plan.kv_tokens,
+        "kv_source": plan.kv_source,
+        "max_model_len": plan.max_model_len,
+        "max_num_seqs": plan.max_num_seqs,
+        "typical_tokens": plan.typical_tokens,
+        "sequences_at_max_model_len": plan.sequences_at_max,
+        "sequences_at_typical": plan.sequences_at_typical,
+        "warnings": [{"code": w.code, "message": w.message, "hint": w.hint} for w in plan.warnings],
+    }
 
 
 def _or(value: int | None) -> str:

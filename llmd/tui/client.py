@@ -9,8 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from llmd.admin.client import AdminRefused, AdminUnreachable, admin_request
 
 __all__ = ["AdminRefused", "AdminUnreachable", "DaemonClient", "Snapshot"]
@@ -66,14 +64,7 @@ class DaemonClient:
         body: dict[str, Any] | None = None,
         timeout_s: float = 30.0,
     ) -> Answer:
-        try:
-            answer: Answer = await admin_request(self.socket, method, path, body, timeout_s)
-        except TimeoutError as exc:
-            raise AdminUnreachable(
-                f"llmd did not answer on {self.socket} within {timeout_s:g}s"
-            ) from exc
-        except aiohttp.ClientError as exc:  # a daemon that answered with something unreadable
-            raise AdminUnreachable(f"unreadable answer from {self.socket}: {exc}") from exc
+        answer: Answer = await admin_request(self.socket, method, path, body, timeout_s)
         return answer
 
 

@@ -8,16 +8,18 @@ import asyncio
 import dataclasses
 import shlex
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from llmd import exitcodes
 from llmd.arguments import positive, positive_count, positive_seconds
 from llmd.bench.scenarios import SCENARIOS
+from llmd.errors import TuneError
 from llmd.releases.store import DEFAULT_STATE_DIR
-from llmd.tune.release import ENGINE_NAME
 
-EXIT_USAGE = 2
-EPILOG = """For each --max-num-seqs value tune boots the engine alone with it (on a private socket),
+EPILOG = """For each --max-num-seqs value tune boots the engine (--engine NAME: that engine of the
+config, with its own GPUs and args) alone with it (on a private socket),
 runs the `llmd bench` scenario with as many users as seats (or --concurrency), and records TTFT
 p50/p95, tokens/s, peak KV cache, peak GPU memory (NVML), errors and timeouts, and a verdict:
 stable, near full (KV >= 90% or GPU memory >= 95%), timeouts (over 1% failed). The recommendation
@@ -27,11 +29,16 @@ its engine args are printed and written to the JSON (put them in engine.args), a
 gate comes with `llmd deploy`). Scenario G (a shared system prompt) runs every setting with
 prefix caching on and off.
 
-It refuses to run while an llmd daemon answers on --runtime-dir: stop it, or drain it
-(`llmd drain --wait`) and name its drained engine with --engine main.
+Beside an llmd serving on --runtime-dir, the daemon's copy of the engine must take no requests:
+drain it first (`llmd drain --engine NAME --wait`), or pass --sharing drain to have tune drain
+it and every engine on its GPUs for the run and resume them after. With --sharing keep (the
+default) engines on its GPUs serve on beside it; engines on other GPUs always do. A drained
+engine keeps its GPU memory: the tuned one must fit beside it, or stop llmd for the run.
 
 examples:
   llmd tune --config /etc/llmd/llmd.toml --slo-ttft-p95-ms 500 --output tune.json
+  llmd tune --config etc/llmd-multi.toml --engine small-a --sharing drain \
+      --slo-ttft-p95-ms 500 --output small-a.json
   llmd tune --config etc/demo.toml --max-num-seqs 4,16,64 --duration 20 --scenario E \\
       --slo-ttft-p95-ms 300 --output docs/tune/demo.json
   journalctl -u llmd -o cat > traffic.log
@@ -53,7 +60,18 @@ def add_parser(verbs: Any) -> None:
     )
     tune.add_argument("--config", help="config file (default $LLMD_CONFIG, /etc/llmd/llmd.toml)")
     tune.add_argument(
-        "--engine", metavar="NAME", help="run while llmd serves, this engine being drained"
+        "--engine",
+        metavar="NAME",
+        help="the engine to tune, with its own GPUs and args (needed when the config has "
+        "several; default: its only one)",
+    )
+    tune.add_argument(
+        "--sharing",
+        choices=("keep", "drain"),
+        default="keep",
+        help="a running llmd's engines on the tuned engine's GPUs: keep serving beside it "
+        "(keep, the default: its own copy must be drained already), or be drained by tune "
+        "for the run and resumed after (drain)",
     )
     tune.add_argument(
         "--runtime-dir", help="where a running llmd would answer (default: server.runtime_dir)"
@@ -128,66 +146,110 @@ def add_parser(verbs: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the tune the flags describe: 0 done, 1 an engine failed to boot, llmd serves, or the
-    release could not be recorded (or there was no recommendation to record), 2 a usage error,
-    78 a bad config."""
+    """Run the tune the flags describe: 0 done, 1 an engine failed to boot or serve, llmd serves
+    it, or the release could not be recorded (or there was no recommendation to record), 64 a
+    usage error (an engine the config does not have, or none named where it has several), 78
+    a bad config."""
     from llmd.config import config_path, load_config
-    from llmd.errors import BenchError, ConfigError, ReleaseError, TuneError
+    from llmd.errors import BenchError, ConfigError, ReleaseError, TargetUnavailable, TuneError
     from llmd.tune.release import check_release, record_release
-    from llmd.tune.serving import refuse_if_serving
 
     try:
         config = load_config(config_path(args.config))
     except ConfigError as exc:
         print(f"llmd tune: {exc}", file=sys.stderr)
-        return 78
+        return exitcodes.CONFIG
     try:
-        options = _options(args, config)
+        name = engine_to_tune(config.engine_tables, args.engine, config.source)
+    except TuneError as exc:
+        print(f"llmd tune: {exc} (see `llmd tune --help`)", file=sys.stderr)
+        return exitcodes.USAGE
+    try:
+        options = _options(args, config, name)
         if args.release:
             check_release(Path(args.state_dir), args.release)
-        refuse_if_serving(
-            Path(args.runtime_dir or config.server.runtime_dir), args.engine, ENGINE_NAME
-        )
-        report = _run(options, args.quiet)
+        report = _run_beside_llmd(options, args)
+    except TargetUnavailable as exc:  # the engine tune booted did not serve the load
+        print(f"llmd tune: {exc}", file=sys.stderr)
+        return exitcodes.FAILURE
     except BenchError as exc:
         print(f"llmd tune: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return exitcodes.USAGE
     except (TuneError, ReleaseError) as exc:
         print(f"llmd tune: {exc}", file=sys.stderr)
-        return 1
+        return exitcodes.FAILURE
     _show(report, args)
     if not args.release:
         return 0
     if report.recommended_args is None:
         print(f"llmd tune: no release {args.release}: nothing to recommend", file=sys.stderr)
-        return 1
+        return exitcodes.FAILURE
     try:
         release, path = record_release(
-            Path(args.state_dir), args.release, config.engine, report.recommended_args
+            Path(args.state_dir), args.release, name, options.table, report.recommended_args
         )
     except ReleaseError as exc:
         print(f"llmd tune: {exc}", file=sys.stderr)
-        return 1
+        return exitcodes.FAILURE
     print(f"release {release.name} recorded in {path} with the recommended engine args")
     return 0
 
 
-def _options(args: argparse.Namespace, config: Any) -> Any:
-    """TuneOptions from the flags. Raises `TuneError`, `BenchError`."""
+def engine_to_tune(engines: Mapping[str, Any], requested: str | None, source: str) -> str:
+    """The name of the engine to tune: `requested` (--engine), else the config's only engine.
+    Raises `TuneError` for a name the config (`source`) does not have, listing the ones it
+    has, and for none named where it has several."""
+    names = ", ".join(engines) or "none"
+    if requested is None:
+        if len(engines) == 1:
+            return next(iter(engines))
+        if not engines:
+            raise TuneError(f"{source} has no engine to tune, only upstreams")
+        raise TuneError(
+            f"{source} has {len(engines)} engines ({names}): name the one to tune with "
+            "--engine NAME"
+        )
+    if requested not in engines:
+        raise TuneError(f"no engine {requested!r} in {source}: its engines are {names}")
+    return requested
+
+
+def _run_beside_llmd(options: Any, args: argparse.Namespace) -> Any:
+    """Run the tune, with the engines of an llmd serving on the runtime directory that share
+    the tuned engine's GPUs drained or serving on, as --sharing says. Raises `TuneError`."""
+    from llmd.tune.serving import daemon_status, drained_for_tune, plan_beside
+
+    config = options.config
+    runtime_dir = Path(args.runtime_dir or config.server.runtime_dir)
+    status = daemon_status(runtime_dir)
+    if status is None:
+        return _run(options, args.quiet)
+    beside = plan_beside(status, options.engine, config.engine_tables, args.sharing, runtime_dir)
+    if beside.sharing:
+        print(
+            f"llmd tune: engines {', '.join(beside.sharing)} serve on beside the tuned engine, "
+            "on its GPUs: the figures include their load (--sharing drain drains them)",
+            file=sys.stderr,
+        )
+    drain_timeout_s = config.server.drain_timeout_s
+    with drained_for_tune(runtime_dir, beside.drain, drain_timeout_s):
+        return _run(options, args.quiet)
+
+
+def _options(args: argparse.Namespace, config: Any, name: str) -> Any:
+    """TuneOptions for engine `name` from the flags. Raises `TuneError`, `BenchError`."""
     from llmd.bench.scenarios import scenario
-    from llmd.errors import SizingError, TuneError
+    from llmd.errors import SizingError
     from llmd.sizing.model import load_shape
     from llmd.tune.runner import TuneOptions
     from llmd.tune.settings import parse_max_num_seqs, settings_for
     from llmd.tune.traffic import traffic_from
 
-    if args.engine is not None and args.engine != ENGINE_NAME:
-        raise TuneError(f"no engine named {args.engine!r}: this config has one, {ENGINE_NAME!r}")
     chosen = scenario(args.scenario)
     traffic = None
     if args.from_traffic:
         try:
-            positions = load_shape(Path(config.engine.model)).max_positions
+            positions = load_shape(Path(config.engine_tables[name].model)).max_positions
         except SizingError:
             positions = None
         traffic, skipped = traffic_from(args.from_traffic, positions)
@@ -197,6 +259,7 @@ def _options(args: argparse.Namespace, config: Any) -> Any:
     settings = settings_for(parse_max_num_seqs(args.max_num_seqs), chosen.shared_prefix_tokens > 0)
     return TuneOptions(
         config=config,
+        engine=name,
         settings=settings,
         scenario=chosen,
         slo_ttft_p95_ms=args.slo_ttft_p95_ms,

@@ -11,9 +11,6 @@ from llmd.errors import ReleaseError
 from llmd.releases.record import Release
 from llmd.releases.store import ReleaseStore, create_release
 
-# The one engine a config has until engines get names ([engines.NAME], DESIGN.md).
-ENGINE_NAME = "main"
-
 
 def check_release(state_dir: Path, name: str) -> None:
     """Refuse a release name that is invalid or taken before any engine boots. Raises
@@ -27,15 +24,16 @@ def check_release(state_dir: Path, name: str) -> None:
 
 
 def record_release(
-    state_dir: Path, name: str, engine: EngineConfig, args: tuple[str, ...]
+    state_dir: Path, name: str, engine_name: str, engine: EngineConfig, args: tuple[str, ...]
 ) -> tuple[Release, Path]:
-    """Store release `name` of `engine` with `args` as its engine args; the release and where it
-    was written. Raises `ReleaseError` (a taken name, an unwritable state directory)."""
+    """Store release `name` of engine `engine_name` (its table `engine`) with `args` as its
+    engine args; the release and where it was written. Raises `ReleaseError` (a taken name, an
+    unwritable state directory)."""
     try:
         import pynvml as nvml
     except ImportError:
         nvml = None
     store = ReleaseStore(state_dir)
     tuned = dataclasses.replace(engine, args=args)
-    release, _ = create_release(store, name, ENGINE_NAME, tuned, nvml)
+    release, _ = create_release(store, name, engine_name, tuned, nvml)
     return release, store.path(name)

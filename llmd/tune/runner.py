@@ -20,7 +20,7 @@ from llmd.bench.load import StepSpec
 from llmd.bench.runner import BenchOptions, run_bench
 from llmd.bench.scenarios import Scenario
 from llmd.bench.stats import StepSummary
-from llmd.config import Config
+from llmd.config import Config, EngineConfig
 from llmd.engine.args import with_flag
 from llmd.gpu.nvml import GpuReader
 from llmd.tune.engine import booted_engine
@@ -35,6 +35,7 @@ class TuneOptions:
     """Everything a run needs, typed (the CLI builds it from its flags). Times in seconds."""
 
     config: Config
+    engine: str  # the name of the engine to tune, one of config.engine_tables
     settings: tuple[Setting, ...]
     scenario: Scenario
     slo_ttft_p95_ms: float
@@ -45,6 +46,11 @@ class TuneOptions:
     seed: int = 0
     warmup: int = 2
     traffic: Traffic | None = None
+
+    @property
+    def table(self) -> EngineConfig:
+        """The tuned engine's table: its model, args, GPUs and environment."""
+        return self.config.engine_tables[self.engine]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,9 +117,11 @@ class TuneReport:
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started_at)),
             "config": options.config.source,
             "engine": {
-                "kind": options.config.engine.kind,
+                "name": options.engine,
+                "kind": options.table.kind,
                 "model": self.model,
-                "args": list(options.config.engine.args),
+                "args": list(options.table.args),
+                "gpus": list(options.table.gpus),
             },
             "scenario": {
                 "name": scenario.name,
@@ -162,15 +170,15 @@ async def run_tune(
     """Run every setting in turn. Raises `TuneError` when an engine does not boot (with the
     diagnosis of its output) and `BenchError` when its load cannot run."""
     started_at = time.time()
-    config = options.config
+    table = options.table
     steps: list[TuneStep] = []
     gpu_note: str | None = None
-    model = config.engine.model_name
+    model = table.model_name
     for index, setting in enumerate(options.settings):
         if display is not None:
             display.setting_started(index, len(options.settings), setting)
-        args = setting.engine_args(config.engine.args)
-        engine = dataclasses.replace(config.engine, args=args)
+        args = setting.engine_args(table.args)
+        engine = dataclasses.replace(table, args=args)
         with tempfile.TemporaryDirectory(prefix="llmd-tune-", dir="/tmp") as runtime_dir:
             async with booted_engine(engine, Path(runtime_dir)) as booted:
                 if display is not None:
@@ -231,7 +239,7 @@ def _recommended_args(options: TuneOptions, chosen: Recommendation) -> tuple[str
     """engine.args with the chosen setting, and --max-model-len from the traffic if given."""
     if chosen.setting is None:
         return None
-    args = chosen.setting.engine_args(options.config.engine.args)
+    args = chosen.setting.engine_args(options.table.args)
     if options.traffic is not None:
         args = with_flag(args, "--max-model-len", str(options.traffic.proposed_max_model_len))
     return args

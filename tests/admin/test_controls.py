@@ -219,16 +219,6 @@ def test_reload_of_a_config_not_utf8_is_refused_and_llmd_serves_on(llmd: LlmdPro
     assert llmd.process.poll() is None and llmd.admin_status()["engine"]["state"] == "serving"
 
 
-def test_verbs_without_a_daemon_exit_3(tmp_path: Any) -> None:
-    """Client verbs with no daemon behind the socket say so and exit 3 (LSB: not running)."""
-    result = subprocess.run(
-        [sys.executable, "-m", "llmd.cli", "status", "--runtime-dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 3 and "no llmd daemon answers" in result.stderr
-
-
 def test_admin_bodies_have_the_public_limit_and_error_shape(llmd: LlmdProcess) -> None:
     """The admin API reads bodies with server.max_body_bytes (413 body_too_large past it) and
     answers bad JSON and unknown routes with OpenAI-shaped errors, as the public API does."""

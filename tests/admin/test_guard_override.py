@@ -105,14 +105,14 @@ def test_pinned_levels_cap_and_shed_and_interactive_keeps_its_rights(
 
 def test_a_reload_ends_the_override_and_bad_modes_are_refused(llmd: LlmdProcess) -> None:
     """`llmd guard off` holds until `llmd reload`; `level` without a number, or 5, is refused
-    (exit 2); the admin API answers a bad mode 400 naming the modes."""
+    (exit 64, EX_USAGE); the admin API answers a bad mode 400 naming the modes."""
     assert cli(llmd, "guard", "off").returncode == 0
     assert llmd.admin_status()["guard"]["mode"] == "off"
     assert cli(llmd, "reload").returncode == 0
     guard = llmd.admin_status()["guard"]
     assert guard["mode"] == "auto" and "reset by a reload" in guard["reason"]
-    assert cli(llmd, "guard", "level").returncode == 2
-    assert cli(llmd, "guard", "level", "5").returncode == 2
+    assert cli(llmd, "guard", "level").returncode == 64
+    assert cli(llmd, "guard", "level", "5").returncode == 64
     transport = httpx.HTTPTransport(uds=str(llmd.runtime_dir / "admin.sock"))
     with httpx.Client(transport=transport, timeout=30) as admin:
         answer = admin.post("http://llmd/guard", json={"mode": "loud"})

@@ -174,8 +174,9 @@ def test_cli_writes_json_and_plot(fast_sim: SimProcess, tmp_path: Path) -> None:
     assert output.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_bad_target_is_a_usage_error(tmp_path: Path) -> None:
-    """An unreachable target ends the bench with status 2 and one line, not a traceback."""
+def test_an_unreachable_target_is_unavailable(tmp_path: Path) -> None:
+    """An unreachable target ends the bench with status 69 (EX_UNAVAILABLE) and one line saying
+    nothing answers there, not a traceback or aiohttp's words."""
     completed = subprocess.run(
         [sys.executable, "-m", "llmd.cli", "bench", "--url", f"unix:{tmp_path}/none.sock"],
         capture_output=True,
@@ -183,9 +184,10 @@ def test_bad_target_is_a_usage_error(tmp_path: Path) -> None:
         cwd=REPO,
         timeout=60,
     )
-    assert completed.returncode == 2
-    assert completed.stderr.strip().startswith("llmd bench: ")
-    assert "Traceback" not in completed.stderr
+    assert completed.returncode == 69
+    assert completed.stderr.strip() == (
+        f"llmd bench: nothing answers on unix:{tmp_path}/none.sock (no such file or directory)"
+    )
 
 
 async def test_a_bench_with_an_api_key_runs_against_a_keyed_llmd(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from tests.support.sim_process import sim_config
 
 def test_a_port_in_use_is_named_with_the_key_that_sets_it() -> None:
     """`llmd serve` on a port in use exits 1 saying which address and how to choose another
-    (it said only "[Errno 98] Address already in use")."""
+    (it said only "[Errno 98] Address already in use"), without Python's "[Errno 98]"."""
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         held.listen()
@@ -33,6 +33,6 @@ def test_a_port_in_use_is_named_with_the_key_that_sets_it() -> None:
         )
     assert done.returncode == 1
     assert (
-        f"llmd: cannot start: [Errno 98] cannot listen on 127.0.0.1:{port}: Address already in "
+        f"llmd: cannot start: cannot listen on 127.0.0.1:{port}: Address already in "
         "use; choose another address with server.listen in the config or --listen HOST:PORT"
     ) in done.stderr

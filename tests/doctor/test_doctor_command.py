@@ -59,7 +59,7 @@ def test_a_sound_simulator_config_passes(
     tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The shipped simulator config: model, tokenizer and chat template ok; exit 0; the
-    findings also as JSON."""
+    findings also as JSON, with the keys the README lists."""
     config = _config(tmp_path, sim_config(tiny_model_dir))
     code, out = _doctor(["--config", str(config), "--runtime-dir", str(tmp_path)], capsys)
     assert code == 0, out
@@ -69,6 +69,22 @@ def test_a_sound_simulator_config_passes(
     code, out = _doctor(["--config", str(config), "--runtime-dir", str(tmp_path), "--json"], capsys)
     document = json.loads(out)
     assert {f["severity"] for f in document["checks"]} == {"ok"}
+    assert set(document) == {"config", "engine", "checks", "exits"}
+    assert set(document["engine"]) == {"kind", "model"}
+    assert set(document["exits"]) == {"source", "state", "last_exit", "diagnosis"}
+    assert set(document["checks"][0]) == {"check", "severity", "message", "hint", "evidence"}
+
+
+def test_a_log_that_cannot_be_read_exits_66(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], tiny_model_dir: Path
+) -> None:
+    """--log FILE that does not exist: one line naming it and why, exit 66 (EX_NOINPUT)."""
+    config = _config(tmp_path, sim_config(tiny_model_dir))
+    missing = tmp_path / "no.log"
+    with pytest.raises(SystemExit) as exited:
+        main(["doctor", "--config", str(config), "--log", str(missing)])
+    assert exited.value.code == 66
+    assert capsys.readouterr().err == f"llmd doctor: --log {missing}: No such file or directory\n"
 
 
 def test_a_missing_model_directory_fails_before_anything_runs(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -47,3 +48,38 @@ def test_check_config_says_why_it_cannot_size(
     code, out = _run(["check-config", str(config)], capsys)
     assert code == 0
     assert "sizing: skipped: engine.model 'org/not-here' is not a local directory" in out
+
+
+def test_check_config_json_gives_the_documented_keys(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--json`: the file, listen, each engine with its plan's figures (the same as the text:
+    57,344 bytes a token, 1,082,557 tokens) or why it was not sized, each upstream; the keys
+    the README lists."""
+    model = tmp_path / "qwen"
+    model.mkdir()
+    shutil.copy(CONFIGS / "qwen2.5-7b-instruct" / "config.json", model / "config.json")
+    config = tmp_path / "llmd.toml"
+    config.write_text(
+        f'[engines.qwen]\nmodel = "{model}"\ngpus = ["0"]\n'
+        '[engines.away]\nmodel = "org/not-here"\ngpus = ["1"]\n'
+        '[upstreams.lab]\nurl = "http://10.0.0.5:8000"\nmodels = ["m"]\n'
+    )
+    code, out = _run(["check-config", str(config), "--gpu-memory-gib", "80", "--json"], capsys)
+    assert code == 0, out
+    document = json.loads(out)
+    assert set(document) == {"config", "listen", "engines", "upstreams"}
+    assert document["config"] == str(config) and document["listen"] == "127.0.0.1:8000"
+    qwen, away = document["engines"]["qwen"], document["engines"]["away"]
+    assert set(qwen) == {"kind", "model", "served_model_name", "gpus", "sizing", "sizing_skipped"}
+    assert qwen["gpus"] == ["0"] and qwen["sizing_skipped"] is None
+    sizing = qwen["sizing"]
+    assert set(sizing) == {
+        "model", "kv_bytes_per_token", "weights_bytes", "memory_bytes", "memory",
+        "kv_cache_bytes", "kv_tokens", "kv_source", "max_model_len", "max_num_seqs",
+        "typical_tokens", "sequences_at_max_model_len", "sequences_at_typical", "warnings",
+    }  # fmt: skip
+    assert sizing["kv_bytes_per_token"] == 57_344 and sizing["kv_tokens"] == 1_082_557
+    assert sizing["warnings"][0]["hint"].startswith("lower --max-num-seqs to 528 in engine.args")
+    assert away["sizing"] is None and "not a local directory" in away["sizing_skipped"]
+    assert document["upstreams"] == {"lab": {"url": "http://10.0.0.5:8000", "models": ["m"]}}

@@ -127,10 +127,10 @@ def test_arguments() -> None:
 def test_top_interval_takes_positive_finite_seconds(
     text: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """llmd-top --interval nan (a busy loop), inf, 0 or past 30 days is a usage error (exit 2)."""
+    """llmd-top --interval nan (a busy loop), inf, 0 or past 30 days is a usage error (exit 64)."""
     with pytest.raises(SystemExit) as exited:
         _parser().parse_args(["--interval", text])
-    assert exited.value.code == 2 and "argument --interval: expected" in capsys.readouterr().err
+    assert exited.value.code == 64 and "argument --interval: expected" in capsys.readouterr().err
     assert _parser().parse_args(["--interval", "0.25"]).interval == 0.25
 
 

@@ -16,6 +16,8 @@ from llmd.engine.sim.timing import TimingModel
 from llmd.gpu.nvml import GpuReader
 from llmd.tune.runner import TuneOptions, run_tune
 from llmd.tune.settings import Setting
+from tests.support.accounting import log_records
+from tests.support.configs import multi_sim_config
 from tests.support.llmd_process import LlmdProcess, short_tmpdir
 from tests.support.nvml import fake_nvml
 from tests.support.sim_process import sim_config
@@ -86,6 +88,7 @@ async def test_tune_finds_the_optimum_of_the_timing_model(tiny_model_dir: Path) 
     fixed = scenario("B", mix=mix_of([("fixed", 1.0, str(PROMPT), str(OUTPUT))]))
     options = TuneOptions(
         config=load_config(path),
+        engine="main",
         settings=tuple(Setting(s) for s in SETTINGS),
         scenario=fixed,
         slo_ttft_p95_ms=slo_ms,
@@ -113,6 +116,18 @@ def _tune(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str
         main(["tune", *argv])
     captured = capsys.readouterr()
     return int(exited.value.code or 0), captured.out, captured.err
+
+
+def _beside(llmd: LlmdProcess) -> tuple[Path, Path, list[str]]:
+    """The config of a running `llmd`, an output file beside it, and a short tune's argv for
+    its runtime directory."""
+    config = llmd.runtime_dir.parent / "llmd.toml"
+    output = llmd.runtime_dir.parent / "tune.json"
+    argv = [
+        "--config", str(config), "--runtime-dir", str(llmd.runtime_dir), "--max-num-seqs", "2",
+        "--duration", "0.3", "--slo-ttft-p95-ms", "5000", "--output", str(output), "--quiet",
+    ]  # fmt: skip
+    return config, output, argv
 
 
 def test_the_cli_writes_the_table_json_plot_and_args_from_traffic(
@@ -172,21 +187,17 @@ def test_tune_refuses_while_llmd_serves_unless_its_engine_is_drained(
     tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A serving daemon on --runtime-dir: exit 1, naming the way out. Drained, with --engine
-    main, tune runs; another engine name is a usage error."""
+    main, tune runs; an engine the config does not have is a usage error (64) naming the ones
+    it has."""
     llmd = LlmdProcess.start(sim_config(tiny_model_dir, ("--zero-latency",)))
     try:
         llmd.wait_ready(timeout_s=60)
-        config = llmd.runtime_dir.parent / "llmd.toml"
-        output = llmd.runtime_dir.parent / "tune.json"
-        argv = [
-            "--config", str(config), "--runtime-dir", str(llmd.runtime_dir), "--max-num-seqs",
-            "2", "--duration", "0.3", "--slo-ttft-p95-ms", "5000", "--output", str(output),
-            "--quiet",
-        ]  # fmt: skip
+        config, output, argv = _beside(llmd)
         code, _, err = _tune(argv, capsys)
-        assert code == 1 and "llmd serves on" in err and "--engine main" in err
+        assert code == 1 and "llmd serves engine main on" in err
+        assert f"llmd drain --engine main --wait --runtime-dir {llmd.runtime_dir}" in err
         code, _, err = _tune([*argv, "--engine", "other"], capsys)
-        assert code == 1 and "no engine named 'other'" in err
+        assert code == 64 and f"no engine 'other' in {config}: its engines are main" in err
         with pytest.raises(SystemExit):
             main(["drain", "--wait", "--runtime-dir", str(llmd.runtime_dir)])
         code, _, err = _tune([*argv, "--engine", "main"], capsys)
@@ -240,3 +251,38 @@ def test_release_records_the_recommended_args(
     assert record["table"]["args"][-2:] == ["--max-num-seqs", "2"]
     code, _, err = _tune(argv, capsys)
     assert code == 1 and "release 'tuned-1' exists" in err
+
+
+def test_tune_on_a_config_of_several_engines(
+    tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """[engines.*]: no --engine asks for one, an unknown name lists those there are (both 64);
+    --engine b tunes b with its own args. Beside an llmd serving that config, --sharing drain
+    drains b (the daemon's copy) for the run and resumes it after; a, on no GPU of b's, is
+    never drained."""
+    text = multi_sim_config(
+        tiny_model_dir, {"a": ("tiny-a", ("--zero-latency",)), "b": ("tiny-b", ("--zero-latency",))}
+    )
+    llmd = LlmdProcess.start(text)
+    try:
+        config, output, argv = _beside(llmd)
+        code, _, err = _tune(argv, capsys)
+        assert code == 64
+        assert f"{config} has 2 engines (a, b): name the one to tune with --engine NAME" in err
+        code, _, err = _tune([*argv, "--engine", "c"], capsys)
+        assert code == 64 and f"no engine 'c' in {config}: its engines are a, b" in err
+        llmd.wait_ready(timeout_s=60)
+        code, _, err = _tune([*argv, "--engine", "b"], capsys)
+        assert code == 1 and "llmd serves engine b on" in err
+        code, _, err = _tune([*argv, "--engine", "b", "--sharing", "drain"], capsys)
+        assert code == 0, err
+        engine = json.loads(output.read_text())["engine"]
+        assert (engine["name"], engine["model"]) == ("b", "tiny-b")
+        assert "--zero-latency" in engine["args"]
+        drains = [r for r in log_records(llmd) if r["event"] == "drain_started"]
+        resumes = [r for r in log_records(llmd) if r["event"] == "drain_ended"]
+        assert [r["engine"] for r in drains] == ["b"] and [r["engine"] for r in resumes] == ["b"]
+        engines = {e["name"]: e for e in llmd.admin_status()["engines"]}
+        assert not engines["a"]["draining"] and not engines["b"]["draining"]
+    finally:
+        llmd.stop()

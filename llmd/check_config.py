@@ -1,0 +1,137 @@
+"""The `llmd check-config` verb: validate a config file, then size each engine's memory from its
+model's config.json; as text, or as JSON with --json."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from llmd import exitcodes
+from llmd.admission.tenants import configured_tenants
+from llmd.arguments import positive, positive_count
+from llmd.config import Config, EngineConfig
+from llmd.errors import SizingError
+from llmd.sizing.device import DeviceMemory
+from llmd.sizing.plan import SizingPlan
+from llmd.sizing.report import format_plan, plan_json
+
+
+def add_parser(verbs: Any) -> None:
+    """Add `check-config` to the `llmd` subparsers `verbs`."""
+    check = verbs.add_parser(
+        "check-config",
+        help="validate a config file without starting, and size the engine's memory",
+        description="Validate a config file, then size the plan from the model's config.json: "
+        "KV bytes per token, the KV tokens the engine settings leave, and warnings.",
+    )
+    check.add_argument("path", nargs="?", help="config file (default as for serve)")
+    check.add_argument(
+        "--gpu-memory-gib",
+        type=positive,
+        metavar="G",
+        help="plan for a GPU of G GiB instead of the one NVML sees",
+    )
+    check.add_argument(
+        "--typical-tokens",
+        type=positive_count,
+        metavar="N",
+        help="prompt + output tokens of a typical request (default 2048, at most max-model-len)",
+    )
+    check.add_argument(
+        "--json", action="store_true", help="print the result and each engine's plan as JSON"
+    )
+    check.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check the config; 0 when it loads (sizing skipped for an engine is not an error), 78
+    (EX_CONFIG) when it does not, with the reason on stderr."""
+    from llmd.config import config_path, load_config
+    from llmd.errors import ConfigError
+
+    path = config_path(args.path)
+    try:
+        config = load_config(path)
+        configured_tenants(config.admission)  # the tenants file it names, read as at start
+    except ConfigError as exc:
+        print(f"llmd: {exc}", file=sys.stderr)
+        return exitcodes.CONFIG
+    sized = [size(name, engine, args) for name, engine in config.engine_tables.items()]
+    if args.json:
+        print(json.dumps(document(config, path, sized), indent=2))
+    else:
+        print(render(config, path, sized))
+    return 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Sized:
+    """One engine's plan and the memory it was sized against, or why it was not sized."""
+
+    name: str
+    engine: EngineConfig
+    plan: SizingPlan | None
+    memory: DeviceMemory | None
+    skipped: str | None
+
+
+def size(name: str, engine: EngineConfig, args: argparse.Namespace) -> Sized:
+    """Size engine `name` with the flags' GPU memory and typical tokens."""
+    from llmd.sizing.engine import plan_engine
+
+    try:
+        plan, memory = plan_engine(
+            engine, planned_gib=args.gpu_memory_gib, typical_tokens=args.typical_tokens
+        )
+    except SizingError as exc:
+        return Sized(name, engine, None, None, str(exc))
+    return Sized(name, engine, plan, memory, None)
+
+
+def render(config: Config, path: Path, sized: list[Sized]) -> str:
+    """The text report: the file is ok (its backends, the listen address), then each plan."""
+    backends = [f"engine {s.name} ({s.engine.kind}, model {s.engine.model_name})" for s in sized]
+    backends += [f"upstream {name} ({upstream.url})" for name, upstream in config.upstreams.items()]
+    lines = [f"{path}: ok ({', '.join(backends)}; listen {config.server.listen})"]
+    for one in sized:
+        label = f"engine {one.name}, " if len(sized) > 1 else ""
+        if one.plan is None or one.memory is None:
+            lines.append(f"sizing: {label}skipped: {one.skipped}")
+            continue
+        lines.append(f"sizing ({label}{Path(one.engine.model) / 'config.json'}):")
+        lines.append(format_plan(one.plan, one.memory))
+    return "\n".join(lines)
+
+
+def document(config: Config, path: Path, sized: list[Sized]) -> dict[str, Any]:
+    """The --json document (keys only ever added; the README lists them): `config` (the file),
+    `listen`, `engines` by name (`kind`, `model`, `served_model_name`, `gpus`, and `sizing`:
+    `plan_json`'s figures, or None with `sizing_skipped` saying why), `upstreams` by name
+    (`url`, `models`)."""
+    return {
+        "config": str(path),
+        "listen": config.server.listen,
+        "engines": {
+            one.name: {
+                "kind": one.engine.kind,
+                "model": one.engine.model,
+                "served_model_name": one.engine.model_name,
+                "gpus": list(one.engine.gpus),
+                "sizing": (
+                    plan_json(one.plan, one.memory)
+                    if one.plan is not None and one.memory is not None
+                    else None
+                ),
+                "sizing_skipped": one.skipped,
+            }
+            for one in sized
+        },
+        "upstreams": {
+            name: {"url": upstream.url, "models": list(upstream.models)}
+            for name, upstream in config.upstreams.items()
+        },
+    }

@@ -1,0 +1,135 @@
+"""The admin client's failures in llmd's words, and the exit statuses the client verbs give
+for them: no daemon 69 (EX_UNAVAILABLE), a socket this user may not open 77 (EX_NOPERM)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from llmd.admin.client import AdminForbidden, AdminUnreachable, admin_request
+from llmd.cli import main
+from tests.support.llmd_process import short_tmpdir
+from tests.support.users import as_nobody
+
+# Every verb that talks to the daemon, with the arguments it needs.
+CLIENT_VERBS = [
+    ["status"],
+    ["status", "--json"],
+    ["drain"],
+    ["drain", "--wait"],
+    ["resume"],
+    ["restart", "--engine", "main"],
+    ["reload"],
+    ["guard", "on"],
+    ["deploy", "r1"],
+    ["rollback"],
+]
+
+
+@pytest.fixture
+def runtime_dir() -> Path:
+    return short_tmpdir("llmd-client-")
+
+
+def _exit_of(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    code = exited.value.code
+    assert isinstance(code, int)
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("verb", CLIENT_VERBS, ids=" ".join)
+def test_a_verb_without_a_daemon_says_what_to_do_and_exits_69(
+    verb: list[str], runtime_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No daemon on the runtime directory: one line naming the socket and the next step, exit
+    69; nothing of aiohttp's wording, no traceback."""
+    code, err = _exit_of([*verb, "--runtime-dir", str(runtime_dir)], capsys)
+    socket_path = runtime_dir / "admin.sock"
+    assert code == 69
+    assert err == (
+        f"llmd: no llmd answers on {socket_path}: is it running? (systemctl status llmd), "
+        "or pass --runtime-dir\n"
+    )
+
+
+def test_a_socket_nobody_listens_on_is_no_daemon(
+    runtime_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The socket a killed llmd left behind (nobody listens): the same words and 69."""
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(str(runtime_dir / "admin.sock"))
+    dead.close()
+    code, err = _exit_of(["status", "--runtime-dir", str(runtime_dir)], capsys)
+    assert code == 69 and err.startswith("llmd: no llmd answers on ")
+
+
+def test_a_socket_that_answers_nothing_in_time_says_so(runtime_dir: Path) -> None:
+    """A daemon that takes the connection and never answers: the call and the time waited."""
+    path = runtime_dir / "admin.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as mute:
+        mute.bind(str(path))
+        mute.listen()
+        with pytest.raises(AdminUnreachable) as caught:
+            asyncio.run(admin_request(path, "GET", "/status", timeout_s=0.3))
+    assert str(caught.value) == (
+        f"llmd on {path} did not answer GET /status within 0.3 s: it may be busy or stuck; "
+        "try again, or see systemctl status llmd"
+    )
+
+
+def test_a_connection_closed_mid_call_says_llmd_may_have_stopped(runtime_dir: Path) -> None:
+    """A daemon that closes the connection before answering (it died during the call)."""
+    path = runtime_dir / "admin.sock"
+
+    async def call() -> None:
+        async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.close()
+
+        server = await asyncio.start_unix_server(hang_up, path=str(path))
+        async with server:
+            await admin_request(path, "POST", "/drain", {}, timeout_s=10)
+
+    with pytest.raises(AdminUnreachable) as caught:
+        asyncio.run(call())
+    assert str(caught.value) == (
+        f"the connection to llmd on {path} broke during POST /drain: llmd may have stopped; "
+        "see systemctl status llmd"
+    )
+
+
+def test_a_socket_this_user_may_not_open_exits_77(runtime_dir: Path) -> None:
+    """The admin socket is there, but its directory denies this user: one line saying to run
+    as root or as a member of the socket's group, exit 77 (EX_NOPERM)."""
+    path = runtime_dir / "admin.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as daemon:
+        daemon.bind(str(path))
+        daemon.listen()
+        runtime_dir.chmod(0o700 if os.geteuid() == 0 else 0o000)
+
+        def status() -> str:
+            try:
+                asyncio.run(admin_request(path, "GET", "/status", timeout_s=5))
+            except AdminForbidden as exc:
+                return f"forbidden: {exc}"
+            return "answered"
+
+        def verb() -> str:
+            try:
+                main(["status", "--runtime-dir", str(runtime_dir)])
+            except SystemExit as exc:
+                return str(exc.code)
+            return "no exit"
+
+        message = as_nobody(status)
+        code = as_nobody(verb)
+        runtime_dir.chmod(0o700)
+    assert message.startswith(f"forbidden: this user may not open {path} (permission denied): ")
+    assert "run as root or as a member of its group (" in message
+    assert code == "77"
