@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from typing import Any
 
 from llmd.admission.classes import Priority
 from llmd.config import ANONYMOUS
@@ -62,6 +63,10 @@ class Exchange:
     conversation: str | None = None
     # A stream's gaps between the chunks sent to the client (client-side inter-token latency).
     gaps: TokenGaps | None = None
+    # The client's W3C trace context (traceparent, tracestate), and the spans begun for it
+    # (the tracer's own, llmd/telemetry/tracing.py).
+    trace_context: tuple[tuple[str, str], ...] = ()
+    trace: Any = None
     endpoint: str = "chat"  # its entry's name in the endpoint table (llmd/endpoints/table.py)
     path: str = "/v1/chat/completions"  # the path it asked for (sent to the backend as it is)
 

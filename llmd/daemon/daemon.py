@@ -278,6 +278,8 @@ class Daemon:
             if tasks:
                 await asyncio.wait(tasks)
             await self.state.fleet.close()
+            # Export the spans still batched (a no-op without an OTLP endpoint).
+            await asyncio.to_thread(self.state.observer.tracing.shutdown)
         # 6. Remove the sockets and the signal handlers.
         async with self._step("remove_sockets"):
             sockets = [self.paths.socket_of(name) for name in self.backends.supervisors]
@@ -310,17 +312,20 @@ class Daemon:
         are read again, admission's classes and limits, each backend's capacity, routing,
         the upstreams (added, changed, removed), validation's policy and tokenizers, the
         observer, the restart policy, logging, the listener's send buffer and connection limit
-        and telemetry's intervals all take the new values, and each engine's client its API
-        key (of the engine table in use). Raises ConfigError (the tenants file) before any part
-        has changed."""
+        and telemetry's intervals and OTLP endpoint all take the new values, and each engine's
+        client its API key (of the engine table in use). Raises ConfigError (the tenants file,
+        an OTLP endpoint without the OpenTelemetry SDK) before any part has changed."""
         admission = self.state.admission
-        admission.configure(config)  # first: it alone can still fail
+        # These two alone can still fail: the OpenTelemetry SDK missing, the tenants file.
+        use_tracing = self.state.observer.tracing_to(config.telemetry.otlp_endpoint)
+        admission.configure(config)
         self.config = self.state.config = config
         self.backends.apply_upstreams(config)
         admission.configure(config)  # the limits of upstreams added just now
         self.backends.configure(config)
         self.backends.configure_validators()
         self.state.observer.configure(config.telemetry.top_tenants, config.logging.requests)
+        use_tracing()
         self.reporter.max_failed_boots = config.supervisor.max_failed_boots
         configure_logging(config.logging)
         if self.public is not None:

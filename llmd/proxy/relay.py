@@ -58,6 +58,7 @@ from llmd.proxy.body import (
     without_bom,
 )
 from llmd.proxy.middleware import BODY_SEND_KEY, NOT_QUEUED, REQUEST_ID_KEY
+from llmd.proxy.tracecontext import trace_context
 from llmd.proxy.upstream import forward
 from llmd.proxy.writer import ClientWriter, answer_error, send_error
 from llmd.routing.canary import conversation_key
@@ -175,6 +176,7 @@ class Relay:
             model=model,
             endpoint=self.endpoint.name,
             path=arrival.path,
+            trace_context=trace_context(arrival.headers),
         )
         writer = ClientWriter(
             send, exchange, body_send=scope.get(BODY_SEND_KEY), dialect=self.endpoint.dialect

@@ -12,7 +12,7 @@ import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 
@@ -34,6 +34,7 @@ from llmd.telemetry.engine_window import EngineWindow
 from llmd.telemetry.gaps import TokenGaps
 from llmd.telemetry.metrics import OTHER_ENDPOINT, ProxyMetrics, input_length_label
 from llmd.telemetry.outcomes import Ending, Outcome, Tallies, classify
+from llmd.telemetry.tracing import Tracing, tracing_for
 from llmd.telemetry.windows import LatencyWindow, RateWindow
 
 log = structlog.get_logger("llmd.requests")
@@ -63,6 +64,8 @@ class Record(Ending, Protocol):
     output_tokens: int
     finish_reason: str | None
     gaps: TokenGaps | None
+    trace_context: tuple[tuple[str, str], ...]
+    trace: Any
 
 
 class TtftSink(Protocol):
@@ -136,12 +139,30 @@ class Observer:
         self.release_of: Callable[[str], str | None] = lambda backend: None
         # Called with each request once it ended, refused ones included (a canary's figures).
         self.on_ended: Callable[[Record], None] | None = None
+        # The client's trace context to the backend, and llmd's own spans when an OTLP
+        # endpoint is set (`trace_to`).
+        self.tracing = Tracing()
+        self._otlp_endpoint = ""
 
     def configure(self, top_tenants: int, log_requests: str) -> None:
         """Take new settings (a reload): the tenant label bound (tenants already labelled keep
         their label, so no series flaps) and which finished requests get a log line."""
         self.metrics.tenant.limit = top_tenants
         self.log_requests = log_requests
+
+    def tracing_to(self, otlp_endpoint: str) -> Callable[[], None]:
+        """The step that exports llmd's spans to `otlp_endpoint` ("" for none) from then on,
+        replacing the tracing in use when the endpoint changed (a reload). Raises ConfigError
+        now, when the OpenTelemetry SDK is needed and not installed."""
+        if otlp_endpoint == self._otlp_endpoint:
+            return lambda: None
+        tracing = tracing_for(otlp_endpoint)
+
+        def use() -> None:
+            self.tracing.shutdown()
+            self.tracing, self._otlp_endpoint = tracing, otlp_endpoint
+
+        return use
 
     def engine_window(self, backend: str) -> EngineWindow:
         """The window of `backend`'s reads (made on its first read)."""
@@ -225,6 +246,7 @@ class Observer:
         if self.on_ended is not None:
             self.on_ended(record)
         outcome, label = classify(record)
+        self.tracing.finished(record, outcome.value)
         status = record.status or 0
         if outcome is Outcome.REJECTED:
             if record.backend is not None:  # the backend answered: a 4xx for the client's input

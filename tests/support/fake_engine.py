@@ -58,6 +58,8 @@ class FakeEngine:
     pooling_paths: tuple[str, ...] = ()
     # What each audio request sent: (path, its Content-Type, its raw bytes).
     forms: list[tuple[str, str, bytes]] = dataclasses.field(default_factory=list)
+    # The headers of each generation request, in order (what llmd passed on: trace context).
+    headers: list[dict[str, str]] = dataclasses.field(default_factory=list)
 
     def app(self) -> web.Application:
         self.tail = asyncio.Event()
@@ -65,6 +67,7 @@ class FakeEngine:
         async def generate(request: web.Request) -> web.StreamResponse:
             body = await request.json()
             self.received.append((request.path, body))
+            self.headers.append(dict(request.headers))
             self.transports.append(request.transport)
             if self.hold is not None:
                 await asyncio.to_thread(self.hold.wait)
