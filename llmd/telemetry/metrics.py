@@ -147,6 +147,13 @@ class ProxyMetrics:
             "llmd_timeouts", "Requests ended by a queue timeout or deadline.", ["class"],
             registry=r,
         )  # fmt: skip
+        # Bounded: engines x two strategies x three outcomes.
+        self.deploys = Counter(
+            "llmd_deploys",
+            "Ended deploys by engine, strategy (replace, canary) and outcome (promoted, "
+            "rolled_back, failed).",
+            ["engine", "strategy", "outcome"], registry=r,
+        )  # fmt: skip
 
     def exposition(self) -> bytes:
         """The Prometheus text format of every llmd series."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 import structlog
@@ -42,6 +42,10 @@ log = structlog.get_logger("llmd.requests")
 # Error codes that mean a request waited too long (admission's queue timeout and deadlines).
 TIMEOUT_CODES = frozenset({"queue_timeout", "deadline_exceeded"})
 DEFAULT_TOP_TENANTS = 20
+# The `strategy` and `outcome` of llmd_deploys_total (llmd/releases/: Strategy, the ended
+# events).
+DEPLOY_STRATEGIES = ("replace", "canary")
+DEPLOY_OUTCOMES = ("promoted", "rolled_back", "failed")
 
 
 class Record(Ending, Protocol):
@@ -383,6 +387,18 @@ class Observer:
         more to another backend of its pool."""
         release = self.release_of(backend) or ""
         self.metrics.backend_requests.labels(backend, model or "", "retried", release).inc()
+
+    def deploys_of(self, engines: Iterable[str]) -> None:
+        """Show a 0 for each outcome of each strategy of `engines`, so that an alert on the
+        counter's increase sees the first deploy end (a series born at 1 shows none)."""
+        for engine in engines:
+            for strategy in DEPLOY_STRATEGIES:
+                for outcome in DEPLOY_OUTCOMES:
+                    self.metrics.deploys.labels(engine, strategy, outcome)
+
+    def deploy_ended(self, engine: str, strategy: str, outcome: str) -> None:
+        """Count a deploy of `engine` that ended: promoted, rolled_back or failed."""
+        self.metrics.deploys.labels(engine, strategy, outcome).inc()
 
     def _timeout(self, request_class: str) -> None:
         self.metrics.timeouts.labels(request_class).inc()

@@ -103,10 +103,18 @@ def _guard_families(status: Status) -> Iterator[Metric]:
         "Time to first token p95 by class over the SLO guard's window.",
         labels=["class"],
     )
+    budget = GaugeMetricFamily(
+        "llmd_class_ttft_budget_seconds",
+        "Time to first token budget by class (the SLO guard's; classes with one only).",
+        labels=["class"],
+    )
     for row in guard.classes:
         if row.p95_s is not None:
             p95.add_metric([row.name], row.p95_s)
+        if row.budget_s is not None:
+            budget.add_metric([row.name], row.budget_s)
     yield p95
+    yield budget
 
 
 def _engine_families(status: Status) -> Iterator[Metric]:
@@ -130,6 +138,15 @@ def _engine_families(status: Status) -> Iterator[Metric]:
         if engine.release is not None:
             release.add_metric([engine.name, engine.release], 1.0)
     yield release
+    breaker = GaugeMetricFamily(
+        "llmd_engine_breaker_open",
+        "1 while an upstream's circuit breaker is open (nothing is sent to it), else 0.",
+        labels=["engine"],
+    )
+    for engine in engines:
+        if engine.breaker is not None:
+            breaker.add_metric([engine.name], float(engine.breaker == "open"))
+    yield breaker
     specs: tuple[tuple[str, str, Callable[[EngineStatus], float | None]], ...] = (
         ("llmd_engine_up", "1 when the backend serves requests.", lambda e: e.state == "serving"),
         ("llmd_engine_draining", "1 while an operator drained the backend.", lambda e: e.draining),

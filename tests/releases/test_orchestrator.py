@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from llmd.releases.store import ReleaseStore
 from tests.support.configs import shipped_config
@@ -98,6 +99,11 @@ def test_a_failing_release_is_rolled_back_and_the_old_serves(
         timeout=30,
     )
     assert answer.status_code == 200
+    metrics = text_string_to_metric_families(httpx.get(served.llmd.base_url + "/metrics").text)
+    ended = [s for f in metrics if f.name == "llmd_deploys" for s in f.samples]
+    assert [(s.labels["outcome"], s.value) for s in ended if s.name.endswith("_total")] == [
+        ("rolled_back", 1.0)
+    ]
     kinds = [e["event"] for e in served.store.history()[0] if e["new"] == name]
     assert kinds[0] == "deploy_started" and kinds[-1] == "rolled_back"
 

@@ -3,11 +3,13 @@ prometheus_client.parser), tenant folding, input-length buckets, gauges from the
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmd.admission.classes import Priority
@@ -65,6 +67,9 @@ SERIES = {
     "llmd_gpu_power_watts": ("gauge", {"gpu", "name"}),
     "llmd_slo_guard_level": ("gauge", set()),
     "llmd_class_ttft_p95_seconds": ("gauge", {"class"}),
+    "llmd_class_ttft_budget_seconds": ("gauge", {"class"}),
+    "llmd_engine_breaker_open": ("gauge", set()),  # upstreams only: none here
+    "llmd_deploys": ("counter", set()),  # engine, strategy, outcome once a deploy ended
     "llmd_engine_queue_time_seconds": ("histogram", ENGINE_HISTOGRAM),
     "llmd_engine_prefill_time_seconds": ("histogram", ENGINE_HISTOGRAM),
     "llmd_engine_decode_time_seconds": ("histogram", ENGINE_HISTOGRAM),
@@ -276,3 +281,35 @@ def test_the_engines_side_of_latency_is_passed_through_by_engine() -> None:
     assert value("llmd_engine_preemptions_total", main) == 7.0
     assert value("llmd_engine_prefix_cache_hits_total", main) == 30.0
     assert value("llmd_engine_prefix_cache_queries_total", main) == 100.0
+
+
+def test_an_upstreams_open_breaker_and_the_ttft_budgets_are_gauges() -> None:
+    """llmd_engine_breaker_open is 1 for an upstream whose breaker is open, 0 for a closed
+    one, absent for an engine; each class with a budget has llmd_class_ttft_budget_seconds."""
+    ctx = busy_context()
+    status = ctx.snapshot()
+    engine = status.engines[0]
+    upstreams = (
+        dataclasses.replace(engine, name="lab", kind="upstream", breaker="open"),
+        dataclasses.replace(engine, name="far", kind="upstream", breaker="closed"),
+    )
+    status = dataclasses.replace(status, engines=(engine, *upstreams))
+    registry = CollectorRegistry()
+    registry.register(StatusCollector(lambda: status, dict, ctx.observer.metrics.tenant))
+    value = registry.get_sample_value
+    assert value("llmd_engine_breaker_open", {"engine": "lab"}) == 1.0
+    assert value("llmd_engine_breaker_open", {"engine": "far"}) == 0.0
+    assert value("llmd_engine_breaker_open", {"engine": "main"}) is None
+    assert status.guard is not None
+    budgets = {row.name: row.budget_s for row in status.guard.classes if row.budget_s}
+    for name, budget in budgets.items():
+        assert value("llmd_class_ttft_budget_seconds", {"class": name}) == budget
+    assert budgets
+
+
+def test_an_ended_deploy_is_counted_by_engine_strategy_and_outcome() -> None:
+    """llmd_deploys_total{engine, strategy, outcome} counts each deploy once it ended."""
+    observer = Observer()
+    observer.deploy_ended("main", "canary", "rolled_back")
+    labels = {"engine": "main", "strategy": "canary", "outcome": "rolled_back"}
+    assert observer.metrics.registry.get_sample_value("llmd_deploys_total", labels) == 1.0
