@@ -325,7 +325,7 @@ class Daemon:
         self.backends.configure(config)
         self.backends.configure_validators()
         self.state.observer.configure(config.telemetry.top_tenants, config.logging.requests)
-        self.state.observer.deploys_of(config.engine_tables())
+        self.state.observer.deploys_of(config.engine_tables)
         use_tracing()
         self.reporter.max_failed_boots = config.supervisor.max_failed_boots
         configure_logging(config.logging)
