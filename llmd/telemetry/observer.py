@@ -154,6 +154,11 @@ class Observer:
         self.metrics.tenant.limit = top_tenants
         self.log_requests = log_requests
 
+    @property
+    def otlp_endpoint(self) -> str:
+        """Where llmd's spans go now ("": nowhere)."""
+        return self._otlp_endpoint
+
     def tracing_to(self, otlp_endpoint: str) -> Callable[[], None]:
         """The step that exports llmd's spans to `otlp_endpoint` ("" for none) from then on,
         replacing the tracing in use when the endpoint changed (a reload). Raises ConfigError
