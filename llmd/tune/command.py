@@ -35,8 +35,15 @@ it and every engine on its GPUs for the run and resume them after. With --sharin
 default) engines on its GPUs serve on beside it; engines on other GPUs always do. A drained
 engine keeps its GPU memory: the tuned one must fit beside it, or stop llmd for the run.
 
+With --variants FILE tune boots the engine once per engine-argument set of FILE instead (a
+KV cache dtype, a quantized checkpoint, ...), asks each the golden prompts greedily, runs the
+same load against each, and reports throughput, TTFT and how far each one's answers drift
+from the first set's (token agreement).
+
 examples:
   llmd tune --config /etc/llmd/llmd.toml --slo-ttft-p95-ms 500 --output tune.json
+  llmd tune --config /etc/llmd/llmd.toml --variants variants.toml --concurrency 16 \
+      --slo-ttft-p95-ms 500 --output variants.json
   llmd tune --config etc/llmd-multi.toml --engine small-a --sharing drain \
       --slo-ttft-p95-ms 500 --output small-a.json
   llmd tune --config etc/demo.toml --max-num-seqs 4,16,64 --duration 20 --scenario E \\
@@ -140,6 +147,15 @@ def add_parser(verbs: Any) -> None:
         default=str(DEFAULT_STATE_DIR),
         help=f"where --release writes (default {DEFAULT_STATE_DIR})",
     )
+    tune.add_argument(
+        "--variants",
+        metavar="FILE",
+        type=Path,
+        help="compare the engine-argument sets of this TOML file ([[variants]] name, args, "
+        "model) on the same load (--concurrency users, 8 by default): throughput, TTFT, and "
+        "each one's greedy answers to the golden prompts against the first's (token "
+        "agreement), instead of the --max-num-seqs sweep",
+    )
     tune.add_argument("--plot", metavar="FILE", type=Path, help="PNG (default: --output .png)")
     tune.add_argument("--quiet", action="store_true", help="no progress display")
     tune.set_defaults(func=run)
@@ -164,6 +180,10 @@ def run(args: argparse.Namespace) -> int:
     except TuneError as exc:
         print(f"llmd tune: {exc} (see `llmd tune --help`)", file=sys.stderr)
         return exitcodes.USAGE
+    if args.variants is not None:
+        from llmd.tune.variants_command import run_variants_command
+
+        return run_variants_command(args, config, name)
     try:
         options = _options(args, config, name)
         if args.release:
