@@ -12,7 +12,7 @@ import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Protocol
 
 import structlog
 
@@ -34,7 +34,7 @@ from llmd.telemetry.engine_window import EngineWindow
 from llmd.telemetry.gaps import TokenGaps
 from llmd.telemetry.metrics import OTHER_ENDPOINT, ProxyMetrics, input_length_label
 from llmd.telemetry.outcomes import Ending, Outcome, Tallies, classify
-from llmd.telemetry.tracing import Tracing, tracing_for
+from llmd.telemetry.tracing import Traced, Tracing, tracing_for
 from llmd.telemetry.windows import LatencyWindow, RateWindow
 
 log = structlog.get_logger("llmd.requests")
@@ -48,28 +48,13 @@ DEPLOY_STRATEGIES = ("replace", "canary")
 DEPLOY_OUTCOMES = ("promoted", "rolled_back", "failed")
 
 
-class Record(Ending, Protocol):
-    """What the observer reads from a request (how it ended, `Ending`, and its figures):
-    `llmd.inflight.Exchange` is one."""
+class Record(Ending, Traced, Protocol):
+    """What the observer reads from a request (how it ended, `Ending`; its figures and times,
+    `Traced`; and these): `llmd.inflight.Exchange` is one."""
 
-    request_id: str
     stream: bool
-    endpoint: str
-    tenant: str
-    request_class: str
-    model: str | None
-    backend: str | None
-    prompt_tokens: int | None
-    started_at: float
-    queued_at: float | None
-    admitted_at: float | None
-    first_byte_at: float | None
-    ended_at: float | None
-    output_tokens: int
     finish_reason: str | None
     gaps: TokenGaps | None
-    trace_context: tuple[tuple[str, str], ...]
-    trace: Any
 
 
 class TtftSink(Protocol):

@@ -8,15 +8,17 @@ import asyncio
 import dataclasses
 import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from llmd import exitcodes
 from llmd.arguments import positive, positive_count, positive_seconds
 from llmd.bench.scenarios import SCENARIOS
 from llmd.errors import TuneError
 from llmd.releases.store import DEFAULT_STATE_DIR
+
+T = TypeVar("T")
 
 EPILOG = """For each --max-num-seqs value tune boots the engine (--engine NAME: that engine of the
 config, with its own GPUs and args) alone with it (on a private socket),
@@ -235,16 +237,20 @@ def engine_to_tune(engines: Mapping[str, Any], requested: str | None, source: st
 
 
 def _run_beside_llmd(options: Any, args: argparse.Namespace) -> Any:
-    """Run the tune, with the engines of an llmd serving on the runtime directory that share
-    the tuned engine's GPUs drained or serving on, as --sharing says. Raises `TuneError`."""
+    """Run the tune beside a serving llmd (`beside_llmd`). Raises `TuneError`."""
+    return beside_llmd(options.config, options.engine, args, lambda: _run(options, args.quiet))
+
+
+def beside_llmd(config: Any, engine: str, args: argparse.Namespace, run: Callable[[], T]) -> T:
+    """`run()`, with the engines of an llmd serving on the runtime directory that share
+    `engine`'s GPUs drained or serving on, as --sharing says. Raises `TuneError`."""
     from llmd.tune.serving import daemon_status, drained_for_tune, plan_beside
 
-    config = options.config
     runtime_dir = Path(args.runtime_dir or config.server.runtime_dir)
     status = daemon_status(runtime_dir)
     if status is None:
-        return _run(options, args.quiet)
-    beside = plan_beside(status, options.engine, config.engine_tables, args.sharing, runtime_dir)
+        return run()
+    beside = plan_beside(status, engine, config.engine_tables, args.sharing, runtime_dir)
     if beside.sharing:
         print(
             f"llmd tune: engines {', '.join(beside.sharing)} serve on beside the tuned engine, "
@@ -253,7 +259,7 @@ def _run_beside_llmd(options: Any, args: argparse.Namespace) -> Any:
         )
     drain_timeout_s = config.server.drain_timeout_s
     with drained_for_tune(runtime_dir, beside.drain, drain_timeout_s):
-        return _run(options, args.quiet)
+        return run()
 
 
 def _options(args: argparse.Namespace, config: Any, name: str) -> Any:

@@ -35,6 +35,7 @@ from llmd.releases.golden import GoldenPrompt
 from llmd.releases.smoke import GoldenAnswer
 from llmd.releases.smoke_runner import golden_answers
 from llmd.tune.engine import booted_engine
+from llmd.tune.runner import load_figures
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,14 +157,7 @@ class VariantStep:
             "engine_args": list(self.engine_args),
             "model": self.model,
             "boot_s": self.boot_s,
-            "concurrency": s.concurrency,
-            "ttft_ms": s.ttft_ms,
-            "e2e_ms": s.e2e_ms,
-            "output_tokens_per_s": s.output_tokens_per_s,
-            "requests_per_s": s.requests_per_s,
-            "errors": s.errors,
-            "timeouts": s.timeouts,
-            "prefix_cache_hit_rate": s.prefix_cache_hit_rate,
+            **load_figures(s),
             "golden": [
                 {**dataclasses.asdict(answer), "token_agreement": agreement}
                 for answer, agreement in zip(self.golden, self.agreement, strict=True)

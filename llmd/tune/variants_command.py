@@ -15,6 +15,7 @@ from llmd.bench.scenarios import scenario
 from llmd.config import Config
 from llmd.errors import BenchError, ReleaseError, TargetUnavailable, TuneError
 from llmd.releases.golden import load_golden
+from llmd.tune.command import beside_llmd
 from llmd.tune.variants import VariantOptions, VariantReport, load_variants, run_variants
 
 DEFAULT_CONCURRENCY = 8
@@ -46,7 +47,7 @@ def run_variants_command(args: argparse.Namespace, config: Config, name: str) ->
         print(f"llmd tune: {exc}", file=sys.stderr)
         return exitcodes.USAGE
     try:
-        report = _beside_llmd(options, args)
+        report = beside_llmd(config, name, args, lambda: _run(options, args.quiet))
     except (TargetUnavailable, TuneError) as exc:
         print(f"llmd tune: {exc}", file=sys.stderr)
         return exitcodes.FAILURE
@@ -55,21 +56,6 @@ def run_variants_command(args: argparse.Namespace, config: Config, name: str) ->
         return exitcodes.USAGE
     _show(report, args.output)
     return 0
-
-
-def _beside_llmd(options: VariantOptions, args: argparse.Namespace) -> VariantReport:
-    """As the sweep: a serving llmd's engines on the tuned one's GPUs drained or serving on,
-    as --sharing says (llmd/tune/serving.py). Raises `TuneError`."""
-    from llmd.tune.serving import daemon_status, drained_for_tune, plan_beside
-
-    config = options.config
-    runtime_dir = Path(args.runtime_dir or config.server.runtime_dir)
-    status = daemon_status(runtime_dir)
-    if status is None:
-        return _run(options, args.quiet)
-    beside = plan_beside(status, options.engine, config.engine_tables, args.sharing, runtime_dir)
-    with drained_for_tune(runtime_dir, beside.drain, config.server.drain_timeout_s):
-        return _run(options, args.quiet)
 
 
 def _run(options: VariantOptions, quiet: bool) -> VariantReport:

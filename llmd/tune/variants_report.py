@@ -4,21 +4,17 @@ Renders a `VariantReport` it is given; the live view names each step by its vari
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console, Group
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
 from llmd import __version__
-from llmd.bench.client import RequestResult
-from llmd.bench.display import LiveDisplay
-from llmd.bench.load import StepSpec
-from llmd.bench.stats import StepSummary
+from llmd.tune.display import TuneLiveDisplay
 from llmd.tune.variants import Variant, VariantReport
 
 
@@ -103,19 +99,8 @@ def write_json(report: VariantReport, path: Path, command: str | None = None) ->
     path.write_text(json.dumps({"command": command, **to_json(report)}, indent=2) + "\n")
 
 
-class VariantLiveDisplay:
-    """The bench's live display, with a line per boot and each step named by its variant."""
-
-    def __init__(self, console: Console) -> None:
-        self.bench = LiveDisplay(console)
-        self.label = ""
-
-    def __enter__(self) -> VariantLiveDisplay:
-        self.bench.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.bench.__exit__(*exc)
+class VariantLiveDisplay(TuneLiveDisplay):
+    """The tune's live display, with a line per variant's boot and each step named by it."""
 
     def variant_started(self, index: int, total: int, variant: Variant) -> None:
         self.label = variant.name
@@ -125,12 +110,3 @@ class VariantLiveDisplay:
             markup=False,
             highlight=False,
         )
-
-    def step_started(self, target: str, concurrency: int, spec: StepSpec) -> None:
-        self.bench.step_started(self.label, concurrency, spec)
-
-    def request_done(self, result: RequestResult) -> None:
-        self.bench.request_done(result)
-
-    def step_finished(self, summary: StepSummary) -> None:
-        self.bench.step_finished(dataclasses.replace(summary, target=self.label))
