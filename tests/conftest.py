@@ -12,7 +12,11 @@ from tests.support.model import ensure_tiny_model
 from tests.support.vllm_engine import Engine
 from tests.support.vllm_engine import vllm_engine as boot_vllm
 
-pytest_plugins = ["tests.support.log_capture"]
+pytest_plugins = [
+    "tests.support.log_capture",
+    "tests.support.shared_tls",
+    "tests.support.xdist_groups",
+]
 
 
 @pytest.fixture(scope="session")

@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from llmd import __version__, console, daemon, exitcodes
+from llmd import __version__, console, exitcodes
 from llmd.cli import main
+from llmd.daemon import daemon
 from llmd.engine.launch import installed_engine_build
 from tests.support.llmd_process import REPO
 

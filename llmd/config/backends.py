@@ -55,6 +55,12 @@ class EngineConfig:
     # before the engine serves (llmd/supervisor/warmup.py).
     warmup: bool = True
     warmup_prompt: str = "Hello"
+    # The stall watchdog (llmd/supervisor/stall.py): sequences running and no token for this
+    # long restarts the engine. 0: max(30 s, 100 x its measured mean inter-token latency).
+    stall_timeout_s: float = 0.0
+    # A relayed request that gets no byte from the engine for this long is aborted (more for
+    # a prompt still in prefill, by its tokens). 0: twice the stall timeout.
+    request_idle_timeout_s: float = 0.0
 
     @property
     def model_name(self) -> str:
@@ -77,12 +83,14 @@ class UpstreamConfig:
     `url`: `http(s)://HOST:PORT` or `unix:/path/to.sock`. `models`: the names it serves
     (empty: read from its `/v1/models`). `api_key_env`: the environment variable holding the
     key llmd sends as `Authorization: Bearer` (empty: none). `max_in_flight`: llmd's requests
-    there at once.
+    there at once. `stall_timeout_s`, `request_idle_timeout_s`: as an engine's.
     """
 
     url: str = ""
     models: tuple[str, ...] = ()
     api_key_env: str = ""
+    stall_timeout_s: float = 0.0  # a stall opens the upstream's breaker
+    request_idle_timeout_s: float = 0.0
     max_in_flight: int = 128
 
 

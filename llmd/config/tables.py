@@ -75,6 +75,10 @@ class ServerConfig:
     # request_timeout and the connection closes (a connection that sent nothing is closed
     # quietly). 0: no limit.
     read_timeout_s: float = 30.0
+    # How long an idle kept-alive client connection stays open for its next request: longer
+    # than the longest idle time common client pools keep a connection (Go's net/http 90 s),
+    # so a client never sends on a connection llmd is closing (README, "Keep-alive").
+    keepalive_timeout_s: float = 120.0
 
     @property
     def host(self) -> str:
@@ -343,6 +347,10 @@ def _check_limits(server: ServerConfig) -> None:
     for key in ("max_body_bytes", "max_header_bytes", "max_headers"):
         if getattr(server, key) == 0:
             raise ConfigError(f"server.{key} = 0: expected a whole number > 0")
+    if server.keepalive_timeout_s <= 0:
+        raise ConfigError(
+            f"server.keepalive_timeout_s = {server.keepalive_timeout_s!r}: expected seconds > 0"
+        )
     for origin in server.cors_allowed_origins:
         scheme, sep, rest = origin.partition("://")
         if origin != "*" and (not sep or not rest or "/" in rest or not _SCHEME.match(scheme)):

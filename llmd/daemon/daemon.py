@@ -39,6 +39,7 @@ from llmd.daemon.listeners import (
 )
 from llmd.daemon.reload import ReloadPlan, plan_reload, with_engine_tables
 from llmd.daemon.telemetry import Telemetry
+from llmd.daemon.watchdog import Watchdog
 from llmd.errors import ActionRefused, ConfigError, EngineGaveUp
 from llmd.gpu.preflight import GpuReport, PreflightError, run_preflight
 from llmd.logs import configure_logging, line_limiter
@@ -108,6 +109,8 @@ class Daemon:
         self.telemetry = Telemetry(self.state.observer, self.state.admission.engine_sampled)
         # The engines' supervisors and the upstreams' probes; telemetry follows who joins.
         self.backends = Backends(self.state, self._apply_tables, self._start_telemetry)
+        # The stall watchdog over every backend (llmd/supervisor/stall.py).
+        self.watchdog = Watchdog(self.state, self.backends.supervisors)
         relisting = ModelRelisting(fleet.engines, fleet.clients, self.backends.engine_changed)
         self.state.relisting = relisting
         observer = self.state.observer
@@ -190,6 +193,7 @@ class Daemon:
             )
         self.backends.start()
         self.apply(self.config)
+        self.watchdog.start()
         log.info(
             "llmd_started",
             listen=self.config.server.listen,
@@ -266,13 +270,15 @@ class Daemon:
         #    reap (an engine being spawned right now included).
         async with self._step("stop_engines"):
             await self.backends.stop_engines()
-        # 5. Stop telemetry and the upstream probes, then close the backends' clients: the
-        #    proxy's lifespan closed them at step 3, but a scrape or a probe since then opened
-        #    a new session (left to the garbage collector, seen in CI as an unclosed session).
+        # 5. Stop telemetry, the stall watchdog and the upstream probes, then close the
+        #    backends' clients: the proxy's lifespan closed them at step 3, but a scrape or a
+        #    probe since then opened a new session (left to the garbage collector, seen in CI
+        #    as an unclosed session).
         async with self._step("stop_telemetry"):
             tasks = [*self.backends.probes.values()]
-            if self.telemetry.task is not None:
-                tasks.append(self.telemetry.task)
+            for task in (self.telemetry.task, self.watchdog.task):
+                if task is not None:
+                    tasks.append(task)
             for task in tasks:
                 task.cancel()
             if tasks:

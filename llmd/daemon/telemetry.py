@@ -95,6 +95,7 @@ class Scraper:
             return True
         client = target.client
         timeout = aiohttp.ClientTimeout(total=max(2.0, self.config.engine_interval_s * 4))
+        sent_at = time.monotonic()  # a read under load may take seconds: dated when sent too
         try:
             async with client.session().get(
                 client.url("/metrics"), headers=client.headers(), timeout=timeout
@@ -105,7 +106,7 @@ class Scraper:
                     return False
                 response.raise_for_status()
                 text = await response.text()
-            sample = parse_engine_metrics(text, time.monotonic())
+            sample = parse_engine_metrics(text, time.monotonic(), sent_at)
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
             log.warning(
                 "engine_metrics_failed", backend=target.name, error=f"{type(exc).__name__}: {exc}"

@@ -25,6 +25,8 @@ _GAUGES = {
     "vllm:gpu_cache_usage_perc": "kv_usage",
     "vllm:prompt_tokens_total": "prompt_tokens_total",
     "vllm:generation_tokens_total": "generation_tokens_total",
+    # A histogram's sum (its buckets are not read): the stall watchdog's measure of prefill.
+    "vllm:time_to_first_token_seconds_sum": "ttft_seconds_total",
 }
 # Counters, by their sample name: `_total` in the text format; without it as an exporter that
 # declares them untyped writes them.
@@ -53,8 +55,11 @@ class EngineSample:
     `kv_usage` is 0..1, the mean over the engine's label sets; `num_gpu_blocks` (summed over
     them) * `block_size` is the KV capacity in tokens. A vLLM with --data-parallel-size labels
     each rank's series with its `engine` index: the server's load is their sum, its KV usage
-    their mean. Fields are
-    None when the engine did not report them; `taken_at` is `time.monotonic()` seconds.
+    their mean. `itl_seconds_total` / `itl_count`: the mean inter-token latency since the
+    engine started; `ttft_seconds_total` / `prompt_tokens_total`: seconds to first token per
+    prompt token (queueing included), a measure of prefill. Fields are None when the engine
+    did not report them; `taken_at` (the answer read) and `sent_at` (the request sent; None:
+    not known) are `time.monotonic()` seconds.
     """
 
     taken_at: float
@@ -73,6 +78,11 @@ class EngineSample:
     preemptions_total: float | None = None  # sequences preempted (KV cache full)
     prefix_cache_hits_total: float | None = None  # prompt tokens found in the prefix cache
     prefix_cache_queries_total: float | None = None  # prompt tokens looked up there
+    # The stall watchdog's (llmd/supervisor/stall.py): inter_token_latency's sum and count.
+    itl_seconds_total: float | None = None
+    itl_count: float | None = None
+    ttft_seconds_total: float | None = None
+    sent_at: float | None = None
 
     @property
     def kv_capacity_tokens(self) -> int | None:
@@ -80,10 +90,25 @@ class EngineSample:
             return None
         return self.num_gpu_blocks * self.block_size
 
+    @property
+    def mean_itl_s(self) -> float | None:
+        """The mean inter-token latency since the engine started, s (None: none measured)."""
+        if not self.itl_count or self.itl_seconds_total is None:
+            return None
+        return self.itl_seconds_total / self.itl_count
 
-def parse_engine_metrics(text: str, taken_at: float) -> EngineSample:
-    """Read an EngineSample from Prometheus exposition `text`. Raises ValueError when the text
-    is not Prometheus exposition format."""
+    @property
+    def prefill_s_per_token(self) -> float | None:
+        """Seconds to first token per prompt token since the engine started (None: none)."""
+        if not self.prompt_tokens_total or self.ttft_seconds_total is None:
+            return None
+        return self.ttft_seconds_total / self.prompt_tokens_total
+
+
+def parse_engine_metrics(text: str, taken_at: float, sent_at: float | None = None) -> EngineSample:
+    """Read an EngineSample from Prometheus exposition `text`, answered at `taken_at` to a
+    request sent at `sent_at`. Raises ValueError when the text is not Prometheus exposition
+    format."""
     kept = "\n".join(line for line in text.splitlines() if line.startswith(_WANTED)) + "\n"
     values: dict[str, float] = {}
     kv_engines = 0
@@ -123,6 +148,10 @@ def parse_engine_metrics(text: str, taken_at: float) -> EngineSample:
         prefill_time=_histogram("prefill_time", values, buckets),
         decode_time=_histogram("decode_time", values, buckets),
         inter_token_latency=_histogram("inter_token_latency", values, buckets),
+        itl_seconds_total=values.get("inter_token_latency_sum"),
+        itl_count=values.get("inter_token_latency_count"),
+        ttft_seconds_total=values.get("ttft_seconds_total"),
+        sent_at=sent_at,
     )
 
 

@@ -14,6 +14,9 @@ passed to uvicorn as its `http` protocol class, answers without reading on:
 - a `Transfer-Encoding` that is anything but `chunked` alone (`gzip, chunked`, say: llmd decodes
   no transfer coding): 400 before its body is read (RFC 9112 §6.1, §6.3).
 
+An idle kept-alive connection is closed after `server.keepalive_timeout_s` (uvicorn's
+`timeout_keep_alive`, read for each new connection, so a reload applies to the next ones).
+
 Each of these closes the connection, carries a fresh `x-request-id` (and `x-llmd-queue-ms: 0` on
 `/v1`), is logged by llmd (`request_head_refused`, rate-limited) and never reaches the app.
 
@@ -57,6 +60,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # uvicorn types it int; call_later takes any number of seconds
+        self.timeout_keep_alive = self.server_config().keepalive_timeout_s  # type: ignore[assignment]
         self._in_head = True
         self._head_bytes = 0
         self._header_count = 0

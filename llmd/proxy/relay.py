@@ -185,7 +185,7 @@ class Relay:
         body.drop()
         if body.hold is not None:
             body.hold.resize(len(valid.body) + len(priority_body))
-        exchange.prompt_tokens = valid.prompt_tokens
+        exchange.prompt_tokens, exchange.max_tokens = valid.prompt_tokens, valid.max_tokens
         cost = endpoint.cost(fields, valid, validator.engine.max_model_len)
         gates.check_fits(cost, model)
         request = AdmissionRequest(

@@ -82,10 +82,13 @@ async def forward(
         content = response.content
         while chunk := await content.readany():  # b"": the end (what `iter_any` wraps)
             await writer.body(chunk, more=True)
-        if not writer.between_events:  # the engine ended mid-event: a failure, not an ending
-            raise EngineError("the engine closed the stream mid-event")
+        if not (writer.between_events or writer.answer.done):
+            raise EngineError("the engine closed the stream mid-event")  # a failure, not an end
         await writer.body(b"", more=False)
     except _UPSTREAM_LOST as exc:
+        if writer.answer.done:  # lost after the stream's last event: the client has it all
+            await writer.body(b"", more=False)
+            return
         _record(breaker, failed=True)
         raise _connection_error(state, backend, exc) from exc
     finally:

@@ -21,9 +21,10 @@ from llmd.inflight import Exchange
 
 log = structlog.get_logger("llmd.proxy")
 
+# What ends any line and event a stream may have left open (after a CR, the LF ends that
+# line and the next one is the blank line), so that an error sent in-band is an event of its
+# own.
 SSE_BOUNDARY = b"\n\n"
-# The last event of an OpenAI stream, after the blank line that ends the one before it.
-DONE_EVENT = SSE_BOUNDARY + b"data: [DONE]\n\n"
 
 
 async def send_error(
@@ -53,8 +54,9 @@ class ErrorResponse(Response):
 
 class ClientWriter:
     """Wraps ASGI `send` for one exchange: remembers whether the response has started (so an
-    error goes in-band) and the stream's last bytes (whether it ended between SSE events, and
-    whether `data: [DONE]` went out: then the exchange is `answered`).
+    error goes in-band) and reads the answer as it goes out (`dialect.reader`: whether a
+    stream is between two events, and whether its `data: [DONE]` went out: then the exchange
+    is `answered`).
 
     `headers` are added to the response's start, an error's included (validation's notes to
     the client; the list may grow until the start). The body goes to `body_send` when given:
@@ -71,16 +73,16 @@ class ClientWriter:
         dialect: Dialect = OPENAI,
     ) -> None:
         self._send = send
-        self._read_chunk = dialect.read_chunk
+        self.answer = dialect.reader(exchange)
         self._send_body = body_send or send
         self.exchange = exchange
         self.headers = headers if headers is not None else []
-        self.tail = SSE_BOUNDARY
 
     @property
     def between_events(self) -> bool:
-        """Whether what was sent so far ends at an SSE event boundary (a blank line)."""
-        return self.tail.endswith(SSE_BOUNDARY)
+        """Whether what was sent so far ends between two server-sent events (in any layout:
+        an engine may split the blank line that ends an event between two reads)."""
+        return self.answer.between_events
 
     async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         self.exchange.response_started = True
@@ -96,17 +98,15 @@ class ClientWriter:
         exchange = self.exchange
         now = time.monotonic()
         if chunk:
-            # The last bytes of the stream so far, across chunk boundaries: an engine may split
-            # the blank line that ends an event between two reads.
-            self.tail = (self.tail + chunk)[-len(DONE_EVENT) :]
-            self._read_chunk(exchange, chunk)
+            exchange.progress_at = now  # the backend's latest bytes (llmd/daemon/watchdog.py)
+            self.answer.feed(chunk)
             exchange.chunk_sent(now)
         # A send blocks while the client's transport buffer is full; the stall watcher
         # (llmd/proxy/stalls.py) ends exchanges blocked longer than server.send_timeout_s.
         exchange.send_since = now
         await self._send_body({"type": "http.response.body", "body": chunk, "more_body": more})
         exchange.send_since = None
-        if chunk and exchange.stream and self.tail.endswith(DONE_EVENT):
+        if chunk and exchange.stream and self.answer.done:
             exchange.answered = True
 
 

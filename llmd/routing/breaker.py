@@ -7,6 +7,7 @@ Pure, with the clock passed in (`now`, monotonic seconds).
     HALF_OPEN: one probe at a time (another after probe_timeout_s if the first never reports)
     HALF_OPEN --probe succeeds--> CLOSED (the cooldown starts again from cooldown_s)
     HALF_OPEN --probe fails--> OPEN (with the next, longer cooldown)
+    any --trip (a stall)--> OPEN (with the next cooldown)
 
 - A failure is the caller's word: a refused or lost connection, a timeout, a 5xx before the first
   byte, a failed health probe. A 4xx is the request's fault, not the upstream's.
@@ -114,6 +115,11 @@ class CircuitBreaker:
             calls >= policy.min_calls and failures >= policy.failure_ratio * calls
         ):
             self._open(now)
+
+    def trip(self, now: float) -> None:
+        """Open now, whatever the state (the upstream stalled: llmd/supervisor/stall.py), for
+        the next cooldown."""
+        self._open(now)
 
     def retry_after_s(self, now: float) -> float:
         """Seconds until a request may pass: the rest of the cooldown when open, up to the

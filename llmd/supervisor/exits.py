@@ -35,9 +35,10 @@ class ExitReason:
 
     `kind` is one of: stopped (llmd asked), oom, cuda_error, bad_model, killed (by a signal llmd
     did not send), exit_0_while_serving (vLLM's watchdog may exit 0 after the engine died,
-    vllm#48966), engine_dead (HTTP up but /health failing; llmd stopped it), exit_code; the
-    supervisor's own: start_timeout (not ready in time), warmup_failed (ready, but its warm-up
-    request failed; llmd stopped it).
+    vllm#48966), engine_dead (HTTP up but /health failing; llmd stopped it), stalled (sequences
+    running and no token for its stall timeout, llmd/supervisor/stall.py; llmd killed it),
+    exit_code; the supervisor's own: start_timeout (not ready in time), warmup_failed (ready,
+    but its warm-up request failed; llmd stopped it).
     `detail` is one human line: the signal or code, and the last error line seen.
     """
 

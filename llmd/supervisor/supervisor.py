@@ -80,6 +80,7 @@ class Supervisor:
         self._history: list[ExitRecord] = []
         self._restart_requested = False
         self._warmup_s: float | None = None  # how long this boot's warm-up took
+        self._stall: ExitReason | None = None  # set by `stalled()` for the exit it causes
         # Monotonic time of the supervisor's last loop turn: the daemon pings systemd's
         # watchdog only while this moves.
         self.last_progress = time.monotonic()
@@ -170,6 +171,28 @@ class Supervisor:
         await process.stop_group(self.engine.stop_timeout_s)
         return True
 
+    async def stalled(self, detail: str) -> bool:
+        """The serving engine is stalled (llmd/supervisor/stall.py says why, in `detail`): kill
+        its group at once (SIGKILL: a stopped process would hold a SIGTERM pending) and restart
+        it with the usual backoff, the exit classified `stalled`. False when no engine is
+        running, or it is being stopped or restarted already."""
+        process = self._process
+        if (
+            process is None
+            or not process.running
+            or self._stopping.is_set()
+            or self._restart_requested
+            or self._stall is not None
+        ):
+            return False
+        self._stall = ExitReason("stalled", detail)
+        self.state.phase = EnginePhase.RESTARTING
+        self._served.clear()
+        self.on_change()
+        self.log.error("engine_stalled", pid=process.pid, detail=detail)
+        await process.stop_group(0.0)
+        return True
+
     async def wait_serving(self, timeout_s: float) -> bool:
         """Wait until the engine serves (True), or until the supervisor stops, gives up or
         `timeout_s` seconds pass (False)."""
@@ -250,6 +273,8 @@ class Supervisor:
         if self._restart_requested:
             self._restart_requested = False
             reason = ExitReason("restart_requested", "restarted by the operator")
+        elif self._stall is not None:
+            reason, self._stall = self._stall, None
         else:
             reason = forced or classify_exit(
                 returncode,

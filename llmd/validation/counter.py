@@ -1,12 +1,13 @@
 """Prompt token counts, as the engine will count them: locally, or by asking the engine.
 
-`LocalCounter` loads the model's tokenizer with transformers (what vLLM 0.32 itself uses for
+`LocalCounter` loads the model's tokenizer as transformers does (what vLLM 0.32 itself uses for
 Hugging Face models: `AutoTokenizer.from_pretrained`, `apply_chat_template(tokenize=False)`, then
-the tokenizer on the text) and counts on one worker thread, off the event loop, or a short
-prompt at once on the loop when that thread is idle (`count_inline`). `EngineCounter`
-asks the engine's `POST /tokenize`: exact by construction, one round trip per request. It counts
-what the local one cannot render (tools, request templates, images) and stands in when no local
-tokenizer loads.
+the tokenizer on the text): read from its files (`tokenizer_files`) where that gives exactly
+transformers' tokenizer, with transformers otherwise. It counts on one worker thread, off the
+event loop, or a short prompt at once on the loop when that thread is idle (`count_inline`).
+`EngineCounter` asks the engine's `POST /tokenize`: exact by construction, one round trip per
+request. It counts what the local one cannot render (tools, request templates, images) and
+stands in when no local tokenizer loads.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from llmd.validation.conversation import (
     parse_template,
 )
 from llmd.validation.fields import ChatPrompt, Counted, EnginePrompt, Renderable, TextPrompt
+from llmd.validation.tokenizer_files import FileTokenizer
 
 # apply_chat_template's own parameters: taken from the request's fields (or meaningless with
 # tokenize=False), never from its chat_template_kwargs.
@@ -84,11 +86,11 @@ class LocalCounter:
     def load(cls, path: str) -> LocalCounter:
         """Load the tokenizer in directory `path` (or a cached hub name, offline only).
 
-        Blocking (imports transformers: about 2 s); call it from a thread.
-        Raises TokenizerUnavailable with the reason.
+        Blocking (milliseconds read from its files, `tokenizer_files`; about 2 s of CPU where it
+        takes transformers); call it from a thread. Raises TokenizerUnavailable with the reason.
         """
         with _LOADING:
-            tokenizer = _load_tokenizer(path)
+            tokenizer = _load_from_files(path) or _load_tokenizer(path)
         if not hasattr(tokenizer, "apply_chat_template"):
             raise TokenizerUnavailable(f"{type(tokenizer).__name__} has no chat template support")
         template: str | None
@@ -368,6 +370,16 @@ def refusal(message: str, sent: Sequence[str]) -> InvalidRequest:
 # threads at once (its lazy module answers the second "cannot import name 'AutoTokenizer'"),
 # and several models' validators, or a reload during a load, load on threads of their own.
 _LOADING = threading.Lock()
+
+
+def _load_from_files(path: str) -> FileTokenizer | None:
+    """The tokenizer in `path` read without transformers, or None where transformers must
+    load it: it may load it differently (`tokenizer_files.NotReproducible`), `tokenizers` is
+    not installed, or the files do not read (transformers then gives the reason)."""
+    try:
+        return FileTokenizer.load(path)
+    except Exception:  # the Rust tokenizer's parse errors are plain Exceptions
+        return None
 
 
 def _load_tokenizer(path: str) -> Any:

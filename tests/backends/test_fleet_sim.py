@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -40,6 +41,10 @@ def llmd() -> Iterator[LlmdProcess]:
     process = LlmdProcess.start(config)
     try:
         process.wait_ready(timeout_s=60)
+        # Ready comes with the first engine serving; the tests count on all three (pa booting
+        # late on a loaded machine left pb every request of the pool).
+        serving = lambda: {e["state"] for e in process.admin_status()["engines"]} == {"serving"}  # noqa: E731
+        assert wait_for(serving, 60), process.log_tail()
         yield process
     finally:
         process.stop()
@@ -81,10 +86,19 @@ def moved_since(llmd: LlmdProcess, before: dict[str, float], total: int) -> dict
 
 
 def post_all(llmd: LlmdProcess, bodies: list[dict[str, Any]]) -> list[httpx.Response]:
-    """The bodies sent at once (one thread each); their responses in order."""
+    """The bodies sent at once (one thread each, its client ready, all let go together, so
+    that they overlap at the engines however slowly the threads start); their responses in
+    order."""
     url = llmd.base_url + "/v1/chat/completions"
+    together = threading.Barrier(len(bodies))
+
+    def post(body: dict[str, Any]) -> httpx.Response:
+        with httpx.Client(timeout=60) as client:
+            together.wait(timeout=30)
+            return client.post(url, json=body)
+
     with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
-        return list(pool.map(lambda body: httpx.post(url, json=body, timeout=60), bodies))
+        return list(pool.map(post, bodies))
 
 
 def engine_entry(llmd: LlmdProcess, name: str) -> dict[str, Any]:
@@ -333,7 +347,10 @@ def test_a_backend_failing_before_the_first_byte_is_retried_on_another() -> None
     llmd = LlmdProcess.start(config)
     try:
         llmd.wait_ready(timeout_s=60)
-        assert wait_for(lambda: engine_entry(llmd, "bad")["state"] == "serving", 30)
+        # Both serving: a request bad fails is retried only on a backend that serves (ready
+        # comes with the first engine; good booting slower left one 502 on a loaded machine).
+        both = lambda: all(engine_entry(llmd, n)["state"] == "serving" for n in ("bad", "good"))  # noqa: E731
+        assert wait_for(both, 30), llmd.log_tail()
         before = served_by(llmd)
         for response in post_all(llmd, [chat("tiny", f"T{i}") for i in range(6)]):
             assert response.status_code == 200, response.text

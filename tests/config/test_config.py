@@ -63,7 +63,7 @@ def test_multi_engine_example_is_accepted_by_check_config() -> None:
     assert set(raw["upstreams"]["lab"]) == {f.name for f in dataclasses.fields(UpstreamConfig)}
 
 
-@pytest.mark.parametrize("name", ["llmd.toml", "demo.toml"])
+@pytest.mark.parametrize("name", ["llmd.toml", "demo.toml", "llmd-rag.toml"])
 def test_shipped_configs_are_valid(name: str) -> None:
     """Every config the repo ships passes validation."""
     load_config(REPO / "etc" / name)

@@ -103,7 +103,10 @@ async def test_llmd_top_shows_a_refused_restart(llmd: LlmdProcess) -> None:
 def test_resume_during_a_sigterm_drain_is_refused() -> None:
     """While SIGTERM drains a stream, `llmd resume` is refused (exit 1, 409) and admission
     stays closed until llmd has stopped."""
-    process = LlmdProcess.start(sim_config(ensure_tiny_model(), SLOW))
+    # A drain deadline far past the stream's 6 s: on a loaded machine (four test workers) the
+    # stream outlasted sim.toml's 10 s and ended with the drain's error, not its last token.
+    drain = {"drain_timeout_s": 60.0}
+    process = LlmdProcess.start(sim_config(ensure_tiny_model(), SLOW, server=drain))
     try:
         process.wait_ready(timeout_s=30)
         stream = Stream(process)

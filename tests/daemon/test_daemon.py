@@ -77,12 +77,13 @@ def _renderer(d: Daemon) -> str:
     return "console" if isinstance(last, structlog.dev.ConsoleRenderer) else "json"
 
 
-def _head_limits(daemon: Daemon) -> tuple[int, int, float]:
+def _head_limits(daemon: Daemon) -> tuple[int, int, float, float]:
     """The request-head limits and deadline the public server's HTTP protocol reads at each
-    request."""
+    request, and the keep-alive it reads for each connection."""
     protocol = daemon._servers[0].config.http_protocol_class
     server = protocol.server_config()  # type: ignore[attr-defined]
-    return server.max_header_bytes, server.max_headers, server.read_timeout_s
+    limits = server.max_header_bytes, server.max_headers, server.read_timeout_s
+    return (*limits, server.keepalive_timeout_s)
 
 
 def _release_probe(field: str) -> Probe:
@@ -103,6 +104,7 @@ PROBES: dict[str, Probe] = {
     "server.max_header_bytes": lambda d: _head_limits(d)[0],
     "server.max_headers": lambda d: _head_limits(d)[1],
     "server.read_timeout_s": lambda d: _head_limits(d)[2],
+    "server.keepalive_timeout_s": lambda d: _head_limits(d)[3],
     "server.cors_allowed_origins": lambda d: d.state.config.server.cors_allowed_origins,
     "supervisor.backoff_initial_s": lambda d: _main(d).policy.backoff_initial_s,
     "supervisor.backoff_max_s": lambda d: _main(d).policy.backoff_max_s,

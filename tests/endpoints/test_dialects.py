@@ -3,24 +3,30 @@ finish reason, from the bytes."""
 
 from __future__ import annotations
 
-from llmd.endpoints.dialects import read_openai_chunk
+from llmd.endpoints.dialects import OpenAIAnswer
 from llmd.inflight import Exchange
+
+
+def feed(exchange: Exchange, chunk: bytes) -> None:
+    """`chunk` through the exchange's one reader (made on its first chunk)."""
+    if exchange not in READERS:
+        READERS[exchange] = OpenAIAnswer(exchange)
+    READERS[exchange].feed(chunk)
+
+
+READERS: dict[Exchange, OpenAIAnswer] = {}
 
 
 def test_streamed_chunks_count_tokens_and_usage_replaces_the_estimate() -> None:
     """One token per SSE event (less the role event); the usage figure, when sent, wins."""
     exchange = Exchange("r", stream=True)
-    read_openai_chunk(
-        exchange, b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n'
-    )
-    read_openai_chunk(exchange, b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n' * 3)
+    feed(exchange, b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n')
+    feed(exchange, b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n' * 3)
     assert exchange.output_tokens == 3 and exchange.first_byte_at is not None
-    read_openai_chunk(
-        exchange, b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":4}}'
-    )
+    feed(exchange, b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":4}}\n\n')
     assert exchange.output_tokens == 4
     whole = Exchange("s", stream=False)
-    read_openai_chunk(whole, b'{"choices":[],"usage":{"completion_tokens": 17,"total_tokens":20}}')
+    feed(whole, b'{"choices":[],"usage":{"completion_tokens": 17,"total_tokens":20}}')
     assert whole.output_tokens == 17
 
 
@@ -29,29 +35,21 @@ def test_the_answer_s_text_and_finish_reason_are_read_from_its_chunks() -> None:
     its finish reason is the last chunk's, `length` wins over another choice's `stop`; a
     non-streamed empty answer has no text."""
     stream = Exchange("r", stream=True)
-    read_openai_chunk(
-        stream, b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n'
-    )
+    feed(stream, b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n')
     assert not stream.has_text and stream.finish_reason is None
-    read_openai_chunk(
-        stream, b'data: {"choices":[{"delta":{"content":"hi"},"finish_reason":null}]}\n\n'
-    )
+    feed(stream, b'data: {"choices":[{"delta":{"content":"hi"},"finish_reason":null}]}\n\n')
     assert stream.has_text
-    read_openai_chunk(
-        stream, b'data: {"choices":[{"delta":{"content":""},"finish_reason":"stop"}]}\n\n'
-    )
+    feed(stream, b'data: {"choices":[{"delta":{"content":""},"finish_reason":"stop"}]}\n\n')
     assert stream.finish_reason == "stop"
     both = Exchange("n2", stream=False)
-    read_openai_chunk(
+    feed(
         both,
         b'{"choices":[{"text":"","finish_reason":"length","prompt_text":"x"},'
         b'{"text":"","finish_reason":"stop"}]}',
     )
     assert both.finish_reason == "length" and not both.has_text
     tools = Exchange("t", stream=False)
-    read_openai_chunk(
-        tools, b'{"choices":[{"message":{"content":null,"tool_calls":[{"id":"c"}]}}]}'
-    )
+    feed(tools, b'{"choices":[{"message":{"content":null,"tool_calls":[{"id":"c"}]}}]}')
     assert tools.has_text
 
 
@@ -59,14 +57,10 @@ def test_a_finish_reason_is_found_among_null_ones_in_one_chunk() -> None:
     """A chunk of several events, some with `"finish_reason":null`, gives the one that is
     not; a chunk of null ones alone (compact or spaced) gives none."""
     stream = Exchange("r", stream=True)
-    read_openai_chunk(
-        stream, b'data: {"choices":[{"delta":{"content":"a"},"finish_reason":null}]}\n\n' * 2
-    )
-    read_openai_chunk(
-        stream, b'data: {"choices":[{"delta":{"content":"b"},"finish_reason": null}]}\n\n'
-    )
+    feed(stream, b'data: {"choices":[{"delta":{"content":"a"},"finish_reason":null}]}\n\n' * 2)
+    feed(stream, b'data: {"choices":[{"delta":{"content":"b"},"finish_reason": null}]}\n\n')
     assert stream.finish_reason is None
-    read_openai_chunk(
+    feed(
         stream,
         b'data: {"choices":[{"delta":{"content":"c"},"finish_reason":null}]}\n\n'
         b'data: {"choices":[{"delta":{},"finish_reason":"length"}]}\n\n',

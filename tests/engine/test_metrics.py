@@ -27,6 +27,11 @@ vllm:generation_tokens_total{engine="0",model_name="tiny"} 5000.0
 # TYPE vllm:time_to_first_token_seconds histogram
 vllm:time_to_first_token_seconds_bucket{engine="0",le="0.001",model_name="tiny"} 0.0
 vllm:time_to_first_token_seconds_count{engine="0",model_name="tiny"} 0.0
+vllm:time_to_first_token_seconds_sum{engine="0",model_name="tiny"} 2.4
+# TYPE vllm:inter_token_latency_seconds histogram
+vllm:inter_token_latency_seconds_bucket{engine="0",le="0.01",model_name="tiny"} 4900.0
+vllm:inter_token_latency_seconds_count{engine="0",model_name="tiny"} 4990.0
+vllm:inter_token_latency_seconds_sum{engine="0",model_name="tiny"} 49.9
 # TYPE vllm:cache_config_info gauge
 vllm:cache_config_info{block_size="128",cache_dtype="auto",engine="0",num_cpu_blocks="None",num_gpu_blocks="1024"} 1.0
 """  # noqa: E501
@@ -113,3 +118,14 @@ def test_counters_are_read_with_or_without_total_and_itl_by_its_old_name() -> No
     sample = parse_engine_metrics(text, 0.0)
     assert sample.preemptions_total == 5.0
     assert sample.inter_token_latency is not None and sample.inter_token_latency.count == 5.0
+
+
+def test_reads_the_mean_inter_token_latency_and_prefill_time_per_token() -> None:
+    """The ITL histogram's sum over its count, and the TTFT sum over prompt tokens (the stall
+    watchdog's measures); none before a token; the send time is kept."""
+    sample = parse_engine_metrics(TEXT, taken_at=5.0, sent_at=3.5)
+    assert sample.mean_itl_s == pytest.approx(0.01)
+    assert sample.prefill_s_per_token == pytest.approx(0.002)
+    assert sample.sent_at == 3.5
+    fresh = parse_engine_metrics(TEXT.replace("4990.0", "0.0").replace(" 1200.0", " 0.0"), 1.0)
+    assert fresh.mean_itl_s is None and fresh.prefill_s_per_token is None

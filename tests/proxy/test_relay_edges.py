@@ -121,3 +121,15 @@ def test_a_last_newline_read_on_its_own_ends_the_stream_cleanly(stack: ProxyStac
         stack.release_tail()
         received += b"".join(chunks)
     assert received == b'data: {"choices": []}\n\ndata: [DONE]\n\n'
+
+
+def test_a_connection_lost_after_done_is_no_error(stack: ProxyStack) -> None:
+    """The engine's connection is reset after its stream's `[DONE]`, before the body's end:
+    the client has its whole answer, nothing is appended, and it counts as answered."""
+    # The test before's request may still be ending (its engine lingers before its end).
+    assert wait_for(lambda: len(stack.ctx.inflight) == 0, 10)
+    answered = stack.ctx.observer.tallies.answered
+    body = {**CHAT, "stream": True, "cut_after_done": True}
+    received = httpx.post(stack.base_url + "/v1/chat/completions", json=body).content
+    assert received == b'data: {"choices": []}\n\ndata: [DONE]\n\n'
+    assert wait_for(lambda: stack.ctx.observer.tallies.answered == answered + 1, 10)

@@ -13,7 +13,6 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from transformers import AutoTokenizer
 
 from tests.support.fake_engine import ProxyStack
 from tests.validation.conftest import STRING_TEMPLATE, make_tokenizer_dir
@@ -88,7 +87,10 @@ def client(stack: ProxyStack) -> Iterator[httpx.Client]:
 
 @pytest.fixture(scope="module")
 def tokenizer(stack: ProxyStack) -> Any:
-    """The oracle's tokenizer: the model's, loaded once."""
+    """The oracle's tokenizer: the model's, loaded once with transformers (imported here, not
+    at collection: seconds of CPU in every test worker)."""
+    from transformers import AutoTokenizer
+
     return AutoTokenizer.from_pretrained(stack.ctx.config.engine.model)
 
 

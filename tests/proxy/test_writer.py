@@ -71,3 +71,16 @@ async def test_the_body_goes_to_the_body_send_and_the_notes_on_the_start() -> No
     refused = Sent()
     await answer_error(ClientWriter(refused, Exchange("s", stream=True), notes), EngineError("x"))
     assert set(notes) <= set(refused.messages[0]["headers"])
+
+
+async def test_a_stream_in_another_layout_ends_answered_and_between_events() -> None:
+    """A stream written with CRLF, `data:` unspaced and comments ends between events once its
+    `[DONE]` event's blank line went out (its CR ends it: the LF after belongs to it), and the
+    exchange is answered: nothing to append."""
+    writer = ClientWriter(Sent(), Exchange("r", stream=True))
+    await writer.start(200, [])
+    await writer.body(b': hi\r\ndata:{"choices":[{"delta":{"content":"a"}}]}\r\n\r\n', more=True)
+    await writer.body(b"data:[DONE]\r\n\r", more=True)
+    assert writer.exchange.answered and writer.between_events
+    await writer.body(b"\n", more=True)
+    assert writer.exchange.answered and writer.between_events

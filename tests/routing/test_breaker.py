@@ -58,6 +58,16 @@ def test_old_outcomes_leave_the_window() -> None:
     assert breaker.state(40.0) is BreakerState.CLOSED
 
 
+def test_a_trip_opens_at_once_from_any_state() -> None:
+    """A stall trips the breaker: open now for the next cooldown, closed or half-open."""
+    breaker = CircuitBreaker(POLICY)
+    breaker.trip(1.0)
+    assert breaker.state(1.0) is BreakerState.OPEN and breaker.retry_after_s(1.0) == 5.0
+    assert breaker.state(6.0) is BreakerState.HALF_OPEN
+    breaker.trip(6.0)
+    assert breaker.state(6.0) is BreakerState.OPEN and breaker.retry_after_s(6.0) == 10.0
+
+
 def test_cooldown_then_one_probe_then_close_on_success() -> None:
     """After the cooldown one probe passes, no second one; its success closes the breaker."""
     breaker = opened()

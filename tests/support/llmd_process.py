@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -22,11 +24,38 @@ from tests.support.waiting import wait_for
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _port_slice() -> list[int]:
+    """This worker's ports: its share of the 12,000 below the ephemeral range, from a random
+    start."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    mine = list(range(max(1024, low - 12000), low))[worker::workers]
+    start = random.randrange(len(mine))
+    return mine[start:] + mine[:start]
+
+
+_SLICE = _port_slice()
+_PORTS = itertools.cycle(_SLICE)
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 that was free a moment ago, for a process to bind next.
+
+    Taken below the kernel's ephemeral range (ip_local_port_range, 32768-60999 here), where
+    the kernel never puts a client's connection nor a bind to port 0: a port from that range,
+    freed and bound again a moment later by llmd, was taken meanwhile by another test's
+    connection ("Address already in use") once tests ran two at a time. Each pytest-xdist
+    worker hands out ports from its own slice, in turn, so two workers never pick the same
+    port and one worker repeats one only after thousands."""
+    for port in itertools.islice(_PORTS, len(_SLICE)):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free TCP port below the ephemeral range")
 
 
 def short_tmpdir(prefix: str) -> Path:

@@ -37,6 +37,15 @@ def rss_and_fds(pid: int) -> tuple[int, int]:
     return int(process.memory_info().rss), int(process.num_fds())
 
 
+def slope_per_min(samples: list[dict[str, float]], key: str) -> float | None:
+    """Least-squares slope of `key` against the samples' time `t` (s), per minute; None with
+    fewer than 3 samples."""
+    if len(samples) < 3:
+        return None
+    fit = statistics.linear_regression([s["t"] for s in samples], [s[key] for s in samples])
+    return fit.slope * 60
+
+
 def write_record(path: Path | None, **figures: Any) -> None:
     """Write `figures` as JSON to `path` (nothing when None), with the command that made them,
     the date and the machine's CPU count first."""

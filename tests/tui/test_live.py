@@ -31,9 +31,7 @@ def top(llmd: LlmdProcess, **kwargs: object) -> TopApp:
 
 async def test_one_engine_drained_by_name_shows_drained_in_the_header(llmd: LlmdProcess) -> None:
     """llmd's only engine drained by name (`POST /drain {"engine": "main"}`): the header says
-    DRAINED, not `admitting`, with a note; resumed, it says `admitting` again. (First in the
-    package's shared daemon: test_each_key's restart then logs the latest engine_ready, which
-    test_tmux looks for among the recent events.)"""
+    DRAINED, not `admitting`, with a note; resumed, it says `admitting` again."""
     app = top(llmd)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: "admitting" in screen_text(app))
@@ -54,7 +52,10 @@ async def test_one_engine_drained_by_name_shows_drained_in_the_header(llmd: Llmd
 async def test_each_key_against_a_live_daemon(llmd: LlmdProcess) -> None:
     """`/` filters, `c`+`y` cancels only the selected stream, `s` sorts, `d` then `n` does
     nothing, `d`+`y` drains, `u` resumes, `r`+`y` restarts the engine, `?` helps, `q` quits."""
-    victim, bystander = Stream(llmd, "victim-7"), Stream(llmd, "bystander-7")
+    # 1,000 tokens (about 20 s at SLOW), so both are still streaming once llmd-top is up and
+    # filtered, however long that takes on a loaded machine (300 tokens, 6 s, were over first).
+    long = {**STREAM, "max_tokens": 1000}
+    victim, bystander = Stream(llmd, "victim-7", long), Stream(llmd, "bystander-7", long)
     victim.start()
     bystander.start()
     assert victim.first.wait(10) and bystander.first.wait(10)
@@ -79,7 +80,7 @@ async def test_each_key_against_a_live_daemon(llmd: LlmdProcess) -> None:
         await pilot.press("u")
         await until(pilot, lambda: "admitting" in screen_text(app))
         assert llmd.admin_status()["draining"] is False
-        await asyncio.to_thread(bystander.join, 30)
+        await asyncio.to_thread(bystander.join, 60)
         assert bystander.last_event()["choices"][0]["finish_reason"] == "length"
 
         pid = llmd.admin_status()["engine"]["pid"]

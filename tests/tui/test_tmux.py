@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Callable
 
+import httpx
 import pytest
 
 from tests.support.llmd_process import REPO, LlmdProcess
@@ -63,8 +64,8 @@ class Tmux:
 
 
 def test_llmd_top_in_a_real_terminal(llmd: LlmdProcess) -> None:
-    """The dashboard draws in tmux with the engine serving and a live stream listed; `?` shows
-    the help, `q` quits and the session ends."""
+    """The dashboard draws in tmux with a live stream listed and a request refused while it
+    runs among the recent events; `?` shows the help, `q` quits and the session ends."""
     # A request that hangs in the simulator stays in flight however long llmd-top takes to
     # start and draw on a loaded machine (it ends when the daemon stops).
     stream = Stream(llmd, "tmux-stream-1", body={**STREAM, "sim_fault": "hang"})
@@ -78,8 +79,21 @@ def test_llmd_top_in_a_real_terminal(llmd: LlmdProcess) -> None:
     try:
         # What every terminal size shows: on a small window (tmux may keep 80 columns when no
         # client is attached) the header and the table rows can be cut; the panel titles stay.
-        screen = tmux.wait_for(lambda s: "sequences · 1 live" in s and "engine_ready" in s)
-        assert "recent events" in screen and "queues" in screen and "tenants" in screen
+        # (Textual paints a frame's panels in turn: each is waited for, not read off one frame.)
+        titles = ("sequences · 1 live", "recent events", "queues", "tenants")
+        tmux.wait_for(lambda s: all(title in s for title in titles))
+        # An event of this test's own, the newest (a refusal: the panel lists lifecycle events
+        # and requests that did not succeed). What came before on this llmd depends on which
+        # tests shared it, and in what order: it looked for engine_ready, which was the newest
+        # only when test_live's restart had run just before.
+        refused = httpx.post(
+            llmd.base_url + "/v1/completions",
+            json={**STREAM, "stream": False, "max_tokens": 5000},
+            headers={"x-request-id": "tmux-refused-1"},
+            timeout=60,
+        )
+        assert refused.status_code == 400
+        tmux.wait_for(lambda s: "request_finished" in s and "tmux-refused-1" in s)
         tmux.run("send-keys", "-t", "top", "?")
         tmux.wait_for(lambda s: "drain: stop admitting" in s)
         tmux.run("send-keys", "-t", "top", "x")

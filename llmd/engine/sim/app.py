@@ -17,6 +17,7 @@ from llmd.engine.sim.metrics import SimMetrics
 from llmd.engine.sim.options import SimOptions
 from llmd.engine.sim.server import SimServer
 from llmd.engine.sim.surface import SURFACES
+from llmd.engine.sim.tasks import resolve_tasks
 from llmd.engine.sim.tokenizer import SimTokenizer
 
 log = logging.getLogger("vllm.entrypoints.openai.api_server")
@@ -32,6 +33,16 @@ def build_server(options: SimOptions) -> SimServer:
     if not (model_dir / "tokenizer.json").is_file():
         raise BootError(f"OSError: {options.model} is not a local folder with a tokenizer.json")
     tokenizer = SimTokenizer(model_dir)
+    try:
+        tasks = resolve_tasks(
+            model_dir,
+            runner=options.runner,
+            convert=options.convert,
+            hf_overrides=dict(options.hf_overrides),
+            asr=options.asr,
+        )
+    except ValueError as exc:
+        raise BootError(f"ValueError: {exc}") from exc
     max_model_len = options.max_model_len or model_max_len(model_dir)
     capacity = options.num_gpu_blocks * options.block_size
     if capacity < max_model_len:
@@ -70,6 +81,8 @@ def build_server(options: SimOptions) -> SimServer:
         max_model_len=max_model_len,
         faults=options.faults,
         surface=SURFACES[options.vllm_version],
+        tasks=tasks,
+        vocab_size=model_vocab_size(model_dir),
     )
 
 
@@ -82,7 +95,7 @@ LISTEN_BACKLOG = 2048
 async def start(server: SimServer, options: SimOptions) -> web.AppRunner:
     """Start the engine loop and listen on `options.uds` and/or `options.port`; the runner
     (`await runner.cleanup()` stops listening; then `await server.engine.close()`)."""
-    server.engine.start()
+    server.engine.start(options.faults.stall_after_s)
     runner = web.AppRunner(
         server.app(),
         handler_cancellation=True,
@@ -99,6 +112,15 @@ async def start(server: SimServer, options: SimOptions) -> web.AppRunner:
         await web.TCPSite(runner, options.host, options.port, backlog=LISTEN_BACKLOG).start()
         log.info("Starting vLLM API server 0 on http://%s:%d", options.host, options.port)
     return runner
+
+
+def model_vocab_size(model_dir: Path) -> int:
+    """The model's `vocab_size` (config.json; 0 if absent): vLLM 0.32 takes token ids below
+    the larger of it and the tokenizer's."""
+    try:
+        return int(json.loads((model_dir / "config.json").read_text()).get("vocab_size", 0))
+    except (OSError, ValueError, TypeError):
+        return 0
 
 
 def model_max_len(model_dir: Path) -> int:

@@ -128,6 +128,8 @@ class SimEngine:
         self._frontend_task: asyncio.Task[None] | None = None
         self.prompt_tokens_done = 0
         self.generation_tokens_done = 0
+        # When the core stops producing tokens for good (the stall fault); None: never.
+        self.stall_at: float | None = None
 
     @classmethod
     def build(
@@ -161,8 +163,11 @@ class SimEngine:
             prefix_cache=PrefixCache(block_size, num_gpu_blocks) if prefix_caching else None,
         )
 
-    def start(self) -> None:
-        """Start the step loop and the API server's worker on the running event loop."""
+    def start(self, stall_after_s: float | None = None) -> None:
+        """Start the step loop and the API server's worker on the running event loop; with
+        `stall_after_s`, the core stalls that many seconds from now (`stall_at`)."""
+        if stall_after_s is not None:
+            self.stall_at = self.clock() + stall_after_s
         self._task = asyncio.create_task(self._run(), name="sim-engine-core")
         self._frontend_task = asyncio.create_task(self.frontend.run(), name="sim-frontend")
 
@@ -225,7 +230,8 @@ class SimEngine:
             else:
                 self.scheduler.abort(state.seq)
         state.finish_reason = "abort"
-        self._record_finished(state, self.clock())
+        if not self.stalled:  # a stalled core never hears of the abort
+            self._record_finished(state, self.clock())
         self._changed()
 
     def die(self) -> None:
@@ -244,6 +250,12 @@ class SimEngine:
             self._task.cancel()
 
     @property
+    def stalled(self) -> bool:
+        """The core has stalled (the stall fault): no step, and the gauges and counters stay
+        as they were, since vLLM's come from its core."""
+        return self.stall_at is not None and self.clock() >= self.stall_at
+
+    @property
     def num_running(self) -> int:
         return len(self.scheduler.running)
 
@@ -256,6 +268,10 @@ class SimEngine:
     async def _run(self) -> None:
         ended = float("-inf")  # when the previous step ended, on the step clock
         while True:
+            if self.stalled:
+                # As vLLM's EngineCore stopped (SIGSTOP): no step, no token, gauges as they were.
+                log.warning("EngineCore stalled (simulated): no further step.")
+                await asyncio.Event().wait()
             step = self.scheduler.schedule() if self.scheduler.has_work else None
             if not step:
                 ended = float("-inf")  # idle: the next step starts when work comes
@@ -269,6 +285,8 @@ class SimEngine:
                 step.prefill_tokens, step.decode_seqs, step.decode_context, step.prefill_seqs
             )
             await asyncio.sleep(max(0.0, ended - self.clock()))
+            if self.stalled:
+                continue  # stalled mid-step: this step's tokens never come
             self._on_completed(step)
 
     def _on_scheduled(self, step: Step, now: float) -> None:
@@ -306,6 +324,13 @@ class SimEngine:
         self._update_gauges()
 
     def _emit_token(self, state: RequestState, now: float) -> None:
+        if state.request.kind == "pooling":
+            # The pooler's output ends the request after its prefill, with no token sampled:
+            # vLLM 0.32 counts its prompt and TTFT, no generation token, and finishes it
+            # "stop" (v1/core/sched/scheduler.py: "Pooling stops as soon as there is output").
+            self._prefilled(state, now)
+            state.finish_reason = "stop"
+            return
         token_id = self.tokenizer.sample_id(state.rng)
         piece = self.tokenizer.piece(token_id)
         if state.fault.empty and not state.token_ids:  # an end of sequence first: no text
@@ -313,14 +338,7 @@ class SimEngine:
             state.finish_reason = "stop"
             self.scheduler.abort(state.seq, "stop")
         if state.first_token_at is None:
-            state.first_token_at = now
-            self.metrics.ttft.observe(now - state.arrival)
-            self.metrics.prompt_tokens.inc(state.seq.prompt_tokens)
-            self.metrics.prefix_queries.inc(state.seq.prompt_tokens)
-            self.metrics.prefix_hits.inc(state.cached_tokens)
-            if self.prefix_cache is not None:
-                self.prefix_cache.insert(state.request.prompt_ids)
-            self.prompt_tokens_done += state.seq.prompt_tokens
+            self._prefilled(state, now)
         elif state.last_token_at is not None:
             self.metrics.itl.observe(now - state.last_token_at)
         state.last_token_at = now
@@ -340,6 +358,17 @@ class SimEngine:
         state.token_ids.append(token_id)
         state.pieces.append(piece)
 
+    def _prefilled(self, state: RequestState, now: float) -> None:
+        """The request's first output (a token, or a pooled vector): TTFT and prompt counts."""
+        state.first_token_at = now
+        self.metrics.ttft.observe(now - state.arrival)
+        self.metrics.prompt_tokens.inc(state.seq.prompt_tokens)
+        self.metrics.prefix_queries.inc(state.seq.prompt_tokens)
+        self.metrics.prefix_hits.inc(state.cached_tokens)
+        if self.prefix_cache is not None:
+            self.prefix_cache.insert(state.request.prompt_ids)
+        self.prompt_tokens_done += state.seq.prompt_tokens
+
     def _record_finished(self, state: RequestState, now: float) -> None:
         m = self.metrics
         assert state.finish_reason is not None
@@ -357,6 +386,8 @@ class SimEngine:
         m.request_generation_tokens.observe(len(state.token_ids))
 
     def _update_gauges(self) -> None:
+        if self.stalled:
+            return
         self.metrics.running.set(len(self.scheduler.running))
         self.metrics.waiting.set(self.scheduler.num_waiting)
         self.metrics.kv_usage.set(self.scheduler.pool.usage)

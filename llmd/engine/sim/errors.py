@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from aiohttp import web
+
 
 class SimHTTPError(Exception):
     """An error response: `status`, vLLM's error `type`, `message`, and `param` (or None)."""
@@ -33,6 +35,23 @@ class SimHTTPError(Exception):
     def json_bytes(self) -> bytes:
         return json.dumps(self.body()).encode()
 
+    def response(self) -> web.Response:
+        """This error as the HTTP answer."""
+        return web.Response(
+            body=self.json_bytes(), status=self.status, content_type="application/json"
+        )
+
+
+class DetailError(SimHTTPError):
+    """An error Starlette answers itself, in FastAPI's `{"detail": message}` shape (vLLM's
+    handlers catch FastAPI's HTTPException, not Starlette's: a form that does not parse)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(status, message, type="")
+
+    def body(self) -> dict[str, Any]:
+        return {"detail": self.message}
+
 
 def bad_request(message: str, param: str | None = None) -> SimHTTPError:
     """400 BadRequestError; vLLM appends `(parameter=P, value=V)` to its own validation messages."""
@@ -49,10 +68,14 @@ def invalid_value(message: str, param: str, value: object = _NO_VALUE) -> SimHTT
     return bad_request(f"{message} ({shown})", param)
 
 
-def validation_error(kind: str, loc: str, msg: str, value: object) -> SimHTTPError:
-    """400 in the shape of a pydantic validation error, as FastAPI answers a wrong type."""
+def validation_error(
+    kind: str, loc: str, msg: str, value: object, ctx: dict[str, object] | None = None
+) -> SimHTTPError:
+    """400 in the shape of a pydantic validation error, as FastAPI answers a wrong type;
+    `ctx` the constraint pydantic names (`{'ge': 0}`)."""
     shown = _pydantic_input(value)
-    detail = f"{{'type': '{kind}', 'loc': '{loc}', 'msg': '{msg}', 'input': {shown}}}"
+    extra = f", 'ctx': {ctx!r}" if ctx else ""
+    detail = f"{{'type': {kind!r}, 'loc': {loc!r}, 'msg': {msg!r}, 'input': {shown}{extra}}}"
     return SimHTTPError(
         400, f"1 validation error:\n  {detail}", type="Bad Request", param=loc or None
     )
@@ -84,8 +107,12 @@ def injected(status: int) -> SimHTTPError:
 
 
 def _pydantic_input(value: object) -> str:
-    if isinstance(value, dict):
-        return f"'<dict of {len(value)} items>'"
-    if isinstance(value, list):
-        return f"'<list of {len(value)} items>'"
-    return repr(value)
+    """The `input` of one error as vLLM 0.32 shows it (exception_handling/handlers/
+    validation.py `_summarize_error_input`): containers described, other values as their
+    text (200 characters at most), then written as Python writes a dict's string."""
+    if isinstance(value, dict | list | tuple):
+        return repr(f"<{type(value).__name__} of {len(value)} items>")
+    text = value if isinstance(value, str) else str(value)
+    if len(text) > 200:
+        text = text[:200] + "...[truncated]"
+    return repr(text)

@@ -5,10 +5,12 @@ that forward bodies untouched but not headers).
 Request fault grammar, comma-separated: `hang` (accepted, never a token), `die-after:K` (the
 connection is dropped after K tokens; 0: before the response starts), `error:STATUS` (answered
 with that status), `crash` (the process exits non-zero at once), `dead` (the engine dies now:
-/health 503, generation 500), `delay:S` (S more seconds before the request is scheduled),
+/health 503, generation 500), `stall` (the engine core stalls now, as `--fault-stall-after-s`
+does; this request with the others), `delay:S` (S more seconds before the request is scheduled),
 `empty` (the answer has no text: its first token is an end of sequence that carries none, so
 it ends at once with finish_reason `stop` and 1 completion token, as a model that emits EOS
-first does in vLLM).
+first does in vLLM). On a pooling request (no tokens) `die-after:K` drops the connection once
+its vectors are ready, and `empty` does nothing; on an audio one the body field is a form field.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class RequestFault:
     error_status: int | None = None
     crash: bool = False
     dead: bool = False
+    stall: bool = False
     delay_s: float = 0.0
     empty: bool = False
 
@@ -48,6 +51,8 @@ class RequestFault:
                     fault = dataclasses.replace(fault, crash=True)
                 elif name == "dead" and not value:
                     fault = dataclasses.replace(fault, dead=True)
+                elif name == "stall" and not value:
+                    fault = dataclasses.replace(fault, stall=True)
                 elif name == "empty" and not value:
                     fault = dataclasses.replace(fault, empty=True)
                 elif name == "die-after":
@@ -88,11 +93,15 @@ def _non_negative(value: _N) -> _N:
 class FaultOptions:
     """Process-wide faults from the command line; `None` and 0 mean off.
 
-    `crash_after`/`dead_after` count generation requests served before the fault strikes on the
-    next one. `exit_on_death` is the delay after the engine dies before the process exits with
-    status 0, as vLLM's API server does once its engine core is gone (vllm#48966).
-    `error_rate` and `empty_rate` are the shares of generation requests answered with
-    `error_status` or without text (`empty`), drawn from a fixed seed.
+    `crash_after`/`dead_after` count engine requests (generation, pooling, audio) served before
+    the fault strikes on the next one. `exit_on_death` is the delay after the engine dies
+    before the process exits with status 0, as vLLM's API server does once its engine core is
+    gone (vllm#48966). `error_rate` is the share of engine requests answered with
+    `error_status`, `empty_rate` that of generation requests answered without text (`empty`),
+    both drawn from a fixed seed. `stall_after_s`: that many seconds after boot the engine core
+    stops producing tokens for good while `/health` and `/metrics` still answer (as vLLM's API
+    server does with its EngineCore process stopped: ENGINE.md). `sse_layout`: streams are
+    written in another layout the event-stream grammar allows (`sse_relayout`).
     """
 
     boot_delay_s: float = 0.0
@@ -105,3 +114,21 @@ class FaultOptions:
     error_rate: float = 0.0
     error_status: int = 500
     empty_rate: float = 0.0
+    stall_after_s: float | None = None
+    sse_layout: bool = False
+
+
+def sse_relayout(chunk: bytes, first_id: int) -> bytes:
+    """`chunk`'s events (vLLM's `data: X\n\n` each) as another valid event stream writes them
+    (WHATWG HTML §9.2.6): CRLF line endings, a comment and an `id:` line before each event,
+    `event: message`, `data:` without its space, and a JSON object's data over two lines (cut
+    after its `{`: joined again with a LF, still the same JSON). `first_id` numbers the first
+    event."""
+    out = []
+    for number, event in enumerate(chunk.split(b"\n\n")[:-1], start=first_id):
+        data = event.removeprefix(b"data: ")
+        lines = [b"{", data[1:]] if data.startswith(b"{") else [data]
+        out.append(b": sim\r\nid: %d\r\nevent: message\r\n" % number)
+        out.extend(b"data:" + line + b"\r\n" for line in lines)
+        out.append(b"\r\n")
+    return b"".join(out)

@@ -17,6 +17,7 @@ from typing import Literal
 from llmd.engine.args import dashed
 from llmd.engine.sim.faults import FaultOptions
 from llmd.engine.sim.surface import DEFAULT_VERSION, SURFACES
+from llmd.engine.sim.tasks import add_task_arguments, check_task_arguments
 from llmd.engine.sim.timing import TimingModel
 
 
@@ -51,6 +52,12 @@ class SimOptions:
     faults: FaultOptions = dataclasses.field(default_factory=FaultOptions)
     stats_interval_s: float = 10.0
     vllm_version: str = DEFAULT_VERSION
+    # What the model does (llmd/engine/sim/tasks.py): vLLM's --runner and --convert, the
+    # config keys of --hf-overrides, and the simulator's own --sim-asr.
+    runner: str = "auto"
+    convert: str = "auto"
+    hf_overrides: tuple[tuple[str, object], ...] = ()
+    asr: bool = False
 
 
 def parse_options(argv: Sequence[str] | None = None) -> SimOptions:
@@ -79,7 +86,10 @@ def parse_options(argv: Sequence[str] | None = None) -> SimOptions:
         error_rate=args.fault_error_rate,
         error_status=args.fault_error_status,
         empty_rate=args.fault_empty_rate,
+        stall_after_s=args.fault_stall_after_s,
+        sse_layout=args.fault_sse_layout,
     )
+    check_task_arguments(parser, args)
     names = tuple(args.served_model_name or ()) or (args.model,)
     keys = [k for k in (args.api_key or [os.environ.get("VLLM_API_KEY")]) if k]
     return SimOptions(
@@ -103,6 +113,10 @@ def parse_options(argv: Sequence[str] | None = None) -> SimOptions:
         faults=faults,
         stats_interval_s=args.stats_interval,
         vllm_version=args.vllm_version,
+        runner=args.runner,
+        convert=args.convert,
+        hf_overrides=tuple(args.hf_overrides.items()),
+        asr=args.sim_asr,
     )
 
 
@@ -167,6 +181,7 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_VERSION,
         help="the vLLM release whose API behaviour to mimic (llmd/engine/sim/surface.py)",
     )
+    add_task_arguments(p)
     limits = p.add_argument_group("engine limits (as vLLM's flags)")
     limits.add_argument("--max-model-len", type=int, default=0)
     limits.add_argument("--max-num-seqs", type=int, default=SimOptions.max_num_seqs)
@@ -213,7 +228,7 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="N",
-        help="serve N generation requests, then exit non-zero when the next one arrives",
+        help="serve N engine requests (any endpoint), then exit non-zero when the next one arrives",
     )
     faults.add_argument("--fault-crash-code", type=int, default=1, metavar="CODE")
     faults.add_argument(
@@ -221,7 +236,7 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="N",
-        help="serve N generation requests, then the engine dies: /health 503, generation 500",
+        help="serve N engine requests, then the engine dies: /health 503, requests 500",
     )
     faults.add_argument(
         "--fault-exit-on-death",
@@ -234,7 +249,7 @@ def _parser() -> argparse.ArgumentParser:
         "--fault-request",
         default="",
         metavar="SPEC",
-        help="apply SPEC to every generation request (same grammar as the x-sim-fault header)",
+        help="apply SPEC to every engine request (same grammar as the x-sim-fault header)",
     )
     faults.add_argument("--fault-error-rate", type=float, default=0.0, metavar="P")
     faults.add_argument("--fault-error-status", type=int, default=500, metavar="STATUS")
@@ -244,5 +259,19 @@ def _parser() -> argparse.ArgumentParser:
         default=0.0,
         metavar="P",
         help="answer this share of generation requests without text (the `empty` fault)",
+    )
+    faults.add_argument(
+        "--fault-stall-after-s",
+        type=float,
+        default=None,
+        metavar="S",
+        help="S seconds after boot the engine core stops producing tokens (as a SIGSTOPped "
+        "EngineCore); /health and /metrics still answer",
+    )
+    faults.add_argument(
+        "--fault-sse-layout",
+        action="store_true",
+        help="write streams with CRLF, comments, id: and event: fields, `data:` unspaced and "
+        "data over two lines (another layout the event-stream grammar allows)",
     )
     return p

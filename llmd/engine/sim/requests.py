@@ -25,9 +25,11 @@ COMPLETION_DEFAULT_MAX_TOKENS = 16
 
 @dataclasses.dataclass(frozen=True)
 class GenerationRequest:
-    """One checked generation request; `max_tokens` is already clamped to the context."""
+    """One checked engine request; `max_tokens` is already clamped to the context. A
+    `pooling` one is one prompt of a pooling request: prefill only (`max_tokens` 1), its
+    output a vector, not a token."""
 
-    kind: Literal["chat", "completion"]
+    kind: Literal["chat", "completion", "pooling"]
     model: str | None
     prompt_ids: tuple[int, ...]
     max_tokens: int

@@ -13,6 +13,8 @@ import json
 import time
 from typing import Any
 
+from aiohttp import web
+
 from llmd.engine.sim.core import RequestState
 
 SYSTEM_FINGERPRINT = "vllm-0.32.0-llmdsim"
@@ -22,6 +24,20 @@ DONE = b"data: [DONE]\n\n"
 def dumps(value: Any) -> bytes:
     """Compact JSON with raw unicode, as pydantic dumps it."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def json_response(body: bytes, status: int = 200) -> web.Response:
+    """A JSON answer of `body` (already encoded)."""
+    return web.Response(body=body, status=status, content_type="application/json")
+
+
+def drop_connection(request: web.Request) -> web.Response:
+    """Cut the connection mid-response, as a dying engine process does (the response returned
+    is never sent)."""
+    transport = request.transport
+    if transport is not None:
+        transport.abort()
+    return web.Response(status=500)
 
 
 def sse(value: Any) -> bytes:

@@ -1,9 +1,10 @@
 """The HTTP surface: vLLM's OpenAI server routes (0.32's, or 0.31's: `Surface`) over the
-simulated engine (aiohttp).
+simulated engine (aiohttp): health, models, metrics, tokenizer, then the routes the model's
+tasks register (tasks.py): generation here, pooling, scoring and audio in their modules.
 
 Handlers are cancelled when their client disconnects (`handler_cancellation`), and a cancelled
-generation aborts its engine request at once, as vLLM does. Faults armed by flag, header
-(`x-sim-fault`) or body field (`sim_fault`) are applied here, on the request's way in and out.
+request aborts its engine requests at once, as vLLM does. Faults armed by flag, header
+(`x-sim-fault`) or body field (`sim_fault`) are applied here (`admit`) for every endpoint.
 """
 
 from __future__ import annotations
@@ -22,18 +23,23 @@ from typing import Literal
 from aiohttp import web
 
 from llmd.engine.sim import errors
+from llmd.engine.sim.audio import AudioRoutes
 from llmd.engine.sim.core import RequestState, SimEngine
 from llmd.engine.sim.errors import SimHTTPError
-from llmd.engine.sim.faults import FaultOptions, FaultSpecError, RequestFault
+from llmd.engine.sim.faults import FaultOptions, FaultSpecError, RequestFault, sse_relayout
 from llmd.engine.sim.metrics import CONTENT_TYPE, SimMetrics
-from llmd.engine.sim.requests import parse_generation, parse_json_object, parse_tokenize
-from llmd.engine.sim.responses import DONE, ResponseWriter, dumps
+from llmd.engine.sim.pooling import PoolingRoutes
+from llmd.engine.sim.pooling_requests import PromptContext
+from llmd.engine.sim.requests import parse_generation, parse_json_object
+from llmd.engine.sim.responses import DONE, ResponseWriter, drop_connection, dumps, json_response
+from llmd.engine.sim.scoring import ScoringRoutes
 from llmd.engine.sim.surface import DEFAULT_VERSION, SURFACES, Surface
+from llmd.engine.sim.tasks import ModelTasks
 from llmd.engine.sim.tokenizer import SimTokenizer
+from llmd.engine.sim.tokens import TokenRoutes
 
 log = logging.getLogger("vllm.entrypoints.openai.api_server")
 SSE_HEADERS = {"content-type": "text/event-stream; charset=utf-8"}
-JSON = "application/json"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
 
@@ -56,6 +62,8 @@ class SimServer:
         lora_modules: dict[str, str] | None = None,
         api_keys: tuple[str, ...] = (),
         surface: Surface = SURFACES[DEFAULT_VERSION],
+        tasks: ModelTasks | None = None,
+        vocab_size: int = 0,
     ) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
@@ -70,6 +78,16 @@ class SimServer:
         self.request_fault = RequestFault.parse(faults.request)
         self.on_exit = on_exit or _hard_exit
         self.surface = surface
+        self.tasks = tasks or ModelTasks()
+        self.prompt_context = PromptContext(
+            tokenizer=tokenizer,
+            max_model_len=max_model_len,
+            tasks=self.tasks,
+            model_name=model_name,
+            vocab_size=max(vocab_size, tokenizer.vocab_size),
+            serves=lambda name: name in self.aliases or name in self.lora_modules,
+            adapter=lambda name: name in self.lora_modules,
+        )
         self.generation_requests = 0
         self.created = int(time.time())
         self._rng = random.Random(0)
@@ -81,9 +99,16 @@ class SimServer:
         app.router.add_get("/version", self.version)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/metrics", self.metrics_text)
-        app.router.add_post("/tokenize", self.tokenize)
-        app.router.add_post("/v1/chat/completions", self._generation("chat"))
-        app.router.add_post("/v1/completions", self._generation("completion"))
+        TokenRoutes(self).add_to(app.router)
+        if self.tasks.generates:
+            app.router.add_post("/v1/chat/completions", self._generation("chat"))
+            app.router.add_post("/v1/completions", self._generation("completion"))
+        if self.tasks.pooling_task is not None:
+            PoolingRoutes(self).add_to(app.router)
+        if self.tasks.score_type is not None:
+            ScoringRoutes(self).add_to(app.router)
+        if self.tasks.asr:
+            AudioRoutes(self).add_to(app.router)
         if runtime_lora_updating():
             app.router.add_post("/v1/load_lora_adapter", self.load_lora_adapter)
         return app
@@ -126,7 +151,7 @@ class SimServer:
         cards += [
             self._card(name, path, self.model_name) for name, path in self.lora_modules.items()
         ]
-        return _json(dumps({"object": "list", "data": cards}))
+        return json_response(dumps({"object": "list", "data": cards}))
 
     def _card(self, name: str, root: str, parent: str | None) -> dict[str, object]:
         return {
@@ -158,26 +183,6 @@ class SimServer:
     async def metrics_text(self, request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), headers={"content-type": CONTENT_TYPE})
 
-    async def tokenize(self, request: web.Request) -> web.Response:
-        """`{"count", "max_model_len", "tokens", "token_strs"}`; no context-length check."""
-        try:
-            body = parse_json_object(await request.read())
-            self._check_model(body.get("model"))
-            ids = parse_tokenize(body, self.tokenizer)
-        except SimHTTPError as error:
-            return _error(error)
-        strs = self.tokenizer.token_strs(ids) if body.get("return_token_strs") else None
-        return _json(
-            dumps(
-                {
-                    "count": len(ids),
-                    "max_model_len": self.max_model_len,
-                    "tokens": ids,
-                    "token_strs": strs,
-                }
-            )
-        )
-
     def _generation(self, kind: Literal["chat", "completion"]) -> Handler:
         async def handler(request: web.Request) -> web.StreamResponse:
             return await self._generate(kind, request)
@@ -189,30 +194,18 @@ class SimServer:
     ) -> web.StreamResponse:
         try:
             body = parse_json_object(await request.read())
-            self._check_model(body.get("model"))
+            self.check_model(body.get("model"))
             parsed = parse_generation(kind, body, self.tokenizer, self.max_model_len, self.surface)
-            fault = self.request_fault.merged(
-                RequestFault.parse(request.headers.get("x-sim-fault", "") or parsed.sim_fault)
-            )
-        except FaultSpecError as exc:
-            return _error(errors.bad_request(str(exc), "x-sim-fault"))
         except SimHTTPError as error:
-            return _error(error)
-        try:
-            self._process_faults(fault)
-        except SimHTTPError as error:
-            return _error(error)
-        if self.faults.empty_rate and self._rng.random() < self.faults.empty_rate:
-            fault = dataclasses.replace(fault, empty=True)
-        if fault.die_after == 0:
-            _drop_connection(request)
-            return web.Response(status=500)
-        if fault.delay_s:
-            await asyncio.sleep(fault.delay_s)
+            return error.response()
+        admitted = await self.admit(request, parsed.sim_fault, generation=True)
+        if isinstance(admitted, web.StreamResponse):
+            return admitted
+        fault = admitted
         try:
             state = self.engine.submit(parsed, fault, request.headers.get("x-request-id", ""))
         except SimHTTPError as error:
-            return _error(error)
+            return error.response()
         request_id = request.headers.get("x-request-id") or secrets.token_hex(8)
         answered_as = body.get("model") if body.get("model") in self.lora_modules else None
         writer = ResponseWriter(state, answered_as or self.model_name, request_id)
@@ -223,6 +216,29 @@ class SimServer:
         finally:
             self.engine.abort(state)  # no-op when it finished; frees seat and blocks otherwise
 
+    async def admit(
+        self, request: web.Request, body_fault: str, *, generation: bool = False
+    ) -> RequestFault | web.StreamResponse:
+        """A checked request on its way to the engine: its faults (`--fault-request`, then the
+        x-sim-fault header or else the body's `sim_fault`), or the answer a fault gives it
+        now (an error, a dropped connection). `delay` is waited here; `empty` (by rate too)
+        only applies to `generation`."""
+        try:
+            spec = request.headers.get("x-sim-fault", "") or body_fault
+            fault = self.request_fault.merged(RequestFault.parse(spec))
+            self._process_faults(fault)
+        except FaultSpecError as exc:
+            return errors.bad_request(str(exc), "x-sim-fault").response()
+        except SimHTTPError as error:
+            return error.response()
+        if generation and self.faults.empty_rate and self._rng.random() < self.faults.empty_rate:
+            fault = dataclasses.replace(fault, empty=True)
+        if fault.die_after == 0:
+            return drop_connection(request)
+        if fault.delay_s:
+            await asyncio.sleep(fault.delay_s)
+        return fault
+
     def _process_faults(self, fault: RequestFault) -> None:
         """Faults that strike as the request arrives; raises the error to answer, if any."""
         self.generation_requests += 1
@@ -232,6 +248,8 @@ class SimServer:
             self.on_exit(f.crash_exit_code)
         if fault.dead or (f.dead_after is not None and self.generation_requests > f.dead_after):
             self.kill_engine()
+        if fault.stall and self.engine.stall_at is None:
+            self.engine.stall_at = self.engine.clock()
         if self.engine.dead:
             raise errors.engine_dead()
         if fault.error_status is not None:
@@ -260,16 +278,17 @@ class SimServer:
             async for _ in state.updates():
                 pass
         except SimHTTPError as error:
-            return _error(error)
+            return error.response()
         if state.fault.die_after is not None:
-            _drop_connection(request)
-            return web.Response(status=500)
-        return _json(writer.full_body())
+            return drop_connection(request)
+        return json_response(writer.full_body())
 
     async def _stream(
         self, request: web.Request, state: RequestState, writer: ResponseWriter
     ) -> web.StreamResponse:
         response = web.StreamResponse(status=200, headers=SSE_HEADERS)
+        if self.faults.sse_layout:
+            response = _Relayout(status=200, headers=SSE_HEADERS)
         die_after = state.fault.die_after
         started = False
         end = 0
@@ -285,13 +304,13 @@ class SimServer:
                     end = min(end, start + max(0, die_after - start))
                     if end > start:
                         await response.write(writer.token_chunk(start, end))
-                    _drop_connection(request)
+                    drop_connection(request)
                     return response
                 finish_sent = state.finish_reason is not None
                 await response.write(writer.token_chunk(start, end))
         except SimHTTPError as error:
             if not started:
-                return _error(error)
+                return error.response()
             await response.write(b"data: " + error.json_bytes() + b"\n\n" + DONE)
             await response.write_eof()
             return response
@@ -307,26 +326,23 @@ class SimServer:
         await response.write_eof()
         return response
 
-    def _check_model(self, name: object) -> None:
+    def check_model(self, name: object) -> None:
+        """Raises vLLM 0.32's 404 when `name` (a request's `model`) is served under no name."""
         if name is not None and name not in self.aliases and name not in self.lora_modules:
             raise errors.model_not_found(
                 str(name), ", ".join(self.aliases), self.surface.names_models
             )
 
 
-def _json(body: bytes, status: int = 200) -> web.Response:
-    return web.Response(body=body, status=status, content_type=JSON)
+class _Relayout(web.StreamResponse):
+    """A stream whose events are written in another valid layout (`--fault-sse-layout`)."""
 
+    _events = 0
 
-def _error(error: SimHTTPError) -> web.Response:
-    return _json(error.json_bytes(), status=error.status)
-
-
-def _drop_connection(request: web.Request) -> None:
-    """Cut the connection mid-response, as a dying engine process does."""
-    transport = request.transport
-    if transport is not None:
-        transport.abort()
+    async def write(self, data: bytes | bytearray | memoryview) -> None:
+        chunk = bytes(data)
+        await super().write(sse_relayout(chunk, self._events))
+        self._events += chunk.count(b"\n\n")
 
 
 def _hard_exit(code: int) -> None:

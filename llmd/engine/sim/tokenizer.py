@@ -40,12 +40,31 @@ class SimTokenizer:
         self._template_source: str | None = template
         self._template: Any = None
         self.vocab_size = self._tok.get_vocab_size()
+        # The longest token in characters: vLLM 0.32 refuses a prompt of more characters than
+        # this times the token budget before tokenizing it (tokenizers/hf.py).
+        self.max_chars_per_token = max(map(len, self._tok.get_vocab()), default=1)
         self._clean_ids = self._printable_ids()
         self._pieces: dict[int, str] = {}
 
     def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         """Token ids of `text`, as vLLM tokenizes a completion prompt."""
         return list(self._tok.encode(text, add_special_tokens=add_special_tokens).ids)
+
+    def encode_pair(self, first: str, second: str) -> list[int]:
+        """Token ids of a text pair with the tokenizer's pair template (`tokenizer(text=...,
+        text_pair=...)`, as vLLM 0.32's cross-encoder scoring tokenizes a query and a
+        document)."""
+        return list(self._tok.encode(first, second, add_special_tokens=True).ids)
+
+    def truncate_text(self, text: str, max_tokens: int) -> str:
+        """`text` cut at a character boundary to at most `max_tokens` tokens without special
+        tokens (vLLM 0.32's scoring/utils.py `truncate_text_to_tokens`, by offsets)."""
+        if max_tokens <= 0:
+            return ""
+        offsets = self._tok.encode(text, add_special_tokens=False).offsets
+        if len(offsets) <= max_tokens:
+            return text
+        return text[: min(offsets[max_tokens - 1][1], offsets[max_tokens][0])]
 
     def render_chat(
         self,
@@ -86,6 +105,11 @@ class SimTokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         """Text of `ids`, special tokens skipped (vLLM's default `skip_special_tokens`)."""
         return str(self._tok.decode(list(ids), skip_special_tokens=True))
+
+    def decode_all(self, ids: Sequence[int]) -> str:
+        """Text of `ids` with special tokens kept: what vLLM 0.32's /detokenize answers
+        (`tokenizer.decode` with its defaults); ids outside the vocabulary decode to nothing."""
+        return str(self._tok.decode(list(ids), skip_special_tokens=False))
 
     def token_strs(self, ids: Sequence[int]) -> list[str]:
         """The vocabulary strings of `ids` (`return_token_strs` of /tokenize)."""

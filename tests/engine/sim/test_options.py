@@ -37,3 +37,32 @@ def test_flags_spelled_with_underscores_read_as_vllm_reads_them() -> None:
                              "--step_base_ms=3"])  # fmt: skip
     assert options.max_num_seqs == 7
     assert options.timing.step_base_s == pytest.approx(0.003)
+
+
+def test_model_task_flags() -> None:
+    """--runner, --convert, --hf-overrides and --sim-asr reach the options as given."""
+    options = parse_options(
+        ["--model", "m", "--uds", "s.sock", "--convert", "classify",
+         "--hf-overrides", '{"num_labels": 1}']
+    )  # fmt: skip
+    assert (options.runner, options.convert) == ("auto", "classify")
+    assert dict(options.hf_overrides) == {"num_labels": 1}
+    assert parse_options(["--model", "m", "--uds", "s.sock", "--sim-asr"]).asr
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--task", "embed"], "Hint: --task is not a vllm serve option"),
+        (["--runner", "pooling", "--sim-asr"], "--sim-asr"),
+        (["--runner", "generate", "--convert", "embed"], "--runner pooling"),
+        (["--hf-overrides", "[1]"], "expected a JSON object"),
+    ],
+)
+def test_model_task_flags_vllm_refuses(
+    args: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What vLLM 0.32 refuses exits 2 with its reason (`--task` with vLLM's own hint)."""
+    with pytest.raises(SystemExit) as exit_info:
+        parse_options(["--model", "m", "--uds", "s.sock", *args])
+    assert exit_info.value.code == 2 and said in capsys.readouterr().err

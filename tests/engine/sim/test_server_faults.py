@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 
 import httpx
 import pytest
 
+from llmd.endpoints.events import EventStream
 from tests.engine.sim.conftest import RunningSim, SimFactory
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 8}
@@ -143,3 +145,72 @@ async def test_empty_answers_carry_no_text_and_end_at_once(make_sim: SimFactory)
         for _ in range(3)
     ]
     assert {t["text"] for t in texts} == {""}
+
+
+async def test_stall_stops_tokens_while_health_and_metrics_answer(make_sim: SimFactory) -> None:
+    """--fault-stall-after-s S: S seconds after boot no stream gets another token, while
+    /health stays 200 and /metrics answers with the running gauge and counters frozen (as
+    vLLM's API server with its EngineCore stopped)."""
+    sim: RunningSim = await make_sim("--step-base-ms", "20", "--fault-stall-after-s", "0.3")
+    engine = sim.server.engine
+    body = {**CHAT, "max_tokens": 1000, "stream": True}  # 1,000 steps of 20 ms: 20 s
+    async with sim.client.stream("POST", "/v1/chat/completions", json=body) as response:
+        assert response.status_code == 200
+        received = bytearray()
+
+        async def read() -> None:
+            async for chunk in response.aiter_bytes():
+                received.extend(chunk)
+
+        reader = asyncio.create_task(read())
+        while not engine.stalled:  # the stall comes 0.3 s after boot
+            await asyncio.wait({reader}, timeout=0.05)
+        before = len(received)
+        metrics = (await sim.client.get("/metrics")).text
+        _, pending = await asyncio.wait({reader}, timeout=1.0)  # the stream never ends
+        assert pending and len(received) == before and b"[DONE]" not in received
+        assert (await sim.client.get("/health")).status_code == 200
+        running = re.search(r"^vllm:num_requests_running\{[^}]*\} (\S+)$", metrics, re.M)
+        assert running is not None and float(running.group(1)) == 1.0
+        again = (await sim.client.get("/metrics")).text
+        pattern = r"^vllm:generation_tokens_total\{[^}]*\} (\S+)$"
+        assert re.findall(pattern, metrics, re.M) == re.findall(pattern, again, re.M)
+        reader.cancel()
+
+
+async def test_sse_layout_writes_another_valid_layout(make_sim: SimFactory) -> None:
+    """--fault-sse-layout: CRLF, comments, id: and event: fields, `data:` unspaced, data over
+    two lines; read by the spec the events are the ones vLLM's layout carries."""
+    plain: RunningSim = await make_sim()
+    other: RunningSim = await make_sim("--fault-sse-layout")
+    body = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
+    streams = []
+    for sim in (plain, other):
+        async with sim.client.stream("POST", "/v1/chat/completions", json=body) as response:
+            streams.append(b"".join([chunk async for chunk in response.aiter_bytes()]))
+    assert b"\r\n" in streams[1] and b"data:{" in streams[1] and b": sim" in streams[1]
+    events = []
+    for stream in streams:
+        reader = EventStream()
+        events.append([json.loads(d) if d != b"[DONE]" else d for _, d in reader.feed(stream)])
+        assert reader.done and reader.between_events
+    strip = ("id", "created")
+    plain_events, other_events = (
+        [{k: v for k, v in e.items() if k not in strip} if isinstance(e, dict) else e for e in es]
+        for es in events
+    )
+    assert plain_events == other_events
+
+
+async def test_a_stall_fault_stalls_the_core_from_that_request_on(make_sim: SimFactory) -> None:
+    """`stall` (header or body): the core stalls as the request arrives; the request never
+    gets a token while /health stays 200."""
+    sim: RunningSim = await make_sim("--step-base-ms", "5")
+    assert (await sim.client.post("/v1/completions", json={"prompt": "x"})).status_code == 200
+    assert not sim.server.engine.stalled
+    with pytest.raises(httpx.ReadTimeout):
+        await sim.client.post(
+            "/v1/completions", json={"prompt": "x", "sim_fault": "stall"}, timeout=1.0
+        )
+    assert sim.server.engine.stalled
+    assert (await sim.client.get("/health")).status_code == 200

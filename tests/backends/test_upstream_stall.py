@@ -1,0 +1,88 @@
+"""A stalled upstream (a simulator whose core stops while its HTTP answers, run apart from llmd):
+its streams end with the in-band engine_stalled error and [DONE], and its circuit breaker opens,
+so its model's next request gets 503 with Retry-After instead of joining the stall."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.configs import multi_sim_config
+from tests.support.llmd_process import LlmdProcess
+from tests.support.model import ensure_tiny_model
+from tests.support.sim_process import SimProcess
+from tests.support.waiting import wait_for
+
+
+@pytest.fixture
+def stalling() -> Iterator[tuple[SimProcess, LlmdProcess]]:
+    """An upstream `live` (model `near`) at a 10 ms step (a stream of 1,000 tokens takes
+    10 s), behind llmd with a 1 s stall timeout for it."""
+    sim = SimProcess.start(ensure_tiny_model(), "--step-base-ms", "10", name="near")
+    sim.wait_ready()
+    config = multi_sim_config(
+        ensure_tiny_model(),
+        {"main": ("tiny", ())},
+        upstreams={"live": {"url": f"unix:{sim.socket}", "models": ["near"],
+                            "stall_timeout_s": 1.0}},
+    )  # fmt: skip
+    llmd = LlmdProcess.start(config)
+    try:
+        yield sim, llmd
+    finally:
+        llmd.stop()
+        sim.stop()
+
+
+def ready(llmd: LlmdProcess, query: str) -> int | None:
+    """GET /ready's status (None: llmd does not answer yet)."""
+    try:
+        return httpx.get(llmd.base_url + "/ready" + query, timeout=5).status_code
+    except httpx.TransportError:
+        return None
+
+
+def entry(llmd: LlmdProcess, name: str) -> dict[str, Any]:
+    found: dict[str, Any] = next(e for e in llmd.admin_status()["engines"] if e["name"] == name)
+    return found
+
+
+def test_a_stalled_upstream_ends_its_streams_and_opens_its_breaker(
+    stalling: tuple[SimProcess, LlmdProcess],
+) -> None:
+    """Its core stalled (the simulator's `stall` fault, sent to it directly) under a stream:
+    the stream ends with engine_stalled then [DONE] within the stall timeout + 5 s of its
+    last token; the upstream leaves `serving`; the next request for its model is a 503 with
+    Retry-After; the log says `upstream_stalled`."""
+    sim, llmd = stalling
+    assert wait_for(lambda: ready(llmd, "?model=near") == 200, 60, 0.1), llmd.log_tail()
+    body = {"model": "near", "prompt": "Go", "max_tokens": 1000, "ignore_eos": True,
+            "stream": True}  # fmt: skip
+    lines, last_token_at = [], 0.0
+    with httpx.stream("POST", llmd.base_url + "/v1/completions", json=body, timeout=60) as r:
+        for line in r.iter_lines():
+            if line:
+                lines.append(line)
+                if '"text"' in line:
+                    last_token_at = time.monotonic()
+                if len(lines) == 5:  # tokens flow: stall the upstream's core now
+                    stall = {"prompt": "x", "max_tokens": 1, "sim_fault": "stall"}
+                    with (
+                        sim.client(timeout_s=0.5) as direct,
+                        contextlib.suppress(httpx.TimeoutException),
+                    ):
+                        direct.post("/v1/completions", json=stall)
+    ended_at = time.monotonic()
+    assert lines[-1] == "data: [DONE]", lines[-3:]
+    assert json.loads(lines[-2].removeprefix("data: "))["error"]["code"] == "engine_stalled"
+    assert ended_at - last_token_at <= 1.0 + 5.0
+    assert entry(llmd, "live")["state"] != "serving"
+    refused = httpx.post(llmd.base_url + "/v1/completions", json={**body, "stream": False})
+    assert refused.status_code == 503 and int(refused.headers["retry-after"]) >= 1
+    assert "upstream_stalled" in llmd.log_tail(100)

@@ -1,0 +1,109 @@
+"""Every endpoint through a real `llmd serve` over two simulated engines (a chat model that also
+transcribes, `--sim-asr`, and a pooling model, `--runner pooling`): the official openai client
+for embeddings, models and audio, httpx for the rest; a route the engine lacks is llmd's 400."""
+
+from __future__ import annotations
+
+import io
+import wave
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+
+from tests.support.configs import multi_sim_config
+from tests.support.llmd_process import LlmdProcess
+from tests.support.model import ensure_tiny_model
+
+CHAT, EMBED = "tiny", "tiny-embed"
+
+
+def wav(seconds: float = 1.0, rate: int = 16000) -> bytes:
+    """A silent mono 16-bit WAV file of `seconds`."""
+    out = io.BytesIO()
+    with wave.open(out, "wb") as file:
+        file.setnchannels(1)
+        file.setsampwidth(2)
+        file.setframerate(rate)
+        file.writeframes(bytes(int(seconds * rate) * 2))
+    return out.getvalue()
+
+
+WAV = wav()
+
+
+@pytest.fixture(scope="module")
+def llmd() -> Iterator[LlmdProcess]:
+    engines = {
+        "chat": (CHAT, ["--sim-asr"]),
+        "embed": (EMBED, ["--runner", "pooling", "--convert", "embed"]),
+    }
+    with LlmdProcess.running(multi_sim_config(ensure_tiny_model(), engines)) as running:
+        yield running
+
+
+@pytest.fixture
+def client(llmd: LlmdProcess) -> openai.OpenAI:
+    return openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="unused")
+
+
+def test_embeddings_and_model_cards_through_the_openai_client(client: openai.OpenAI) -> None:
+    """`embeddings.create` (texts and token ids) gets a vector per input and the engine's
+    usage; both models are listed; `models.retrieve` gives a card with context_length."""
+    answer = client.embeddings.create(model=EMBED, input=["one", "two three"])
+    assert [d.index for d in answer.data] == [0, 1] and answer.usage.prompt_tokens > 0
+    ids = client.embeddings.create(model=EMBED, input=[[5, 6, 7]])
+    assert len(ids.data[0].embedding) == len(answer.data[0].embedding)
+    assert {m.id for m in client.models.list().data} == {CHAT, EMBED}
+    card = client.models.retrieve(EMBED).model_extra
+    assert card is not None and card["context_length"] == card["max_model_len"] == 1024
+
+
+def test_scoring_pooling_and_cohere_answer(llmd: LlmdProcess) -> None:
+    """rerank (three paths), score, pooling and /v2/embed answer 200; /classify, which an
+    embedding engine does not register, is llmd's 400 unsupported_endpoint."""
+    documents = ["a ledger", "a poem"]
+    for path in ("/rerank", "/v1/rerank", "/v2/rerank"):
+        body = {"model": EMBED, "query": "ledger", "documents": documents, "top_n": 1}
+        answer = httpx.post(llmd.base_url + path, json=body)
+        assert answer.status_code == 200, answer.text
+    for path, body in [
+        ("/score", {"model": EMBED, "queries": "ledger", "documents": documents}),
+        ("/pooling", {"model": EMBED, "input": "hello"}),
+        ("/v2/embed", {"model": EMBED, "texts": ["hello"]}),
+    ]:
+        assert httpx.post(llmd.base_url + path, json=body).status_code == 200, path
+    refused = httpx.post(llmd.base_url + "/classify", json={"model": EMBED, "input": "hi"})
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "unsupported_endpoint"
+
+
+def test_audio_through_the_openai_client(client: openai.OpenAI, llmd: LlmdProcess) -> None:
+    """`audio.transcriptions.create` gets the engine's text; a streamed transcription comes
+    through as events ending with [DONE]; the embedding model refuses audio by kind."""
+    text = client.audio.transcriptions.create(model=CHAT, file=("a.wav", WAV, "audio/wav"))
+    assert text.text
+    with httpx.stream(
+        "POST",
+        llmd.base_url + "/v1/audio/transcriptions",
+        files={"file": ("a.wav", WAV, "audio/wav")},
+        data={"model": CHAT, "stream": "true"},
+    ) as answer:
+        body = answer.read()
+    assert answer.status_code == 200 and body.rstrip().endswith(b"data: [DONE]")
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.audio.transcriptions.create(model=EMBED, file=("a.wav", WAV, "audio/wav"))
+    assert refused.value.body["code"] == "unsupported_endpoint"  # type: ignore[index]
+
+
+def test_tokenize_answers_as_the_engine_would(llmd: LlmdProcess) -> None:
+    """llmd's own /tokenize and /detokenize give what the engine's (the simulator's, which
+    tokenizes as vLLM does) give for the same body."""
+    socket = llmd.runtime_dir / "engine-chat.sock"
+    body = {"model": CHAT, "prompt": "Hello there", "return_token_strs": True}
+    ours = httpx.post(llmd.base_url + "/tokenize", json=body).json()
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(socket))) as engine:
+        assert ours == engine.post("http://engine/tokenize", json=body).json()
+        tokens = {"model": CHAT, "tokens": ours["tokens"]}
+        theirs = engine.post("http://engine/detokenize", json=tokens).json()
+    assert httpx.post(llmd.base_url + "/detokenize", json=tokens).json() == theirs

@@ -1,0 +1,92 @@
+"""Which tests pytest-xdist keeps in one worker under `--dist loadgroup` (scripts/test.sh), a
+plugin of tests/conftest.py.
+
+- The end-to-end tests (marker `e2e`) form one group, run one after another by one worker: each
+  boots a real vLLM (about 2 GB, both cores while it warms up), one at a time on this machine.
+- A test that uses a module- or package-scoped fixture runs in the group of that module or
+  package, so the fixture (often a live llmd) is set up once, in one worker.
+- A test marked `xdist_group(NAME)` runs in group NAME (tests that share a costly import).
+- Every other test is a unit of its own, which any worker takes as it comes free.
+
+xdist's own loadgroup reads `xdist_group` marks through a suffix it appends to each test's
+nodeid, which pytest 9.2 ignores (`Node.nodeid` comes from `_id`): the marked tests ran apart.
+So the groups travel another way: the first worker writes them (nodeid -> group) to a file
+the controller names, and the controller's scheduler reads it once every worker has collected.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from xdist.scheduler import LoadScopeScheduling
+
+_KEY = "llmd_xdist_groups"
+_SHARED = {"module": 1, "class": 1, "package": 2}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and config.getoption("dist", "no") == "loadgroup":
+        config.pluginmanager.register(_Controller(config), "llmd-xdist-groups")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    workerinput: dict[str, Any] = getattr(config, "workerinput", {})
+    if _KEY in workerinput and workerinput["workerid"] == "gw0":
+        groups = {item.nodeid: _group(item) for item in items}
+        partial = Path(workerinput[_KEY] + ".partial")
+        partial.write_text(json.dumps(groups))
+        partial.replace(workerinput[_KEY])
+
+
+def _group(item: pytest.Item) -> str:
+    """The group of `item`: "e2e", its mark's, its module's or package's path, or its own
+    nodeid."""
+    if item.get_closest_marker("e2e") is not None:
+        return "e2e"
+    if (marked := item.get_closest_marker("xdist_group")) is not None:
+        return str(marked.args[0] if marked.args else marked.kwargs["name"])
+    info = getattr(item, "_fixtureinfo", None)
+    widest = max(
+        (
+            _SHARED.get(definitions[-1].scope, 0)  # the definition this test gets
+            for definitions in (info.name2fixturedefs.values() if info else ())
+        ),
+        default=0,
+    )
+    module = Path(item.nodeid.split("::")[0])
+    return {0: item.nodeid, 1: str(module), 2: str(module.parent)}[widest]
+
+
+class _Controller:
+    """The controller's side: names the file, hands its path to each worker, schedules."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        descriptor, name = tempfile.mkstemp(prefix="llmd-xdist-groups-", suffix=".json")
+        os.close(descriptor)
+        self.path = Path(name)
+        config.add_cleanup(lambda: self.path.unlink(missing_ok=True))
+
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput[_KEY] = str(self.path)
+
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        return _GroupScheduling(config, log, self.path)
+
+
+class _GroupScheduling(LoadScopeScheduling):
+    """xdist's scope scheduling (each scope a unit, the largest first), scopes our groups."""
+
+    def __init__(self, config: pytest.Config, log: Any, path: Path) -> None:
+        super().__init__(config, log)
+        self._path = path
+        self._groups: dict[str, str] | None = None
+
+    def _split_scope(self, nodeid: str) -> str:
+        if self._groups is None:  # every worker has collected: the first has written them
+            self._groups = json.loads(self._path.read_text() or "{}")
+        return self._groups.get(nodeid, nodeid)
