@@ -17,7 +17,7 @@ import time
 import aiohttp
 
 from llmd.config import EngineConfig
-from llmd.engine.args import engine_auth_headers
+from llmd.engine.args import engine_auth_headers, engine_flag
 from llmd.engine.runner import EngineKind, engine_kind
 
 # Output tokens of the warm-up generation: enough for a decode step after the prefill.
@@ -27,11 +27,14 @@ WARMUP_REQUEST_ID = "llmd-warmup"
 
 def warmup_request(engine: EngineConfig) -> tuple[str, dict[str, object]]:
     """The path and body of `engine`'s warm-up: a greedy completion of `WARMUP_MAX_TOKENS`
-    tokens of `engine.warmup_prompt`, or its embedding for a pooling engine."""
+    tokens of `engine.warmup_prompt`, or its embedding for a pooling engine. It names the
+    model the engine answers to: the first of a `--served-model-name` in `engine.args` (which
+    overrides llmd's own, as vLLM's argparse reads the last), else `engine.model_name`."""
+    model = engine_flag(engine.args, "--served-model-name") or engine.model_name
     if engine_kind(engine.args) is EngineKind.POOLING:
-        return "/v1/embeddings", {"model": engine.model_name, "input": engine.warmup_prompt}
+        return "/v1/embeddings", {"model": model, "input": engine.warmup_prompt}
     return "/v1/completions", {
-        "model": engine.model_name,
+        "model": model,
         "prompt": engine.warmup_prompt,
         "max_tokens": WARMUP_MAX_TOKENS,
         "temperature": 0,

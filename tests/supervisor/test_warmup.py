@@ -99,6 +99,14 @@ def test_a_pooling_engine_warms_up_with_an_embedding() -> None:
     assert path == "/v1/completions" and body["temperature"] == 0
 
 
+def test_the_warm_up_names_the_model_the_engine_answers_to() -> None:
+    """`--served-model-name a b` in engine.args overrides llmd's own name: the warm-up asks
+    for `a`; without it, for the configured model name."""
+    engine = EngineConfig(model="m", args=("--served-model-name", "a", "b"))
+    assert warmup_request(engine)[1]["model"] == "a"
+    assert warmup_request(dataclasses.replace(engine, args=()))[1]["model"] == "m"
+
+
 async def test_the_pooling_warm_up_reaches_the_engine() -> None:
     """Against a pooling engine (the fake engine with /v1/embeddings): it succeeds, and the
     engine saw the embeddings request with the configured prompt; against an engine without
