@@ -51,13 +51,21 @@ def first_request(base_url: str) -> tuple[float, float]:
     return (ttft or float("nan")), time.perf_counter() - started
 
 
+def is_ready(base_url: str) -> bool:
+    """Whether llmd's /ready answers 200 (False while its socket is not listening yet)."""
+    try:
+        return httpx.get(base_url + "/ready", timeout=5).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
 def boot(warmup: bool) -> dict[str, Any]:
     """Start llmd with `engine.warmup` = `warmup`, wait for /ready, send the first request."""
     config = demo_config(ensure_tiny_model(), engine={"warmup": warmup})
     started = time.monotonic()
     llmd = LlmdProcess.start(config, workdir=short_tmpdir("llmd-warm-"))
     try:
-        while httpx.get(llmd.base_url + "/ready", timeout=5).status_code != 200:
+        while not is_ready(llmd.base_url):
             if llmd.process.poll() is not None:
                 raise RuntimeError(llmd.log_tail())
             time.sleep(0.05)
