@@ -131,7 +131,11 @@ class DaemonState:
         telemetry = self.observer.as_snapshot(primary, inflight.by_endpoint)
         admission = self.admission.as_snapshot(now, inflight.by_tenant)
         engines, models = self.fleet.as_snapshot(
-            self.admission.capacity, self.observer.engine_samples, inflight.by_backend, now
+            self.admission.capacity,
+            self.observer.engine_samples,
+            inflight.by_backend,
+            now,
+            self.observer.engine_latency(),
         )
         return Status(
             llmd_version=__version__,

@@ -35,7 +35,8 @@ class EngineConfig:
     """What engine to run and how: `kind` picks the adapter (`vllm` or `sim`). `gpus`: the
     devices it may use (indexes or UUIDs; sets CUDA_VISIBLE_DEVICES; empty: as the
     environment says). `nice`: added to the niceness of the engine's processes (0-19), so that
-    llmd's own process gets the CPU first when both want it (llmd/supervisor/process.py)."""
+    llmd's own process gets the CPU first when both want it (llmd/supervisor/process.py).
+    `warmup`: a short request must succeed through the booted engine before it serves."""
 
     kind: Literal["vllm", "sim"] = "vllm"
     model: str = ""
@@ -50,6 +51,10 @@ class EngineConfig:
     start_timeout_s: float = 900.0
     stop_timeout_s: float = 20.0
     health_interval_s: float = 2.0
+    # One short generation (an embedding for a pooling engine) of `warmup_prompt` must succeed
+    # before the engine serves (llmd/supervisor/warmup.py).
+    warmup: bool = True
+    warmup_prompt: str = "Hello"
     # The stall watchdog (llmd/supervisor/stall.py): sequences running and no token for this
     # long restarts the engine. 0: max(30 s, 100 x its measured mean inter-token latency).
     stall_timeout_s: float = 0.0

@@ -122,6 +122,9 @@ class TelemetryConfig:
     gpu_interval_s: float = 1.0
     # Tenants past this many distinct ones share the Prometheus label `other`.
     top_tenants: int = 20
+    # Where llmd exports its spans (OTLP over HTTP, the traces URL); "": none, and nothing of
+    # OpenTelemetry is imported (llmd/telemetry/tracing.py).
+    otlp_endpoint: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

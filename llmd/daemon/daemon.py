@@ -130,9 +130,15 @@ class Daemon:
         self.watchdog = Watchdog(self.state, self.backends.supervisors)
         relisting = ModelRelisting(fleet.engines, fleet.clients, self.backends.engine_changed)
         self.state.relisting = relisting
-        metrics = self.state.observer.metrics
+        observer = self.state.observer
+        metrics = observer.metrics
         metrics.registry.register(
-            StatusCollector(self.state.snapshot, lambda: line_limiter().suppressed, metrics.tenant)
+            StatusCollector(
+                self.state.snapshot,
+                lambda: line_limiter().suppressed,
+                metrics.tenant,
+                lambda: observer.engine_samples,
+            )
         )
         self.actions = OperatorActions(self.state, self.backends, self)
         self.actions.swapping = self.swapping if self.swapping.engines else None
@@ -298,6 +304,8 @@ class Daemon:
             if tasks:
                 await asyncio.wait(tasks)
             await self.state.fleet.close()
+            # Export the spans still batched (a no-op without an OTLP endpoint).
+            await asyncio.to_thread(self.state.observer.tracing.shutdown)
         # 6. Write the usage and the budgets' state a last time (the drained requests settled).
         async with self._step("keep_usage"):
             await self.usage.close()
@@ -333,17 +341,21 @@ class Daemon:
         are read again, admission's classes and limits, each backend's capacity, routing,
         the upstreams (added, changed, removed), validation's policy and tokenizers, the
         observer, the restart policy, logging, the listener's send buffer and connection limit
-        and telemetry's intervals all take the new values, and each engine's client its API
-        key (of the engine table in use). Raises ConfigError (the tenants file) before any part
-        has changed."""
+        and telemetry's intervals and OTLP endpoint all take the new values, and each engine's
+        client its API key (of the engine table in use). Raises ConfigError (the tenants file,
+        an OTLP endpoint without the OpenTelemetry SDK) before any part has changed."""
         admission = self.state.admission
-        admission.configure(config)  # first: it alone can still fail
+        # These two alone can still fail: the OpenTelemetry SDK missing, the tenants file.
+        use_tracing = self.state.observer.tracing_to(config.telemetry.otlp_endpoint)
+        admission.configure(config)
         self.config = self.state.config = config
         self.backends.apply_upstreams(config)
         admission.configure(config)  # the limits of upstreams added just now
         self.backends.configure(config)
         self.backends.configure_validators()
         self.state.observer.configure(config.telemetry.top_tenants, config.logging.requests)
+        self.state.observer.deploys_of(config.engine_tables)
+        use_tracing()
         self.reporter.max_failed_boots = config.supervisor.max_failed_boots
         configure_logging(config.logging)
         if self.public is not None:

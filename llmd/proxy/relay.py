@@ -50,6 +50,7 @@ from llmd.proxy.body import (
 )
 from llmd.proxy.intake import Arrival, Body, Intake, check_control_headers
 from llmd.proxy.middleware import BODY_SEND_KEY, NOT_QUEUED, REQUEST_ID_KEY
+from llmd.proxy.tracecontext import trace_context
 from llmd.proxy.upstream import forward
 from llmd.proxy.writer import ClientWriter, answer_error, send_error
 from llmd.routing.canary import conversation_key
@@ -133,6 +134,7 @@ class Relay:
             model=model,
             endpoint=self.endpoint.name,
             path=arrival.path,
+            trace_context=trace_context(arrival.headers),
         )
         writer = self.make_writer(send, exchange, scope)
         try:

@@ -56,6 +56,7 @@ async def forward(
     breaker = _breaker(state, backend)
     headers = {**(headers or {}), **client.headers(), "x-request-id": exchange.request_id}
     headers["content-type"] = content_type
+    headers.update(state.observer.tracing.outgoing(exchange))  # W3C traceparent, tracestate
     try:
         response = await _post(client, client.url(path), body, headers)
     except _UPSTREAM_LOST as exc:

@@ -104,8 +104,10 @@ class ClientWriter:
 
     async def body(self, chunk: bytes, *, more: bool) -> None:
         if chunk:
-            self.exchange.progress_at = time.monotonic()  # llmd/daemon/watchdog.py reads it
+            now = time.monotonic()
+            self.exchange.progress_at = now  # llmd/daemon/watchdog.py reads it
             self.answer.feed(chunk)
+            self.exchange.chunk_sent(now)
         await self.send_body(chunk, more=more)
 
     async def send_body(self, chunk: bytes, *, more: bool) -> None:
@@ -125,8 +127,9 @@ class ClientWriter:
         exchange, answer, send = self.exchange, self.answer, self._send_body
         monotonic = time.monotonic
         while chunk := await content.readany():  # b"": the end (what `iter_any` wraps)
-            exchange.progress_at = exchange.send_since = monotonic()
+            exchange.progress_at = exchange.send_since = now = monotonic()
             answer.feed(chunk)
+            exchange.chunk_sent(now)  # a stream's gaps (llmd/telemetry/gaps.py)
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
             exchange.send_since = None
             if answer.done and exchange.stream:

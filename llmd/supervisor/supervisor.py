@@ -1,7 +1,8 @@
 """The supervisor: keeps one engine serving, restarting it by policy, and stops it cleanly.
 
-    spawn → wait for `/health` 200 (or exit, or start timeout) → serve, probing `/health`
-          → exit (classified) → restart after backoff, or give up
+    spawn → wait for `/health` 200 (or exit, or start timeout) → one short request (the
+          warm-up) → serve, probing `/health` → exit (classified) → restart after backoff,
+          or give up
 
 - One supervisor per engine, each with its own process group, socket, pid file, exit history,
   backoff and give-up: one engine's crash loop never touches another.
@@ -38,6 +39,7 @@ from llmd.supervisor.policy import ExitRecord, GiveUp, decide_restart
 from llmd.supervisor.process import EngineProcess
 from llmd.supervisor.sleeping import call_sleep, call_wake_up, first_token
 from llmd.supervisor.state import EnginePhase, EngineState, model_cards, model_ids
+from llmd.supervisor.warmup import warm_up
 
 log = structlog.get_logger("llmd.supervisor")
 
@@ -85,6 +87,7 @@ class Supervisor:
         self._process: EngineProcess | None = None
         self._history: list[ExitRecord] = []
         self._restart_requested = False
+        self._warmup_s: float | None = None  # how long this boot's warm-up took
         self._stall: ExitReason | None = None  # set by `stalled()` for the exit it causes
         # On demand: how it sleeps (None: never), and whether its first boot ends asleep (it
         # boots once so that llmd knows its models and context length).
@@ -378,13 +381,19 @@ class Supervisor:
             # The leader's exit alone, not its last output too: routing stops at once.
             gone = asyncio.create_task(process.leader_exited(), name=f"engine-gone-{self.name}")
             ready = await self._wait_ready(probe, gone)
-        forced: ExitReason | None = None
+            forced = await self._warm_up(probe, gone) if ready else None
+            ready = ready and forced is None
         if ready:
             self.state.diagnosis = diagnose(process.output.recent)  # slow paths seen at boot
             forced = await self._mark_serving(probe)
             if forced is None:
                 forced = await self._watch_health(probe, gone)
-        elif not gone.done() and not self._stopping.is_set() and not self._sleep_requested:
+        elif (
+            forced is None
+            and not gone.done()
+            and not self._stopping.is_set()
+            and not self._sleep_requested
+        ):
             forced = ExitReason("start_timeout", f"not ready after {engine.start_timeout_s:g}s")
         self._waking = False
         if self._stopping.is_set() or self._restart_requested or self._sleep_requested:
@@ -444,6 +453,24 @@ class Supervisor:
                 return True
             await asyncio.wait({exited}, timeout=BOOT_PROBE_S)
         return False
+
+    async def _warm_up(
+        self, probe: aiohttp.ClientSession, exited: asyncio.Task[int]
+    ) -> ExitReason | None:
+        """One short request through the engine before it serves (llmd/supervisor/warmup.py),
+        within what is left of the start timeout; the reason to stop it when that failed
+        (None: it succeeded, or `engine.warmup` is off, or the engine exited meanwhile: its
+        exit says why)."""
+        self._warmup_s = None
+        if not self.engine.warmup or self._stopping.is_set():
+            return None
+        assert self.state.boot_started_at is not None
+        left = self.state.boot_started_at + self.engine.start_timeout_s - time.monotonic()
+        self._warmup_s, failure = await warm_up(probe, self.engine, left)
+        if failure is None or exited.done() or self._stopping.is_set():
+            return None
+        self.log.error("engine_warmup_failed", error=failure)
+        return ExitReason("warmup_failed", failure)
 
     async def _watch_health(
         self, probe: aiohttp.ClientSession, exited: asyncio.Task[int]
@@ -527,6 +554,7 @@ class Supervisor:
             "engine_ready",
             pid=self.state.pid,
             boot_s=round(self.state.boot_s, 1),
+            warmup_s=None if self._warmup_s is None else round(self._warmup_s, 2),
             max_model_len=self.state.max_model_len,
             vllm_release=".".join(map(str, self.state.api.release)),
         )

@@ -21,6 +21,7 @@ from textual.widgets import DataTable, Footer, Input
 from llmd.tui.client import AdminRefused, AdminUnreachable, DaemonClient, Snapshot
 from llmd.tui.deploys import in_progress
 from llmd.tui.endpoints import EndpointPanel
+from llmd.tui.engine_latency import EngineLatencyPanel
 from llmd.tui.engines import EngineTable
 from llmd.tui.link import Link, changes
 from llmd.tui.panels import (
@@ -51,6 +52,7 @@ PANEL_TITLES = {
     "tenants": "tenants",
     "endpoints": "endpoints",
     "counts": "since llmd started",
+    "engine-latency": "engine side · 1m mean",
     "events": "recent events",
 }
 
@@ -95,6 +97,7 @@ class TopApp(App[None]):
         self.tenants = TenantPanel(id="tenants", classes="panel")
         self.endpoints = EndpointPanel(id="endpoints", classes="panel")
         self.counts = CountsPanel(id="counts", classes="panel")
+        self.engine_latency = EngineLatencyPanel(id="engine-latency", classes="panel")
         self.sequences = SequenceTable(id="sequences", classes="panel")
         self.events = EventsPanel(id="events", classes="panel")
         self.engines = EngineTable(id="engines", classes="panel")
@@ -107,6 +110,7 @@ class TopApp(App[None]):
         with Horizontal(id="middle"):
             yield from (self.queues, self.tenants, self.counts)
         yield self.engines
+        yield self.engine_latency
         yield self.sequences
         with Horizontal(id="bottom"):
             yield from (self.events, self.endpoints)
@@ -168,7 +172,8 @@ class TopApp(App[None]):
         after it was removed). Raises what a panel raises on a snapshot it cannot read."""
         self.header.show(s, self.link)
         for panel in (self.kv, self.gpu, self.latency, self.throughput, self.queues,
-                      self.tenants, self.endpoints, self.counts, self.events):  # fmt: skip
+                      self.tenants, self.endpoints, self.counts, self.events,
+                      self.engine_latency):  # fmt: skip
             panel.show(s)
         self.engines.show(s.get("engines") or [])
         self.sequences.show(s["sequences"], s["in_flight"] + (s.get("queued") or 0))

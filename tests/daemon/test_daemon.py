@@ -121,6 +121,7 @@ PROBES: dict[str, Probe] = {
     "telemetry.engine_interval_s": lambda d: d.telemetry.scraper.config.engine_interval_s,
     "telemetry.gpu_interval_s": lambda d: d.telemetry.scraper.config.gpu_interval_s,
     "telemetry.top_tenants": lambda d: d.state.observer.metrics.tenant.limit,
+    "telemetry.otlp_endpoint": lambda d: d.state.observer.otlp_endpoint,
     "validation.context_policy": lambda d: _validator(d).config.context_policy,
     "validation.default_max_tokens": lambda d: _validator(d).config.default_max_tokens,
     "validation.max_tokens_limit": lambda d: _validator(d).config.max_tokens_limit,
@@ -174,6 +175,8 @@ SPECIAL: dict[str, Callable[[Path], Any]] = {
     "release.canary_steps": lambda workdir: "10,50,100",
     "release.ttft_buckets": lambda workdir: "256,1024",
     "release.max_ttft_p95_ratio": lambda workdir: 2.0,
+    # The discard port: an exporter that would send there has nowhere to send.
+    "telemetry.otlp_endpoint": lambda workdir: "http://127.0.0.1:9/v1/traces",
 }
 # What the live probe reads for a configured value, where the two differ in form.
 LIVE_FORM: dict[str, Callable[[Any], Any]] = {

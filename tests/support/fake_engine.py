@@ -62,6 +62,8 @@ class FakeEngine:
     forms: list[tuple[str, str, bytes]] = dataclasses.field(default_factory=list)
     # The headers of each Anthropic Messages request (`/v1/messages` and count_tokens).
     message_headers: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    # The headers of each generation request, in order (what llmd passed on: trace context).
+    headers: list[dict[str, str]] = dataclasses.field(default_factory=list)
 
     def app(self) -> web.Application:
         self.tail = asyncio.Event()
@@ -69,6 +71,7 @@ class FakeEngine:
         async def generate(request: web.Request) -> web.StreamResponse:
             body = await request.json()
             self.received.append((request.path, body))
+            self.headers.append(dict(request.headers))
             self.transports.append(request.transport)
             if self.hold is not None:
                 await asyncio.to_thread(self.hold.wait)
