@@ -35,7 +35,8 @@ from llmd.telemetry.engine_window import EngineWindow
 from llmd.telemetry.gaps import TokenGaps
 from llmd.telemetry.metrics import OTHER_ENDPOINT, ProxyMetrics, input_length_label
 from llmd.telemetry.outcomes import Ending, Outcome, Tallies, classify
-from llmd.telemetry.tracing import Traced, Tracing, tracing_for
+from llmd.telemetry.tracers import tracing_for
+from llmd.telemetry.tracing import Traced, Tracing
 from llmd.telemetry.windows import LatencyWindow, RateWindow
 from llmd.usage.records import UsageBatch
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from llmd.errors import ConfigError
-
 
 class Traced(Protocol):
     """What tracing reads from a request (`llmd.inflight.Exchange` is one): its client's
@@ -50,19 +48,3 @@ class Tracing:
 
     def shutdown(self) -> None:
         """Export what is pending and stop (at llmd's shutdown, or when replaced)."""
-
-
-def tracing_for(otlp_endpoint: str) -> Tracing:
-    """The tracing `telemetry.otlp_endpoint` asks for: none for "" (OpenTelemetry is not
-    imported), else spans exported to that OTLP/HTTP URL. Raises ConfigError when the
-    OpenTelemetry SDK is not installed."""
-    if not otlp_endpoint:
-        return Tracing()
-    try:
-        from llmd.telemetry.otel import OtlpTracing
-    except ImportError as exc:
-        raise ConfigError(
-            f"telemetry.otlp_endpoint = {otlp_endpoint!r} needs the OpenTelemetry SDK "
-            f"({exc.name or exc} is not installed): pip install 'llmd[otel]'"
-        ) from None
-    return OtlpTracing.exporting_to(otlp_endpoint)

@@ -8,7 +8,7 @@ import asyncio
 import dataclasses
 import shlex
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -238,28 +238,9 @@ def engine_to_tune(engines: Mapping[str, Any], requested: str | None, source: st
 
 def _run_beside_llmd(options: Any, args: argparse.Namespace) -> Any:
     """Run the tune beside a serving llmd (`beside_llmd`). Raises `TuneError`."""
+    from llmd.tune.serving import beside_llmd
+
     return beside_llmd(options.config, options.engine, args, lambda: _run(options, args.quiet))
-
-
-def beside_llmd(config: Any, engine: str, args: argparse.Namespace, run: Callable[[], T]) -> T:
-    """`run()`, with the engines of an llmd serving on the runtime directory that share
-    `engine`'s GPUs drained or serving on, as --sharing says. Raises `TuneError`."""
-    from llmd.tune.serving import daemon_status, drained_for_tune, plan_beside
-
-    runtime_dir = Path(args.runtime_dir or config.server.runtime_dir)
-    status = daemon_status(runtime_dir)
-    if status is None:
-        return run()
-    beside = plan_beside(status, engine, config.engine_tables, args.sharing, runtime_dir)
-    if beside.sharing:
-        print(
-            f"llmd tune: engines {', '.join(beside.sharing)} serve on beside the tuned engine, "
-            "on its GPUs: the figures include their load (--sharing drain drains them)",
-            file=sys.stderr,
-        )
-    drain_timeout_s = config.server.drain_timeout_s
-    with drained_for_tune(runtime_dir, beside.drain, drain_timeout_s):
-        return run()
 
 
 def _options(args: argparse.Namespace, config: Any, name: str) -> Any:

@@ -15,7 +15,7 @@ from llmd.bench.scenarios import scenario
 from llmd.config import Config
 from llmd.errors import BenchError, ReleaseError, TargetUnavailable, TuneError
 from llmd.releases.golden import load_golden
-from llmd.tune.command import beside_llmd
+from llmd.tune.serving import beside_llmd
 from llmd.tune.variants import VariantOptions, VariantReport, load_variants, run_variants
 
 DEFAULT_CONCURRENCY = 8

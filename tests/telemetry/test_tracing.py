@@ -16,7 +16,8 @@ from llmd.errors import ConfigError
 from llmd.proxy.tracecontext import trace_context
 from llmd.telemetry.observer import Observer
 from llmd.telemetry.otel import OtlpTracing
-from llmd.telemetry.tracing import Tracing, tracing_for
+from llmd.telemetry.tracers import tracing_for
+from llmd.telemetry.tracing import Tracing
 from tests.support.exchanges import finished_exchange
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -29,15 +29,19 @@ from llmd.engine.responses_input import (
     continues_final,
     input_items,
 )
-from llmd.engine.sim import errors
+from llmd.engine.sim import errors, messages_api
 from llmd.engine.sim.core import RequestState
 from llmd.engine.sim.errors import SimHTTPError
 from llmd.engine.sim.requests import GenerationRequest, parse_json_object
 from llmd.engine.sim.responses import drop_connection, dumps
 from llmd.engine.sim.tokenizer import TemplateError
 
-if TYPE_CHECKING:
-    from llmd.engine.sim.server import SimServer
+
+class Host(messages_api.Host, Protocol):
+    """What the Responses route uses of the simulator's server (server.py's `SimServer`)."""
+
+    model_name: str
+
 
 SSE_HEADERS = {"content-type": "text/event-stream; charset=utf-8"}
 
@@ -45,7 +49,7 @@ SSE_HEADERS = {"content-type": "text/event-stream; charset=utf-8"}
 class ResponsesApi:
     """`POST /v1/responses` over a `SimServer`'s engine."""
 
-    def __init__(self, server: SimServer) -> None:
+    def __init__(self, server: Host) -> None:
         self.server = server
 
     async def create(self, request: web.Request) -> web.StreamResponse:
