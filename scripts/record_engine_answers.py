@@ -24,11 +24,9 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import io
 import json
 import re
 import sys
-import wave
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +37,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from tests.support.audio import silence_wav  # noqa: E402
 from tests.support.vllm_engine import VLLM_ARGS, vllm_engine  # noqa: E402
 from tests.support.vllm_python import vllm_version  # noqa: E402
 
@@ -86,17 +85,6 @@ class Case:
     routes_only: bool = False
 
 
-def tiny_wav(seconds: float = 1.0, rate: int = 16_000) -> bytes:
-    """A mono 16-bit PCM WAV of silence: `seconds` long at `rate` Hz."""
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(rate)
-        out.writeframes(b"\0\0" * int(seconds * rate))
-    return buffer.getvalue()
-
-
 def embeddings(name: str, **body: Any) -> Case:
     return Case(name, "/v1/embeddings", {"model": "tiny", **body})
 
@@ -105,7 +93,7 @@ def post(name: str, path: str, **body: Any) -> Case:
     return Case(name, path, {"model": "tiny", **body})
 
 
-WAV = {"file": ("hello.wav", tiny_wav(), "audio/wav")}  # 1 s of silence, 32 KB
+WAV = {"file": ("hello.wav", silence_wav(), "audio/wav")}  # 1 s of silence, 32 KB
 # The routes the engine registered: what tells a pooling engine from a generate one.
 OPENAPI = Case("openapi_routes", "/openapi.json", method="GET", routes_only=True)
 SCORE = {"text_1": "hello", "text_2": ["world", "foo bar"]}
