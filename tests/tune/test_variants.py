@@ -88,6 +88,33 @@ def test_the_cli_compares_variants_on_load_and_golden_answers(
     assert "golden token agreement" in out and "reseeded" in out
 
 
+def test_variants_on_a_shared_prefix_show_the_prefix_cache_hit_rate(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Scenario G with prefix caching on and off as two variants: the table adds a prefix
+    hits column, the JSON the hit rate of each: most prompt tokens with it on, none off."""
+    config = tmp_path / "llmd.toml"
+    config.write_text(sim_config(tiny_model_dir, ("--zero-latency",)))
+    variants = tmp_path / "variants.toml"
+    variants.write_text(
+        '[[variants]]\nname = "cached"\nargs = ["--enable-prefix-caching"]\n\n'
+        '[[variants]]\nname = "uncached"\nargs = ["--no-enable-prefix-caching"]\n'
+    )
+    output = tmp_path / "variants.json"
+    argv = [
+        "tune", "--config", str(config), "--runtime-dir", str(tmp_path), "--variants",
+        str(variants), "--scenario", "G", "--concurrency", "2", "--max-requests", "8",
+        "--slo-ttft-p95-ms", "5000", "--output", str(output), "--quiet",
+    ]  # fmt: skip
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    out = capsys.readouterr().out
+    assert exited.value.code in (0, None), out
+    cached, uncached = json.loads(output.read_text())["variants"]
+    assert cached["prefix_cache_hit_rate"] > 0.5 and uncached["prefix_cache_hit_rate"] == 0
+    assert "prefix hits" in out
+
+
 def test_variants_do_not_go_with_the_sweep(
     tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
