@@ -98,6 +98,7 @@ def boot(caching: str, args: argparse.Namespace) -> dict[str, Any]:
                     "errors": step.errors + step.timeouts,
                     "ttft_p50_ms": step.ttft_ms["p50"],
                     "ttft_p95_ms": step.ttft_ms["p95"],
+                    "e2e_p50_ms": step.e2e_ms["p50"],
                     "output_tokens_per_s": step.output_tokens_per_s,
                     "prompt_tokens_mean": round(step.prompt_tokens / max(step.ok, 1), 1),
                     "bench_prefix_hit_rate": step.prefix_cache_hit_rate,
