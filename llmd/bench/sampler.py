@@ -6,7 +6,8 @@
   `llmd_engine_requests_waiting` and `_running`, and shows its own admission queue as
   `llmd_queue_depth{class}` (names of the observability work, issue 6).
 - The engine's prefix-cache counters (`vllm:prefix_cache_queries_total`, `_hits_total`, in
-  prompt tokens; vLLM v1) are read the same way, and once more when the step ends.
+  prompt tokens; vLLM v1; llmd re-exports them as `llmd_engine_prefix_cache_queries_total` and
+  `_hits_total`) are read the same way, and once more when the step ends.
 - Each family is summed over its label sets. Only the lines of those families are handed to
   prometheus_client's parser, so a scrape of a large /metrics page costs the bench little CPU.
 """
@@ -32,8 +33,8 @@ KV_USAGE = (
 WAITING = ("vllm:num_requests_waiting", "llmd_engine_requests_waiting")
 RUNNING = ("vllm:num_requests_running", "llmd_engine_requests_running")
 QUEUED = ("llmd_queue_depth",)
-PREFIX_QUERIES = ("vllm:prefix_cache_queries_total",)
-PREFIX_HITS = ("vllm:prefix_cache_hits_total",)
+PREFIX_QUERIES = ("vllm:prefix_cache_queries_total", "llmd_engine_prefix_cache_queries_total")
+PREFIX_HITS = ("vllm:prefix_cache_hits_total", "llmd_engine_prefix_cache_hits_total")
 WANTED = (*KV_USAGE, *WAITING, *RUNNING, *QUEUED, *PREFIX_QUERIES, *PREFIX_HITS)
 
 

@@ -22,13 +22,20 @@ def _num(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
 def table(report: VariantReport) -> Table:
-    """One row per variant, the first the reference."""
+    """One row per variant, the first the reference; with a shared prefix (scenario G) the
+    engine's prefix-cache hit rate during its load too."""
     scenario = report.options.scenario
+    prefix = scenario.shared_prefix_tokens > 0
     result = Table(title=f"llmd tune --variants · scenario {scenario.name}: {scenario.title}")
     columns = [
         *("variant", "args", "boot s", "TTFT p50 / p95 ms", "e2e p50 ms", "out tok/s"),
-        *("x first", "errors", "golden token agreement", "identical"),
+        *("x first", *(["prefix hits"] if prefix else []), "errors"),
+        *("golden token agreement", "identical"),
     ]
     for column in columns:
         result.add_column(column, justify="left" if column in ("variant", "args") else "right")
@@ -47,6 +54,7 @@ def table(report: VariantReport) -> Table:
             _num(s.e2e_ms["p50"]),
             _num(s.output_tokens_per_s),
             _num(s.output_tokens_per_s / first, 2) if first else "-",
+            *([_pct(s.prefix_cache_hit_rate)] if prefix else []),
             str(s.errors + s.timeouts),
             "-" if agreement is None else f"{agreement:.1%}",
             f"{step.identical}/{len(step.golden)}",

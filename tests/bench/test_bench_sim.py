@@ -208,6 +208,27 @@ async def test_a_bench_with_an_api_key_runs_against_a_keyed_llmd(tmp_path: Path)
     assert [(step.ok, step.errors) for step in steps] == [(1, 0)]
 
 
+async def test_through_llmd_the_prefix_cache_hit_rate_is_read_from_llmd_metrics() -> None:
+    """A bench of G through `llmd serve` alone scrapes llmd's /metrics, where the engine's
+    prefix-cache counters are `llmd_engine_prefix_cache_*_total`: the hit rate is reported."""
+    config = sim_config(ensure_tiny_model(), telemetry={"engine_interval_s": 0.05})
+    with LlmdProcess.running(config, "llmd-bp-") as llmd:
+        options = BenchOptions(
+            url=llmd.base_url,
+            scenario=scenario("G"),
+            concurrencies=(2,),
+            duration_s=30.0,
+            max_requests=16,
+            seed=9,
+            warmup=1,
+            metrics_interval_s=0.05,
+        )
+        report = await run_bench(options)
+    ((step,),) = report.steps.values()
+    assert step.ok == 16
+    assert step.prefix_cache_hit_rate is not None and step.prefix_cache_hit_rate > 0.5
+
+
 async def test_side_by_side_through_llmd_with_disconnects() -> None:
     """Scenario F straight to the engine and through a real `llmd serve` on the timed simulator:
     both targets send the same requests, disconnects are counted on both, the engine's

@@ -405,3 +405,15 @@ async def test_the_endpoints_panel_follows_the_snapshots() -> None:
         ]  # fmt: skip
         row = "embeddings 7 120 12.5 4,321 20 1"
         await until(pilot, lambda: row in " ".join(screen_text(app).split()))
+
+
+async def test_the_engine_side_shows_the_prefix_cache_hit_ratio_and_since_start() -> None:
+    """The engine-side row gives the prefix cache's hit ratio over the last minute, then since
+    the engine started, as the snapshot's `engines[].latency` has them."""
+    snapshot = example_status()
+    (engine,) = snapshot["engines"]
+    engine["latency"]["prefix_cache_hit_ratio"] = 0.86
+    engine["latency"]["prefix_cache_hit_ratio_total"] = 0.5
+    app = TopApp(FakeDaemon(snapshot), interval_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: "86% 50%" in " ".join(screen_text(app).split()))

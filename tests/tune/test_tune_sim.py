@@ -225,7 +225,7 @@ def test_scenario_g_compares_prefix_caching_on_and_off(
     on, off = json.loads(output.read_text())["steps"]
     assert (on["setting"]["prefix_caching"], off["setting"]["prefix_caching"]) == (True, False)
     assert "--no-enable-prefix-caching" in off["engine_args"]
-    assert on["prefix_cache_hit_rate"] > 0.5 and off["prefix_cache_hit_rate"] == 0
+    assert on["prefix_cache_hit_rate"] > 0.5 and off["prefix_cache_hit_rate"] is None  # no lookups
     assert "prefix hits" in out and "prefix cache" in out
 
 

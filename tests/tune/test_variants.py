@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,30 +54,42 @@ def test_a_bad_variants_file_is_refused_naming_it(tmp_path: Path) -> None:
             load_variants(path)
 
 
-def test_the_cli_compares_variants_on_load_and_golden_answers(
-    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Three variants of the simulator: one with other seats answers every golden prompt
-    token for token as the first; one with another seed drifts; each ran the same load."""
-    config = tmp_path / "llmd.toml"
-    config.write_text(sim_config(tiny_model_dir, ("--zero-latency",)))
-    variants = tmp_path / "variants.toml"
-    variants.write_text(
-        '[[variants]]\nname = "base"\n\n'
-        '[[variants]]\nname = "seats"\nargs = ["--max-num-seqs", "4"]\n\n'
-        '[[variants]]\nname = "reseeded"\nargs = ["--seed", "7"]\n'
-    )
-    output = tmp_path / "variants.json"
+def _tune_variants(
+    model: Path, where: Path, variants: str, flags: list[str], capsys: pytest.CaptureFixture[str]
+) -> tuple[dict[str, Any], str]:
+    """`llmd tune --variants` with the variants file text `variants` and `flags` on the
+    zero-latency simulator, run in `where`; its JSON document and its stdout."""
+    config = where / "llmd.toml"
+    config.write_text(sim_config(model, ("--zero-latency",)))
+    (where / "variants.toml").write_text(variants)
+    output = where / "variants.json"
     argv = [
-        "tune", "--config", str(config), "--runtime-dir", str(tmp_path), "--variants",
-        str(variants), "--concurrency", "2", "--max-requests", "6", "--slo-ttft-p95-ms", "5000",
+        "tune", "--config", str(config), "--runtime-dir", str(where), "--variants",
+        str(where / "variants.toml"), *flags, "--slo-ttft-p95-ms", "5000",
         "--output", str(output), "--quiet",
     ]  # fmt: skip
     with pytest.raises(SystemExit) as exited:
         main(argv)
     out = capsys.readouterr().out
     assert exited.value.code in (0, None), out
-    document = json.loads(output.read_text())
+    document: dict[str, Any] = json.loads(output.read_text())
+    return document, out
+
+
+def test_the_cli_compares_variants_on_load_and_golden_answers(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Three variants of the simulator: one with other seats answers every golden prompt
+    token for token as the first; one with another seed drifts; each ran the same load."""
+    document, out = _tune_variants(
+        tiny_model_dir,
+        tmp_path,
+        '[[variants]]\nname = "base"\n\n'
+        '[[variants]]\nname = "seats"\nargs = ["--max-num-seqs", "4"]\n\n'
+        '[[variants]]\nname = "reseeded"\nargs = ["--seed", "7"]\n',
+        ["--concurrency", "2", "--max-requests", "6"],
+        capsys,
+    )
     base, seats, reseeded = document["variants"]
     assert document["reference"] == "base"
     assert [v["variant"]["name"] for v in document["variants"]] == ["base", "seats", "reseeded"]
@@ -86,6 +99,25 @@ def test_the_cli_compares_variants_on_load_and_golden_answers(
     assert all(v["errors"] == 0 and v["output_tokens_per_s"] > 0 for v in document["variants"])
     assert all(len(v["golden"]) == 3 for v in document["variants"])
     assert "golden token agreement" in out and "reseeded" in out
+
+
+def test_variants_on_a_shared_prefix_show_the_prefix_cache_hit_rate(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Scenario G with prefix caching on and off as two variants: the table adds a prefix
+    hits column, the JSON the hit rate of each: most prompt tokens with it on; none (no
+    lookups, as vLLM 0.32 counts them) off."""
+    document, out = _tune_variants(
+        tiny_model_dir,
+        tmp_path,
+        '[[variants]]\nname = "cached"\nargs = ["--enable-prefix-caching"]\n\n'
+        '[[variants]]\nname = "uncached"\nargs = ["--no-enable-prefix-caching"]\n',
+        ["--scenario", "G", "--concurrency", "2", "--max-requests", "8"],
+        capsys,
+    )
+    cached, uncached = document["variants"]
+    assert cached["prefix_cache_hit_rate"] > 0.5 and uncached["prefix_cache_hit_rate"] is None
+    assert "prefix hits" in out
 
 
 def test_variants_do_not_go_with_the_sweep(

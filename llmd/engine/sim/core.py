@@ -382,9 +382,10 @@ class SimEngine:
         state.first_token_at = now
         self.metrics.ttft.observe(now - state.arrival)
         self.metrics.prompt_tokens.inc(state.seq.prompt_tokens)
-        self.metrics.prefix_queries.inc(state.seq.prompt_tokens)
-        self.metrics.prefix_hits.inc(state.cached_tokens)
+        # vLLM 0.32 counts lookups only with caching on (KVCacheManager.record_prefix_cache_stats)
         if self.prefix_cache is not None:
+            self.metrics.prefix_queries.inc(state.seq.prompt_tokens)
+            self.metrics.prefix_hits.inc(state.cached_tokens)
             self.prefix_cache.insert(state.request.prompt_ids)
         self.prompt_tokens_done += state.seq.prompt_tokens
 

@@ -54,12 +54,13 @@ async def test_a_shared_prompt_prefix_is_served_from_the_cache(make_sim: SimFact
 
 
 async def test_no_hits_with_prefix_caching_off(make_sim: SimFactory) -> None:
-    """--no-enable-prefix-caching: the same two prompts, no hits."""
+    """--no-enable-prefix-caching: the same two prompts, no hits and no lookups counted (vLLM
+    0.32's KVCacheManager.record_prefix_cache_stats skips a request it did not look up)."""
     sim = await make_sim("--block-size", "16", "--no-enable-prefix-caching")
     for question in ("apples", "pears"):
         body = {"model": "tiny", "prompt": f"{SHARED} {question}", "max_tokens": 2}
         assert (await sim.client.post("/v1/completions", json=body)).status_code == 200
     text = (await sim.client.get("/metrics")).text
     assert _counter(text, "vllm:prefix_cache_hits_total") == 0
-    assert _counter(text, "vllm:prefix_cache_queries_total") > 0
+    assert _counter(text, "vllm:prefix_cache_queries_total") == 0
     assert 'enable_prefix_caching="False"' in text
