@@ -46,6 +46,8 @@ def format_status(status: dict[str, Any]) -> str:
     rows += release_rows(status)
     if status.get("guard"):
         rows.append(("slo guard", guard_line(status["guard"])))
+    if status.get("device_hold"):
+        rows.append(("dev. hold", device_hold_line(status["device_hold"])))
     return "\n".join(f"{name:<10} {value}" for name, value in rows)
 
 
@@ -242,6 +244,21 @@ def guard_line(guard: dict[str, Any]) -> str:
     reason = f": {guard['reason']}" if guard["reason"] else ""
     budgets = f"; TTFT p95/budget {classes}" if classes else "; no class has a budget"
     return f"level {guard['level']} {guard['name']} ({mode}){reason}{budgets}"
+
+
+def device_hold_line(hold: dict[str, Any]) -> str:
+    """The device hold in one line: the engines held now and why (or none), the groups, the
+    bound and the batch requests held so far (e.g. `holding batch off embed: an interactive
+    request waits for its first token on chat; groups chat+embed; bound 300 ms; 12 held`)."""
+    held = "; ".join(
+        f"holding batch off {name}: {why}"
+        for name, why in zip(hold["held"], hold["reasons"], strict=True)
+    )
+    groups = ", ".join("+".join(group) for group in hold["groups"])
+    return (
+        f"{held or 'nothing held'}; groups {groups}; bound {hold['bound_ms']:.0f} ms; "
+        f"{hold['holds']} held"
+    )
 
 
 def _percent(ratio: float | None) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import structlog
 from starlette.responses import Response
@@ -77,6 +77,8 @@ class ClientWriter:
         self._send_body = body_send or send
         self.exchange = exchange
         self.headers = headers if headers is not None else []
+        # Called once, at the answer's first body chunk (admission's device hold waits for it).
+        self.on_first_byte: Callable[[], None] | None = None
 
     @property
     def between_events(self) -> bool:
@@ -99,7 +101,10 @@ class ClientWriter:
         now = time.monotonic()
         if chunk:
             exchange.progress_at = now  # the backend's latest bytes (llmd/daemon/watchdog.py)
+            first = exchange.first_byte_at is None
             self.answer.feed(chunk)
+            if first and self.on_first_byte is not None:
+                self.on_first_byte()
         # A send blocks while the client's transport buffer is full; the stall watcher
         # (llmd/proxy/stalls.py) ends exchanges blocked longer than server.send_timeout_s.
         exchange.send_since = now

@@ -5,7 +5,8 @@ tests/telemetry/test_metrics.py).
 - Per backend (label `engine`): up, restarts, the release it runs, drained, llmd's requests
   there, KV cache, running and waiting.
 - llmd: draining, queue depth, in flight (relayed to a backend) and queued by tenant (global,
-  over every pool), GPUs, the SLO guard's level and TTFT p95 by class.
+  over every pool), GPUs, the SLO guard's level and TTFT p95 by class, the device hold's
+  batch requests held (llmd/admission/sharing.py).
 """
 
 from __future__ import annotations
@@ -73,6 +74,14 @@ def _status_families(status: Status, tenant: TenantLabels) -> Iterator[Metric]:
     yield queued
     yield from _gpu_families(status)
     yield from _guard_families(status)
+    if status.device_hold is not None:
+        holds = CounterMetricFamily(
+            "llmd_device_holds",
+            "Batch requests held in llmd while an interactive request on another engine of "
+            "their device waited for its first token.",
+        )
+        holds.add_metric([], status.device_hold.holds)
+        yield holds
 
 
 def _guard_families(status: Status) -> Iterator[Metric]:
