@@ -109,6 +109,21 @@ positive_seconds = _seconds(zero=False)
 """Seconds, more than 0 up to 30 days (an interval or a timeout)."""
 
 
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+
+
+def duration(text: str) -> float:
+    """A span back in time: a number and a unit, `90s`, `30m`, `24h`, `7d` (a bare number is
+    seconds), more than 0 and at most 10 years."""
+    number, unit = (text[:-1], text[-1]) if text[-1:] in DURATION_UNITS else (text, "s")
+    value = _number(number) * DURATION_UNITS[unit] if number else 0.0
+    if not 0 < value <= 3650 * 86_400:
+        raise argparse.ArgumentTypeError(
+            f"expected a duration like 90s, 30m, 24h or 7d (up to 10 years), not {text}"
+        )
+    return value
+
+
 def count(text: str) -> int:
     """A whole number >= 0."""
     value = _whole(text)

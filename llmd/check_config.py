@@ -97,6 +97,7 @@ def render(config: Config, path: Path, sized: list[Sized]) -> str:
     backends = [f"engine {s.name} ({s.engine.kind}, model {s.engine.model_name})" for s in sized]
     backends += [f"upstream {name} ({upstream.url})" for name, upstream in config.upstreams.items()]
     lines = [f"{path}: ok ({', '.join(backends)}; listen {config.server.listen})"]
+    lines += swap_lines(config)
     for one in sized:
         label = f"engine {one.name}, " if len(sized) > 1 else ""
         if one.plan is None or one.memory is None:
@@ -105,6 +106,27 @@ def render(config: Config, path: Path, sized: list[Sized]) -> str:
         lines.append(f"sizing ({label}{Path(one.engine.model) / 'config.json'}):")
         lines.append(format_plan(one.plan, one.memory))
     return "\n".join(lines)
+
+
+def swap_lines(config: Config) -> list[str]:
+    """One line per swap group: its engines, how many are awake at once, how each sleeps."""
+    from llmd.engine.launch import installed_engine_build
+    from llmd.engine.sleep import sleep_mechanism
+
+    tables = config.engine_tables
+    lines = []
+    for name, group in config.swap_groups.items():
+        how = ", ".join(
+            f"{engine} sleeps "
+            f"{sleep_mechanism(tables[engine], installed_engine_build(tables[engine].python))}"
+            f"{' (pinned)' if tables[engine].pin else ''}"
+            for engine in group.engines
+        )
+        lines.append(
+            f"swap group {name}: {', '.join(group.engines)}, {group.max_resident} awake at a "
+            f"time ({how})"
+        )
+    return lines
 
 
 def document(config: Config, path: Path, sized: list[Sized]) -> dict[str, Any]:

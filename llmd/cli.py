@@ -85,6 +85,14 @@ def _parser() -> argparse.ArgumentParser:
     add_runtime_dir(drain)
     drain.set_defaults(func=_drain)
     for verb, help_text in (
+        ("wake", "wake an on-demand engine now (its swap group must have room)"),
+        ("sleep", "put an on-demand engine to sleep now (nothing may be in flight there)"),
+    ):
+        sub = verbs.add_parser(verb, help=help_text)
+        sub.add_argument("--engine", required=True, help="the engine's name")
+        add_runtime_dir(sub)
+        sub.set_defaults(func=_swap_verb)
+    for verb, help_text in (
         ("resume", "admit requests again after a drain"),
         ("restart", "drain, restart the engines (with reloaded engine tables), resume"),
         (
@@ -125,6 +133,11 @@ def _parser() -> argparse.ArgumentParser:
     from llmd.releases.deploy_command import add_parser as add_deploy_parser
 
     add_deploy_parser(verbs, _call)
+    from llmd.admin.tenant_command import add_parser as add_tenant_parser
+    from llmd.usage.command import add_parser as add_usage_parser
+
+    add_tenant_parser(verbs)
+    add_usage_parser(verbs)
 
     hash_key = verbs.add_parser(
         "hash-key", help="print the SHA-256 of an API key read from stdin, for the tenants file"
@@ -278,6 +291,18 @@ def _left(args: argparse.Namespace) -> str:
         in_flight = int(entry["in_flight"]) if entry else 0
         return f"{in_flight} in flight" if in_flight else ""
     return _live(status) if status["in_flight"] or status.get("queued") else ""
+
+
+def _swap_verb(args: argparse.Namespace) -> int:
+    answer = _call(args, "POST", "/" + args.verb, {"engine": args.engine})
+    if args.verb == "wake":
+        print(
+            f"engine {args.engine} {answer['state']} "
+            f"(a wake takes about {answer['predicted_wake_s']:g} s)"
+        )
+    else:
+        print(f"engine {args.engine} {answer['state']}")
+    return 0
 
 
 def _simple_verb(args: argparse.Namespace) -> int:

@@ -9,6 +9,8 @@
     ├── ReleaseError                 a release cannot be created, read or removed (llmd/releases)
     ├── SizingError                  a model cannot be sized: no config.json, a missing key
     ├── TuneError                    `llmd tune` cannot run: bad option, llmd serving, no boot
+    ├── UsageError                   the usage store cannot be opened, read or written
+    ├── TenantError                  `llmd tenant` cannot: no such tenant, a name taken or bad
     └── ApiError                     answered to an HTTP client (status, code, Retry-After)
         ├── InvalidRequest           400 invalid_request
         ├── BodyTooLarge             413 body_too_large
@@ -27,12 +29,14 @@
         ├── PermissionDenied         403 permission_denied (a valid key without this right)
         ├── RateLimited              429 rate_limited (tenant over its limits; + Retry-After)
         ├── QueueFull                429 queue_full (the class queue is full; + Retry-After)
+        ├── BudgetExceeded           429 budget_exceeded (a token budget; + x-ratelimit-*)
         ├── QueueTimeout             503 queue_timeout (queue wait over timeout or deadline)
         ├── EngineUnavailable        503 engine_unavailable (+ Retry-After)
         ├── Draining                 503 draining (+ Retry-After)
         ├── Overloaded               503 overloaded (the SLO guard sheds the class; + Retry-After)
         ├── TooManyConnections       503 too_many_connections (server.max_connections in progress)
         ├── RequestCancelled         503 cancelled (an operator ended it; x-should-retry: false)
+        ├── StoreUnavailable         503 store_unavailable (the Responses store cannot be read)
         ├── EngineStalled            503 engine_stalled (no token from the engine; + Retry-After)
         ├── EngineError              502 engine_error (engine failed mid-request)
         └── InternalError            500 internal_error (a fault in llmd; logged with its id)
@@ -94,6 +98,16 @@ class SizingError(LlmdError):
 class TuneError(LlmdError):
     """`llmd tune` cannot run as asked: a bad option, llmd serving on the GPU, an engine that
     does not boot with a setting."""
+
+
+class UsageError(LlmdError):
+    """The usage store (llmd/usage/store.py) cannot be opened, read or written; the message
+    names the file and SQLite's reason."""
+
+
+class TenantError(LlmdError):
+    """A `llmd tenant` verb cannot do what was asked: no such tenant, a name taken or not
+    allowed, a bad class or limit; the message says which."""
 
 
 class ApiError(LlmdError):
@@ -344,6 +358,22 @@ class QueueFull(ApiError):
     type = "rate_limit_error"
 
 
+class BudgetExceeded(ApiError):
+    """The tenant has spent a token budget (llmd/admission/budgets.py) for now: retry after
+    `retry_after_s`, when it has refilled enough. `ratelimit` are OpenAI's
+    `x-ratelimit-limit-tokens`, `-remaining-tokens` and `-reset-tokens` headers."""
+
+    status = 429
+    code = "budget_exceeded"
+    type = "rate_limit_error"
+
+    def __init__(
+        self, message: str, *, retry_after_s: float, ratelimit: list[tuple[bytes, bytes]]
+    ) -> None:
+        super().__init__(message, retry_after_s=retry_after_s)
+        self.extra_headers.extend(ratelimit)
+
+
 class QueueTimeout(ApiError):
     """The request waited in llmd's queue past its class's timeout or its own deadline."""
 
@@ -397,6 +427,15 @@ class RequestCancelled(ApiError):
     code = "cancelled"
     type = "server_error"
     should_retry = False
+
+
+class StoreUnavailable(ApiError):
+    """The Responses store (llmd/endpoints/store.py) cannot be read or written: its file or
+    directory is unreadable or full. 503, with Retry-After."""
+
+    status = 503
+    code = "store_unavailable"
+    type = "server_error"
 
 
 class EngineStalled(ApiError):

@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from typing import Any
 
 from llmd.admission.classes import Priority
 from llmd.config import ANONYMOUS
 from llmd.errors import ApiError
 from llmd.status import MAX_SEQUENCES, SequenceStatus
+from llmd.telemetry.gaps import TokenGaps
 from llmd.telemetry.metrics import RequestPhase
 
 
@@ -33,7 +35,8 @@ class Exchange:
     abort_error: ApiError | None = None
     tenant: str = ANONYMOUS  # admission fills it
     request_class: str = Priority.NORMAL.label  # admission fills it
-    prompt_tokens: int | None = None  # from validation
+    prompt_tokens: int | None = None  # from validation: the longest prompt's
+    input_tokens: int = 0  # every prompt's, once each: what usage and token budgets count
     max_tokens: int | None = None  # from validation: each sequence's output budget
     admitted_at: float | None = None  # released to a backend; None while validated or queued
     first_byte_at: float | None = None  # the first body chunk to the client: time to first token
@@ -62,6 +65,12 @@ class Exchange:
     has_text: bool = False  # the answer carried some output text
     # Its canary key, set while a canary splits its pool (llmd/routing/canary.py).
     conversation: str | None = None
+    # A stream's gaps between the chunks sent to the client (client-side inter-token latency).
+    gaps: TokenGaps | None = None
+    # The client's W3C trace context (traceparent, tracestate), and the spans begun for it
+    # (the tracer's own, llmd/telemetry/tracing.py).
+    trace_context: tuple[tuple[str, str], ...] = ()
+    trace: Any = None
     endpoint: str = "chat"  # its entry's name in the endpoint table (llmd/endpoints/table.py)
     path: str = "/v1/chat/completions"  # the path it asked for (sent to the backend as it is)
 
@@ -72,6 +81,13 @@ class Exchange:
         if self.admitted_at is None:
             return RequestPhase.QUEUED
         return RequestPhase.PREFILL if self.first_byte_at is None else RequestPhase.DECODE
+
+    def chunk_sent(self, now: float) -> None:
+        """A body chunk goes to the client at `now` (monotonic s): a stream's gaps."""
+        if self.stream:
+            if self.gaps is None:
+                self.gaps = TokenGaps()
+            self.gaps.chunk(now)
 
     def queue_ms(self) -> float:
         """Milliseconds waited for admission (so far, while still queued; 0 if it never

@@ -84,7 +84,8 @@ class DaemonState:
             names = self.engine.api.names_models_when_not_found
             return ModelNotFound(model, list(capacity.models()), names)
         for name in [model] if model is not None else capacity.models():
-            if not capacity.available(name, now):
+            # A model whose engines sleep on demand is ready: it will be served.
+            if not capacity.available(name, now) and capacity.wake_s(name, now) is None:
                 return self.pool_unavailable(name)
         if model is None:
             for name, upstream in self.fleet.upstreams.items():
@@ -130,7 +131,11 @@ class DaemonState:
         telemetry = self.observer.as_snapshot(primary, inflight.by_endpoint)
         admission = self.admission.as_snapshot(now, inflight.by_tenant)
         engines, models = self.fleet.as_snapshot(
-            self.admission.capacity, self.observer.engine_samples, inflight.by_backend, now
+            self.admission.capacity,
+            self.observer.engine_samples,
+            inflight.by_backend,
+            now,
+            self.observer.engine_latency(),
         )
         return Status(
             llmd_version=__version__,

@@ -23,6 +23,41 @@ MAX_SEQUENCES = 1000
 
 
 @dataclasses.dataclass(frozen=True)
+class PhaseTimes:
+    """One phase of the engine's requests over a window, from its own histograms: mean and
+    p50/p95 in seconds (estimated within the engine's buckets, as Prometheus's
+    `histogram_quantile` does; None when no request ended there) and how many requests (or,
+    for the inter-token latency, output steps) it rests on."""
+
+    mean_s: float | None = None
+    p50_s: float | None = None
+    p95_s: float | None = None
+    count: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineLatencyStatus:
+    """The engine's side of latency over its last `window_s` seconds (vLLM's own series,
+    llmd/engine/metrics.py): time in its queue, prefill (scheduled to first token) and decode
+    (first to last token) of the requests that ended there, its inter-token latency,
+    `prefill_share` (prefill's part of prefill + decode time, 0..1), preemptions per second
+    and since the engine started, and the prefix cache's hit ratio (cached prompt tokens over
+    those looked up, 0..1) over the window and since start. None: the engine gave no figure
+    (or nothing happened in the window)."""
+
+    window_s: float
+    queue: PhaseTimes = PhaseTimes()
+    prefill: PhaseTimes = PhaseTimes()
+    decode: PhaseTimes = PhaseTimes()
+    inter_token: PhaseTimes = PhaseTimes()
+    prefill_share: float | None = None
+    preemptions_per_s: float | None = None
+    preemptions: int | None = None
+    prefix_cache_hit_ratio: float | None = None
+    prefix_cache_hit_ratio_total: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class EngineStatus:
     """One backend (an engine llmd supervises or an upstream it does not): its process, its
     gauges, its diagnosis and where it stands in the fleet."""
@@ -58,6 +93,7 @@ class EngineStatus:
     draining: bool = False  # an operator drained it
     url: str | None = None  # an upstream's
     breaker: str | None = None  # an upstream's circuit breaker: closed, open, half_open
+    latency: EngineLatencyStatus | None = None  # its own figures; null until it reported any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,15 +134,32 @@ class QueueStatus:
 
 
 @dataclasses.dataclass(frozen=True)
+class BudgetStatus:
+    """One token budget of a tenant (`name`: its tenants-file key, e.g.
+    `input_tokens_per_minute`): its size, the tokens left now and the seconds until it is full
+    again."""
+
+    name: str
+    limit: int
+    remaining: int
+    reset_s: float
+
+
+@dataclasses.dataclass(frozen=True)
 class TenantStatus:
     """One tenant: requests in flight (relayed to the engine) and queued (in admission's
-    queue), and its limits (None: unlimited)."""
+    queue), and its limits (None: unlimited); the KV tokens its running requests hold and its
+    share in tokens (both summed over the pools; None: no share, or one of a pool not measured
+    yet); where it stands in each token budget (none: it has none)."""
 
     name: str
     in_flight: int = 0
     queued: int = 0
     max_in_flight: int | None = None
     max_queued: int | None = None
+    kv_tokens: int = 0
+    max_kv_tokens: int | None = None
+    budgets: tuple[BudgetStatus, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

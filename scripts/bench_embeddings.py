@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import itertools
 import json
 import statistics
@@ -56,7 +55,7 @@ from llmd.runtime import RuntimePaths  # noqa: E402
 from llmd.telemetry.windows import percentile  # noqa: E402
 from tests.support.llmd_process import LlmdProcess  # noqa: E402
 from tests.support.machine_load import settle  # noqa: E402
-from tests.support.rounds import spread, write_record  # noqa: E402
+from tests.support.rounds import rotated, round_record, spread, write_record  # noqa: E402
 from tests.support.vllm_python import VLLM_PYTHON  # noqa: E402
 
 PATHS = ("direct", "llmd")
@@ -190,13 +189,8 @@ async def measure(
     corpus = [documents(prompts, indexing, 0, i, max_model_len) for i in range(CORPUS)]
     records = []
     for round_no in range(1, args.rounds + 1):
-        shift = (round_no - 1) % len(PATHS)
-        order = PATHS[shift:] + PATHS[:shift]
-        record: dict[str, Any] = {
-            "round": round_no,
-            "started": datetime.datetime.now().isoformat(timespec="seconds"),
-            "order": list(order),
-        }
+        order = rotated(PATHS, round_no)
+        record = round_record(round_no, order=order)
         for name in order:
             load = await asyncio.to_thread(idle, chat_socket, embed_socket, args.max_load)
             figures = await embed_rate(targets[name][1], embed_model, corpus, args)

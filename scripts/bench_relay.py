@@ -42,30 +42,9 @@ from tests.support.machine_load import load_average  # noqa: E402
 from tests.support.model import ensure_tiny_model  # noqa: E402
 from tests.support.profiling import py_spy_record, report_profile  # noqa: E402
 from tests.support.rounds import cpu_seconds, spread, write_record  # noqa: E402
+from tests.support.splice import splice_server  # noqa: E402
 
 STREAMS = 64
-
-
-async def splice_server(listen_port: int, upstream: str) -> None:
-    """Accept TCP connections and pipe bytes both ways to the Unix socket `upstream`."""
-
-    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        except OSError:
-            pass
-        finally:
-            writer.close()
-
-    async def handle(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
-        up_r, up_w = await asyncio.open_unix_connection(upstream)
-        await asyncio.gather(pipe(client_r, up_w), pipe(up_r, client_w))
-
-    server = await asyncio.start_server(handle, "127.0.0.1", listen_port)
-    async with server:
-        await server.serve_forever()
 
 
 def session_for(path: str, target: str) -> aiohttp.ClientSession:

@@ -35,12 +35,15 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 # Bump whenever anything below changes what ends up in OUT_DIR.
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 MANIFEST_NAME = "tiny_model_manifest.json"
 SEED = 20240601
 
 VOCAB_SIZE = 2048
-MAX_POSITIONS = 2048
+# A window that holds a coding agent's prompt (Claude Code's first request is about 24,400 tokens
+# of this tokenizer, Codex CLI's about 20,000): vLLM serves up to max_position_embeddings, and
+# with rope's defaults the positions cost no weights (etc/demo.toml serves 65,536 of them).
+MAX_POSITIONS = 131_072
 HIDDEN_SIZE = 128
 NUM_LAYERS = 2
 NUM_HEADS = 2
@@ -52,10 +55,27 @@ INIT_STD = 0.02
 UNK, BOS, EOS, PAD = "<unk>", "<s>", "</s>", "<pad>"
 SPECIAL_TOKENS = [UNK, BOS, EOS, PAD]  # ids 0, 1, 2, 3 as in Llama 2
 CHAT_ROLES = ["system", "user", "assistant", "tool"]
+# Plain turns render as `<|role|>\ncontent</s>\n`. With `tools`, a system turn listing them (one
+# JSON object a line, Hermes style) comes first; an assistant turn's tool calls follow its text as
+# `<tool_call>{"name": ..., "arguments": ...}</tool_call>`, as vLLM's `hermes` tool parser reads
+# them back from generated text; a turn without content (a tool call alone) renders no text.
 CHAT_TEMPLATE = (
     "{{ bos_token }}"
+    "{% if tools %}"
+    "<|system|>\nTools:\n<tools>\n"
+    "{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}"
+    "</tools>\n"
+    'Call one with <tool_call>{"name": NAME, "arguments": {...}}</tool_call>.'
+    "{{ eos_token }}\n"
+    "{% endif %}"
     "{% for message in messages %}"
-    "<|{{ message['role'] }}|>\n{{ message['content'] }}{{ eos_token }}\n"
+    "<|{{ message['role'] }}|>\n"
+    "{% if message['content'] is not none %}{{ message['content'] }}{% endif %}"
+    "{% for call in message['tool_calls'] or [] %}"
+    "<tool_call>{\"name\": {{ call['function']['name'] | tojson }}, "
+    "\"arguments\": {{ call['function']['arguments'] | tojson }}}</tool_call>"
+    "{% endfor %}"
+    "{{ eos_token }}\n"
     "{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
@@ -269,6 +289,23 @@ def check_tokenizer(model_dir: Path) -> None:
     ids = tokenizer(rendered, add_special_tokens=False)["input_ids"]
     if tokenizer.decode(ids) != rendered or tokenizer.unk_token_id in ids:
         raise RuntimeError("tokenizer does not round-trip the chat sample")
+    tool = {"type": "function", "function": {"name": "Read", "parameters": {"type": "object"}}}
+    call = {"type": "function", "function": {"name": "Read", "arguments": {"path": "a"}}}
+    turns = [
+        {"role": "user", "content": "Read a"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "content": "text of a", "tool_call_id": "call_1"},
+    ]
+    rendered = tokenizer.apply_chat_template(turns, tools=[tool], tokenize=False)
+    expected = (
+        f"{BOS}<|system|>\nTools:\n<tools>\n{json.dumps(tool)}\n</tools>\n"
+        f'Call one with <tool_call>{{"name": NAME, "arguments": {{...}}}}</tool_call>.{EOS}\n'
+        f"<|user|>\nRead a{EOS}\n<|assistant|>\n"
+        f'<tool_call>{{"name": "Read", "arguments": {{"path": "a"}}}}</tool_call>{EOS}\n'
+        f"<|tool|>\ntext of a{EOS}\n"
+    )
+    if rendered != expected:
+        raise RuntimeError(f"chat template rendered {rendered!r} with tools, expected {expected!r}")
 
 
 def write_json(path: Path, data: Mapping[str, object]) -> None:

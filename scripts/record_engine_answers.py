@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Record tests/data/vllm_cpu_endpoints/: what a real vLLM answers on each inference endpoint.
 
-Boots the tiny model (scripts/setup.sh makes it) as four engine kinds, one after the other,
+Boots the tiny model (scripts/setup.sh makes it) as five engine kinds, one after the other,
 sends each kind its cases and writes one JSON file per case: KIND/CASE.json holding the
 engine's flags and vLLM version, the request, the status, the response headers (all but
 `date`) and the body (JSON, else text, else base64). The contract tests hold llmd and the
-simulator to these answers; re-record them to compare another vLLM version.
+simulator to these answers; re-record them to compare another vLLM version. The `messages`
+kind (Anthropic Messages on a chat engine with the demo's tool flags) goes to
+tests/data/vllm_cpu_messages/; a stream's answer is kept as text (`body_text`).
 
   .venv/bin/python scripts/record_engine_answers.py               # all kinds, ~5 min on 2 cores
   .venv/bin/python scripts/record_engine_answers.py --kinds embed,chat
@@ -22,11 +24,9 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import io
 import json
 import re
 import sys
-import wave
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,10 +37,14 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from tests.support.audio import silence_wav  # noqa: E402
 from tests.support.vllm_engine import VLLM_ARGS, vllm_engine  # noqa: E402
 from tests.support.vllm_python import vllm_version  # noqa: E402
 
 OUT = REPO / "tests" / "data" / "vllm_cpu_endpoints"
+# Kinds recorded apart from the endpoint sweep (tests/engine/sim/test_endpoint_contract.py):
+# Anthropic Messages, held to its recording by tests/contract/test_messages_recorded.py.
+FOLDERS = {"messages": REPO / "tests" / "data" / "vllm_cpu_messages"}
 MODEL = REPO / "var" / "models" / "tiny"
 
 # Each kind's flags beside VLLM_ARGS (tests/support/vllm_engine.py); docs/engine-pooling.md
@@ -57,6 +61,9 @@ ENGINE_ARGS: dict[str, tuple[str, ...]] = {
     "classify": (*CLASSIFY_ARGS, "--hf-overrides", TWO_LABELS),
     "cross_encoder": (*CLASSIFY_ARGS, "--hf-overrides", ONE_LABEL),
     "chat": (),
+    # Anthropic Messages as the demo serves agents (etc/demo.toml's tool flags; the window stays
+    # 1,024 so that an over-long prompt is a small request)
+    "messages": ("--enable-auto-tool-choice", "--tool-call-parser", "hermes"),
 }
 
 # 1,202 tokens of the tiny tokenizer with BOS ("hello world " is 4): past max_model_len 1024.
@@ -78,17 +85,6 @@ class Case:
     routes_only: bool = False
 
 
-def tiny_wav(seconds: float = 1.0, rate: int = 16_000) -> bytes:
-    """A mono 16-bit PCM WAV of silence: `seconds` long at `rate` Hz."""
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(rate)
-        out.writeframes(b"\0\0" * int(seconds * rate))
-    return buffer.getvalue()
-
-
 def embeddings(name: str, **body: Any) -> Case:
     return Case(name, "/v1/embeddings", {"model": "tiny", **body})
 
@@ -97,7 +93,7 @@ def post(name: str, path: str, **body: Any) -> Case:
     return Case(name, path, {"model": "tiny", **body})
 
 
-WAV = {"file": ("hello.wav", tiny_wav(), "audio/wav")}  # 1 s of silence, 32 KB
+WAV = {"file": ("hello.wav", silence_wav(), "audio/wav")}  # 1 s of silence, 32 KB
 # The routes the engine registered: what tells a pooling engine from a generate one.
 OPENAPI = Case("openapi_routes", "/openapi.json", method="GET", routes_only=True)
 SCORE = {"text_1": "hello", "text_2": ["world", "foo bar"]}
@@ -215,11 +211,104 @@ CROSS_ENCODER_CASES = [
     OPENAPI,
 ]
 
+
+def messages(name: str, path: str = "/v1/messages", **body: Any) -> Case:
+    """A Messages request: `hello` with max_tokens 8 unless `body` says otherwise."""
+    return Case(name, path, {"model": "tiny", "max_tokens": 8, "messages": MESSAGES, **body})
+
+
+def count_tokens(name: str, **body: Any) -> Case:
+    return Case(name, "/v1/messages/count_tokens", {"model": "tiny", "messages": MESSAGES, **body})
+
+
+TOOLS = [
+    {
+        "name": "Read",
+        "description": "Read a file",
+        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+    },
+    {"name": "Ls", "input_schema": {"properties": {}}},
+]
+TOOL_TURNS = [
+    {"role": "user", "content": "read a"},
+    {
+        "role": "assistant",
+        "content": [
+            {"type": "text", "text": "Reading."},
+            {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"path": "a"}},
+        ],
+    },
+    {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "a"}],
+    },
+]
+SYSTEM_BLOCKS = [{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Be kind."}]
+TWO_BLOCKS = [
+    {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}
+]
+# 881 tokens with the chat template: max_tokens 500 does not fit the 1,024 window
+NEARLY_FULL = [{"role": "user", "content": "hello world " * 219}]
+
+MESSAGES_CASES = [
+    messages("messages"),
+    messages("messages_stream", stream=True),
+    messages("messages_beta", "/v1/messages?beta=true"),
+    messages("messages_system_blocks", system=SYSTEM_BLOCKS, messages=TWO_BLOCKS),
+    messages("messages_system_string", system="Be brief."),
+    messages("messages_tools", tools=TOOLS),
+    messages("messages_tools_stream", tools=TOOLS, stream=True),
+    messages("messages_tool_result", tools=TOOLS, messages=TOOL_TURNS),
+    messages("messages_tool_choice_none", tools=TOOLS, tool_choice={"type": "none"}),
+    messages("messages_stop_sequences", stop_sequences=["e", "a"], max_tokens=64),
+    messages(
+        "messages_stop_sequences_stream", stop_sequences=["e", "a"], max_tokens=64, stream=True
+    ),
+    messages("messages_clamped", messages=NEARLY_FULL, max_tokens=500),
+    messages("messages_max_tokens_over_window", max_tokens=5000),
+    messages("messages_too_long", messages=[{"role": "user", "content": LONG}]),
+    messages("messages_too_long_stream", messages=[{"role": "user", "content": LONG}], stream=True),
+    messages("messages_max_tokens_zero", max_tokens=0),
+    messages("messages_max_tokens_string", max_tokens="eight"),
+    messages(
+        "messages_thinking_over_max_tokens", thinking={"type": "enabled", "budget_tokens": 1024}
+    ),
+    messages("messages_unknown_block", messages=[{"role": "user", "content": [{"type": "video"}]}]),
+    messages("messages_bad_role", messages=[{"role": "robot", "content": "hi"}]),
+    messages("messages_empty", messages=[]),
+    Case("messages_no_max_tokens", "/v1/messages", {"model": "tiny", "messages": MESSAGES}),
+    Case(
+        "messages_wrong_model",
+        "/v1/messages",
+        {"model": "nope", "max_tokens": 8, "messages": MESSAGES},
+    ),
+    Case("messages_no_model", "/v1/messages", {"max_tokens": 8, "messages": MESSAGES}),
+    count_tokens("count_tokens"),
+    count_tokens("count_tokens_system_tools", system=SYSTEM_BLOCKS, tools=TOOLS),
+    count_tokens("count_tokens_tool_result", tools=TOOLS, messages=TOOL_TURNS),
+    count_tokens("count_tokens_too_long", messages=[{"role": "user", "content": LONG}]),
+    Case(
+        "count_tokens_wrong_model",
+        "/v1/messages/count_tokens",
+        {"model": "nope", "messages": MESSAGES},
+    ),
+    Case("count_tokens_no_messages", "/v1/messages/count_tokens", {"model": "tiny"}),
+    post(
+        "tokenize_messages_tools",
+        "/tokenize",
+        messages=MESSAGES,
+        tools=[
+            {"type": "function", "function": {"name": "Read", "parameters": {"type": "object"}}}
+        ],
+    ),
+]
+
 CASES = {
     "embed": POOLING_CASES,
     "classify": CLASSIFY_CASES,
     "cross_encoder": CROSS_ENCODER_CASES,
     "chat": CHAT_CASES,
+    "messages": MESSAGES_CASES,
 }
 
 
@@ -273,9 +362,10 @@ def engine_socket(kind: str, given: dict[str, Path]) -> Iterator[Path]:
         yield engine.socket
 
 
-def record(kind: str, socket: Path, out: Path) -> None:
-    """Send every case of `kind` to the engine on `socket`, write out/KIND/CASE.json."""
-    folder = out / kind
+def record(kind: str, socket: Path, out: Path | None) -> None:
+    """Send every case of `kind` to the engine on `socket`, write OUT/KIND/CASE.json (out/KIND
+    when `out` is given; FOLDERS[KIND] for a kind recorded apart)."""
+    folder = out / kind if out is not None else FOLDERS.get(kind, OUT / kind)
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("*.json"):  # a case no longer sent leaves no stale answer
         old.unlink()
@@ -299,7 +389,7 @@ def main() -> None:
     parser.add_argument(
         "--socket", action="append", default=[], metavar="KIND=PATH", help="a running engine"
     )
-    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--out", type=Path, default=None, help=f"default {OUT}")
     args = parser.parse_args()
     given = {k: Path(p) for k, _, p in (s.partition("=") for s in args.socket)}
     for kind in args.kinds.split(","):

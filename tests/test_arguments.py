@@ -45,3 +45,17 @@ def test_good_numbers_are_taken() -> None:
     assert arguments.count("0") == 0 and arguments.positive_count("7") == 7
     args = llmd_parser().parse_args(["drain", "--timeout", "2.5"])
     assert args.timeout == 2.5
+
+
+def test_a_duration_takes_a_unit_and_refuses_nonsense() -> None:
+    """`llmd usage --since`: 90s, 30m, 24h, 7d or bare seconds; none, 0, negative, nan, inf,
+    an unknown unit or past 10 years is a usage error."""
+    assert [arguments.duration(t) for t in ("90s", "30m", "24h", "7d", "5")] == [
+        90.0, 1800.0, 86400.0, 604800.0, 5.0,
+    ]  # fmt: skip
+    for text in ("", "0", "-1h", "nanh", "infd", "3w", "3651d", "h"):
+        try:
+            arguments.duration(text)
+        except argparse.ArgumentTypeError:
+            continue
+        raise AssertionError(f"{text!r} was taken")

@@ -27,6 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("llmd.admission",),
     ("llmd.routing",),
     ("llmd.validation", "llmd.telemetry"),
+    ("llmd.usage",),  # usage and the budgets' state, kept in the state directory
     ("llmd.supervisor",),
     ("llmd.sizing",),
     ("llmd.gpu",),

@@ -4,10 +4,12 @@ snapshot and for the recorded example (tests/data/status_example.json) the TUI t
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from llmd.config import Config, EngineConfig
+from llmd.engine.histograms import EngineHistogram
 from llmd.engine.metrics import EngineSample
 from llmd.gpu.nvml import GpuDevice, GpuReading
 from llmd.inflight import Exchange
@@ -23,6 +25,13 @@ OPT_INT = (int, type(None))
 OPT_STR = (str, type(None))
 PERCENTILES = {"p50": OPT_NUM, "p95": OPT_NUM, "p99": OPT_NUM, "count": int}
 LATENCY = {"queue_wait": PERCENTILES, "ttft": PERCENTILES, "e2e": PERCENTILES}
+PHASE = {"mean_s": OPT_NUM, "p50_s": OPT_NUM, "p95_s": OPT_NUM, "count": int}
+# The engine's side of latency (its own histograms and counters over its last minute).
+ENGINE_LATENCY = {
+    "window_s": NUM, "queue": PHASE, "prefill": PHASE, "decode": PHASE, "inter_token": PHASE,
+    "prefill_share": OPT_NUM, "preemptions_per_s": OPT_NUM, "preemptions": OPT_INT,
+    "prefix_cache_hit_ratio": OPT_NUM, "prefix_cache_hit_ratio_total": OPT_NUM,
+}  # fmt: skip
 # One backend (an engine llmd supervises, or an upstream): `engine` and each of `engines`.
 ENGINE = {
     "state": str, "pid": OPT_INT, "model": str, "version": str, "max_model_len": OPT_INT,
@@ -34,6 +43,7 @@ ENGINE = {
     "release": OPT_STR, "release_note": OPT_STR, "kv_usage": OPT_NUM,
     "kv_capacity_tokens": OPT_INT, "in_flight": int,
     "draining": bool, "url": OPT_STR, "breaker": OPT_STR,
+    "latency": (ENGINE_LATENCY, None),
 }  # fmt: skip
 # The contract. Fields may be added (with the TUI and README); never renamed or removed.
 SCHEMA: dict[str, Any] = {
@@ -57,7 +67,8 @@ SCHEMA: dict[str, Any] = {
     "queues": [{"name": str, "depth": int, "oldest_wait_s": OPT_NUM}],
     "tenants": [{
         "name": str, "in_flight": int, "queued": int, "max_in_flight": OPT_INT,
-        "max_queued": OPT_INT,
+        "max_queued": OPT_INT, "kv_tokens": int, "max_kv_tokens": OPT_INT,
+        "budgets": [{"name": str, "limit": int, "remaining": int, "reset_s": NUM}],
     }],
     "sequences": [{
         "id": str, "tenant": str, "request_class": str, "phase": str, "stream": bool,
@@ -95,7 +106,10 @@ SCHEMA: dict[str, Any] = {
 
 
 def mismatches(value: Any, schema: Any, path: str = "$") -> list[str]:
-    """Where `value` (decoded JSON) departs from `schema`; empty when it conforms."""
+    """Where `value` (decoded JSON) departs from `schema`; empty when it conforms. A schema
+    `(OBJECT, None)` is that object or null."""
+    if isinstance(schema, tuple) and len(schema) == 2 and isinstance(schema[0], dict):
+        return [] if value is None else mismatches(value, schema[0], path)
     if isinstance(schema, dict) and set(schema) == {str}:
         if not isinstance(value, dict):
             return [f"{path}: expected an object"]
@@ -125,6 +139,10 @@ def busy_snapshot() -> dict[str, Any]:
         EngineState(phase=EnginePhase.SERVING, exits_by_reason={"oom_killed": 1}),
     )
     ctx.observer.engine_samples["main"] = EngineSample(0.0, 3, 1, 0.4, 100, 16, 10.0, 20.0)
+    for at, count in ((0.0, 1.0), (30.0, 5.0)):
+        histogram = EngineHistogram(((0.1, count), (math.inf, count)), count * 0.05, count)
+        sample = EngineSample(at, prefill_time=histogram, preemptions_total=count)
+        ctx.observer.engine_window("main").add(sample)
     ctx.observer.gpus = GpuReading((GpuDevice(0, "H100", 0.9, 1, 2, 60.0, None),), None)
     ctx.observer.finished(finished_exchange())
     ctx.observer.rejected("r", 429, "queue_full", started_at=0.0)
@@ -153,6 +171,8 @@ def test_a_live_snapshot_matches_the_schema() -> None:
     (engine,) = status["engines"]
     assert engine == status["engine"] and engine["name"] == "main" and engine["in_flight"] == 2
     assert engine["kv_usage"] == 0.4 and engine["kind"] == "engine"
+    latency = engine["latency"]
+    assert latency["prefill"]["count"] == 4 and latency["preemptions_per_s"] == round(4 / 30, 3)
     assert status["models"] == [{"name": "tiny", "backends": ["main"], "available": True}]
 
 

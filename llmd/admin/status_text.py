@@ -207,6 +207,7 @@ def _load_rows(status: dict[str, Any]) -> list[tuple[str, str]]:
             + "  (p50/p95/p99 ms)",
         )
     )
+    rows += engine_latency_rows(status)
     rate = status["throughput"]
     engine_rate = rate["engine_generation_tokens_per_s"]
     rows.append(
@@ -228,6 +229,40 @@ def _load_rows(status: dict[str, Any]) -> list[tuple[str, str]]:
         labels = ", ".join(f"{k} {v}" for k, v in sorted(by_label.items()) if v)
         line += f"  {name} {sum(by_label.values())}" + (f" ({labels})" if labels else "")
     rows.append(("counts", line + f"  timeouts {counts['timeouts']}"))
+    return rows
+
+
+def engine_latency_rows(status: dict[str, Any]) -> list[tuple[str, str]]:
+    """A row per backend that reports the engine's side of latency (its last minute): queue,
+    prefill and decode mean/p95 and prefill's share of the two, inter-token mean/p95,
+    preemptions per second (and since the engine started), the prefix cache's hit ratio (and
+    since start). The backend's name leads when there are several."""
+    backends = [entry for entry in status.get("engines") or [] if entry.get("latency")]
+    rows = []
+    for entry in backends:
+        latency = entry["latency"]
+        times = "  ".join(
+            f"{label} {_ms(latency[key]['mean_s'])}/{_ms(latency[key]['p95_s'])}"
+            for key, label in (
+                ("queue", "queue"),
+                ("prefill", "prefill"),
+                ("decode", "decode"),
+                ("inter_token", "ITL"),
+            )
+        )
+        total, rate = latency["preemptions"], latency["preemptions_per_s"]
+        since = f" ({total} since start)" if total is not None else ""
+        hits = _percent(latency["prefix_cache_hit_ratio"])
+        name = f"{entry['name']}: " if len(backends) > 1 else ""
+        rows.append(
+            (
+                "engine 1m",
+                f"{name}{times} (mean/p95 ms)  prefill share "
+                f"{_percent(latency['prefill_share'])}  preemptions "
+                f"{'-' if rate is None else f'{rate:.1f}'}/s{since}  prefix cache hits {hits}"
+                f" (since start {_percent(latency['prefix_cache_hit_ratio_total'])})",
+            )
+        )
     return rows
 
 

@@ -28,7 +28,13 @@ class Priority(enum.IntEnum):
 
     @property
     def label(self) -> str:
-        return self.name.lower()
+        return _LABELS[self]
+
+
+# The classes in rank order, and their labels: an Enum's own iteration and `name` cost
+# microseconds each, and the scheduler walks the classes several times per request.
+CLASSES: tuple[Priority, ...] = tuple(Priority)
+_LABELS = {cls: cls.name.lower() for cls in CLASSES}
 
 
 def requested_class(header: bytes | None, default: Priority, highest: Priority) -> Priority:

@@ -17,13 +17,16 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import structlog
 
+from llmd.admission import charges
 from llmd.admission.bodies import BodyBudget, BodyHold
+from llmd.admission.budgets import Budgets
 from llmd.admission.classes import PRIORITY_HEADER, Priority, requested_class
+from llmd.admission.cost import Cost
 from llmd.admission.entries import ClassPolicy, Entry, Reason, Rejection, State
 from llmd.admission.gates import BackendGates
 from llmd.admission.holds import DeviceHolds
@@ -35,9 +38,16 @@ from llmd.admission.tenants import Tenant, configured_tenants
 from llmd.allocator import HeapTrimmer
 from llmd.config import AdmissionConfig, Config
 from llmd.engine.metrics import EngineSample
-from llmd.errors import ApiError, QueueFull, QueueTimeout, RateLimited
+from llmd.errors import (
+    ApiError,
+    EngineUnavailable,
+    InvalidRequest,
+    QueueFull,
+    QueueTimeout,
+    RateLimited,
+)
 from llmd.routing.backend import BackendKind
-from llmd.status import QueueStatus, TenantStatus
+from llmd.status import BudgetStatus, QueueStatus, TenantStatus
 from llmd.supervisor.state import EngineState
 
 log = structlog.get_logger("llmd.admission")
@@ -52,12 +62,13 @@ class AdmissionSnapshot:
 
 
 class Admission:
-    """Tenants, the scheduler, the body budget, the SLO guard, the device hold and every
-    backend's capacity gate in pools (`gates`, `capacity`); lives as long as the proxy.
+    """Tenants, their token budgets, the scheduler, the body budget, the SLO guard, the device
+    hold and every backend's capacity gate in pools (`gates`, `capacity`); lives as long as the proxy.
     `engines` are the supervised engines' published states by name (their serving state
     reaches the gates at each pump)."""
 
     def __init__(self, config: Config, engines: Mapping[str, EngineState]) -> None:
+        self.budgets = Budgets()  # configured with the tenants: `configure`
         self.scheduler = Scheduler(_policies(config.admission))
         self.guard = SloGuard(config.admission)  # configured again on reload: `configure`
         self.gates = BackendGates(config, engines)
@@ -68,6 +79,12 @@ class Admission:
         self._timer_at: float | None = None
         # Set by a drain that turns the queue away: new admissions get it too, until a resume.
         self.turned_away: ApiError | None = None
+        # On-demand engines (llmd/daemon/swapping.py): told of each request queued (its model),
+        # and run after each pass.
+        self.on_queued: Callable[[str], None] | None = None
+        self.after_pump: Callable[[], None] | None = None
+        # Told (model, seconds queued) of each request that came while its model slept.
+        self.on_woken: Callable[[str, float], None] | None = None
         for name, state in engines.items():
             engine = config.engine_tables.get(name)
             self.gates.add(name, BackendKind.ENGINE, [engine.model_name if engine else state.model])
@@ -99,9 +116,10 @@ class Admission:
         the class policies, the SLO guard, each backend's gate (`BackendGates.configure`) and
         the body budget. Raises ConfigError (the tenants file) before anything has changed.
         Requests in flight keep their slots; queued ones are released by the new limits at
-        once."""
+        once; token budgets kept keep what was spent."""
         admission = config.admission
         self.tenants = configured_tenants(admission)
+        self.budgets.configure(self.tenants.tenants(), time.time())
         self.config = admission
         self.scheduler.set_policies(_policies(admission))
         self.guard.configure(admission)
@@ -111,11 +129,34 @@ class Admission:
         if self._waiters:
             self.pump()
 
+    def reload_tenants(self) -> list[str]:
+        """Read the tenants file again, and only it (`llmd tenant ...` edited it): keys added,
+        rotated or revoked apply from the next request; token budgets kept keep what was
+        spent. The tenants' names. Raises ConfigError, and then nothing changes."""
+        self.tenants = configured_tenants(self.config)
+        self.budgets.configure(self.tenants.tenants(), time.time())
+        if self._waiters:
+            self.pump()
+        return [tenant.name for tenant in self.tenants.tenants()]
+
     # -- request side ----------------------------------------------------------------------
 
     def authenticate(self, headers: list[Any]) -> Tenant:
         """The request's tenant. Raises InvalidApiKey (401)."""
         return self.tenants.authenticate(headers)
+
+    def check_wake(self, model: str, cls: Priority) -> None:
+        """Refuse a request whose model's engines all sleep on demand (or are being woken)
+        when their predicted wake passes its class's queue timeout; otherwise it waits in the
+        queue for the wake. Raises EngineUnavailable (503, Retry-After: the prediction)."""
+        wake_s = self.capacity.wake_s(model, time.monotonic())
+        budget = self.scheduler.classes[cls].policy.queue_timeout_s
+        if wake_s is not None and wake_s > budget:
+            raise EngineUnavailable(
+                f"model {model} is asleep and takes about {wake_s:.0f} s to wake, longer than "
+                f"the {cls.label} queue's timeout ({budget:g} s); retry later",
+                retry_after_s=wake_s,
+            )
 
     def classify(self, tenant: Tenant, headers: list[Any]) -> Priority:
         """The request's class from `x-llmd-priority`, clamped to the tenant's highest.
@@ -138,6 +179,16 @@ class Admission:
         if not hold.grow(nbytes):
             raise self._bodies_full()
 
+    def check_share(self, tenant: Tenant, cost: Cost, model: str) -> None:
+        """Refuse a request that could never start within `tenant`'s share of `model`'s
+        KV cache (llmd/admission/shares.py). Raises InvalidRequest (400)."""
+        why = self.scheduler.shares.never_fits(tenant, model, cost.tokens)
+        if why is not None:
+            raise InvalidRequest(
+                f"this request cannot be served: {why}; lower n, the number of prompts or "
+                "max_tokens"
+            )
+
     def _bodies_full(self) -> QueueFull:
         scheduler = self.scheduler
         retry = scheduler.rates.wait_s((None, None), scheduler.queued(), time.monotonic())
@@ -148,18 +199,35 @@ class Admission:
         )
 
     async def admit(self, request: AdmissionRequest) -> Ticket:
-        """Wait until the request may go to the engine. Raises the rejection as an ApiError
-        (429 rate_limited/queue_full, 503 queue_timeout; 503 draining once a drain turned the
-        queue away; 503 overloaded while the SLO guard sheds its class); on cancellation (the
-        client left) the request leaves the queue at once. The caller counts cancellations (it
-        knows the phase)."""
+        """Charge the tenant's token budgets (llmd/admission/charges.py), then wait until the
+        request may go to the engine; the ticket carries the charge (settled at `finish`; all
+        of it refunded when the request never reaches a backend) and the x-ratelimit headers
+        for its answer. Raises the rejection as an ApiError (429 budget_exceeded/rate_limited/
+        queue_full, 503 queue_timeout; 503 draining once a drain turned the queue away; 503
+        overloaded while the SLO guard sheds its class; 400 past a whole budget); on
+        cancellation (the client left) the request leaves the queue at once. The caller counts
+        cancellations (it knows the phase)."""
         if self.turned_away is not None:
             raise self.turned_away
         self.guard.check_shed(request.cls)
+        taken = charges.charge(self.budgets, request.tenant, request.cost, time.time())
+        try:
+            ticket = await self._queue(request)
+        except BaseException:  # rejected or cancelled before it reached a backend
+            self.budgets.refund(taken, time.time())
+            raise
+        ticket.charge = taken
+        ticket.ratelimit = charges.headers(self.budgets, request.tenant.name, time.time())
+        return ticket
+
+    async def _queue(self, request: AdmissionRequest) -> Ticket:
+        """Queue the request and wait for its release (`admit`)."""
         now = time.monotonic()
         models = self.capacity.models()
         model = request.model or (models[0] if len(models) == 1 else "")
         cost = request.cost
+        # A request for an asleep model may wait its class's timeout past the predicted wake.
+        wake_s = self.capacity.wake_s(model, now)
         entry = Entry(
             tenant=request.tenant,
             cls=request.cls,
@@ -169,10 +237,14 @@ class Admission:
             model=model,
             affinity=request.affinity,
             conversation=request.conversation,
+            grace_s=wake_s or 0.0,
         )
         rejection = self.scheduler.submit(entry, now)
         if rejection is not None:
             raise self._rejected(rejection)
+        if self.on_queued is not None:
+            self.on_queued(model)
+        asleep = wake_s is not None
         future = asyncio.get_running_loop().create_future()
         self._waiters[entry] = future
         try:
@@ -183,12 +255,15 @@ class Admission:
             if self.scheduler.cancel(entry):
                 self.pump()
             elif entry.state is State.RELEASED:  # released, but the client left meanwhile
-                self.finish(Ticket(entry, 0.0))
+                self.finish(Ticket(entry, 0.0))  # its tokens: refunded by `admit`
             raise
         finally:
             self._waiters.pop(entry, None)
         assert entry.released_at is not None
-        return Ticket(entry, queue_ms=(entry.released_at - entry.enqueued_at) * 1000)
+        queued_s = entry.released_at - entry.enqueued_at
+        if asleep and self.on_woken is not None:
+            self.on_woken(model, queued_s)
+        return Ticket(entry, queue_ms=queued_s * 1000)
 
     def reject_queued(self, error: ApiError) -> int:
         """Answer every request still queued with `error` (a drain that turns the queue away),
@@ -208,10 +283,14 @@ class Admission:
         """Queue requests again after `reject_queued` (a resume)."""
         self.turned_away = None
 
-    def finish(self, ticket: Ticket) -> None:
-        """The request has ended (any way): its capacity goes to the next in line."""
+    def finish(self, ticket: Ticket, output_tokens: int = 0) -> None:
+        """The request has ended (any way), having produced `output_tokens`: its capacity goes
+        to the next in line, and its token budgets get back what it did not use."""
         entry = ticket.entry
         self.holds.finished(entry)
+        if ticket.charge is not None:
+            self.budgets.settle(ticket.charge, output_tokens, time.time())
+            ticket.charge = None
         if entry.state is State.RELEASED:
             self.scheduler.finish(entry)
             self.capacity.on_finish(entry)
@@ -252,24 +331,47 @@ class Admission:
         )
         limits = {tenant.name: tenant for tenant in self.tenants.tenants()}
         tenants = tuple(
-            TenantStatus(
-                name,
-                in_flight=in_flight.get(name, 0),
-                queued=queued.get(name, 0),
-                max_in_flight=limits[name].max_concurrency or None if name in limits else None,
-                max_queued=limits[name].max_queued or None if name in limits else None,
-            )
+            self._tenant_row(name, limits.get(name), in_flight.get(name, 0), queued.get(name, 0))
             for name in sorted({*in_flight, *queued, *limits})
         )
         return AdmissionSnapshot(queues, tenants)
+
+    def _tenant_row(
+        self, name: str, tenant: Tenant | None, in_flight: int, queued: int
+    ) -> TenantStatus:
+        """One tenant's Status row: its requests against its limits (None: unlimited), the
+        KV tokens its running requests hold against its share (summed over the pools), and
+        where it stands in each token budget."""
+        shares, now = self.scheduler.shares, time.time()
+        kv_limit = None
+        if tenant is not None:
+            limits = [shares.limit(tenant, model) for model in self.capacity.models()]
+            if limits and None not in limits:
+                kv_limit = sum(limit or 0 for limit in limits)
+        return TenantStatus(
+            name,
+            in_flight=in_flight,
+            queued=queued,
+            max_in_flight=tenant.max_concurrency or None if tenant else None,
+            max_queued=tenant.max_queued or None if tenant else None,
+            kv_tokens=shares.held_by(name),
+            max_kv_tokens=kv_limit,
+            budgets=tuple(
+                BudgetStatus(s.budget.value, s.limit, s.remaining, round(s.reset_s, 1))
+                for s in self.budgets.standings(name, now)
+            ),
+        )
 
     # -- engine side -----------------------------------------------------------------------
 
     def engine_sampled(self, backend: str, sample: EngineSample | None) -> None:
         """A new read of `backend`'s /metrics (the telemetry task's, every
         `telemetry.engine_interval_s`; None: unknown or not serving): update its gate's view of
-        its load and release what it now allows."""
+        its load, and each pool's KV capacity the tenants' shares are of, and release what it
+        now allows."""
         self.gates.sampled(backend, sample)
+        for model in self.capacity.models():
+            self.scheduler.shares.measured(model, self.capacity.kv_tokens(model))
         self.pump()
 
     def pump(self) -> None:
@@ -292,6 +394,8 @@ class Admission:
             if future is not None and not future.done():
                 future.set_exception(self._rejected(rejection))
         self._arm_timer(now)
+        if self.after_pump is not None:
+            self.after_pump()
 
     def _arm_timer(self, now: float) -> None:
         """A pump at the next queue timeout, or sooner when the device hold's bound lets a

@@ -18,10 +18,15 @@ from llmd.engine.args import COMPLETIONS_DEFAULT_MAX_TOKENS
 
 @dataclasses.dataclass(frozen=True)
 class Cost:
-    """A request's `seats` (sequences it runs at once) and `tokens` (KV tokens it may hold)."""
+    """A request's `seats` (sequences it runs at once) and `tokens` (KV tokens it may hold);
+    what it is charged to its tenant's token budgets (llmd/admission/budgets.py): its
+    `input_tokens` (every prompt once, as counted) and the `output_tokens` it may produce
+    (over every sequence)."""
 
     seats: int
     tokens: int
+    input_tokens: int = 0
+    output_tokens: int = 0
 
 
 def request_cost(
@@ -38,7 +43,7 @@ def request_cost(
     `max_model_len` is known, else 16 (vLLM 0.32's completions default)."""
     prompts = list(prompt_tokens) or [0]
     sequences = max(n, 1)
-    tokens = 0
+    tokens = outputs = 0
     for prompt in prompts:
         output = max_tokens
         if output is None:
@@ -47,14 +52,20 @@ def request_cost(
                 rest if rest_of_context and rest is not None else COMPLETIONS_DEFAULT_MAX_TOKENS
             )
         tokens += (prompt + output) * sequences
-    return Cost(seats=len(prompts) * sequences, tokens=max(1, tokens))
+        outputs += output * sequences
+    return Cost(
+        seats=len(prompts) * sequences,
+        tokens=max(1, tokens),
+        input_tokens=sum(prompts),
+        output_tokens=outputs,
+    )
 
 
 def pooling_cost(prompt_tokens: Sequence[int]) -> Cost:
     """The cost of a pooling request (embeddings, pooling, classify) whose inputs have
     `prompt_tokens` each: one sequence per input, holding its prompt and no output."""
     counts = list(prompt_tokens) or [0]
-    return Cost(seats=len(counts), tokens=max(1, sum(counts)))
+    return Cost(seats=len(counts), tokens=max(1, sum(counts)), input_tokens=sum(counts))
 
 
 def pair_cost(text_tokens: Sequence[int], pairs: Sequence[tuple[int, int]]) -> Cost:
@@ -65,4 +76,4 @@ def pair_cost(text_tokens: Sequence[int], pairs: Sequence[tuple[int, int]]) -> C
         + (text_tokens[right] if right < len(text_tokens) else 0)
         for left, right in pairs
     )
-    return Cost(seats=max(1, len(pairs)), tokens=max(1, tokens))
+    return Cost(seats=max(1, len(pairs)), tokens=max(1, tokens), input_tokens=tokens)

@@ -49,7 +49,8 @@ class Entry:
     runs in the engine (prompts x n); `deadline` an absolute time on the caller's clock, or
     None. `model` names its pool; `affinity` is its prefix key (llmd/routing/prefix.py; None:
     none); `conversation` its conversation's key during a canary (llmd/routing/canary.py);
-    `backend` is where the gate released it (None while queued)."""
+    `backend` is where the gate released it (None while queued); `grace_s` is added to its
+    class's queue timeout (the predicted wake of the asleep engines it came for)."""
 
     tenant: Tenant
     cls: Priority
@@ -64,6 +65,7 @@ class Entry:
     affinity: str | None = None
     conversation: str | None = None
     backend: str | None = None
+    grace_s: float = 0.0
 
     def __repr__(self) -> str:
         return f"Entry({self.seq}, {self.tenant.name}, {self.cls.label}, {self.cost}, {self.state})"

@@ -27,6 +27,8 @@ from llmd.supervisor.state import EnginePhase, EngineState
 # 0.86-1.01x direct tokens/s over 4 rounds (median 0.95); 144 in flight gave no more tokens/s
 # there (one run). Raise admission.max_in_flight to trade interactive latency for throughput.
 IN_FLIGHT_OVER_SEQS = 1.0
+# The phases of an on-demand engine whose requests wait for it in the queue.
+DORMANT = frozenset({EnginePhase.FALLING_ASLEEP, EnginePhase.ASLEEP, EnginePhase.WAKING})
 
 
 class BackendGates:
@@ -145,6 +147,8 @@ class BackendGates:
                 if not engine.serving and engine.phase is not EnginePhase.FAILED:
                     back_at = now + engine.retry_after_s()
                 self.capacity.set_serving(name, engine.serving, back_at)
+                dormant = engine.phase in DORMANT
+                self.capacity.set_dormant(name, engine.retry_after_s() if dormant else None)
 
 
 def max_in_flight(engine: EngineConfig, admission: AdmissionConfig) -> int:

@@ -44,12 +44,18 @@ class _Slot:
     back_at: float | None = None
     drained_for: float | None = None
     held: bool = False
+    # An on-demand engine asleep or being woken: its pool's requests wait in the queue (None:
+    # awake), with the seconds until it is likely to serve; `closed`: its swap group lets it
+    # take no new request, so that it drains (llmd/admission/swap.py).
+    dormant_s: float | None = None
+    closed: bool = False
 
     def available(self, now: float) -> bool:
         return (
             self.gate.serving
             and self.drained_for is None
             and not self.held
+            and not self.closed
             and (self.breaker is None or self.breaker.available(now))
         )
 
@@ -71,7 +77,9 @@ class _Slot:
     def wait_s(self, now: float) -> float:
         """Seconds until it is likely available again (0: it is)."""
         wait = 0.0
-        if not self.gate.serving:
+        if self.dormant_s is not None:
+            wait = self.dormant_s
+        elif not self.gate.serving:
             wait = self.back_at - now if self.back_at is not None else MAX_WAIT_S
         if self.drained_for is not None:
             wait = max(wait, self.drained_for)
@@ -182,8 +190,37 @@ class PoolCapacity:
         self._slots[backend].held = held
 
     def holding(self, model: str) -> bool:
-        """Whether a deploy holds a backend of `model`'s pool (its requests queue)."""
-        return any(self._slots[name].held for name in self._pools.get(model, ()))
+        """Whether a backend of `model`'s pool is one its requests wait for in the queue: a
+        deploy holds it, it sleeps on demand or is being woken (and no operator drained it), or
+        its swap group closed it while it drains."""
+        return any(
+            slot.held or (slot.dormant_s is not None and slot.drained_for is None) or slot.closed
+            for slot in (self._slots[name] for name in self._pools.get(model, ()))
+        )
+
+    def set_dormant(self, backend: str, wake_s: float | None) -> None:
+        """`backend` sleeps on demand, or is being woken, and should serve in about `wake_s`
+        seconds (None: it is awake). Raises KeyError."""
+        self._slots[backend].dormant_s = wake_s
+
+    def set_closed(self, backend: str, closed: bool) -> None:
+        """Its swap group lets `backend` take no new request (True) or lets it again. Raises
+        KeyError."""
+        self._slots[backend].closed = closed
+
+    def wake_s(self, model: str, now: float) -> float | None:
+        """Seconds until `model`'s pool likely serves, when it waits only for engines asleep
+        on demand or being woken (None: it can take requests now, or waits for something
+        else)."""
+        slots = [self._slots[name] for name in self._pools.get(model, ())]
+        if not slots or any(slot.available(now) for slot in slots):
+            return None
+        waits = [
+            slot.dormant_s
+            for slot in slots
+            if slot.dormant_s is not None and slot.drained_for is None
+        ]
+        return min(waits) if waits else None
 
     def draining(self, backend: str) -> bool:
         """Whether an operator drained `backend`. Raises KeyError."""
@@ -257,6 +294,13 @@ class PoolCapacity:
         placement.slot.gate.on_finish(entry)
         self._start(entry, self._slots[choice.backend], now, placement.model)
         return choice.backend
+
+    def kv_tokens(self, model: str) -> int | None:
+        """The KV capacity of `model`'s pool, in tokens: what its backends' last scrapes
+        reported, summed (None: none has reported one)."""
+        loads = [self._slots[name].gate.load for name in self._pools.get(model, ())]
+        total = sum(load.kv_tokens or 0 for load in loads if load is not None)
+        return total or None
 
     def available(self, model: str, now: float) -> bool:
         """Whether some backend of `model`'s pool can take requests now (serving, not

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from llmd.admission.budgets import Charge
 from llmd.admission.classes import Priority
 from llmd.admission.cost import Cost
 from llmd.admission.entries import Entry
@@ -37,10 +38,14 @@ class AdmissionRequest:
 @dataclasses.dataclass
 class Ticket:
     """An admitted request: hand it back to `Admission.finish` when the request ends.
-    `entry.backend` is where it runs."""
+    `entry.backend` is where it runs; `charge` what its tenant's token budgets reserved for it
+    (settled at `finish`), `ratelimit` the x-ratelimit-*-tokens headers for its answer (none:
+    its tenant has no budget)."""
 
     entry: Entry
     queue_ms: float
+    charge: Charge | None = None
+    ratelimit: list[tuple[bytes, bytes]] = dataclasses.field(default_factory=list)
 
 
 def read_deadline(headers: list[Any], arrived_at: float) -> float | None:

@@ -16,9 +16,12 @@ The rules, one layer over every pool (clocks kept per class and pool):
   on that pool (`_held`).
 - **Within a class, between tenants**: deficit round-robin over token cost (`_pick_drr`); within
   a tenant and class, first in, first out among the entries whose pool is not blocked.
-- **Limits**: a tenant at `max_concurrency` is skipped (its entries wait); a tenant with
+- **Limits**: a tenant at `max_concurrency` is skipped (its entries wait), and so is a tenant
+  on a pool where its next entry would take it over its share of the pool's KV cache
+  (llmd/admission/shares.py: it then holds at least one request there); a tenant with
   `max_queued` entries waiting, or a class with `queue_size` entries, rejects new ones (429); an
-  entry past its class's `queue_timeout_s` or its own deadline is rejected (503).
+  entry past its class's `queue_timeout_s` (plus its `grace_s`) or its own deadline is rejected
+  (503).
 
 Guarantees, under continuous load on a pool:
 - the pool's queue waits behind a held pick for at most one drain of a backend, and only after
@@ -46,11 +49,13 @@ import dataclasses
 import heapq
 import itertools
 import math
-from collections.abc import Iterator, Mapping, Set
+from collections.abc import Iterable, Iterator, Mapping, Set
 
-from llmd.admission.classes import Priority
+from llmd.admission.classes import CLASSES, Priority
 from llmd.admission.entries import ClassPolicy, Decisions, Entry, Gate, Reason, Rejection, State
 from llmd.admission.rates import ReleaseRates, Scope
+from llmd.admission.shares import KvShares
+from llmd.admission.tenants import Tenant
 
 # Deficit added to a tenant of weight 1 per round: about one large request. Larger quanta make
 # rounds coarser; smaller ones only cost more loop turns (fast-forwarded, see _pick_drr).
@@ -82,6 +87,7 @@ class Scheduler:
         self.classes = {cls: _ClassQueue(policies[cls]) for cls in Priority}
         self.in_flight: collections.Counter[str] = collections.Counter()
         self.queued_by_tenant: collections.Counter[str] = collections.Counter()
+        self.shares = KvShares()  # what each tenant's running requests hold of each pool's KV
         self.rates = ReleaseRates()
         self._expiry: list[tuple[float, int, Entry]] = []
         self._seq = itertools.count(1)
@@ -121,7 +127,7 @@ class Scheduler:
         queue.tenant_pools[tenant.name][entry.model] += 1
         queue.size += 1
         self.queued_by_tenant[tenant.name] += 1
-        expires = now + queue.policy.queue_timeout_s
+        expires = now + queue.policy.queue_timeout_s + entry.grace_s
         if entry.deadline is not None:
             expires = min(expires, entry.deadline)
         heapq.heappush(self._expiry, (expires, entry.seq, entry))
@@ -140,6 +146,7 @@ class Scheduler:
         if entry.state is State.RELEASED:
             entry.state = State.FINISHED
             self.in_flight[entry.tenant.name] -= 1
+            self.shares.give(entry)
 
     # -- decisions -------------------------------------------------------------------------
 
@@ -150,7 +157,7 @@ class Scheduler:
         (module docstring). So one refused pick never stalls the classes above it, nor another
         pool."""
         decisions = Decisions(rejected=self._expire(now))
-        blocked: dict[Priority, set[str]] = {cls: set() for cls in Priority}
+        blocked: dict[Priority, set[str]] = {cls: set() for cls in CLASSES}
         while True:
             picked = self._next(now, blocked)
             if picked is None:
@@ -161,7 +168,7 @@ class Scheduler:
                 decisions.refused.append(entry)
                 if held:
                     decisions.held.append(entry)
-                below = Priority if held else [c for c in Priority if c >= entry.cls]
+                below = CLASSES if held else [c for c in CLASSES if c >= entry.cls]
                 for cls in below:
                     blocked[cls].add(entry.model)
                 continue
@@ -172,6 +179,7 @@ class Scheduler:
             entry.backend = backend
             self.classes[entry.cls].waiting_since[entry.model] = now
             self.in_flight[entry.tenant.name] += 1
+            self.shares.take(entry)
             self.rates.record(entry.tenant.name, entry.cls, now)
             gate.on_release(entry, backend)
             decisions.released.append(entry)
@@ -241,20 +249,31 @@ class Scheduler:
 
     def _ahead(self, cls: Priority) -> int:
         """Entries served before a new one of class `cls`: its class and every higher one."""
-        return sum(self.classes[c].size for c in Priority if c <= cls)
+        return sum(self.classes[c].size for c in CLASSES if c <= cls)
 
     def _eligible(
         self, tenant_name: str, queue: _ClassQueue, blocked: Set[str], only: str | None = None
     ) -> bool:
         """Whether the tenant is under its concurrency limit and has an entry in a pool not
-        `blocked` (and in pool `only`, when given)."""
-        tenant = queue.queues[tenant_name][0].tenant
+        `blocked` (and in pool `only`, when given) where its KV share lets it start."""
+        fifo = queue.queues[tenant_name]
+        tenant = fifo[0].tenant
         if tenant.max_concurrency and self.in_flight[tenant_name] >= tenant.max_concurrency:
             return False
         pools = queue.tenant_pools[tenant_name]
-        if only is not None:
-            return bool(pools[only]) and only not in blocked
-        return any(count and pool not in blocked for pool, count in pools.items())
+        candidates = [only] if only is not None else list(pools)
+        return any(
+            pools[pool] and pool not in blocked and self._within_share(tenant, fifo, pool)
+            for pool in candidates
+        )
+
+    def _within_share(self, tenant: Tenant, fifo: Iterable[Entry], pool: str) -> bool:
+        """Whether the tenant's first entry for `pool` fits its KV share there
+        (llmd/admission/shares.py)."""
+        if not (tenant.max_kv_tokens or tenant.max_kv_share):
+            return True
+        head = next(entry for entry in fifo if entry.model == pool)
+        return self.shares.fits(tenant, pool, head.cost)
 
     def _next(
         self, now: float, blocked: Mapping[Priority, Set[str]]
@@ -263,7 +282,7 @@ class Scheduler:
         is held on its pool (see the module docstring); `blocked` names, per class, the pools
         not considered. A held (class, pool) goes first, then an overdue one, then the top
         class's DRR pick among its pools not blocked."""
-        ready = [(cls, pool) for cls in Priority for pool in self._ready_pools(cls, blocked[cls])]
+        ready = [(cls, pool) for cls in CLASSES for pool in self._ready_pools(cls, blocked[cls])]
         if not ready:
             return None
         held = self._longest_waiting([(c, p) for c, p in ready if self._held(c, p, now)])
@@ -333,13 +352,20 @@ class Scheduler:
     def _head(
         self, tenant_name: str, queue: _ClassQueue, blocked: Set[str], only: str | None
     ) -> Entry:
-        """The tenant's first entry in a pool not `blocked` (in pool `only`, when given); the
-        tenant must be eligible for them."""
-        return next(
-            entry
-            for entry in queue.queues[tenant_name]
-            if entry.model not in blocked and (only is None or entry.model == only)
-        )
+        """The tenant's first entry in a pool not `blocked` (in pool `only`, when given) whose
+        KV share lets it start; the tenant must be eligible for them."""
+        fifo = queue.queues[tenant_name]
+        tenant = fifo[0].tenant
+        limited = bool(tenant.max_kv_tokens or tenant.max_kv_share)
+        over: set[str] = set()  # pools whose first entry is over the tenant's share
+        for entry in fifo:
+            pool = entry.model
+            if pool in blocked or pool in over or (only is not None and pool != only):
+                continue
+            if not limited or self.shares.fits(tenant, pool, entry.cost):
+                return entry
+            over.add(pool)
+        raise AssertionError("the tenant has no entry it may start")
 
     def _pick_drr(self, queue: _ClassQueue, blocked: Set[str], only: str | None = None) -> Entry:
         """Deficit round-robin over the class's tenants: the head the ring now points at

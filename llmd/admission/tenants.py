@@ -10,15 +10,22 @@ Keys are stored as SHA-256 hex digests in a TOML file named by `admission.tenant
     default_class = "normal"
     weight = 1.0             # share of tokens against other tenants in the same class
     metrics = false          # whether its keys may read GET /metrics
+    max_kv_tokens = 0        # KV tokens its running requests may hold on a pool (0 = no limit)
+    max_kv_share = 0.0       # the same as a fraction of the pool's KV capacity (0 = no limit)
+    input_tokens_per_minute = 0   # token budgets that refill (0 = none):
+    output_tokens_per_minute = 0  # llmd/admission/budgets.py
+    tokens_per_day = 0
 
-`llmd hash-key` prints the digest of a key read from stdin. A key itself is never stored or
-logged. With no file, every request belongs to one anonymous tenant without limits.
+`llmd hash-key` prints the digest of a key read from stdin, `llmd tenant add` writes a tenant
+with a new key. A key itself is never stored or logged. With no file, every request belongs to
+one anonymous tenant without limits; with one, every request needs a key of a tenant in it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +46,10 @@ def hash_key(key: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Tenant:
-    """One tenant: limits on its requests (0 = no limit), its classes, its weight, and whether
-    its keys may read `/metrics` (which names every tenant and its traffic)."""
+    """One tenant: limits on its requests (0 = no limit), its classes, its weight, whether its
+    keys may read `/metrics` (which names every tenant and its traffic), its share of each
+    pool's KV cache (llmd/admission/shares.py) and its token budgets
+    (llmd/admission/budgets.py)."""
 
     name: str = ANONYMOUS
     max_concurrency: int = 0
@@ -49,6 +58,18 @@ class Tenant:
     default_class: Priority = Priority.NORMAL
     weight: float = 1.0
     metrics: bool = False
+    max_kv_tokens: int = 0  # KV tokens its running requests may hold on one pool
+    max_kv_share: float = 0.0  # of the pool's measured KV capacity, in (0, 1]
+    input_tokens_per_minute: int = 0  # prompt tokens, by validation's exact count
+    output_tokens_per_minute: int = 0  # output tokens, max_tokens until the request ends
+    tokens_per_day: int = 0  # both
+
+    @property
+    def budgeted(self) -> bool:
+        """Whether it has a token budget."""
+        return bool(
+            self.input_tokens_per_minute or self.output_tokens_per_minute or self.tokens_per_day
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,26 +83,40 @@ class _TenantSpec:
     default_class: str = "normal"
     weight: float = 1.0
     metrics: bool = False
+    max_kv_tokens: int = 0
+    max_kv_share: float = 0.0
+    input_tokens_per_minute: int = 0
+    output_tokens_per_minute: int = 0
+    tokens_per_day: int = 0
 
 
 class TenantDirectory:
-    """Maps API keys to tenants. Empty (no keys): every request is the anonymous tenant.
-    `path` is the tenants file it was read from (None: no file)."""
+    """Maps API keys to tenants. `path` is the tenants file it was read from (None: no file:
+    every request is the anonymous tenant); with a file, keys are required even when it holds
+    none (its every tenant revoked), and `every` lists its tenants, keys or not."""
 
     def __init__(
-        self, by_digest: dict[str, Tenant] | None = None, path: Path | None = None
+        self,
+        by_digest: dict[str, Tenant] | None = None,
+        path: Path | None = None,
+        every: list[Tenant] | None = None,
     ) -> None:
         self._by_digest = by_digest or {}
         self._anonymous = Tenant()
         self.path = path
+        self._every = (
+            every
+            if every is not None
+            else list({t.name: t for t in self._by_digest.values()}.values())
+        )
 
     @property
     def keys_required(self) -> bool:
-        return bool(self._by_digest)
+        return self.path is not None or bool(self._by_digest)
 
     def tenants(self) -> list[Tenant]:
-        """Every tenant (the anonymous one when no keys are configured)."""
-        return list({t.name: t for t in self._by_digest.values()}.values()) or [self._anonymous]
+        """Every tenant, in the file's order (the anonymous one when there is none)."""
+        return list(self._every) or ([] if self.keys_required else [self._anonymous])
 
     def authenticate(self, headers: list[Any]) -> Tenant:
         """The tenant of a request with ASGI `headers`: its key in `Authorization: Bearer KEY`
@@ -90,7 +125,7 @@ class TenantDirectory:
 
         Raises InvalidApiKey (401) when keys are configured and the key is missing or unknown.
         """
-        if not self._by_digest:
+        if not self.keys_required:
             return self._anonymous
         value = next((v for k, v in headers if k == b"authorization"), b"")
         scheme, _, key = value.decode("latin-1").partition(" ")
@@ -116,8 +151,23 @@ def load_tenants(path: Path | None) -> TenantDirectory:
     if path is None:
         return TenantDirectory()
     text, raw = read_toml(path, "tenants file")
+    return _directory(raw, text, path)
+
+
+def parse_tenants(text: str, path: Path) -> TenantDirectory:
+    """The tenants of `text`, the new content of the tenants file at `path` (`llmd tenant`
+    checks an edit before it writes it). Raises ConfigError as `load_tenants` does."""
     try:
-        return TenantDirectory(_bind_tenants(raw, text), path)
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    return _directory(raw, text, path)
+
+
+def _directory(raw: dict[str, Any], text: str, path: Path) -> TenantDirectory:
+    try:
+        every, by_digest = _bind_tenants(raw, text)
+        return TenantDirectory(by_digest, path, every)
     except ConfigError as exc:
         raise at_line(exc, text, str(path)) from None
 
@@ -129,8 +179,9 @@ def configured_tenants(admission: AdmissionConfig) -> TenantDirectory:
     return load_tenants(Path(admission.tenants_file) if admission.tenants_file else None)
 
 
-def _bind_tenants(raw: dict[str, Any], text: str) -> dict[str, Tenant]:
-    """Tenants by key digest from the parsed file. Raises ConfigError (with its key)."""
+def _bind_tenants(raw: dict[str, Any], text: str) -> tuple[list[Tenant], dict[str, Tenant]]:
+    """Every tenant of the parsed file, and the tenants by key digest. Raises ConfigError
+    (with its key)."""
     extra = sorted(set(raw) - {"tenants"})
     if extra or not isinstance(raw.get("tenants"), dict):
         raise ConfigError(
@@ -138,10 +189,12 @@ def _bind_tenants(raw: dict[str, Any], text: str) -> dict[str, Tenant]:
             key=extra[0] if extra else None,
         )
     by_digest: dict[str, Tenant] = {}
+    every: list[Tenant] = []
     for name, table in raw["tenants"].items():
         prefix = f"tenants.{name}."
         spec: _TenantSpec = bind_table(_TenantSpec, table, prefix, secret=True)
         tenant = _tenant(name, spec, prefix)
+        every.append(tenant)
         for index, digest in enumerate(spec.keys):
             where = f"{prefix}keys[{index}]"
             if len(digest) != 64 or not set(digest) <= _HEX:
@@ -158,7 +211,7 @@ def _bind_tenants(raw: dict[str, Any], text: str) -> dict[str, Tenant]:
                     key=prefix + "keys",
                 )
             by_digest[digest] = tenant
-    return by_digest
+    return every, by_digest
 
 
 def _line_of(text: str, value: str) -> int | None:
@@ -180,6 +233,11 @@ def _tenant(name: str, spec: _TenantSpec, prefix: str) -> Tenant:
             ) from None
     if spec.weight <= 0:
         raise ConfigError(f"{prefix}weight: expected a number > 0 {HIDDEN}", key=prefix + "weight")
+    if spec.max_kv_share > 1:
+        raise ConfigError(
+            f"{prefix}max_kv_share: expected a fraction in [0, 1] {HIDDEN}",
+            key=prefix + "max_kv_share",
+        )
     return Tenant(
         name=name,
         max_concurrency=spec.max_concurrency,
@@ -188,4 +246,9 @@ def _tenant(name: str, spec: _TenantSpec, prefix: str) -> Tenant:
         default_class=max(classes["default_class"], classes["highest_class"]),
         weight=spec.weight,
         metrics=spec.metrics,
+        max_kv_tokens=spec.max_kv_tokens,
+        max_kv_share=spec.max_kv_share,
+        input_tokens_per_minute=spec.input_tokens_per_minute,
+        output_tokens_per_minute=spec.output_tokens_per_minute,
+        tokens_per_day=spec.tokens_per_day,
     )

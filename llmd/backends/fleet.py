@@ -25,7 +25,7 @@ from llmd.engine.versions import ASSUMED, EngineApi
 from llmd.routing.backend import BackendKind
 from llmd.routing.breaker import BreakerState
 from llmd.runtime import RuntimePaths
-from llmd.status import EngineStatus, ModelStatus
+from llmd.status import EngineLatencyStatus, EngineStatus, ModelStatus
 from llmd.supervisor.state import EngineState
 
 log = structlog.get_logger("llmd.backends")
@@ -181,9 +181,12 @@ class Fleet:
         samples: Mapping[str, EngineSample],
         in_flight: Mapping[str, int],
         now: float,
+        latency: Mapping[str, EngineLatencyStatus] | None = None,
     ) -> tuple[tuple[EngineStatus, ...], tuple[ModelStatus, ...]]:
-        """One entry per backend (each with its latest metrics `samples` and llmd's requests
-        there, `in_flight`), and one per served model, at `now` (monotonic s)."""
+        """One entry per backend (each with its latest metrics `samples`, llmd's requests
+        there, `in_flight`, and its side of latency, `latency`), and one per served model, at
+        `now` (monotonic s)."""
+        latency = latency or {}
         views = {view.name: view for view in capacity.backends(now)}
         entries = []
         for name, engine in self.engines.items():
@@ -194,6 +197,7 @@ class Fleet:
                     name=name,
                     kind=BackendKind.ENGINE.value,
                     gpus=self.gpus.get(name, ()),
+                    latency=latency.get(name),
                     **self._load(name, sample, in_flight, capacity),
                 )
             )
@@ -219,6 +223,7 @@ class Fleet:
                     kind=BackendKind.UPSTREAM.value,
                     url=upstream.url,
                     breaker=breaker.value if breaker is not None else None,
+                    latency=latency.get(name),
                     **self._load(name, sample, in_flight, capacity),
                 )
             )

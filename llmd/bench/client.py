@@ -98,6 +98,8 @@ class RequestResult:
     chunks: int = 0
     finish_reason: str | None = None
     documents: int = 0  # an embeddings request's: the vectors it got back
+    user: int = -1  # the simulated user that sent it (-1: none in particular)
+    retry_after: float | None = None  # an error answer's Retry-After, seconds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,6 +222,7 @@ async def _exchange(
         if response.status != 200:
             result.outcome = "error"
             result.error_kind = f"{response.status} {_error_code(await response.read())}"
+            result.retry_after = _seconds(response.headers.get("retry-after"))
             return
         done = False
         async for line in response.content:
@@ -254,6 +257,14 @@ async def _exchange(
             result.outcome, result.error_kind = "error", "stream_truncated"
         elif result.prompt_tokens is None:
             result.output_tokens = result.chunks
+
+
+def _seconds(value: str | None) -> float | None:
+    """A Retry-After given in seconds (RFC 9110 10.2.3; an HTTP date is not read)."""
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
 
 
 def _error_code(raw: bytes) -> str:

@@ -151,6 +151,17 @@ def add_parser(verbs: Any) -> None:
     load.add_argument(
         "--embed-batch", metavar="N", type=positive_count, help="H: documents per request (8)"
     )
+    load.add_argument(
+        "--leave-share", metavar="P", type=share, help="I: share of the users who hang up (0.5)"
+    )
+    load.add_argument(
+        "--pushers", metavar="N", type=positive_count, help="J: the over-quota tenant's users (8)"
+    )
+    where.add_argument(
+        "--pusher-api-key",
+        metavar="KEY",
+        help="J: the over-quota tenant's key (default: --api-key's)",
+    )
 
     out = bench.add_argument_group("results")
     out.add_argument(
@@ -230,6 +241,8 @@ def options_from(args: argparse.Namespace) -> BenchOptions:
         disconnect_share=args.disconnect_share,
         embed_users=args.embed_users,
         embed_batch=args.embed_batch,
+        leave_share=args.leave_share,
+        pushers=args.pushers,
     )
     direct = _either(args.direct, args.direct_uds, "--direct")
     embed_direct = _either(args.embed_direct, args.embed_direct_uds, "--embed-direct")
@@ -252,6 +265,7 @@ def options_from(args: argparse.Namespace) -> BenchOptions:
         metrics_interval_s=args.metrics_interval,
         embed_model=args.embed_model,
         embed_direct_url=embed_direct,
+        pusher_api_key=args.pusher_api_key,
     )
 
 

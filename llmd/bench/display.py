@@ -9,7 +9,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 
 from llmd.bench.client import RequestResult
 from llmd.bench.load import StepSpec
-from llmd.bench.report import indexing_line
+from llmd.bench.report import scenario_lines
 from llmd.bench.stats import StepSummary
 
 
@@ -67,5 +67,5 @@ class LiveDisplay:
             f"{summary.output_tokens_per_s:,.0f} tok/s, TTFT p95 "
             f"{'-' if ttft is None else f'{ttft:,.0f}'} ms, {summary.verdict}"
         )
-        if summary.indexing is not None:
-            self.progress.console.print(f"       {indexing_line(summary.target, summary)}")
+        for line in scenario_lines(summary.target, summary):
+            self.progress.console.print(f"       {line}")

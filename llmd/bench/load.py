@@ -1,5 +1,6 @@
 """One step of load: `concurrency` users sending a scenario's requests to one target, and in
-scenario H its indexers sending embeddings beside them.
+scenario H its indexers sending embeddings beside them, in I a share of the users hanging up
+at once (llmd/bench/leavers.py), in J a tenant over its quota beside them (llmd/bench/quota.py).
 
 A step stops sending at its duration or request cap and then waits for what is in flight (each
 request bounded by its timeout). Its wall time runs from the first send to the last answer.
@@ -12,12 +13,14 @@ import contextlib
 import dataclasses
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 
 from llmd.bench.client import Call, EmbedCall, RequestResult, Target, embed, stream_completion
+from llmd.bench.leavers import HangupWave
 from llmd.bench.prompts import PromptBuilder
+from llmd.bench.quota import Pushed, push, pusher_call
 from llmd.bench.sampler import GaugeSample, GaugeSampler
 from llmd.bench.scenarios import Indexing, Scenario, plan_documents, plan_request
 
@@ -38,6 +41,7 @@ class StepSpec:
     headers: tuple[tuple[str, str], ...] = ()
     embed_model: str | None = None
     embed_headers: tuple[tuple[str, str], ...] = ()
+    pusher_headers: tuple[tuple[str, str], ...] = ()  # J: the over-quota tenant's
 
 
 @dataclasses.dataclass
@@ -51,6 +55,8 @@ class StepRun:
     samples: list[GaugeSample]
     embed_results: list[RequestResult] = dataclasses.field(default_factory=list)
     indexing_at_s: float | None = None
+    wave: HangupWave | None = None  # I
+    pushed: Pushed | None = None  # J
 
 
 class _Step:
@@ -120,6 +126,7 @@ async def run_step(
         prefix = (
             prompts.build(shared, random.Random(f"{spec.seed}:shared-prefix")) if shared else ""
         )
+        wave = HangupWave(scenario.hangup, spec.concurrency) if scenario.hangup else None
 
         async def user(number: int) -> None:
             rng = random.Random(f"{spec.seed}:user:{number}")
@@ -140,12 +147,22 @@ async def run_step(
                     headers=spec.headers,
                 )
                 result = RequestResult(
-                    plan.index, plan.component, plan.prompt_tokens, plan.output_tokens, 0.0
+                    plan.index, plan.component, plan.prompt_tokens, plan.output_tokens, 0.0,
+                    user=number,
+                )  # fmt: skip
+                sending = stream_completion(
+                    session, target, call, result, spec.timeout_s, clock_zero
                 )
-                await stream_completion(session, target, call, result, spec.timeout_s, clock_zero)
+                left = False
+                if wave is not None and wave.leaves(number):
+                    left = await wave.send(sending, result)
+                else:
+                    await sending
                 step.results.append(result)
                 if on_result is not None:
                     on_result(result)
+                if left:
+                    return  # hung up: this user sends nothing more
                 if scenario.open_arrivals:
                     await step.think(rng)
 
@@ -163,12 +180,20 @@ async def run_step(
         indexing = scenario.indexing if spec.embed_model is not None else None
         indexing_at = clock_zero + spec.duration_s * (indexing.starts_at if indexing else 0.0)
         embeds = embed_target or target
+        side: list[Awaitable[None]] = []
+        if wave is not None:
+            assert scenario.hangup is not None
+            at = clock_zero + spec.duration_s * scenario.hangup.at
+            side.append(wave.fire(at, clock_zero, sampler))
+        pushed = Pushed() if scenario.pusher is not None else None
+        if pushed is not None:
+            side += _pushers(step, spec, prompts, (target, session), pushed)
         async with embeds.session(spec.timeout_s) as embed_session:
             indexers = [
                 _index(step, spec, prompts, (embeds, embed_session), indexing_at, on_result)
                 for _ in range(indexing.users if indexing else 0)
             ]
-            await asyncio.gather(users(), *indexers)
+            await asyncio.gather(users(), *indexers, *side)
         if bursts is not None:
             bursts.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -185,7 +210,35 @@ async def run_step(
         samples,
         sorted(step.embed_results, key=lambda r: r.index),
         indexing_at_s,
+        wave,
+        pushed,
     )
+
+
+def _pushers(
+    step: _Step,
+    spec: StepSpec,
+    prompts: PromptBuilder,
+    where: tuple[Target, aiohttp.ClientSession],
+    pushed: Pushed,
+) -> list[Awaitable[None]]:
+    """J's pusher users, each starting at the pusher's share of the step."""
+    pusher = spec.scenario.pusher
+    assert pusher is not None
+    start_at = step.clock_zero + spec.duration_s * pusher.starts_at
+    pushed.started_s = start_at - step.clock_zero
+    send = pusher_call(
+        spec.scenario, prompts, spec.model, spec.seed, spec.max_model_len, spec.pusher_headers
+    )
+
+    def over() -> bool:
+        return step.users_done or time.perf_counter() >= step.deadline
+
+    async def user(number: int) -> None:
+        await asyncio.sleep(max(0.0, start_at - time.perf_counter()))
+        await push(pushed, where, send, over, step.clock_zero, spec.timeout_s, number)
+
+    return [user(number) for number in range(pusher.users)]
 
 
 async def _index(

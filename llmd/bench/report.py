@@ -145,11 +145,58 @@ def summary_lines(report: BenchReport) -> Text:
             )
     for label, steps in report.steps.items():
         for step in steps:
-            if step.indexing is not None:
-                text.append(indexing_line(label, step) + "\n")
+            for line in scenario_lines(label, step):
+                text.append(line + "\n")
     if report.client_warning:
         text.append(f"warning: {report.client_warning}\n", style="yellow")
     return text
+
+
+def scenario_lines(label: str, step: StepSummary) -> list[str]:
+    """The sentences of a step's scenario-specific figures (H, I, J), if any."""
+    lines = []
+    if step.indexing is not None:
+        lines.append(indexing_line(label, step))
+    if step.hangup is not None:
+        lines.append(hangup_line(label, step))
+    if step.quota is not None:
+        lines.append(quota_line(label, step))
+    return lines
+
+
+def hangup_line(label: str, step: StepSummary) -> str:
+    """I in a sentence: how many hung up, how fast the engine stopped their sequences, and the
+    stayers' TTFT and inter-token p95 after against before."""
+    h = step.hangup
+    assert h is not None
+    stop = "not seen" if h.engine_stop_s is None else f"{h.engine_stop_s * 1000:.0f} ms"
+    return (
+        f"hang-up ({label}, concurrency {step.concurrency}): {h.leavers} users left at "
+        f"{_num(h.at_s, 1)} s ({h.cut} streams cut); the engine's running sequences fell from "
+        f"{_num(h.running_before)} to the {h.stayers} stayers' in {stop}; stayers' TTFT p95 "
+        f"{_num(h.stayers_ttft_before_ms['p95'])} -> {_num(h.stayers_ttft_after_ms['p95'])} ms, "
+        f"inter-token p95 {_num(h.stayers_itl_before_ms['p95'], 1)} -> "
+        f"{_num(h.stayers_itl_after_ms['p95'], 1)} ms, {h.stayers_errors} stayers failed"
+    )
+
+
+def quota_line(label: str, step: StepSummary) -> str:
+    """J in a sentence: the pusher's 429s and Retry-After, and the others' TTFT p95 during
+    against before."""
+    q = step.quota
+    assert q is not None
+    retry = q.retry_after_s
+    ratio = q.ttft_p95_during_over_before
+    return (
+        f"over quota ({label}, concurrency {step.concurrency}): the pusher sent {q.requests}, "
+        f"{q.ok} answered ({_num(q.ok_per_s, 2)}/s), {q.rejected_429} got 429 with Retry-After "
+        f"{_num(retry['min'], 1)}-{_num(retry['max'], 1)} s (honoured "
+        f"{_num(None if q.honoured is None else q.honoured * 100)}%, refused again after "
+        f"waiting {_num(None if q.refused_again is None else q.refused_again * 100)}%); the "
+        f"others' TTFT p95 {_num(q.others_ttft_during_ms['p95'])} ms while it pushed, "
+        f"{_num(q.others_ttft_before_ms['p95'])} ms before"
+        + (f" (x{ratio:.2f})" if ratio is not None else "")
+    )
 
 
 def indexing_line(label: str, step: StepSummary) -> str:

@@ -25,8 +25,10 @@ from llmd.bench.client import (
     fetch_json,
     stream_completion,
 )
-from llmd.bench.load import StepSpec, run_step
+from llmd.bench.leavers import hangup_summary
+from llmd.bench.load import StepRun, StepSpec, run_step
 from llmd.bench.prompts import PromptBuilder
+from llmd.bench.quota import quota_summary
 from llmd.bench.sampler import GaugeSampler
 from llmd.bench.scenarios import Scenario
 from llmd.bench.stats import (
@@ -67,6 +69,7 @@ class BenchOptions:
     metrics_interval_s: float = 0.5
     embed_model: str | None = None
     embed_direct_url: str | None = None
+    pusher_api_key: str | None = None  # J: the over-quota tenant's key
 
 
 class Display(Protocol):
@@ -107,6 +110,8 @@ class BenchReport:
                 "shared_prefix_tokens": options.scenario.shared_prefix_tokens,
                 "priority": options.scenario.priority,
                 "indexing": _indexing_json(options),
+                "hangup": _plain(options.scenario.hangup),
+                "pusher": _plain(options.scenario.pusher),
             },
             "options": {
                 "url": options.url,
@@ -137,11 +142,35 @@ class BenchReport:
         }
 
 
+def _plain(value: Any) -> dict[str, Any] | None:
+    return None if value is None else dataclasses.asdict(value)
+
+
 def _indexing_json(options: BenchOptions) -> dict[str, Any] | None:
     indexing = options.scenario.indexing
     if indexing is None:
         return None
     return {**dataclasses.asdict(indexing), "lengths": str(indexing.lengths)}
+
+
+def step_summary(label: str, concurrency: int, run: StepRun) -> StepSummary:
+    """The figures of one step `run` against target `label`, with its scenario's own: H's
+    indexing, I's hang-up, J's pusher."""
+    return summarize(
+        label,
+        concurrency,
+        run.results,
+        run.wall_s,
+        run.samples,
+        run.client_cpu_s,
+        indexing=(
+            indexing_summary(run.results, run.embed_results, run.indexing_at_s)
+            if run.indexing_at_s is not None
+            else None
+        ),
+        hangup=hangup_summary(run.wave, run.results) if run.wave is not None else None,
+        quota=quota_summary(run.pushed, run.results, run.wall_s) if run.pushed else None,
+    )
 
 
 def targets_of(options: BenchOptions) -> list[Target]:
@@ -259,6 +288,14 @@ def request_headers(options: BenchOptions, auth: Headers) -> tuple[Headers, Head
     )
 
 
+def pusher_headers(options: BenchOptions, headers: Headers) -> Headers:
+    """The headers of J's pusher: the others' with its own API key in place of theirs."""
+    if options.pusher_api_key is None:
+        return headers
+    kept = tuple((name, value) for name, value in headers if name.lower() != "authorization")
+    return (("Authorization", f"Bearer {options.pusher_api_key}"), *kept)
+
+
 async def run_bench(options: BenchOptions, display: Display | None = None) -> BenchReport:
     """Run the whole bench. Raises `BenchError` when a target cannot be used at all."""
     started_at = time.time()
@@ -290,6 +327,7 @@ async def run_bench(options: BenchOptions, display: Display | None = None) -> Be
             headers=headers,
             embed_model=options.embed_model if indexing is not None else None,
             embed_headers=embed_headers,
+            pusher_headers=pusher_headers(options, headers),
         )
         # Alternate which target goes first, so slow drift (engine warmth, other load on the
         # machine) does not always favour the same one.
@@ -307,20 +345,7 @@ async def run_bench(options: BenchOptions, display: Display | None = None) -> Be
                 display.request_done if display else None,
                 embeds.get(target.label),
             )
-            beside = (
-                indexing_summary(run.results, run.embed_results, run.indexing_at_s)
-                if run.indexing_at_s is not None
-                else None
-            )
-            summary = summarize(
-                target.label,
-                concurrency,
-                run.results,
-                run.wall_s,
-                run.samples,
-                run.client_cpu_s,
-                beside,
-            )
+            summary = step_summary(target.label, concurrency, run)
             steps[target.label].append(summary)
             if display is not None:
                 display.step_finished(summary)

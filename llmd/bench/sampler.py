@@ -95,6 +95,23 @@ class GaugeSampler:
             self._task = None
         return self.samples
 
+    async def running(self) -> float | None:
+        """The engine's running sequences now, from the first source that has the gauge
+        (None: none answered with it). One read each: its time bounds how fast a change is
+        seen (vLLM's /metrics takes up to a few seconds under load, ENGINE.md)."""
+        for source in self.sources:
+            async with source.session(timeout_s=5) as session:
+                try:
+                    async with asyncio.timeout(5):
+                        async with session.get(source.base_url + "/metrics") as response:
+                            text = await response.text()
+                except (aiohttp.ClientError, OSError, TimeoutError):
+                    continue
+            value = _first(parse_gauges(text), RUNNING)
+            if value is not None:
+                return value
+        return None
+
     async def _loop(self, clock_zero: float) -> None:
         async with contextlib.AsyncExitStack() as stack:
             sessions = [

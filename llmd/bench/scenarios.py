@@ -1,4 +1,4 @@
-"""The eight load scenarios (A..H) and the seeded plan of each request they send.
+"""The ten load scenarios (A..J) and the seeded plan of each request they send.
 
 Load is made by `concurrency` simulated users:
 
@@ -15,6 +15,13 @@ Load is made by `concurrency` simulated users:
            step on, an embeddings burst beside it: a RAG app indexing short documents
            (`Indexing`), sent to another model (its pooling engine); the figure is the chat's
            TTFT during the burst against before it
+    I      long streams in a closed loop; partway through the step a share of the users hang
+           up mid-stream all at once (`Hangup`): how fast the engine stops their sequences,
+           and what the users who stay see (TTFT, inter-token time) before and after
+    J      short chats in a closed loop and, from half the step on, a tenant over its quota
+           (`Pusher`: more requests at once than its limit, with its own API key) that waits
+           the Retry-After of each 429 before it sends again: its 429s, the Retry-After it is
+           given and honours, and the other tenants' TTFT before and while it pushes
 """
 
 from __future__ import annotations
@@ -51,6 +58,29 @@ class Indexing:
     priority: str | None = "batch"
 
 
+@dataclasses.dataclass(frozen=True)
+class Hangup:
+    """I: at `at` (a share of the step's duration) the first `share` of the users (at least
+    one, and never all) hang up their stream at once and send nothing more."""
+
+    share: float = 0.5
+    at: float = 0.5
+
+    def leavers(self, concurrency: int) -> int:
+        """How many of `concurrency` users hang up."""
+        return min(max(1, round(concurrency * self.share)), max(concurrency - 1, 1))
+
+
+@dataclasses.dataclass(frozen=True)
+class Pusher:
+    """J: from `starts_at` (a share of the step's duration) to its end, `users` requests at
+    once from one tenant (its own API key, `--pusher-api-key`), each sent again after the
+    Retry-After of a 429, in a closed loop."""
+
+    users: int = 8
+    starts_at: float = 0.5
+
+
 def _weighted(row: tuple[str, float, str, str], weight: float) -> tuple[str, float, str, str]:
     return (row[0], weight, row[2], row[3])
 
@@ -60,7 +90,8 @@ class Scenario:
     """What a run sends: lengths, arrivals, disconnects. `single` (A) sends one request only.
     `shared_prefix_tokens`: every prompt starts with the same text of this many tokens, before
     its own part drawn from `mix` (G). `indexing`: embeddings sent beside (H), and `priority` the
-    `x-llmd-priority` of the other requests (None: none sent)."""
+    `x-llmd-priority` of the other requests (None: none sent). `hangup`: users who leave
+    mid-stream at once (I); `pusher`: a tenant over its quota beside the others (J)."""
 
     name: str
     title: str
@@ -72,6 +103,8 @@ class Scenario:
     shared_prefix_tokens: int = 0
     indexing: Indexing | None = None
     priority: str | None = None
+    hangup: Hangup | None = None
+    pusher: Pusher | None = None
 
     @property
     def open_arrivals(self) -> bool:
@@ -114,6 +147,18 @@ SCENARIOS: dict[str, Scenario] = {
         indexing=Indexing(users=4, batch=8, lengths=Dist.parse(DOCUMENT_TOKENS)),
         priority="interactive",
     ),
+    "I": Scenario(
+        "I",
+        "long streams; half the users hang up mid-stream at once, halfway through",
+        mix_of([LONG_OUTPUT]),
+        hangup=Hangup(),
+    ),
+    "J": Scenario(
+        "J",
+        "short chats; from halfway, a tenant over its quota that honours Retry-After",
+        mix_of([CHAT_TURN]),
+        pusher=Pusher(),
+    ),
 }
 
 
@@ -126,9 +171,12 @@ def scenario(
     disconnect_share: float | None = None,
     embed_users: int | None = None,
     embed_batch: int | None = None,
+    leave_share: float | None = None,
+    pushers: int | None = None,
 ) -> Scenario:
-    """Scenario `name` (A..H) with the given fields replaced (`embed_users` and `embed_batch`:
-    its indexing's, H only). Raises `BenchError`."""
+    """Scenario `name` (A..J) with the given fields replaced (`embed_users` and `embed_batch`:
+    its indexing's, H only; `leave_share`: its hang-up's, I only; `pushers`: its pusher's
+    users, J only). Raises `BenchError`."""
     base = SCENARIOS.get(name.upper())
     if base is None:
         raise BenchError(f"unknown scenario {name!r}: expected one of {', '.join(SCENARIOS)}")
@@ -154,6 +202,14 @@ def scenario(
             users=indexing.users if embed_users is None else embed_users,
             batch=indexing.batch if embed_batch is None else embed_batch,
         )
+    if leave_share is not None:
+        if base.hangup is None or not 0 < leave_share < 1:
+            raise BenchError(f"--leave-share {leave_share}: scenario I only, 0 < share < 1")
+        changes["hangup"] = dataclasses.replace(base.hangup, share=leave_share)
+    if pushers is not None:
+        if base.pusher is None or pushers < 1:
+            raise BenchError(f"--pushers {pushers}: scenario J only, 1 or more")
+        changes["pusher"] = dataclasses.replace(base.pusher, users=pushers)
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 

@@ -11,8 +11,10 @@ from collections import Counter
 from collections.abc import Sequence
 
 from llmd.bench.client import RequestResult
+from llmd.bench.leavers import HangupSummary
+from llmd.bench.percentiles import ms_percentiles
+from llmd.bench.quota import QuotaSummary
 from llmd.bench.sampler import GaugeSample
-from llmd.telemetry.windows import percentile
 
 # A step whose errors and timeouts exceed this share of its requests is unstable.
 MAX_ERROR_SHARE = 0.01
@@ -84,8 +86,8 @@ def indexing_summary(
     span = max(max(ends, default=started_s) - started_s, 1e-9)
     documents = sum(r.documents for r in ok)
     ttfts = [(r.start, r.ttft) for r in chat if r.ttft is not None and r.outcome == "ok"]
-    before = _ms_percentiles([ttft for start, ttft in ttfts if start < started_s])
-    during = _ms_percentiles([ttft for start, ttft in ttfts if start >= started_s])
+    before = ms_percentiles([ttft for start, ttft in ttfts if start < started_s])
+    during = ms_percentiles([ttft for start, ttft in ttfts if start >= started_s])
     p95_before, p95_during = before["p95"], during["p95"]
     return IndexingSummary(
         started_s=round(started_s, 3),
@@ -97,7 +99,7 @@ def indexing_summary(
         prompt_tokens=sum(r.prompt_tokens or 0 for r in ok),
         requests_per_s=round(len(ok) / span, 3),
         documents_per_s=round(documents / span, 2),
-        e2e_ms=_ms_percentiles([r.e2e for r in ok if r.e2e is not None]),
+        e2e_ms=ms_percentiles([r.e2e for r in ok if r.e2e is not None]),
         chat_ttft_before_ms=before,
         chat_ttft_during_ms=during,
         ttft_p95_during_over_before=(
@@ -146,13 +148,8 @@ class StepSummary:
     verdict: str
     verdict_reason: str
     indexing: IndexingSummary | None = None
-
-
-def _ms_percentiles(values: Sequence[float]) -> dict[str, float | None]:
-    return {
-        name: None if (v := percentile(values, q)) is None else round(v * 1000, 2)
-        for name, q in (("p50", 50), ("p95", 95), ("p99", 99))
-    }
+    hangup: HangupSummary | None = None  # I
+    quota: QuotaSummary | None = None  # J
 
 
 def _peak(values: Sequence[float | None]) -> float | None:
@@ -179,10 +176,12 @@ def summarize(
     samples: Sequence[GaugeSample],
     client_cpu_s: float,
     indexing: IndexingSummary | None = None,
+    hangup: HangupSummary | None = None,
+    quota: QuotaSummary | None = None,
 ) -> StepSummary:
     """The figures of one step: `results` of every request sent, the step's wall time (first send
     to last answer), the gauge samples taken meanwhile and the bench process's CPU seconds;
-    `indexing`: H's embeddings beside them."""
+    `indexing`: H's embeddings beside them; `hangup`: I's; `quota`: J's pusher."""
     ok = [r for r in results if r.outcome == "ok"]
     disconnected = [r for r in results if r.outcome == "disconnected"]
     failed = [r for r in results if r.outcome in ("error", "timeout")]
@@ -200,8 +199,8 @@ def summarize(
         errors=sum(r.outcome == "error" for r in results),
         timeouts=sum(r.outcome == "timeout" for r in results),
         errors_by_kind=dict(Counter(str(r.error_kind) for r in failed).most_common()),
-        ttft_ms=_ms_percentiles([r.ttft for r in ok + disconnected if r.ttft is not None]),
-        e2e_ms=_ms_percentiles([r.e2e for r in ok if r.e2e is not None]),
+        ttft_ms=ms_percentiles([r.ttft for r in ok + disconnected if r.ttft is not None]),
+        e2e_ms=ms_percentiles([r.e2e for r in ok if r.e2e is not None]),
         prompt_tokens=sum(r.prompt_tokens or 0 for r in ok),
         planned_prompt_tokens=sum(r.planned_prompt for r in ok),
         prompt_mismatches=sum(
@@ -228,6 +227,8 @@ def summarize(
         verdict=verdict.state,
         verdict_reason=verdict.reason,
         indexing=indexing,
+        hangup=hangup,
+        quota=quota,
     )
 
 

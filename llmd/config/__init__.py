@@ -4,6 +4,7 @@ frozen, typed dataclasses: the contract every layer reads.
     tables.py    the service's tables ([server], [admission], ...), `Config`, `load_config`
     backends.py  [engine], [engines.NAME], [upstreams.NAME], [routing]
     release.py   [release]: canary steps, comparison thresholds, the smoke gate
+    swap.py      [swap_groups.NAME]: engines that take turns being awake, and their checks
 
 May import: engine (its flags, for the cross-table checks).
 """
@@ -16,9 +17,12 @@ from llmd.config.tables import (
     Config,
     GuardConfig,
     LoggingConfig,
+    ResponsesConfig,
     ServerConfig,
     SupervisorConfig,
+    SwapGroupConfig,
     TelemetryConfig,
+    UsageConfig,
     ValidationConfig,
     config_path,
     load_config,
@@ -33,11 +37,14 @@ __all__ = [
     "EngineConfig",
     "GuardConfig",
     "LoggingConfig",
+    "ResponsesConfig",
     "RoutingConfig",
     "ServerConfig",
     "SupervisorConfig",
+    "SwapGroupConfig",
     "TelemetryConfig",
     "UpstreamConfig",
+    "UsageConfig",
     "ValidationConfig",
     "config_path",
     "load_config",

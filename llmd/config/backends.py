@@ -37,7 +37,8 @@ class EngineConfig:
     environment says). `device`: what it computes on, for admission's device hold (engines
     naming the same one share it; empty: `shared_device`'s default). `nice`: added to the
     niceness of the engine's processes (0-19), so that llmd's own process gets the CPU first
-    when both want it (llmd/supervisor/process.py)."""
+    when both want it (llmd/supervisor/process.py). `warmup`: a short request must succeed
+    through the booted engine before it serves."""
 
     kind: Literal["vllm", "sim"] = "vllm"
     model: str = ""
@@ -53,12 +54,25 @@ class EngineConfig:
     start_timeout_s: float = 900.0
     stop_timeout_s: float = 20.0
     health_interval_s: float = 2.0
+    # One short generation (an embedding for a pooling engine) of `warmup_prompt` must succeed
+    # before the engine serves (llmd/supervisor/warmup.py).
+    warmup: bool = True
+    warmup_prompt: str = "Hello"
     # The stall watchdog (llmd/supervisor/stall.py): sequences running and no token for this
     # long restarts the engine. 0: max(30 s, 100 x its measured mean inter-token latency).
     stall_timeout_s: float = 0.0
     # A relayed request that gets no byte from the engine for this long is aborted (more for
     # a prompt still in prefill, by its tokens). 0: twice the stall timeout.
     request_idle_timeout_s: float = 0.0
+    # On demand (llmd/config/swap.py): the engine may be put to sleep, and is woken when a
+    # request names its model. `idle_sleep_s`: asleep after this long without requests (0: only
+    # when evicted). `sleep`: how (`level1`/`level2`: vLLM's sleep mode; `stop`: its process
+    # group stopped and booted again; `auto`: level1 where the engine has sleep mode, else
+    # stop). A pinned engine is never evicted.
+    on_demand: bool = False
+    idle_sleep_s: float = 0.0
+    sleep: Literal["auto", "level1", "level2", "stop"] = "auto"
+    pin: bool = False
 
     @property
     def model_name(self) -> str:

@@ -23,6 +23,7 @@ from llmd.config.backends import (
     engine_tables,
 )
 from llmd.config.release import ReleaseConfig, release_config
+from llmd.config.swap import SwapGroupConfig, check_swap_groups
 from llmd.errors import ConfigError
 from llmd.numerals import ascii_int
 
@@ -37,8 +38,10 @@ __all__ = [
     "RoutingConfig",
     "ServerConfig",
     "SupervisorConfig",
+    "SwapGroupConfig",
     "TelemetryConfig",
     "UpstreamConfig",
+    "UsageConfig",
     "ValidationConfig",
     "config_path",
     "load_config",
@@ -119,6 +122,18 @@ class TelemetryConfig:
     gpu_interval_s: float = 1.0
     # Tenants past this many distinct ones share the Prometheus label `other`.
     top_tenants: int = 20
+    # Where llmd exports its spans (OTLP over HTTP, the traces URL); "": none, and nothing of
+    # OpenTelemetry is imported (llmd/telemetry/tracing.py).
+    otlp_endpoint: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class UsageConfig:
+    """Usage kept in the state directory (llmd/usage/store.py): how long, and how often the
+    daemon writes what it gathered (with the token budgets' state)."""
+
+    keep_days: int = 90  # hours older than this many days are dropped (0: kept forever)
+    flush_interval_s: float = 2.0  # a crash loses at most this much of usage and budgets
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,6 +228,19 @@ class AdmissionConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class ResponsesConfig:
+    """The Responses store (llmd/endpoints/store.py): what `store: true` asks to keep, in
+    SQLite in `server.state_dir`, per tenant."""
+
+    # Per tenant, bytes of stored responses and their input (JSON); past it the oldest go first
+    # (0: nothing is stored, every `previous_response_id` is unknown).
+    max_bytes: int = 256 * 1024 * 1024
+    # A stored response is forgotten this long after it was stored (s; at most 30 days, as
+    # OpenAI keeps them).
+    ttl_s: float = 30 * 24 * 3600.0
+
+
+@dataclasses.dataclass(frozen=True)
 class Config:
     """The whole configuration, as loaded from one TOML file.
 
@@ -231,7 +259,11 @@ class Config:
     telemetry: TelemetryConfig = dataclasses.field(default_factory=TelemetryConfig)
     validation: ValidationConfig = dataclasses.field(default_factory=ValidationConfig)
     admission: AdmissionConfig = dataclasses.field(default_factory=AdmissionConfig)
+    usage: UsageConfig = dataclasses.field(default_factory=UsageConfig)
     release: ReleaseConfig = dataclasses.field(default_factory=ReleaseConfig)
+    responses: ResponsesConfig = dataclasses.field(default_factory=ResponsesConfig)
+    # Engines that take turns being awake (llmd/config/swap.py), by group name.
+    swap_groups: dict[str, SwapGroupConfig] = dataclasses.field(default_factory=dict)
     source: str = ""
 
     @property
@@ -263,7 +295,7 @@ def load_config(path: Path, *, listen: str | None = None, runtime_dir: str | Non
     `ConfigError` for a missing or unreadable file, one not UTF-8, bad TOML, unknown keys,
     wrong types or values out of range, and the cross-table checks of llmd/config/backends.py
     (both `[engine]` and `[engines.*]`, GPU sharing without explicit KV sizes, bad upstream
-    URLs).
+    URLs) and of llmd/config/swap.py (a swap plan that cannot work).
     """
     text, raw = read_toml(path, "config")
     try:
@@ -278,12 +310,17 @@ def load_config(path: Path, *, listen: str | None = None, runtime_dir: str | Non
     )
     _check_listen(server.listen, "server.listen")
     _check_limits(server)
+    if config.usage.flush_interval_s <= 0:
+        raise ConfigError(
+            f"usage.flush_interval_s = {config.usage.flush_interval_s!r}: expected seconds > 0"
+        )
     engines = engine_tables(config.engine if "engine" in raw else None, config.engines)
     for name, engine in engines.items():
         if not engine.model:
             where = "engine" if "engine" in raw else f"engines.{name}"
             raise ConfigError(f"{path}: {where}.model is required (a model directory or name)")
     check_backends(engines, config.upstreams, config.routing)
+    check_swap_groups(engines, config.swap_groups)
     engines = {name: _resolve_model(engine, path) for name, engine in engines.items()}
     admission = _check_admission(config.admission, path)
     release_config(raw.get("release", {}))  # the checks across its keys

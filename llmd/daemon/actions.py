@@ -1,4 +1,5 @@
-"""Operator actions on a running llmd: drain, resume, restart, reload, cancel, and shutdown.
+"""Operator actions on a running llmd: drain, resume, restart, reload, cancel, wake, sleep
+and shutdown.
 The admin API and the daemon's signal handling call these.
 
 - Each returns a JSON-able summary, or raises ActionRefused (409) when it makes no sense in
@@ -32,6 +33,7 @@ import structlog
 
 from llmd.daemon.backends import Backends
 from llmd.daemon.reload import ReloadPlan
+from llmd.daemon.swapping import Swapping
 from llmd.errors import ActionRefused, Draining, NotFound, RequestCancelled
 from llmd.routing.breaker import BreakerState
 from llmd.state import DaemonState
@@ -74,6 +76,8 @@ class OperatorActions:
         self._drain_asked = False
         self._drained: set[str] = set()
         self._deadline: asyncio.Task[int] | None = None
+        # The on-demand engines' swap groups (`llmd wake`, `llmd sleep`); set by the daemon.
+        self.swapping: Swapping | None = None
 
     def drain(
         self,
@@ -279,6 +283,18 @@ class OperatorActions:
                 for name, state in states.items()
             },
         }
+
+    def swap(self, action: str, engine: str) -> dict[str, Any]:
+        """`llmd wake` or `llmd sleep` (`action`) of on-demand `engine`, begun now. Raises
+        NotFound (no such engine), ActionRefused (during a shutdown; the swap group's own
+        refusals: llmd/daemon/swapping.py)."""
+        self._refuse_during(action, SHUTDOWN)
+        self._check_engine(engine)
+        if self.swapping is None:
+            raise ActionRefused(f"{action} refused: no engine is on demand")
+        if action == "wake":
+            return self.swapping.operator_wake(engine)
+        return self.swapping.operator_sleep(engine)
 
     def _check_engine(self, engine: str) -> None:
         supervisors = self.backends.supervisors

@@ -5,7 +5,11 @@ Access control is the socket's mode (0660: root and the llmd group), set when th
     POST /drain                   optional {"deadline_s": S, "queued": "wait" | "reject",
                                   "engine": NAME}
     POST /resume, /restart        optional {"engine": NAME}: that engine only
+    POST /wake, /sleep            {"engine": NAME}: wake an on-demand engine, or put it to
+                                  sleep (llmd/daemon/swapping.py); answered once begun
     POST /reload
+    POST /tenants/reload          read the tenants file again, and only it (`llmd tenant ...`);
+                                  answers {"tenants": [NAME, ...]}
     POST /requests/{id}/cancel
     POST /guard                   {"mode": "off" | "on" | "level N"}: the SLO guard's override
                                   until the next reload; answers the guard's status
@@ -111,8 +115,17 @@ class AdminApp:
             return self.actions.resume(_engine(body))
         if path == "/restart":
             return await self.actions.restart(_engine(body))
+        if path in ("/wake", "/sleep"):
+            engine = _engine(body)
+            if engine is None:
+                raise InvalidRequest(f"{path[1:]} needs an engine", param="engine")
+            return self.actions.swap(path[1:], engine)
         if path == "/reload":
             return self.actions.reload()
+        if path == "/tenants/reload":
+            tenants = self.state.admission.reload_tenants()
+            log.info("tenants_reloaded", tenants=len(tenants))
+            return {"tenants": tenants}
         if path == "/guard":
             return _guard(self.state, body)
         if path in ("/deploy", "/rollback"):

@@ -13,7 +13,11 @@ import structlog
 from llmd.backends.upstream import run_probe
 from llmd.config import Config, EngineConfig, UpstreamConfig
 from llmd.config.backends import shared_gpus
+from llmd.config.swap import group_of
 from llmd.daemon.reload import changed_engine_keys
+from llmd.daemon.swapping import starts_asleep
+from llmd.engine.launch import installed_engine_build
+from llmd.engine.sleep import sleep_mechanism
 from llmd.errors import ConfigError
 from llmd.routing.backend import BackendKind
 from llmd.state import DaemonState
@@ -50,6 +54,9 @@ class Backends:
         config = state.config
         # One lock per GPU that several engines share: they boot one after the other.
         self.boot_locks = {gpu: asyncio.Lock() for gpu in shared_gpus(config.engine_tables)}
+        # One lock per swap group: its engines' first boots run one at a time, those that
+        # start asleep first (llmd/supervisor/supervisor.py: `start_lock`).
+        self.start_locks = {name: asyncio.Lock() for name in config.swap_groups}
         self.supervisors: dict[str, Supervisor] = {}
         # The upstream tables the fleet runs (a reload diffs the new ones against them).
         self.upstream_tables: dict[str, UpstreamConfig] = dict(config.upstreams)
@@ -69,7 +76,8 @@ class Backends:
         """Boot every engine and probe every upstream (at start-up; from then on an upstream
         a reload adds is probed at once)."""
         self._started = True
-        for name in self.supervisors:
+        asleep = starts_asleep(self.state.config)  # their first boots go first
+        for name in sorted(self.supervisors, key=lambda name: name not in asleep):
             self.start_engine(name)
         for name in self.state.fleet.upstreams:
             self._start_probe(name)
@@ -85,6 +93,11 @@ class Backends:
         if name not in admission.capacity.names():
             admission.add_backend(name, BackendKind.ENGINE, [engine.model_name])
         locks = [self.boot_locks[gpu] for gpu in sorted(engine.devices) if gpu in self.boot_locks]
+        mechanism = (
+            sleep_mechanism(engine, installed_engine_build(engine.python))
+            if engine.on_demand
+            else None
+        )
         self.supervisors[name] = Supervisor(
             name,
             engine,
@@ -93,6 +106,9 @@ class Backends:
             fleet.engines[name],
             boot_locks=locks,
             on_change=functools.partial(self.engine_changed, name),
+            mechanism=mechanism,
+            start_asleep=name in starts_asleep(self.state.config),
+            start_lock=self.start_locks.get(group_of(self.state.config.swap_groups, name) or ""),
         )
 
     def start_engine(self, name: str) -> bool:
@@ -133,8 +149,10 @@ class Backends:
         least one serves (an llmd of upstreams only is ready at once). Upstreams, outside
         llmd's control, do not hold it back; `/ready` says whether each model is served."""
         phases = [state.phase for state in self.state.fleet.engines.values()]
-        booted = all(p in (EnginePhase.SERVING, EnginePhase.FAILED) for p in phases)
-        return booted and (not phases or EnginePhase.SERVING in phases)
+        done = (EnginePhase.SERVING, EnginePhase.FAILED, EnginePhase.ASLEEP)
+        booted = all(p in done for p in phases)
+        serving = (EnginePhase.SERVING, EnginePhase.ASLEEP)
+        return booted and (not phases or any(p in serving for p in phases))
 
     def running(self) -> list[Supervisor]:
         """The supervisors whose task runs (not ended, not given up)."""

@@ -26,7 +26,7 @@ from llmd.admission.control import Admission
 from llmd.admission.tenants import configured_tenants
 from llmd.backends.fleet import Fleet, PoolLimits
 from llmd.backends.relisting import ModelRelisting
-from llmd.config import Config, EngineConfig, config_path, load_config
+from llmd.config import Config, EngineConfig, ResponsesConfig, config_path, load_config
 from llmd.daemon.actions import OperatorActions
 from llmd.daemon.admin_api import AdminApp
 from llmd.daemon.backends import Backends
@@ -38,8 +38,12 @@ from llmd.daemon.listeners import (
     set_send_buffer,
 )
 from llmd.daemon.reload import ReloadPlan, plan_reload, with_engine_tables
+from llmd.daemon.swapping import Swapping
 from llmd.daemon.telemetry import Telemetry
+from llmd.daemon.usage import UsageKeeper
 from llmd.daemon.watchdog import Watchdog
+from llmd.endpoints.store import FILE_NAME as STORE_FILE
+from llmd.endpoints.store import ResponseStore
 from llmd.errors import ActionRefused, ConfigError, EngineGaveUp
 from llmd.gpu.preflight import GpuReport, PreflightError, run_preflight
 from llmd.logs import configure_logging, line_limiter
@@ -84,7 +88,8 @@ class Daemon:
         runtime_dir: str | None = None,
         state_dir: str | None = None,
     ) -> None:
-        store = ReleaseStore(Path(state_dir or config.server.state_dir))
+        self.state_dir = Path(state_dir or config.server.state_dir)
+        store = ReleaseStore(self.state_dir)
         # The config file's engine tables as last read: a deploy, or the current releases
         # restored here, may run others (llmd/releases/restore.py).
         self.file_tables = dict(config.engine_tables)
@@ -107,17 +112,36 @@ class Daemon:
             observer=Observer(config.telemetry.top_tenants, config.logging.requests),
         )
         self.telemetry = Telemetry(self.state.observer, self.state.admission.engine_sampled)
+        # Usage and the token budgets, kept in the state directory: the budgets start where
+        # the last llmd left them.
+        self.usage = UsageKeeper(self.state, Path(state_dir or config.server.state_dir))
+        self.usage.open()
         # The engines' supervisors and the upstreams' probes; telemetry follows who joins.
         self.backends = Backends(self.state, self._apply_tables, self._start_telemetry)
+        # On-demand engines: woken and put to sleep by their swap groups after each admission
+        # pass (llmd/daemon/swapping.py).
+        admission = self.state.admission
+        self.swapping = Swapping(self.state, self.backends.supervisors, admission.pump)
+        if self.swapping.engines:
+            admission.on_queued = self.swapping.queued
+            admission.after_pump = self.swapping.decide
+            admission.on_woken = self.swapping.woken
         # The stall watchdog over every backend (llmd/supervisor/stall.py).
         self.watchdog = Watchdog(self.state, self.backends.supervisors)
         relisting = ModelRelisting(fleet.engines, fleet.clients, self.backends.engine_changed)
         self.state.relisting = relisting
-        metrics = self.state.observer.metrics
+        observer = self.state.observer
+        metrics = observer.metrics
         metrics.registry.register(
-            StatusCollector(self.state.snapshot, lambda: line_limiter().suppressed, metrics.tenant)
+            StatusCollector(
+                self.state.snapshot,
+                lambda: line_limiter().suppressed,
+                metrics.tenant,
+                lambda: observer.engine_samples,
+            )
         )
         self.actions = OperatorActions(self.state, self.backends, self)
+        self.actions.swapping = self.swapping if self.swapping.engines else None
         self.deployer = Deployer(self, store)
         self.deployer.read_releases()
         for restoration in self.restorations:
@@ -169,7 +193,7 @@ class Daemon:
         admin = bind_unix(self.paths.admin_socket, mode=0o660)
         self._start_server(
             "proxy",
-            build_app(self.state),
+            build_app(self.state, ResponseStore(self.state_dir / STORE_FILE, self._responses)),
             self.public,
             lifespan="on",
             http=limited_protocol(self.state, bounded_protocol(lambda: self.config.server)),
@@ -187,6 +211,7 @@ class Daemon:
             )
         self.backends.start()
         self.apply(self.config)
+        self.usage.start()
         self.watchdog.start()
         log.info(
             "llmd_started",
@@ -263,6 +288,7 @@ class Daemon:
         # 4. Stop the engines, all at once: SIGTERM each group, SIGKILL it after the timeout,
         #    reap (an engine being spawned right now included).
         async with self._step("stop_engines"):
+            self.swapping.close()
             await self.backends.stop_engines()
         # 5. Stop telemetry, the stall watchdog and the upstream probes, then close the
         #    backends' clients: the proxy's lifespan closed them at step 3, but a scrape or a
@@ -278,7 +304,12 @@ class Daemon:
             if tasks:
                 await asyncio.wait(tasks)
             await self.state.fleet.close()
-        # 6. Remove the sockets and the signal handlers.
+            # Export the spans still batched (a no-op without an OTLP endpoint).
+            await asyncio.to_thread(self.state.observer.tracing.shutdown)
+        # 6. Write the usage and the budgets' state a last time (the drained requests settled).
+        async with self._step("keep_usage"):
+            await self.usage.close()
+        # 7. Remove the sockets and the signal handlers.
         async with self._step("remove_sockets"):
             sockets = [self.paths.socket_of(name) for name in self.backends.supervisors]
             for path in (self.paths.admin_socket, *sockets):
@@ -288,13 +319,13 @@ class Daemon:
             loop = asyncio.get_running_loop()
             for sig in _SIGNALS:
                 loop.remove_signal_handler(sig)
-        # 7. Write the pending "suppressed N similar" lines (the log is otherwise written as it
+        # 8. Write the pending "suppressed N similar" lines (the log is otherwise written as it
         #    goes) and tell systemd.
         async with self._step("flush_logs"):
             line_limiter().flush(force=True)
             log.info("llmd_stopped", exit_code=self.exit_code)
             self.reporter.notifier.close()
-        # 8. Let the next llmd have the runtime directory; give start-up's objects back to the
+        # 9. Let the next llmd have the runtime directory; give start-up's objects back to the
         #    garbage collector (an llmd run in-process, as the tests do, leaves nothing frozen).
         if self._lock is not None:
             os.close(self._lock)
@@ -310,17 +341,21 @@ class Daemon:
         are read again, admission's classes and limits, each backend's capacity, routing,
         the upstreams (added, changed, removed), validation's policy and tokenizers, the
         observer, the restart policy, logging, the listener's send buffer and connection limit
-        and telemetry's intervals all take the new values, and each engine's client its API
-        key (of the engine table in use). Raises ConfigError (the tenants file) before any part
-        has changed."""
+        and telemetry's intervals and OTLP endpoint all take the new values, and each engine's
+        client its API key (of the engine table in use). Raises ConfigError (the tenants file,
+        an OTLP endpoint without the OpenTelemetry SDK) before any part has changed."""
         admission = self.state.admission
-        admission.configure(config)  # first: it alone can still fail
+        # These two alone can still fail: the OpenTelemetry SDK missing, the tenants file.
+        use_tracing = self.state.observer.tracing_to(config.telemetry.otlp_endpoint)
+        admission.configure(config)
         self.config = self.state.config = config
         self.backends.apply_upstreams(config)
         admission.configure(config)  # the limits of upstreams added just now
         self.backends.configure(config)
         self.backends.configure_validators()
         self.state.observer.configure(config.telemetry.top_tenants, config.logging.requests)
+        self.state.observer.deploys_of(config.engine_tables)
+        use_tracing()
         self.reporter.max_failed_boots = config.supervisor.max_failed_boots
         configure_logging(config.logging)
         if self.public is not None:
@@ -398,6 +433,10 @@ class Daemon:
     def _start_telemetry(self) -> None:
         """(Re)start telemetry when its intervals or the backends changed."""
         self.telemetry.follow(self.config.telemetry, self.state.fleet)
+
+    def _responses(self) -> ResponsesConfig:
+        """The live `[responses]` table (a reload replaces the config)."""
+        return self.state.config.responses
 
     def _start_server(
         self,

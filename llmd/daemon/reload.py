@@ -65,6 +65,9 @@ def plan_reload(
     keep_buffer = server.send_buffer_bytes == 0 and current.server.send_buffer_bytes != 0
     if keep_buffer:
         llmd_restart.append("server.send_buffer_bytes")
+    if new.swap_groups != current.swap_groups:
+        # The swap groups are built at start-up (llmd/daemon/swapping.py).
+        llmd_restart.append("swap_groups")
     server = dataclasses.replace(
         server,
         listen=current.server.listen,
@@ -90,7 +93,9 @@ def plan_reload(
             engines[name] = table
             engine_keys += keys
     return ReloadPlan(
-        config=with_engine_tables(dataclasses.replace(new, server=server), old_tables),
+        config=with_engine_tables(
+            dataclasses.replace(new, server=server, swap_groups=current.swap_groups), old_tables
+        ),
         llmd_restart=llmd_restart,
         engines=engines,
         engine_keys=engine_keys,

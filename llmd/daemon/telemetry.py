@@ -114,6 +114,7 @@ class Scraper:
             self._forget(target.name)
             return True
         self.observer.engine_samples[target.name] = sample
+        self.observer.engine_window(target.name).add(sample)
         rates = self._rates(target.name, sample)
         if rates is None:
             self.observer.engine_token_rates.pop(target.name, None)
@@ -145,6 +146,7 @@ class Scraper:
     def _forget(self, name: str) -> None:
         self.observer.engine_samples.pop(name, None)
         self.observer.engine_token_rates.pop(name, None)
+        self.observer.engine_windows.pop(name, None)
         self._history.pop(name, None)
         if self._on_sample is not None:
             self._on_sample(name, None)

@@ -2,5 +2,5 @@
 answers for a backend), a reader per protocol that checks a body's fields into one `Fields`
 record, and each protocol's dialect (what its answers tell llmd as they pass).
 
-May import: inflight, admission, validation, telemetry, engine.
+May import: inflight, admission, validation, telemetry, config, engine.
 """

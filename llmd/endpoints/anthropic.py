@@ -60,6 +60,7 @@ def conversation(body: dict[str, Any]) -> ChatPrompt | EnginePrompt:
         raise InvalidRequest("messages: must be a non-empty list of messages", param="messages")
     for index, message in enumerate(messages):
         _check_message(index, message)
+    _check_tool_results(messages)
     system = body.get("system")
     if not isinstance(system, str | list | None):
         raise InvalidRequest("system: must be a string or a list of text blocks", param="system")
@@ -156,6 +157,25 @@ def _check_message(index: int, message: object) -> None:
             raise InvalidRequest(f"{at}.text: must be a string", param="messages")
         if block["type"] == "tool_result" and not isinstance(block.get("tool_use_id"), str):
             raise InvalidRequest(f"{at}.tool_use_id: Field required", param="messages")
+
+
+def _check_tool_results(messages: list[dict[str, Any]]) -> None:
+    """Each `tool_result` block answers a `tool_use` block of the message before it (as
+    Anthropic's API requires; vLLM 0.32 would render an orphan result as a tool message with
+    no call). Raises InvalidRequest in Anthropic's words."""
+    called: set[object] = set()
+    for index, message in enumerate(messages):
+        content = message["content"]
+        blocks = content if isinstance(content, list) else []
+        for block_index, block in enumerate(blocks):
+            if block["type"] == "tool_result" and block["tool_use_id"] not in called:
+                raise InvalidRequest(
+                    f"messages.{index}.content.{block_index}: unexpected `tool_use_id` found in "
+                    f"`tool_result` blocks: {block['tool_use_id']}. Each `tool_result` block "
+                    "must have a corresponding `tool_use` block in the previous message.",
+                    param="messages",
+                )
+        called = {block.get("id") for block in blocks if block["type"] == "tool_use"}
 
 
 def _check_tools(tools: object) -> None:

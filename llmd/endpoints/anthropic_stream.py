@@ -1,6 +1,7 @@
 """Anthropic's answers and errors as llmd reads and writes them: the typed events of a Messages
 stream (`message_start`, `content_block_*`, `message_delta` with usage, `message_stop`, `ping`)
-read from the bytes as they pass, and every error in Anthropic's shape
+read as they pass (any layout the WHATWG grammar allows, llmd/endpoints/events.py), a whole
+message's usage and stop reason, and every error in Anthropic's shape
 `{"type": "error", "error": {"type", "message"}}` (docs.anthropic.com, "Errors").
 """
 
@@ -10,6 +11,7 @@ import json
 import re
 import time
 
+from llmd.endpoints.events import EventStream
 from llmd.errors import ApiError
 from llmd.inflight import Exchange
 
@@ -30,15 +32,18 @@ ERROR_TYPES = {
     503: "overloaded_error",
     529: "overloaded_error",
 }
-# A stream's last event: after it, the client has its whole answer.
-STOP_EVENT = b'"type":"message_stop"'
 # Anthropic's stop reasons as the finish reasons llmd records (OpenAI's words).
-FINISH = {b"max_tokens": "length", b"end_turn": "stop", b"stop_sequence": "stop"}
-FINISH[b"tool_use"] = "tool_calls"
-_STOP_REASON = re.compile(rb'"stop_reason":\s*"([a-z_]+)"')
-_OUTPUT_TOKENS = re.compile(rb'"output_tokens":\s*(\d{1,12})')
+FINISH = {
+    b"max_tokens": "length",
+    b"end_turn": "stop",
+    b"stop_sequence": "stop",
+    b"tool_use": "tool_calls",
+}
+_TYPE = re.compile(rb'"type"\s*:\s*"([a-z_]+)"')
+_STOP_REASON = re.compile(rb'"stop_reason"\s*:\s*"([a-z_]+)"')
+_OUTPUT_TOKENS = re.compile(rb'"output_tokens"\s*:\s*(\d{1,12})')
 _SOME_TEXT = re.compile(
-    rb'"(?:text|thinking)":\s*"[^"]|"type":\s*"tool_use"|"partial_json":\s*"[^"]'
+    rb'"(?:text|thinking)"\s*:\s*"[^"]|"type"\s*:\s*"tool_use"|"partial_json"\s*:\s*"[^"]'
 )
 
 
@@ -48,7 +53,8 @@ def error_type(status: int) -> str:
 
 
 def error_body(error: ApiError) -> bytes:
-    """`error` in Anthropic's shape: `{"type": "error", "error": {"type", "message"}}`."""
+    """`error` in Anthropic's shape: `{"type": "error", "error": {"type", "message"}}`, the
+    type by its status (`error_type`)."""
     shaped = {
         "type": "error",
         "error": {"type": error_type(error.status), "message": error.message},
@@ -58,26 +64,63 @@ def error_body(error: ApiError) -> bytes:
 
 def stream_error(error: ApiError) -> bytes:
     """The in-band form for a stream that already started: an `error` event (a Messages
-    stream has no `[DONE]`)."""
+    stream has no `[DONE]`; the anthropic SDK raises on it)."""
     return b"event: error\ndata: " + error_body(error) + b"\n\n"
 
 
-def read_anthropic_chunk(exchange: Exchange, chunk: bytes) -> None:
-    """Account a body chunk of an Anthropic answer sent to the client into `exchange`:
-    first-byte time, output tokens (the usage's `output_tokens` when a chunk carries it,
-    else one per `content_block_delta` event of a stream), whether it carried text or a tool
-    call, and the stop reason (as OpenAI's finish reason). Read from the bytes as vLLM 0.32
-    writes them (each event whole, compact JSON)."""
-    if exchange.first_byte_at is None:
-        exchange.first_byte_at = time.monotonic()
-    if not exchange.has_text and _SOME_TEXT.search(chunk):
-        exchange.has_text = True
-    for match in _STOP_REASON.finditer(chunk):
-        exchange.finish_reason = FINISH.get(match.group(1), match.group(1).decode())
-    usage = None
-    for usage in _OUTPUT_TOKENS.finditer(chunk):  # noqa: B007 (the last one counts)
-        pass
-    if usage is not None and (not exchange.stream or b"message_delta" in chunk):
-        exchange.output_tokens = int(usage.group(1))
-    elif exchange.stream:
-        exchange.output_tokens += chunk.count(b'"type":"content_block_delta"')
+class AnthropicAnswer:
+    """An Anthropic Messages answer as it passes (vLLM 0.32's
+    entrypoints/anthropic/serving.py writes it): a stream's events, one output token per
+    `content_block_delta` (vLLM sends about one token each) until `message_delta`'s usage
+    gives the engine's own count, the stop reason from `message_delta`, its end at
+    `message_stop`; or a whole message's `usage.output_tokens` and `stop_reason`."""
+
+    __slots__ = ("_usage_seen", "done", "events", "exchange")
+
+    def __init__(self, exchange: Exchange) -> None:
+        self.exchange = exchange
+        self.events = EventStream() if exchange.stream else None
+        self._usage_seen = False
+        self.done = False
+
+    @property
+    def between_events(self) -> bool:
+        return self.events is None or self.events.between_events
+
+    def feed(self, chunk: bytes) -> None:
+        exchange = self.exchange
+        if exchange.first_byte_at is None:
+            exchange.first_byte_at = time.monotonic()
+        if self.events is None:
+            self._read(chunk, usage=True)
+            return
+        for name, data in self.events.feed(chunk):
+            if not name:  # no `event:` field: the data's own type names it
+                match = _TYPE.search(data)
+                name = match.group(1) if match else b""
+            if name == b"content_block_delta":
+                self._read(data, usage=False)
+                if not self._usage_seen:
+                    exchange.output_tokens += 1
+            elif name == b"message_delta":
+                self._read(data, usage=True)
+            elif name == b"content_block_start":
+                self._read(data, usage=False)
+            elif name == b"message_stop":
+                self.done = True
+
+    def _read(self, data: bytes, *, usage: bool) -> None:
+        """Text, stop reason and (when `usage`) the output count in `data`."""
+        exchange = self.exchange
+        if not exchange.has_text and _SOME_TEXT.search(data):
+            exchange.has_text = True
+        if b'"stop_reason"' in data:
+            match = _STOP_REASON.search(data)
+            if match is not None:
+                reason = match.group(1)
+                exchange.finish_reason = FINISH.get(reason, reason.decode())
+        if usage and b'"output_tokens"' in data:
+            counts = _OUTPUT_TOKENS.findall(data)
+            if counts:
+                exchange.output_tokens = int(counts[-1])
+                self._usage_seen = True

@@ -1,9 +1,15 @@
-"""What a protocol's answers tell llmd as they pass: the first byte, output tokens, whether
-there was text, and the finish reason, read from the bytes without decoding each event.
+"""A protocol as llmd speaks it: what its answers tell llmd as they pass (the first byte,
+output tokens, whether there was text, and the finish reason, read from the bytes without
+decoding each event), the shape of every error llmd answers on its paths, and the client
+headers passed on to the engine.
 
-    OPENAI  chat, completions and audio (streamed: server-sent events in any layout the
-            WHATWG grammar allows, llmd/endpoints/events.py; or whole), and the JSON answers
-            of vLLM's pooling, scoring and tokenizer routes (their usage counts no output)
+    OPENAI     chat, completions and audio (streamed: server-sent events in any layout the
+               WHATWG grammar allows, llmd/endpoints/events.py; or whole), and the JSON answers
+               of vLLM's pooling, scoring and tokenizer routes (their usage counts no output);
+               errors `{"error": {...}}`, in a stream an error event then `[DONE]`
+    ANTHROPIC  Messages (llmd/endpoints/anthropic_stream.py): typed events ending at
+               `message_stop`; errors `{"type": "error", "error": {...}}`, in a stream an
+               `event: error`; `anthropic-version` and `anthropic-beta` go to the engine
 """
 
 from __future__ import annotations
@@ -14,7 +20,9 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from llmd.endpoints import anthropic_stream
 from llmd.endpoints.events import EventStream
+from llmd.errors import ApiError
 from llmd.inflight import Exchange
 
 # In an OpenAI answer's JSON (vLLM writes it compact; any JSON whitespace is allowed, and an
@@ -34,26 +42,35 @@ def read_openai_chunk(exchange: Exchange, chunk: bytes) -> bool:
     event's data) into `exchange`: whether it carried text, the finish reason (`length` wins
     over any other: a choice was cut short) and the usage's `completion_tokens` (the engine's
     own count, which replaces llmd's estimate). True when it carried a usage figure."""
-    if not exchange.has_text and _SOME_TEXT.search(chunk):
-        exchange.has_text = True
-    # Every event of a stream but the last names its finish reason `null` (compact, as vLLM
-    # writes it): the pattern runs only where some finish reason may not be.
-    reasons = chunk.count(b'"finish_reason"')
-    if (
-        reasons
-        and reasons != chunk.count(b'"finish_reason":null')
-        and exchange.finish_reason != "length"
-    ):
-        for match in _FINISH_REASON.finditer(chunk):
-            exchange.finish_reason = match.group(1).decode()
-            if exchange.finish_reason == "length":
-                break
+    _read_text_and_finish(exchange, chunk, _names_finish(exchange, chunk))
     if b'"completion_tokens"' in chunk:
         counts = _COMPLETION_TOKENS.findall(chunk)
         if counts:
             exchange.output_tokens = int(counts[-1])
             return True
     return False
+
+
+def _names_finish(exchange: Exchange, chunk: bytes) -> bool:
+    """Whether `chunk` may name a finish reason `exchange` must read: every event of a stream
+    but the last names it `null` (compact, as vLLM writes it), and `length` stays."""
+    reasons = chunk.count(b'"finish_reason"')
+    return (
+        reasons > 0
+        and reasons != chunk.count(b'"finish_reason":null')
+        and exchange.finish_reason != "length"
+    )
+
+
+def _read_text_and_finish(exchange: Exchange, chunk: bytes, finish: bool) -> None:
+    """Whether `chunk` carried text, and (when `finish`: `_names_finish`) its finish reason."""
+    if not exchange.has_text and _SOME_TEXT.search(chunk):
+        exchange.has_text = True
+    if finish:
+        for match in _FINISH_REASON.finditer(chunk):
+            exchange.finish_reason = match.group(1).decode()
+            if exchange.finish_reason == "length":
+                break
 
 
 class AnswerReader(Protocol):
@@ -95,29 +112,83 @@ class OpenAIAnswer:
         exchange = self.exchange
         if exchange.first_byte_at is None:
             exchange.first_byte_at = time.monotonic()
-        if self.events is None:
+        events = self.events
+        if events is None:
             read_openai_chunk(exchange, chunk)
             return
-        for _, data in self.events.feed(chunk):
+        run = events.feed_run(chunk)
+        if not run:
+            for _, data in events.feed(chunk):
+                self.event(data)
+        elif not self._run_read(chunk, run):
+            for event in chunk[:-2].split(b"\n\n"):
+                self.event(event[6:])
+
+    def _run_read(self, chunk: bytes, events: int) -> bool:
+        """Account a run of `events` whole events in vLLM's layout (`EventStream.feed_run`)
+        at once, as `event` would one by one: when each is a JSON object (or the last is
+        `[DONE]`), none the role delta, an error or a usage, and each ends with `}` where a
+        pattern will run (so that no match spans two events). Whether it did. A few scans
+        in C per chunk, however many events it holds."""
+        if events == 1:  # the most common: one event, an object or [DONE]
+            if not (chunk.startswith(b"data: {") and chunk.endswith(b"}\n\n")):
+                return chunk == b"data: [DONE]\n\n"
+            objects = 1
+        else:
+            done = 1 if chunk.endswith(b"data: [DONE]\n\n") else 0
+            objects = chunk.count(b"\n\ndata: {") + (1 if chunk.startswith(b"data: {") else 0)
+            if objects + done != events:
+                return False
+        error = chunk.startswith(b'data: {"error"') or (events > 1 and b'data: {"error"' in chunk)
+        if error or b'"role"' in chunk or b'"completion_tokens"' in chunk:
+            return False
+        exchange = self.exchange
+        finish = _names_finish(exchange, chunk)
+        if events > 1 and (finish or not exchange.has_text) and chunk.count(b"}\n\n") != objects:
+            return False  # an event not ending with `}`: a pattern could span two
+        _read_text_and_finish(exchange, chunk, finish)
+        if not self._usage_seen:
+            exchange.output_tokens += objects
+        return True
+
+    def event(self, data: bytes) -> None:
+        """Account one event's `data`: a JSON object is a token (less a chat stream's role
+        delta and an error) until a usage figure, which replaces the count."""
+        if data[:1] != b"{":
+            data = data.lstrip()
             if data[:1] != b"{":
-                data = data.lstrip()
-                if data[:1] != b"{":
-                    continue  # [DONE], or not an object
-            if read_openai_chunk(exchange, data):
-                self._usage_seen = True
-            elif not self._usage_seen and not (
-                data.startswith(b'{"error"') or (b'"role"' in data and _ROLE.search(data))
-            ):
-                exchange.output_tokens += 1
+                return  # [DONE], or not an object
+        exchange = self.exchange
+        if read_openai_chunk(exchange, data):
+            self._usage_seen = True
+        elif not self._usage_seen and not (
+            data.startswith(b'{"error"') or (b'"role"' in data and _ROLE.search(data))
+        ):
+            exchange.output_tokens += 1
 
 
 @dataclasses.dataclass(frozen=True)
 class Dialect:
-    """A protocol as the relay reads it: `name`, and `reader(exchange)`: what reads each of
-    its answers as the chunks go to the client."""
+    """A protocol as the relay speaks it: `name`; `reader(exchange)`: what reads each of its
+    answers as the chunks go to the client; `error_body(error)`: a whole error answer's body;
+    `stream_error(error)`: the bytes that end a started stream with `error`;
+    `forward_headers`: the client's request headers (ASGI names, lower case) sent on to the
+    engine with the body."""
 
     name: str
     reader: Callable[[Exchange], AnswerReader]
+    error_body: Callable[[ApiError], bytes] = ApiError.body
+    stream_error: Callable[[ApiError], bytes] = ApiError.sse_event
+    forward_headers: tuple[bytes, ...] = ()
 
 
 OPENAI = Dialect("openai", OpenAIAnswer)
+# Anthropic's API versions its answers by `anthropic-version` and turns on features by
+# `anthropic-beta`; vLLM 0.32 reads neither, a newer one or an upstream may.
+ANTHROPIC = Dialect(
+    "anthropic",
+    anthropic_stream.AnthropicAnswer,
+    anthropic_stream.error_body,
+    anthropic_stream.stream_error,
+    (b"anthropic-version", b"anthropic-beta"),
+)

@@ -4,8 +4,10 @@ CRLF, LF or CR line endings (a CRLF may be split between two chunks), `data:` wi
 its one optional space, comments (`:` lines), multi-line data (joined with LF), `event:`,
 `id:` and `retry:` fields, and one leading UTF-8 BOM.
 
-Cheap on the common layout (vLLM's `data: {...}\\n\\n`): a chunk costs a split at its line
-feeds and a look at each line's first bytes; nothing is decoded.
+Cheap on the common layouts (vLLM's `data: {...}\\n\\n`, and `event: TYPE\\ndata: {...}\\n\\n`
+for its Responses events, one a chunk): a run of chat events costs a few scans of the chunk
+(`feed_run`), a Responses event one look at its two lines; another layout a split at its
+line feeds and a look at each line's first bytes; nothing is decoded.
 """
 
 from __future__ import annotations
@@ -39,6 +41,51 @@ class EventStream:
         """At the start of a line, with no data or event field waiting for its blank line."""
         return not self._line and not self._pending
 
+    def feed_run(self, chunk: bytes) -> int:
+        """Read `chunk` when it is a run of whole events in vLLM's layout (`data: X\\n\\n` each,
+        X without CR or LF) that starts between events: its number of events (each one's
+        data is what follows its `data: `), `done` set when one of them is `[DONE]`. Else 0,
+        and nothing is read: `feed` it. A few scans of the chunk in C, however many events
+        it holds (a relay that falls behind reads many at once)."""
+        if (
+            self._cr
+            or self._line
+            or self._pending
+            or not chunk.startswith(b"data: ")
+            or not chunk.endswith(b"\n\n")
+            or b"\r" in chunk
+        ):
+            return 0
+        if chunk.find(b"\n") == len(chunk) - 2:  # the most common: one event
+            events = 1
+        else:
+            events = chunk.count(b"\n\n")
+            # Every LF is in a blank line's pair, and every pair but the last is followed by
+            # the next event's `data: `: the lines are `data: X` and blank, in turn.
+            if chunk.count(b"\n") != 2 * events or chunk.count(b"\n\ndata: ") != events - 1:
+                return 0
+        self._started = True
+        if chunk.startswith(b"data: [DONE]") or (events > 1 and b"\n\ndata: [DONE]" in chunk):
+            self.done = True
+        return events
+
+    def _typed_event(self, chunk: bytes) -> Event | None:
+        """`chunk` as one whole `event: TYPE\ndata: DATA\n\n` (how vLLM 0.32 writes each
+        Responses event), or None when it is anything else (the general path reads it)."""
+        end = chunk.find(b"\n")
+        if (
+            chunk.find(b"\n", end + 1) != len(chunk) - 2
+            or not chunk.endswith(b"\n\n")
+            or not chunk.startswith(b"data: ", end + 1)
+            or b"\r" in chunk
+        ):
+            return None
+        self._started = True
+        data = chunk[end + 7 : -2]
+        if data.startswith(DONE):
+            self.done = True
+        return chunk[7:end], data
+
     def feed(self, chunk: bytes) -> list[Event]:
         """The events that `chunk` completes (an event ends at a blank line and has at least
         one `data` field), as (type, data) with the data lines joined by LF."""
@@ -48,18 +95,12 @@ class EventStream:
                 chunk = chunk[1:]
         if not chunk:
             return []
-        if (  # vLLM's layout, one event a chunk: `data: ...\n\n`
-            chunk.startswith(b"data: ")
-            and chunk.find(b"\n") == len(chunk) - 2
-            and chunk.endswith(b"\n\n")
-            and not (self._line or self._pending)
-            and b"\r" not in chunk
-        ):
-            self._started = True
-            data = chunk[6:-2]
-            if data.startswith(DONE):
-                self.done = True
-            return [(b"", data)]
+        if self.feed_run(chunk):  # vLLM's layout: one event, or a run of them
+            return [(b"", event[6:]) for event in chunk[:-2].split(b"\n\n")]
+        if chunk.startswith(b"event: ") and not (self._line or self._pending):
+            typed = self._typed_event(chunk)  # vLLM's Responses layout, one event a chunk
+            if typed is not None:
+                return [typed]
         if b"\r" in chunk:
             self._cr = chunk[-1:] == b"\r"
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")

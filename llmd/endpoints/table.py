@@ -12,8 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 from llmd.admission.cost import Cost, pair_cost, pooling_cost, request_cost
-from llmd.endpoints import audio, openai
-from llmd.endpoints.dialects import OPENAI, Dialect
+from llmd.endpoints import anthropic, audio, openai, responses
+from llmd.endpoints.dialects import ANTHROPIC, OPENAI, Dialect
+from llmd.endpoints.responses_stream import RESPONSES
 from llmd.engine.runner import EngineKind
 from llmd.telemetry.metrics import OTHER_ENDPOINT
 from llmd.validation.fields import Fields, PairPrompt
@@ -28,12 +29,16 @@ class BodyKind(enum.Enum):
 
 
 class Answer(enum.Enum):
-    """Who answers: a backend (RELAY), or llmd's own tokenizer when it has the model's
-    (TOKENIZE, DETOKENIZE: they then cost the engine nothing; else relayed)."""
+    """Who answers: a backend (RELAY); llmd's own tokenizer when it has the model's and
+    renders the prompt as the engine would (TOKENIZE, DETOKENIZE, COUNT_TOKENS: they then cost
+    the engine nothing; else relayed); or llmd with the prompt's tokens, counted as for
+    validation (COUNT: `Endpoint.counted` shapes the answer)."""
 
     RELAY = "relay"
     TOKENIZE = "tokenize"
     DETOKENIZE = "detokenize"
+    COUNT_TOKENS = "count_tokens"
+    COUNT = "count"
 
 
 Cost_ = Callable[[Fields, Validated, int | None], Cost]
@@ -64,7 +69,9 @@ def pairs(fields: Fields, valid: Validated, max_model_len: int | None) -> Cost:
 
 def transcription(fields: Fields, valid: Validated, max_model_len: int | None) -> Cost:
     """An audio upload: one sequence per 30 s window it can hold (its size at the lowest
-    bitrate, llmd/endpoints/audio.py), each up to the model's context (448 for Whisper)."""
+    bitrate, llmd/endpoints/audio.py), each up to the model's context (448 for Whisper).
+    Nothing is reserved from token budgets (the tokens are not known before): the output it
+    produced is charged when it ends."""
     windows = audio.audio_windows(fields.audio_bytes)
     return Cost(seats=windows, tokens=windows * (max_model_len or WHISPER_CONTEXT))
 
@@ -74,8 +81,10 @@ WHISPER_CONTEXT = 448
 
 
 def one_seat(fields: Fields, valid: Validated, max_model_len: int | None) -> Cost:
-    """A tokenizer request sent to a backend: one seat for a moment, its prompt's tokens."""
-    return pooling_cost(valid.prompt_counts[:1] or (1,))
+    """A tokenizer request sent to a backend: one seat for a moment, its prompt's tokens
+    (charged to no token budget: nothing is generated or pooled)."""
+    tokens = pooling_cost(valid.prompt_counts[:1] or (1,)).tokens
+    return Cost(seats=1, tokens=tokens)
 
 
 GENERATE = frozenset({EngineKind.GENERATE})
@@ -91,7 +100,9 @@ class Endpoint:
     body's fields into a `Fields` record (raises InvalidRequest); `validate` counts prompt
     tokens and checks them against the context here (False: the engine does); `cost` prices
     a request for admission; `engine_kinds` are the engines that serve it (an upstream is
-    assumed to serve every endpoint); `dialect` reads its answers.
+    assumed to serve every endpoint); `dialect` reads its answers; `stored`: it reads llmd's
+    Responses store (`previous_response_id`, llmd/proxy/responses.py); `counted` shapes the
+    answer of a COUNT endpoint from the prompt's tokens.
     """
 
     name: str
@@ -104,6 +115,8 @@ class Endpoint:
     answer: Answer = Answer.RELAY
     dialect: Dialect = OPENAI
     streams: bool = False  # a `stream` field may ask for server-sent events
+    stored: bool = False
+    counted: Callable[[int], dict[str, Any]] | None = None
 
     def __str__(self) -> str:
         return self.name
@@ -116,6 +129,23 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(
         "completions", ("/v1/completions",), openai.read_completions, generation, GENERATE,
         streams=True,
+    ),
+    Endpoint(
+        "messages", ("/v1/messages",), anthropic.read_messages, generation, GENERATE,
+        streams=True, dialect=ANTHROPIC,
+    ),
+    Endpoint(
+        "count_tokens", ("/v1/messages/count_tokens",), anthropic.read_count_tokens, one_seat,
+        GENERATE, validate=False, answer=Answer.COUNT_TOKENS, dialect=ANTHROPIC,
+    ),
+    Endpoint(
+        "responses", ("/v1/responses",), responses.read_responses, generation, GENERATE,
+        dialect=RESPONSES, streams=True, stored=True,
+    ),
+    Endpoint(
+        "responses_input_tokens", ("/v1/responses/input_tokens",), responses.read_input_tokens,
+        one_seat, GENERATE, answer=Answer.COUNT, stored=True,
+        counted=responses.input_tokens_answer,
     ),
     Endpoint("embeddings", ("/v1/embeddings",), openai.read_embeddings, pooling, POOL),
     Endpoint("pooling", ("/pooling",), openai.read_embeddings, pooling, POOL),
@@ -151,6 +181,12 @@ def label_of(path: str) -> str:
     """The `endpoint` label of a request at `path` (its metrics and log line): its entry's
     name, or `other` for a path no entry has."""
     return next((e.name for e in ENDPOINTS if path in e.paths), OTHER_ENDPOINT)
+
+
+def dialect_of(path: str) -> Dialect:
+    """The dialect of a request at `path` (its errors' shape): its entry's, OpenAI's for a
+    path no entry has."""
+    return next((e.dialect for e in ENDPOINTS if path in e.paths), OPENAI)
 
 
 def serving(endpoint: Endpoint, kinds: frozenset[EngineKind] | None) -> bool:

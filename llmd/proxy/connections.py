@@ -32,7 +32,7 @@ from uvicorn._types import ASGI3Application, HTTPScope
 from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from llmd.endpoints.table import label_of
+from llmd.endpoints.table import dialect_of, label_of
 from llmd.errors import TooManyConnections
 from llmd.proxy.middleware import REQUEST_ID_KEY, RequestIdMiddleware
 from llmd.proxy.writer import send_error
@@ -64,7 +64,7 @@ def limited_protocol(
         state.observer.rejected(
             scope[REQUEST_ID_KEY], error.status, error.reason, now, endpoint=label_of(scope["path"])
         )
-        await send_error(send, error)
+        await send_error(send, error, dialect=dialect_of(scope["path"]))
 
     # With the request id (and x-llmd-queue-ms on /v1), as every answer of llmd's app.
     over_limit = cast(ASGI3Application, RequestIdMiddleware(refuse))

@@ -17,7 +17,7 @@ from llmd.admission.classes import Priority
 from llmd.admission.tenants import Tenant
 from llmd.config import ANONYMOUS
 from llmd.endpoints.audio import read_form
-from llmd.endpoints.table import BodyKind, Endpoint, serving
+from llmd.endpoints.table import Answer, BodyKind, Endpoint, serving
 from llmd.errors import InvalidRequest, ModelNotFound, UnsupportedEndpoint
 from llmd.proxy.body import (
     body_coding,
@@ -149,6 +149,8 @@ class Intake:
             raise ModelNotFound(model, list(served), api.names_models_when_not_found)
         arrival.model = model
         self.check_kind(model, arrival.path)
+        if self.endpoint.answer is Answer.COUNT:  # counted here: no backend needed to answer
+            return model
         if not capacity.available(model, time.monotonic()) and not capacity.holding(model):
             raise self.state.pool_unavailable(model)
         return model

@@ -12,6 +12,7 @@ from typing import Any
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from llmd.endpoints.table import dialect_of
 from llmd.errors import ApiError, InternalError
 from llmd.proxy.writer import send_error
 
@@ -88,7 +89,8 @@ class RequestIdMiddleware:
                 exc_info=exc,
             )
             if not started:
-                await send_error(send_with_id, InternalError(scope[REQUEST_ID_KEY]))
+                error = InternalError(scope[REQUEST_ID_KEY])
+                await send_error(send_with_id, error, dialect=dialect_of(scope["path"]))
 
 
 class KeyRequired:
@@ -115,6 +117,6 @@ class KeyRequired:
             try:
                 self.authenticate(scope["headers"])
             except ApiError as error:
-                await send_error(send, error)
+                await send_error(send, error, dialect=dialect_of(path))
                 return
         await self.app(scope, receive, send)

@@ -6,7 +6,8 @@ size is read and kept, and a 64 MB header stalled other clients for seconds. Thi
 passed to uvicorn as its `http` protocol class, answers without reading on:
 - a head over `server.max_header_bytes` (its bytes counted as they arrive) or
   `server.max_headers` (its headers counted as they are parsed): 431 (RFC 6585 §5);
-- a request the parser refuses: an OpenAI-shaped 400 in place of uvicorn's plain-text one;
+- a request the parser refuses: a JSON 400 (OpenAI-shaped; Anthropic-shaped on a Messages
+  path) in place of uvicorn's plain-text one;
 - a head not arrived whole `server.read_timeout_s` after the connection opened (or after the
   request's first byte, on a kept-alive connection): 408 `request_timeout`; a connection that
   sent nothing by then is closed without an answer (nginx's `client_header_timeout` does the
@@ -38,6 +39,7 @@ import structlog
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from llmd.config import ServerConfig
+from llmd.endpoints.table import dialect_of
 from llmd.errors import ApiError, HeadersTooLarge, InvalidRequest, RequestTimeout
 from llmd.proxy.middleware import NOT_QUEUED, on_v1
 from llmd.quoting import header_text
@@ -178,7 +180,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         return True
 
     def send_400_response(self, msg: str) -> None:
-        """uvicorn's own refusals (none are expected past `_feed`), OpenAI-shaped."""
+        """uvicorn's own refusals (none are expected past `_feed`), in llmd's shape."""
         self._refuse(InvalidRequest(msg), "malformed")
 
     def _refuse(self, error: ApiError, reason: str) -> None:
@@ -192,12 +194,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             client=self.client[0] if self.client else None,
             detail=error.message,
         )
-        body = error.body()
+        path = _path(getattr(self, "url", b"")).decode("latin-1")
+        body = dialect_of(path).error_body(error)  # the path's protocol, when it got that far
         headers = dict(error.headers())  # one of each: a 408 names `connection` itself
         headers[b"content-length"] = str(len(body)).encode()
         headers[b"connection"] = b"close"
         headers[b"x-request-id"] = request_id.encode()
-        if on_v1(_path(getattr(self, "url", b"")).decode("latin-1")):
+        if on_v1(path):
             headers[NOT_QUEUED[0]] = NOT_QUEUED[1]
         head = [STATUS_LINE[error.status]]
         head += [name + b": " + value + b"\r\n" for name, value in headers.items()]

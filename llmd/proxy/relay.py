@@ -51,6 +51,7 @@ from llmd.proxy.body import (
 )
 from llmd.proxy.intake import Arrival, Body, Intake, check_control_headers
 from llmd.proxy.middleware import BODY_SEND_KEY, NOT_QUEUED, REQUEST_ID_KEY
+from llmd.proxy.tracecontext import trace_context
 from llmd.proxy.upstream import forward
 from llmd.proxy.writer import ClientWriter, answer_error, send_error
 from llmd.routing.canary import conversation_key
@@ -75,6 +76,8 @@ class Prepared:
     request: AdmissionRequest
     response_headers: list[tuple[bytes, bytes]]
     content_type: str = "application/json"
+    # The client's headers the engine is sent too (the dialect's `forward_headers`).
+    passed_on: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def drop(self) -> None:
         self.body = self.priority_body = b""
@@ -132,14 +135,20 @@ class Relay:
             model=model,
             endpoint=self.endpoint.name,
             path=arrival.path,
+            trace_context=trace_context(arrival.headers),
         )
-        writer = ClientWriter(
-            send, exchange, body_send=scope.get(BODY_SEND_KEY), dialect=self.endpoint.dialect
-        )
+        writer = self.make_writer(send, exchange, scope)
         try:
             await self.run(exchange, arrival, tenant, body, receive, writer)
         finally:
             body.release()
+
+    def make_writer(self, send: Send, exchange: Exchange, scope: Scope) -> ClientWriter:
+        """The writer of `exchange`'s answer, read by the endpoint's dialect (a relay that
+        reads answers its own way overrides this: llmd/proxy/responses.py)."""
+        return ClientWriter(
+            send, exchange, body_send=scope.get(BODY_SEND_KEY), dialect=self.endpoint.dialect
+        )
 
     # -- the stages, in order ----------------------------------------------------------------
 
@@ -149,23 +158,30 @@ class Relay:
         """Class, deadline (from arrival), the endpoint's fields, prompt tokens (counted in the
         class's turn) and context (by its model's validator: tokenizer and context length;
         an endpoint that does not validate goes as it is), its cost (a request that fits no
-        backend of its pool is refused) and its prefix key for admission; or, for a tokenizer
+        backend of its pool, or not its tenant's KV share, is refused) and its prefix key for
+        admission; or, for a tokenizer
         request the local tokenizer answers, that answer. The body's object is dropped once
         the bytes to send are built. Raises ApiError (400)."""
         admission, endpoint = self.state.admission, self.endpoint
         cls = admission.classify(tenant, arrival.headers)
         arrival.request_class = exchange.request_class = cls.label
+        admission.check_wake(model, cls)
         deadline = read_deadline(arrival.headers, arrival.at)
         fields = endpoint.read(body.payload)
         validator = self.state.validators.for_model(model)
+        if endpoint.answer is Answer.COUNT:  # the prompt's tokens, counted here
+            exchange.prompt_tokens = await validator.count(fields, int(cls))
+            assert endpoint.counted is not None
+            return endpoint.counted(exchange.prompt_tokens)
         if endpoint.answer is not Answer.RELAY:
-            answer = await (
-                validator.tokenize(fields, int(cls))
-                if endpoint.answer is Answer.TOKENIZE
-                else validator.detokenize(fields, int(cls))
-            )
+            here = {
+                Answer.TOKENIZE: validator.tokenize,
+                Answer.DETOKENIZE: validator.detokenize,
+                Answer.COUNT_TOKENS: validator.count_tokens,
+            }[endpoint.answer]
+            answer = await here(fields, int(cls))
             if answer is not None:
-                exchange.prompt_tokens = answer.get("count")
+                exchange.prompt_tokens = answer.get("count", answer.get("input_tokens"))
                 return answer
         if endpoint.validate:
             valid = await validator.check(fields, body.payload, body.raw, arrival.headers, int(cls))
@@ -186,7 +202,9 @@ class Relay:
             body.hold.resize(len(valid.body) + len(priority_body))
         exchange.prompt_tokens, exchange.max_tokens = valid.prompt_tokens, valid.max_tokens
         cost = endpoint.cost(fields, valid, validator.engine.max_model_len)
+        exchange.input_tokens = cost.input_tokens
         gates.check_fits(cost, model)
+        admission.check_share(tenant, cost, model)
         request = AdmissionRequest(
             tenant, cls, cost, deadline, model=model, affinity=key, conversation=conversation
         )
@@ -197,6 +215,7 @@ class Relay:
             request,
             valid.response_headers,
             content_type=body.content_type,
+            passed_on=_passed_on(arrival.headers, endpoint.dialect.forward_headers),
         )
 
     async def answer(self, writer: ClientWriter, answer: dict[str, Any]) -> None:
@@ -213,11 +232,14 @@ class Relay:
         await writer.body(payload, more=False)
 
     async def admit(self, exchange: Exchange, prepared: Prepared) -> Ticket:
-        """Wait in admission's queue until a backend of the request's pool may take it (the
-        ticket's `entry.backend`). Raises RateLimited, QueueFull (429), QueueTimeout, Draining
-        (503)."""
+        """Charge the tenant's token budgets, then wait in admission's queue until a backend of
+        the request's pool may take it (the ticket's `entry.backend`); the answer gets the
+        x-ratelimit-*-tokens headers of a tenant with budgets. Raises BudgetExceeded,
+        RateLimited, QueueFull (429), QueueTimeout, Draining (503)."""
         exchange.queued_at = time.monotonic()
-        return await self.state.admission.admit(prepared.request)
+        ticket = await self.state.admission.admit(prepared.request)
+        prepared.response_headers.extend(ticket.ratelimit)
+        return ticket
 
     async def relay(
         self,
@@ -252,6 +274,7 @@ class Relay:
                     data or prepared.body,
                     writer,
                     content_type=prepared.content_type,
+                    headers=prepared.passed_on,
                 )
                 return
             except ApiError as error:
@@ -307,7 +330,7 @@ class Relay:
             arrival.model,
             endpoint=self.endpoint.name,
         )
-        await send_error(send, error, [NOT_QUEUED])
+        await send_error(send, error, [NOT_QUEUED], self.endpoint.dialect)
 
     async def fail(self, arrival: Arrival, exc: Exception, send: Send) -> None:
         """Answer 500 for an exception a stage raised unexpectedly (a bug in llmd): logged once,
@@ -328,7 +351,7 @@ class Relay:
                 endpoint=self.endpoint.name,
             )
         )
-        await send_error(send, error, [NOT_QUEUED])
+        await send_error(send, error, [NOT_QUEUED], self.endpoint.dialect)
 
     async def run(
         self,
@@ -402,7 +425,14 @@ class Relay:
             if prepared is not None:
                 prepared.drop()
             if ticket is not None:
-                self.state.admission.finish(ticket)
+                self.state.admission.finish(ticket, exchange.output_tokens)
+
+
+def _passed_on(headers: list[Any], names: tuple[bytes, ...]) -> dict[str, str]:
+    """The request's ASGI `headers` named in `names`, for the engine (each value as sent)."""
+    if not names:
+        return {}
+    return {n.decode(): v.decode("latin-1") for n, v in headers if n in names}
 
 
 def _with_priority(payload: dict[str, Any], cls: Priority) -> bytes:

@@ -41,9 +41,10 @@ async def forward(
     writer: ClientWriter,
     *,
     content_type: str = "application/json",
+    headers: dict[str, str] | None = None,
 ) -> None:
-    """POST `body` (of `content_type`) to `path` on `backend` and relay its answer through
-    `writer`; this function
+    """POST `body` (of `content_type`, with the client's `headers` the dialect passes on) to
+    `path` on `backend` and relay its answer through `writer`; this function
     lets `body` go once sent (the caller keeps it only while a retry on another backend may
     still send it, llmd/routing/retry.py).
 
@@ -53,8 +54,9 @@ async def forward(
     """
     client = state.fleet.client(backend)
     breaker = _breaker(state, backend)
-    headers = {**client.headers(), "x-request-id": exchange.request_id}
+    headers = {**(headers or {}), **client.headers(), "x-request-id": exchange.request_id}
     headers["content-type"] = content_type
+    headers.update(state.observer.tracing.outgoing(exchange))  # W3C traceparent, tracestate
     try:
         response = await _post(client, client.url(path), body, headers)
     except _UPSTREAM_LOST as exc:
@@ -78,9 +80,7 @@ async def forward(
             await writer.body(payload, more=False)
             return
         await writer.start(200, [*response_headers, (b"cache-control", b"no-cache")])
-        content = response.content
-        while chunk := await content.readany():  # b"": the end (what `iter_any` wraps)
-            await writer.body(chunk, more=True)
+        await writer.stream(response.content)
         if not (writer.between_events or writer.answer.done):
             raise EngineError("the engine closed the stream mid-event")  # a failure, not an end
         await writer.body(b"", more=False)

@@ -11,11 +11,13 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 
+import aiohttp
 import structlog
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from llmd.endpoints.dialects import OPENAI, Dialect
+from llmd.endpoints.table import dialect_of
 from llmd.errors import ApiError
 from llmd.inflight import Exchange
 
@@ -28,12 +30,15 @@ SSE_BOUNDARY = b"\n\n"
 
 
 async def send_error(
-    send: Send, error: ApiError, headers: Sequence[tuple[bytes, bytes]] = ()
+    send: Send,
+    error: ApiError,
+    headers: Sequence[tuple[bytes, bytes]] = (),
+    dialect: Dialect = OPENAI,
 ) -> None:
-    """Answer `error` as a complete OpenAI-shaped JSON response (with Retry-After on 429 and
-    503), with `headers` added: the one writer of every error llmd answers, public and admin
-    API alike."""
-    body = error.body()
+    """Answer `error` as a complete JSON response in `dialect`'s shape (OpenAI's unless the
+    path is another protocol's: `dialect_of`), with Retry-After on 429 and 503 and `headers`
+    added: the one writer of every error llmd answers, public and admin API alike."""
+    body = dialect.error_body(error)
     headers = [*error.headers(), *headers, (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": error.status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})
@@ -41,7 +46,8 @@ async def send_error(
 
 class ErrorResponse(Response):
     """`error` as a Starlette response, for the app's exception handlers and `/ready`: written
-    by `send_error` like every other error llmd answers."""
+    by `send_error` like every other error llmd answers, in the dialect of the request's
+    path."""
 
     def __init__(self, error: ApiError, headers: list[tuple[bytes, bytes]] | None = None) -> None:
         super().__init__(status_code=error.status)
@@ -49,7 +55,8 @@ class ErrorResponse(Response):
         self.extra = headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send_error(send, self.error, self.extra or ())
+        dialect = dialect_of(scope.get("path", ""))
+        await send_error(send, self.error, self.extra or (), dialect)
 
 
 class ClientWriter:
@@ -73,11 +80,13 @@ class ClientWriter:
         dialect: Dialect = OPENAI,
     ) -> None:
         self._send = send
+        self.dialect = dialect
         self.answer = dialect.reader(exchange)
         self._send_body = body_send or send
         self.exchange = exchange
         self.headers = headers if headers is not None else []
-        # Called once, at the answer's first body chunk (admission's device hold waits for it).
+        # Called once, when the answer's first token is read (`exchange.first_byte_at` set):
+        # an interactive request's device hold ends then (llmd/admission/holds.py).
         self.on_first_byte: Callable[[], None] | None = None
 
     @property
@@ -97,37 +106,66 @@ class ClientWriter:
         self.exchange.send_since = None
 
     async def body(self, chunk: bytes, *, more: bool) -> None:
-        exchange = self.exchange
-        now = time.monotonic()
         if chunk:
-            exchange.progress_at = now  # the backend's latest bytes (llmd/daemon/watchdog.py)
-            first = exchange.first_byte_at is None
+            now = time.monotonic()
+            self.exchange.progress_at = now  # llmd/daemon/watchdog.py reads it
             self.answer.feed(chunk)
-            if first and self.on_first_byte is not None:
+            self.exchange.chunk_sent(now)
+            if self.on_first_byte is not None and self.exchange.first_byte_at is not None:
                 self.on_first_byte()
+                self.on_first_byte = None
+        await self.send_body(chunk, more=more)
+
+    async def send_body(self, chunk: bytes, *, more: bool) -> None:
+        """Send `chunk`, already read (`body` reads, then sends)."""
+        exchange = self.exchange
         # A send blocks while the client's transport buffer is full; the stall watcher
         # (llmd/proxy/stalls.py) ends exchanges blocked longer than server.send_timeout_s.
-        exchange.send_since = now
+        exchange.send_since = time.monotonic()
         await self._send_body({"type": "http.response.body", "body": chunk, "more_body": more})
         exchange.send_since = None
         if chunk and exchange.stream and self.answer.done:
             exchange.answered = True
 
+    async def stream(self, content: aiohttp.StreamReader) -> None:
+        """Send each chunk `content` has (`readany`: whatever the socket holds) as `body`
+        would, until its end; the stream's per-chunk path, in one frame."""
+        exchange, answer, send = self.exchange, self.answer, self._send_body
+        monotonic = time.monotonic
+        on_first = self.on_first_byte
+        while chunk := await content.readany():  # b"": the end (what `iter_any` wraps)
+            exchange.progress_at = exchange.send_since = now = monotonic()
+            answer.feed(chunk)
+            exchange.chunk_sent(now)  # a stream's gaps (llmd/telemetry/gaps.py)
+            if on_first is not None and exchange.first_byte_at is not None:
+                on_first()
+                on_first = self.on_first_byte = None
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            exchange.send_since = None
+            if answer.done and exchange.stream:
+                exchange.answered = True
+
+    def stream_error(self, error: ApiError) -> bytes:
+        """`error` in-band, as this answer's dialect ends a stream with it (a writer that
+        numbers its events overrides this: llmd/proxy/responses.py)."""
+        return self.dialect.stream_error(error)
+
 
 async def answer_error(send: ClientWriter, error: ApiError, *, log_it: bool = True) -> None:
-    """Send `error` as a response (with the time queued, `x-llmd-queue-ms`), or in-band as an
-    SSE event when the stream has started. Logged as `request_failed` unless `log_it` is
-    False (the caller logged it)."""
+    """Send `error` as a response (with the time queued, `x-llmd-queue-ms`), or in-band when
+    the stream has started (as the writer's dialect ends a stream with an error). Logged as
+    `request_failed` unless `log_it` is False (the caller logged it)."""
     exchange = send.exchange
     exchange.error_code = error.reason
     with contextlib.suppress(OSError):
         if not exchange.response_started:
             exchange.status = error.status
             queue_ms = str(round(exchange.queue_ms())).encode()
-            await send_error(send._send, error, [*send.headers, (b"x-llmd-queue-ms", queue_ms)])
+            headers = [*send.headers, (b"x-llmd-queue-ms", queue_ms)]
+            await send_error(send._send, error, headers, send.dialect)
         elif exchange.stream:
             prefix = b"" if send.between_events else SSE_BOUNDARY
-            await send.body(prefix + error.sse_event(), more=False)
+            await send.body(prefix + send.stream_error(error), more=False)
         else:
             await send.body(b"", more=False)
     if log_it:

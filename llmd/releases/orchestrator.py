@@ -369,6 +369,10 @@ class Deployer:
         """Log `line` and append it to the history; an ended deploy's line carries the digest
         of the config file's table (`config`: what a later start compares, restore.py)."""
         event = str(line["event"])
+        if event in (*ENDED, "failed"):
+            self.host.state.observer.deploy_ended(
+                str(line["engine"]), str(line.get("strategy", "")), event
+            )
         table = self.host.file_tables.get(str(line["engine"]))
         if event in ENDED and table is not None:
             line = {**line, "config": table_digest(table)}

@@ -117,6 +117,21 @@ async def observe(
     )
 
 
+async def golden_answers(
+    socket: Path,
+    model: str,
+    golden: Sequence[GoldenPrompt],
+    *,
+    max_tokens: int,
+    timeout_s: float,
+    headers: Mapping[str, str] | None = None,
+) -> tuple[GoldenAnswer, ...]:
+    """The engine's greedy answers to `golden` (one at a time, each with its token ids), as
+    the smoke gate asks them: what `llmd tune --variants` compares between engine settings."""
+    engine = _Engine(socket, dict(headers or {}))
+    return tuple([await _golden(engine, model, p, max_tokens, timeout_s) for p in golden])
+
+
 async def _models(engine: _Engine) -> tuple[tuple[str, ...], int | None]:
     try:
         answer = await _call(engine, "GET", "/v1/models", None, _SMALL_TIMEOUT)

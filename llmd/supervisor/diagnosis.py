@@ -233,6 +233,16 @@ def _exit_finding(kind: str | None, detail: str, found: list[Finding]) -> Findin
             "raise engine.start_timeout_s (the first boot compiles and may take minutes)",
             detail,
         )
+    if kind == "warmup_failed":
+        return Finding(
+            "warmup",
+            "error",
+            "the engine answered /health but its warm-up request (one short generation) failed",
+            "read the engine's last lines (journalctl -u llmd): a model that fails at its first "
+            "request (an unsupported head size, a bad chat template or tokenizer) fails here; "
+            "engine.warmup = false lets it serve without the check",
+            detail,
+        )
     return Finding(
         "exit",
         "error",

@@ -37,7 +37,8 @@ class ExitReason:
     did not send), exit_0_while_serving (vLLM's watchdog may exit 0 after the engine died,
     vllm#48966), engine_dead (HTTP up but /health failing; llmd stopped it), stalled (sequences
     running and no token for its stall timeout, llmd/supervisor/stall.py; llmd killed it),
-    exit_code.
+    exit_code; the supervisor's own: start_timeout (not ready in time), warmup_failed (ready,
+    but its warm-up request failed; llmd stopped it).
     `detail` is one human line: the signal or code, and the last error line seen.
     """
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
+import statistics
 import time
 from typing import Any
 
@@ -24,6 +26,31 @@ class EnginePhase(enum.StrEnum):
     STOPPING = "stopping"
     STOPPED = "stopped"
     FAILED = "failed"
+    # An on-demand engine (llmd/supervisor/sleeping.py): put to sleep, asleep, being woken.
+    FALLING_ASLEEP = "falling_asleep"
+    ASLEEP = "asleep"
+    WAKING = "waking"
+
+
+# The wakes an engine's predicted wake time is the median of (its latest ones).
+WAKES_KEPT = 5
+
+
+class WakeTimes:
+    """An on-demand engine's last wakes (seconds each, from the decision to its first token);
+    its prediction is their median."""
+
+    def __init__(self, default_s: float | None = None) -> None:
+        self.default_s = default_s
+        self._last: collections.deque[float] = collections.deque(maxlen=WAKES_KEPT)
+
+    def record(self, seconds: float) -> None:
+        """A wake took `seconds`."""
+        self._last.append(seconds)
+
+    def predicted_s(self) -> float | None:
+        """The median of the last WAKES_KEPT wakes, else `default_s`."""
+        return statistics.median(self._last) if self._last else self.default_s
 
 
 def model_ids(listing: Any) -> tuple[str, ...]:
@@ -80,6 +107,11 @@ class EngineState:
     release: str | None = None
     # Why, when llmd chose the release at start-up (llmd/releases/restore.py).
     release_note: str | None = None
+    # An on-demand engine's wake under way or last: when it began (monotonic s) and how long
+    # it took (s); `wakes`: its last wakes, whose median predicts the next.
+    wake_started_at: float | None = None
+    wake_s: float | None = None
+    wakes: WakeTimes = dataclasses.field(default_factory=WakeTimes)
 
     @property
     def serving(self) -> bool:
@@ -89,11 +121,20 @@ class EngineState:
         """Seconds until the engine is likely to serve again (>= 1), for `Retry-After`."""
         now = time.monotonic()
         remaining = 0.0
-        if self.restart_at is not None and self.restart_at > now:
+        if self.phase in (EnginePhase.ASLEEP, EnginePhase.FALLING_ASLEEP, EnginePhase.WAKING):
+            expected = self.predicted_wake_s(default_boot_s)
+            started = self.wake_started_at if self.phase is EnginePhase.WAKING else None
+            remaining = expected - (now - started) if started is not None else expected
+        elif self.restart_at is not None and self.restart_at > now:
             remaining = self.restart_at - now + (self.boot_s or default_boot_s)
         elif self.boot_started_at is not None:
             remaining = (self.boot_s or default_boot_s) - (now - self.boot_started_at)
         return max(1.0, remaining)
+
+    def predicted_wake_s(self, default_boot_s: float = 60.0) -> float:
+        """How long its next wake should take: the median of its last wakes, else its last
+        boot, else `default_boot_s`."""
+        return self.wakes.predicted_s() or self.boot_s or default_boot_s
 
     def unavailable_error(self) -> EngineUnavailable:
         """The 503 for a request while the engine is not serving, with its Retry-After."""

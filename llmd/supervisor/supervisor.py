@@ -1,10 +1,14 @@
 """The supervisor: keeps one engine serving, restarting it by policy, and stops it cleanly.
 
-    spawn → wait for `/health` 200 (or exit, or start timeout) → serve, probing `/health`
-          → exit (classified) → restart after backoff, or give up
+    spawn → wait for `/health` 200 (or exit, or start timeout) → one short request (the
+          warm-up) → serve, probing `/health` → exit (classified) → restart after backoff,
+          or give up
 
 - One supervisor per engine, each with its own process group, socket, pid file, exit history,
   backoff and give-up: one engine's crash loop never touches another.
+- An on-demand engine sleeps and wakes when told (`sleep`, `wake`; the swap group decides,
+  llmd/daemon/swapping.py): by vLLM's sleep mode, or by stopping its group and booting it
+  again (`SleepMechanism.STOP`); it serves again only once a one-token generation succeeds.
 - Engines that share a GPU boot one after the other (`boot_locks`: held from the spawn until the
   engine serves or exits), since vLLM checks a device's free memory while it boots
   (vllm#10533).
@@ -24,6 +28,7 @@ import structlog
 from llmd.config import EngineConfig, SupervisorConfig
 from llmd.engine.args import engine_auth_headers, without_secrets
 from llmd.engine.launch import engine_launch, installed_engine_build
+from llmd.engine.sleep import SleepMechanism
 from llmd.engine.versions import ASSUMED, EngineApi
 from llmd.errors import EngineGaveUp
 from llmd.runtime import RuntimePaths
@@ -32,7 +37,9 @@ from llmd.supervisor.exits import ExitReason, classify_exit
 from llmd.supervisor.leftovers import forget_engine, record_engine, stop_leftover
 from llmd.supervisor.policy import ExitRecord, GiveUp, decide_restart
 from llmd.supervisor.process import EngineProcess
+from llmd.supervisor.sleeping import call_sleep, call_wake_up, first_token
 from llmd.supervisor.state import EnginePhase, EngineState, model_cards, model_ids
+from llmd.supervisor.warmup import warm_up
 
 log = structlog.get_logger("llmd.supervisor")
 
@@ -43,7 +50,7 @@ UNHEALTHY_PROBES = 3
 # microseconds, and the simulator is up in about 0.4 s (a 0.5 s poll kept it waiting 1 s).
 BOOT_PROBE_S = 0.1
 # Exits llmd asked for (a stop, an operator's restart): logged at info, with no diagnosis.
-ASKED_FOR = frozenset({"stopped", "restart_requested"})
+ASKED_FOR = frozenset({"stopped", "restart_requested", "slept"})
 
 
 class Supervisor:
@@ -61,6 +68,9 @@ class Supervisor:
         state: EngineState,
         boot_locks: Sequence[asyncio.Lock] = (),
         on_change: Callable[[], None] = lambda: None,
+        mechanism: SleepMechanism | None = None,
+        start_asleep: bool = False,
+        start_lock: asyncio.Lock | None = None,
     ) -> None:
         self.name = name
         self.engine = engine
@@ -77,7 +87,21 @@ class Supervisor:
         self._process: EngineProcess | None = None
         self._history: list[ExitRecord] = []
         self._restart_requested = False
+        self._warmup_s: float | None = None  # how long this boot's warm-up took
         self._stall: ExitReason | None = None  # set by `stalled()` for the exit it causes
+        # On demand: how it sleeps (None: never), and whether its first boot ends asleep (it
+        # boots once so that llmd knows its models and context length).
+        self.mechanism = mechanism
+        self._start_asleep = start_asleep
+        self._sleep_requested = False  # a `stop` sleep: the exit it causes parks the engine
+        self._wake_requested = asyncio.Event()
+        self._waking = False  # the boot under way is a wake
+        self._cancel_wake = False  # a sleep came while a sleep-mode wake was under way
+        self._probe: aiohttp.ClientSession | None = None
+        # A swap group's start-up: its engines' first boots one at a time, each held until the
+        # engine serves or is asleep again (their memory is never needed at once).
+        self._start_lock = start_lock
+        self._start_held = False
         # Monotonic time of the supervisor's last loop turn: the daemon pings systemd's
         # watchdog only while this moves.
         self.last_progress = time.monotonic()
@@ -98,9 +122,13 @@ class Supervisor:
         self._done.clear()
         self._history.clear()
         try:
+            if self._start_lock is not None:  # the first run only: `_started` forgets it
+                await self._start_lock.acquire()
+                self._start_held = True
             await self._stop_leftover()
             connector = aiohttp.UnixConnector(path=str(self.socket))
             async with aiohttp.ClientSession(connector=connector) as probe:
+                self._probe = probe
                 while not self._stopping.is_set():
                     reason, was_ready = await self._run_once(probe)
                     if self._stopping.is_set():
@@ -108,10 +136,115 @@ class Supervisor:
                     if reason.kind == "restart_requested":
                         self.state.restarts += 1
                         continue
+                    if reason.kind == "slept":
+                        await self._parked()
+                        continue
                     await self._back_off(reason, was_ready)
             self.state.phase = EnginePhase.STOPPED
         finally:
+            self._started()
             self._done.set()
+
+    def _started(self) -> None:
+        """The first boot is over (serving, asleep, or given up): the next engine of the swap
+        group may boot."""
+        if self._start_held and self._start_lock is not None:
+            self._start_held = False
+            self._start_lock.release()
+        self._start_lock = None
+
+    async def _parked(self) -> None:
+        """A `stop` sleep: asleep with no process until `wake()` (or a stop)."""
+        self._sleep_requested = False
+        self._started()
+        self.state.phase = EnginePhase.ASLEEP
+        self.on_change()
+        self.log.info("engine_asleep", mechanism=SleepMechanism.STOP.value)
+        waits = [asyncio.ensure_future(e.wait()) for e in (self._wake_requested, self._stopping)]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waits:
+                waiter.cancel()
+        self._wake_requested.clear()
+
+    async def sleep(self) -> bool:
+        """Put the serving engine to sleep by its mechanism (the caller made sure nothing runs
+        there), or cancel a wake under way; False when it is neither serving nor waking, or
+        not on demand. Returns once asleep (a sleep-mode sleep) or once its group is being
+        stopped."""
+        phase, mechanism = self.state.phase, self.mechanism
+        if mechanism is None or phase not in (EnginePhase.SERVING, EnginePhase.WAKING):
+            return False
+        if phase is EnginePhase.WAKING and mechanism.level is not None:
+            self._cancel_wake = True  # `wake()` puts it back to sleep once awake
+            return True
+        self.state.phase = EnginePhase.FALLING_ASLEEP
+        self.on_change()
+        if mechanism.level is None:
+            self._sleep_requested = True
+            process = self._process
+            if process is not None and process.running:
+                await process.stop_group(self.engine.stop_timeout_s)
+            return True
+        return await self._sleep_mode(mechanism.level)
+
+    async def _sleep_mode(self, level: int) -> bool:
+        """POST /sleep: ASLEEP when the engine said yes, else it goes on serving."""
+        assert self._probe is not None
+        slept = await call_sleep(self._probe, self.engine, level)
+        self._started()
+        self.state.phase = EnginePhase.ASLEEP if slept else EnginePhase.SERVING
+        self.on_change()
+        if slept:
+            self.log.info("engine_asleep", mechanism=f"level{level}")
+        else:
+            self.log.warning("engine_sleep_refused", level=level)
+        return slept
+
+    async def wake(self) -> bool:
+        """Wake the asleep engine: it serves again once a one-token generation succeeded
+        (`state.wake_s` then says how long the wake took). False when it is not asleep. A
+        `stop` sleeper's wake is a boot, and returns when the boot has begun."""
+        if self.mechanism is None or self.state.phase is not EnginePhase.ASLEEP:
+            return False
+        self.state.phase = EnginePhase.WAKING
+        self.state.wake_started_at = time.monotonic()
+        self.on_change()
+        if self.mechanism.level is None:
+            self._waking = True
+            self._wake_requested.set()
+            return True
+        assert self._probe is not None
+        woke = await call_wake_up(self._probe, self.engine) and await first_token(
+            self._probe, self.engine, self.engine.start_timeout_s
+        )
+        if self._cancel_wake:
+            self._cancel_wake = False
+            self.log.info("engine_wake_cancelled")
+            return await self._sleep_mode(self.mechanism.level)
+        if not woke:
+            self.state.phase = EnginePhase.ASLEEP
+            self.on_change()
+            self.log.error("engine_wake_failed", mechanism=self.mechanism.value)
+            return False
+        self._woken()
+        return True
+
+    def _woken(self) -> None:
+        """The wake under way has ended with a first token: the engine serves."""
+        now = time.monotonic()
+        started = self.state.wake_started_at or now
+        self.state.wake_s = now - started
+        self.state.wakes.record(self.state.wake_s)
+        self.state.ready_at = now
+        self.state.phase = EnginePhase.SERVING
+        self._served.set()
+        self.on_change()
+        assert self.mechanism is not None
+        self.log.info(
+            "engine_woken", mechanism=self.mechanism.value, wake_s=round(self.state.wake_s, 3)
+        )
 
     async def _stop_leftover(self) -> None:
         """Stop what an llmd killed before it could stop its engine left in this runtime
@@ -224,7 +357,11 @@ class Supervisor:
         self.state.boot_started_at = time.monotonic()
         self.state.ready_at = None
         self.state.phase = (
-            EnginePhase.STARTING if not self.state.restarts else EnginePhase.RESTARTING
+            EnginePhase.WAKING
+            if self._waking
+            else EnginePhase.STARTING
+            if not self.state.restarts
+            else EnginePhase.RESTARTING
         )
         async with self._booting():
             try:
@@ -244,16 +381,25 @@ class Supervisor:
             # The leader's exit alone, not its last output too: routing stops at once.
             gone = asyncio.create_task(process.leader_exited(), name=f"engine-gone-{self.name}")
             ready = await self._wait_ready(probe, gone)
-        forced: ExitReason | None = None
+            forced = await self._warm_up(probe, gone) if ready else None
+            ready = ready and forced is None
         if ready:
             self.state.diagnosis = diagnose(process.output.recent)  # slow paths seen at boot
-            await self._mark_serving(probe)
-            forced = await self._watch_health(probe, gone)
-        elif not gone.done() and not self._stopping.is_set():
+            forced = await self._mark_serving(probe)
+            if forced is None:
+                forced = await self._watch_health(probe, gone)
+        elif (
+            forced is None
+            and not gone.done()
+            and not self._stopping.is_set()
+            and not self._sleep_requested
+        ):
             forced = ExitReason("start_timeout", f"not ready after {engine.start_timeout_s:g}s")
-        if self._stopping.is_set() or self._restart_requested:
-            # stop() or restart() is taking the group down; a stop that came while this engine
-            # was being spawned found no process to stop, so this stop is the one that does.
+        self._waking = False
+        if self._stopping.is_set() or self._restart_requested or self._sleep_requested:
+            # stop(), restart() or sleep() is taking the group down; a stop that came while this
+            # engine was being spawned found no process to stop, so this stop is the one that
+            # does.
             await process.stop_group(engine.stop_timeout_s)
             returncode = await exited
         elif forced is not None:
@@ -269,6 +415,8 @@ class Supervisor:
         if self._restart_requested:
             self._restart_requested = False
             reason = ExitReason("restart_requested", "restarted by the operator")
+        elif self._sleep_requested:
+            reason = ExitReason("slept", "put to sleep (its process group stopped)")
         elif self._stall is not None:
             reason, self._stall = self._stall, None
         else:
@@ -294,12 +442,35 @@ class Supervisor:
 
     async def _wait_ready(self, probe: aiohttp.ClientSession, exited: asyncio.Task[int]) -> bool:
         deadline = time.monotonic() + self.engine.start_timeout_s
-        while time.monotonic() < deadline and not exited.done() and not self._stopping.is_set():
+        while (
+            time.monotonic() < deadline
+            and not exited.done()
+            and not self._stopping.is_set()
+            and not self._sleep_requested
+        ):
             self.last_progress = time.monotonic()
             if await self._healthy(probe):
                 return True
             await asyncio.wait({exited}, timeout=BOOT_PROBE_S)
         return False
+
+    async def _warm_up(
+        self, probe: aiohttp.ClientSession, exited: asyncio.Task[int]
+    ) -> ExitReason | None:
+        """One short request through the engine before it serves (llmd/supervisor/warmup.py),
+        within what is left of the start timeout; the reason to stop it when that failed
+        (None: it succeeded, or `engine.warmup` is off, or the engine exited meanwhile: its
+        exit says why)."""
+        self._warmup_s = None
+        if not self.engine.warmup or self._stopping.is_set():
+            return None
+        assert self.state.boot_started_at is not None
+        left = self.state.boot_started_at + self.engine.start_timeout_s - time.monotonic()
+        self._warmup_s, failure = await warm_up(probe, self.engine, left)
+        if failure is None or exited.done() or self._stopping.is_set():
+            return None
+        self.log.error("engine_warmup_failed", error=failure)
+        return ExitReason("warmup_failed", failure)
 
     async def _watch_health(
         self, probe: aiohttp.ClientSession, exited: asyncio.Task[int]
@@ -329,7 +500,10 @@ class Supervisor:
         except (TimeoutError, aiohttp.ClientError, OSError):
             return False
 
-    async def _mark_serving(self, probe: aiohttp.ClientSession) -> None:
+    async def _mark_serving(self, probe: aiohttp.ClientSession) -> ExitReason | None:
+        """Read the ready engine's models and release, then publish it serving; an on-demand
+        engine's first boot instead puts it to sleep, and a boot that is a wake serves only
+        once a one-token generation succeeded (else the exit to force)."""
         now = time.monotonic()
         assert self.state.boot_started_at is not None
         self.state.boot_s = now - self.state.boot_started_at
@@ -358,16 +532,33 @@ class Supervisor:
                 "http://engine/version", timeout=aiohttp.ClientTimeout(total=5)
             ) as r:
                 self.state.api = EngineApi.parse((await r.json())["version"])
+        if self._start_asleep:  # its first boot: known now, asleep until wanted
+            self._start_asleep = False
+            assert self.mechanism is not None
+            if self.mechanism.level is None:
+                self._sleep_requested = True
+                return ExitReason("slept", "put to sleep after its first boot")
+            if await self._sleep_mode(self.mechanism.level):
+                return None
+        if self._waking:
+            if not await first_token(probe, self.engine, self.engine.start_timeout_s):
+                return ExitReason("start_timeout", "woken, but no token came")
+            self._waking = False
+            self._woken()
+            return None
         self.state.phase = EnginePhase.SERVING
+        self._started()
         self._served.set()
         self.on_change()
         self.log.info(
             "engine_ready",
             pid=self.state.pid,
             boot_s=round(self.state.boot_s, 1),
+            warmup_s=None if self._warmup_s is None else round(self._warmup_s, 2),
             max_model_len=self.state.max_model_len,
             vllm_release=".".join(map(str, self.state.api.release)),
         )
+        return None
 
     def _record_exit(self, reason: ExitReason, lines: Iterable[str]) -> None:
         self.state.last_exit = reason

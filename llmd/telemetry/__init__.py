@@ -1,6 +1,6 @@
 """Telemetry: what llmd measures about its requests (metrics, windows, outcomes, the request
-log line) for the Status snapshot and Prometheus. Nothing here imports Starlette; the proxy
-calls in with plain records.
+log line, the usage batch the daemon keeps) for the Status snapshot and Prometheus. Nothing
+here imports Starlette; the proxy calls in with plain records.
 
-May import: gpu, config, engine, status.
+May import: usage, gpu, config, engine, status.
 """

@@ -25,6 +25,7 @@ from prometheus_client import (
 )
 
 from llmd.admission.classes import Priority
+from llmd.telemetry.gaps import GapHistogram
 
 
 class RequestPhase(enum.StrEnum):
@@ -117,6 +118,9 @@ class ProxyMetrics:
         self.e2e = _histogram(
             r, "llmd_e2e_request_latency_seconds", "Arrival to the last byte, completed requests."
         )
+        # Client-side inter-token latency of streams answered 200, by class and model.
+        self.gaps = GapHistogram()
+        r.register(self.gaps)
         # By endpoint: an embeddings burst is read in prompt tokens (it generates none);
         # tenants x the table's names stays a few hundred series at most.
         self.prompt_tokens = Counter(
@@ -143,6 +147,35 @@ class ProxyMetrics:
             "llmd_timeouts", "Requests ended by a queue timeout or deadline.", ["class"],
             registry=r,
         )  # fmt: skip
+        # Bounded: engines x two strategies x three outcomes.
+        self.deploys = Counter(
+            "llmd_deploys",
+            "Ended deploys by engine, strategy (replace, canary) and outcome (promoted, "
+            "rolled_back, failed).",
+            ["engine", "strategy", "outcome"], registry=r,
+        )  # fmt: skip
+
+        # On-demand engines (llmd/daemon/swapping.py): bounded by the configured engines.
+        self.wakes = Counter(
+            "llmd_engine_wakes", "Wakes of on-demand engines, by engine and mechanism "
+            "(level1, level2: vLLM's sleep mode; stop: a boot).",
+            ["engine", "mechanism"], registry=r,
+        )  # fmt: skip
+        self.wake_seconds = Histogram(
+            "llmd_engine_wake_seconds",
+            "From the decision to wake an engine to its first token.",
+            ["engine"], buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.wake_waits = Histogram(
+            "llmd_wake_wait_seconds",
+            "Time queued of the requests that came while their model's engines slept.",
+            ["model"], buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.evictions = Counter(
+            "llmd_engine_evictions", "On-demand engines put to sleep, by engine and reason "
+            "(evicted: to make room for another; idle: its idle_sleep_s passed).",
+            ["engine", "reason"], registry=r,
+        )  # fmt: skip
 
     def exposition(self) -> bytes:
         """The Prometheus text format of every llmd series."""
@@ -156,10 +189,15 @@ def _histogram(registry: CollectorRegistry, name: str, documentation: str) -> Hi
     # only for the endpoints its engines serve (generate: chat, completions, the two audio ones
     # and the two tokenizer ones; pooling: the six pooling ones and the tokenizer ones), and
     # TTFT only for those that stream (chat, completions, audio).
+    # By tenant: the first `top_tenants` (20) and `other`, as the counters (TenantLabels). A
+    # tenant's requests come in the classes it may use and the endpoints its app calls, so a
+    # series set exists per combination seen, not per product: the worst case is
+    # (top_tenants + 1) x 3 classes x 5 lengths x endpoints x models x releases (2 during a
+    # canary) label sets of 28 series each; lower `telemetry.top_tenants` to shrink it.
     return Histogram(
         name,
         documentation,
-        ["class", "input_length", "model", "endpoint", "release"],
+        ["tenant", "class", "input_length", "model", "endpoint", "release"],
         buckets=LATENCY_BUCKETS,
         registry=registry,
     )

@@ -1,5 +1,6 @@
 """The request observer: each finished or refused request updates the metrics, the latency and
-throughput windows, the tallies, and writes its one log line (never the prompt text).
+throughput windows, the tallies and the usage kept in the state directory (`usage`, written by
+llmd/daemon/usage.py), and writes its one log line (never the prompt text).
 
 It also holds the latest engine and GPU readings, which the telemetry scraper writes and the
 Status snapshot reads. Everything here runs on the event loop; a call costs a few microseconds
@@ -11,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 import structlog
@@ -23,42 +24,41 @@ from llmd.gpu.nvml import GpuReading
 from llmd.status import (
     CountsStatus,
     EndpointStatus,
+    EngineLatencyStatus,
     GpuStatus,
     KvCacheStatus,
     LatencyStatus,
     LatencyWindows,
     ThroughputStatus,
 )
+from llmd.telemetry.engine_window import EngineWindow
+from llmd.telemetry.gaps import TokenGaps
 from llmd.telemetry.metrics import OTHER_ENDPOINT, ProxyMetrics, input_length_label
 from llmd.telemetry.outcomes import Ending, Outcome, Tallies, classify
+from llmd.telemetry.tracers import tracing_for
+from llmd.telemetry.tracing import Traced, Tracing
 from llmd.telemetry.windows import LatencyWindow, RateWindow
+from llmd.usage.records import UsageBatch
 
 log = structlog.get_logger("llmd.requests")
 
 # Error codes that mean a request waited too long (admission's queue timeout and deadlines).
 TIMEOUT_CODES = frozenset({"queue_timeout", "deadline_exceeded"})
 DEFAULT_TOP_TENANTS = 20
+# The `strategy` and `outcome` of llmd_deploys_total (llmd/releases/: Strategy, the ended
+# events).
+DEPLOY_STRATEGIES = ("replace", "canary")
+DEPLOY_OUTCOMES = ("promoted", "rolled_back", "failed")
 
 
-class Record(Ending, Protocol):
-    """What the observer reads from a request (how it ended, `Ending`, and its figures):
-    `llmd.inflight.Exchange` is one."""
+class Record(Ending, Traced, Protocol):
+    """What the observer reads from a request (how it ended, `Ending`; its figures and times,
+    `Traced`; and these): `llmd.inflight.Exchange` is one."""
 
-    request_id: str
     stream: bool
-    endpoint: str
-    tenant: str
-    request_class: str
-    model: str | None
-    backend: str | None
-    prompt_tokens: int | None
-    started_at: float
-    queued_at: float | None
-    admitted_at: float | None
-    first_byte_at: float | None
-    ended_at: float | None
-    output_tokens: int
+    input_tokens: int
     finish_reason: str | None
+    gaps: TokenGaps | None
 
 
 class TtftSink(Protocol):
@@ -118,11 +118,15 @@ class Observer:
         self.metrics = ProxyMetrics(top_tenants)
         self.windows = Windows()
         self.tallies = Tallies()
+        # Per hour, tenant, model and outcome: what llmd/daemon/usage.py writes to the store.
+        self.usage = UsageBatch()
         self.log_requests = log_requests
         # The latest scrape of each backend's /metrics, and its prompt and generation token
         # rates (per s), by backend name.
         self.engine_samples: dict[str, EngineSample] = {}
         self.engine_token_rates: dict[str, tuple[float, float]] = {}
+        # Each backend's reads over the last minute: the engine's side of latency.
+        self.engine_windows: dict[str, EngineWindow] = {}
         self.gpus = GpuReading()
         self.ttft_sink: TtftSink | None = None
         # The release a backend runs (None: none recorded): the `release` label of each
@@ -130,12 +134,48 @@ class Observer:
         self.release_of: Callable[[str], str | None] = lambda backend: None
         # Called with each request once it ended, refused ones included (a canary's figures).
         self.on_ended: Callable[[Record], None] | None = None
+        # The client's trace context to the backend, and llmd's own spans when an OTLP
+        # endpoint is set (`trace_to`).
+        self.tracing = Tracing()
+        self._otlp_endpoint = ""
 
     def configure(self, top_tenants: int, log_requests: str) -> None:
         """Take new settings (a reload): the tenant label bound (tenants already labelled keep
         their label, so no series flaps) and which finished requests get a log line."""
         self.metrics.tenant.limit = top_tenants
         self.log_requests = log_requests
+
+    @property
+    def otlp_endpoint(self) -> str:
+        """Where llmd's spans go now ("": nowhere)."""
+        return self._otlp_endpoint
+
+    def tracing_to(self, otlp_endpoint: str) -> Callable[[], None]:
+        """The step that exports llmd's spans to `otlp_endpoint` ("" for none) from then on,
+        replacing the tracing in use when the endpoint changed (a reload). Raises ConfigError
+        now, when the OpenTelemetry SDK is needed and not installed."""
+        if otlp_endpoint == self._otlp_endpoint:
+            return lambda: None
+        tracing = tracing_for(otlp_endpoint)
+
+        def use() -> None:
+            self.tracing.shutdown()
+            self.tracing, self._otlp_endpoint = tracing, otlp_endpoint
+
+        return use
+
+    def engine_window(self, backend: str) -> EngineWindow:
+        """The window of `backend`'s reads (made on its first read)."""
+        window = self.engine_windows.get(backend)
+        if window is None:
+            window = self.engine_windows[backend] = EngineWindow()
+        return window
+
+    def engine_latency(self) -> dict[str, EngineLatencyStatus]:
+        """The engine's side of latency over the last minute, by backend (those that report
+        it)."""
+        found = {name: window.status() for name, window in self.engine_windows.items()}
+        return {name: status for name, status in found.items() if status is not None}
 
     def as_snapshot(
         self, primary: str | None = None, live: dict[str, tuple[int, int]] | None = None
@@ -206,6 +246,7 @@ class Observer:
         if self.on_ended is not None:
             self.on_ended(record)
         outcome, label = classify(record)
+        self.tracing.finished(record, outcome.value)
         status = record.status or 0
         if outcome is Outcome.REJECTED:
             if record.backend is not None:  # the backend answered: a 4xx for the client's input
@@ -244,24 +285,31 @@ class Observer:
             m.backend_requests.labels(
                 record.backend, model, "answered" if answered else "failed", release
             ).inc()
-        m.queue_wait.labels(klass, length, model, endpoint, release).observe(queue_s)
+        m.queue_wait.labels(tenant, klass, length, model, endpoint, release).observe(queue_s)
         self.windows.queue_wait.add(queue_s)
         # TTFT of streamed answers only: a non-streamed answer's first byte comes with its last
         # token, so its "first token" time is its whole time.
         if ttft_s is not None and status == 200 and record.stream:
-            m.ttft.labels(klass, length, model, endpoint, release).observe(ttft_s)
+            m.ttft.labels(tenant, klass, length, model, endpoint, release).observe(ttft_s)
             self.windows.ttft.add(ttft_s)
             if self.ttft_sink is not None:
                 self.ttft_sink.observed(klass, ttft_s, queue_s)
         if outcome is Outcome.OK:
-            m.e2e.labels(klass, length, model, endpoint, release).observe(total_s)
+            m.e2e.labels(tenant, klass, length, model, endpoint, release).observe(total_s)
             self.windows.e2e.add(total_s)
+        gaps = _gaps(record, status)
+        if gaps is not None:
+            m.gaps.add(klass, model, gaps.sorted())
         prompt = record.prompt_tokens or 0
         m.prompt_tokens.labels(tenant, endpoint).inc(prompt)
         m.generation_tokens.labels(tenant).inc(record.output_tokens)
         self.windows.throughput.add(1, prompt, record.output_tokens)
         self.windows.endpoint(endpoint).add(1)
         self.tallies.add(outcome, label, endpoint)
+        self.usage.add(
+            record.tenant, model, outcome.value, record.input_tokens, record.output_tokens,
+            time.time(),
+        )  # fmt: skip
         phase = None
         if outcome is Outcome.CANCELLED:
             phase = label
@@ -285,6 +333,7 @@ class Observer:
                 queue_ms=_ms(queue_s),
                 ttft_ms=_ms(ttft_s),
                 total_ms=_ms(total_s),
+                **_gap_fields(gaps),
                 outcome=outcome.value,
                 **_detail(record, phase, code),
             )
@@ -315,6 +364,7 @@ class Observer:
         ).inc()
         m.rejections.labels(code).inc()
         self.tallies.add(Outcome.REJECTED, code, endpoint)
+        self.usage.add(tenant, model or "", rejected, 0, 0, time.time())
         self.windows.throughput.add(1, 0, 0)
         self.windows.endpoint(endpoint).add(1)
         if code in TIMEOUT_CODES:
@@ -339,9 +389,37 @@ class Observer:
         release = self.release_of(backend) or ""
         self.metrics.backend_requests.labels(backend, model or "", "retried", release).inc()
 
+    def deploys_of(self, engines: Iterable[str]) -> None:
+        """Show a 0 for each outcome of each strategy of `engines`, so that an alert on the
+        counter's increase sees the first deploy end (a series born at 1 shows none)."""
+        for engine in engines:
+            for strategy in DEPLOY_STRATEGIES:
+                for outcome in DEPLOY_OUTCOMES:
+                    self.metrics.deploys.labels(engine, strategy, outcome)
+
+    def deploy_ended(self, engine: str, strategy: str, outcome: str) -> None:
+        """Count a deploy of `engine` that ended: promoted, rolled_back or failed."""
+        self.metrics.deploys.labels(engine, strategy, outcome).inc()
+
     def _timeout(self, request_class: str) -> None:
         self.metrics.timeouts.labels(request_class).inc()
         self.tallies.timeouts += 1
+
+
+def _gaps(record: Record, status: int) -> TokenGaps | None:
+    """The gaps of a streamed request answered 200 that sent two chunks or more."""
+    gaps = record.gaps
+    if not record.stream or status != 200 or gaps is None or gaps.max_s is None:
+        return None
+    return gaps
+
+
+def _gap_fields(gaps: TokenGaps | None) -> dict[str, object]:
+    """The request line's client-side inter-token latency: the median and the longest gap
+    between the chunks of its stream (ms)."""
+    if gaps is None:
+        return {}
+    return {"itl_p50_ms": _ms(gaps.p50_s), "itl_max_ms": _ms(gaps.max_s)}
 
 
 def _detail(record: Record, phase: str | None, code: str) -> dict[str, object]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
@@ -20,6 +21,7 @@ from textual.widgets import DataTable, Footer, Input
 from llmd.tui.client import AdminRefused, AdminUnreachable, DaemonClient, Snapshot
 from llmd.tui.deploys import in_progress
 from llmd.tui.endpoints import EndpointPanel
+from llmd.tui.engine_latency import EngineLatencyPanel
 from llmd.tui.engines import EngineTable
 from llmd.tui.link import Link, changes
 from llmd.tui.panels import (
@@ -37,7 +39,9 @@ from llmd.tui.screens import ConfirmScreen, HelpScreen
 from llmd.tui.sequences import SequenceTable
 
 # Actions that change the daemon: --readonly removes them.
-CONTROL_ACTIONS = frozenset({"drain", "resume", "restart", "cancel", "abort_deploy"})
+CONTROL_ACTIONS = frozenset(
+    {"drain", "resume", "restart", "cancel", "abort_deploy", "wake", "sleep"}
+)
 DEFAULT_INTERVAL_S = 1.0
 PANEL_TITLES = {
     "kv": "KV cache · engine load",
@@ -48,6 +52,7 @@ PANEL_TITLES = {
     "tenants": "tenants",
     "endpoints": "endpoints",
     "counts": "since llmd started",
+    "engine-latency": "engine side · 1m mean",
     "events": "recent events",
 }
 
@@ -61,6 +66,8 @@ class TopApp(App[None]):
         Binding("d", "drain", "drain"),
         Binding("u", "resume", "resume"),
         Binding("r", "restart", "restart"),
+        Binding("w", "wake", "wake", show=False),
+        Binding("z", "sleep", "sleep", show=False),
         Binding("c", "cancel", "cancel seq"),
         Binding("a", "abort_deploy", "abort deploy", show=False),
         Binding("slash", "filter", "filter"),
@@ -90,6 +97,7 @@ class TopApp(App[None]):
         self.tenants = TenantPanel(id="tenants", classes="panel")
         self.endpoints = EndpointPanel(id="endpoints", classes="panel")
         self.counts = CountsPanel(id="counts", classes="panel")
+        self.engine_latency = EngineLatencyPanel(id="engine-latency", classes="panel")
         self.sequences = SequenceTable(id="sequences", classes="panel")
         self.events = EventsPanel(id="events", classes="panel")
         self.engines = EngineTable(id="engines", classes="panel")
@@ -102,6 +110,7 @@ class TopApp(App[None]):
         with Horizontal(id="middle"):
             yield from (self.queues, self.tenants, self.counts)
         yield self.engines
+        yield self.engine_latency
         yield self.sequences
         with Horizontal(id="bottom"):
             yield from (self.events, self.endpoints)
@@ -163,7 +172,8 @@ class TopApp(App[None]):
         after it was removed). Raises what a panel raises on a snapshot it cannot read."""
         self.header.show(s, self.link)
         for panel in (self.kv, self.gpu, self.latency, self.throughput, self.queues,
-                      self.tenants, self.endpoints, self.counts, self.events):  # fmt: skip
+                      self.tenants, self.endpoints, self.counts, self.events,
+                      self.engine_latency):  # fmt: skip
             panel.show(s)
         self.engines.show(s.get("engines") or [])
         self.sequences.show(s["sequences"], s["in_flight"] + (s.get("queued") or 0))
@@ -225,6 +235,36 @@ class TopApp(App[None]):
             "restart",
             self.client.restart,
         )
+
+    def action_wake(self) -> None:
+        self._swap("wake")
+
+    def action_sleep(self) -> None:
+        self._swap("sleep")
+
+    def _swap(self, action: str) -> None:
+        """Wake, or put to sleep, the on-demand engine selected in the engines panel (asked
+        first); llmd refuses, saying why, one not on demand or whose group is full."""
+        engine = self._target()
+        if engine is None:
+            self.notify(
+                f"select an engine first (Tab to the engines panel) to {action} it",
+                severity="warning",
+            )
+            return
+        if action == "wake":
+            question = (
+                f"Wake engine {engine}? It serves again once it answers a first token;\n"
+                "its swap group must have room."
+            )
+            call = functools.partial(self.client.wake, engine)
+        else:
+            question = (
+                f"Put engine {engine} to sleep? Requests for its model then wait in llmd's\n"
+                "queue while it is woken again."
+            )
+            call = functools.partial(self.client.sleep, engine)
+        self._confirm(question, f"{action} {engine}", call)
 
     def action_cancel(self) -> None:
         selected = self.sequences.selected()

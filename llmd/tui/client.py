@@ -48,6 +48,14 @@ class DaemonClient:
         (answers when it is done)."""
         return await self._call("POST", "/restart", _engine(engine), timeout_s=RESTART_TIMEOUT_S)
 
+    async def wake(self, engine: str) -> Answer:
+        """POST /wake: wake on-demand `engine` (answered once the wake has begun)."""
+        return await self._call("POST", "/wake", _engine(engine))
+
+    async def sleep(self, engine: str) -> Answer:
+        """POST /sleep: put on-demand `engine` to sleep (answered once begun)."""
+        return await self._call("POST", "/sleep", _engine(engine))
+
     async def rollback(self, engine: str | None = None) -> Answer:
         """POST /rollback: abort the deploy in progress on `engine` (answered at once; the old
         release takes all traffic back)."""

@@ -44,6 +44,22 @@ def rate(value: float | None) -> str:
     return f"{value:.1f}" if value < 100 else f"{value:,.0f}"
 
 
+def tokens(value: int | float | None) -> str:
+    """A token figure in at most 5 characters: 950, 12.3k, 120k, 1.5M."""
+    if value is None:
+        return MISSING
+    for scale, unit in ((1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            scaled = value / scale
+            return f"{scaled:.1f}{unit}" if scaled < 99.95 else f"{scaled:.0f}{unit}"
+    return f"{value:.0f}"
+
+
+def of(value: str, limit: str) -> str:
+    """A figure against its limit: `4/8`."""
+    return f"{value}/{limit}"
+
+
 def limit(value: int | None) -> str:
     """A tenant limit: None is unlimited."""
     return "∞" if value is None else str(value)

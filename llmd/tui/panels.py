@@ -26,7 +26,14 @@ from llmd.tui.deploys import deploy_lines
 from llmd.tui.link import Link, Snapshot
 
 # Engine phases and how they are shown (llmd.supervisor.state.EnginePhase).
-PHASE_STYLE = {"serving": "bold green", "starting": "bold yellow", "restarting": "bold yellow"}
+PHASE_STYLE = {
+    "serving": "bold green",
+    "starting": "bold yellow",
+    "restarting": "bold yellow",
+    "asleep": "dim",  # an on-demand engine: it wakes when a request names its model
+    "falling_asleep": "dim",
+    "waking": "bold cyan",
+}
 SPARK_POINTS = 120  # one point per refresh: two minutes at the default 1 s
 EVENT_STYLE = {"warning": "yellow", "error": "bold red", "critical": "bold red"}
 
@@ -312,24 +319,37 @@ class QueuePanel(Panel):
 
 
 class TenantPanel(Panel):
-    """Each tenant: in flight and queued against its limits."""
+    """Each tenant: in flight and queued against its limits, the KV tokens its running requests
+    hold against its share, and its token budget with the least left (tokens left of its
+    size; the daemon's figures, README "Tenants, classes and rejections")."""
 
     def show(self, s: Snapshot) -> None:
         if not self.changed(s["tenants"]):
             return
-        table = grid(("tenant", "left"), ("in flight", "right"), ("limit", "right"),
-                      ("queued", "right"), ("limit", "right"))  # fmt: skip
+        table = grid(("tenant", "left"), ("in flight", "right"), ("queued", "right"),
+                     ("kv cache", "right"), ("budget left", "right"))  # fmt: skip
         for t in s["tenants"]:
+            budgets = t.get("budgets") or []
+            tightest = min(budgets, key=lambda b: b["remaining"] / max(1, b["limit"]), default=None)
             table.add_row(
                 t["name"],
-                fmt.count(t["in_flight"]),
-                fmt.limit(t["max_in_flight"]),
-                fmt.count(t["queued"]),
-                fmt.limit(t["max_queued"]),
+                fmt.of(fmt.count(t["in_flight"]), fmt.limit(t["max_in_flight"])),
+                fmt.of(fmt.count(t["queued"]), fmt.limit(t["max_queued"])),
+                _share(t.get("kv_tokens"), t.get("max_kv_tokens")),
+                fmt.MISSING
+                if tightest is None
+                else fmt.of(fmt.tokens(tightest["remaining"]), fmt.tokens(tightest["limit"])),
             )
         if not s["tenants"]:
             table.add_row(Text("no tenant has work in flight", style="dim"))
         self.update(table)
+
+
+def _share(held: int | None, share: int | None) -> str:
+    """KV tokens held, against the tenant's share when it has one."""
+    if share is None:
+        return fmt.tokens(held)
+    return fmt.of(fmt.tokens(held), fmt.tokens(share))
 
 
 class EventsPanel(Panel):

@@ -17,11 +17,12 @@ HELP = """\
 [b]/[/]  filter sequences by id, tenant, class, phase or backend (Esc clears)
 [b]s[/]  sort sequences by the next column (again: reverse); clicking a header sorts too
 [b]↑ ↓ PgUp PgDn[/]  move through the sequences (or the engines)
+[b]w[/]  wake the selected on-demand engine    [b]z[/]  put it to sleep (engines panel)
 [b]Tab[/]  to the engines panel (several engines): there d, u and r act on the selected one
 [b]?[/]  this help        [b]q[/]  quit
 
-d, r, c and a ask first: [b]y[/] confirms, any other key cancels.
---readonly removes d, u, r, c and a."""
+d, r, c, a, w and z ask first: [b]y[/] confirms, any other key cancels.
+--readonly removes d, u, r, c, a, w and z."""
 
 
 class ConfirmScreen(ModalScreen[bool]):

@@ -10,13 +10,15 @@ import shlex
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from llmd import exitcodes
 from llmd.arguments import positive, positive_count, positive_seconds
 from llmd.bench.scenarios import SCENARIOS
 from llmd.errors import TuneError
 from llmd.releases.store import DEFAULT_STATE_DIR
+
+T = TypeVar("T")
 
 EPILOG = """For each --max-num-seqs value tune boots the engine (--engine NAME: that engine of the
 config, with its own GPUs and args) alone with it (on a private socket),
@@ -35,8 +37,15 @@ it and every engine on its GPUs for the run and resume them after. With --sharin
 default) engines on its GPUs serve on beside it; engines on other GPUs always do. A drained
 engine keeps its GPU memory: the tuned one must fit beside it, or stop llmd for the run.
 
+With --variants FILE tune boots the engine once per engine-argument set of FILE instead (a
+KV cache dtype, a quantized checkpoint, ...), asks each the golden prompts greedily, runs the
+same load against each, and reports throughput, TTFT and how far each one's answers drift
+from the first set's (token agreement).
+
 examples:
   llmd tune --config /etc/llmd/llmd.toml --slo-ttft-p95-ms 500 --output tune.json
+  llmd tune --config /etc/llmd/llmd.toml --variants variants.toml --concurrency 16 \
+      --slo-ttft-p95-ms 500 --output variants.json
   llmd tune --config etc/llmd-multi.toml --engine small-a --sharing drain \
       --slo-ttft-p95-ms 500 --output small-a.json
   llmd tune --config etc/demo.toml --max-num-seqs 4,16,64 --duration 20 --scenario E \\
@@ -140,6 +149,15 @@ def add_parser(verbs: Any) -> None:
         default=str(DEFAULT_STATE_DIR),
         help=f"where --release writes (default {DEFAULT_STATE_DIR})",
     )
+    tune.add_argument(
+        "--variants",
+        metavar="FILE",
+        type=Path,
+        help="compare the engine-argument sets of this TOML file ([[variants]] name, args, "
+        "model) on the same load (--concurrency users, 8 by default): throughput, TTFT, and "
+        "each one's greedy answers to the golden prompts against the first's (token "
+        "agreement), instead of the --max-num-seqs sweep",
+    )
     tune.add_argument("--plot", metavar="FILE", type=Path, help="PNG (default: --output .png)")
     tune.add_argument("--quiet", action="store_true", help="no progress display")
     tune.set_defaults(func=run)
@@ -164,6 +182,10 @@ def run(args: argparse.Namespace) -> int:
     except TuneError as exc:
         print(f"llmd tune: {exc} (see `llmd tune --help`)", file=sys.stderr)
         return exitcodes.USAGE
+    if args.variants is not None:
+        from llmd.tune.variants_command import run_variants_command
+
+        return run_variants_command(args, config, name)
     try:
         options = _options(args, config, name)
         if args.release:
@@ -215,25 +237,10 @@ def engine_to_tune(engines: Mapping[str, Any], requested: str | None, source: st
 
 
 def _run_beside_llmd(options: Any, args: argparse.Namespace) -> Any:
-    """Run the tune, with the engines of an llmd serving on the runtime directory that share
-    the tuned engine's GPUs drained or serving on, as --sharing says. Raises `TuneError`."""
-    from llmd.tune.serving import daemon_status, drained_for_tune, plan_beside
+    """Run the tune beside a serving llmd (`beside_llmd`). Raises `TuneError`."""
+    from llmd.tune.serving import beside_llmd
 
-    config = options.config
-    runtime_dir = Path(args.runtime_dir or config.server.runtime_dir)
-    status = daemon_status(runtime_dir)
-    if status is None:
-        return _run(options, args.quiet)
-    beside = plan_beside(status, options.engine, config.engine_tables, args.sharing, runtime_dir)
-    if beside.sharing:
-        print(
-            f"llmd tune: engines {', '.join(beside.sharing)} serve on beside the tuned engine, "
-            "on its GPUs: the figures include their load (--sharing drain drains them)",
-            file=sys.stderr,
-        )
-    drain_timeout_s = config.server.drain_timeout_s
-    with drained_for_tune(runtime_dir, beside.drain, drain_timeout_s):
-        return _run(options, args.quiet)
+    return beside_llmd(options.config, options.engine, args, lambda: _run(options, args.quiet))
 
 
 def _options(args: argparse.Namespace, config: Any, name: str) -> Any:

@@ -53,6 +53,22 @@ class TuneOptions:
         return self.config.engine_tables[self.engine]
 
 
+def load_figures(s: StepSummary) -> dict[str, Any]:
+    """A step's load figures as tune's JSON gives them (the whole bench step is beside)."""
+    return {
+        "concurrency": s.concurrency,
+        "ttft_ms": s.ttft_ms,
+        "e2e_ms": s.e2e_ms,
+        "output_tokens_per_s": s.output_tokens_per_s,
+        "requests_per_s": s.requests_per_s,
+        "prefix_cache_hit_rate": s.prefix_cache_hit_rate,
+        "requests": s.requests,
+        "errors": s.errors,
+        "timeouts": s.timeouts,
+        "errors_by_kind": s.errors_by_kind,
+    }
+
+
 @dataclasses.dataclass(frozen=True)
 class TuneStep:
     """One setting's figures: the args it booted with, its boot time (s), the bench step, the
@@ -73,21 +89,12 @@ class TuneStep:
             "setting": dataclasses.asdict(self.setting),
             "engine_args": list(self.engine_args),
             "boot_s": self.boot_s,
-            "concurrency": s.concurrency,
-            "ttft_ms": s.ttft_ms,
-            "e2e_ms": s.e2e_ms,
-            "output_tokens_per_s": s.output_tokens_per_s,
-            "requests_per_s": s.requests_per_s,
+            **load_figures(s),
             "peak_running": s.peak_running,
             "peak_waiting": s.peak_waiting,
             "peak_kv_usage": s.peak_kv_usage,
             "peak_gpu_memory_bytes": self.peak_gpu_memory_bytes,
             "gpu_memory_total_bytes": self.gpu_memory_total_bytes,
-            "prefix_cache_hit_rate": s.prefix_cache_hit_rate,
-            "requests": s.requests,
-            "errors": s.errors,
-            "timeouts": s.timeouts,
-            "errors_by_kind": s.errors_by_kind,
             "verdict": self.verdict.word,
             "verdict_reason": self.verdict.reason,
             "within_slo": self.within_slo,

@@ -5,19 +5,23 @@ llmd serves: that is a refusal too."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import dataclasses
 import socket
+import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from llmd.admin.client import AdminForbidden, AdminUnreachable, admin_request, socket_group
 from llmd.config import EngineConfig
 from llmd.errors import TuneError
 from llmd.runtime import RuntimePaths
+
+T = TypeVar("T")
 
 # How long tune waits for a daemon's status before taking its silence as "llmd is there".
 ADMIN_TIMEOUT_S = 5.0
@@ -172,3 +176,22 @@ def _listened_on(path: Path) -> bool:
     finally:
         probe.close()
     return True
+
+
+def beside_llmd(config: Any, engine: str, args: argparse.Namespace, run: Callable[[], T]) -> T:
+    """`run()`, with the engines of an llmd serving on the runtime directory that share
+    `engine`'s GPUs drained or serving on, as --sharing says. Raises `TuneError`."""
+    runtime_dir = Path(args.runtime_dir or config.server.runtime_dir)
+    status = daemon_status(runtime_dir)
+    if status is None:
+        return run()
+    beside = plan_beside(status, engine, config.engine_tables, args.sharing, runtime_dir)
+    if beside.sharing:
+        print(
+            f"llmd tune: engines {', '.join(beside.sharing)} serve on beside the tuned engine, "
+            "on its GPUs: the figures include their load (--sharing drain drains them)",
+            file=sys.stderr,
+        )
+    drain_timeout_s = config.server.drain_timeout_s
+    with drained_for_tune(runtime_dir, beside.drain, drain_timeout_s):
+        return run()

@@ -111,9 +111,25 @@ def test_each_endpoint_with_requests_gets_a_row() -> None:
     status = json.loads(EXAMPLE.read_text())
     rows = [line for line in format_status(status).splitlines() if line.startswith("endpoint")]
     assert rows == [
-        "endpoint   chat         in flight 29  queued 11  2.2 req/s  requests 12 (answered 8, "
+        "endpoint   chat         in flight 29  queued 11  2.9 req/s  requests 12 (answered 8, "
         "rejected 3, cancelled 1)",
-        "endpoint   completions  in flight 0  queued 0  0.2 req/s  requests 1 (answered 1)",
-        "endpoint   tokenize     in flight 0  queued 0  0.8 req/s  requests 4 (answered 4)",
-        "endpoint   embeddings   in flight 0  queued 0  0.2 req/s  requests 1 (rejected 1)",
+        "endpoint   completions  in flight 0  queued 0  0.3 req/s  requests 1 (answered 1)",
+        "endpoint   tokenize     in flight 0  queued 0  1.1 req/s  requests 4 (answered 4)",
+        "endpoint   embeddings   in flight 0  queued 0  0.3 req/s  requests 1 (rejected 1)",
     ]
+
+
+def test_the_engine_side_of_latency_gets_a_row() -> None:
+    """An engine that reports its own latency gets an `engine 1m` row: queue, prefill, decode
+    and inter-token mean/p95 in ms, prefill's share, preemptions and the prefix-cache hits."""
+    status = json.loads(EXAMPLE.read_text())
+    phase = {"mean_s": 0.1, "p50_s": 0.08, "p95_s": 0.25, "count": 12}
+    status["engines"][0]["latency"] = {
+        "window_s": 60.0, "queue": phase, "prefill": phase, "decode": phase,
+        "inter_token": phase, "prefill_share": 0.2, "preemptions_per_s": 0.5, "preemptions": 9,
+        "prefix_cache_hit_ratio": 0.75, "prefix_cache_hit_ratio_total": 0.5,
+    }  # fmt: skip
+    row = next(line for line in format_status(status).splitlines() if line.startswith("engine 1m"))
+    assert "prefill 100/250" in row and "ITL 100/250 (mean/p95 ms)" in row
+    assert "prefill share 20%" in row and "preemptions 0.5/s (9 since start)" in row
+    assert "prefix cache hits 75% (since start 50%)" in row

@@ -321,3 +321,26 @@ def test_accounting_matches_placements(steps: list[tuple[str, int]]) -> None:
             gate = capacity.gate(name)
             assert gate.in_flight == len(mine)
             assert gate.reserved_tokens == sum(e.cost for e in mine)
+
+
+def test_an_asleep_engine_queues_its_pool_and_a_closed_one_takes_nothing_new() -> None:
+    """A pool whose engine sleeps on demand is unavailable but its requests queue (`holding`),
+    with the predicted wake as its wait; an engine its swap group closed takes no new request
+    and its pool's requests queue too."""
+    capacity = fleet()
+    capacity.set_serving("big", False, back_at=None)
+    capacity.set_dormant("big", 3.5)
+    assert not capacity.available("big", 0.0) and capacity.holding("big")
+    assert capacity.wake_s("big", 0.0) == 3.5 and capacity.retry_after_s("big", 0.0) == 3.5
+    assert capacity.wake_s("small", 0.0) is None  # it can take requests now
+    capacity.set_draining("big", 30.0)  # an operator drained it: no wake, 503 as drained
+    assert not capacity.holding("big") and capacity.wake_s("big", 0.0) is None
+    capacity.set_draining("big", None)
+    capacity.set_serving("big", True)
+    capacity.set_dormant("big", None)
+    capacity.set_closed("big", True)
+    assert not capacity.available("big", 0.0) and capacity.holding("big")
+    assert capacity.admits(entry(), False, 0.0, "big", None) is None
+    assert capacity.wake_s("big", 0.0) is None  # closed is no sleep: it drains
+    capacity.set_closed("big", False)
+    assert release(capacity, "big") == "big"

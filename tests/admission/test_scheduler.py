@@ -262,6 +262,24 @@ def test_tenant_at_its_concurrency_does_not_block_others() -> None:
     assert scheduler.queued() == 1
 
 
+def test_a_grace_lengthens_the_class_timeout_but_not_a_deadline() -> None:
+    """An entry with `grace_s` (the predicted wake of the asleep engine it came for) expires its
+    class's timeout plus the grace after it was queued; its own deadline still holds."""
+    scheduler = Scheduler(POLICIES)
+    gate = SlotGate(1)
+    scheduler.submit(Entry(Tenant("x"), Priority.INTERACTIVE, 10), 0.0)
+    scheduler.decide(0.0, gate)
+    waking = Entry(Tenant("x"), Priority.INTERACTIVE, 10, grace_s=3.0)
+    scheduler.submit(waking, 0.0)
+    assert scheduler.next_expiry() == 8.0
+    assert not scheduler.decide(7.9, gate).rejected
+    (late,) = scheduler.decide(8.0, gate).rejected
+    assert late.entry is waking and late.reason is Reason.QUEUE_TIMEOUT
+    hurried = Entry(Tenant("x"), Priority.INTERACTIVE, 10, deadline=10.0, grace_s=30.0)
+    scheduler.submit(hurried, 8.0)
+    assert scheduler.next_expiry() == 10.0
+
+
 def test_queue_timeout_and_deadline_reject_with_retry_after() -> None:
     """A queued entry past its class timeout or its deadline is rejected, with Retry-After."""
     scheduler = Scheduler(POLICIES)

@@ -10,11 +10,13 @@ import signal
 import subprocess
 import sys
 import threading
+import tomllib
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
+import tomli_w
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmd.daemon.daemon import EXIT_ENGINE_GAVE_UP
@@ -339,12 +341,17 @@ def test_reload_applies_upstreams_and_keeps_engines_for_their_restart() -> None:
 def test_a_backend_failing_before_the_first_byte_is_retried_on_another() -> None:
     """In a pool of two, engine bad answers every request 500: each request is tried once more
     on good and answered 200; llmd_backend_requests_total counts bad's as retried."""
-    config = multi_sim_config(
-        ensure_tiny_model(),
-        {"bad": ("tiny", ("--fault-error-rate", "1.0")), "good": ("tiny", ())},
-        routing={"prefix_chars": 0},
+    raw = tomllib.loads(
+        multi_sim_config(
+            ensure_tiny_model(),
+            {"bad": ("tiny", ("--fault-error-rate", "1.0")), "good": ("tiny", ())},
+            routing={"prefix_chars": 0},
+        )
     )
-    llmd = LlmdProcess.start(config)
+    # bad would fail its warm-up and never serve: it serves without one, as an engine that
+    # breaks after its warm-up would.
+    raw["engines"]["bad"]["warmup"] = False
+    llmd = LlmdProcess.start(tomli_w.dumps(raw))
     try:
         llmd.wait_ready(timeout_s=60)
         # Both serving: a request bad fails is retried only on a backend that serves (ready

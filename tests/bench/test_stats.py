@@ -13,12 +13,12 @@ from llmd.bench.stats import (
     StepSummary,
     indexing_summary,
     operating_point,
-    percentile,
     prefix_hit_rate,
     ratios,
     stability,
     summarize,
 )
+from llmd.telemetry.windows import percentile
 
 
 def result(index: int, start: float, ttft: float | None, **fields: object) -> RequestResult:

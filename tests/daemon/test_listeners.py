@@ -25,6 +25,7 @@ def test_a_port_in_use_is_named_with_the_key_that_sets_it() -> None:
             [
                 *(sys.executable, "-m", "llmd.cli", "serve", "--config", str(config)),
                 *("--listen", f"127.0.0.1:{port}", "--runtime-dir", str(workdir / "run")),
+                *("--state-dir", str(workdir / "state")),
             ],
             capture_output=True,
             text=True,

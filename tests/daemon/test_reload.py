@@ -145,3 +145,22 @@ def test_a_revoked_key_gets_401_within_a_second_of_a_reload() -> None:
         bob.completions.create(model="tiny", prompt="hello", max_tokens=2)
     finally:
         llmd.stop()
+
+
+def test_a_reload_that_changes_the_swap_groups_asks_for_llmd_restarted(tmp_path: Path) -> None:
+    """The swap groups are built at start-up: a reload that changes them keeps the running ones
+    and names `swap_groups` among the keys that need llmd restarted."""
+    from llmd.config import load_config
+    from llmd.daemon.reload import plan_reload
+
+    tables = "".join(f'[engines.{n}]\nkind = "sim"\nmodel = "m"\non_demand = true\n' for n in "ab")
+    text = '[swap_groups.g]\nengines = ["a", "b"]\n' + tables
+    path = tmp_path / "llmd.toml"
+    path.write_text(text)
+    current = load_config(path)
+    path.write_text(text.replace("[swap_groups.g]", "[swap_groups.h]"))
+    changed = load_config(path)
+    plan = plan_reload(current, changed)
+    assert plan.llmd_restart == ["swap_groups"]
+    assert plan.config.swap_groups == current.swap_groups
+    assert plan_reload(current, current).llmd_restart == []

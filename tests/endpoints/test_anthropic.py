@@ -55,7 +55,12 @@ def test_a_text_conversation_is_rendered_as_vllm_converts_it() -> None:
         {"thinking": {"type": "enabled", "budget_tokens": 2048}},
         {"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
         {"messages": [{"role": "system", "content": "inline"}, *USER]},
-        {"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]}]},
+        {
+            "messages": [
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "R"}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]},
+            ]
+        },
     ],
 )
 def test_what_llmd_does_not_render_is_counted_by_the_engine(extra: dict[str, Any]) -> None:
@@ -101,3 +106,27 @@ def test_bad_messages_bodies_name_the_field(body: dict[str, Any], param: str) ->
     with pytest.raises(InvalidRequest) as caught:
         read_messages(body)
     assert caught.value.param == param
+
+
+def test_a_tool_result_answers_a_tool_use_of_the_message_before() -> None:
+    """A tool_result whose tool_use_id no tool_use of the previous message has is a 400 in
+    Anthropic's words; one that answers the call before it is read."""
+    use = {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "x"}
+    answered = [
+        {"role": "user", "content": "read"},
+        {"role": "assistant", "content": [use]},
+        {"role": "user", "content": [result]},
+    ]
+    read_messages({"max_tokens": 8, "messages": answered})
+    for orphan in (
+        [{"role": "user", "content": [result]}],
+        [answered[0], {"role": "assistant", "content": "no call"}, answered[2]],
+        [
+            *answered,
+            {"role": "assistant", "content": "done"},
+            {"role": "user", "content": [result]},
+        ],
+    ):
+        with pytest.raises(InvalidRequest, match="unexpected `tool_use_id`"):
+            read_messages({"max_tokens": 8, "messages": orphan})

@@ -69,7 +69,8 @@ def parse(pieces: list[bytes]) -> tuple[list[Event], bool, bool]:
 # Pieces from which streams are made: every field, line ending and spacing the grammar allows.
 TOKENS = st.sampled_from(
     ["data", "data:", "data: ", ":", " ", "\r", "\n", "\r\n", "event", "event: ping", "id: 7",
-     "retry: 10", "x", "{", '"a":1', "}", "[DONE]", "é", "\ufeff", "dat", "data:data"]
+     "retry: 10", "x", "{", '"a":1', "}", "[DONE]", "é", "\ufeff", "dat", "data:data",
+     "event: t\ndata: ", "\n\n"]
 )  # fmt: skip
 STREAMS = st.builds(
     lambda bom, tokens: (BOM if bom else b"") + "".join(tokens).encode(),
@@ -174,3 +175,63 @@ def test_a_stream_cut_inside_an_event_is_not_between_events() -> None:
         reader = EventStream()
         reader.feed(closed)
         assert reader.between_events, closed
+
+
+# Event data an OpenAI stream may carry, odd ones included: the role delta, text, a finish
+# reason (null, spaced or not), usage, an error, data that is not an object, an object after
+# a space, one cut short, and [DONE].
+RUN_DATA = st.sampled_from(
+    [b'{"choices":[{"delta":{"role":"assistant","content":""}}]}',
+     b'{"choices":[{"delta":{"content":"a"},"finish_reason":null}]}',
+     b'{"choices":[{"delta":{"content":""},"finish_reason":null}]}',
+     b'{"choices":[{"text":"b","finish_reason": null}]}',
+     b'{"choices":[{"text":"","finish_reason":"stop"}]}',
+     b'{"choices":[{"delta":{},"finish_reason":"length"}]}',
+     b'{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":9}}',
+     b'{"error": {"message": "x"}}', b'"just a string"', b' {"text":"c"}', b'{"text":"',
+     b'{"content":"role"}', b"[DONE]"]
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(RUN_DATA, max_size=30), st.lists(st.integers(0, 3000), max_size=10))
+def test_runs_of_events_read_as_one_event_at_a_time(data: list[bytes], cuts: list[int]) -> None:
+    """vLLM's layout cut anywhere (whole runs of events in one chunk included) gives the same
+    tokens, usage, finish reason, text and end as its events read one at a time."""
+    stream = b"".join(b"data: " + d + b"\n\n" for d in data)
+    expected = Exchange("e", stream=True)
+    one_by_one = OpenAIAnswer(expected)
+    for d in data:
+        one_by_one.event(d)
+    exchange = Exchange("r", stream=True)
+    answer = OpenAIAnswer(exchange)
+    points = sorted({min(cut, len(stream)) for cut in cuts})
+    for a, b in zip([0, *points], [*points, len(stream)], strict=True):
+        if b > a:
+            answer.feed(stream[a:b])
+    assert (exchange.output_tokens, exchange.finish_reason, exchange.has_text) == (
+        expected.output_tokens,
+        expected.finish_reason,
+        expected.has_text,
+    )
+    assert answer.done == any(d.startswith(b"[DONE]") for d in data)
+    assert answer.between_events
+
+
+def test_typed_events_one_a_chunk_read_as_the_reference() -> None:
+    """vLLM's Responses layout, `event: TYPE` / `data: ...` one event a chunk (read on a fast
+    path), and near misses of it, read as the reference reads them."""
+    chunks = [
+        b"event: response.created\ndata: {}\n\n",
+        b"event: \ndata: \n\n",
+        b"event: x\ndata: [DONE]\n\n",
+        b"event: x\ndata:{}\n\n",
+        b"event: x\ndata: a\ndata: b\n\n",
+        b"event: x\r\ndata: y\r\n\r\n",
+        b"event: x\nid: 1\n\n",
+        b"event: x\ndata: y\n",
+    ]
+    for chunk in chunks:
+        assert parse([chunk]) == reference(chunk), chunk
+    stream = b"".join(chunks)
+    assert parse(chunks) == reference(stream)

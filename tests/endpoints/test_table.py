@@ -27,16 +27,17 @@ def test_every_path_is_listed_once_with_a_short_name() -> None:
 def test_each_entry_prices_what_the_engine_runs() -> None:
     """Chat: n sequences of prompt + output; completions omitted max_tokens: 16; embeddings:
     one sequence per input, no output; rerank: one per document, query + document;
-    transcription: a window per 30 s the upload may hold, each up to the context."""
+    transcription: a window per 30 s the upload may hold, each up to the context. Budgets are
+    charged each prompt once and every sequence's output (pooling and scoring: none)."""
     entry = {e.name: e for e in ENDPOINTS}
     chat = read_chat({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 10, "n": 2})
-    assert entry["chat"].cost(chat, valid(5, max_tokens=10, n=2), 1024) == Cost(2, 30)
+    assert entry["chat"].cost(chat, valid(5, max_tokens=10, n=2), 1024) == Cost(2, 30, 5, 20)
     omitted = read_completions({"prompt": "hi"})
-    assert entry["completions"].cost(omitted, valid(5), 1024) == Cost(1, 21)
+    assert entry["completions"].cost(omitted, valid(5), 1024) == Cost(1, 21, 5, 16)
     inputs = read_embeddings({"input": ["a", "b", "c"]})
-    assert entry["embeddings"].cost(inputs, valid(4, 5, 6), 1024) == Cost(3, 15)
+    assert entry["embeddings"].cost(inputs, valid(4, 5, 6), 1024) == Cost(3, 15, 15)
     pairs = read_rerank({"query": "q", "documents": ["d1", "d2"]})
-    assert entry["rerank"].cost(pairs, valid(3, 10, 20), 1024) == Cost(2, 3 + 10 + 3 + 20)
+    assert entry["rerank"].cost(pairs, valid(3, 10, 20), 1024) == Cost(2, 36, 36)
     minute = Fields(None, TextPrompt([], False), NO_OUTPUT, audio_bytes=AUDIO_BYTES_PER_S * 60)
     windows = 60 // WINDOW_S
     assert transcription(minute, valid(0), None) == Cost(windows, windows * WHISPER_CONTEXT)

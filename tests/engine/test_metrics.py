@@ -1,6 +1,9 @@
-"""Reading the engine's /metrics: gauges, cache capacity, token counters, older names."""
+"""Reading the engine's /metrics: gauges, cache capacity, token counters, the engine's side of
+latency, older names."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 
@@ -71,6 +74,50 @@ def test_a_data_parallel_engine_is_read_as_the_sum_of_its_ranks() -> None:
     assert sample.kv_usage == 0.5
     assert sample.num_gpu_blocks == 2048 and sample.kv_capacity_tokens == 262_144
     assert sample.generation_tokens_total == 10_000.0
+
+
+LATENCY_TEXT = """\
+# TYPE vllm:request_prefill_time_seconds histogram
+vllm:request_prefill_time_seconds_sum{engine="0",model_name="tiny"} 1.5
+vllm:request_prefill_time_seconds_bucket{engine="0",le="0.3",model_name="tiny"} 8.0
+vllm:request_prefill_time_seconds_bucket{engine="0",le="0.5",model_name="tiny"} 10.0
+vllm:request_prefill_time_seconds_bucket{engine="0",le="+Inf",model_name="tiny"} 10.0
+vllm:request_prefill_time_seconds_count{engine="0",model_name="tiny"} 10.0
+vllm:request_prefill_time_seconds_created{engine="0",model_name="tiny"} 1.7e+09
+# TYPE vllm:num_preemptions counter
+vllm:num_preemptions_total{engine="0",model_name="tiny"} 4.0
+vllm:prefix_cache_hits_total{engine="0",model_name="tiny"} 300.0
+vllm:prefix_cache_queries_total{engine="0",model_name="tiny"} 1000.0
+"""
+
+
+def test_reads_the_engines_side_of_latency() -> None:
+    """vLLM 0.31/0.32's prefill histogram (its buckets, sum and count), preemptions and
+    prefix-cache counters are read; series the text lacks stay None."""
+    sample = parse_engine_metrics(LATENCY_TEXT, 0.0)
+    assert sample.prefill_time is not None
+    assert sample.prefill_time.buckets == ((0.3, 8.0), (0.5, 10.0), (math.inf, 10.0))
+    assert (sample.prefill_time.sum, sample.prefill_time.count) == (1.5, 10.0)
+    assert sample.preemptions_total == 4.0
+    assert (sample.prefix_cache_hits_total, sample.prefix_cache_queries_total) == (300.0, 1000.0)
+    assert sample.decode_time is None and sample.queue_time is None
+
+
+def test_counters_are_read_with_or_without_total_and_itl_by_its_old_name() -> None:
+    """An exporter that writes the counters untyped (`vllm:num_preemptions 2`) is read the
+    same, and vLLM before 0.11's `time_per_output_token_seconds` is the inter-token latency;
+    ranks of a data-parallel engine add up."""
+    text = (
+        'vllm:num_preemptions{engine="0"} 2\n'
+        'vllm:num_preemptions{engine="1"} 3\n'
+        'vllm:time_per_output_token_seconds_bucket{engine="0",le="0.1"} 4\n'
+        'vllm:time_per_output_token_seconds_bucket{engine="0",le="+Inf"} 5\n'
+        'vllm:time_per_output_token_seconds_sum{engine="0"} 0.6\n'
+        'vllm:time_per_output_token_seconds_count{engine="0"} 5\n'
+    )
+    sample = parse_engine_metrics(text, 0.0)
+    assert sample.preemptions_total == 5.0
+    assert sample.inter_token_latency is not None and sample.inter_token_latency.count == 5.0
 
 
 def test_reads_the_mean_inter_token_latency_and_prefill_time_per_token() -> None:

@@ -51,7 +51,8 @@ async def connections_held(llmd: LlmdProcess, count: int) -> AsyncIterator[None]
 
 async def test_past_the_limit_llmd_answers_503_with_retry_after_and_a_reload_raises_it() -> None:
     """max_connections = 3 with three streams open: a fourth connection gets 503
-    too_many_connections, OpenAI-shaped, with Retry-After, counted in llmd_rejections_total;
+    too_many_connections, OpenAI-shaped (Anthropic's on /v1/messages), with Retry-After,
+    counted in llmd_rejections_total;
     after a reload to 8 the next one is served."""
     workdir = short_tmpdir("llmd-conn-")
     llmd = LlmdProcess.start(config(3), workdir=workdir)
@@ -61,6 +62,8 @@ async def test_past_the_limit_llmd_answers_503_with_retry_after_and_a_reload_rai
         async with connections_held(llmd, 3):
             async with httpx.AsyncClient(base_url=llmd.base_url, timeout=30) as fourth:
                 refused = await fourth.post("/v1/chat/completions", json=CHAT)
+                message = {"model": "tiny", "max_tokens": 2, "messages": CHAT["messages"]}
+                anthropic = await fourth.post("/v1/messages", json=message)
             (workdir / "llmd.toml").write_text(config(8))
             transport = httpx.AsyncHTTPTransport(uds=str(llmd.runtime_dir / "admin.sock"))
             async with httpx.AsyncClient(transport=transport, base_url="http://llmd") as admin:
@@ -70,11 +73,13 @@ async def test_past_the_limit_llmd_answers_503_with_retry_after_and_a_reload_rai
         assert refused.status_code == 503, refused.text
         assert refused.json()["error"]["code"] == "too_many_connections"
         assert int(refused.headers["retry-after"]) >= 1
+        assert anthropic.status_code == 503 and int(anthropic.headers["retry-after"]) >= 1
+        assert anthropic.json()["error"]["type"] == "overloaded_error"  # Anthropic's shape
         assert served.status_code == 200, served.text
         after = Tally.take(llmd)
         assert (
             after.rejections("too_many_connections") - before.rejections("too_many_connections")
-            == 1
+            == 2
         )
     finally:
         llmd.stop()

@@ -13,6 +13,7 @@ import openai
 import pytest
 from transformers import AutoTokenizer
 
+from llmd.endpoints.dialects import ANTHROPIC
 from llmd.endpoints.table import ENDPOINTS, Answer, BodyKind, EngineKind, by_path
 from tests.support.fake_engine import FakeEngine, ProxyStack
 
@@ -23,7 +24,11 @@ POOLING_PATHS = tuple(
 # A body each endpoint takes (a short text input for each).
 BODIES = {
     "chat": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+    "responses": {"input": "hi", "max_output_tokens": 2},
+    "responses_input_tokens": {"input": "hi"},
     "completions": {"prompt": "hi", "max_tokens": 2},
+    "messages": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+    "count_tokens": {"messages": [{"role": "user", "content": "hi"}]},
     "embeddings": {"input": ["one text", "another"]},
     "pooling": {"input": "one text"},
     "classify": {"input": ["one text"]},
@@ -86,7 +91,11 @@ def test_every_path_of_the_table_is_served_by_the_engine_kind_it_names(
     if endpoint.body is BodyKind.MULTIPART:
         assert [form[0] for form in serving.engine.forms] == [path]
     elif endpoint.answer is Answer.RELAY:
-        assert serving.engine.received == [(path, {"model": "tiny", **body})]
+        received = serving.engine.received
+        if endpoint.stored:  # llmd keeps the Responses store and names the response itself
+            assert received[0][1].pop("request_id").startswith("resp_")
+            body = {**body, "store": False}
+        assert received == [(path, {"model": "tiny", **body})]
     else:
         assert serving.engine.received == []  # answered by llmd's tokenizer
     if endpoint.engine_kinds != {EngineKind.POOLING, EngineKind.GENERATE}:
@@ -94,7 +103,11 @@ def test_every_path_of_the_table_is_served_by_the_engine_kind_it_names(
         refused = post(other, path, body)
         assert refused.status_code == 400, refused.text
         error = refused.json()["error"]
-        assert error["code"] == "unsupported_endpoint" and error["param"] == "model"
+        if endpoint.dialect is ANTHROPIC:  # Anthropic's shape: a type, no code or param
+            assert refused.json()["type"] == "error"
+            assert error["type"] == "invalid_request_error"
+        else:
+            assert error["code"] == "unsupported_endpoint" and error["param"] == "model"
         assert path in error["message"] and other.engine.received == other.engine.forms == []
 
 
@@ -199,3 +212,26 @@ def test_agents_probes_are_answered(generate: ProxyStack) -> None:
         "last_id": "tiny",
     }
     assert httpx.get(generate.base_url + "/v1/models").json()["object"] == "list"
+
+
+def test_messages_pass_anthropic_s_headers_on_and_keep_the_key(generate: ProxyStack) -> None:
+    """A Messages request's `anthropic-version` and `anthropic-beta` reach the engine with
+    the body; its key (`x-api-key`, `Authorization`) does not; `?beta=true` is the same
+    route."""
+    generate.engine.message_headers.clear()
+    headers = {
+        "anthropic-version": "2023-06-01",
+        "anthropic-beta": "context-management-2025-06-27",
+        "x-api-key": "sk-client",
+        "authorization": "Bearer sk-client",
+    }
+    body = {"model": "tiny", **BODIES["messages"]}
+    answer = httpx.post(
+        generate.base_url + "/v1/messages?beta=true", json=body, headers=headers, timeout=30
+    )
+    assert answer.status_code == 200, answer.text
+    (seen,) = generate.engine.message_headers
+    seen = {k.lower(): v for k, v in seen.items()}
+    assert seen["anthropic-version"] == "2023-06-01"
+    assert seen["anthropic-beta"] == "context-management-2025-06-27"
+    assert "x-api-key" not in seen and "authorization" not in seen

@@ -4,14 +4,13 @@ for embeddings, models and audio, httpx for the rest; a route the engine lacks i
 
 from __future__ import annotations
 
-import io
-import wave
 from collections.abc import Iterator
 
 import httpx
 import openai
 import pytest
 
+from tests.support.audio import silence_wav
 from tests.support.configs import multi_sim_config
 from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
@@ -19,18 +18,7 @@ from tests.support.model import ensure_tiny_model
 CHAT, EMBED = "tiny", "tiny-embed"
 
 
-def wav(seconds: float = 1.0, rate: int = 16000) -> bytes:
-    """A silent mono 16-bit WAV file of `seconds`."""
-    out = io.BytesIO()
-    with wave.open(out, "wb") as file:
-        file.setnchannels(1)
-        file.setsampwidth(2)
-        file.setframerate(rate)
-        file.writeframes(bytes(int(seconds * rate) * 2))
-    return out.getvalue()
-
-
-WAV = wav()
+WAV = silence_wav()
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +32,10 @@ def llmd() -> Iterator[LlmdProcess]:
 
 
 @pytest.fixture
-def client(llmd: LlmdProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="unused")
+def client(llmd: LlmdProcess) -> Iterator[openai.OpenAI]:
+    """The openai client at llmd, closed after the test (its pool's sockets with it)."""
+    with openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="unused") as opened:
+        yield opened
 
 
 def test_embeddings_and_model_cards_through_the_openai_client(client: openai.OpenAI) -> None:

@@ -95,8 +95,8 @@ def test_metrics_count_real_traffic(llmd: LlmdProcess) -> None:
     assert delta("llmd_requests_total", **left) == 1  # the abandoned stream had its 200
     assert delta("llmd_rejections_total", reason="context_length_exceeded") == 1
     assert delta("llmd_cancellations_total", phase="decode") == 1
-    lengths = {"class": "normal", "input_length": "le512", "model": "tiny", "endpoint": "chat",
-               "release": ""}  # fmt: skip
+    lengths = {"tenant": "anonymous", "class": "normal", "input_length": "le512", "model": "tiny",
+               "endpoint": "chat", "release": ""}  # fmt: skip
     assert delta("llmd_e2e_request_latency_seconds_count", **lengths) == 4
     assert delta("llmd_generation_tokens_total", tenant="anonymous") >= 3 * 20 + events
     assert delta("llmd_backend_requests_total", **answered) == 5

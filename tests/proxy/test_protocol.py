@@ -74,7 +74,8 @@ def test_an_oversized_head_is_431_without_reading_on(
 
 
 def test_heads_within_the_limits_pass(llmd: LlmdProcess) -> None:
-    """An 8 KiB bearer token and 90 headers are fine."""
+    """An 8 KiB bearer token and 90 headers are fine; 101 are a 431 (on /v1/messages in
+    Anthropic's shape)."""
     headers = {f"x-h{i}": "v" for i in range(88)}
     headers["authorization"] = "Bearer " + "k" * 8192
     with httpx.Client(base_url=llmd.base_url, timeout=10) as client:
@@ -82,6 +83,9 @@ def test_heads_within_the_limits_pass(llmd: LlmdProcess) -> None:
         over = client.get("/health", headers={f"x-h{i}": "v" for i in range(101)})
         assert over.status_code == 431
         assert "more than 100 headers" in over.json()["error"]["message"]
+        messages = client.post("/v1/messages", headers={f"x-h{i}": "v" for i in range(101)})
+        assert messages.status_code == 431  # Anthropic's shape on a Messages path
+        assert messages.json()["error"]["type"] == "request_too_large"
 
 
 def test_other_clients_are_served_while_heads_are_refused(llmd: LlmdProcess) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from llmd.errors import EngineError
+from llmd.endpoints.dialects import ANTHROPIC
+from llmd.errors import EngineError, EngineStalled
 from llmd.inflight import Exchange
 from llmd.proxy.writer import ClientWriter, answer_error
 
@@ -84,3 +85,28 @@ async def test_a_stream_in_another_layout_ends_answered_and_between_events() -> 
     assert writer.exchange.answered and writer.between_events
     await writer.body(b"\n", more=True)
     assert writer.exchange.answered and writer.between_events
+
+
+async def test_an_anthropic_stream_ends_with_an_error_event_and_no_done() -> None:
+    """On a Messages stream an in-band error (the watchdog's engine_stalled) is an
+    `event: error` in Anthropic's shape after the half-sent event is closed, and no
+    `[DONE]`; before the start it is a whole Anthropic-shaped 503 with Retry-After."""
+    sent = Sent()
+    writer = ClientWriter(sent, Exchange("r", stream=True), dialect=ANTHROPIC)
+    await writer.start(200, [])
+    await writer.body(b'event: content_block_delta\ndata: {"type"', more=True)
+    await answer_error(writer, EngineStalled("the engine made no progress", retry_after_s=2))
+    events = [e for e in sent.body().split(b"\n\n") if e]
+    assert events[-1].startswith(b"event: error\ndata: ") and b"[DONE]" not in sent.body()
+    error = json.loads(events[-1].split(b"data: ", 1)[1])
+    assert error == {
+        "type": "error",
+        "error": {"type": "overloaded_error", "message": "the engine made no progress"},
+    }
+    assert sent.messages[-1]["more_body"] is False
+    whole = Sent()
+    exchange = Exchange("w", stream=True)
+    await answer_error(ClientWriter(whole, exchange, dialect=ANTHROPIC), EngineStalled("x"))
+    assert whole.messages[0]["status"] == 503
+    assert (b"retry-after", b"1") in whole.messages[0]["headers"]
+    assert json.loads(whole.body())["error"]["type"] == "overloaded_error"

@@ -86,10 +86,11 @@ def test_a_healthy_canary_is_promoted_step_by_step(served: Served, tiny_model_di
 @pytest.mark.parametrize(
     ("name", "args", "reason"),
     [
-        # Dead after its 3 golden prompts and 4 live answers: fewer than the 8 a step needs
-        # to pass, so its errors show at step 1 however fast the traffic comes (with 12 the
-        # canary, on a loaded machine, was promoted before its 12th request and failed at 2).
-        ("erroring", ("--fault-dead-after", "7"), "error_rate"),
+        # Dead after the boot's warm-up, its 3 golden prompts and 4 live answers: fewer than
+        # the 8 a step needs to pass, so its errors show at step 1 however fast the traffic
+        # comes (with 12 the canary, on a loaded machine, was promoted before its 12th request
+        # and failed at 2).
+        ("erroring", ("--fault-dead-after", "8"), "error_rate"),
         ("slow", ("--fault-request", "delay:0.4"), "ttft_p95"),
     ],
 )
@@ -127,10 +128,11 @@ def test_an_erroring_release_is_stopped_at_the_smoke_gate(
     [
         # Every answer empty: a golden prompt's answer is, so no share is ever given.
         ("all-empty", ("--fault-request", "empty"), "failed its smoke gate (golden)"),
-        # The simulator draws its faults from a fixed seed: the three golden prompts draw
-        # 0.84, 0.76 and 0.42, so at 0.3 they answer and the smoke gate passes; about 30% of
-        # the live answers are then empty, which the comparison catches at step 1.
-        ("some-empty", ("--fault-empty-rate", "0.3"), "empty_rate"),
+        # The simulator draws its faults from a fixed seed: the boot's warm-up draws 0.84 and
+        # the three golden prompts 0.76, 0.42 and 0.26, so at 0.25 they answer and the smoke
+        # gate passes; about 25% of the live answers are then empty, which the comparison
+        # catches at step 1.
+        ("some-empty", ("--fault-empty-rate", "0.25"), "empty_rate"),
     ],
 )
 def test_a_canary_with_empty_answers_is_caught_and_rolled_back(

@@ -10,7 +10,7 @@ import pytest
 
 from llmd.cli import main
 from llmd.releases.store import ReleaseStore
-from tests.support.configs import demo_config, shipped_config
+from tests.support.configs import demo_config, demo_max_model_len, shipped_config
 
 
 def llmd(*argv: str) -> int:
@@ -39,8 +39,9 @@ def test_create_list_show_diff(
     """create twice (the second reads no file), list, show, and diff a changed flag."""
     assert llmd("release", "create", "r1", "--from-config", str(config), "--state-dir", state) == 0
     assert "read 6 files" in capsys.readouterr().out
+    window = demo_max_model_len()
     other = tmp_path / "other.toml"
-    other.write_text(demo_config(model_dir).replace('"1024"', '"512"'))
+    other.write_text(demo_config(model_dir).replace(f'"{window}"', '"512"'))
     assert llmd("release", "create", "r2", "--from-config", str(other), "--state-dir", state) == 0
     assert "read 0 files" in capsys.readouterr().out
     assert llmd("release", "list", "--state-dir", state) == 0
@@ -56,7 +57,7 @@ def test_create_list_show_diff(
     assert llmd("release", "show", "r1", "--json", "--state-dir", state) == 0
     assert json.loads(capsys.readouterr().out)["name"] == "r1"
     assert llmd("release", "diff", "r1", "r2", "--state-dir", state) == 0
-    assert "table.args --max-model-len: 1024 -> 512" in capsys.readouterr().out
+    assert f"table.args --max-model-len: {window} -> 512" in capsys.readouterr().out
 
 
 def test_a_corrupted_record_exits_1_naming_it(

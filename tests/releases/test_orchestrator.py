@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from llmd.releases.store import ReleaseStore
 from tests.support.configs import shipped_config
@@ -78,7 +79,8 @@ def test_replace_deploy_and_rollback_lose_no_request(served: Served) -> None:
     ("name", "args", "check"),
     [
         ("boots-not", ("--fault-boot-exit", "3"), "did not boot"),
-        ("erroring", ("--fault-request", "error:500"), "golden"),
+        # Its engine boots, but the warm-up before it serves fails: the boot does.
+        ("erroring", ("--fault-request", "error:500"), "warm-up request"),
     ],
 )
 def test_a_failing_release_is_rolled_back_and_the_old_serves(
@@ -97,6 +99,16 @@ def test_a_failing_release_is_rolled_back_and_the_old_serves(
         timeout=30,
     )
     assert answer.status_code == 200
+    metrics = text_string_to_metric_families(httpx.get(served.llmd.base_url + "/metrics").text)
+    ended = [s for f in metrics if f.name == "llmd_deploys" for s in f.samples]
+    # Every strategy and outcome is exported from zero: exactly one deploy ended, a replace
+    # rolled back.
+    totals = {
+        (s.labels["strategy"], s.labels["outcome"]): s.value
+        for s in ended
+        if s.name.endswith("_total")
+    }
+    assert totals[("replace", "rolled_back")] == 1.0 and sum(totals.values()) == 1.0, totals
     kinds = [e["event"] for e in served.store.history()[0] if e["new"] == name]
     assert kinds[0] == "deploy_started" and kinds[-1] == "rolled_back"
 

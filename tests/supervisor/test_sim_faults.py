@@ -17,6 +17,8 @@ from tests.support.sim_process import sim_config
 from tests.support.waiting import wait_for
 
 FAST_RESTARTS = {"backoff_initial_s": 0.1, "backoff_max_s": 0.5}
+# The simulator's `--fault-*-after N` count generation requests, and each boot's warm-up
+# (llmd/supervisor/warmup.py) is the first: N = 1 + the clients' requests before the fault.
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
 Start = Callable[..., LlmdProcess]
 
@@ -45,7 +47,7 @@ def engine_status(llmd: LlmdProcess) -> dict[str, Any]:
 def test_engine_crash_is_restarted(start_llmd: Start) -> None:
     """An engine that exits non-zero while serving is restarted and serves again; the request
     it died under answers 502 engine_error."""
-    llmd = start_llmd(("--fault-crash-after", "1"))
+    llmd = start_llmd(("--fault-crash-after", "2"))
     llmd.wait_ready(timeout_s=30)
     assert httpx.post(llmd.base_url + "/v1/chat/completions", json=CHAT).status_code == 200
     crashed = httpx.post(llmd.base_url + "/v1/chat/completions", json=CHAT)
@@ -67,7 +69,7 @@ def test_repeated_boot_failure_gives_up_with_exit_79(start_llmd: Start) -> None:
 
 def test_engine_dead_with_http_up_is_restarted(start_llmd: Start) -> None:
     """/health 503 while the HTTP server stays up: llmd stops that engine and starts another."""
-    llmd = start_llmd(("--fault-dead-after", "0"), engine={"health_interval_s": 0.2})
+    llmd = start_llmd(("--fault-dead-after", "1"), engine={"health_interval_s": 0.2})
     llmd.wait_ready(timeout_s=30)
     failed = httpx.post(llmd.base_url + "/v1/chat/completions", json=CHAT)
     assert failed.status_code == 502 and failed.json()["error"]["code"] == "engine_error"
@@ -78,7 +80,7 @@ def test_engine_dead_with_http_up_is_restarted(start_llmd: Start) -> None:
 def test_exit_zero_after_engine_death_is_a_failure(start_llmd: Start) -> None:
     """The engine dies and its server exits 0 (vllm#48966): llmd treats it as a failure and
     restarts it."""
-    llmd = start_llmd(("--fault-dead-after", "0", "--fault-exit-on-death", "0.1"))
+    llmd = start_llmd(("--fault-dead-after", "1", "--fault-exit-on-death", "0.1"))
     llmd.wait_ready(timeout_s=30)
     httpx.post(llmd.base_url + "/v1/chat/completions", json=CHAT)
     assert wait_for(lambda: engine_status(llmd)["last_exit_reason"] == "exit_0_while_serving", 15)

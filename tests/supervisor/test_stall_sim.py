@@ -161,7 +161,8 @@ def idling() -> Iterator[LlmdProcess]:
 def test_a_request_idle_alone_ends_while_the_engine_serves(idling: LlmdProcess) -> None:
     """While the engine serves others, a request it never answers (the simulator's `hang`)
     ends with 503 engine_stalled and Retry-After after its idle timeout, streamed or not (a
-    non-streamed one once its output budget had time), and the engine is not restarted."""
+    non-streamed one once its output budget had time; on /v1/messages Anthropic's
+    overloaded_error), and the engine is not restarted."""
     llmd = idling
     llmd.wait_ready(timeout_s=30)
     busy = TimedStream(llmd.base_url + "/v1/completions")
@@ -173,8 +174,39 @@ def test_a_request_idle_alone_ends_while_the_engine_serves(idling: LlmdProcess) 
         hung = httpx.post(url, json={**SHORT, "stream": stream, "sim_fault": "hang"}, timeout=30)
         assert hung.status_code == 503 and hung.json()["error"]["code"] == "engine_stalled"
         assert "retry-after" in hung.headers and time.monotonic() - began < 8
+    message = {"model": "tiny", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+    hung = httpx.post(
+        llmd.base_url + "/v1/messages",
+        json={**message, "stream": True, "sim_fault": "hang"},
+        timeout=30,
+    )  # on a Messages path in Anthropic's shape
+    assert hung.status_code == 503 and "retry-after" in hung.headers
+    assert hung.json()["error"]["message"].startswith("no output from")  # engine_stalled
+    assert hung.json() == {
+        "type": "error",
+        "error": {"type": "overloaded_error", "message": hung.json()["error"]["message"]},
+    }
     busy.join(40)
     assert busy.lines[-1] == "data: [DONE]" and "error" not in busy.lines[-2]
     engine = llmd.admin_status()["engine"]
     assert engine["restarts"] == 0 and engine["state"] == "serving"
     assert "request_stalled" in llmd.log_tail(100)
+
+
+def test_a_responses_stream_idle_past_its_timeout_ends_with_the_error_event(
+    idling: LlmdProcess,
+) -> None:
+    """A Responses stream the engine stops answering after its first events ends with the
+    Responses `error` event, code engine_stalled, numbered after the last event sent (no
+    chat-shaped error, no `[DONE]`), after its idle timeout."""
+    llmd = idling
+    llmd.wait_ready(timeout_s=30)
+    body = {"model": "tiny", "input": "Go", "stream": True, "store": False, "sim_fault": "hang"}
+    answer = httpx.post(llmd.base_url + "/v1/responses", json=body, timeout=30)
+    assert answer.status_code == 200
+    blocks = answer.text.strip().split("\n\n")
+    assert blocks[0].startswith("event: response.created") and "[DONE]" not in answer.text
+    head, _, data = blocks[-1].partition("\ndata: ")
+    error = json.loads(data)
+    assert head == "event: error" and error["type"] == "error"
+    assert error["code"] == "engine_stalled" and error["sequence_number"] == len(blocks) - 1

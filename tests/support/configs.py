@@ -33,6 +33,12 @@ def demo_config(model: Path, **sections: dict[str, Any]) -> str:
     return shipped_config("demo.toml", model, (), engine=engine, **sections)
 
 
+def demo_max_model_len() -> int:
+    """The window etc/demo.toml serves: its `--max-model-len` (the demo's one source of it)."""
+    args: list[str] = tomllib.loads((REPO / "etc" / "demo.toml").read_text())["engine"]["args"]
+    return int(args[args.index("--max-model-len") + 1])
+
+
 def multi_sim_config(
     model: Path,
     engines: Mapping[str, tuple[str, Sequence[str]]],

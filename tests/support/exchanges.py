@@ -23,8 +23,10 @@ def finished_exchange(
     model: str | None = "tiny",
     backend: str | None = "main",
     endpoint: str = "chat",
+    gaps_s: tuple[float, ...] = (),
 ) -> Exchange:
-    """An Exchange as the relay leaves it when the request has ended (on `backend`)."""
+    """An Exchange as the relay leaves it when the request has ended (on `backend`), its
+    stream's chunks `gaps_s` apart after the first byte."""
     start = time.monotonic() - total_s
     exchange = Exchange(request_id, stream=True, started_at=start, queued_at=start)
     exchange.tenant = tenant
@@ -40,4 +42,10 @@ def finished_exchange(
     exchange.model = model
     exchange.backend = backend
     exchange.endpoint = endpoint
+    if exchange.first_byte_at is not None:
+        at = exchange.first_byte_at
+        exchange.chunk_sent(at)
+        for gap in gaps_s:
+            at += gap
+            exchange.chunk_sent(at)
     return exchange

@@ -60,6 +60,10 @@ class FakeEngine:
     pooling_paths: tuple[str, ...] = ()
     # What each audio request sent: (path, its Content-Type, its raw bytes).
     forms: list[tuple[str, str, bytes]] = dataclasses.field(default_factory=list)
+    # The headers of each Anthropic Messages request (`/v1/messages` and count_tokens).
+    message_headers: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    # The headers of each generation request, in order (what llmd passed on: trace context).
+    headers: list[dict[str, str]] = dataclasses.field(default_factory=list)
 
     def app(self) -> web.Application:
         self.tail = asyncio.Event()
@@ -67,6 +71,7 @@ class FakeEngine:
         async def generate(request: web.Request) -> web.StreamResponse:
             body = await request.json()
             self.received.append((request.path, body))
+            self.headers.append(dict(request.headers))
             self.transports.append(request.transport)
             if self.hold is not None:
                 await asyncio.to_thread(self.hold.wait)
@@ -122,6 +127,27 @@ class FakeEngine:
             usage = {"type": "duration", "seconds": 1}
             return web.json_response({"text": "hello there", "usage": usage})
 
+        async def messages(request: web.Request) -> web.StreamResponse:
+            body = await request.json()
+            self.received.append((request.path, body))
+            self.message_headers.append(dict(request.headers))
+            if request.path.endswith("/count_tokens"):
+                return web.json_response({"input_tokens": 3})
+            usage = {"input_tokens": 3, "output_tokens": 1}
+            message = {"type": "message", "content": [], "stop_reason": "end_turn", "usage": usage}
+            if not body.get("stream"):
+                return web.json_response(message)
+            response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+            await response.prepare(request)
+            for name, data in (
+                ("message_start", {"type": "message_start", "message": message}),
+                ("message_delta", {"type": "message_delta", "usage": usage}),
+                ("message_stop", {"type": "message_stop"}),
+            ):
+                await response.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+            await response.write_eof()
+            return response
+
         @web.middleware
         async def fastapi_404(request: web.Request, handler: Any) -> web.StreamResponse:
             try:
@@ -132,7 +158,10 @@ class FakeEngine:
         app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[fastapi_404])
         app.router.add_post("/v1/chat/completions", generate)
         app.router.add_post("/v1/completions", generate)
+        app.router.add_post("/v1/responses", generate)
         app.router.add_post("/tokenize", tokenize)
+        app.router.add_post("/v1/messages", messages)
+        app.router.add_post("/v1/messages/count_tokens", messages)
         app.router.add_post("/detokenize", pool)
         app.router.add_post("/v1/audio/transcriptions", transcribe)
         app.router.add_post("/v1/audio/translations", transcribe)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -96,11 +97,15 @@ class LlmdProcess:
         cls, config_text: str, workdir: Path | None = None, env: dict[str, str] | None = None
     ) -> LlmdProcess:
         """Write `config_text` to a file and start `llmd serve` on a free port, with `env`
-        added to the environment."""
+        added to the environment; its state directory (usage, releases) is `workdir/state`
+        unless the config names one."""
         workdir = workdir or short_tmpdir("llmd-test-")
         config = workdir / "llmd.toml"
         config.write_text(config_text)
         runtime_dir = workdir / "run"
+        state = []
+        if "state_dir" not in tomllib.loads(config_text).get("server", {}):
+            state = ["--state-dir", str(workdir / "state")]
         port = free_port()
         log_path = workdir / "llmd.log"
         with log_path.open("wb") as log:
@@ -116,6 +121,7 @@ class LlmdProcess:
                     f"127.0.0.1:{port}",
                     "--runtime-dir",
                     str(runtime_dir),
+                    *state,
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=log,

@@ -46,6 +46,19 @@ def slope_per_min(samples: list[dict[str, float]], key: str) -> float | None:
     return fit.slope * 60
 
 
+def rotated(paths: Sequence[str], round_no: int) -> list[str]:
+    """`paths` in round `round_no`'s order (from 1): rotated by one each round, so that each
+    path runs first, second, ... in turn."""
+    shift = (round_no - 1) % len(paths)
+    return [*paths[shift:], *paths[:shift]]
+
+
+def round_record(round_no: int, **figures: Any) -> dict[str, Any]:
+    """A round's record: its number, when it started (local time, to the second), `figures`."""
+    started = datetime.datetime.now().isoformat(timespec="seconds")
+    return {"round": round_no, "started": started, **figures}
+
+
 def write_record(path: Path | None, **figures: Any) -> None:
     """Write `figures` as JSON to `path` (nothing when None), with the command that made them,
     the date and the machine's CPU count first."""

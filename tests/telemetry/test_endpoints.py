@@ -47,7 +47,13 @@ def test_requests_latency_and_prompt_tokens_are_counted_by_endpoint(
     assert requests(observer, "chat", "ok", "200") == 1
     assert requests(observer, "embeddings", "ok", "200") == 3
     value = observer.metrics.registry.get_sample_value
-    lengths = {"class": "normal", "input_length": "le512", "model": "tiny", "release": ""}
+    lengths = {
+        "tenant": "anonymous",
+        "class": "normal",
+        "input_length": "le512",
+        "model": "tiny",
+        "release": "",
+    }
     chat_e2e = value("llmd_e2e_request_latency_seconds_sum", {**lengths, "endpoint": "chat"})
     embed = {**lengths, "endpoint": "embeddings"}
     assert chat_e2e == pytest.approx(2.0)

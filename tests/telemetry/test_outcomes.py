@@ -102,8 +102,8 @@ def test_time_to_first_token_counts_streamed_answers_only() -> None:
     plain = dataclasses.replace(finished_exchange(ttft_s=0.4), stream=False)
     observer.finished(plain)
     value = observer.metrics.registry.get_sample_value
-    labels = {"class": "normal", "input_length": "le512", "model": "tiny", "endpoint": "chat",
-              "release": ""}  # fmt: skip
+    labels = {"tenant": "anonymous", "class": "normal", "input_length": "le512", "model": "tiny",
+              "endpoint": "chat", "release": ""}  # fmt: skip
     assert value("llmd_time_to_first_token_seconds_count", labels) is None
     assert observer.windows.ttft.percentiles(60).count == 0
     observer.finished(finished_exchange(ttft_s=0.4))

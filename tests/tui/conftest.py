@@ -72,6 +72,12 @@ class FakeDaemon:
     async def rollback(self, engine: str | None = None) -> Answer:
         return self._act("rollback", engine)
 
+    async def wake(self, engine: str) -> Answer:
+        return self._act("wake", engine)
+
+    async def sleep(self, engine: str) -> Answer:
+        return self._act("sleep", engine)
+
     async def cancel(self, request_id: str) -> Answer:
         self._answer()
         self.calls.append(f"cancel {request_id}")
@@ -115,8 +121,10 @@ async def settled_text(pilot: Pilot[Any], timeout_s: float = 10.0) -> str:
 @pytest.fixture(scope="package")
 def llmd() -> Iterator[LlmdProcess]:
     """A live llmd on the simulator with slow steps (streams last seconds), shared by the live
-    and tmux tests (each leaves it serving and admitting)."""
-    process = LlmdProcess.start(sim_config(ensure_tiny_model(), SLOW))
+    and tmux tests (each leaves it serving and admitting). The stall watchdog is set past any
+    test's length: the tmux test's request hangs in the simulator on purpose."""
+    quiet = {"stall_timeout_s": 3600.0, "request_idle_timeout_s": 3600.0}
+    process = LlmdProcess.start(sim_config(ensure_tiny_model(), SLOW, engine=quiet))
     process.wait_ready(timeout_s=30)
     yield process
     process.stop()

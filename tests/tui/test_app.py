@@ -310,6 +310,26 @@ async def test_engine_keys_act_on_the_selected_engine() -> None:
         assert not single.query_one(EngineTable).display
 
 
+async def test_w_and_z_wake_and_sleep_the_selected_engine_once_confirmed() -> None:
+    """In the engines panel, w asks to wake the selected engine and z to put it to sleep; `y`
+    sends it, any other key does not; outside the panel they say to select an engine."""
+    daemon = FakeDaemon(fleet_status())
+    app = TopApp(daemon)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.snapshot is not None)
+        await pilot.press("w")
+        await until(pilot, lambda: any("select an engine" in n.message for n in app._notifications))
+        table = app.query_one(EngineTable)
+        table.focus()
+        await pilot.press("down")
+        await pilot.press("w")
+        assert "Wake engine pb?" in screen_text(app)
+        await pilot.press("n", "z")
+        assert "Put engine pb to sleep?" in screen_text(app)
+        await pilot.press("y")
+        await until(pilot, lambda: daemon.calls == ["sleep pb"])
+
+
 async def test_an_upstream_row_offers_drain_but_says_why_it_cannot_restart() -> None:
     """On an upstream's row of the engines panel, d (confirmed) drains that upstream; r asks
     nothing and calls nothing: a note says llmd does not run it, so cannot restart it."""

@@ -51,7 +51,8 @@ async def test_dashboard_renders_the_recorded_status() -> None:
 
 async def test_dashboard_with_gpus_draining_and_a_restarted_engine() -> None:
     """GPUs in the strip, the DRAINING badge and the last exit reason in the header, queues and
-    tenants with limits, a warning event."""
+    tenants with limits (a KV share and token budgets: the one with the least left), a warning
+    event."""
     status = example_status()
     status["draining"] = True
     status["engine"].update(restarts=2, last_exit_reason="oom_killed")
@@ -69,9 +70,16 @@ async def test_dashboard_with_gpus_draining_and_a_restarted_engine() -> None:
     status["queues"][0].update(depth=3, oldest_wait_s=0.42)
     status["queues"][2].update(depth=120, oldest_wait_s=75.0)
     status["tenants"] = [
-        {"name": "alice", "in_flight": 4, "queued": 3, "max_in_flight": 8, "max_queued": 64},
+        {"name": "alice", "in_flight": 4, "queued": 3, "max_in_flight": 8, "max_queued": 64,
+         "kv_tokens": 1536, "max_kv_tokens": 4096,
+         "budgets": [
+             {"name": "input_tokens_per_minute", "limit": 20000, "remaining": 12400,
+              "reset_s": 22.8},
+             {"name": "output_tokens_per_minute", "limit": 5000, "remaining": 650,
+              "reset_s": 52.2},
+         ]},
         {"name": "batch-etl", "in_flight": 36, "queued": 120, "max_in_flight": None,
-         "max_queued": None},
+         "max_queued": None, "kv_tokens": 250_112, "max_kv_tokens": None, "budgets": []},
     ]  # fmt: skip
     status["events"].append(
         {"at": status["taken_at"] - 1, "level": "warning", "event": "log_lines_suppressed",

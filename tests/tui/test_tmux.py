@@ -29,7 +29,9 @@ class Tmux:
 
     def __init__(self, command: str) -> None:
         self.server = f"llmd-test-{uuid.uuid4().hex[:8]}"
-        env = {**os.environ, "PYTHONPATH": str(REPO), "TERM": "xterm-256color"}
+        # Textual takes COLUMNS and LINES over the terminal's size; a test worker may have them.
+        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+        env |= {"PYTHONPATH": str(REPO), "TERM": "xterm-256color"}
         # With no client attached tmux may keep its default size: set it before the session.
         self.run(
             "start-server", ";", "set-option", "-g", "default-size", "160x48", ";",

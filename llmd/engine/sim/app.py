@@ -16,6 +16,7 @@ from llmd.engine.sim.logs import AccessLogger
 from llmd.engine.sim.metrics import SimMetrics
 from llmd.engine.sim.options import SimOptions
 from llmd.engine.sim.server import SimServer
+from llmd.engine.sim.sleep import SleepRoutes, dev_mode
 from llmd.engine.sim.surface import SURFACES
 from llmd.engine.sim.tasks import resolve_tasks
 from llmd.engine.sim.tokenizer import SimTokenizer
@@ -69,7 +70,16 @@ def build_server(options: SimOptions) -> SimServer:
         seed=options.seed,
         prefix_caching=options.enable_prefix_caching,
     )
+    sleep = SleepRoutes(
+        engine,
+        metrics,
+        enabled=options.enable_sleep_mode,
+        wake_s=options.wake_s,
+        model_dir=model_dir,
+        num_gpu_blocks=options.num_gpu_blocks,
+    )
     return SimServer(
+        sleep=sleep if dev_mode() else None,
         engine=engine,
         tokenizer=tokenizer,
         metrics=metrics,

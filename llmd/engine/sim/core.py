@@ -130,6 +130,11 @@ class SimEngine:
         self.generation_tokens_done = 0
         # When the core stops producing tokens for good (the stall fault); None: never.
         self.stall_at: float | None = None
+        # Sleep mode (llmd/engine/sim/sleep.py): while asleep no step runs, and a request
+        # submitted is accepted and never processed (vLLM 0.32).
+        self.asleep = False
+        self._awake = asyncio.Event()
+        self._awake.set()
 
     @classmethod
     def build(
@@ -207,7 +212,8 @@ class SimEngine:
         )
         if self.prefix_cache is not None:  # its cached leading blocks need no prefill
             state.cached_tokens = seq.computed = self.prefix_cache.cached_tokens(request.prompt_ids)
-        if not fault.hang:  # a hung request is accepted and never scheduled
+        # A hung request, or one sent while asleep, is accepted and never scheduled.
+        if not fault.hang and not self.asleep:
             self._states[seq] = state
             self._handing_over.add(seq)
             self.frontend.take_request(lambda: self._handed_over(seq))
@@ -263,11 +269,24 @@ class SimEngine:
     def num_waiting(self) -> int:
         return self.scheduler.num_waiting
 
+    def sleep(self) -> None:
+        """Sleep mode: no step runs until `wake`; requests submitted meanwhile never run."""
+        self.asleep = True
+        self._awake.clear()
+
+    def wake(self) -> None:
+        """Leave sleep mode: steps run again."""
+        self.asleep = False
+        self._awake.set()
+
     # --- the step loop -------------------------------------------------------------------------
 
     async def _run(self) -> None:
         ended = float("-inf")  # when the previous step ended, on the step clock
         while True:
+            if self.asleep:
+                await self._awake.wait()
+                ended = float("-inf")
             if self.stalled:
                 # As vLLM's EngineCore stopped (SIGSTOP): no step, no token, gauges as they were.
                 log.warning("EngineCore stalled (simulated): no further step.")

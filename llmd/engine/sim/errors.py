@@ -81,6 +81,19 @@ def validation_error(
     )
 
 
+def union_validation_error(loc: str, value: object, error: SimHTTPError) -> SimHTTPError:
+    """A list in a `str | list[...]` field whose items `error` refused: pydantic reports the
+    string member first (`string_type` at `loc`), then the item's error (FastAPI 400)."""
+    first = validation_error("string_type", loc, "Input should be a valid string", value)
+    detail = error.message.split("\n", 1)[1]
+    return SimHTTPError(
+        400,
+        f"2 validation errors:\n{first.message.split(chr(10), 1)[1]}\n{detail}",
+        type="Bad Request",
+        param=loc,
+    )
+
+
 def model_not_found(name: str, served: str, name_served: bool = True) -> SimHTTPError:
     """404 for a `model` this server does not serve; vLLM 0.32 names the `served` one."""
     aliases = f" Valid aliases: {served}." if name_served else ""

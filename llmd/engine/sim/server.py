@@ -22,7 +22,7 @@ from typing import Literal
 
 from aiohttp import web
 
-from llmd.engine.sim import errors
+from llmd.engine.sim import errors, messages_api
 from llmd.engine.sim.audio import AudioRoutes
 from llmd.engine.sim.core import RequestState, SimEngine
 from llmd.engine.sim.errors import SimHTTPError
@@ -32,7 +32,9 @@ from llmd.engine.sim.pooling import PoolingRoutes
 from llmd.engine.sim.pooling_requests import PromptContext
 from llmd.engine.sim.requests import parse_generation, parse_json_object
 from llmd.engine.sim.responses import DONE, ResponseWriter, drop_connection, dumps, json_response
+from llmd.engine.sim.responses_api import ResponsesApi
 from llmd.engine.sim.scoring import ScoringRoutes
+from llmd.engine.sim.sleep import SleepRoutes
 from llmd.engine.sim.surface import DEFAULT_VERSION, SURFACES, Surface
 from llmd.engine.sim.tasks import ModelTasks
 from llmd.engine.sim.tokenizer import SimTokenizer
@@ -64,8 +66,10 @@ class SimServer:
         surface: Surface = SURFACES[DEFAULT_VERSION],
         tasks: ModelTasks | None = None,
         vocab_size: int = 0,
+        sleep: SleepRoutes | None = None,
     ) -> None:
         self.engine = engine
+        self.sleep = sleep  # the dev-mode sleep routes (None: VLLM_SERVER_DEV_MODE unset)
         self.tokenizer = tokenizer
         self.metrics = metrics
         self.model_name = model_name
@@ -103,12 +107,16 @@ class SimServer:
         if self.tasks.generates:
             app.router.add_post("/v1/chat/completions", self._generation("chat"))
             app.router.add_post("/v1/completions", self._generation("completion"))
+            messages_api.register(app, self)
+            app.router.add_post("/v1/responses", ResponsesApi(self).create)
         if self.tasks.pooling_task is not None:
             PoolingRoutes(self).add_to(app.router)
         if self.tasks.score_type is not None:
             ScoringRoutes(self).add_to(app.router)
         if self.tasks.asr:
             AudioRoutes(self).add_to(app.router)
+        if self.sleep is not None:
+            self.sleep.add_to(app.router)
         if runtime_lora_updating():
             app.router.add_post("/v1/load_lora_adapter", self.load_lora_adapter)
         return app
@@ -217,20 +225,25 @@ class SimServer:
             self.engine.abort(state)  # no-op when it finished; frees seat and blocks otherwise
 
     async def admit(
-        self, request: web.Request, body_fault: str, *, generation: bool = False
+        self,
+        request: web.Request,
+        body_fault: str,
+        *,
+        generation: bool = False,
+        answer: Callable[[SimHTTPError], web.StreamResponse] = SimHTTPError.response,
     ) -> RequestFault | web.StreamResponse:
         """A checked request on its way to the engine: its faults (`--fault-request`, then the
         x-sim-fault header or else the body's `sim_fault`), or the answer a fault gives it
-        now (an error, a dropped connection). `delay` is waited here; `empty` (by rate too)
-        only applies to `generation`."""
+        now (an error, in the shape `answer` gives it; a dropped connection). `delay` is
+        waited here; `empty` (by rate too) only applies to `generation`."""
         try:
             spec = request.headers.get("x-sim-fault", "") or body_fault
             fault = self.request_fault.merged(RequestFault.parse(spec))
             self._process_faults(fault)
         except FaultSpecError as exc:
-            return errors.bad_request(str(exc), "x-sim-fault").response()
+            return answer(errors.bad_request(str(exc), "x-sim-fault"))
         except SimHTTPError as error:
-            return error.response()
+            return answer(error)
         if generation and self.faults.empty_rate and self._rng.random() < self.faults.empty_rate:
             fault = dataclasses.replace(fault, empty=True)
         if fault.die_after == 0:

@@ -9,15 +9,14 @@ types, lists of the same length, and equal values except where a value is the mo
 
 from __future__ import annotations
 
-import io
 import json
-import wave
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from llmd.endpoints.table import ENDPOINTS
+from tests.support.audio import silence_wav
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 # How the values under some keys are compared: `prefix` (ids: up to the first '-'), `any`
@@ -47,17 +46,6 @@ def load(path: Path) -> dict[str, Any]:
     return record
 
 
-def silence_wav(seconds: float = 1.0, rate: int = 16_000) -> bytes:
-    """The recordings' upload: a mono 16-bit WAV of silence."""
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(rate)
-        out.writeframes(b"\0\0" * int(seconds * rate))
-    return buffer.getvalue()
-
-
 async def replay(client: httpx.AsyncClient, request: dict[str, Any]) -> httpx.Response:
     """Send a recorded request (JSON, multipart with files of the recorded sizes, or raw)."""
     path = request["path"]
@@ -78,7 +66,7 @@ async def replay(client: httpx.AsyncClient, request: dict[str, Any]) -> httpx.Re
 
 
 # The paths the simulator can serve: llmd's endpoint table, generation, audio, the plumbing.
-# vLLM's others (/v1/messages, /v1/responses, /invocations, /ping, ...) are not simulated.
+# vLLM's others (/v1/messages, /invocations, /ping, ...) are not simulated.
 SIMULATED = {path for endpoint in ENDPOINTS for path in endpoint.paths} | {
     "/v1/chat/completions",
     "/v1/completions",

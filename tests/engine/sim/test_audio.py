@@ -3,26 +3,19 @@ usage, streaming, its refusals; a model without it answers FastAPI's 404."""
 
 from __future__ import annotations
 
-import io
 import json
-import wave
 
 import pytest
 
 from tests.engine.sim.conftest import RunningSim, SimFactory
+from tests.support.audio import silence_wav
 
 T = "/v1/audio/transcriptions"
 
 
 def wav(seconds: float) -> tuple[str, bytes, str]:
     """A silent mono 16 kHz WAV upload of `seconds`."""
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(16_000)
-        out.writeframes(b"\0\0" * int(seconds * 16_000))
-    return ("clip.wav", buffer.getvalue(), "audio/wav")
+    return ("clip.wav", silence_wav(seconds), "audio/wav")
 
 
 @pytest.fixture

@@ -1,0 +1,260 @@
+"""The swap core's guarantees: no eviction with requests in flight, the wait bound, no thrash
+inside min_residence_s, eviction by cost and never of a pinned engine, unwanted wakes
+cancelled."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmd.admission.swap import (
+    Demand,
+    EngineView,
+    GroupPolicy,
+    Residency,
+    SleepReason,
+    SwapGroup,
+    WakeTimes,
+)
+
+NAMES = ("a", "b", "c", "d")
+
+
+@st.composite
+def groups(draw: st.DrawFn) -> tuple[GroupPolicy, list[EngineView], float]:
+    """A policy, a group of engines in any state it may be in, and a time."""
+    max_resident = draw(st.integers(1, 3))
+    policy = GroupPolicy(
+        max_resident=max_resident,
+        min_residence_s=draw(st.floats(0, 30)),
+        max_wait_s=draw(st.floats(0, 5)),
+    )
+    now = 1000.0
+    views = []
+    resident = 0
+    for name in NAMES[: draw(st.integers(1, 4))]:
+        residency = draw(st.sampled_from(list(Residency)))
+        if residency is not Residency.ASLEEP:
+            if resident == max_resident:
+                residency = Residency.ASLEEP
+            resident += 1
+        awake = residency is Residency.AWAKE
+        views.append(
+            EngineView(
+                name=name,
+                residency=residency,
+                in_flight=draw(st.integers(0, 3)) if awake else 0,
+                waiting=draw(st.integers(0, 3)),
+                pinned=draw(st.booleans()),
+                awake_since=now - draw(st.floats(0, 60)) if awake else None,
+                last_request_at=now - draw(st.floats(0, 60)),
+                idle_sleep_s=draw(st.sampled_from([0.0, 5.0, 30.0])),
+                wake_s=draw(st.floats(0.1, 10)),
+                demand=draw(st.floats(0, 100)),
+            )
+        )
+    return policy, views, now
+
+
+@settings(max_examples=400, deadline=None)
+@given(groups(), st.floats(0, 10))
+def test_every_plan_keeps_the_guarantees(
+    case: tuple[GroupPolicy, list[EngineView], float], later: float
+) -> None:
+    """Over any group state (decided twice, `later` s apart): nothing in flight is put to
+    sleep; evictions spare pinned engines and those inside min_residence_s; wakes stay within
+    max_resident and are only for waiting requests; an engine is closed only once requests
+    waited max_wait_s for another; exactly the wakes nobody waits for are cancelled."""
+    policy, views, now = case
+    swap = SwapGroup(policy)
+    swap.decide(views, now)
+    at = now + later
+    plan = swap.decide(views, at)
+    by_name = {v.name: v for v in views}
+    for name, reason in plan.sleep:
+        view = by_name[name]
+        assert view.in_flight == 0 and view.residency is Residency.AWAKE
+        if reason is SleepReason.EVICTED:
+            assert not view.pinned
+            assert view.awake_since is not None
+            assert at - view.awake_since >= policy.min_residence_s
+        else:
+            assert not view.waiting and not view.pinned
+    resident = sum(1 for v in views if v.resident)
+    assert resident + len(plan.wake) <= max(policy.max_resident, resident)
+    for name in plan.wake:
+        assert by_name[name].residency is Residency.ASLEEP and by_name[name].waiting
+    if plan.closed:
+        assert later >= policy.max_wait_s
+        assert any(not v.resident and v.waiting for v in views)
+    waking = {v.name for v in views if v.residency is Residency.WAKING and not v.waiting}
+    assert set(plan.cancel) == waking
+    assert plan.next_at is None or plan.next_at > at
+
+
+def test_the_lowest_cost_engine_is_evicted_never_a_pinned_one() -> None:
+    """Of the awake engines past min_residence_s, the one with the lowest wake time x demand
+    goes; a pinned one never does, however cheap."""
+    policy = GroupPolicy(max_resident=3, min_residence_s=10.0, max_wait_s=0.0)
+    awake = dict(residency=Residency.AWAKE, awake_since=0.0)
+    views = [
+        EngineView("cheap-pinned", pinned=True, wake_s=0.1, demand=1, **awake),  # type: ignore[arg-type]
+        EngineView("busy", wake_s=1.0, demand=50, **awake),  # type: ignore[arg-type]
+        EngineView("slow-rare", wake_s=8.0, demand=2, **awake),  # type: ignore[arg-type]
+        EngineView("wanted", Residency.ASLEEP, waiting=1),
+    ]
+    plan = SwapGroup(policy).decide(views, 100.0)
+    assert plan.sleep == (("slow-rare", SleepReason.EVICTED),) and not plan.wake
+
+
+def test_requests_for_the_resident_engine_join_within_max_wait_then_it_drains() -> None:
+    """A B A A C: while B's request waits, A's new requests still go to A for max_wait_s; past
+    it A is closed, put to sleep once drained, and B is woken, then C."""
+    policy = GroupPolicy(max_resident=1, min_residence_s=0.0, max_wait_s=2.0)
+    swap = SwapGroup(policy)
+    a = EngineView("a", Residency.AWAKE, in_flight=1, awake_since=0.0)
+    b = EngineView("b", Residency.ASLEEP, waiting=1)
+    c = EngineView("c", Residency.ASLEEP)
+    plan = swap.decide([a, b, c], 10.0)  # B arrives while A runs: A keeps taking requests
+    assert not plan.closed and not plan.sleep and plan.next_at == 12.0
+    a = dataclasses.replace(a, in_flight=3)  # A A joined
+    c = dataclasses.replace(c, waiting=1)
+    assert not swap.decide([a, b, c], 11.0).closed
+    plan = swap.decide([a, b, c], 12.0)
+    assert plan.closed == {"a"} and not plan.sleep  # A drains; a new A waits in the queue
+    a = dataclasses.replace(a, in_flight=0, waiting=1)
+    plan = swap.decide([a, b, c], 13.0)
+    assert plan.sleep == (("a", SleepReason.EVICTED),) and not plan.wake
+    a = dataclasses.replace(a, residency=Residency.ASLEEP, awake_since=None)
+    plan = swap.decide([a, b, c], 13.5)
+    assert plan.wake == ("b",)  # B waited longest; then C (before the A that came later)
+    b = dataclasses.replace(b, residency=Residency.AWAKE, awake_since=14.0, waiting=0)
+    plan = swap.decide([a, b, c], 14.0)
+    assert plan.sleep == (("b", SleepReason.EVICTED),)  # nothing in flight: no need to wait
+
+
+def test_no_eviction_inside_min_residence() -> None:
+    """An engine woken less than min_residence_s ago stays, whoever waits; the plan says when
+    to look again."""
+    policy = GroupPolicy(max_resident=1, min_residence_s=20.0, max_wait_s=0.0)
+    views = [
+        EngineView("a", Residency.AWAKE, awake_since=100.0),
+        EngineView("b", Residency.ASLEEP, waiting=5),
+    ]
+    plan = SwapGroup(policy).decide(views, 110.0)
+    assert not plan.sleep and not plan.wake and plan.next_at == 120.0
+    assert SwapGroup(policy).decide(views, 120.0).sleep == (("a", SleepReason.EVICTED),)
+
+
+def test_a_wake_nobody_waits_for_is_cancelled_and_idle_engines_sleep() -> None:
+    """A waking engine whose requests all left is cancelled; an awake one without requests for
+    its idle_sleep_s sleeps (`idle`), unless pinned."""
+    policy = GroupPolicy(max_resident=3)
+    views = [
+        EngineView("w", Residency.WAKING),
+        EngineView("idle", Residency.AWAKE, awake_since=0.0, last_request_at=0.0, idle_sleep_s=5),
+        EngineView(
+            "pinned",
+            Residency.AWAKE,
+            pinned=True,
+            awake_since=0.0,
+            last_request_at=0.0,
+            idle_sleep_s=5,
+        ),
+    ]
+    plan = SwapGroup(policy).decide(views, 10.0)
+    assert plan.cancel == ("w",) and plan.sleep == (("idle", SleepReason.IDLE),)
+
+
+@dataclasses.dataclass
+class _Engine:
+    residency: Residency = Residency.ASLEEP
+    awake_since: float | None = None
+    ready_at: float = 0.0
+    running: list[float] = dataclasses.field(default_factory=list)  # finish times
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from("abc"), st.floats(0, 0.5), st.floats(0.05, 1.0)),
+        min_size=1,
+        max_size=40,
+    ),
+    st.floats(0, 5),
+    st.floats(0, 2),
+)
+def test_every_request_is_served_within_the_bound(
+    trace: list[tuple[str, float, float]], min_residence: float, max_wait: float
+) -> None:
+    """Driving the core over a trace (model, gap before it, its duration) with one engine awake
+    at a time and a 0.5 s wake: every request is served, none waits longer than one turn of
+    each model (min_residence_s + max_wait_s + the longest request + the wake, each)."""
+    policy = GroupPolicy(max_resident=1, min_residence_s=min_residence, max_wait_s=max_wait)
+    swap, wake_s, step = SwapGroup(policy), 0.5, 0.05
+    engines = {name: _Engine() for name in "abc"}
+    arrivals, at = [], 0.0
+    for model, gap, duration in trace:
+        at += gap
+        arrivals.append((at, model, duration))
+    queued: list[tuple[float, str, float]] = []
+    waits: list[float] = []
+    now = 0.0
+    while (arrivals or queued or any(e.running for e in engines.values())) and now < 200:
+        while arrivals and arrivals[0][0] <= now:
+            queued.append(arrivals.pop(0))
+        for engine in engines.values():
+            engine.running = [t for t in engine.running if t > now]
+            if engine.residency is Residency.WAKING and engine.ready_at <= now:
+                engine.residency, engine.awake_since = Residency.AWAKE, now
+        views = [
+            EngineView(
+                name,
+                e.residency,
+                in_flight=len(e.running),
+                waiting=sum(1 for q in queued if q[1] == name),
+                awake_since=e.awake_since,
+                wake_s=wake_s,
+            )
+            for name, e in engines.items()
+        ]
+        plan = swap.decide(views, now)
+        for name, _ in plan.sleep:
+            assert not engines[name].running
+            engines[name].residency, engines[name].awake_since = Residency.ASLEEP, None
+        for name in plan.wake:
+            engines[name].residency, engines[name].ready_at = Residency.WAKING, now + wake_s
+        awake = [n for n, e in engines.items() if e.residency is not Residency.ASLEEP]
+        assert len(awake) <= 1
+        for item in list(queued):
+            arrived, model, duration = item
+            engine = engines[model]
+            if engine.residency is Residency.AWAKE and model not in plan.closed:
+                queued.remove(item)
+                waits.append(now - arrived)
+                engine.running.append(now + duration)
+        now += step
+    assert not arrivals and not queued
+    turn = min_residence + max_wait + 1.0 + wake_s + 4 * step
+    assert max(waits) <= 3 * turn
+
+
+def test_the_predicted_wake_is_the_median_of_the_last_wakes() -> None:
+    """No wake yet: the default; then the median of the last five."""
+    assert WakeTimes().predicted_s() is None
+    times = WakeTimes(default_s=3.0)
+    assert times.predicted_s() == 3.0
+    for seconds in (9.0, 1.0, 2.0, 1.5, 1.2, 1.1):
+        times.record(seconds)
+    assert times.predicted_s() == 1.2  # 9.0 has left the five kept
+
+
+def test_demand_counts_the_last_minute() -> None:
+    """Requests per minute over the last 60 s."""
+    demand = Demand()
+    for at in (0.0, 10.0, 50.0, 70.0):
+        demand.record(at)
+    assert demand.per_minute(75.0) == 2.0  # 50 and 70
+    assert demand.per_minute(200.0) == 0.0

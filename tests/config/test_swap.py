@@ -1,0 +1,105 @@
+"""[swap_groups.NAME] and the engines' on-demand keys: loaded with defaults, impossible plans
+refused with a reason."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llmd.config import load_config
+from llmd.config.swap import group_of
+from llmd.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def engines(*names: str, extra: str = "on_demand = true\n") -> str:
+    return "".join(f'[engines.{n}]\nkind = "sim"\nmodel = "m"\n{extra}' for n in names)
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "llmd.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_swap_group_loads_with_defaults(tmp_path: Path) -> None:
+    """A group takes max_resident 1, min_residence_s 20 and max_wait_s 2 unless set; an engine
+    is not on demand, never sleeps when idle, sleeps `auto` and is not pinned unless set."""
+    text = '[swap_groups.g]\nengines = ["a", "b"]\n' + engines("a", "b") + engines("c", extra="")
+    config = load_config(write(tmp_path, text))
+    group = config.swap_groups["g"]
+    assert group.engines == ("a", "b") and group.max_resident == 1
+    assert group.min_residence_s == 20.0 and group.max_wait_s == 2.0
+    a, c = config.engine_tables["a"], config.engine_tables["c"]
+    assert a.on_demand and not c.on_demand
+    assert (c.idle_sleep_s, c.sleep, c.pin) == (0.0, "auto", False)
+    assert group_of(config.swap_groups, "b") == "g" and group_of(config.swap_groups, "c") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[swap_groups.g]\nengines = []\n" + engines("a"), r"swap_groups.g.engines is empty"),
+        (
+            '[swap_groups.g]\nengines = ["a", "x"]\n' + engines("a"),
+            r"swap_groups.g.engines: no engine 'x' \(engines: a\)",
+        ),
+        (
+            '[swap_groups.g]\nengines = ["a", "b"]\nmax_resident = 0\n' + engines("a", "b"),
+            r"swap_groups.g.max_resident = 0: expected a whole number >= 1",
+        ),
+        (
+            '[swap_groups.g]\nengines = ["a"]\n[swap_groups.h]\nengines = ["a"]\n' + engines("a"),
+            r"swap_groups.h.engines: 'a' is already in swap_groups.g",
+        ),
+        (
+            '[swap_groups.g]\nengines = ["a", "b"]\n' + engines("a") + engines("b", extra=""),
+            r"engines.b.on_demand is false: an engine of a swap group must be on demand",
+        ),
+        (
+            '[swap_groups.g]\nengines = ["a", "b"]\n'
+            + engines("a", "b", extra="on_demand = true\npin = true\n"),
+            r"swap_groups.g: 2 pinned engines \(a, b\) but max_resident = 1",
+        ),
+        (
+            '[swap_groups.g]\nengines = ["a", "b", "c"]\nmax_resident = 1\n'
+            + engines("a", extra="on_demand = true\npin = true\n")
+            + engines("b", "c"),
+            r"the pinned engines \(a\) fill max_resident = 1, so b, c could never wake",
+        ),
+        (engines("a", extra='on_demand = true\nsleep = "deep"\n'), r"engines.a.sleep"),
+    ],
+)
+def test_impossible_swap_plans_are_refused(tmp_path: Path, text: str, message: str) -> None:
+    """Each plan that cannot work is refused at load, naming the keys and why."""
+    with pytest.raises(ConfigError, match=message):
+        load_config(write(tmp_path, text))
+
+
+def test_check_config_explains_an_impossible_plan(tmp_path: Path) -> None:
+    """`llmd check-config` exits 78 with the reason for a pinned set larger than the group."""
+    text = '[swap_groups.g]\nengines = ["a", "b"]\n' + engines(
+        "a", "b", extra="on_demand = true\npin = true\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "llmd.cli", "check-config", str(write(tmp_path, text))],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 78
+    assert "pinned engines are never evicted, so they cannot all be awake" in done.stderr
+
+
+def test_the_swap_example_passes_check_config() -> None:
+    """etc/llmd-swap.toml passes `llmd check-config`, which names the group and how each
+    engine sleeps."""
+    done = subprocess.run(
+        [sys.executable, "-m", "llmd.cli", "check-config", str(REPO / "etc" / "llmd-swap.toml")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "swap group gpu0: chat, coder, small, 1 awake at a time" in done.stdout
+    assert "small sleeps level2" in done.stdout

