@@ -63,8 +63,8 @@ class AdmissionSnapshot:
 
 class Admission:
     """Tenants, their token budgets, the scheduler, the body budget, the SLO guard, the device
-    hold and every backend's capacity gate in pools (`gates`, `capacity`); lives as long as the proxy.
-    `engines` are the supervised engines' published states by name (their serving state
+    hold and every backend's capacity gate in pools (`gates`, `capacity`); lives as long as
+    the proxy. `engines` are the supervised engines' published states by name (their serving state
     reaches the gates at each pump)."""
 
     def __init__(self, config: Config, engines: Mapping[str, EngineState]) -> None:
