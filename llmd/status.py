@@ -279,13 +279,17 @@ class GuardStatus:
 class DeviceHoldStatus:
     """The device hold (llmd/admission/sharing.py): the groups of engines sharing a device,
     the longest a batch request is held (ms), the engines held now each with why (`reasons`,
-    same order), and how many batch requests were held since llmd started."""
+    same order), how many batch requests were held since llmd started, the seat limit
+    (`batch_seats`, 0: none) and the engines it limits now each with why (`limit_reasons`)."""
 
     groups: tuple[tuple[str, ...], ...]
     bound_ms: float
     held: tuple[str, ...] = ()
     reasons: tuple[str, ...] = ()
     holds: int = 0
+    batch_seats: int = 0
+    limited: tuple[str, ...] = ()
+    limit_reasons: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

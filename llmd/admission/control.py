@@ -287,7 +287,7 @@ class Admission:
         """The request has ended (any way), having produced `output_tokens`: its capacity goes
         to the next in line, and its token budgets get back what it did not use."""
         entry = ticket.entry
-        self.holds.finished(entry)
+        self.holds.finished(entry, time.monotonic())
         if ticket.charge is not None:
             self.budgets.settle(ticket.charge, output_tokens, time.time())
             ticket.charge = None

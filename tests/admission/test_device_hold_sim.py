@@ -1,7 +1,8 @@
 """The device hold through a real `llmd serve` over a chat simulator and two pooling simulators:
 a batch embeddings request for an engine on the chat's device waits in llmd while an interactive
 chat waits for its first token, and goes at that first byte, or once it has waited the bound;
-one for an engine on no shared device is never held. Seen in `llmd status` and /metrics."""
+one for an engine on no shared device is never held; while the chat runs, batch runs one at a
+time on its device (the seat limit). Seen in `llmd status` and /metrics."""
 
 from __future__ import annotations
 
@@ -26,10 +27,14 @@ POOLING = ["--runner", "pooling", "--convert", "embed"]
 SLOW_CHAT = ["--step-base-ms", "3000"]
 
 
-def config(bound_ms: float) -> str:
-    """Engines `chat` and `embed` on device `dev0`, `apart` on none; the device hold's bound
-    `bound_ms` (the interactive budget 10 s, the ratio bound_ms / 10 s)."""
-    engines = {"chat": (CHAT, SLOW_CHAT), "embed": (EMBED, POOLING), "apart": (APART, POOLING)}
+def config(bound_ms: float, embed_args: tuple[str, ...] = ()) -> str:
+    """Engines `chat` and `embed` (with `embed_args`) on device `dev0`, `apart` on none; the
+    device hold's bound `bound_ms` (the interactive budget 10 s, the ratio bound_ms / 10 s)."""
+    engines = {
+        "chat": (CHAT, SLOW_CHAT),
+        "embed": (EMBED, [*POOLING, *embed_args]),
+        "apart": (APART, POOLING),
+    }
     admission = {
         "device_hold_ratio": bound_ms / 10_000,
         "interactive": {"ttft_p95_budget_ms": 10_000.0},
@@ -48,6 +53,12 @@ def long_bound() -> Iterator[LlmdProcess]:
 @pytest.fixture(scope="module")
 def short_bound() -> Iterator[LlmdProcess]:
     with LlmdProcess.running(config(bound_ms=200), "llmd-hold-") as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def slow_embed() -> Iterator[LlmdProcess]:
+    with LlmdProcess.running(config(200, ("--step-base-ms", "1000")), "llmd-hold-") as process:
         yield process
 
 
@@ -117,3 +128,27 @@ def test_the_bound_lets_batch_go_and_other_devices_are_never_held(
     assert apart.status_code == held.status_code == 200
     assert float(held.headers["x-llmd-queue-ms"]) >= 200
     assert hold_of(llmd)["holds"] == 1
+
+
+def test_beside_a_running_chat_batch_runs_one_at_a_time_on_its_device(
+    slow_embed: LlmdProcess,
+) -> None:
+    """Three batch embeddings for `embed` (1 s a step) sent while an interactive chat (3 s a
+    step) runs on `chat` (same device): past the 200 ms bound, one runs and two wait in llmd's
+    batch queue (admission.device_batch_seats = 1), so they are answered one after another,
+    not together; `llmd status` says why."""
+    llmd = slow_embed
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        chatted = pool.submit(chat, llmd)
+        assert wait_for(lambda: hold_of(llmd)["held"] == ["embed"], timeout_s=10)
+        embedded = [pool.submit(embed, llmd, EMBED) for _ in range(3)]
+        assert wait_for(lambda: llmd.queue_depth("batch") == 2, timeout_s=10)
+        hold = hold_of(llmd)
+        assert hold["limited"] == ["embed"] and hold["batch_seats"] == 1
+        text = format_status(llmd.admin_status())
+        assert "batch 1 at a time on embed: interactive work on chat" in text
+        assert chatted.result() == 200
+        answers = [future.result() for future in embedded]
+    assert [a.status_code for a in answers] == [200, 200, 200]
+    waits = sorted(float(a.headers["x-llmd-queue-ms"]) for a in answers)
+    assert waits[0] >= 200 and waits[1] >= 1000 and waits[2] >= 2000  # each for the one before

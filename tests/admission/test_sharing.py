@@ -1,6 +1,8 @@
 """The device hold: engines sharing a device form groups; batch is kept off an engine while an
 interactive request waits for its first token on another engine of its group, never across
-groups, never past the bound, and never at the cost of an interactive or normal release."""
+groups, never past the bound, and never at the cost of an interactive or normal release; and
+while interactive work is present in a group, batch runs at most `batch_seats` at a time on
+its other engines, never fewer, and never once that work has been gone LINGER_S."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from llmd.admission.entries import ClassPolicy, Entry, State
 from llmd.admission.holds import DeviceHolds
 from llmd.admission.pools import PoolCapacity, PoolGate
 from llmd.admission.scheduler import Scheduler
-from llmd.admission.sharing import DeviceHold, HoldGate, device_groups
+from llmd.admission.sharing import LINGER_S, DeviceHold, HoldGate, device_groups
 from llmd.admission.tenants import Tenant
 from llmd.config import AdmissionConfig, ClassConfig, Config, EngineConfig
 from llmd.routing.backend import BackendKind
@@ -124,15 +126,18 @@ def one_pass(
     seats: int,
     holds: DeviceHolds | None,
     awaiting: list[str],
+    running: list[str] = [],  # noqa: B006 (read only)
 ) -> tuple[list[tuple[int, str | None]], HoldGate | None]:
     """One scheduler pass over `queued` with `awaiting` interactive requests sent and not
-    answered yet; the (seq, backend) released and the pass's hold gate."""
-    scheduler, capacity = Scheduler(POLICIES), fleet(seats)
+    answered yet, and a batch request running on each engine of `running` (each takes a seat
+    of its gate too); the (seq, backend) released and the pass's hold gate."""
+    scheduler, capacity = Scheduler(POLICIES), fleet(seats + len(running))
     queue(scheduler, queued)
     gate = inner = PoolGate(capacity, NOW)
     if holds is not None:
         holds = copy.deepcopy(holds)
         sent = [Entry(TENANTS[0], Priority.INTERACTIVE, 1, backend=b) for b in awaiting]
+        sent += [Entry(TENANTS[1], Priority.BATCH, 1, backend=b) for b in running]
         holds.released(sent)
         gate = holds.gate(inner, scheduler, capacity, NOW)
     decisions = scheduler.decide(NOW, gate)
@@ -140,9 +145,11 @@ def one_pass(
     return [(e.seq, e.backend) for e in decisions.released], found
 
 
-def holds_for(devices: dict[str, frozenset[str]], bound_s: float) -> DeviceHolds:
+def holds_for(
+    devices: dict[str, frozenset[str]], bound_s: float, batch_seats: int = 0
+) -> DeviceHolds:
     holds = DeviceHolds()
-    holds.hold = DeviceHold(device_groups(devices), bound_s)
+    holds.hold = DeviceHold(device_groups(devices), bound_s, batch_seats)
     return holds
 
 
@@ -153,6 +160,8 @@ def holds_for(devices: dict[str, frozenset[str]], bound_s: float) -> DeviceHolds
     st.lists(st.sampled_from(ENGINES), max_size=3),
     st.integers(1, 4),
     st.floats(0.0, 3.0),
+    st.integers(0, 2),
+    st.lists(st.sampled_from(ENGINES), max_size=3),
 )
 def test_a_pass_releases_the_same_interactive_and_normal_requests_with_or_without_the_hold(
     devices: dict[str, frozenset[str]],
@@ -160,28 +169,34 @@ def test_a_pass_releases_the_same_interactive_and_normal_requests_with_or_withou
     awaiting: list[str],
     seats: int,
     bound_s: float,
+    batch_seats: int,
+    running: list[str],
 ) -> None:
     """Interactive and normal requests go as they would without the hold (same requests, same
     backends); a batch request the hold kept back was younger than the bound, on a pool with a
-    held engine; and with no held engine in a batch pool, nothing changes at all."""
-    plain, _ = one_pass(queued, seats, None, awaiting)
-    holds = holds_for(devices, bound_s)
-    held, gate = one_pass(queued, seats, holds, awaiting)
+    held engine, or on a pool with an engine out of batch seats; and with neither in a batch
+    pool, nothing changes at all."""
+    plain, _ = one_pass(queued, seats, None, awaiting, running)
+    holds = holds_for(devices, bound_s, batch_seats)
+    held, gate = one_pass(queued, seats, holds, awaiting, running)
     kinds = {seq: cls for seq, (cls, *_) in enumerate(sorted(queued, key=lambda q: -q[3]), 1)}
     not_batch = [r for r in plain if kinds[r[0]] is not Priority.BATCH]
     assert not_batch == [r for r in held if kinds[r[0]] is not Priority.BATCH]
     if gate is None:
         assert held == plain
         return
+    full = {name for name, left in gate.seats_left.items() if left <= 0}
     for entry in gate.refused:
-        assert entry.cls is Priority.BATCH and NOW - entry.enqueued_at < bound_s
-        assert set(POOLS[entry.model]) & gate.held
+        assert entry.cls is Priority.BATCH
+        young_and_held = NOW - entry.enqueued_at < bound_s and set(POOLS[entry.model]) & gate.held
+        assert young_and_held or set(POOLS[entry.model]) & full
     for seq, backend in held:
         if kinds[seq] is Priority.BATCH and backend in gate.held:
             entry_pool = next(m for m, names in POOLS.items() if backend in names)
             assert gate.waits[entry_pool] >= bound_s  # released there only past the bound
     batch_pools = {pool for cls, pool, *_ in queued if cls is Priority.BATCH}
-    if not any(set(POOLS[pool]) & gate.held for pool in batch_pools):
+    touched = gate.held | set(gate.seats_left)
+    if not any(set(POOLS[pool]) & touched for pool in batch_pools):
         assert held == plain
 
 
@@ -260,3 +275,77 @@ def test_the_hold_follows_the_first_byte_and_counts_each_held_request_once() -> 
     assert "first token on chat" in status.reasons[0]
     assert holds.first_byte(chat) and not holds.first_byte(chat)
     assert pump(0.2) == [batch] and holds.held == {} and holds.holds == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    devices_st,
+    queued_st,
+    st.lists(st.sampled_from(ENGINES), min_size=1, max_size=3),
+    st.integers(1, 3),
+    st.lists(st.sampled_from(ENGINES), max_size=4),
+)
+def test_the_seat_limit_keeps_batch_at_its_seats_beside_interactive_work_and_never_below(
+    devices: dict[str, frozenset[str]],
+    queued: list[tuple[Priority, str, Tenant, float, int]],
+    awaiting: list[str],
+    batch_seats: int,
+    running: list[str],
+) -> None:
+    """With interactive requests sent to `awaiting` and batch running on `running`, a pass
+    (no hold bound: the seat limit alone) starts batch without aging on an engine of a group
+    with interactive work elsewhere only up to `batch_seats` running there; an engine limited
+    with a seat free still takes the batch a plain pass would give it; engines of no such
+    group are untouched (the first test)."""
+    seats = 8
+    holds = holds_for(devices, 0.0, batch_seats)
+    queued_at = [name for cls, pool, *_ in queued if cls is Priority.INTERACTIVE
+                 for name in POOLS[pool]]  # fmt: skip
+    limited = holds.hold.limited([*awaiting, *queued_at])
+    plain, _ = one_pass(queued, seats, None, awaiting, running)
+    ours, gate = one_pass(queued, seats, holds, awaiting, running)
+    kinds = {seq: cls for seq, (cls, *_) in enumerate(sorted(queued, key=lambda q: -q[3]), 1)}
+    assert (gate is not None) == bool(limited)
+    started = {name: running.count(name) for name in limited}
+    for seq, backend in ours:
+        if kinds[seq] is Priority.BATCH and backend in limited:
+            started[backend] += 1
+    for name, count in started.items():
+        assert count <= max(batch_seats, running.count(name))
+    plain_there = {name: [s for s, b in plain if b == name and kinds[s] is Priority.BATCH]
+                   for name in limited}  # fmt: skip
+    for name, seqs in plain_there.items():
+        if seqs and running.count(name) < batch_seats:
+            assert any(b == name and kinds[s] is Priority.BATCH for s, b in ours)
+
+
+def test_the_seat_limit_lingers_after_the_last_interactive_request_then_lapses() -> None:
+    """A chat on `a` ends at t=10: until 10 + LINGER_S, batch on `b` (a's device) runs one at a
+    time; after it, the next pass starts the rest; the status says why while it limits."""
+    holds = holds_for({"a": frozenset({"gpu:0"}), "b": frozenset({"gpu:0"})}, 0.0, 1)
+    scheduler, capacity = Scheduler(POLICIES), fleet(seats=8)
+    chat = Entry(TENANTS[0], Priority.INTERACTIVE, 1, model="chat")
+    scheduler.submit(chat, 0.0)
+    batch = [Entry(TENANTS[1], Priority.BATCH, 1, model="embed") for _ in range(3)]
+    for entry in batch:
+        scheduler.submit(entry, 0.0)
+
+    def pump(at: float) -> list[Entry]:
+        gate = holds.gate(PoolGate(capacity, at), scheduler, capacity, at)
+        released = scheduler.decide(at, gate).released
+        holds.decided(released)
+        return released
+
+    assert pump(0.0) == [chat, batch[0]] and holds.limited == {"b": "a"}
+    assert holds.first_byte(chat) is False  # nothing held: the hold's bound is 0
+    status = holds.as_snapshot()
+    assert status is not None and status.limited == ("b",) and status.batch_seats == 1
+    assert status.limit_reasons == ("interactive work on a",)
+    for entry in (chat, batch[0]):
+        scheduler.finish(entry)
+        capacity.on_finish(entry)
+    holds.finished(chat, 10.0)
+    holds.finished(batch[0], 10.0)
+    assert pump(10.0) == [batch[1]]
+    assert pump(10.0 + LINGER_S / 2) == []
+    assert pump(10.0 + LINGER_S + 0.01) == [batch[2]] and holds.limited == {}
