@@ -276,6 +276,23 @@ class GuardStatus:
 
 
 @dataclasses.dataclass(frozen=True)
+class DeviceHoldStatus:
+    """The device hold (llmd/admission/sharing.py): the groups of engines sharing a device,
+    the longest a batch request is held (ms), the engines held now each with why (`reasons`,
+    same order), how many batch requests were held since llmd started, the seat limit
+    (`batch_seats`, 0: none) and the engines it limits now each with why (`limit_reasons`)."""
+
+    groups: tuple[tuple[str, ...], ...]
+    bound_ms: float
+    held: tuple[str, ...] = ()
+    reasons: tuple[str, ...] = ()
+    holds: int = 0
+    batch_seats: int = 0
+    limited: tuple[str, ...] = ()
+    limit_reasons: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class Status:
     """Everything an operator sees at a glance. Times `taken_at` and `started_at` are Unix
     time (s); `engine` and `kv_cache` are the `main` engine's (or the first backend's)."""
@@ -300,6 +317,7 @@ class Status:
     engines: tuple[EngineStatus, ...] = ()  # one per backend: engines, then upstreams, config order
     models: tuple[ModelStatus, ...] = ()  # one per served model
     guard: GuardStatus | None = None
+    device_hold: DeviceHoldStatus | None = None  # None: no engines share a device
     # One per deploy in progress or ended since llmd started, the latest per engine
     # (llmd/releases/deploy_events.py `DeployState.as_snapshot`: deploy, engine, strategy, old,
     # new, phase, step, steps, share, verdict, reason).

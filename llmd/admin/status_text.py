@@ -46,6 +46,8 @@ def format_status(status: dict[str, Any]) -> str:
     rows += release_rows(status)
     if status.get("guard"):
         rows.append(("slo guard", guard_line(status["guard"])))
+    if status.get("device_hold"):
+        rows.append(("dev. hold", device_hold_line(status["device_hold"])))
     return "\n".join(f"{name:<10} {value}" for name, value in rows)
 
 
@@ -277,6 +279,28 @@ def guard_line(guard: dict[str, Any]) -> str:
     reason = f": {guard['reason']}" if guard["reason"] else ""
     budgets = f"; TTFT p95/budget {classes}" if classes else "; no class has a budget"
     return f"level {guard['level']} {guard['name']} ({mode}){reason}{budgets}"
+
+
+def device_hold_line(hold: dict[str, Any]) -> str:
+    """The device hold in one line: the engines held or limited now and why (or none), the
+    groups, the bound and the batch requests held so far (e.g. `holding batch off embed: an
+    interactive request waits for its first token on chat; groups chat+embed; bound 300 ms;
+    12 held`, or `batch 1 at a time on embed: interactive work on chat; ...`)."""
+    parts = [
+        f"holding batch off {name}: {why}"
+        for name, why in zip(hold["held"], hold["reasons"], strict=True)
+    ]
+    seats = hold.get("batch_seats", 0)
+    parts += [
+        f"batch {seats} at a time on {name}: {why}"
+        for name, why in zip(hold.get("limited", ()), hold.get("limit_reasons", ()), strict=True)
+    ]
+    held = "; ".join(parts)
+    groups = ", ".join("+".join(group) for group in hold["groups"])
+    return (
+        f"{held or 'nothing held'}; groups {groups}; bound {hold['bound_ms']:.0f} ms; "
+        f"{hold['holds']} held"
+    )
 
 
 def _percent(ratio: float | None) -> str:

@@ -3,9 +3,11 @@ backend (each backend's gate: llmd/admission/gates.py).
 
 `Admission.admit` queues a request and returns once a backend of its model's pool may take it
 (or raises the rejection as an ApiError); `finish` gives its capacity back. Each of those,
-every scrape of a backend's metrics, a supervisor's phase change and a timer at the next queue
-timeout run the pure scheduler (`pump`) over every pool's capacity (llmd/admission/pools.py:
-one capacity gate per backend), which wakes the released waiters and fails the rejected ones.
+every scrape of a backend's metrics, a supervisor's phase change, an interactive request's first
+byte while the device hold holds engines (`first_byte`, llmd/admission/holds.py) and a timer at
+the next queue timeout or hold bound run the pure scheduler (`pump`) over every pool's capacity
+(llmd/admission/pools.py: one capacity gate per backend), which wakes the released waiters and
+fails the rejected ones.
 A waiter whose task is cancelled (its client left) is removed from the queue at once and never
 reaches a backend.
 """
@@ -27,6 +29,7 @@ from llmd.admission.classes import PRIORITY_HEADER, Priority, requested_class
 from llmd.admission.cost import Cost
 from llmd.admission.entries import ClassPolicy, Entry, Reason, Rejection, State
 from llmd.admission.gates import BackendGates
+from llmd.admission.holds import DeviceHolds
 from llmd.admission.pools import PoolCapacity, PoolGate
 from llmd.admission.requests import AdmissionRequest, Ticket
 from llmd.admission.scheduler import Scheduler
@@ -59,9 +62,9 @@ class AdmissionSnapshot:
 
 
 class Admission:
-    """Tenants, their token budgets, the scheduler, the body budget, the SLO guard and every
-    backend's capacity gate in pools (`gates`, `capacity`); lives as long as the proxy.
-    `engines` are the supervised engines' published states by name (their serving state
+    """Tenants, their token budgets, the scheduler, the body budget, the SLO guard, the device
+    hold and every backend's capacity gate in pools (`gates`, `capacity`); lives as long as
+    the proxy. `engines` are the supervised engines' published states by name (their serving state
     reaches the gates at each pump)."""
 
     def __init__(self, config: Config, engines: Mapping[str, EngineState]) -> None:
@@ -69,6 +72,7 @@ class Admission:
         self.scheduler = Scheduler(_policies(config.admission))
         self.guard = SloGuard(config.admission)  # configured again on reload: `configure`
         self.gates = BackendGates(config, engines)
+        self.holds = DeviceHolds()  # the device hold (llmd/admission/sharing.py)
         self.bodies = BodyBudget(config.admission.max_queued_bytes, on_drained=HeapTrimmer())
         self._waiters: dict[Entry, asyncio.Future[None]] = {}
         self._timer: asyncio.TimerHandle | None = None
@@ -120,6 +124,7 @@ class Admission:
         self.scheduler.set_policies(_policies(admission))
         self.guard.configure(admission)
         self.gates.configure(config)
+        self.holds.configure(config)
         self.bodies.limit = admission.max_queued_bytes
         if self._waiters:
             self.pump()
@@ -282,12 +287,19 @@ class Admission:
         """The request has ended (any way), having produced `output_tokens`: its capacity goes
         to the next in line, and its token budgets get back what it did not use."""
         entry = ticket.entry
+        self.holds.finished(entry, time.monotonic())
         if ticket.charge is not None:
             self.budgets.settle(ticket.charge, output_tokens, time.time())
             ticket.charge = None
         if entry.state is State.RELEASED:
             self.scheduler.finish(entry)
             self.capacity.on_finish(entry)
+            self.pump()
+
+    def first_byte(self, ticket: Ticket) -> None:
+        """The request's first byte came back from its backend: an interactive one no longer
+        holds batch off the engines sharing its device (llmd/admission/sharing.py)."""
+        if self.holds.first_byte(ticket.entry):
             self.pump()
 
     def reroute(self, ticket: Ticket, exclude: frozenset[str]) -> str | None:
@@ -369,8 +381,10 @@ class Admission:
         now = time.monotonic()
         self.gates.sync(now)
         outage = not all(self.capacity.available(m, now) for m in self.capacity.models())
-        gate = self.guard.gate(PoolGate(self.capacity, now), self.scheduler, outage)
+        inner = self.holds.gate(PoolGate(self.capacity, now), self.scheduler, self.capacity, now)
+        gate = self.guard.gate(inner, self.scheduler, outage)
         decisions = self.scheduler.decide(now, gate)
+        self.holds.decided(decisions.released)
         for entry in decisions.released:
             future = self._waiters.get(entry)
             if future is not None and not future.done():
@@ -384,7 +398,12 @@ class Admission:
             self.after_pump()
 
     def _arm_timer(self, now: float) -> None:
+        """A pump at the next queue timeout, or sooner when the device hold's bound lets a
+        held batch request go."""
         expiry = self.scheduler.next_expiry()
+        lapse = self.holds.lapse_at
+        if lapse is not None:
+            expiry = lapse if expiry is None else min(expiry, lapse)
         if expiry == self._timer_at:
             return
         if self._timer is not None:

@@ -12,7 +12,7 @@ Pure: the caller passes `now` (monotonic seconds).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Set
 from typing import Protocol
 
 from llmd.admission.capacity import CapacityGate
@@ -234,10 +234,17 @@ class PoolCapacity:
     # -- decisions ----------------------------------------------------------------------------
 
     def admits(
-        self, entry: Entry, overdue: bool, now: float, model: str, key: str | None
+        self,
+        entry: Entry,
+        overdue: bool,
+        now: float,
+        model: str,
+        key: str | None,
+        exclude: Set[str] = frozenset(),
     ) -> Choice | None:
-        """The backend of `model`'s pool that may start `entry` now (`overdue`: released by
-        aging; `key`: its prefix key, llmd/routing/prefix.py), or None: none can yet."""
+        """The backend of `model`'s pool, not in `exclude`, that may start `entry` now
+        (`overdue`: released by aging; `key`: its prefix key, llmd/routing/prefix.py), or
+        None: none can yet."""
         names = self._pools.get(model, ())
         split = self.splits.get(model)
         if split is not None:
@@ -245,7 +252,9 @@ class PoolCapacity:
         candidates = [
             slot.view(now)
             for name in names
-            if (slot := self._slots[name]).available(now) and slot.gate.admits(entry, overdue)
+            if name not in exclude
+            and (slot := self._slots[name]).available(now)
+            and slot.gate.admits(entry, overdue)
         ]
         return choose(candidates, key, self.affinity)
 
@@ -317,8 +326,8 @@ class PoolCapacity:
 
 class PoolGate:
     """The scheduler's `Gate` (llmd/admission/entries.py) over every pool at one `now`:
-    `admits` picks a backend of the entry's pool (`entry.model`) by its prefix key
-    (`entry.affinity`), `on_release` starts the entry there. `choices` keeps each release's
+    `admits` picks a backend of the entry's pool (`entry.model`, less `exclude`) by its prefix
+    key (`entry.affinity`), `on_release` starts the entry there. `choices` keeps each release's
     choice (affinity, spilled) for the caller to count."""
 
     def __init__(self, capacity: PoolCapacity, now: float) -> None:
@@ -327,8 +336,10 @@ class PoolGate:
         self.choices: dict[Entry, Choice] = {}
         self._offer: tuple[Entry, Choice] | None = None
 
-    def admits(self, entry: Entry, overdue: bool) -> str | None:
-        choice = self.capacity.admits(entry, overdue, self.now, entry.model, entry.affinity)
+    def admits(self, entry: Entry, overdue: bool, exclude: Set[str] = frozenset()) -> str | None:
+        choice = self.capacity.admits(
+            entry, overdue, self.now, entry.model, entry.affinity, exclude
+        )
         self._offer = (entry, choice) if choice is not None else None
         return choice.backend if choice is not None else None
 

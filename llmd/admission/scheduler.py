@@ -201,6 +201,23 @@ class Scheduler:
         """When the longest-waiting entry of class `cls` was queued (caller's clock), or None."""
         return min((f[0].enqueued_at for f in self.classes[cls].queues.values() if f), default=None)
 
+    def queued_pools(self, cls: Priority) -> list[str]:
+        """The pools where class `cls` has entries waiting."""
+        return [pool for pool, count in self.classes[cls].pools.items() if count]
+
+    def oldest_in(self, cls: Priority, pool: str) -> float | None:
+        """When the longest-waiting entry of class `cls` for `pool` was queued (caller's
+        clock), or None: each tenant's first entry of the pool, its FIFO walked to it."""
+        queue = self.classes[cls]
+        return min(
+            (
+                next(entry.enqueued_at for entry in fifo if entry.model == pool)
+                for name, fifo in queue.queues.items()
+                if queue.tenant_pools[name][pool]
+            ),
+            default=None,
+        )
+
     def entries(self) -> Iterator[Entry]:
         """Every queued entry (any order)."""
         for queue in self.classes.values():

@@ -34,9 +34,11 @@ DEFAULT_GPU = "0"
 class EngineConfig:
     """What engine to run and how: `kind` picks the adapter (`vllm` or `sim`). `gpus`: the
     devices it may use (indexes or UUIDs; sets CUDA_VISIBLE_DEVICES; empty: as the
-    environment says). `nice`: added to the niceness of the engine's processes (0-19), so that
-    llmd's own process gets the CPU first when both want it (llmd/supervisor/process.py).
-    `warmup`: a short request must succeed through the booted engine before it serves."""
+    environment says). `device`: what it computes on, for admission's device hold (engines
+    naming the same one share it; empty: `shared_device`'s default). `nice`: added to the
+    niceness of the engine's processes (0-19), so that llmd's own process gets the CPU first
+    when both want it (llmd/supervisor/process.py). `warmup`: a short request must succeed
+    through the booted engine before it serves."""
 
     kind: Literal["vllm", "sim"] = "vllm"
     model: str = ""
@@ -47,6 +49,7 @@ class EngineConfig:
     args: tuple[str, ...] = dataclasses.field(default=(), metadata={"secret": True})
     env: dict[str, str] = dataclasses.field(default_factory=dict, metadata={"secret": True})
     gpus: tuple[str, ...] = ()
+    device: str = ""
     nice: int = 0
     start_timeout_s: float = 900.0
     stop_timeout_s: float = 20.0
@@ -83,6 +86,17 @@ class EngineConfig:
             return self.gpus
         visible = self.env.get("CUDA_VISIBLE_DEVICES", "")
         return tuple(part.strip() for part in visible.split(",") if part.strip()) or (DEFAULT_GPU,)
+
+    @property
+    def shared_device(self) -> tuple[str, ...]:
+        """What it computes on, as the device hold groups engines (llmd/admission/sharing.py):
+        `device` when set; else a vLLM engine's GPUs (`devices`, as `gpu:N`: vLLM's CPU build
+        sees GPU 0 there, so the CPU engines of a host share one); else none (a simulator)."""
+        if self.device:
+            return (f"device:{self.device}",)
+        if self.kind == "vllm":
+            return tuple(f"gpu:{gpu}" for gpu in self.devices)
+        return ()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -207,6 +207,14 @@ class AdmissionConfig:
     kv_overcommit: float = 1.0
     # Release normal and batch requests only while the engine reports at most this many waiting.
     max_engine_waiting: int = 4
+    # The device hold (llmd/admission/sharing.py): a new batch request waits while an interactive
+    # one on another engine of its device waits for its first token, for at most this fraction
+    # of the interactive class's ttft_p95_budget_ms (0, or no interactive budget: no hold).
+    device_hold_ratio: float = 0.2
+    # The device hold's seat limit: while interactive work is present on an engine (queued,
+    # running, or within the last 2 s), at most this many batch requests run at once on each
+    # other engine of its device (0: no limit).
+    device_batch_seats: int = 1
     interactive: ClassConfig = dataclasses.field(
         default_factory=lambda: ClassConfig(
             queue_size=256, queue_timeout_s=10.0, aging_s=0.0, ttft_p95_budget_ms=1500.0
@@ -352,6 +360,16 @@ def _check_admission(admission: AdmissionConfig, path: Path) -> AdmissionConfig:
         raise ConfigError(
             f"admission.kv_high_watermark = {admission.kv_high_watermark!r}: "
             "expected a fraction in (0, 1]"
+        )
+    if not 0 <= admission.device_hold_ratio <= 1:
+        raise ConfigError(
+            f"admission.device_hold_ratio = {admission.device_hold_ratio!r}: expected a "
+            "fraction in [0, 1] of the interactive class's ttft_p95_budget_ms (0: no hold)"
+        )
+    if admission.device_batch_seats < 0:
+        raise ConfigError(
+            f"admission.device_batch_seats = {admission.device_batch_seats!r}: expected the "
+            "most batch requests running on an engine beside interactive work (0: no limit)"
         )
     _check_guard(admission.guard)
     if not admission.tenants_file:

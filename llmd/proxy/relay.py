@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import time
 from typing import Any
@@ -256,6 +257,8 @@ class Relay:
         body.release()
         admission = self.state.admission
         tries = Tries()
+        if ticket.entry.cls is Priority.INTERACTIVE:  # it holds batch off its device until then
+            writer.on_first_byte = functools.partial(admission.first_byte, ticket)
         backend = ticket.entry.backend
         assert backend is not None
         while True:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import aiohttp
 import structlog
@@ -85,6 +85,9 @@ class ClientWriter:
         self._send_body = body_send or send
         self.exchange = exchange
         self.headers = headers if headers is not None else []
+        # Called once, when the answer's first token is read (`exchange.first_byte_at` set):
+        # an interactive request's device hold ends then (llmd/admission/holds.py).
+        self.on_first_byte: Callable[[], None] | None = None
 
     @property
     def between_events(self) -> bool:
@@ -108,6 +111,9 @@ class ClientWriter:
             self.exchange.progress_at = now  # llmd/daemon/watchdog.py reads it
             self.answer.feed(chunk)
             self.exchange.chunk_sent(now)
+            if self.on_first_byte is not None and self.exchange.first_byte_at is not None:
+                self.on_first_byte()
+                self.on_first_byte = None
         await self.send_body(chunk, more=more)
 
     async def send_body(self, chunk: bytes, *, more: bool) -> None:
@@ -126,10 +132,14 @@ class ClientWriter:
         would, until its end; the stream's per-chunk path, in one frame."""
         exchange, answer, send = self.exchange, self.answer, self._send_body
         monotonic = time.monotonic
+        on_first = self.on_first_byte
         while chunk := await content.readany():  # b"": the end (what `iter_any` wraps)
             exchange.progress_at = exchange.send_since = now = monotonic()
             answer.feed(chunk)
             exchange.chunk_sent(now)  # a stream's gaps (llmd/telemetry/gaps.py)
+            if on_first is not None and exchange.first_byte_at is not None:
+                on_first()
+                on_first = self.on_first_byte = None
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
             exchange.send_since = None
             if answer.done and exchange.stream:

@@ -9,7 +9,8 @@ tests/telemetry/test_metrics.py).
   counter reset to Prometheus).
 - llmd: draining, queue depth, in flight (relayed to a backend) and queued by tenant (global,
   over every pool), each tenant's KV share in use and token budgets left, GPUs, the SLO
-  guard's level and TTFT p95 by class.
+  guard's level and TTFT p95 by class, the device hold's batch requests held
+  (llmd/admission/sharing.py).
 """
 
 from __future__ import annotations
@@ -90,6 +91,14 @@ def _status_families(status: Status, tenant: TenantLabels) -> Iterator[Metric]:
     yield from _tenant_limit_families(status, tenant)
     yield from _gpu_families(status)
     yield from _guard_families(status)
+    if status.device_hold is not None:
+        holds = CounterMetricFamily(
+            "llmd_device_holds",
+            "Batch requests held in llmd while an interactive request on another engine of "
+            "their device waited for its first token.",
+        )
+        holds.add_metric([], status.device_hold.holds)
+        yield holds
 
 
 def _tenant_limit_families(status: Status, tenant: TenantLabels) -> Iterator[Metric]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from llmd.binding import key_line
-from llmd.config import Config, UpstreamConfig, config_path, load_config
+from llmd.config import Config, EngineConfig, UpstreamConfig, config_path, load_config
 from llmd.errors import ConfigError
 from llmd.routing.breaker import BreakerPolicy
 
@@ -414,6 +414,7 @@ def test_key_line_finds_keys_under_their_tables() -> None:
             "[admission.normal]\nttft_p95_budget_ms = -1\n",
             r"admission.normal.ttft_p95_budget_ms = -1: expected a number >= 0",
         ),
+        ("[admission]\ndevice_hold_ratio = 1.5\n", r"device_hold_ratio = 1.5: expected a fr"),
     ],
 )
 def test_slo_guard_settings_are_checked(tmp_path: Path, text: str, message: str) -> None:
@@ -447,3 +448,15 @@ def test_the_demo_script_serves_etc_demo_toml_with_its_own_arguments() -> None:
         'exec .venv/bin/llmd serve --config etc/demo.toml "$@"'
     ]
     assert load_config(REPO / "etc" / "demo.toml").server.runtime_dir == str(REPO / "var" / "run")
+
+
+def test_what_an_engine_computes_on_for_the_device_hold() -> None:
+    """`device` names it; else a vLLM engine's GPUs (GPU 0 by default, where vLLM's CPU build
+    runs too, so a host's CPU engines share one); a simulator without `device` shares none."""
+    assert EngineConfig(model="m", device="cpu").shared_device == ("device:cpu",)
+    assert EngineConfig(kind="sim", model="m", device="x").shared_device == ("device:x",)
+    assert EngineConfig(model="m").shared_device == ("gpu:0",)
+    assert EngineConfig(model="m", gpus=("1", "2")).shared_device == ("gpu:1", "gpu:2")
+    visible = EngineConfig(model="m", env={"CUDA_VISIBLE_DEVICES": "3"})
+    assert visible.shared_device == ("gpu:3",)
+    assert EngineConfig(kind="sim", model="m").shared_device == ()
