@@ -1,5 +1,7 @@
 """Fixtures shared across the suite: `captured_logs` (llmd's logging into a buffer), the tiny
-model, and a real vLLM for the tests that compare llmd with the engine."""
+model, and a real vLLM for the tests that compare llmd with the engine; and Hypothesis without
+its per-example deadline (200 ms by default), which a loaded 2-core machine passes by chance
+alone: a property test bounds its work by its examples, not by time."""
 
 from __future__ import annotations
 
@@ -7,10 +9,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests.support.model import ensure_tiny_model
 from tests.support.vllm_engine import Engine
 from tests.support.vllm_engine import vllm_engine as boot_vllm
+
+settings.register_profile("llmd", deadline=None)
+settings.load_profile("llmd")
 
 pytest_plugins = [
     "tests.support.log_capture",
