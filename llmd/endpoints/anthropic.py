@@ -52,6 +52,11 @@ def read_count_tokens(body: dict[str, Any]) -> Fields:
     return Fields(model=_model(body), prompt=conversation(body), output=NO_OUTPUT)
 
 
+def count_answer(count: int) -> dict[str, Any]:
+    """The count_tokens answer (vLLM 0.32 `AnthropicCountTokensResponse`)."""
+    return {"input_tokens": count, "context_management": {"original_input_tokens": count}}
+
+
 def conversation(body: dict[str, Any]) -> ChatPrompt | EnginePrompt:
     """The request's conversation as the chat template sees it when llmd can render it (text
     only), else the request itself for the engine's count_tokens. Raises InvalidRequest."""

@@ -241,21 +241,29 @@ class Validator:
             )
         return Validated(raw, tuple(counts), max_tokens, output.n, response_headers)
 
-    async def count(self, fields: Fields, rank: int = 0) -> int:
+    async def count(self, fields: Fields, rank: int = 0, *, check: bool = False) -> int:
         """The prompt's tokens (its longest, for several prompts) as the engine will count
-        them, in the class's turn (`rank`), exactly however long it is. Raises
-        InvalidRequest (the template or tokenizer refused it), EngineUnavailable (503: the
-        engine must count it and cannot now, or nothing here can)."""
+        them, in the class's turn (`rank`): by the local tokenizer, else by the engine (its
+        /tokenize, or the prompt's own counting route), exactly however long it is; with
+        `check`, refused past the window as vLLM refuses it. Raises InvalidRequest (the
+        template or tokenizer refused it), ContextLengthExceeded (`check`), EngineUnavailable
+        (503: the engine must count it and cannot now, or nothing here can)."""
         prompt = as_counted(fields.prompt)
         self._check_token_ids(prompt)
-        counts = await self._count(prompt, fields.model, None, rank, short=False)
+        max_model_len = self.engine.max_model_len if check else None
+        counts = await self._count(prompt, fields.model, max_model_len, rank, short=False)
         if not counts:
             raise EngineUnavailable(
                 "llmd cannot count this prompt: no local tokenizer renders it and the "
                 "backend has no /tokenize",
                 retry_after_s=60,
             )
-        return max(counts)
+        if max_model_len is not None:
+            check_context(
+                counts, fields.output, max_model_len, self.config, "reject",
+                api=self.engine.api, prompt_param=prompt.param,
+            )  # fmt: skip
+        return int(max(counts))
 
     async def tokenize(self, fields: Fields, rank: int = 0) -> dict[str, Any] | None:
         """vLLM 0.32's /tokenize answer (`count`, `max_model_len`, `tokens`, `token_strs`
@@ -275,26 +283,6 @@ class Validator:
             "tokens": ids,
             "token_strs": strs,
         }
-
-    async def count_tokens(self, fields: Fields, rank: int = 0) -> dict[str, Any] | None:
-        """vLLM 0.32's Anthropic `/v1/messages/count_tokens` answer (`input_tokens` and
-        `context_management.original_input_tokens`: the prompt the chat template renders from
-        the conversation) from the local tokenizer, in the class's turn (`rank`); None when
-        the engine must count it (no local tokenizer or template, a conversation llmd does not
-        render, the window not known yet). Raises ContextLengthExceeded for a prompt past the
-        window (as vLLM refuses it), InvalidRequest."""
-        local, prompt = self.local, as_counted(fields.prompt)
-        max_model_len = self.engine.max_model_len
-        if local is None or not local.can_count(prompt) or max_model_len is None:
-            return None
-        async with self.local_turns.turn(rank):
-            counts = await local.count(prompt, max_model_len)
-        check_context(
-            counts, fields.output, max_model_len, self.config, "reject",
-            api=self.engine.api, prompt_param=prompt.param,
-        )  # fmt: skip
-        count = int(counts[0])
-        return {"input_tokens": count, "context_management": {"original_input_tokens": count}}
 
     async def detokenize(self, fields: Fields, rank: int = 0) -> dict[str, Any] | None:
         """vLLM 0.32's /detokenize answer (`prompt`: the text of the ids) from the local
