@@ -39,7 +39,14 @@ from llmd.validation.counter import (
     LocalCounter,
     TokenizerUnavailable,
 )
-from llmd.validation.fields import Counted, Fields, PairPrompt, TextPrompt, as_counted
+from llmd.validation.fields import (
+    Counted,
+    EnginePrompt,
+    Fields,
+    PairPrompt,
+    TextPrompt,
+    as_counted,
+)
 from llmd.validation.turns import Turns
 
 log = structlog.get_logger("llmd.validation")
@@ -330,14 +337,14 @@ class Validator:
         loaded): then the engine checks the context."""
         if isinstance(prompt, TextPrompt) and not prompt.local:
             return []
-        local = self.local
-        if local is not None and local.can_count(prompt):
+        local, here = self.local, self._rendered(prompt)
+        if local is not None and local.can_count(here):
             if short and self.local_turns.busy == 0:  # nobody holds or waits for a turn
-                counts = local.count_inline(prompt, limit)
+                counts = local.count_inline(here, limit)
                 if counts is not None:
                     return counts
             async with self.local_turns.turn(rank):
-                return await local.count(prompt, limit)
+                return await local.count(here, limit)
         ids_only = isinstance(prompt, TextPrompt) and all(
             isinstance(p, list) for p in prompt.prompts
         )
@@ -351,6 +358,14 @@ class Validator:
                 log.warning("context_check_skipped", model=model, reason=str(exc))
                 self._warned_no_count = True
             return []
+
+    def _rendered(self, prompt: Counted) -> Counted:
+        """`prompt` as llmd's tokenizer may count it: a prompt the engine counts, as llmd
+        renders it when it can and the engine takes it (its `requires` flags given)."""
+        if not isinstance(prompt, EnginePrompt) or prompt.rendered is None:
+            return prompt
+        given = set(flags_given(self.engine_args, prompt.requires))
+        return prompt.rendered if len(given) == len(prompt.requires) else prompt
 
     def _check_token_ids(self, prompt: Counted) -> None:
         """Token ids past the vocabulary: 400, as vLLM 0.32 answers (`renderers/base.py`)."""
