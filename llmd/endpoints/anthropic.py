@@ -2,9 +2,12 @@
 llmd reads, checked once into one `Fields` record, with the conversation as vLLM 0.32 hands it
 to the chat template (entrypoints/anthropic/serving.py `to_chat_completion_request`).
 
-    local   text-only conversations are rendered and counted by llmd's own tokenizer
-    engine  anything else (tools, thinking, tool blocks, images, inline system messages) is
-            counted by the engine's own `/v1/messages/count_tokens`: exact by construction
+    local   text-only conversations are rendered and counted by llmd's own tokenizer; with
+            tools (and tool choice auto) too when the engine was started with auto tool
+            choice (without it vLLM refuses them: then the engine answers)
+    engine  anything else (thinking, tool blocks, images, inline system messages, other tool
+            choices) is counted by the engine's own `/v1/messages/count_tokens`: exact by
+            construction
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ BLOCK_TYPES = (
 )  # fmt: skip
 # Claude Code's per-request attribution line, which vLLM drops from the system prompt.
 BILLING_HEADER = "x-anthropic-billing-header"
+# vLLM 0.32 gives a conversation with tools tool choice `auto` (`_convert_tools`), which it
+# refuses unless started with this flag (and a tool-call parser).
+AUTO_TOOLS = ("--enable-auto-tool-choice",)
 
 
 def read_messages(body: dict[str, Any]) -> Fields:
@@ -52,9 +58,15 @@ def read_count_tokens(body: dict[str, Any]) -> Fields:
     return Fields(model=_model(body), prompt=conversation(body), output=NO_OUTPUT)
 
 
+def count_answer(count: int) -> dict[str, Any]:
+    """The count_tokens answer (vLLM 0.32 `AnthropicCountTokensResponse`)."""
+    return {"input_tokens": count, "context_management": {"original_input_tokens": count}}
+
+
 def conversation(body: dict[str, Any]) -> ChatPrompt | EnginePrompt:
     """The request's conversation as the chat template sees it when llmd can render it (text
-    only), else the request itself for the engine's count_tokens. Raises InvalidRequest."""
+    only, no tools), else the request itself for the engine's count_tokens (with llmd's
+    rendering of it when llmd renders its tools). Raises InvalidRequest."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("messages: must be a non-empty list of messages", param="messages")
@@ -67,14 +79,24 @@ def conversation(body: dict[str, Any]) -> ChatPrompt | EnginePrompt:
     tools = body.get("tools")
     if tools is not None:
         _check_tools(tools)
-    if not _local(body):
-        count = {k: v for k, v in body.items() if k not in ("max_tokens", "stream")}
-        return EnginePrompt(COUNT_PATH, count, "input_tokens", param="messages")
+    rendered = _rendered(body) if _local(body) else None
+    if tools is None and rendered is not None:
+        return rendered
+    count = {k: v for k, v in body.items() if k not in ("max_tokens", "stream")}
+    requires = AUTO_TOOLS if tools is not None else ()
+    return EnginePrompt(
+        COUNT_PATH, count, "input_tokens", param="messages", rendered=rendered, requires=requires
+    )
+
+
+def _rendered(body: dict[str, Any]) -> ChatPrompt:
+    """The conversation of a body `_local` accepts, as vLLM 0.32 hands it to the template.
+    Raises InvalidRequest."""
     chat: list[dict[str, Any]] = []
-    system_text = _system_text(system)
+    system_text = _system_text(body.get("system"))
     if system_text:
         chat.append({"role": "system", "content": system_text})
-    for message in messages:
+    for message in body["messages"]:
         content = message["content"]
         if isinstance(content, list):
             texts = [block["text"] for block in content if block.get("text")]
@@ -92,6 +114,7 @@ def conversation(body: dict[str, Any]) -> ChatPrompt | EnginePrompt:
         raise InvalidRequest(
             "chat_template_kwargs: must be an object", param="chat_template_kwargs"
         )
+    tools = body.get("tools")
     return ChatPrompt(
         messages=chat,
         add_generation_prompt=True,
@@ -99,14 +122,38 @@ def conversation(body: dict[str, Any]) -> ChatPrompt | EnginePrompt:
         add_special_tokens=False,
         template_kwargs=kwargs,
         local=True,
+        tools=None if tools is None else [template_tool(tool) for tool in tools],
     )
+
+
+def template_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """An Anthropic tool as vLLM 0.32 gives it to the chat template (`_convert_tools`, then
+    `ChatCompletionToolsParam.model_dump()`): a function tool with `name`, `description`
+    (null when absent) and `parameters` (`input_schema`, with `type: object` added at its end
+    when it has no type, as `AnthropicTool` validates it), then `strict` and `defer_loading`
+    when not null, in that order (the template may write the whole object)."""
+    schema = tool.get("input_schema")
+    parameters = dict(schema) if isinstance(schema, dict) else {}
+    parameters.setdefault("type", "object")
+    function = {
+        "name": tool["name"],
+        "description": tool.get("description"),
+        "parameters": parameters,
+    }
+    for key in ("strict", "defer_loading"):
+        if tool.get(key) is not None:
+            function[key] = tool[key]
+    return {"type": "function", "function": function}
 
 
 def _local(body: dict[str, Any]) -> bool:
     """Whether llmd renders this conversation exactly as vLLM 0.32 would: text blocks only, no
-    inline system message (vLLM then probes the template), no tools, thinking, output
-    config or tool choice (each changes what the template is given)."""
-    if any(body.get(k) is not None for k in ("tools", "thinking", "output_config", "tool_choice")):
+    inline system message (vLLM then probes the template), no thinking or output config, no
+    tool choice but `auto` with tools (each changes what the template is given)."""
+    if any(body.get(k) is not None for k in ("thinking", "output_config")):
+        return False
+    choice = body.get("tool_choice")
+    if choice is not None and (body.get("tools") is None or choice != {"type": "auto"}):
         return False
     for message in body["messages"]:
         if message["role"] == "system":

@@ -5,12 +5,15 @@ its one optional space, comments (`:` lines), multi-line data (joined with LF), 
 `id:` and `retry:` fields, and one leading UTF-8 BOM.
 
 Cheap on the common layouts (vLLM's `data: {...}\\n\\n`, and `event: TYPE\\ndata: {...}\\n\\n`
-for its Responses events, one a chunk): a run of chat events costs a few scans of the chunk
-(`feed_run`), a Responses event one look at its two lines; another layout a split at its
-line feeds and a look at each line's first bytes; nothing is decoded.
+for its Responses and Anthropic events): a run of chat events costs a few scans of the chunk
+(`feed_run`), a typed event one look at its two lines, a run of them one match in C
+(`typed_run`); another layout a split at its line feeds and a look at each line's first
+bytes; nothing is decoded.
 """
 
 from __future__ import annotations
+
+import re
 
 BOM = b"\xef\xbb\xbf"
 # OpenAI's last event; its client ends a stream on data that starts with it (openai-python
@@ -18,6 +21,8 @@ BOM = b"\xef\xbb\xbf"
 DONE = b"[DONE]"
 
 Event = tuple[bytes, bytes]  # (type: b"" when no `event:` field, as for "message"; data)
+# A run of whole typed events in vLLM's layout: each `event: TYPE`, `data: DATA`, a blank line.
+_TYPED_RUN = re.compile(rb"(?:event: [^\r\n]*\ndata: [^\r\n]*\n\n)+")
 
 
 class EventStream:
@@ -69,6 +74,23 @@ class EventStream:
             self.done = True
         return events
 
+    def typed_run(self, chunk: bytes) -> int:
+        """Read `chunk` when it is a run of whole typed events in vLLM's layout (`event:
+        TYPE\\ndata: DATA\\n\\n` each, TYPE and DATA without CR or LF: its Responses and
+        Anthropic events) that starts between events: its number of events (`split_run`
+        gives them), `done` set when a data is `[DONE]`. Else 0, and nothing is read: `feed`
+        it. One event is one look at its lines; a run of them one match in C."""
+        if self._cr or self._line or self._pending or not chunk.startswith(b"event: "):
+            return 0
+        if chunk.find(b"\n\n") == len(chunk) - 2:  # the most common: one event
+            return 0 if self._typed_event(chunk) is None else 1
+        if _TYPED_RUN.fullmatch(chunk) is None:
+            return 0
+        self._started = True
+        if b"\ndata: [DONE]" in chunk:
+            self.done = True
+        return chunk.count(b"\n\n")
+
     def _typed_event(self, chunk: bytes) -> Event | None:
         """`chunk` as one whole `event: TYPE\ndata: DATA\n\n` (how vLLM 0.32 writes each
         Responses event), or None when it is anything else (the general path reads it)."""
@@ -98,9 +120,12 @@ class EventStream:
         if self.feed_run(chunk):  # vLLM's layout: one event, or a run of them
             return [(b"", event[6:]) for event in chunk[:-2].split(b"\n\n")]
         if chunk.startswith(b"event: ") and not (self._line or self._pending):
-            typed = self._typed_event(chunk)  # vLLM's Responses layout, one event a chunk
-            if typed is not None:
-                return [typed]
+            if chunk.find(b"\n\n") == len(chunk) - 2:  # vLLM's typed layout, one event
+                typed = self._typed_event(chunk)
+                if typed is not None:
+                    return [typed]
+            elif self.typed_run(chunk):  # a run of them
+                return split_run(chunk)
         if b"\r" in chunk:
             self._cr = chunk[-1:] == b"\r"
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
@@ -141,3 +166,12 @@ class EventStream:
                     self._pending = True
                 # `id` and `retry` set the stream's state, not the event's; others are ignored
         return events
+
+
+def split_run(chunk: bytes) -> list[Event]:
+    """The events of a run that `EventStream.typed_run` read, as (type, data)."""
+    events = []
+    for event in chunk[:-2].split(b"\n\n"):
+        end = event.find(b"\n")
+        events.append((event[7:end], event[end + 7 :]))
+    return events

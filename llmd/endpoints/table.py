@@ -30,14 +30,14 @@ class BodyKind(enum.Enum):
 
 class Answer(enum.Enum):
     """Who answers: a backend (RELAY); llmd's own tokenizer when it has the model's and
-    renders the prompt as the engine would (TOKENIZE, DETOKENIZE, COUNT_TOKENS: they then cost
-    the engine nothing; else relayed); or llmd with the prompt's tokens, counted as for
-    validation (COUNT: `Endpoint.counted` shapes the answer)."""
+    renders the prompt as the engine would (TOKENIZE, DETOKENIZE: they then cost the engine
+    nothing; else relayed); or llmd with the prompt's tokens (COUNT: counted as for
+    validation, by the local tokenizer or else by the engine, with no backend free needed
+    when the local one can; `Endpoint.counted` shapes the answer)."""
 
     RELAY = "relay"
     TOKENIZE = "tokenize"
     DETOKENIZE = "detokenize"
-    COUNT_TOKENS = "count_tokens"
     COUNT = "count"
 
 
@@ -102,7 +102,8 @@ class Endpoint:
     a request for admission; `engine_kinds` are the engines that serve it (an upstream is
     assumed to serve every endpoint); `dialect` reads its answers; `stored`: it reads llmd's
     Responses store (`previous_response_id`, llmd/proxy/responses.py); `counted` shapes the
-    answer of a COUNT endpoint from the prompt's tokens.
+    answer of a COUNT endpoint from the prompt's tokens (`validate`: a count past the window
+    is refused, as vLLM refuses it).
     """
 
     name: str
@@ -136,7 +137,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     ),
     Endpoint(
         "count_tokens", ("/v1/messages/count_tokens",), anthropic.read_count_tokens, one_seat,
-        GENERATE, validate=False, answer=Answer.COUNT_TOKENS, dialect=ANTHROPIC,
+        GENERATE, answer=Answer.COUNT, dialect=ANTHROPIC, counted=anthropic.count_answer,
     ),
     Endpoint(
         "responses", ("/v1/responses",), responses.read_responses, generation, GENERATE,
@@ -144,7 +145,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     ),
     Endpoint(
         "responses_input_tokens", ("/v1/responses/input_tokens",), responses.read_input_tokens,
-        one_seat, GENERATE, answer=Answer.COUNT, stored=True,
+        one_seat, GENERATE, validate=False, answer=Answer.COUNT, stored=True,
         counted=responses.input_tokens_answer,
     ),
     Endpoint("embeddings", ("/v1/embeddings",), openai.read_embeddings, pooling, POOL),

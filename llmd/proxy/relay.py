@@ -170,18 +170,18 @@ class Relay:
         fields = endpoint.read(body.payload)
         validator = self.state.validators.for_model(model)
         if endpoint.answer is Answer.COUNT:  # the prompt's tokens, counted here
-            exchange.prompt_tokens = await validator.count(fields, int(cls))
+            check = endpoint.validate  # refused past the window
+            exchange.prompt_tokens = await validator.count(fields, int(cls), check=check)
             assert endpoint.counted is not None
             return endpoint.counted(exchange.prompt_tokens)
         if endpoint.answer is not Answer.RELAY:
             here = {
                 Answer.TOKENIZE: validator.tokenize,
                 Answer.DETOKENIZE: validator.detokenize,
-                Answer.COUNT_TOKENS: validator.count_tokens,
             }[endpoint.answer]
             answer = await here(fields, int(cls))
             if answer is not None:
-                exchange.prompt_tokens = answer.get("count", answer.get("input_tokens"))
+                exchange.prompt_tokens = answer.get("count")
                 return answer
         if endpoint.validate:
             valid = await validator.check(fields, body.payload, body.raw, arrival.headers, int(cls))

@@ -21,7 +21,7 @@ _CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
 
 def render(
     conversations: list[dict[str, Any]],
-    tools: None,
+    tools: list[dict[str, Any]] | None,
     documents: None,
     chat_template: str,
     continue_final_message: bool,
@@ -29,7 +29,8 @@ def render(
     **kwargs: Any,
 ) -> str:
     """transformers 5.19 `render_jinja_template` for one conversation (same parameters, so that
-    template variables that clash with them fail alike), no tools, no documents."""
+    template variables that clash with them fail alike): tools as JSON schemas (dicts), no
+    documents."""
     compiled = _compiled(chat_template)
     chat, final = conversations, ""  # final: the text continued
     if continue_final_message:

@@ -217,6 +217,7 @@ class LocalCounter:
             conversation = build_conversation(prompt.messages, self._format, self._template)
             text: str = self._tokenizer.apply_chat_template(
                 conversation,
+                tools=prompt.tools,
                 chat_template=self._template,
                 tokenize=False,
                 add_generation_prompt=prompt.add_generation_prompt,

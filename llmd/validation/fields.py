@@ -45,6 +45,8 @@ class ChatPrompt:
     `local` is False when the request uses something llmd does not render (tools, a request
     chat template, non-text content, tool calls): then the engine counts it, and
     `engine_extras` holds the fields its /tokenize needs for that (tools, chat_template).
+    `tools`: the tools the template is given, as vLLM hands them to it (a protocol whose
+    tools llmd renders: Anthropic Messages).
     """
 
     messages: list[dict[str, Any]]
@@ -55,6 +57,7 @@ class ChatPrompt:
     local: bool
     engine_extras: dict[str, Any] = dataclasses.field(default_factory=dict)
     param: str = "messages"  # the request field that holds it
+    tools: list[dict[str, Any]] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,14 +86,18 @@ class PairPrompt:
 
 @dataclasses.dataclass(frozen=True)
 class EnginePrompt:
-    """A prompt only the engine can count exactly (a protocol it converts itself, such as
-    Anthropic Messages with tools): `body` sent to its `path`, the count read from the
-    answer's `count_field`."""
+    """A prompt the engine counts (a protocol it converts itself, such as Anthropic Messages
+    with tools): `body` sent to its `path`, the count read from the answer's `count_field`;
+    or, when it has `rendered` (the same prompt as llmd's tokenizer renders it exactly) and
+    the engine was started with the `requires` flags (without them it refuses the request),
+    by llmd's tokenizer."""
 
     path: str
     body: dict[str, Any]
     count_field: str
     param: str = "messages"
+    rendered: ChatPrompt | None = None
+    requires: tuple[str, ...] = ()
 
 
 Prompt = ChatPrompt | TextPrompt | PairPrompt | EnginePrompt

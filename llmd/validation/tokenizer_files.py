@@ -119,12 +119,14 @@ class FileTokenizer:
         tokenize: bool = True,
         add_generation_prompt: bool = False,
         continue_final_message: bool = False,
+        tools: list[dict[str, Any]] | None = None,
         **kwargs: Any,
     ) -> str:
         """The text of `conversation` through `chat_template` (default: the tokenizer's), as
         transformers 5.19 `apply_chat_template(tokenize=False)` and `render_jinja_template` give
-        it, tools and documents none. Raises what the template raises, ValueError as
-        transformers for an empty conversation or a final message it cannot continue."""
+        it: `tools` as JSON schemas (dicts, given to the template as they are), no documents.
+        Raises what the template raises, ValueError as transformers for an empty conversation
+        or a final message it cannot continue."""
         assert not tokenize, "FileTokenizer renders text only"
         template = chat_template if chat_template is not None else self.get_chat_template()
         if not conversation:
@@ -140,7 +142,7 @@ class FileTokenizer:
             )
         return render(
             conversations=conversation,
-            tools=None,
+            tools=None if tools is None else list(tools),
             documents=None,
             chat_template=template,
             continue_final_message=continue_final_message,

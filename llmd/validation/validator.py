@@ -39,7 +39,14 @@ from llmd.validation.counter import (
     LocalCounter,
     TokenizerUnavailable,
 )
-from llmd.validation.fields import Counted, Fields, PairPrompt, TextPrompt, as_counted
+from llmd.validation.fields import (
+    Counted,
+    EnginePrompt,
+    Fields,
+    PairPrompt,
+    TextPrompt,
+    as_counted,
+)
 from llmd.validation.turns import Turns
 
 log = structlog.get_logger("llmd.validation")
@@ -241,21 +248,29 @@ class Validator:
             )
         return Validated(raw, tuple(counts), max_tokens, output.n, response_headers)
 
-    async def count(self, fields: Fields, rank: int = 0) -> int:
+    async def count(self, fields: Fields, rank: int = 0, *, check: bool = False) -> int:
         """The prompt's tokens (its longest, for several prompts) as the engine will count
-        them, in the class's turn (`rank`), exactly however long it is. Raises
-        InvalidRequest (the template or tokenizer refused it), EngineUnavailable (503: the
-        engine must count it and cannot now, or nothing here can)."""
+        them, in the class's turn (`rank`): by the local tokenizer, else by the engine (its
+        /tokenize, or the prompt's own counting route), exactly however long it is; with
+        `check`, refused past the window as vLLM refuses it. Raises InvalidRequest (the
+        template or tokenizer refused it), ContextLengthExceeded (`check`), EngineUnavailable
+        (503: the engine must count it and cannot now, or nothing here can)."""
         prompt = as_counted(fields.prompt)
         self._check_token_ids(prompt)
-        counts = await self._count(prompt, fields.model, None, rank, short=False)
+        max_model_len = self.engine.max_model_len if check else None
+        counts = await self._count(prompt, fields.model, max_model_len, rank, short=False)
         if not counts:
             raise EngineUnavailable(
                 "llmd cannot count this prompt: no local tokenizer renders it and the "
                 "backend has no /tokenize",
                 retry_after_s=60,
             )
-        return max(counts)
+        if max_model_len is not None:
+            check_context(
+                counts, fields.output, max_model_len, self.config, "reject",
+                api=self.engine.api, prompt_param=prompt.param,
+            )  # fmt: skip
+        return int(max(counts))
 
     async def tokenize(self, fields: Fields, rank: int = 0) -> dict[str, Any] | None:
         """vLLM 0.32's /tokenize answer (`count`, `max_model_len`, `tokens`, `token_strs`
@@ -275,26 +290,6 @@ class Validator:
             "tokens": ids,
             "token_strs": strs,
         }
-
-    async def count_tokens(self, fields: Fields, rank: int = 0) -> dict[str, Any] | None:
-        """vLLM 0.32's Anthropic `/v1/messages/count_tokens` answer (`input_tokens` and
-        `context_management.original_input_tokens`: the prompt the chat template renders from
-        the conversation) from the local tokenizer, in the class's turn (`rank`); None when
-        the engine must count it (no local tokenizer or template, a conversation llmd does not
-        render, the window not known yet). Raises ContextLengthExceeded for a prompt past the
-        window (as vLLM refuses it), InvalidRequest."""
-        local, prompt = self.local, as_counted(fields.prompt)
-        max_model_len = self.engine.max_model_len
-        if local is None or not local.can_count(prompt) or max_model_len is None:
-            return None
-        async with self.local_turns.turn(rank):
-            counts = await local.count(prompt, max_model_len)
-        check_context(
-            counts, fields.output, max_model_len, self.config, "reject",
-            api=self.engine.api, prompt_param=prompt.param,
-        )  # fmt: skip
-        count = int(counts[0])
-        return {"input_tokens": count, "context_management": {"original_input_tokens": count}}
 
     async def detokenize(self, fields: Fields, rank: int = 0) -> dict[str, Any] | None:
         """vLLM 0.32's /detokenize answer (`prompt`: the text of the ids) from the local
@@ -342,14 +337,14 @@ class Validator:
         loaded): then the engine checks the context."""
         if isinstance(prompt, TextPrompt) and not prompt.local:
             return []
-        local = self.local
-        if local is not None and local.can_count(prompt):
+        local, here = self.local, self._rendered(prompt)
+        if local is not None and local.can_count(here):
             if short and self.local_turns.busy == 0:  # nobody holds or waits for a turn
-                counts = local.count_inline(prompt, limit)
+                counts = local.count_inline(here, limit)
                 if counts is not None:
                     return counts
             async with self.local_turns.turn(rank):
-                return await local.count(prompt, limit)
+                return await local.count(here, limit)
         ids_only = isinstance(prompt, TextPrompt) and all(
             isinstance(p, list) for p in prompt.prompts
         )
@@ -363,6 +358,14 @@ class Validator:
                 log.warning("context_check_skipped", model=model, reason=str(exc))
                 self._warned_no_count = True
             return []
+
+    def _rendered(self, prompt: Counted) -> Counted:
+        """`prompt` as llmd's tokenizer may count it: a prompt the engine counts, as llmd
+        renders it when it can and the engine takes it (its `requires` flags given)."""
+        if not isinstance(prompt, EnginePrompt) or prompt.rendered is None:
+            return prompt
+        given = set(flags_given(self.engine_args, prompt.requires))
+        return prompt.rendered if len(given) == len(prompt.requires) else prompt
 
     def _check_token_ids(self, prompt: Counted) -> None:
         """Token ids past the vocabulary: 400, as vLLM 0.32 answers (`renderers/base.py`)."""

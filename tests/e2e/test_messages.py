@@ -86,6 +86,30 @@ def test_claude_code_s_request_shape(api: anthropic.Anthropic) -> None:
     assert counted.input_tokens == final.usage.input_tokens == created.usage.input_tokens > 0
 
 
+def test_tools_are_counted_as_the_engine_counts_them(
+    api: anthropic.Anthropic, real_llmd: LlmdProcess
+) -> None:
+    """count_tokens of a text conversation with tools (llmd renders them with its own
+    tokenizer and template: the engine has auto tool choice) equals the engine's own count
+    and the served input_tokens, for tools with and without a description, a schema with no
+    type, `strict` and `defer_loading`."""
+    assert real_llmd.wait_tokenizer()
+    tools: list[Any] = [
+        *TOOLS,
+        {"name": "Grep", "input_schema": {"properties": {"q": {"type": "string"}}}},
+        {"name": "Edit", "description": "é", "input_schema": {"type": "object"}, "strict": True},
+        {"name": "Later", "input_schema": {"type": "object"}, "defer_loading": True},
+    ]
+    system = "You are brief."
+    counted = api.messages.count_tokens(model="tiny", system=system, messages=HELLO, tools=tools)
+    body = {"model": "tiny", "system": system, "messages": HELLO, "tools": tools}
+    assert counted.input_tokens == engine_count(real_llmd, body)
+    message = api.messages.create(
+        model="tiny", max_tokens=4, system=system, messages=HELLO, tools=tools
+    )
+    assert message.usage.input_tokens == counted.input_tokens
+
+
 @pytest.mark.parametrize(
     "body",
     [

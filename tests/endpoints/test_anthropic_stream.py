@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmd.endpoints.anthropic_stream import AnthropicAnswer, error_body, error_type, stream_error
@@ -126,3 +126,65 @@ def test_the_messages_paths_speak_anthropic() -> None:
     assert dialect_of("/v1/messages") is dialect_of("/v1/messages/count_tokens") is ANTHROPIC
     assert dialect_of("/v1/chat/completions") is dialect_of("/nowhere") is OPENAI
     assert ANTHROPIC.forward_headers == (b"anthropic-version", b"anthropic-beta")
+
+
+# Anthropic events vLLM 0.32 may send, and odd ones: text and tool deltas, an empty delta,
+# ping, block start and stop, usage with its stop reason, the end, an error, an empty type;
+# those that come mid-answer drawn more often, so that runs of them are read at once.
+DELTA = ("content_block_delta", '{"type":"content_block_delta","delta":{"text":"a"}}')
+QUIET = [("ping", '{"type":"ping"}'), ("content_block_stop", '{"type":"content_block_stop"}')]
+ODD = [
+    ("content_block_delta", '{"type":"content_block_delta","delta":{"text":""}}'),
+    ("content_block_delta", '{"delta":{"type":"input_json_delta","partial_json":"{\\"x"}}'),
+    ("content_block_start", '{"content_block":{"type":"text","text":""}}'),
+    ("message_delta", '{"delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":5}}'),
+    ("message_stop", '{"type":"message_stop"}'),
+    ("error", '{"type":"error"}'),
+    ("", '{"type":"content_block_delta","delta":{"text":"b"}}'),
+    ("pong", "{}"),
+]
+ANY_EVENT = st.sampled_from([DELTA] * 8 + QUIET * 3 + ODD)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(ANY_EVENT, max_size=30),
+    st.lists(st.integers(0, 30), max_size=8),
+    st.lists(st.integers(0, 2000), max_size=4),
+)
+def test_runs_of_events_read_as_one_event_at_a_time(
+    events: list[tuple[str, str]], between: list[int], cuts: list[int]
+) -> None:
+    """vLLM's layout cut between events (whole runs of them in one chunk, read at once) and
+    anywhere gives the same tokens, text, stop reason and end as its events read one at a
+    time in another layout."""
+    expected = Exchange("e", stream=True)
+    one_by_one = AnthropicAnswer(expected)
+    for name, data in events:
+        one_by_one.feed(f"event:{name}\r\ndata:{data}\r\n\r\n".encode())
+    pieces = [f"event: {name}\ndata: {data}\n\n".encode() for name, data in events]
+    body = b"".join(pieces)
+    ends = list(itertools.accumulate(len(piece) for piece in pieces))
+    at = [ends[i] for i in between if i < len(ends) - 1] + [c for c in cuts if c < len(body)]
+    exchange, answer, _ = read(body, at)
+    assert (exchange.output_tokens, exchange.has_text, exchange.finish_reason) == (
+        expected.output_tokens,
+        expected.has_text,
+        expected.finish_reason,
+    )
+    assert answer.done == one_by_one.done and answer.between_events
+
+
+def test_a_run_of_text_deltas_counts_each_at_once() -> None:
+    """After the first text, a chunk of deltas, pings and block stops counts one token per
+    delta; one with a stop reason or message_stop is read event by event."""
+    exchange = Exchange("r", stream=True)
+    answer = AnthropicAnswer(exchange)
+    delta = b'event: content_block_delta\ndata: {"delta":{"type":"text_delta","text":"a"}}\n\n'
+    answer.feed(delta)
+    answer.feed(delta * 3 + b"event: ping\ndata: {}\n\n" + delta)
+    assert exchange.output_tokens == 5 and exchange.has_text
+    answer.feed(
+        b"event: content_block_stop\ndata: {}\n\n" + delta + b"event: message_stop\ndata: {}\n\n"
+    )
+    assert exchange.output_tokens == 6 and answer.done

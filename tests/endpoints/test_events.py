@@ -235,3 +235,43 @@ def test_typed_events_one_a_chunk_read_as_the_reference() -> None:
         assert parse([chunk]) == reference(chunk), chunk
     stream = b"".join(chunks)
     assert parse(chunks) == reference(stream)
+
+
+# Typed events in vLLM's layout and near misses of it: an event with no data, one with two
+# data lines, a comment, CRLF, an unspaced field, an empty type, data that is [DONE].
+TYPED = st.sampled_from(
+    [b"event: content_block_delta\ndata: {\"text\":\"a\"}\n\n", b"event: ping\ndata: {}\n\n",
+     b"event: \ndata: \n\n", b"event: x\ndata: [DONE]\n\n", b"event: a:b\ndata: c:d\n\n",
+     b"event: x\n\n", b"event: x\ndata: a\ndata: b\n\n", b": c\n", b"event: x\r\ndata: y\r\n\r\n",
+     b"event:x\ndata:y\n\n", b"data: z\n\n", b"\n"]
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(TYPED, max_size=12), st.lists(st.integers(0, 400), max_size=8))
+def test_runs_of_typed_events_read_as_the_reference(parts: list[bytes], cuts: list[int]) -> None:
+    """Runs of `event:`/`data:` events (read at once when whole, `typed_run`) and near misses
+    of the layout, whole, cut in two at each byte boundary and cut anywhere, read as the
+    reference reads them."""
+    stream = b"".join(parts)
+    expected = reference(stream)
+    assert parse([stream]) == expected
+    for cut in range(len(stream) + 1):
+        assert parse([stream[:cut], stream[cut:]]) == expected, cut
+    points = sorted({min(cut, len(stream)) for cut in cuts})
+    pieces = [stream[a:b] for a, b in zip([0, *points], [*points, len(stream)], strict=True)]
+    assert parse(pieces) == expected
+
+
+def test_a_typed_run_is_only_vllm_s_layout() -> None:
+    """`typed_run` reads whole runs of `event: T\\ndata: D\\n\\n` only: an event without data
+    beside one with two data lines (as many lines of each kind), a run cut short, or one
+    that starts inside an event are left to `feed`."""
+    run = b"event: a\ndata: 1\n\nevent: b\ndata: [DONE]\n\n"
+    reader = EventStream()
+    assert reader.typed_run(run) == 2 and reader.done and reader.between_events
+    assert EventStream().typed_run(b"event: a\n\nevent: b\ndata: 1\ndata: 2\n\n") == 0
+    assert EventStream().typed_run(run[:-1]) == 0
+    inside = EventStream()
+    inside.feed(b"event: a\n")
+    assert inside.typed_run(b"event: b\ndata: 1\n\nevent: c\ndata: 2\n\n") == 0

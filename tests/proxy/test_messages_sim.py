@@ -336,3 +336,57 @@ def test_vllm_s_recorded_requests_through_llmd(llmd: LlmdProcess, path: Path) ->
         assert error["error"]["message"]
     elif request["path"].endswith("/count_tokens"):
         assert reply.json() == recorded["body"]
+
+
+def test_count_tokens_is_answered_while_the_engine_is_down() -> None:
+    """With the engine crashed and its restart backed off, count_tokens of a conversation llmd
+    renders, tools included (the engine has auto tool choice), is still answered with the
+    engine's own count, as Responses' input_tokens is; one with tool blocks, which only the
+    engine counts, gets 503 overloaded_error with Retry-After, and so does a message."""
+    workdir = short_tmpdir("llmd-messages-down-")
+    config = sim_config(
+        ensure_tiny_model(),
+        ("--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--fault-crash-after", "2"),
+        supervisor={"backoff_initial_s": 60.0, "backoff_max_s": 60.0},
+    )
+    with LlmdProcess.running(config, workdir) as llmd:
+        assert llmd.wait_tokenizer()
+        engine = httpx.Client(transport=httpx.HTTPTransport(uds=str(llmd.engine_socket)))
+        conversations = [
+            {"model": "tiny", "messages": HELLO},
+            {"model": "tiny", "messages": HELLO, "tools": TOOLS, "system": "Be brief."},
+        ]
+        counts = [
+            engine.post("http://engine/v1/messages/count_tokens", json=body).json()
+            for body in conversations
+        ]
+        engine.close()
+        for _ in range(3):  # the engine exits on its second generation (its warm-up is one)
+            with_status = httpx.post(
+                llmd.base_url + "/v1/messages",
+                json={"model": "tiny", "max_tokens": 4, "messages": HELLO},
+                timeout=30,
+            )
+            if with_status.status_code != 200:
+                break
+        assert until(lambda: llmd.admin_status()["engine"]["state"] != "serving", timeout_s=15)
+        for body, count in zip(conversations, counts, strict=True):
+            answer = httpx.post(llmd.base_url + "/v1/messages/count_tokens", json=body)
+            assert answer.status_code == 200 and answer.json() == count
+        api = anthropic.Anthropic(base_url=llmd.base_url, api_key="k", max_retries=0)
+        tool_use = [
+            *HELLO,
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "t1", "name": "Read", "input": {"path": "a"}}]},
+        ]  # fmt: skip
+        with pytest.raises(anthropic.APIStatusError) as refused:
+            api.messages.count_tokens(model="tiny", messages=tool_use, tools=TOOLS)
+        assert refused.value.status_code == 503 and refused.value.response.headers["retry-after"]
+        assert refused.value.body["error"]["type"] == "overloaded_error"
+        api.close()
+        down = httpx.post(
+            llmd.base_url + "/v1/messages",
+            json={"model": "tiny", "max_tokens": 4, "messages": HELLO},
+            timeout=30,
+        )
+        assert down.status_code == 503 and down.json()["error"]["type"] == "overloaded_error"

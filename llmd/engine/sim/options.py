@@ -175,6 +175,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--enable-lora", action="store_true", help="accepted, as vLLM's")
     p.add_argument(
+        "--enable-auto-tool-choice",
+        action="store_true",
+        help="accepted, as vLLM's (the simulator takes tools and writes no tool calls)",
+    )
+    p.add_argument("--tool-call-parser", help="accepted, as vLLM's")
+    p.add_argument(
         "--api-key", nargs="+", help="keys the /v1 routes require (default: $VLLM_API_KEY)"
     )
     p.add_argument("--uds", help="serve on this Unix socket")
