@@ -5,13 +5,18 @@ count_tokens, beta.messages.create with tools, and bad input refused in Anthropi
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
 import httpx
 import pytest
 
+from tests.support.lazy_import import lazy_module
 from tests.support.llmd_process import LlmdProcess
+
+if TYPE_CHECKING:
+    import anthropic
+else:  # its import costs ~2 s of CPU in every worker that collects this module
+    anthropic = lazy_module("anthropic")
 
 pytestmark = pytest.mark.e2e
 HELLO = [{"role": "user", "content": "Say hello"}]

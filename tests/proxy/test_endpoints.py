@@ -11,7 +11,6 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from transformers import AutoTokenizer
 
 from llmd.endpoints.dialects import ANTHROPIC
 from llmd.endpoints.table import ENDPOINTS, Answer, BodyKind, EngineKind, by_path
@@ -40,6 +39,8 @@ BODIES = {
     "transcriptions": {"language": "en"},
     "translations": {},
 }
+# The worker of the tests that import transformers (tests/support/xdist_groups.py).
+pytestmark = pytest.mark.xdist_group("transformers")
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +135,8 @@ def test_tokenize_and_detokenize_are_answered_by_llmds_tokenizer(
     """/tokenize gives vLLM's answer (count, max_model_len, tokens, token_strs) from the
     model's own tokenizer, for a prompt and for messages; /detokenize its text; an id past
     the vocabulary is a 400; the engine is never asked."""
+    from transformers import AutoTokenizer  # here, not at collection: torch, 5 s of CPU
+
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     answer = post(generate, "/tokenize", {"prompt": "hello there", "return_token_strs": True})
     ids = tokenizer("hello there")["input_ids"]

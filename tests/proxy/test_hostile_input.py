@@ -24,6 +24,9 @@ from tests.support.waiting import wait_for
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
 ORIGIN = "http://localhost:3000"
+# The worker of the tests that import transformers (tests/support/xdist_groups.py): one
+# test here checks against it.
+pytestmark = pytest.mark.xdist_group("transformers")
 
 
 @pytest.fixture(scope="module")

@@ -7,18 +7,23 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
 import httpx
 import pytest
 
 from llmd.admission.tenants import hash_key
 from llmd.endpoints.anthropic_stream import error_type
+from tests.support.lazy_import import lazy_module
 from tests.support.llmd_process import REPO, LlmdProcess, short_tmpdir
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
 from tests.support.waiting import wait_for as until
+
+if TYPE_CHECKING:
+    import anthropic
+else:  # its import costs ~2 s of CPU in every worker that collects this module
+    anthropic = lazy_module("anthropic")
 
 KEY, SLOW = "key-messages", "key-one-at-a-time"
 HELLO = [{"role": "user", "content": "Say hello"}]

@@ -18,6 +18,9 @@ from tests.support.fake_engine import ProxyStack
 from tests.validation.conftest import STRING_TEMPLATE, make_tokenizer_dir
 
 MAX_MODEL_LEN = 48
+# The worker of the tests that import transformers (tests/support/xdist_groups.py): the
+# oracle is its tokenizer.
+pytestmark = pytest.mark.xdist_group("transformers")
 
 text = st.text(
     st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=60

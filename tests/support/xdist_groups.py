@@ -5,7 +5,9 @@ plugin of tests/conftest.py.
   boots a real vLLM (about 2 GB, both cores while it warms up), one at a time on this machine.
 - A test that uses a module- or package-scoped fixture runs in the group of that module or
   package, so the fixture (often a live llmd) is set up once, in one worker.
-- A test marked `xdist_group(NAME)` runs in group NAME (tests that share a costly import).
+- A test marked `xdist_group(NAME)` runs in group NAME (tests that share a costly import):
+  "transformers" holds the modules that import transformers in the test process (its
+  AutoTokenizer imports torch: about 5 s of CPU in each worker that runs one).
 - Every other test is a unit of its own, which any worker takes as it comes free.
 
 xdist's own loadgroup reads `xdist_group` marks through a suffix it appends to each test's

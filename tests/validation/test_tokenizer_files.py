@@ -24,9 +24,9 @@ from tests.support.prompt_corpus import TEXTS, chat_corpus, completion_corpus
 from tests.validation.conftest import make_tokenizer_dir, transformers_loaded
 from tests.validation.test_counter import _LOAD_IN_A_FRESH_PYTHON, in_a_fresh_python
 
-# One worker for the module: most tests compare with transformers, whose import costs 1.5-2 s
-# of CPU in each worker that loads it.
-pytestmark = pytest.mark.xdist_group("tokenizer_files")
+# The worker of the tests that import transformers (tests/support/xdist_groups.py): most tests
+# here compare with it, whose import costs 1.5-2 s of CPU in each worker that loads it.
+pytestmark = pytest.mark.xdist_group("transformers")
 
 # Jinja features chat templates use: the generation block, tojson, loop state, loop controls,
 # raise_exception, a template variable from chat_template_kwargs, whitespace control.
