@@ -24,7 +24,8 @@ class OnDemand:
     """Sleep and wake for the Supervisor (its base class): the state that says where a sleep
     or wake stands, and the calls that move it. The supervisor's boot loop reads
     `_sleep_requested` (the exit under way is a `stop` sleep: park, don't restart) and
-    `_waking` (the boot under way is a wake)."""
+    `_waking` (the boot under way is a wake) and `_wake_boot` (the restart under way is a
+    wake that boots a new table)."""
 
     # Set by the Supervisor.
     engine: EngineConfig
@@ -32,6 +33,7 @@ class OnDemand:
     log: structlog.stdlib.BoundLogger
     on_change: Callable[[], None]
     _process: EngineProcess | None
+    _restart_requested: bool
     _probe: aiohttp.ClientSession | None
     _served: asyncio.Event
     _stopping: asyncio.Event
@@ -45,6 +47,8 @@ class OnDemand:
         self._wake_requested = asyncio.Event()
         self._waking = False  # the boot under way is a wake
         self._cancel_wake = False  # a sleep came while a sleep-mode wake was under way
+        self._boot_on_wake = False  # the next wake boots the table afresh (a deploy's)
+        self._wake_boot = False  # the restart under way is such a wake
 
     def _started(self) -> None:
         """The first boot is over (the Supervisor releases its swap group's start lock)."""
@@ -116,6 +120,8 @@ class OnDemand:
             self._waking = True
             self._wake_requested.set()
             return True
+        if self._boot_on_wake:
+            return await self._wake_by_boot()
         assert self._probe is not None
         woke = await call_wake_up(self._probe, self.engine) and await first_token(
             self._probe, self.engine, self.engine.start_timeout_s
@@ -130,6 +136,25 @@ class OnDemand:
             self.log.error("engine_wake_failed", mechanism=self.mechanism.value)
             return False
         self._woken()
+        return True
+
+    def boot_on_wake(self) -> bool:
+        """The asleep engine's next wake boots its table (`engine`, which a deploy just
+        replaced) instead of waking the process that sleeps with the old one; False when it is
+        not asleep on demand. A `stop` sleeper's wake is a boot of its table anyway."""
+        if self.mechanism is None or self.state.phase is not EnginePhase.ASLEEP:
+            return False
+        self._boot_on_wake = self.mechanism.level is not None
+        return True
+
+    async def _wake_by_boot(self) -> bool:
+        """Stop the sleeping process group; the supervisor's loop then boots the table as a
+        wake (serving once a one-token generation succeeded). Returns once it is stopped."""
+        self._boot_on_wake = False
+        self._wake_boot = self._restart_requested = True
+        process = self._process
+        if process is not None and process.running:
+            await process.stop_group(self.engine.stop_timeout_s)
         return True
 
     async def _ready_on_demand(self, probe: aiohttp.ClientSession) -> ExitReason | None:

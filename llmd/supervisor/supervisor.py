@@ -126,7 +126,10 @@ class Supervisor(OnDemand):
                     if self._stopping.is_set():
                         break
                     if reason.kind == "restart_requested":
-                        self.state.restarts += 1
+                        # A wake that boots a new table (llmd/supervisor/ondemand.py) is no
+                        # restart: its boot is the wake.
+                        self._waking, self._wake_boot = self._wake_boot, False
+                        self.state.restarts += not self._waking
                         continue
                     if reason.kind == "slept":
                         await self._parked()
@@ -313,7 +316,8 @@ class Supervisor(OnDemand):
             await process.stop_group(timeout_s=5.0)
         if self._restart_requested:
             self._restart_requested = False
-            reason = ExitReason("restart_requested", "restarted by the operator")
+            why = "woken with a new table" if self._wake_boot else "restarted by the operator"
+            reason = ExitReason("restart_requested", why)
         elif self._sleep_requested:
             reason = ExitReason("slept", "put to sleep (its process group stopped)")
         elif self._stall is not None:
