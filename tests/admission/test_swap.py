@@ -97,6 +97,53 @@ def test_every_plan_keeps_the_guarantees(
     assert plan.next_at is None or plan.next_at > at
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    st.floats(0, 30),
+    st.floats(0, 5),
+    st.tuples(st.integers(0, 2), st.integers(0, 2), st.booleans()),
+    st.floats(0, 60),
+    st.floats(0.1, 10),
+    st.floats(0, 20),
+)
+def test_a_full_group_evicts_exactly_as_the_rules_say(
+    min_residence: float,
+    max_wait: float,
+    load: tuple[int, int, bool],
+    awake_for: float,
+    wake_s: float,
+    later: float,
+) -> None:
+    """One engine awake (with `load`: requests in flight, requests waiting, pinned) and one
+    asleep that requests wait for, seen twice `later` s apart: the awake one is evicted exactly
+    when it is unpinned, has nothing in flight, and is past min_residence_s (with nothing
+    waiting for it, or once max_wait_s closed it) or has been idle for its predicted wake."""
+    in_flight, waiting, pinned = load
+    policy = GroupPolicy(max_resident=1, min_residence_s=min_residence, max_wait_s=max_wait)
+    now = 1000.0
+    awake = EngineView(
+        "a",
+        Residency.AWAKE,
+        in_flight=in_flight,
+        waiting=waiting,
+        pinned=pinned,
+        awake_since=now - awake_for,
+        wake_s=wake_s,
+    )
+    views = [awake, EngineView("b", Residency.ASLEEP, waiting=1)]
+    swap = SwapGroup(policy)
+    swap.decide([dataclasses.replace(awake, in_flight=1), views[1]], now)  # it ran a request
+    swap.decide(views, now)
+    plan = swap.decide(views, now + later)
+    at = now + later  # the times compared as the core compares them
+    past = at >= awake.awake_since + min_residence  # type: ignore[operator]
+    idle = not in_flight and not waiting and at >= now + wake_s
+    drained = not in_flight and (not waiting or at - now >= max_wait)
+    expected = not pinned and ((past and drained) or idle)
+    assert (plan.sleep == (("a", SleepReason.EVICTED),)) is expected
+    assert not plan.wake  # b waits until a is asleep
+
+
 def test_the_lowest_cost_engine_is_evicted_never_a_pinned_one() -> None:
     """Of the awake engines past min_residence_s, the one with the lowest wake time x demand
     goes; a pinned one never does, however cheap."""
