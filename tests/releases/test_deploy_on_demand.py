@@ -1,10 +1,11 @@
 """`llmd deploy` to an engine asleep on demand (on the simulator): the deploy does not wake it;
 the release boots when its swap group next wakes it for a request, passes the smoke gate, and
-that request is answered by it."""
+that request is answered by it; a rollback meanwhile wakes it with the old release instead."""
 
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import subprocess
 import sys
 import tomllib
@@ -93,3 +94,37 @@ def test_a_deploy_to_a_sleeping_engine_boots_the_release_when_it_next_wakes(slee
             line for line in llmd.log_path.read_text().splitlines() if "engine_started" in line
         ]
         assert "--seed 7" in started[-1] and '"engine": "coder"' in started[-1], started[-1]
+
+
+def test_a_rollback_while_the_deploy_waits_for_the_wake_wakes_the_old_release() -> None:
+    """`llmd rollback` while a deploy to asleep coder waits for its wake: the engine stays
+    asleep, and the next request wakes it with the old release; the deploy ends rolled back."""
+    workdir = short_tmpdir("llmd-deploy-asleep-")
+    store = ReleaseStore(workdir / "state")
+    state_dir = str(store.state_dir)
+    record(store, "r1", group_config(state_dir, "auto"), workdir, engine="coder")
+    r2 = group_config(state_dir, "auto", ("--seed", "7"))
+    record(store, "r2", r2, workdir, engine="coder")
+    with LlmdProcess.running(group_config(state_dir, "auto"), workdir=workdir) as llmd:
+        assert wait_for(lambda: engine_of(llmd, "coder")["state"] == "asleep", 60)
+        cli = [sys.executable, "-m", "llmd.cli"]
+        where = ["--engine", "coder", "--runtime-dir", str(llmd.runtime_dir)]
+        phases = lambda: [d["phase"] for d in llmd.admin_status()["deploys"]]  # noqa: E731
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            run = functools.partial(subprocess.run, capture_output=True, text=True, timeout=120)
+            deploying = pool.submit(run, [*cli, "deploy", "r2", *where])
+            assert wait_for(lambda: phases() == ["booting_new"], 30), llmd.log_tail()
+            rolling = pool.submit(run, [*cli, "rollback", *where])
+            assert wait_for(lambda: phases() == ["booting_old"], 30), llmd.log_tail()
+            assert engine_of(llmd, "coder")["state"] == "asleep"
+            client = openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="x", max_retries=0)
+            answer = client.chat.completions.create(
+                model="coder",
+                messages=[{"role": "user", "content": "hello"}],
+                max_tokens=4,
+                timeout=90,
+            )
+            assert answer.model == "coder"
+            for ended in (deploying.result(), rolling.result()):
+                assert "rolled_back on engine coder; r1 serves" in ended.stdout, ended.stdout
+        assert engine_of(llmd, "coder")["release"] == "r1"
