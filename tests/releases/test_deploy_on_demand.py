@@ -9,6 +9,7 @@ import functools
 import subprocess
 import sys
 import tomllib
+from pathlib import Path
 
 import openai
 import pytest
@@ -47,19 +48,33 @@ def engine_of(llmd: LlmdProcess, name: str) -> dict[str, object]:
     return next(e for e in llmd.admin_status()["engines"] if e["name"] == name)
 
 
-@pytest.mark.parametrize("sleep", ["auto", "stop"])
-def test_a_deploy_to_a_sleeping_engine_boots_the_release_when_it_next_wakes(sleep: str) -> None:
-    """A canary to asleep coder is refused; deploying r2 by replace leaves it asleep while the
-    deploy waits at its boot step;
-    a request for coder wakes it with r2 (its argv carries r2's flag), the deploy is promoted,
-    and the request is answered by coder."""
+def recorded(sleep: str) -> tuple[Path, str]:
+    """A work directory whose state holds coder's releases r1 (as configured) and r2 (another
+    seed), and the config that runs r1."""
     workdir = short_tmpdir("llmd-deploy-asleep-")
     store = ReleaseStore(workdir / "state")
     state_dir = str(store.state_dir)
     record(store, "r1", group_config(state_dir, sleep), workdir, engine="coder")
-    r2 = group_config(state_dir, sleep, ("--seed", "7"))
-    record(store, "r2", r2, workdir, engine="coder")
-    text = group_config(state_dir, sleep)
+    record(store, "r2", group_config(state_dir, sleep, ("--seed", "7")), workdir, engine="coder")
+    return workdir, group_config(state_dir, sleep)
+
+
+def ask_coder(llmd: LlmdProcess) -> str:
+    """One chat request for coder (it waits for the wake); the model that answered."""
+    client = openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="x", max_retries=0)
+    answer = client.chat.completions.create(
+        model="coder", messages=[{"role": "user", "content": "hello"}], max_tokens=4, timeout=90
+    )
+    assert answer.choices[0].message.content
+    return answer.model
+
+
+@pytest.mark.parametrize("sleep", ["auto", "stop"])
+def test_a_deploy_to_a_sleeping_engine_boots_the_release_when_it_next_wakes(sleep: str) -> None:
+    """A canary to asleep coder is refused; deploying r2 by replace leaves it asleep while the
+    deploy waits at its boot step; a request for coder wakes it with r2 (its argv carries r2's
+    flag), the deploy is promoted, and the request is answered by coder."""
+    workdir, text = recorded(sleep)
     with LlmdProcess.running(text, workdir=workdir) as llmd:
         assert wait_for(lambda: engine_of(llmd, "coder")["state"] == "asleep", 60)
         assert engine_of(llmd, "coder")["release"] == "r1"
@@ -78,14 +93,7 @@ def test_a_deploy_to_a_sleeping_engine_boots_the_release_when_it_next_wakes(slee
             assert wait_for(booting, 30), llmd.log_tail()
             assert engine_of(llmd, "coder")["state"] == "asleep"  # the deploy did not wake it
             assert not deploying.done()
-            client = openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="x", max_retries=0)
-            answer = client.chat.completions.create(
-                model="coder",
-                messages=[{"role": "user", "content": "hello"}],
-                max_tokens=4,
-                timeout=90,
-            )
-            assert answer.model == "coder" and answer.choices[0].message.content
+            assert ask_coder(llmd) == "coder"
             deployed = deploying.result()
         assert deployed.returncode == 0, deployed.stdout + deployed.stderr + llmd.log_tail()
         assert "promoted on engine coder; r2 serves" in deployed.stdout
@@ -99,13 +107,8 @@ def test_a_deploy_to_a_sleeping_engine_boots_the_release_when_it_next_wakes(slee
 def test_a_rollback_while_the_deploy_waits_for_the_wake_wakes_the_old_release() -> None:
     """`llmd rollback` while a deploy to asleep coder waits for its wake: the engine stays
     asleep, and the next request wakes it with the old release; the deploy ends rolled back."""
-    workdir = short_tmpdir("llmd-deploy-asleep-")
-    store = ReleaseStore(workdir / "state")
-    state_dir = str(store.state_dir)
-    record(store, "r1", group_config(state_dir, "auto"), workdir, engine="coder")
-    r2 = group_config(state_dir, "auto", ("--seed", "7"))
-    record(store, "r2", r2, workdir, engine="coder")
-    with LlmdProcess.running(group_config(state_dir, "auto"), workdir=workdir) as llmd:
+    workdir, text = recorded("auto")
+    with LlmdProcess.running(text, workdir=workdir) as llmd:
         assert wait_for(lambda: engine_of(llmd, "coder")["state"] == "asleep", 60)
         cli = [sys.executable, "-m", "llmd.cli"]
         where = ["--engine", "coder", "--runtime-dir", str(llmd.runtime_dir)]
@@ -117,14 +120,7 @@ def test_a_rollback_while_the_deploy_waits_for_the_wake_wakes_the_old_release() 
             rolling = pool.submit(run, [*cli, "rollback", *where])
             assert wait_for(lambda: phases() == ["booting_old"], 30), llmd.log_tail()
             assert engine_of(llmd, "coder")["state"] == "asleep"
-            client = openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="x", max_retries=0)
-            answer = client.chat.completions.create(
-                model="coder",
-                messages=[{"role": "user", "content": "hello"}],
-                max_tokens=4,
-                timeout=90,
-            )
-            assert answer.model == "coder"
+            assert ask_coder(llmd) == "coder"
             for ended in (deploying.result(), rolling.result()):
                 assert "rolled_back on engine coder; r1 serves" in ended.stdout, ended.stdout
         assert engine_of(llmd, "coder")["release"] == "r1"
