@@ -38,7 +38,7 @@ async def test_an_engine_put_to_sleep_takes_no_request_before_its_sleep_runs() -
     """From the moment its sleep is started (before the sleep task has run a step) the engine
     is closed, so no request released meanwhile reaches it asleep; once the sleep ended it is
     open again."""
-    engines = {m: (m, []) for m in ("chat", "coder")}
+    engines: dict[str, tuple[str, list[str]]] = {m: (m, []) for m in ("chat", "coder")}
     raw = tomllib.loads(multi_sim_config(ensure_tiny_model(), engines))
     for table in raw["engines"].values():
         table["on_demand"] = True

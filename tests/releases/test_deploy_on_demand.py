@@ -112,7 +112,10 @@ def test_a_rollback_while_the_deploy_waits_for_the_wake_wakes_the_old_release() 
         assert wait_for(lambda: engine_of(llmd, "coder")["state"] == "asleep", 60)
         cli = [sys.executable, "-m", "llmd.cli"]
         where = ["--engine", "coder", "--runtime-dir", str(llmd.runtime_dir)]
-        phases = lambda: [d["phase"] for d in llmd.admin_status()["deploys"]]  # noqa: E731
+
+        def phases() -> list[str]:
+            return [d["phase"] for d in llmd.admin_status()["deploys"]]
+
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             run = functools.partial(subprocess.run, capture_output=True, text=True, timeout=120)
             deploying = pool.submit(run, [*cli, "deploy", "r2", *where])
