@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import json
 import random
 import statistics
@@ -104,13 +105,15 @@ async def agent(
     stop: float,
     max_tokens: int,
     out: dict[str, Any],
+    name: int = 0,
 ) -> None:
-    """Run `calls` in order until `stop`, recording each call's TTFT by model, or its loss."""
+    """Run `calls` in order until `stop`, recording each call's TTFT by model, or its loss, and
+    each call as (agent, model, wall-clock start, TTFT or None) in out["calls"]."""
     for model, think in calls:
         await asyncio.sleep(think)
         if time.monotonic() >= stop:
             return
-        started = time.monotonic()
+        started, wall = time.monotonic(), time.time()
         first: float | None = None
         finished = None
         try:
@@ -126,8 +129,10 @@ async def agent(
                 if chunk.choices and chunk.choices[0].finish_reason:
                     finished = chunk.choices[0].finish_reason
         except openai.OpenAIError as exc:
+            out["calls"].append((name, model, round(wall, 3), None))
             out["lost"].append(f"{model}: {type(exc).__name__}: {exc}"[:200])
             continue
+        out["calls"].append((name, model, round(wall, 3), first and round(first, 3)))
         if first is None or finished is None:
             out["lost"].append(f"{model}: incomplete")
             continue
@@ -161,19 +166,26 @@ async def run_policy(args: argparse.Namespace, policy: str, seed: int) -> dict[s
         client = openai.AsyncOpenAI(
             base_url=llmd.base_url + "/v1", api_key="x", max_retries=0, timeout=600
         )
-        out: dict[str, Any] = {"ttft": {m: [] for m in MODELS}, "lost": [], "completed": 0}
+        out: dict[str, Any] = {
+            "ttft": {m: [] for m in MODELS},
+            "lost": [],
+            "completed": 0,
+            "calls": [],
+        }
         started = time.monotonic()
         stop = started + args.seconds
         calls = 10_000
         await asyncio.gather(
             *(
-                agent(client, trace(seed * 100 + i, calls), stop, args.max_tokens, out)
+                agent(client, trace(seed * 100 + i, calls), stop, args.max_tokens, out, i)
                 for i in range(args.agents)
             )
         )
         elapsed = time.monotonic() - started
         swaps = wakes(llmd.base_url) - before
         await client.close()
+        if args.trace is not None:
+            write_trace(args.trace / f"{policy}-{seed}.json", out["calls"], llmd.log_path)
     return {
         "policy": policy,
         "seconds": round(elapsed, 1),
@@ -191,6 +203,31 @@ async def run_policy(args: argparse.Namespace, policy: str, seed: int) -> dict[s
             for m, v in out["ttft"].items()
         },
     }
+
+
+SWAP_EVENTS = {
+    "engine_wake_decided",
+    "engine_sleep_decided",
+    "engine_wake_cancel_decided",
+    "engine_woken",
+    "engine_asleep",
+}
+
+
+def write_trace(path: Path, calls: list[Any], log_path: Path) -> None:
+    """Each call (agent, model, wall-clock start s, TTFT s) and llmd's swap log events (wall
+    clock s, event, engine), for reading one run's waits."""
+    events = []
+    for line in log_path.read_text(errors="replace").splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if event.get("event") in SWAP_EVENTS:
+            at = datetime.datetime.fromisoformat(event["timestamp"]).timestamp()
+            events.append((round(at, 3), event["event"], event.get("engine"), event.get("reason")))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"calls": sorted(calls, key=lambda c: c[2]), "events": events}))
 
 
 def _round(value: float | None) -> float | None:
@@ -244,10 +281,13 @@ async def main() -> None:
     parser.add_argument("--min-residence-s", type=float, default=5.0)
     parser.add_argument("--max-wait-s", type=float, default=1.0)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--trace", type=Path, help="a folder for each run's calls and swap events")
+    parser.add_argument("--policies", default="llmd,evict", help="which policies to run")
     args = parser.parse_args()
     rounds: list[dict[str, dict[str, Any]]] = []
     for index in range(args.rounds):
-        order = ("llmd", "evict") if index % 2 == 0 else ("evict", "llmd")
+        policies = tuple(args.policies.split(","))
+        order = policies if index % 2 == 0 else policies[::-1]
         found = {}
         for policy in order:
             found[policy] = await run_policy(args, policy, seed=index)
@@ -257,7 +297,7 @@ async def main() -> None:
         "engine": args.engine,
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "rounds": rounds,
-        "summary": summary(rounds),
+        "summary": summary(rounds) if set(policies) == {"llmd", "evict"} else None,
     }
     print(json.dumps(report["summary"], indent=2))
     if args.out is not None:

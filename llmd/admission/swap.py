@@ -5,7 +5,9 @@ no new request so that it drains. Pure (no asyncio, no I/O): the caller passes `
 
 Guarantees (tests/admission/test_swap.py pins each, property-tested):
 - an engine with requests in flight is never put to sleep;
-- a pinned engine is never evicted, nor one awake for less than `min_residence_s`;
+- a pinned engine is never evicted, nor one awake for less than `min_residence_s` unless it has
+  been idle (nothing in flight or waiting) for its predicted wake time: keeping it longer costs
+  the requests waiting for another model more than waking it again would (the ski-rental rule);
 - at most `max_resident` engines are resident (awake, waking or falling asleep) at once;
 - while requests wait for an asleep engine, the resident engine to evict still takes new
   requests for `max_wait_s` from when the first of them began waiting (A B A A C runs as
@@ -21,7 +23,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from llmd.supervisor.state import WakeTimes
 
@@ -109,6 +111,8 @@ class SwapGroup:
         # requests runs them before it may be evicted (else it could be put back to sleep
         # with the requests it was woken for still waiting).
         self._ran: set[str] = set()
+        # Since when each awake engine has had nothing in flight or waiting (monotonic s).
+        self._idle_since: dict[str, float] = {}
 
     def decide(self, engines: Sequence[EngineView], now: float) -> Plan:
         """The plan for `engines` (the whole group) at `now`."""
@@ -122,6 +126,10 @@ class SwapGroup:
                 self._ran.discard(view.name)
             elif view.in_flight:
                 self._ran.add(view.name)
+            if view.residency is Residency.AWAKE and not view.in_flight and not view.waiting:
+                self._idle_since.setdefault(view.name, now)
+            else:
+                self._idle_since.pop(view.name, None)
         wake: list[str] = []
         sleep: list[tuple[str, SleepReason]] = []
         cancel = [
@@ -151,9 +159,10 @@ class SwapGroup:
             since = self._waiting_since[want.name]
             busy = {name for name, _ in sleep} | set(cancel) | closed
             owed = {v.name for v in engines if v.waiting and v.name not in self._ran}
-            victim = _victim([v for v in engines if v.name not in busy | owed], now, policy)
+            others = [v for v in engines if v.name not in busy | owed]
+            victim = _victim(others, now, policy, self._idle_since)
             if victim is None:
-                times += _eligible_at(engines, policy)
+                times += _eligible_at(others, policy, self._idle_since)
                 break  # the oldest waits first: the others wait behind it
             if now - since >= policy.max_wait_s:
                 closed.add(victim.name)
@@ -188,31 +197,42 @@ def _idle(view: EngineView, now: float, policy: GroupPolicy) -> bool:
     )
 
 
-def _evictable(view: EngineView, now: float, policy: GroupPolicy) -> bool:
-    return (
-        view.residency is Residency.AWAKE
-        and not view.pinned
-        and view.awake_since is not None
-        and now - view.awake_since >= policy.min_residence_s
-    )
+def _eligible_at_one(
+    view: EngineView, policy: GroupPolicy, idle_since: Mapping[str, float]
+) -> float | None:
+    """When awake, unpinned `view` may be evicted: at the end of its minimum residence, or
+    once idle for its predicted wake if that comes first (None: never, or not awake)."""
+    if view.residency is not Residency.AWAKE or view.pinned or view.awake_since is None:
+        return None
+    at = view.awake_since + policy.min_residence_s
+    idle = idle_since.get(view.name)
+    return at if idle is None else min(at, idle + view.wake_s)
 
 
-def _victim(engines: Iterable[EngineView], now: float, policy: GroupPolicy) -> EngineView | None:
+def _victim(
+    engines: Iterable[EngineView],
+    now: float,
+    policy: GroupPolicy,
+    idle_since: Mapping[str, float],
+) -> EngineView | None:
     """The awake engine to evict: the lowest cost among those that may be, ties to the one
     awake longest (None: none may be yet)."""
-    candidates = [v for v in engines if _evictable(v, now, policy)]
+    candidates = []
+    for view in engines:
+        at = _eligible_at_one(view, policy, idle_since)
+        if at is not None and now >= at:
+            candidates.append(view)
     if not candidates:
         return None
     return min(candidates, key=lambda v: (v.cost, v.awake_since, v.name))
 
 
-def _eligible_at(engines: Iterable[EngineView], policy: GroupPolicy) -> list[float]:
-    """When each awake, unpinned engine leaves its minimum residence."""
-    return [
-        v.awake_since + policy.min_residence_s
-        for v in engines
-        if v.residency is Residency.AWAKE and not v.pinned and v.awake_since is not None
-    ]
+def _eligible_at(
+    engines: Iterable[EngineView], policy: GroupPolicy, idle_since: Mapping[str, float]
+) -> list[float]:
+    """When each awake, unpinned engine may be evicted (`_eligible_at_one`)."""
+    times = (_eligible_at_one(v, policy, idle_since) for v in engines)
+    return [t for t in times if t is not None]
 
 
 class Demand:

@@ -14,9 +14,9 @@ from llmd.errors import ConfigError
 @dataclasses.dataclass(frozen=True)
 class SwapGroupConfig:
     """Engines of which at most `max_resident` are awake at once. An engine woken stays awake
-    at least `min_residence_s` (no thrash). When another model's requests wait, the engine to
-    evict still takes new requests for `max_wait_s`, then none until it has drained (an engine
-    with requests in flight is never evicted)."""
+    at least `min_residence_s` (no thrash) unless idle for its predicted wake. When another
+    model's requests wait, the engine to evict still takes new requests for `max_wait_s`, then
+    none until it has drained (an engine with requests in flight is never evicted)."""
 
     engines: tuple[str, ...] = ()
     max_resident: int = 1

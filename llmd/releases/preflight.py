@@ -1,6 +1,7 @@
 """Whether a deploy may start: the checks that refuse it, with the reason, before anything
-changes (another deploy or operator action under way, the engine not serving, the release
-running already or unable to boot, a canary whose tokenizer differs from the serving one)."""
+changes (another deploy or operator action under way, the engine neither serving nor asleep
+on demand, the release running already or unable to boot, a canary whose tokenizer differs from
+the serving one, a canary of an asleep engine)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from llmd.releases.diff import tokenizer_changes
 from llmd.releases.position import boot_table, cannot_boot
 from llmd.releases.steps import DeployHost
 from llmd.releases.store import ReleaseStore
+from llmd.supervisor.state import EnginePhase
 
 
 def check_deployable(
@@ -27,7 +29,14 @@ def check_deployable(
     if host.actions.under_way is not None:
         raise ActionRefused(f"deploy refused: a {host.actions.under_way} is under way")
     engine = host.state.fleet.engines[name]
-    if not engine.serving:
+    asleep = engine.phase is EnginePhase.ASLEEP
+    if asleep and strategy is Strategy.CANARY:
+        raise ActionRefused(
+            f"deploy refused: engine {name} is asleep, and a canary would boot beside it; "
+            f"deploy by replace (it boots the release when next woken) or `llmd wake --engine "
+            f"{name}` first"
+        )
+    if not engine.serving and not asleep:
         raise ActionRefused(
             f"deploy refused: engine {name} is {engine.phase.value}; deploy once it serves"
         )

@@ -20,6 +20,7 @@ from llmd.releases.smoke import SmokeExpectations
 from llmd.releases.smoke_runner import run_smoke
 from llmd.releases.store import ReleaseStore
 from llmd.state import DaemonState
+from llmd.supervisor.state import EnginePhase
 from llmd.supervisor.supervisor import Supervisor
 
 _POLL_S = 0.1
@@ -80,7 +81,9 @@ async def boot(
 ) -> Booted:
     """Swap in `release`'s table and restart `engine` (`beside`: start it as a new,
     held engine from the table of the one it is the canary of); Booted when it serves, or
-    when it exits or gives up first, or after its start timeout."""
+    when it exits or gives up first, or after its start timeout. An engine asleep on demand
+    boots the table when its swap group next wakes it (a request for its model waits): until
+    then this waits, and the start timeout counts from the wake."""
     base = engine.rsplit(".", 1)[0] if beside else engine
     try:
         record = await asyncio.to_thread(store.get, release)
@@ -97,9 +100,13 @@ async def boot(
     failures = _failures(state.exits_by_reason)
     if not beside:
         host.backends.use_engine_table(engine, table)
-        if not await supervisor.restart():
+        # Asleep on demand: it boots `table` when its swap group next wakes it.
+        asleep = supervisor.boot_on_wake()
+        if not asleep and not await supervisor.restart():
             host.backends.start_engine(engine)  # gave up: run it again (in backoff: it boots next)
     while time.monotonic() - began < table.start_timeout_s + 5:
+        if state.phase is EnginePhase.ASLEEP:
+            began = time.monotonic()  # its start timeout counts from its wake
         if state.serving and state.ready_at is not None and state.ready_at >= began:
             return Booted(release, True, time.monotonic())
         exited = _failures(state.exits_by_reason) > failures

@@ -6,9 +6,8 @@
 
 - One supervisor per engine, each with its own process group, socket, pid file, exit history,
   backoff and give-up: one engine's crash loop never touches another.
-- An on-demand engine sleeps and wakes when told (`sleep`, `wake`; the swap group decides,
-  llmd/daemon/swapping.py): by vLLM's sleep mode, or by stopping its group and booting it
-  again (`SleepMechanism.STOP`); it serves again only once a one-token generation succeeds.
+- An on-demand engine sleeps and wakes when told (`sleep`, `wake`, from its base class in
+  llmd/supervisor/ondemand.py; the swap group decides, llmd/daemon/swapping.py).
 - Engines that share a GPU boot one after the other (`boot_locks`: held from the spawn until the
   engine serves or exits), since vLLM checks a device's free memory while it boots
   (vllm#10533).
@@ -35,9 +34,9 @@ from llmd.runtime import RuntimePaths
 from llmd.supervisor.diagnosis import diagnose
 from llmd.supervisor.exits import ExitReason, classify_exit
 from llmd.supervisor.leftovers import forget_engine, record_engine, stop_leftover
+from llmd.supervisor.ondemand import OnDemand
 from llmd.supervisor.policy import ExitRecord, GiveUp, decide_restart
 from llmd.supervisor.process import EngineProcess
-from llmd.supervisor.sleeping import call_sleep, call_wake_up, first_token
 from llmd.supervisor.state import EnginePhase, EngineState, model_cards, model_ids
 from llmd.supervisor.warmup import warm_up
 
@@ -53,7 +52,7 @@ BOOT_PROBE_S = 0.1
 ASKED_FOR = frozenset({"stopped", "restart_requested", "slept"})
 
 
-class Supervisor:
+class Supervisor(OnDemand):
     """Runs engine `name` as `engine` describes it, restarting it by `policy`, and publishes
     its state into `state`; `on_change()` is called when it starts or stops serving (admission
     pumps then). `engine` and `policy` may be replaced while it runs: the policy applies to
@@ -89,14 +88,7 @@ class Supervisor:
         self._restart_requested = False
         self._warmup_s: float | None = None  # how long this boot's warm-up took
         self._stall: ExitReason | None = None  # set by `stalled()` for the exit it causes
-        # On demand: how it sleeps (None: never), and whether its first boot ends asleep (it
-        # boots once so that llmd knows its models and context length).
-        self.mechanism = mechanism
-        self._start_asleep = start_asleep
-        self._sleep_requested = False  # a `stop` sleep: the exit it causes parks the engine
-        self._wake_requested = asyncio.Event()
-        self._waking = False  # the boot under way is a wake
-        self._cancel_wake = False  # a sleep came while a sleep-mode wake was under way
+        self._init_on_demand(mechanism, start_asleep)
         self._probe: aiohttp.ClientSession | None = None
         # A swap group's start-up: its engines' first boots one at a time, each held until the
         # engine serves or is asleep again (their memory is never needed at once).
@@ -134,7 +126,10 @@ class Supervisor:
                     if self._stopping.is_set():
                         break
                     if reason.kind == "restart_requested":
-                        self.state.restarts += 1
+                        # A wake that boots a new table (llmd/supervisor/ondemand.py) is no
+                        # restart: its boot is the wake.
+                        self._waking, self._wake_boot = self._wake_boot, False
+                        self.state.restarts += not self._waking
                         continue
                     if reason.kind == "slept":
                         await self._parked()
@@ -152,99 +147,6 @@ class Supervisor:
             self._start_held = False
             self._start_lock.release()
         self._start_lock = None
-
-    async def _parked(self) -> None:
-        """A `stop` sleep: asleep with no process until `wake()` (or a stop)."""
-        self._sleep_requested = False
-        self._started()
-        self.state.phase = EnginePhase.ASLEEP
-        self.on_change()
-        self.log.info("engine_asleep", mechanism=SleepMechanism.STOP.value)
-        waits = [asyncio.ensure_future(e.wait()) for e in (self._wake_requested, self._stopping)]
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waits:
-                waiter.cancel()
-        self._wake_requested.clear()
-
-    async def sleep(self) -> bool:
-        """Put the serving engine to sleep by its mechanism (the caller made sure nothing runs
-        there), or cancel a wake under way; False when it is neither serving nor waking, or
-        not on demand. Returns once asleep (a sleep-mode sleep) or once its group is being
-        stopped."""
-        phase, mechanism = self.state.phase, self.mechanism
-        if mechanism is None or phase not in (EnginePhase.SERVING, EnginePhase.WAKING):
-            return False
-        if phase is EnginePhase.WAKING and mechanism.level is not None:
-            self._cancel_wake = True  # `wake()` puts it back to sleep once awake
-            return True
-        self.state.phase = EnginePhase.FALLING_ASLEEP
-        self.on_change()
-        if mechanism.level is None:
-            self._sleep_requested = True
-            process = self._process
-            if process is not None and process.running:
-                await process.stop_group(self.engine.stop_timeout_s)
-            return True
-        return await self._sleep_mode(mechanism.level)
-
-    async def _sleep_mode(self, level: int) -> bool:
-        """POST /sleep: ASLEEP when the engine said yes, else it goes on serving."""
-        assert self._probe is not None
-        slept = await call_sleep(self._probe, self.engine, level)
-        self._started()
-        self.state.phase = EnginePhase.ASLEEP if slept else EnginePhase.SERVING
-        self.on_change()
-        if slept:
-            self.log.info("engine_asleep", mechanism=f"level{level}")
-        else:
-            self.log.warning("engine_sleep_refused", level=level)
-        return slept
-
-    async def wake(self) -> bool:
-        """Wake the asleep engine: it serves again once a one-token generation succeeded
-        (`state.wake_s` then says how long the wake took). False when it is not asleep. A
-        `stop` sleeper's wake is a boot, and returns when the boot has begun."""
-        if self.mechanism is None or self.state.phase is not EnginePhase.ASLEEP:
-            return False
-        self.state.phase = EnginePhase.WAKING
-        self.state.wake_started_at = time.monotonic()
-        self.on_change()
-        if self.mechanism.level is None:
-            self._waking = True
-            self._wake_requested.set()
-            return True
-        assert self._probe is not None
-        woke = await call_wake_up(self._probe, self.engine) and await first_token(
-            self._probe, self.engine, self.engine.start_timeout_s
-        )
-        if self._cancel_wake:
-            self._cancel_wake = False
-            self.log.info("engine_wake_cancelled")
-            return await self._sleep_mode(self.mechanism.level)
-        if not woke:
-            self.state.phase = EnginePhase.ASLEEP
-            self.on_change()
-            self.log.error("engine_wake_failed", mechanism=self.mechanism.value)
-            return False
-        self._woken()
-        return True
-
-    def _woken(self) -> None:
-        """The wake under way has ended with a first token: the engine serves."""
-        now = time.monotonic()
-        started = self.state.wake_started_at or now
-        self.state.wake_s = now - started
-        self.state.wakes.record(self.state.wake_s)
-        self.state.ready_at = now
-        self.state.phase = EnginePhase.SERVING
-        self._served.set()
-        self.on_change()
-        assert self.mechanism is not None
-        self.log.info(
-            "engine_woken", mechanism=self.mechanism.value, wake_s=round(self.state.wake_s, 3)
-        )
 
     async def _stop_leftover(self) -> None:
         """Stop what an llmd killed before it could stop its engine left in this runtime
@@ -414,7 +316,8 @@ class Supervisor:
             await process.stop_group(timeout_s=5.0)
         if self._restart_requested:
             self._restart_requested = False
-            reason = ExitReason("restart_requested", "restarted by the operator")
+            why = "woken with a new table" if self._wake_boot else "restarted by the operator"
+            reason = ExitReason("restart_requested", why)
         elif self._sleep_requested:
             reason = ExitReason("slept", "put to sleep (its process group stopped)")
         elif self._stall is not None:
@@ -532,20 +435,13 @@ class Supervisor:
                 "http://engine/version", timeout=aiohttp.ClientTimeout(total=5)
             ) as r:
                 self.state.api = EngineApi.parse((await r.json())["version"])
-        if self._start_asleep:  # its first boot: known now, asleep until wanted
-            self._start_asleep = False
-            assert self.mechanism is not None
-            if self.mechanism.level is None:
-                self._sleep_requested = True
-                return ExitReason("slept", "put to sleep after its first boot")
-            if await self._sleep_mode(self.mechanism.level):
-                return None
-        if self._waking:
-            if not await first_token(probe, self.engine, self.engine.start_timeout_s):
-                return ExitReason("start_timeout", "woken, but no token came")
-            self._waking = False
-            self._woken()
-            return None
+        if self._start_asleep or self._waking:
+            return await self._ready_on_demand(probe)
+        self._serve()
+        return None
+
+    def _serve(self) -> None:
+        """Publish the ready engine serving."""
         self.state.phase = EnginePhase.SERVING
         self._started()
         self._served.set()
@@ -553,12 +449,11 @@ class Supervisor:
         self.log.info(
             "engine_ready",
             pid=self.state.pid,
-            boot_s=round(self.state.boot_s, 1),
+            boot_s=None if self.state.boot_s is None else round(self.state.boot_s, 1),
             warmup_s=None if self._warmup_s is None else round(self._warmup_s, 2),
             max_model_len=self.state.max_model_len,
             vllm_release=".".join(map(str, self.state.api.release)),
         )
-        return None
 
     def _record_exit(self, reason: ExitReason, lines: Iterable[str]) -> None:
         self.state.last_exit = reason

@@ -64,7 +64,8 @@ def test_every_plan_keeps_the_guarantees(
     case: tuple[GroupPolicy, list[EngineView], float], later: float
 ) -> None:
     """Over any group state (decided twice, `later` s apart): nothing in flight is put to
-    sleep; evictions spare pinned engines and those inside min_residence_s; wakes stay within
+    sleep; evictions spare pinned engines and those inside min_residence_s that have not been
+    idle for their predicted wake; wakes stay within
     max_resident and are only for waiting requests; an engine is closed only once requests
     waited max_wait_s for another; exactly the wakes nobody waits for are cancelled."""
     policy, views, now = case
@@ -79,7 +80,9 @@ def test_every_plan_keeps_the_guarantees(
         if reason is SleepReason.EVICTED:
             assert not view.pinned
             assert view.awake_since is not None
-            assert at - view.awake_since >= policy.min_residence_s
+            # Inside min_residence_s only once idle (seen idle since `now`) for its wake.
+            idle_for = later if not view.waiting else -1.0
+            assert at - view.awake_since >= policy.min_residence_s or idle_for >= view.wake_s
         else:
             assert not view.waiting and not view.pinned
     resident = sum(1 for v in views if v.resident)
@@ -92,6 +95,53 @@ def test_every_plan_keeps_the_guarantees(
     waking = {v.name for v in views if v.residency is Residency.WAKING and not v.waiting}
     assert set(plan.cancel) == waking
     assert plan.next_at is None or plan.next_at > at
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.floats(0, 30),
+    st.floats(0, 5),
+    st.tuples(st.integers(0, 2), st.integers(0, 2), st.booleans()),
+    st.floats(0, 60),
+    st.floats(0.1, 10),
+    st.floats(0, 20),
+)
+def test_a_full_group_evicts_exactly_as_the_rules_say(
+    min_residence: float,
+    max_wait: float,
+    load: tuple[int, int, bool],
+    awake_for: float,
+    wake_s: float,
+    later: float,
+) -> None:
+    """One engine awake (with `load`: requests in flight, requests waiting, pinned) and one
+    asleep that requests wait for, seen twice `later` s apart: the awake one is evicted exactly
+    when it is unpinned, has nothing in flight, and is past min_residence_s (with nothing
+    waiting for it, or once max_wait_s closed it) or has been idle for its predicted wake."""
+    in_flight, waiting, pinned = load
+    policy = GroupPolicy(max_resident=1, min_residence_s=min_residence, max_wait_s=max_wait)
+    now = 1000.0
+    awake = EngineView(
+        "a",
+        Residency.AWAKE,
+        in_flight=in_flight,
+        waiting=waiting,
+        pinned=pinned,
+        awake_since=now - awake_for,
+        wake_s=wake_s,
+    )
+    views = [awake, EngineView("b", Residency.ASLEEP, waiting=1)]
+    swap = SwapGroup(policy)
+    swap.decide([dataclasses.replace(awake, in_flight=1), views[1]], now)  # it ran a request
+    swap.decide(views, now)
+    plan = swap.decide(views, now + later)
+    at = now + later  # the times compared as the core compares them
+    past = at >= awake.awake_since + min_residence  # type: ignore[operator]
+    idle = not in_flight and not waiting and at >= now + wake_s
+    drained = not in_flight and (not waiting or at - now >= max_wait)
+    expected = not pinned and ((past and drained) or idle)
+    assert (plan.sleep == (("a", SleepReason.EVICTED),)) is expected
+    assert not plan.wake  # b waits until a is asleep
 
 
 def test_the_lowest_cost_engine_is_evicted_never_a_pinned_one() -> None:
@@ -135,17 +185,38 @@ def test_requests_for_the_resident_engine_join_within_max_wait_then_it_drains() 
     assert plan.sleep == (("b", SleepReason.EVICTED),)  # nothing in flight: no need to wait
 
 
-def test_no_eviction_inside_min_residence() -> None:
-    """An engine woken less than min_residence_s ago stays, whoever waits; the plan says when
-    to look again."""
+def test_no_eviction_of_a_busy_engine_inside_min_residence() -> None:
+    """An engine woken less than min_residence_s ago that still runs requests stays, whoever
+    waits; the plan says when to look again."""
     policy = GroupPolicy(max_resident=1, min_residence_s=20.0, max_wait_s=0.0)
     views = [
-        EngineView("a", Residency.AWAKE, awake_since=100.0),
+        EngineView("a", Residency.AWAKE, in_flight=1, awake_since=100.0),
         EngineView("b", Residency.ASLEEP, waiting=5),
     ]
     plan = SwapGroup(policy).decide(views, 110.0)
     assert not plan.sleep and not plan.wake and plan.next_at == 120.0
-    assert SwapGroup(policy).decide(views, 120.0).sleep == (("a", SleepReason.EVICTED),)
+    plan = SwapGroup(policy).decide(views, 120.0)
+    assert plan.closed == {"a"} and not plan.sleep
+
+
+def test_an_idle_engine_inside_min_residence_goes_once_idle_for_its_wake() -> None:
+    """Inside min_residence_s, an engine with nothing in flight or waiting is evicted once it
+    has been idle for its predicted wake time, not before; a request for it starts the count
+    again."""
+    policy = GroupPolicy(max_resident=1, min_residence_s=20.0, max_wait_s=5.0)
+    swap = SwapGroup(policy)
+    a = EngineView("a", Residency.AWAKE, in_flight=1, awake_since=100.0, wake_s=0.5)
+    b = EngineView("b", Residency.ASLEEP, waiting=1)
+    assert not swap.decide([a, b], 101.0).sleep
+    a = dataclasses.replace(a, in_flight=0)  # its request ended: idle from 102.0
+    plan = swap.decide([a, b], 102.0)
+    assert not plan.sleep and plan.next_at == 102.5
+    a = dataclasses.replace(a, in_flight=1)  # a new request for it: busy again
+    assert not swap.decide([a, b], 102.3).sleep
+    a = dataclasses.replace(a, in_flight=0)  # idle again from 102.4
+    assert not swap.decide([a, b], 102.4).sleep
+    assert not swap.decide([a, b], 102.8).sleep
+    assert swap.decide([a, b], 102.9).sleep == (("a", SleepReason.EVICTED),)
 
 
 def test_a_wake_nobody_waits_for_is_cancelled_and_idle_engines_sleep() -> None:
@@ -174,6 +245,7 @@ class _Engine:
     awake_since: float | None = None
     ready_at: float = 0.0
     running: list[float] = dataclasses.field(default_factory=list)  # finish times
+    idle_since: float | None = None  # awake with nothing running or queued since
 
 
 @settings(max_examples=60, deadline=None)
@@ -191,7 +263,9 @@ def test_every_request_is_served_within_the_bound(
 ) -> None:
     """Driving the core over a trace (model, gap before it, its duration) with one engine awake
     at a time and a 0.5 s wake: every request is served, none waits longer than one turn of
-    each model (min_residence_s + max_wait_s + the longest request + the wake, each)."""
+    each model (min_residence_s + max_wait_s + the longest request + the wake, each); no
+    engine is evicted with requests running, nor inside min_residence_s before it has been
+    idle for its wake (so wakes are at least one wake plus the shorter of the two apart)."""
     policy = GroupPolicy(max_resident=1, min_residence_s=min_residence, max_wait_s=max_wait)
     swap, wake_s, step = SwapGroup(policy), 0.5, 0.05
     engines = {name: _Engine() for name in "abc"}
@@ -201,14 +275,20 @@ def test_every_request_is_served_within_the_bound(
         arrivals.append((at, model, duration))
     queued: list[tuple[float, str, float]] = []
     waits: list[float] = []
+    woken_at: list[float] = []
     now = 0.0
     while (arrivals or queued or any(e.running for e in engines.values())) and now < 200:
         while arrivals and arrivals[0][0] <= now:
             queued.append(arrivals.pop(0))
-        for engine in engines.values():
+        for name, engine in engines.items():
             engine.running = [t for t in engine.running if t > now]
             if engine.residency is Residency.WAKING and engine.ready_at <= now:
                 engine.residency, engine.awake_since = Residency.AWAKE, now
+            idle = not engine.running and not any(q[1] == name for q in queued)
+            if engine.residency is not Residency.AWAKE or not idle:
+                engine.idle_since = None
+            elif engine.idle_since is None:
+                engine.idle_since = now
         views = [
             EngineView(
                 name,
@@ -222,10 +302,16 @@ def test_every_request_is_served_within_the_bound(
         ]
         plan = swap.decide(views, now)
         for name, _ in plan.sleep:
-            assert not engines[name].running
-            engines[name].residency, engines[name].awake_since = Residency.ASLEEP, None
+            engine = engines[name]
+            assert not engine.running and engine.awake_since is not None
+            if now - engine.awake_since < min_residence:
+                assert engine.idle_since is not None and now - engine.idle_since >= wake_s - 1e-9
+            engine.residency, engine.awake_since = Residency.ASLEEP, None
         for name in plan.wake:
             engines[name].residency, engines[name].ready_at = Residency.WAKING, now + wake_s
+            if woken_at:
+                assert now - woken_at[-1] >= wake_s + min(min_residence, wake_s) - step
+            woken_at.append(now)
         awake = [n for n, e in engines.items() if e.residency is not Residency.ASLEEP]
         assert len(awake) <= 1
         for item in list(queued):

@@ -21,11 +21,13 @@ from tests.support.llmd_process import LlmdProcess
 from tests.support.waiting import wait_for
 
 
-def record(store: ReleaseStore, name: str, config_text: str, workdir: Path) -> None:
-    """Record `name`: the `main` engine of `config_text` (kept in WORKDIR/NAME.toml)."""
+def record(
+    store: ReleaseStore, name: str, config_text: str, workdir: Path, engine: str = "main"
+) -> None:
+    """Record `name`: engine `engine` of `config_text` (kept in WORKDIR/NAME.toml)."""
     path = workdir / f"{name}.toml"
     path.write_text(config_text)
-    create_release(store, name, "main", load_config(path).engine_tables["main"], NoNvml())
+    create_release(store, name, engine, load_config(path).engine_tables[engine], NoNvml())
 
 
 class Served:
