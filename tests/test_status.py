@@ -102,6 +102,10 @@ SCHEMA: dict[str, Any] = {
         "name": str, "in_flight": int, "queued": int, "requests": int, "answered": int,
         "rejected": int, "cancelled": int, "aborted": int, "errors": int, "requests_per_s": NUM,
     }],
+    "device_hold": ({
+        "groups": [[str]], "bound_ms": NUM, "held": [str], "reasons": [str], "holds": int,
+        "batch_seats": int, "limited": [str], "limit_reasons": [str],
+    }, None),
 }  # fmt: skip
 
 

@@ -137,6 +137,8 @@ PROBES: dict[str, Probe] = {
     "admission.kv_high_watermark": lambda d: _gate(d).kv_high_watermark,
     "admission.kv_overcommit": lambda d: _gate(d).kv_overcommit,
     "admission.max_engine_waiting": lambda d: _gate(d).max_engine_waiting,
+    "admission.device_hold_ratio": lambda d: d.state.admission.holds.hold.bound_s,
+    "admission.device_batch_seats": lambda d: d.state.admission.holds.hold.batch_seats,
     "usage.keep_days": lambda d: d.state.config.usage.keep_days,
     "usage.flush_interval_s": lambda d: d.state.config.usage.flush_interval_s,
     "routing.prefix_chars": lambda d: d.state.admission.gates.prefix_chars,
@@ -184,6 +186,8 @@ LIVE_FORM: dict[str, Callable[[Any], Any]] = {
     "supervisor.max_failed_boots": lambda value: {value},
     # 0 is no limit: uvicorn's None.
     "server.max_connections": lambda value: value or None,
+    # The hold's bound: the ratio x the interactive class's default budget (1,500 ms).
+    "admission.device_hold_ratio": lambda value: value * (1500.0 / 1000),
 }
 
 
