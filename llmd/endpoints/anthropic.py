@@ -2,18 +2,20 @@
 llmd reads, checked once into one `Fields` record, with the conversation as vLLM 0.32 hands it
 to the chat template (entrypoints/anthropic/serving.py `to_chat_completion_request`).
 
-    local   text-only conversations are rendered and counted by llmd's own tokenizer; with
+    local   conversations of text, an assistant's `tool_use` and a user's `tool_result` (text)
+            blocks are rendered and counted by llmd's own tokenizer (`anthropic_turns`); with
             tools (and tool choice auto) too when the engine was started with auto tool
             choice (without it vLLM refuses them: then the engine answers)
-    engine  anything else (thinking, tool blocks, images, inline system messages, other tool
-            choices) is counted by the engine's own `/v1/messages/count_tokens`: exact by
-            construction
+    engine  anything else (thinking, images, tool results with images or tool references,
+            inline system messages, other tool choices) is counted by the engine's own
+            `/v1/messages/count_tokens`: exact by construction
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from llmd.endpoints.anthropic_turns import chat_turns, renders
 from llmd.errors import InvalidRequest
 from llmd.validation.fields import NO_OUTPUT, ChatPrompt, EnginePrompt, Fields, OutputRequest
 
@@ -64,9 +66,9 @@ def count_answer(count: int) -> dict[str, Any]:
 
 
 def conversation(body: dict[str, Any]) -> ChatPrompt | EnginePrompt:
-    """The request's conversation as the chat template sees it when llmd can render it (text
-    only, no tools), else the request itself for the engine's count_tokens (with llmd's
-    rendering of it when llmd renders its tools). Raises InvalidRequest."""
+    """The request's conversation as the chat template sees it when llmd can render it (no
+    tools, blocks `_local` accepts), else the request itself for the engine's count_tokens
+    (with llmd's rendering of it when llmd renders its tools). Raises InvalidRequest."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("messages: must be a non-empty list of messages", param="messages")
@@ -97,18 +99,7 @@ def _rendered(body: dict[str, Any]) -> ChatPrompt:
     if system_text:
         chat.append({"role": "system", "content": system_text})
     for message in body["messages"]:
-        content = message["content"]
-        if isinstance(content, list):
-            texts = [block["text"] for block in content if block.get("text")]
-            if not texts:  # vLLM 0.32 drops a user message left empty, keeps an assistant's
-                if message["role"] == "assistant":
-                    chat.append({"role": "assistant"})
-                continue
-            if len(texts) > 1:
-                content = [{"type": "text", "text": text} for text in texts]
-            else:
-                content = texts[0]
-        chat.append({"role": message["role"], "content": content})
+        chat.extend(chat_turns(message))
     kwargs = body.get("chat_template_kwargs") or {}
     if not isinstance(kwargs, dict):
         raise InvalidRequest(
@@ -147,21 +138,16 @@ def template_tool(tool: dict[str, Any]) -> dict[str, Any]:
 
 
 def _local(body: dict[str, Any]) -> bool:
-    """Whether llmd renders this conversation exactly as vLLM 0.32 would: text blocks only, no
-    inline system message (vLLM then probes the template), no thinking or output config, no
-    tool choice but `auto` with tools (each changes what the template is given)."""
+    """Whether llmd renders this conversation exactly as vLLM 0.32 would: blocks that
+    `anthropic_turns.renders` covers, no inline system message (vLLM then probes the
+    template), no thinking or output config, no tool choice but `auto` with tools (each
+    changes what the template is given)."""
     if any(body.get(k) is not None for k in ("thinking", "output_config")):
         return False
     choice = body.get("tool_choice")
     if choice is not None and (body.get("tools") is None or choice != {"type": "auto"}):
         return False
-    for message in body["messages"]:
-        if message["role"] == "system":
-            return False
-        content = message["content"]
-        if isinstance(content, list) and any(block["type"] != "text" for block in content):
-            return False
-    return True
+    return all(renders(message) for message in body["messages"])
 
 
 def _system_text(system: str | list[Any] | None) -> str:

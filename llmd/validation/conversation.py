@@ -1,13 +1,15 @@
 """Chat messages turned into the conversation a chat template renders, as vLLM 0.32 does.
 
 Ported from vLLM 0.32 `renderers/chat_utils.py` (`_parse_chat_message_content`) and
-`renderers/hf.py` (content-format detection, developer-role conversion), for text content only:
+`renderers/hf.py` (content-format detection, developer-role conversion), for text content and
+assistant tool calls (`_postprocess_messages`) only:
 `fields.ChatPrompt.local` is False for anything else and the engine counts those requests.
 """
 
 from __future__ import annotations
 
 import collections
+import json
 from collections.abc import Iterator
 from typing import Any, Literal
 
@@ -52,6 +54,8 @@ def _message(message: dict[str, Any], content_format: ContentFormat) -> dict[str
     else:
         # vLLM keeps only truthy parsed parts: an empty text part adds no separator.
         result["content"] = "\n".join(t for t in texts if t)
+    if role == "assistant" and message.get("tool_calls"):
+        result["tool_calls"] = [_template_call(call) for call in message["tool_calls"]]
     if role == "tool" and "tool_call_id" in message:
         result["tool_call_id"] = message["tool_call_id"]
     for key in ("name", "task"):
@@ -60,6 +64,24 @@ def _message(message: dict[str, Any], content_format: ContentFormat) -> dict[str
     if role == "developer":
         result["tools"] = message.get("tools")
     return result
+
+
+def _template_call(call: dict[str, Any]) -> dict[str, Any]:
+    """A function tool call (`id`, `type`, `function` with `name` and `arguments`) as vLLM 0.32
+    gives it to the template: keys in the order its request model validates them into
+    (openai's `ChatCompletionMessageToolCallParam`: id, function, type; function: arguments,
+    name), the JSON `arguments` string parsed back to an object by `_postprocess_messages`
+    ({} when empty, not JSON or not an object)."""
+    arguments = call["function"].get("arguments")
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments else {}
+        except json.JSONDecodeError:
+            arguments = {}
+    if not isinstance(arguments, dict):
+        arguments = {}
+    function = {"arguments": arguments, "name": call["function"]["name"]}
+    return {"id": call["id"], "function": function, "type": call["type"]}
 
 
 def _part_text(part: Any) -> str:

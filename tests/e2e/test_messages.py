@@ -10,8 +10,12 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
+from llmd.endpoints.anthropic import read_count_tokens
+from llmd.validation.counter import LocalCounter
+from llmd.validation.fields import EnginePrompt
 from tests.support.lazy_import import lazy_module
 from tests.support.llmd_process import LlmdProcess
+from tests.support.model import ensure_tiny_model
 
 if TYPE_CHECKING:
     import anthropic
@@ -113,6 +117,70 @@ def test_tools_are_counted_as_the_engine_counts_them(
         model="tiny", max_tokens=4, system=system, messages=HELLO, tools=tools
     )
     assert message.usage.input_tokens == counted.input_tokens
+
+
+def call(ident: str, arguments: dict[str, Any] | None) -> dict[str, Any]:
+    return {"type": "tool_use", "id": ident, "name": "Read", "input": arguments}
+
+
+def result(ident: str, content: Any, **more: Any) -> dict[str, Any]:
+    return {"type": "tool_result", "tool_use_id": ident, "content": content, **more}
+
+
+def after(calls: list[Any], results: list[Any]) -> list[Any]:
+    """A question, an assistant turn of `calls`, then a user turn of `results`."""
+    return [
+        {"role": "user", "content": "read a"},
+        {"role": "assistant", "content": calls},
+        {"role": "user", "content": results},
+    ]
+
+
+TOOL_TURNS = {
+    "string": after([call("t1", {"path": "a"})], [result("t1", "body of a")]),
+    "text_list": after(
+        [call("t1", {"path": "a"})],
+        [result("t1", [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}])],
+    ),
+    "is_error": after([call("t1", {})], [result("t1", "no such file", is_error=True)]),
+    "two_calls": after(
+        [call("t1", {"path": "a", "n": 1.5, "deep": [1, {"b": None}]}), call("t2", None)],
+        [result("t1", "a"), result("t2", [])],
+    ),
+    "text_beside": [
+        *after(
+            [{"type": "text", "text": "Reading."}, call("t1", {"path": "é ü"}),
+             {"type": "text", "text": "Then b."}],
+            [{"type": "text", "text": "here:"}, result("t1", None),
+             {"type": "text", "text": "go on"}],
+        ),
+        {"role": "assistant", "content": "Done."},
+        {"role": "user", "content": "thanks"},
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("turns", TOOL_TURNS.values(), ids=TOOL_TURNS.keys())
+def test_tool_use_and_tool_result_are_counted_as_the_engine_counts_them(
+    api: anthropic.Anthropic, real_llmd: LlmdProcess, turns: list[Any]
+) -> None:
+    """A conversation with tool_use and tool_result blocks (string content, text items,
+    is_error, two calls in one turn, text beside them, no input, non-ASCII arguments) is
+    rendered by llmd itself (no engine asked: its own tokenizer and template, in this process)
+    to the engine's own count_tokens, the served input_tokens and llmd's count_tokens."""
+    assert real_llmd.wait_tokenizer()
+    body = {"model": "tiny", "messages": turns, "tools": TOOLS}
+    rendered = read_count_tokens(body).prompt
+    assert isinstance(rendered, EnginePrompt) and rendered.rendered is not None
+    local = LocalCounter.load(str(ensure_tiny_model()))
+    try:
+        [mine] = local.count_now(rendered.rendered)
+    finally:
+        local.close()
+    counted = api.messages.count_tokens(model="tiny", messages=turns, tools=TOOLS)
+    served = api.messages.create(model="tiny", max_tokens=2, messages=turns, tools=TOOLS)
+    assert mine == engine_count(real_llmd, body) == counted.input_tokens
+    assert served.usage.input_tokens == mine
 
 
 @pytest.mark.parametrize(

@@ -58,14 +58,23 @@ def test_a_text_conversation_is_rendered_as_vllm_converts_it() -> None:
         {
             "messages": [
                 {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "R"}]},
-                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]},
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": "t",
+                            "content": [{"type": "image", "source": {}}],
+                        }
+                    ],
+                },
             ]
         },
     ],
 )
 def test_what_llmd_does_not_render_is_counted_by_the_engine(extra: dict[str, Any]) -> None:
-    """Tools, thinking, images, inline system messages and tool blocks: the request goes to
-    the engine's own count_tokens (less max_tokens and stream), counted there exactly."""
+    """Tools, thinking, images, inline system messages, tool results with images: the request
+    goes to the engine's own count_tokens (less max_tokens and stream), counted there exactly."""
     fields = read_count_tokens({"model": "tiny", "messages": USER, **extra})
     assert isinstance(fields.prompt, EnginePrompt)
     assert fields.prompt.path == COUNT_PATH and fields.prompt.count_field == "input_tokens"

@@ -27,6 +27,18 @@ else:  # its import costs ~2 s of CPU in every worker that collects this module
 
 KEY, SLOW = "key-messages", "key-one-at-a-time"
 HELLO = [{"role": "user", "content": "Say hello"}]
+# A Claude Code turn after a tool call: text beside two calls, results of both shapes.
+TOOL_TURNS = [
+    *HELLO,
+    {"role": "assistant", "content": [
+        {"type": "text", "text": "Reading."},
+        {"type": "tool_use", "id": "t1", "name": "Read", "input": {"path": "a"}},
+        {"type": "tool_use", "id": "t2", "name": "Read", "input": {"path": "é"}}]},
+    {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t1", "content": "a"},
+        {"type": "tool_result", "tool_use_id": "t2", "is_error": True,
+         "content": [{"type": "text", "text": "no"}, {"type": "text", "text": "such"}]}]},
+]  # fmt: skip
 TOOLS: list[Any] = [
     {
         "name": "Read",
@@ -345,9 +357,10 @@ def test_vllm_s_recorded_requests_through_llmd(llmd: LlmdProcess, path: Path) ->
 
 def test_count_tokens_is_answered_while_the_engine_is_down() -> None:
     """With the engine crashed and its restart backed off, count_tokens of a conversation llmd
-    renders, tools included (the engine has auto tool choice), is still answered with the
-    engine's own count, as Responses' input_tokens is; one with tool blocks, which only the
-    engine counts, gets 503 overloaded_error with Retry-After, and so does a message."""
+    renders, tools, tool_use and tool_result included (the engine has auto tool choice), is
+    still answered with the engine's own count, as Responses' input_tokens is; one with a
+    thinking block, which only the engine counts, gets 503 overloaded_error with Retry-After,
+    and so does a message."""
     workdir = short_tmpdir("llmd-messages-down-")
     config = sim_config(
         ensure_tiny_model(),
@@ -360,6 +373,7 @@ def test_count_tokens_is_answered_while_the_engine_is_down() -> None:
         conversations = [
             {"model": "tiny", "messages": HELLO},
             {"model": "tiny", "messages": HELLO, "tools": TOOLS, "system": "Be brief."},
+            {"model": "tiny", "messages": TOOL_TURNS, "tools": TOOLS},
         ]
         counts = [
             engine.post("http://engine/v1/messages/count_tokens", json=body).json()
@@ -379,13 +393,10 @@ def test_count_tokens_is_answered_while_the_engine_is_down() -> None:
             answer = httpx.post(llmd.base_url + "/v1/messages/count_tokens", json=body)
             assert answer.status_code == 200 and answer.json() == count
         api = anthropic.Anthropic(base_url=llmd.base_url, api_key="k", max_retries=0)
-        tool_use = [
-            *HELLO,
-            {"role": "assistant", "content": [
-                {"type": "tool_use", "id": "t1", "name": "Read", "input": {"path": "a"}}]},
-        ]  # fmt: skip
+        thought = {"type": "thinking", "thinking": "hm", "signature": ""}
+        thinking = [*HELLO, {"role": "assistant", "content": [thought]}]
         with pytest.raises(anthropic.APIStatusError) as refused:
-            api.messages.count_tokens(model="tiny", messages=tool_use, tools=TOOLS)
+            api.messages.count_tokens(model="tiny", messages=thinking, tools=TOOLS)
         assert refused.value.status_code == 503 and refused.value.response.headers["retry-after"]
         assert refused.value.body["error"]["type"] == "overloaded_error"
         api.close()
