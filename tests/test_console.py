@@ -126,10 +126,16 @@ def test_ctrl_c_ends_a_verb_as_sigint_does_without_a_traceback() -> None:
     """Ctrl-C while a verb waits (`llmd hash-key` reading its stdin): no traceback, and the
     process ends by SIGINT itself, so the shell reports 130 and a script's loop stops."""
     with subprocess.Popen(
-        [*LLMD, "hash-key"], stdin=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
+        [*LLMD, "hash-key"],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        preexec_fn=_as_from_a_shell,
     ) as process:
         try:
             assert wait_for(lambda: _reading_stdin(process.pid), timeout_s=60)
+            ignored, blocked = _sigint_state(process.pid)
+            assert not ignored and not blocked  # else no Ctrl-C could reach it
             process.send_signal(signal.SIGINT)
             # Its stdin stays open until it ends: closed first, a loaded machine may let the
             # child read the pipe's end before it sees the signal (a usage error then, 64).
@@ -140,6 +146,24 @@ def test_ctrl_c_ends_a_verb_as_sigint_does_without_a_traceback() -> None:
             stop_process(process, 10)
     assert process.returncode == -signal.SIGINT
     assert b"Traceback" not in err and b"KeyboardInterrupt" not in err
+
+
+def _as_from_a_shell() -> None:
+    """In the child before exec: SIGINT at its default and unblocked, as a shell starts a
+    foreground job. A test worker may carry another state (a loop's handler left by an
+    in-process test, a mask): an ignored SIGINT survives exec, and the child's Python then
+    installs no KeyboardInterrupt handler at all."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _sigint_state(pid: int) -> tuple[bool, bool]:
+    """Whether process `pid` ignores SIGINT, and whether it blocks it (/proc/PID/status)."""
+    fields = dict(
+        line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    bit = 1 << (signal.SIGINT - 1)
+    return bool(int(fields["SigIgn"], 16) & bit), bool(int(fields["SigBlk"], 16) & bit)
 
 
 # read(2)'s number, which /proc/PID/syscall shows first while a process waits in it.
