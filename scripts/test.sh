@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the tests: set up if needed, then the fast suite (the simulator and llmd daemons on it,
-# about 4.5 minutes on 2 idle cores) and the end-to-end suite against a real vLLM child (each
+# about 4 to 4.5 minutes on 2 cores) and the end-to-end suite against a real vLLM child (each
 # boots the engine; one at a time).
 # The fast suite runs four tests at a time (pytest-xdist): it is mostly CPU (starting daemons,
 # simulators and commands), but its tests also wait on them, and four keep 2 cores busy
