@@ -290,10 +290,9 @@ def device_hold_line(hold: dict[str, Any]) -> str:
         f"holding batch off {name}: {why}"
         for name, why in zip(hold["held"], hold["reasons"], strict=True)
     ]
-    seats = hold.get("batch_seats", 0)
     parts += [
-        f"batch {seats} at a time on {name}: {why}"
-        for name, why in zip(hold.get("limited", ()), hold.get("limit_reasons", ()), strict=True)
+        f"batch {hold['batch_seats']} at a time on {name}: {why}"
+        for name, why in zip(hold["limited"], hold["limit_reasons"], strict=True)
     ]
     held = "; ".join(parts)
     groups = ", ".join("+".join(group) for group in hold["groups"])

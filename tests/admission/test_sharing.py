@@ -145,6 +145,17 @@ def one_pass(
     return [(e.seq, e.backend) for e in decisions.released], found
 
 
+def pump_at(
+    holds: DeviceHolds, scheduler: Scheduler, capacity: PoolCapacity, at: float
+) -> list[Entry]:
+    """One pump at `at`, as Admission.pump runs it: the hold's gate, a scheduler pass, the
+    hold told what was released; the entries released."""
+    gate = holds.gate(PoolGate(capacity, at), scheduler, capacity, at)
+    released = scheduler.decide(at, gate).released
+    holds.decided(released)
+    return released
+
+
 def holds_for(
     devices: dict[str, frozenset[str]], bound_s: float, batch_seats: int = 0
 ) -> DeviceHolds:
@@ -219,8 +230,7 @@ def test_no_batch_request_waits_on_the_hold_past_its_bound(
     events = sorted(arrivals)
 
     def pump(at: float) -> None:
-        gate = holds.gate(PoolGate(capacity, at), scheduler, capacity, at)
-        holds.decided(scheduler.decide(at, gate).released)
+        pump_at(holds, scheduler, capacity, at)
 
     for at, pool in events:
         while holds.lapse_at is not None and holds.lapse_at + TICK <= at:
@@ -259,10 +269,7 @@ def test_the_hold_follows_the_first_byte_and_counts_each_held_request_once() -> 
     batch = Entry(TENANTS[0], Priority.BATCH, 10, model="tiny-embed")
 
     def pump(now: float) -> list[Entry]:
-        gate = holds.gate(PoolGate(capacity, now), scheduler, capacity, now)
-        released = scheduler.decide(now, gate).released
-        holds.decided(released)
-        return released
+        return pump_at(holds, scheduler, capacity, now)
 
     scheduler.submit(chat, 0.0)
     scheduler.submit(batch, 0.0)
@@ -331,10 +338,7 @@ def test_the_seat_limit_lingers_after_the_last_interactive_request_then_lapses()
         scheduler.submit(entry, 0.0)
 
     def pump(at: float) -> list[Entry]:
-        gate = holds.gate(PoolGate(capacity, at), scheduler, capacity, at)
-        released = scheduler.decide(at, gate).released
-        holds.decided(released)
-        return released
+        return pump_at(holds, scheduler, capacity, at)
 
     assert pump(0.0) == [chat, batch[0]] and holds.limited == {"b": "a"}
     assert holds.first_byte(chat) is False  # nothing held: the hold's bound is 0

@@ -25,7 +25,7 @@ import tomli_w
 from llmd.admin.client import AdminRefused, admin_request
 from llmd.admission.capacity import CapacityGate
 from llmd.admission.classes import Priority
-from llmd.config import Config, load_config
+from llmd.config import AdmissionConfig, Config, load_config
 from llmd.config.release import ReleaseConfig
 from llmd.daemon.daemon import TICK_S, Daemon
 from llmd.daemon.listeners import send_buffer
@@ -180,14 +180,15 @@ SPECIAL: dict[str, Callable[[Path], Any]] = {
     # The discard port: an exporter that would send there has nowhere to send.
     "telemetry.otlp_endpoint": lambda workdir: "http://127.0.0.1:9/v1/traces",
 }
+_INTERACTIVE_BUDGET_S = AdmissionConfig().interactive.ttft_p95_budget_ms / 1000
 # What the live probe reads for a configured value, where the two differ in form.
 LIVE_FORM: dict[str, Callable[[Any], Any]] = {
     "server.listen": lambda value: int(value.rpartition(":")[2]),
     "supervisor.max_failed_boots": lambda value: {value},
     # 0 is no limit: uvicorn's None.
     "server.max_connections": lambda value: value or None,
-    # The hold's bound: the ratio x the interactive class's default budget (1,500 ms).
-    "admission.device_hold_ratio": lambda value: value * (1500.0 / 1000),
+    # The hold's bound: the ratio x the interactive class's default TTFT budget.
+    "admission.device_hold_ratio": lambda value: value * _INTERACTIVE_BUDGET_S,
 }
 
 
