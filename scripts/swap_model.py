@@ -1,5 +1,6 @@
 """The swap core (llmd/admission/swap.py) driven over bench_swap.py's agents, with no processes:
-a step model for exploring the policy in seconds, beside (never instead of) the benchmark.
+a step model for exploring the policy in seconds, beside (never instead of) the benchmark; and
+bench_swap.py's arrival-order swapper over the same agents.
 
 Each step (`--step-s`) the agents' calls arrive after their think time, the core decides, a wake
 takes `--wake-s`, a call runs `--service-s` on its model's engine (one engine awake at a time),
@@ -97,6 +98,46 @@ def run(args: argparse.Namespace, policy: GroupPolicy, seed: int) -> dict[str, A
     }
 
 
+def run_arrival(args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """The same agents against bench_swap.py's arrival-order swapper: calls in arrival order
+    (FIFO), a call for the resident model starts unless one before it waits for a swap, and a
+    call for another model waits for the resident's calls to end, then for a wake."""
+    resident, ready_at, running = "chat", 0.0, []  # running: end times, s
+    calls = [iter(trace(seed * 100 + i, 100_000)) for i in range(args.agents)]
+    due: list[tuple[float, str] | None] = []
+    for agent in calls:
+        model, think = next(agent)
+        due.append((think, model))
+    queued: list[tuple[float, str, int]] = []
+    waits: dict[str, list[float]] = {m: [] for m in MODELS}
+    wakes, now = 0, 0.0
+    while now < args.seconds:
+        running = [t for t in running if t > now]
+        for index, call in enumerate(due):
+            if call is not None and call[0] <= now:
+                queued.append((now, call[1], index))
+                due[index] = None
+        while queued and ready_at <= now:
+            arrived, model, index = queued[0]
+            if model != resident:
+                if not running:
+                    resident, ready_at, wakes = model, now + args.wake_s, wakes + 1
+                break
+            queued.pop(0)
+            waits[model].append(now - arrived + args.first_token_s)
+            running.append(now + args.service_s)
+            following, think = next(calls[index])
+            due[index] = (now + args.service_s + think, following)
+        now += args.step_s
+    return {
+        "swaps_per_min": round(wakes * 60 / args.seconds, 1),
+        "completed": sum(len(v) for v in waits.values()),
+        "ttft_s": {
+            m: {"p50": percentile(v, 0.5), "p95": percentile(v, 0.95)} for m, v in waits.items()
+        },
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=60.0)
@@ -117,6 +158,7 @@ def main() -> None:
     runs = {
         name: [run(args, p, seed) for seed in range(args.seeds)] for name, p in policies.items()
     }
+    runs["arrival"] = [run_arrival(args, seed) for seed in range(args.seeds)]
     summary: dict[str, Any] = {}
     for name, found in runs.items():
         p95 = {m: [r["ttft_s"][m]["p95"] for r in found if r["ttft_s"][m]["p95"]] for m in MODELS}
