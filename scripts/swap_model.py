@@ -19,6 +19,7 @@ import dataclasses
 import json
 import statistics
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +46,7 @@ def run(args: argparse.Namespace, policy: GroupPolicy, seed: int) -> dict[str, A
     swap = SwapGroup(policy)
     engines = {m: _Engine() for m in MODELS}
     engines["chat"] = _Engine(Residency.AWAKE, 0.0)  # the first of the group boots awake
-    calls = [iter(trace(seed * 100 + i, 100_000)) for i in range(args.agents)]
-    due: list[tuple[float, str] | None] = []  # per agent: its next call (at, model), or running
-    for agent in calls:
-        model, think = next(agent)
-        due.append((think, model))
+    calls, due = _agents(args, seed)
     queued: list[tuple[float, str, int]] = []  # (arrived, model, agent)
     waits: dict[str, list[float]] = {m: [] for m in MODELS}
     wakes, now = 0, 0.0
@@ -89,6 +86,22 @@ def run(args: argparse.Namespace, policy: GroupPolicy, seed: int) -> dict[str, A
                 following, think = next(calls[index])
                 due[index] = (now + args.service_s + think, following)
         now += args.step_s
+    return _figures(args, wakes, waits)
+
+
+def _agents(
+    args: argparse.Namespace, seed: int
+) -> tuple[list[Iterator[tuple[str, float]]], list[tuple[float, str] | None]]:
+    """Each agent's calls, and per agent its first call (at, model); None later: running."""
+    calls = [iter(trace(seed * 100 + i, 100_000)) for i in range(args.agents)]
+    due: list[tuple[float, str] | None] = []
+    for agent in calls:
+        model, think = next(agent)
+        due.append((think, model))
+    return calls, due
+
+
+def _figures(args: argparse.Namespace, wakes: int, waits: dict[str, list[float]]) -> dict[str, Any]:
     return {
         "swaps_per_min": round(wakes * 60 / args.seconds, 1),
         "completed": sum(len(v) for v in waits.values()),
@@ -103,11 +116,7 @@ def run_arrival(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     (FIFO), a call for the resident model starts unless one before it waits for a swap, and a
     call for another model waits for the resident's calls to end, then for a wake."""
     resident, ready_at, running = "chat", 0.0, []  # running: end times, s
-    calls = [iter(trace(seed * 100 + i, 100_000)) for i in range(args.agents)]
-    due: list[tuple[float, str] | None] = []
-    for agent in calls:
-        model, think = next(agent)
-        due.append((think, model))
+    calls, due = _agents(args, seed)
     queued: list[tuple[float, str, int]] = []
     waits: dict[str, list[float]] = {m: [] for m in MODELS}
     wakes, now = 0, 0.0
@@ -129,13 +138,7 @@ def run_arrival(args: argparse.Namespace, seed: int) -> dict[str, Any]:
             following, think = next(calls[index])
             due[index] = (now + args.service_s + think, following)
         now += args.step_s
-    return {
-        "swaps_per_min": round(wakes * 60 / args.seconds, 1),
-        "completed": sum(len(v) for v in waits.values()),
-        "ttft_s": {
-            m: {"p50": percentile(v, 0.5), "p95": percentile(v, 0.95)} for m, v in waits.items()
-        },
-    }
+    return _figures(args, wakes, waits)
 
 
 def main() -> None:
