@@ -115,7 +115,8 @@ def run_arrival(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     """The same agents against bench_swap.py's arrival-order swapper: calls in arrival order
     (FIFO), a call for the resident model starts unless one before it waits for a swap, and a
     call for another model waits for the resident's calls to end, then for a wake."""
-    resident, ready_at, running = "chat", 0.0, []  # running: end times, s
+    resident, ready_at = "chat", 0.0
+    running: list[float] = []  # the resident model's calls: end times, s
     calls, due = _agents(args, seed)
     queued: list[tuple[float, str, int]] = []
     waits: dict[str, list[float]] = {m: [] for m in MODELS}
