@@ -94,7 +94,11 @@ def _parser() -> argparse.ArgumentParser:
         sub.set_defaults(func=_swap_verb)
     for verb, help_text in (
         ("resume", "admit requests again after a drain"),
-        ("restart", "drain, restart the engines (with reloaded engine tables), resume"),
+        (
+            "restart",
+            "drain, restart the engines (with reloaded engine tables), resume; an engine asleep "
+            "on demand is not woken: its next wake boots a fresh process",
+        ),
         (
             "reload",
             "re-read the config: limits, tenants, upstreams, routing, validation, telemetry and "
@@ -350,16 +354,24 @@ def reload_message(answer: dict[str, Any]) -> str:
 
 
 def restart_message(answer: dict[str, Any], engine: str | None = None) -> str:
-    """What `llmd restart [--engine NAME]` prints: whether the engine(s) restarted, with the
-    engine settings a reload had kept pending and this restart applied."""
+    """What `llmd restart [--engine NAME]` prints: whether the engine(s) restarted, which
+    asleep on demand were left asleep to boot afresh at their next wake, with the engine
+    settings a reload had kept pending and this restart applied."""
+    on_wake = answer.get("boots_on_wake") or []
     if engine is not None and engine not in (answer.get("engines") or {engine: None}):
         message = f"engine {engine} removed"
+    elif engine is not None and engine in on_wake:
+        message = f"engine {engine} is asleep: not woken; its next wake boots a fresh process"
+    elif not answer["restarted"] and on_wake:
+        message = f"asleep, not woken (each boots a fresh process when woken): {', '.join(on_wake)}"
     elif not answer["restarted"]:
         message = "no engine was running (the next boot uses the current config)"
     elif engine is not None:
         message = f"engine {engine} restarted; {answer['engines'][engine]['state']}"
     else:
         message = f"engine restarted; {_phases(answer)}"
+        if on_wake:
+            message += f" (asleep, not woken: {', '.join(on_wake)} boot afresh when woken)"
     if answer.get("applied"):
         message += f"; applied {', '.join(answer['applied'])}"
     return message

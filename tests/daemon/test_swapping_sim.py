@@ -183,3 +183,38 @@ def test_an_idle_engine_sleeps_and_a_request_wakes_it() -> None:
         assert ask(client, "solo") == "solo"
         metrics = httpx.get(llmd.base_url + "/metrics").text
         assert 'llmd_engine_evictions_total{engine="solo",reason="idle"} 1.0' in metrics
+
+
+def boots(llmd: LlmdProcess, name: str) -> int:
+    """How many times engine `name`'s process was started (its `engine_started` lines)."""
+    events = [json.loads(x) for x in llmd.log_path.read_text().splitlines() if x.startswith("{")]
+    return sum(1 for e in events if e.get("event") == "engine_started" and e["engine"] == name)
+
+
+@pytest.mark.parametrize("sleep", ["auto", "stop"])
+def test_a_restart_of_an_asleep_engine_does_not_wake_it(sleep: str) -> None:
+    """`llmd restart --engine` on an asleep engine answers at once, saying so, and leaves it
+    asleep with no new process; the next request for its model wakes it by booting a fresh
+    process (also where it sleeps in vLLM's sleep mode) and is answered. `llmd restart` of all
+    restarts the awake engine and leaves the asleep ones asleep, named in its answer."""
+    with LlmdProcess.running(swap_config(sleep), "llmd-swap-") as llmd:
+        awake = next(e["name"] for e in llmd.admin_status()["engines"] if e["state"] == "serving")
+        asleep = [m for m in MODELS if m != awake]
+        before = boots(llmd, asleep[0])
+        done = llmd_cli(llmd, "restart", "--engine", asleep[0])
+        assert done.returncode == 0, done.stderr
+        assert "is asleep: not woken; its next wake boots a fresh process" in done.stdout
+        assert engine_state(llmd, asleep[0]) == "asleep"
+        assert boots(llmd, asleep[0]) == before
+        client = openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="x", max_retries=0)
+        assert ask(client, asleep[0]) == asleep[0]
+        assert boots(llmd, asleep[0]) == before + 1  # a fresh process, not the sleeping one
+        # Now asleep[0] serves: a restart of all restarts it and leaves the others asleep.
+        others = sorted(m for m in MODELS if m != asleep[0])
+        started = {m: boots(llmd, m) for m in MODELS}
+        done = llmd_cli(llmd, "restart")
+        assert done.returncode == 0, done.stderr
+        assert f"asleep, not woken: {', '.join(others)} boot afresh when woken" in done.stdout
+        assert [engine_state(llmd, m) for m in others] == ["asleep", "asleep"]
+        assert engine_state(llmd, asleep[0]) == "serving"
+        assert {m: boots(llmd, m) for m in MODELS} == {**started, asleep[0]: started[asleep[0]] + 1}

@@ -118,3 +118,42 @@ def test_a_gpu_that_does_not_exist_is_refused() -> None:
     with pytest.raises(PreflightError, match=r"GPU 3 \(of engines big\) does not exist") as c:
         preflight(fake_nvml(), engines, "vllm 0.11.0")
     assert c.value.permanent
+
+
+def grouped(kv_gib: float, sleep: str) -> dict[str, EngineConfig]:
+    """Three on-demand engines on GPU 0 sleeping as `sleep` says, KV caches of `kv_gib`, 2x
+    and 3x that, and no local weights."""
+    return {
+        name: EngineConfig(
+            model="m",
+            args=("--kv-cache-memory-bytes", str(int(kv_gib * factor * GIB))),
+            gpus=("0",),
+            on_demand=True,
+            sleep=sleep,  # type: ignore[arg-type]
+        )
+        for name, factor in (("small", 1), ("coder", 2), ("chat", 3))
+    }
+
+
+@pytest.mark.parametrize(("sleep", "asleep_gib"), [("level1", 2.0), ("stop", 0.0)])
+def test_a_swap_group_on_one_gpu_needs_its_largest_resident_engines_only(
+    sleep: str, asleep_gib: float
+) -> None:
+    """Three engines of a swap group of one on a GPU: they pass where the largest one and what
+    the others hold asleep fit (2 GiB each in vLLM's sleep mode: its process and CUDA context
+    stay; nothing when stopped), though all three awake would not; with room for two awake
+    (max_resident 2) the two largest must fit; outside a group all three must."""
+    engines = grouped(20, sleep)  # awake: small 22, coder 42, chat 62 GiB
+    gpu = fake_nvml(free_gib=80, total_gib=80)
+    group = [(1, ("small", "coder", "chat"))]
+    report = preflight(gpu, engines, "vllm 0.11.0", group)
+    assert report.devices == ("GPU 0 NVIDIA RTX 6000 Ada Generation: 80.0 of 80.0 GiB free",)
+    with pytest.raises(PreflightError, match=r"cannot share GPU 0") as caught:
+        preflight(gpu, engines, "vllm 0.11.0", [(2, ("small", "coder", "chat"))])
+    plan = f"small asleep {asleep_gib:.1f} GiB, coder 42.0 GiB, chat 62.0 GiB"
+    assert plan in str(caught.value) and "asleep: what it holds asleep" in str(caught.value)
+    with pytest.raises(PreflightError, match=r"cannot share GPU 0"):
+        preflight(gpu, engines, "vllm 0.11.0")
+    tight = fake_nvml(free_gib=62 + 2 * asleep_gib - 0.5, total_gib=80)
+    with pytest.raises(PreflightError, match=r"small asleep .*coder asleep .*chat 62\.0 GiB"):
+        preflight(tight, engines, "vllm 0.11.0", group)

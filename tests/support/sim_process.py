@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +43,11 @@ class SimProcess:
     log_path: Path
 
     @classmethod
-    def start(cls, model: Path, *args: str, name: str = "tiny") -> SimProcess:
-        """Start the simulator on a fresh socket with extra `args` (flags of llmd.engine.sim)."""
+    def start(
+        cls, model: Path, *args: str, name: str = "tiny", env: Mapping[str, str] | None = None
+    ) -> SimProcess:
+        """Start the simulator on a fresh socket with extra `args` (flags of llmd.engine.sim)
+        and `env` added to its environment."""
         workdir = short_tmpdir("llmd-sim-")
         engine_socket = workdir / "engine.sock"
         log_path = workdir / "sim.log"
@@ -60,10 +63,14 @@ class SimProcess:
             name,
             *args,
         )
-        env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        environ = {
+            **os.environ,
+            **(env or {}),
+            "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        }
         with log_path.open("wb") as log:
             process = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, env=env, process_group=0
+                argv, stdout=log, stderr=subprocess.STDOUT, env=environ, process_group=0
             )
         return cls(process=process, socket=engine_socket, log_path=log_path)
 

@@ -330,6 +330,23 @@ async def test_w_and_z_wake_and_sleep_the_selected_engine_once_confirmed() -> No
         await until(pilot, lambda: daemon.calls == ["sleep pb"])
 
 
+async def test_r_on_an_asleep_engine_says_it_is_not_woken() -> None:
+    """r on an engine asleep on demand asks whether to restart it saying that llmd does not
+    wake it (its next wake boots a fresh process); `y` sends the restart."""
+    status = fleet_status()
+    next(e for e in status["engines"] if e["name"] == "pb")["state"] = "asleep"
+    daemon = FakeDaemon(status)
+    app = TopApp(daemon)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.snapshot is not None)
+        table = app.query_one(EngineTable)
+        table.focus()
+        await pilot.press("down", "r")
+        assert "It is asleep on demand: llmd does not wake it" in screen_text(app)
+        await pilot.press("y")
+        await until(pilot, lambda: daemon.calls == ["restart pb"])
+
+
 async def test_an_upstream_row_offers_drain_but_says_why_it_cannot_restart() -> None:
     """On an upstream's row of the engines panel, d (confirmed) drains that upstream; r asks
     nothing and calls nothing: a note says llmd does not run it, so cannot restart it."""
