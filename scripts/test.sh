@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Run the tests: set up if needed, then the fast suite (the simulator and llmd daemons on it,
-# about 4 to 4.5 minutes on 2 cores) and the end-to-end suite against a real vLLM child (each
+# about 4 to 5 minutes on 2 cores) and the end-to-end suite against a real vLLM child (each
 # boots the engine; one at a time).
 # The fast suite runs four tests at a time (pytest-xdist): it is mostly CPU (starting daemons,
 # simulators and commands), but its tests also wait on them, and four keep 2 cores busy
-# meanwhile. `--dist loadgroup` with the groups of tests/support/xdist_groups.py keeps the
-# tests that share a module's llmd in one worker and all end-to-end tests in one worker.
+# meanwhile (measured: three workers took 295 s where four took 252-288 s). `--dist loadgroup`
+# with the groups of tests/support/xdist_groups.py keeps the tests that share a module's llmd in
+# one worker and all end-to-end tests in one worker.
 # With arguments, they go to one pytest run instead, four at a time too (`-n 0`: one at a time),
 # e.g. `scripts/test.sh -m "not e2e"`.
 set -euo pipefail

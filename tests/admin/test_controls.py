@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +15,7 @@ import openai
 import pytest
 
 from tests.support.accounting import log_lines, log_records
+from tests.support.cli import run_llmd
 from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
@@ -32,8 +32,7 @@ def llmd() -> Iterator[LlmdProcess]:
 
 
 def cli(llmd: LlmdProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "llmd.cli", *args, "--runtime-dir", str(llmd.runtime_dir)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+    return run_llmd(*args, "--runtime-dir", str(llmd.runtime_dir))
 
 
 def test_drain_lets_streams_finish_refuses_new_and_resume_restores(llmd: LlmdProcess) -> None:

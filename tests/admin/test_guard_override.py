@@ -5,13 +5,13 @@ real requests (cap said in the header, 503 overloaded with Retry-After, interact
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 
 import httpx
 import openai
 import pytest
 
+from tests.support.cli import run_llmd
 from tests.support.llmd_process import LlmdProcess, short_tmpdir
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
@@ -29,12 +29,7 @@ def llmd() -> Iterator[LlmdProcess]:
 
 def cli(llmd: LlmdProcess, *args: str) -> subprocess.CompletedProcess[str]:
     """`llmd ARGS --runtime-dir` of this daemon."""
-    return subprocess.run(
-        [sys.executable, "-m", "llmd.cli", *args, "--runtime-dir", str(llmd.runtime_dir)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_llmd(*args, "--runtime-dir", str(llmd.runtime_dir))
 
 
 @pytest.fixture

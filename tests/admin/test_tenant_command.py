@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
@@ -15,6 +14,7 @@ import httpx
 import pytest
 
 from llmd.admission.tenants import hash_key
+from tests.support.cli import run_llmd
 from tests.support.llmd_process import LlmdProcess, short_tmpdir
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
@@ -37,12 +37,8 @@ def llmd() -> Iterator[LlmdProcess]:
 
 def tenant(llmd: LlmdProcess, *args: str) -> subprocess.CompletedProcess[str]:
     """`llmd tenant ARGS` with llmd's config and runtime directory."""
-    return subprocess.run(
-        [sys.executable, "-m", "llmd.cli", "tenant", *args,
-         "--config", str(llmd.runtime_dir.parent / "llmd.toml"),
-         "--runtime-dir", str(llmd.runtime_dir)],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    config = str(llmd.runtime_dir.parent / "llmd.toml")
+    return run_llmd("tenant", *args, "--config", config, "--runtime-dir", str(llmd.runtime_dir))
 
 
 def chat(llmd: LlmdProcess, key: str, max_tokens: int) -> httpx.Response:

@@ -8,7 +8,6 @@ import concurrent.futures
 import os
 import signal
 import subprocess
-import sys
 import threading
 import tomllib
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ import tomli_w
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmd.daemon.daemon import EXIT_ENGINE_GAVE_UP
+from tests.support.cli import run_llmd
 from tests.support.configs import multi_sim_config
 from tests.support.llmd_process import LlmdProcess, short_tmpdir
 from tests.support.model import ensure_tiny_model
@@ -109,12 +109,7 @@ def engine_entry(llmd: LlmdProcess, name: str) -> dict[str, Any]:
 
 
 def llmd_cli(llmd: LlmdProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "llmd.cli", *args, "--runtime-dir", str(llmd.runtime_dir)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_llmd(*args, "--runtime-dir", str(llmd.runtime_dir))
 
 
 def ready(llmd: LlmdProcess, query: str = "") -> int | None:

@@ -47,15 +47,12 @@ def test_example_config_documents_every_key() -> None:
 def test_multi_engine_example_is_accepted_by_check_config() -> None:
     """etc/llmd-multi.toml passes `llmd check-config` and its upstream sets every key."""
     import dataclasses
-    import subprocess
-    import sys
     import tomllib
 
+    from tests.support.cli import run_llmd
+
     path = REPO / "etc" / "llmd-multi.toml"
-    done = subprocess.run(
-        [sys.executable, "-m", "llmd.cli", "check-config", str(path)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    done = run_llmd("check-config", str(path))
     assert done.returncode == 0, done.stderr
     assert "engine big (vllm, model qwen2.5-14b)" in done.stdout
     assert "upstream lab (http://10.0.0.5:8000)" in done.stdout

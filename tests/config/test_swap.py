@@ -3,8 +3,6 @@ refused with a reason."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +10,7 @@ import pytest
 from llmd.config import load_config
 from llmd.config.swap import group_of
 from llmd.errors import ConfigError
+from tests.support.cli import run_llmd
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -85,10 +84,7 @@ def test_check_config_explains_an_impossible_plan(tmp_path: Path) -> None:
     text = '[swap_groups.g]\nengines = ["a", "b"]\n' + engines(
         "a", "b", extra="on_demand = true\npin = true\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "llmd.cli", "check-config", str(write(tmp_path, text))],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    done = run_llmd("check-config", str(write(tmp_path, text)))
     assert done.returncode == 78
     assert "pinned engines are never evicted, so they cannot all be awake" in done.stderr
 
@@ -96,10 +92,7 @@ def test_check_config_explains_an_impossible_plan(tmp_path: Path) -> None:
 def test_the_swap_example_passes_check_config() -> None:
     """etc/llmd-swap.toml passes `llmd check-config`, which names the group and how each
     engine sleeps."""
-    done = subprocess.run(
-        [sys.executable, "-m", "llmd.cli", "check-config", str(REPO / "etc" / "llmd-swap.toml")],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    done = run_llmd("check-config", str(REPO / "etc" / "llmd-swap.toml"))
     assert done.returncode == 0, done.stderr
     assert "swap group gpu0: chat, coder, small, 1 awake at a time" in done.stdout
     assert "small sleeps level2" in done.stdout

@@ -16,6 +16,7 @@ import pytest
 
 from llmd.tui.app import TopApp
 from llmd.tui.client import DaemonClient
+from tests.support.cli import run_llmd
 from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
@@ -28,8 +29,7 @@ SLOW_BOOT = (*SLOW, "--fault-boot-delay", "3")
 
 
 def cli(llmd: LlmdProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "llmd.cli", *args, "--runtime-dir", str(llmd.runtime_dir)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+    return run_llmd(*args, "--runtime-dir", str(llmd.runtime_dir))
 
 
 def admin(llmd: LlmdProcess) -> httpx.Client:
@@ -38,7 +38,8 @@ def admin(llmd: LlmdProcess) -> httpx.Client:
 
 
 class Restart(threading.Thread):
-    """`llmd restart` run in a thread; `result` once it has returned."""
+    """`llmd restart` run in a thread, as its own process (another verb runs meanwhile);
+    `result` once it has returned."""
 
     def __init__(self, llmd: LlmdProcess) -> None:
         super().__init__(daemon=True)
@@ -46,7 +47,9 @@ class Restart(threading.Thread):
         self.result: subprocess.CompletedProcess[str] | None = None
 
     def run(self) -> None:
-        self.result = cli(self.llmd, "restart")
+        command = [sys.executable, "-m", "llmd.cli", "restart"]
+        command += ["--runtime-dir", str(self.llmd.runtime_dir)]
+        self.result = subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture(scope="module")

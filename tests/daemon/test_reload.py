@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from openai import OpenAI
 from llmd.admission.tenants import hash_key
 from llmd.config import Config, EngineConfig, ServerConfig, SupervisorConfig, UpstreamConfig
 from llmd.daemon.reload import plan_reload
+from tests.support.cli import run_llmd
 from tests.support.llmd_process import LlmdProcess, short_tmpdir
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
@@ -91,8 +91,7 @@ def test_unchanged_config_needs_nothing() -> None:
 
 
 def cli(llmd: LlmdProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "llmd.cli", *args, "--runtime-dir", str(llmd.runtime_dir)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+    return run_llmd(*args, "--runtime-dir", str(llmd.runtime_dir))
 
 
 def tenants_file(path: Path, **keys: str) -> None:

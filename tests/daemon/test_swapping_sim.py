@@ -7,7 +7,6 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import subprocess
-import sys
 import tomllib
 from typing import Any
 
@@ -16,6 +15,7 @@ import openai
 import pytest
 import tomli_w
 
+from tests.support.cli import run_llmd
 from tests.support.configs import multi_sim_config
 from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
@@ -115,10 +115,7 @@ def test_a_wake_longer_than_the_class_budget_is_refused_with_retry_after() -> No
 
 
 def llmd_cli(llmd: LlmdProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "llmd.cli", *args, "--runtime-dir", str(llmd.runtime_dir)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    return run_llmd(*args, "--runtime-dir", str(llmd.runtime_dir))
 
 
 def engine_state(llmd: LlmdProcess, name: str) -> str:

@@ -4,14 +4,13 @@ to read it, and a key written by mistake into the file never echoed (reload log,
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from llmd.admission.tenants import hash_key
+from tests.support.cli import run_llmd
 from tests.support.llmd_process import LlmdProcess, short_tmpdir
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
@@ -98,12 +97,7 @@ def test_a_plaintext_key_in_the_tenants_file_is_never_echoed(llmd: LlmdProcess) 
         assert answer.status_code == 400
         message = answer.json()["error"]["message"]
         assert f"{tenants}:7: tenants.new.keys[0] is not a SHA-256 hex digest" in message
-        check = subprocess.run(
-            [sys.executable, "-m", "llmd.cli", "check-config", str(tenants.parent / "llmd.toml")],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        check = run_llmd("check-config", str(tenants.parent / "llmd.toml"))
         assert check.returncode == 78 and "tenants.new.keys[0]" in check.stderr
         for text in (answer.text, check.stdout + check.stderr, llmd.log_path.read_text()):
             assert PLAINTEXT not in text and "0123456789" not in text

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +14,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.cli import run_llmd
 from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
@@ -164,9 +163,8 @@ def test_status_shows_live_sequences_and_engine_load(llmd: LlmdProcess) -> None:
 
     def status() -> dict[str, Any]:
         argv = ["status", "--json", "--runtime-dir", str(llmd.runtime_dir)]
-        out = subprocess.run(
-            [sys.executable, "-m", "llmd.cli", *argv], capture_output=True, text=True, check=True
-        )
+        out = run_llmd(*argv)
+        assert out.returncode == 0, out.stderr
         result: dict[str, Any] = json.loads(out.stdout)
         return result
 

@@ -15,6 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmd.releases.store import ReleaseStore
+from tests.support.cli import run_llmd
 from tests.support.configs import shipped_config
 from tests.support.deploys import Served, Traffic, record
 from tests.support.llmd_process import LlmdProcess, short_tmpdir
@@ -207,12 +208,7 @@ def test_a_new_llmd_boots_the_deployed_release(served: Served) -> None:
         assert "release r2 restored from the state directory" in engine["release_note"]
         assert "--seed" in Path(f"/proc/{engine['pid']}/cmdline").read_text()
         assert '"event": "engine_release_restored"' in again.log_path.read_text()
-        status = subprocess.run(
-            [sys.executable, "-m", "llmd.cli", "status", "--runtime-dir", str(again.runtime_dir)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        status = run_llmd("status", "--runtime-dir", str(again.runtime_dir))
         assert "release    main r2 (release r2 restored" in status.stdout, status.stdout
         answer = httpx.post(
             again.base_url + "/v1/completions",

@@ -6,7 +6,6 @@ from __future__ import annotations
 import concurrent.futures
 import itertools
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -17,6 +16,7 @@ import openai
 from llmd.config import load_config
 from llmd.releases.store import ReleaseStore, create_release
 from tests.releases.conftest import NoNvml
+from tests.support.cli import run_llmd
 from tests.support.llmd_process import LlmdProcess
 from tests.support.waiting import wait_for
 
@@ -56,13 +56,7 @@ class Served:
 
     def cli(self, *argv: str) -> subprocess.CompletedProcess[str]:
         """`llmd ARGV --runtime-dir RUN` against this llmd."""
-        command = [sys.executable, "-m", "llmd.cli", *argv, "--runtime-dir"]
-        return subprocess.run(
-            [*command, str(self.llmd.runtime_dir)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        return run_llmd(*argv, "--runtime-dir", str(self.llmd.runtime_dir))
 
     def release_of_main(self) -> str | None:
         """The release the status says engine `main` runs."""

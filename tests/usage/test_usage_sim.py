@@ -5,14 +5,13 @@ tenant's budget."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from llmd.admission.tenants import hash_key
+from tests.support.cli import run_llmd
 from tests.support.llmd_process import LlmdProcess, short_tmpdir
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
@@ -44,11 +43,11 @@ def chat(llmd: LlmdProcess, key: str, max_tokens: int) -> dict[str, Any]:
 
 def usage(workdir: Path) -> dict[str, Any]:
     """`llmd usage --json` of the llmd in `workdir` (no daemon needed)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "llmd.cli", "usage", "--json", "--since", "1h",
-         "--config", str(workdir / "llmd.toml"), "--state-dir", str(workdir / "state")],
-        capture_output=True, text=True, timeout=60, check=True,
-    )  # fmt: skip
+    done = run_llmd(
+        *("usage", "--json", "--since", "1h", "--config", str(workdir / "llmd.toml")),
+        *("--state-dir", str(workdir / "state")),
+    )
+    assert done.returncode == 0, done.stderr
     found: dict[str, Any] = json.loads(done.stdout)
     return found
 
