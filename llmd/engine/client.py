@@ -27,15 +27,15 @@ UNIX_BASE = "http://engine"
 # How long an idle connection to a backend is kept for the next request: well under the 5 s
 # after which vLLM's uvicorn closes an idle one (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, vLLM 0.32), so
 # that llmd does not send on a connection the engine is closing. A connection that still turns
-# out closed by then is replaced (`Pool.post`'s resend, `fresh_session`).
+# out closed by then is replaced (`Pool.post`'s resend).
 KEEPALIVE_S = 2.0
 
 
 class EngineClient:
-    """An aiohttp session on one backend: `target` is a Unix socket path (a Path, or a string
-    `unix:/path`) or an `http(s)://HOST:PORT` base URL; `api_key`, when given, is sent as
-    `Authorization: Bearer` on every request (`headers()`), as is a supervised engine's own
-    key (`configure`)."""
+    """The relay's connection pool and an aiohttp session on one backend: `target` is a Unix
+    socket path (a Path, or a string `unix:/path`) or an `http(s)://HOST:PORT` base URL;
+    `api_key`, when given, is sent as `Authorization: Bearer` on every request (`headers()`),
+    as is a supervised engine's own key (`configure`)."""
 
     def __init__(self, target: Path | str, api_key: str | None = None) -> None:
         self.target = target
@@ -54,7 +54,6 @@ class EngineClient:
             pair = f"{url.username}:{url.password or ''}".encode()
             self.url_auth["Authorization"] = "Basic " + base64.b64encode(pair).decode()
         self._session: aiohttp.ClientSession | None = None
-        self._fresh: aiohttp.ClientSession | None = None
         self._pool: Pool | None = None
 
     def configure(self, engine: EngineConfig) -> None:
@@ -107,30 +106,17 @@ class EngineClient:
         per request (llmd's and the engine's side) were about a tenth of llmd's CPU per request
         on the zero-latency simulator (docs/bench/overhead.md, issue 20)."""
         if self._session is None or self._session.closed:
-            self._session = self._new_session(force_close=False)
+            self._session = self._new_session()
         return self._session
 
-    def fresh_session(self) -> aiohttp.ClientSession:
-        """A session that opens a new connection for every request (made on first use): for
-        sending once more a request whose kept-alive connection the backend had closed."""
-        if self._fresh is None or self._fresh.closed:
-            self._fresh = self._new_session(force_close=True)
-        return self._fresh
-
-    def _new_session(self, *, force_close: bool) -> aiohttp.ClientSession:
-        keepalive = None if force_close else KEEPALIVE_S
+    def _new_session(self) -> aiohttp.ClientSession:
         connector: aiohttp.BaseConnector
         if self.socket_path is not None:
             connector = aiohttp.UnixConnector(
-                path=str(self.socket_path),
-                limit=0,
-                force_close=force_close,
-                keepalive_timeout=keepalive,
+                path=str(self.socket_path), limit=0, keepalive_timeout=KEEPALIVE_S
             )
         else:
-            connector = aiohttp.TCPConnector(
-                limit=0, force_close=force_close, keepalive_timeout=keepalive
-            )
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
         # No total timeout: a long generation is legitimate; drain and disconnects end
         # requests.
         return aiohttp.ClientSession(
@@ -143,10 +129,9 @@ class EngineClient:
     async def close(self) -> None:
         """Close the sessions and the pool's idle connections (a later `session()` or
         `pool()` makes a new one)."""
-        for session in (self._session, self._fresh):
-            if session is not None:
-                await session.close()
-        self._session = self._fresh = None
+        if self._session is not None:
+            await self._session.close()
+        self._session = None
         if self._pool is not None:
             self._pool.close()
             self._pool = None

@@ -14,14 +14,18 @@ from __future__ import annotations
 import asyncio
 import ssl
 from pathlib import Path
+from typing import cast
 
 import httptools
+import structlog
 
 # Bytes of answer waiting unread after which the backend's socket is no longer read (resumed
 # when the reader takes them): aiohttp's StreamReader's limit (2**16), which the relay had.
 CHUNKS_HIGH = 2**16
 # How long a connect may take (aiohttp's `sock_connect`, as the relay had).
 CONNECT_TIMEOUT_S = 10.0
+
+log = structlog.get_logger("llmd.proxy")
 
 
 class WireError(ConnectionError):
@@ -46,7 +50,7 @@ class ConnectionLost(WireError):
         self.answered = answered
 
 
-class Answer:
+class Reply:
     """One backend answer: `status`, `headers` (names lower-cased), and its body by `readany`
     (whatever has arrived, b"" at its end) or `read` (all of it). `close()` ends it: an
     answer not read to its end closes its connection. Raises ConnectionLost from either read
@@ -63,7 +67,7 @@ class Answer:
         self.waiter: asyncio.Future[None] | None = None
 
     @property
-    def content(self) -> Answer:
+    def content(self) -> Reply:
         """The body's reader (this answer: `readany`), as aiohttp's `response.content`."""
         return self
 
@@ -121,8 +125,8 @@ class _Connection(asyncio.Protocol):
         self.pool = pool
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
-        self.head: asyncio.Future[Answer] | None = None
-        self.answer: Answer | None = None
+        self.head: asyncio.Future[Reply] | None = None
+        self.answer: Reply | None = None
         self.headers: dict[str, str] = {}
         self.paused = False
         self.used = 0  # requests sent on it
@@ -131,15 +135,14 @@ class _Connection(asyncio.Protocol):
 
     # -- the pool's side ---------------------------------------------------------------------
 
-    async def request(self, data: bytes) -> Answer:
+    async def request(self, data: bytes) -> Reply:
         """Send `data` (a whole request) and wait for the answer's head. Raises
         ConnectionLost; closes the connection when cancelled before the head."""
-        assert self.transport is not None
         loop = asyncio.get_running_loop()
         self.head = loop.create_future()
         self.headers = {}
         self.used += 1
-        self.transport.write(data)
+        cast(asyncio.Transport, self.transport).write(data)
         try:
             return await self.head
         except BaseException:
@@ -161,8 +164,7 @@ class _Connection(asyncio.Protocol):
     # -- asyncio.Protocol --------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
 
     def data_received(self, data: bytes) -> None:
         if self.head is None and self.answer is None:
@@ -202,7 +204,7 @@ class _Connection(asyncio.Protocol):
             self.headers = {}
             return
         self.head = None
-        answer = self.answer = Answer(self, status, self.headers)
+        answer = self.answer = Reply(self, status, self.headers)
         if not head.done():
             head.set_result(answer)
 
@@ -272,7 +274,7 @@ class Pool:
         self.host_header = host if port in (None, default) else f"{host}:{port}"
         self._ssl = ssl_context
 
-    async def post(self, path: str, body: bytes, headers: dict[str, str]) -> Answer:
+    async def post(self, path: str, body: bytes, headers: dict[str, str]) -> Reply:
         """POST `body` to `path` with `headers` (Host and Content-Length are added) and
         return the answer once its head has come. A request sent on a kept-alive connection
         that turns out closed before any answer (the backend closed it as idle just as the
@@ -291,6 +293,7 @@ class Pool:
         except ConnectionLost as lost:
             if lost.answered:
                 raise
+            log.info("engine_connection_renewed", path=path, error=str(lost))
             try:
                 fresh = await self.connect()
             except ConnectFailed:

@@ -11,13 +11,13 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 
-import aiohttp
 import structlog
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from llmd.endpoints.dialects import OPENAI, Dialect
 from llmd.endpoints.table import dialect_of
+from llmd.engine.wire import Reply
 from llmd.errors import ApiError
 from llmd.inflight import Exchange
 
@@ -127,7 +127,7 @@ class ClientWriter:
         if chunk and exchange.stream and self.answer.done:
             exchange.answered = True
 
-    async def stream(self, content: aiohttp.StreamReader) -> None:
+    async def stream(self, content: Reply) -> None:
         """Send each chunk `content` has (`readany`: whatever the socket holds) as `body`
         would, until its end; the stream's per-chunk path, in one frame."""
         exchange, answer, send = self.exchange, self.answer, self._send_body

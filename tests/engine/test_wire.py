@@ -19,10 +19,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from llmd.engine.client import EngineClient
-from llmd.engine.wire import CHUNKS_HIGH, Answer, ConnectFailed, ConnectionLost, Pool
+from llmd.engine.wire import CHUNKS_HIGH, ConnectFailed, ConnectionLost, Pool, Reply
 from tests.support.waiting import until
-
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
 class Backend:
@@ -276,7 +274,7 @@ async def test_a_cancelled_reader_closes_the_connection(tmp_path: Path) -> None:
         pool = Pool(socket_path=tmp_path / "e.sock")
         answer = await pool.post("/", b"{}", {})
 
-        async def relay(answer: Answer) -> None:
+        async def relay(answer: Reply) -> None:
             try:
                 while await answer.readany():
                     pass
