@@ -56,8 +56,15 @@ class Reply:
     answer not read to its end closes its connection. Raises ConnectionLost from either read
     when the connection ends mid-body."""
 
-    def __init__(self, connection: _Connection, status: int, headers: dict[str, str]) -> None:
+    def __init__(
+        self,
+        connection: _Connection,
+        status: int,
+        headers: dict[str, str],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
         self._connection: _Connection | None = connection
+        self._loop = loop
         self.status = status
         self.headers = headers
         self.chunks: list[bytes] = []
@@ -83,17 +90,18 @@ class Reply:
                 raise self.error
             if self.ended:
                 return b""
-            self.waiter = asyncio.get_running_loop().create_future()
+            self.waiter = waiter = self._loop.create_future()
             try:
-                await self.waiter
+                await waiter
             finally:
                 self.waiter = None
         chunks = self.chunks
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         self.chunks = []
         self.buffered = 0
-        if self._connection is not None:
-            self._connection.drained()
+        connection = self._connection
+        if connection is not None and connection.paused:
+            connection.drained()
         return data
 
     async def read(self) -> bytes:
@@ -204,7 +212,7 @@ class _Connection(asyncio.Protocol):
             self.headers = {}
             return
         self.head = None
-        answer = self.answer = Reply(self, status, self.headers)
+        answer = self.answer = Reply(self, status, self.headers, head.get_loop())
         if not head.done():
             head.set_result(answer)
 
@@ -217,7 +225,9 @@ class _Connection(asyncio.Protocol):
         if answer.buffered >= CHUNKS_HIGH and not self.paused and self.transport is not None:
             self.paused = True
             self.transport.pause_reading()
-        answer.wake()
+        waiter = answer.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def on_message_complete(self) -> None:
         answer, self.answer = self.answer, None
