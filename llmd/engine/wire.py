@@ -235,6 +235,7 @@ class _Connection(asyncio.Protocol):
             return  # an interim answer's end
         keep = self.parser.should_keep_alive() and not self.closed
         answer.finished()
+        self.drained()  # paused for this answer's reader: not for the next request
         if keep:
             self.pool.release(self)
         else:

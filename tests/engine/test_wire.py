@@ -261,6 +261,29 @@ async def test_a_slow_reader_pauses_the_backend(tmp_path: Path) -> None:
         pool.close()
 
 
+async def test_an_answer_that_ends_while_paused_leaves_the_connection_reading(
+    tmp_path: Path,
+) -> None:
+    """A body over `CHUNKS_HIGH` that ends unread (reading paused for its reader): the
+    connection, kept alive, reads again for the next request."""
+    big = b"y" * (2 * CHUNKS_HIGH)
+
+    async def large(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(big) + big)
+        await writer.drain()
+        return True
+
+    async with backend(tmp_path / "e.sock", large) as served:
+        pool = Pool(socket_path=tmp_path / "e.sock")
+        first = await pool.post("/", b"{}", {})
+        assert await until(lambda: first.ended, timeout_s=5)
+        assert await first.read() == big
+        second = await asyncio.wait_for(pool.post("/", b"{}", {}), timeout=5)
+        assert await second.read() == big
+        pool.close()
+    assert len(served.connections) == 1
+
+
 async def test_a_cancelled_reader_closes_the_connection(tmp_path: Path) -> None:
     """A read cancelled mid-answer, its answer closed (as the relay's `finally` does): the
     backend sees its connection close at once (vLLM aborts the sequence then)."""
