@@ -347,8 +347,11 @@ class Pool:
 
     def release(self, connection: _Connection) -> None:
         """`connection`'s answer was read to its end: keep it for the next request."""
-        connection.idle_since = asyncio.get_running_loop().time()
-        self.idle.append(connection)
+        connection.idle_since = now = asyncio.get_running_loop().time()
+        idle = self.idle
+        while idle and now - idle[0].idle_since > self.keepalive_s:
+            idle.pop(0).abort()  # the longest idle, past keep-alive: not to be used again
+        idle.append(connection)
 
     def forget(self, connection: _Connection) -> None:
         """`connection` closed."""

@@ -101,6 +101,24 @@ async def test_requests_in_turn_share_one_kept_alive_connection(tmp_path: Path) 
     assert body == b'{"n":2}'
 
 
+async def test_a_connection_idle_past_keep_alive_is_closed_not_reused(tmp_path: Path) -> None:
+    """Of two kept-alive connections, the one idle past `keepalive_s` is closed when the
+    other comes back to the pool, and never sent a request again."""
+    async with backend(tmp_path / "e.sock", ok) as served:
+        pool = Pool(socket_path=tmp_path / "e.sock", keepalive_s=2.0)
+        both = await asyncio.gather(*(pool.post("/", b"{}", {}) for _ in range(2)))
+        for answer in both:
+            await answer.read()
+        assert len(pool.idle) == 2
+        pool.idle[0].idle_since -= 10  # as if idle for 10 s
+        stale = pool.idle[0]
+        await (await pool.post("/", b"{}", {})).read()
+        assert pool.idle == [pool.idle[0]] and pool.idle[0] is not stale
+        assert await until(lambda: len(served.closed) == 1, timeout_s=5)
+        pool.close()
+    assert len(served.connections) == 2 and len(served.requests) == 3
+
+
 async def test_each_chunk_is_handed_on_as_it_arrives(tmp_path: Path) -> None:
     """A chunked answer's chunks are read one by one, the second sent only after the reader
     had the first (nothing waits to fill a buffer); the connection is kept after the end."""
