@@ -4,15 +4,17 @@ llmd's own `asyncio.Protocol` on the engine's socket, in place of aiohttp's clie
 path (aiohttp's per-chunk bookkeeping was 29 % of llmd's samples per streamed token at the
 ceiling, docs/bench/ceiling.md). The request goes out in one `transport.write`; the answer is
 parsed by httptools (the parser uvicorn uses); each body chunk is handed to the reader as it
-arrives, and reading from the backend pauses while `CHUNKS_HIGH` bytes wait unread (the client
-behind is slow). A connection whose answer was read to its end goes back to its `Pool` (kept
-alive); one left mid-answer is closed, which is what makes vLLM abort the sequence.
+arrives (`readany`, or `wait`'s sink, called in the protocol's callback), and reading from the
+backend pauses while `CHUNKS_HIGH` bytes wait unread (the client behind is slow). A connection
+whose answer was read to its end goes back to its `Pool` (kept alive); one left mid-answer is
+closed, which is what makes vLLM abort the sequence.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
@@ -72,6 +74,8 @@ class Reply:
         self.ended = False
         self.error: ConnectionLost | None = None
         self.waiter: asyncio.Future[None] | None = None
+        # Set while a reader takes each chunk in the connection's callback (`wait`).
+        self.sink: Callable[[bytes], bool] | None = None
 
     @property
     def content(self) -> Reply:
@@ -103,6 +107,23 @@ class Reply:
         if connection is not None and connection.paused:
             connection.drained()
         return data
+
+    async def wait(self, sink: Callable[[bytes], bool]) -> None:
+        """Hand each chunk to `sink` as it is parsed, in the connection's callback (no task
+        switch per chunk), until the body ends or fails, or `sink` returns False (it has taken
+        that chunk but can take no more now: the chunks after it wait for `readany`). Returns
+        at once when chunks are waiting; raises nothing (`readany` then says how it ended)."""
+        connection = self._connection
+        if connection is not None and connection.paused:
+            connection.drained()
+        if self.chunks or self.ended or self.error is not None:
+            return
+        self.sink = sink
+        self.waiter = waiter = self._loop.create_future()
+        try:
+            await waiter
+        finally:
+            self.waiter = self.sink = None
 
     async def read(self) -> bytes:
         """The whole body (waits for its end)."""
@@ -219,6 +240,15 @@ class _Connection(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         answer = self.answer
         if answer is None:
+            return
+        sink = answer.sink
+        if sink is not None:
+            if sink(body):
+                return
+            answer.sink = None  # the reader is busy with this one: the next ones wait
+            waiter = answer.waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
             return
         answer.chunks.append(body)
         answer.buffered += len(body)
