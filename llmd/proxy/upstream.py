@@ -2,8 +2,9 @@
 client.
 
 The request goes through the backend's pool (llmd/engine/wire.py, llmd's own HTTP/1.1 client);
-the backend's body is forwarded chunk by chunk as it arrives (`readany`: whatever the socket
-has, never waiting to fill a buffer). The answer is closed however the relay ends, never put
+the backend's body is forwarded chunk by chunk as it arrives, never waiting to fill a buffer (a
+stream's chunks from the engine connection's callback while the client keeps up:
+`ClientWriter.stream`). The answer is closed however the relay ends, never put
 back in the pool mid-body: closing it is what makes vLLM abort the sequence; an answer read to its
 end leaves its connection kept alive for the next request. A request whose kept-alive connection
 the backend had closed is sent once more on a new one (`Pool.post`). Failures of the
