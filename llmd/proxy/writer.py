@@ -169,19 +169,23 @@ class ClientWriter:
         socket pauses once `wire.CHUNKS_HIGH` bytes wait), then the sink takes over again."""
         self._blocked: Awaitable[None] | None = None
         self._failed: BaseException | None = None
-        while True:
-            await content.wait(self._send_now)
-            if self._blocked is None and self._failed is None:
-                chunk = await content.readany()  # chunks that waited, or the end (b"")
-                if not chunk:
-                    return
-                self._send_now(chunk)
-            if self._failed is not None:
-                raise self._failed
-            if self._blocked is not None:
-                blocked, self._blocked = self._blocked, None
-                await blocked
-                self._sent()
+        try:
+            while True:
+                await content.wait(self._send_now)
+                if self._blocked is None and self._failed is None:
+                    chunk = await content.readany()  # chunks that waited, or the end (b"")
+                    if not chunk:
+                        return
+                    self._send_now(chunk)
+                if self._failed is not None:
+                    raise self._failed
+                if self._blocked is not None:
+                    blocked, self._blocked = self._blocked, None
+                    await blocked
+                    self._sent()
+        finally:
+            if isinstance(self._blocked, Resumed):  # cancelled before it was awaited
+                self._blocked.coro.close()
 
     def _send_now(self, chunk: bytes) -> bool:
         """Read `chunk` and start its send: True when sent, False when the send waits (it is

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,18 +67,24 @@ class Client:
         self.tasks: list[asyncio.Task[Any] | None] = []
         self.hold, self.fail = hold, fail
         self.release = asyncio.Event()
-        self.cancelled = False
+        self.cancelled = self.closed = False
         self.sent = asyncio.Event()
+        self.on_hold: Callable[[], None] | None = None
 
     async def __call__(self, message: Any) -> None:
         index = len(self.bodies) + (1 if self.cancelled else 0)
         if index == self.fail:
             raise OSError("the client's socket failed")
         if index == self.hold:
+            if self.on_hold is not None:
+                self.on_hold()
             try:
                 await self.release.wait()
             except asyncio.CancelledError:
                 self.cancelled = True
+                raise
+            except GeneratorExit:
+                self.closed = True
                 raise
         self.bodies.append(message["body"])
         self.tasks.append(asyncio.current_task())
@@ -173,5 +179,24 @@ async def test_a_cancel_reaches_a_waiting_send(tmp_path: Path) -> None:
         with pytest.raises(asyncio.CancelledError):
             await task
         assert client.cancelled and client.bodies == []
+        reply.close()
+        pool.close()
+
+
+async def test_a_send_left_waiting_by_a_cancel_is_closed(tmp_path: Path) -> None:
+    """The relay cancelled in the very turn a send from the connection's callback began to
+    wait (before the relay's task could take it over): that send is closed, not left
+    suspended."""
+    gate = asyncio.Event()
+    async with engine(tmp_path / "e.sock", gate):
+        pool, reply = await streamed(tmp_path / "e.sock")
+        client = Client(hold=1)
+        writer = ClientWriter(client, Exchange("r", stream=True))  # kept: the send with it
+        task = asyncio.create_task(writer.stream(reply))
+        client.on_hold = task.cancel
+        await let_out(gate, 2)
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert client.closed and client.bodies == [EVENTS[0]]
         reply.close()
         pool.close()
