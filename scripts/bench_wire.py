@@ -34,6 +34,7 @@ import aiohttp  # noqa: E402
 import uvloop  # noqa: E402
 
 from llmd.engine.wire import Pool, Reply  # noqa: E402
+from tests.support.http_requests import read_request  # noqa: E402
 
 EVENT = (
     b'data: {"id":"cmpl-1","object":"text_completion","created":1,"model":"tiny",'
@@ -48,13 +49,7 @@ async def firehose(socket: str, events: int) -> None:
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next(
-                    int(line.split(b":")[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length:")
-                )
-                await reader.readexactly(length)
+                await read_request(reader)
                 writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
                 for _ in range(events):
                     writer.write(chunk)

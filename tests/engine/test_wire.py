@@ -20,6 +20,7 @@ from cryptography.x509.oid import NameOID
 
 from llmd.engine.client import EngineClient
 from llmd.engine.wire import CHUNKS_HIGH, ConnectFailed, ConnectionLost, Pool, Reply
+from tests.support.http_requests import read_request
 from tests.support.waiting import until
 
 
@@ -37,13 +38,7 @@ class Backend:
         self.connections.append(writer)
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next(
-                    int(line.split(b":")[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length:")
-                )
-                request = head + await reader.readexactly(length)
+                request = await read_request(reader)
                 self.requests.append(request)
                 if not await self.answer(request, writer):
                     break
