@@ -1,15 +1,18 @@
 """The HTTP client llmd's request path uses to reach one backend: a supervised engine on its
 Unix socket, or an upstream at `http(s)://HOST:PORT` or `unix:/path`.
 
-One per backend. Its session is made on first use (on the event loop) and closed by `close()`;
-the relay, the validator's engine counter (`/tokenize`), the upstream probe and the metrics
-scraper take their session from it, and send its `headers()` (the backend's API key). Its
-connections are kept alive between requests, for at most `KEEPALIVE_S` idle.
+One per backend. The relay posts through its `pool()` (llmd/engine/wire.py: llmd's own
+HTTP/1.1 client, the hot path); the validator's engine counter (`/tokenize`), the upstream probe
+and the metrics scraper take its aiohttp `session()`. Both are made on first use (on the event
+loop) and closed by `close()`; every request sends its `headers()` (the backend's API key).
+Connections are kept alive between requests, for at most `KEEPALIVE_S` idle.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import urllib.parse
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,21 +20,22 @@ import aiohttp
 
 from llmd.config import EngineConfig
 from llmd.engine.args import engine_auth_headers
+from llmd.engine.wire import Pool
 
 # The host name of requests over a Unix socket (any name does: the socket is the address).
 UNIX_BASE = "http://engine"
 # How long an idle connection to a backend is kept for the next request: well under the 5 s
 # after which vLLM's uvicorn closes an idle one (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, vLLM 0.32), so
 # that llmd does not send on a connection the engine is closing. A connection that still turns
-# out closed by then is replaced (`fresh_session`, proxy/upstream.py).
+# out closed by then is replaced (`Pool.post`'s resend).
 KEEPALIVE_S = 2.0
 
 
 class EngineClient:
-    """An aiohttp session on one backend: `target` is a Unix socket path (a Path, or a string
-    `unix:/path`) or an `http(s)://HOST:PORT` base URL; `api_key`, when given, is sent as
-    `Authorization: Bearer` on every request (`headers()`), as is a supervised engine's own
-    key (`configure`)."""
+    """The relay's connection pool and an aiohttp session on one backend: `target` is a Unix
+    socket path (a Path, or a string `unix:/path`) or an `http(s)://HOST:PORT` base URL;
+    `api_key`, when given, is sent as `Authorization: Bearer` on every request (`headers()`),
+    as is a supervised engine's own key (`configure`)."""
 
     def __init__(self, target: Path | str, api_key: str | None = None) -> None:
         self.target = target
@@ -42,8 +46,15 @@ class EngineClient:
         else:
             self.socket_path = None
             self.base_url = target.rstrip("/")
+        url = urllib.parse.urlsplit(self.base_url)
+        self.prefix = url.path if self.socket_path is None else ""  # before each request path
+        # A `user:password@` in the URL: Basic auth, as aiohttp sends it for such a URL.
+        self.url_auth: dict[str, str] = {}
+        if url.username is not None:
+            pair = f"{url.username}:{url.password or ''}".encode()
+            self.url_auth["Authorization"] = "Basic " + base64.b64encode(pair).decode()
         self._session: aiohttp.ClientSession | None = None
-        self._fresh: aiohttp.ClientSession | None = None
+        self._pool: Pool | None = None
 
     def configure(self, engine: EngineConfig) -> None:
         """Take a supervised engine's table (at start-up, on a reload, before a restart
@@ -59,6 +70,32 @@ class EngineClient:
         """Headers every request to this backend carries (its API key, if any)."""
         return dict(self.auth)
 
+    def pool_headers(self) -> dict[str, str]:
+        """What the relay's requests carry (the pool sends only the headers it is given):
+        `headers()`, else the URL's Basic auth when it has a `user:password@`."""
+        return {**self.url_auth, **self.auth}
+
+    def pool(self) -> Pool:
+        """The relay's kept-alive connections to this backend (made on first use): over its
+        Unix socket, or TCP to the URL's host and port, TLS for `https`. `request_path()`
+        gives the target to post to, `pool_headers()` the headers to send."""
+        if self._pool is None:
+            if self.socket_path is not None:
+                self._pool = Pool(socket_path=self.socket_path, keepalive_s=KEEPALIVE_S)
+            else:
+                url = urllib.parse.urlsplit(self.base_url)
+                self._pool = Pool(
+                    host=url.hostname or "",
+                    port=url.port,
+                    tls=url.scheme == "https",
+                    keepalive_s=KEEPALIVE_S,
+                )
+        return self._pool
+
+    def request_path(self, path: str) -> str:
+        """The request target of `path` on this backend (after the URL's own path, if any)."""
+        return self.prefix + path
+
     def session(self) -> aiohttp.ClientSession:
         """The session, made on first use; its connections are kept alive (`KEEPALIVE_S`).
         Needs a running event loop.
@@ -69,30 +106,17 @@ class EngineClient:
         per request (llmd's and the engine's side) were about a tenth of llmd's CPU per request
         on the zero-latency simulator (docs/bench/overhead.md, issue 20)."""
         if self._session is None or self._session.closed:
-            self._session = self._new_session(force_close=False)
+            self._session = self._new_session()
         return self._session
 
-    def fresh_session(self) -> aiohttp.ClientSession:
-        """A session that opens a new connection for every request (made on first use): for
-        sending once more a request whose kept-alive connection the backend had closed."""
-        if self._fresh is None or self._fresh.closed:
-            self._fresh = self._new_session(force_close=True)
-        return self._fresh
-
-    def _new_session(self, *, force_close: bool) -> aiohttp.ClientSession:
-        keepalive = None if force_close else KEEPALIVE_S
+    def _new_session(self) -> aiohttp.ClientSession:
         connector: aiohttp.BaseConnector
         if self.socket_path is not None:
             connector = aiohttp.UnixConnector(
-                path=str(self.socket_path),
-                limit=0,
-                force_close=force_close,
-                keepalive_timeout=keepalive,
+                path=str(self.socket_path), limit=0, keepalive_timeout=KEEPALIVE_S
             )
         else:
-            connector = aiohttp.TCPConnector(
-                limit=0, force_close=force_close, keepalive_timeout=keepalive
-            )
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
         # No total timeout: a long generation is legitimate; drain and disconnects end
         # requests.
         return aiohttp.ClientSession(
@@ -103,11 +127,14 @@ class EngineClient:
         )
 
     async def close(self) -> None:
-        """Close the sessions (a later `session()` makes a new one)."""
-        for session in (self._session, self._fresh):
-            if session is not None:
-                await session.close()
-        self._session = self._fresh = None
+        """Close the sessions and the pool's idle connections (a later `session()` or
+        `pool()` makes a new one)."""
+        if self._session is not None:
+            await self._session.close()
+        self._session = None
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     @contextlib.asynccontextmanager
     async def open(self) -> AsyncIterator[None]:

@@ -21,7 +21,6 @@ import time
 import uuid
 from typing import Any
 
-import aiohttp
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
@@ -32,6 +31,7 @@ from llmd.endpoints.responses import as_items, continued_input
 from llmd.endpoints.responses_stream import ResponsesAnswer
 from llmd.endpoints.store import ResponseStore
 from llmd.endpoints.table import Answer, Endpoint
+from llmd.engine.wire import Reply
 from llmd.errors import ApiError, EngineError, InvalidRequest, NotFound, RequestCancelled
 from llmd.inflight import Exchange
 from llmd.proxy.intake import Arrival, Body
@@ -96,7 +96,7 @@ class ResponsesWriter(ClientWriter):
             )
         await self.send_body(chunk, more=more)
 
-    async def stream(self, content: aiohttp.StreamReader) -> None:
+    async def stream(self, content: Reply) -> None:
         """Each chunk through `body` (which may store the response before sending it), not
         the plain writer's one-frame path."""
         while chunk := await content.readany():

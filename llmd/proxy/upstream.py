@@ -1,11 +1,13 @@
 """The backend side of a relayed request: one request to one backend, its answer passed to the
 client.
 
-The backend's body is forwarded chunk by chunk as it arrives (`readany`: whatever the socket
-has, never waiting to fill a buffer). The response is closed however the relay ends, never put
-back in a pool mid-body: closing it is what makes vLLM abort the sequence; a response read to its
-end leaves its connection kept alive for the next request (llmd/engine/client.py). A request
-whose kept-alive connection the backend had closed is sent once more on a new one. Failures of the
+The request goes through the backend's pool (llmd/engine/wire.py, llmd's own HTTP/1.1 client);
+the backend's body is forwarded chunk by chunk as it arrives, never waiting to fill a buffer (a
+stream's chunks from the engine connection's callback while the client keeps up:
+`ClientWriter.stream`). The answer is closed however the relay ends, never put
+back in the pool mid-body: closing it is what makes vLLM abort the sequence; an answer read to its
+end leaves its connection kept alive for the next request. A request whose kept-alive connection
+the backend had closed is sent once more on a new one (`Pool.post`). Failures of the
 backend or of its connection become OpenAI-shaped errors here (the one place they are
 translated), and are recorded in an upstream's circuit breaker: a refused or lost connection,
 a timeout or a 5xx is a failure, any other answer a success (a 4xx is the request's fault: it
@@ -17,10 +19,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-import aiohttp
 import structlog
 
-from llmd.engine.client import EngineClient
+from llmd.engine.wire import ConnectFailed, ConnectionLost
 from llmd.errors import ApiError, EngineError, EngineUnavailable
 from llmd.inflight import Exchange
 from llmd.proxy.refusals import backend_refusal
@@ -29,7 +30,7 @@ from llmd.routing.breaker import CircuitBreaker
 from llmd.state import DaemonState
 
 log = structlog.get_logger("llmd.proxy")
-_UPSTREAM_LOST = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+_UPSTREAM_LOST = (asyncio.TimeoutError, OSError)  # ConnectFailed, ConnectionLost are OSErrors
 
 
 async def forward(
@@ -54,11 +55,11 @@ async def forward(
     """
     client = state.fleet.client(backend)
     breaker = _breaker(state, backend)
-    headers = {**(headers or {}), **client.headers(), "x-request-id": exchange.request_id}
+    headers = {**(headers or {}), **client.pool_headers(), "x-request-id": exchange.request_id}
     headers["content-type"] = content_type
     headers.update(state.observer.tracing.outgoing(exchange))  # W3C traceparent, tracestate
     try:
-        response = await _post(client, client.url(path), body, headers)
+        response = await client.pool().post(client.request_path(path), body, headers)
     except _UPSTREAM_LOST as exc:
         _record(breaker, failed=True)
         raise _connection_error(state, backend, exc) from exc
@@ -94,36 +95,6 @@ async def forward(
         response.close()
 
 
-# How a kept-alive connection the backend closed shows when a request goes out on it: the
-# answer never comes (disconnected), or writing fails (reset, "Can not write request body").
-_STALE = (
-    aiohttp.ServerDisconnectedError,
-    aiohttp.ClientConnectionResetError,
-    aiohttp.ClientOSError,
-)
-
-
-async def _post(
-    client: EngineClient, url: str, body: bytes, headers: dict[str, str]
-) -> aiohttp.ClientResponse:
-    """POST on a kept-alive connection; once more on a new connection when that one was found
-    closed or reset before any answer came (the backend closed it as idle just as the request
-    went out: the stale keep-alive race). A refused connect is not sent again. When the new
-    connection is refused, the backend is gone and had the request: the first connection's
-    loss is raised (the engine died under the request, a 502), not the refusal (a 503 says
-    nothing was sent). Raises as `ClientSession.post`."""
-    try:
-        return await client.session().post(url, data=body, headers=headers)
-    except _STALE as exc:
-        if isinstance(exc, aiohttp.ClientConnectorError):
-            raise
-        log.info("engine_connection_renewed", url=url, error=type(exc).__name__)
-        try:
-            return await client.fresh_session().post(url, data=body, headers=headers)
-        except aiohttp.ClientConnectorError:
-            raise exc from None
-
-
 def _breaker(state: DaemonState, backend: str) -> CircuitBreaker | None:
     """`backend`'s breaker (an upstream's; None for an engine, or one a reload removed)."""
     try:
@@ -148,7 +119,7 @@ def _connection_error(state: DaemonState, backend: str, exc: BaseException) -> A
     Retry-After; it was sent and the connection was lost before the answer ended (the engine
     died under it) → 502 `engine_error`."""
     engine = state.fleet.engines.get(backend)
-    if isinstance(exc, aiohttp.ClientConnectorError):
+    if isinstance(exc, ConnectFailed):
         # Refused or missing socket: an engine that died a moment ago, or is between boots.
         if engine is not None and not engine.serving:
             return engine.unavailable_error()
@@ -158,7 +129,6 @@ def _connection_error(state: DaemonState, backend: str, exc: BaseException) -> A
             retry_after_s=retry_after,
         )
     if isinstance(exc, _CUT_OFF):
-        # aiohttp's own words here ("TransferEncodingError: 400 ...") read as a client error.
         return EngineError(
             f"{backend} closed the connection during the request (it may have exited; llmd "
             f"restarts an engine that exits): {type(exc).__name__}"
@@ -167,12 +137,7 @@ def _connection_error(state: DaemonState, backend: str, exc: BaseException) -> A
 
 
 # A connection the backend ended mid-request: reset, closed, or an answer cut short.
-_CUT_OFF = (
-    aiohttp.ServerDisconnectedError,
-    aiohttp.ClientPayloadError,
-    aiohttp.ClientOSError,
-    ConnectionResetError,
-)
+_CUT_OFF = (ConnectionLost, ConnectionResetError, BrokenPipeError)
 
 
 def _engine_status_error(status: int, body: bytes) -> ApiError:

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
+from typing import Any
 
-import aiohttp
 import structlog
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from llmd.endpoints.dialects import OPENAI, Dialect
 from llmd.endpoints.table import dialect_of
+from llmd.engine.wire import Reply
 from llmd.errors import ApiError
 from llmd.inflight import Exchange
 
@@ -57,6 +58,37 @@ class ErrorResponse(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         dialect = dialect_of(scope.get("path", ""))
         await send_error(send, self.error, self.extra or (), dialect)
+
+
+class Resumed:
+    """A coroutine already run to its first wait (it yielded `yielded`, a future as asyncio's
+    tasks take), awaitable from another task, which runs it to its end: what a send started
+    in a protocol callback becomes when it must wait."""
+
+    __slots__ = ("coro", "yielded")
+
+    def __init__(self, coro: Coroutine[Any, Any, None], yielded: Any) -> None:
+        self.coro = coro
+        self.yielded = yielded
+
+    def __await__(self) -> Generator[Any, None, None]:
+        coro, yielded = self.coro, self.yielded
+        while True:
+            try:
+                sent = yield yielded
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # a cancellation thrown into the awaiting task
+                try:
+                    yielded = coro.throw(exc)
+                except StopIteration:
+                    return
+                continue
+            try:
+                yielded = coro.send(sent)
+            except StopIteration:
+                return
 
 
 class ClientWriter:
@@ -127,23 +159,65 @@ class ClientWriter:
         if chunk and exchange.stream and self.answer.done:
             exchange.answered = True
 
-    async def stream(self, content: aiohttp.StreamReader) -> None:
-        """Send each chunk `content` has (`readany`: whatever the socket holds) as `body`
-        would, until its end; the stream's per-chunk path, in one frame."""
-        exchange, answer, send = self.exchange, self.answer, self._send_body
-        monotonic = time.monotonic
-        on_first = self.on_first_byte
-        while chunk := await content.readany():  # b"": the end (what `iter_any` wraps)
-            exchange.progress_at = exchange.send_since = now = monotonic()
-            answer.feed(chunk)
+    async def stream(self, content: Reply) -> None:
+        """Send each chunk of `content` as `body` would, until its end; raises as `readany`.
+
+        The stream's per-chunk path. A chunk that arrives while nothing else waits is read and
+        sent in the engine connection's callback (`Reply.wait`'s sink, `_send_now`): no task
+        switch per chunk. When the client's send would wait (its transport is backed up), that
+        send is finished in this task and the chunks after it are read here (the engine's
+        socket pauses once `wire.CHUNKS_HIGH` bytes wait), then the sink takes over again."""
+        self._blocked: Awaitable[None] | None = None
+        self._failed: BaseException | None = None
+        try:
+            while True:
+                await content.wait(self._send_now)
+                if self._blocked is None and self._failed is None:
+                    chunk = await content.readany()  # chunks that waited, or the end (b"")
+                    if not chunk:
+                        return
+                    self._send_now(chunk)
+                if self._failed is not None:
+                    raise self._failed
+                if self._blocked is not None:
+                    blocked, self._blocked = self._blocked, None
+                    await blocked
+                    self._sent()
+        finally:
+            if isinstance(self._blocked, Resumed):  # cancelled before it was awaited
+                self._blocked.coro.close()
+
+    def _send_now(self, chunk: bytes) -> bool:
+        """Read `chunk` and start its send: True when sent, False when the send waits (it is
+        `_blocked`, for `stream` to await) or failed (`_failed`, for `stream` to raise)."""
+        exchange = self.exchange
+        try:
+            exchange.progress_at = exchange.send_since = now = time.monotonic()
+            self.answer.feed(chunk)
             exchange.chunk_sent(now)  # a stream's gaps (llmd/telemetry/gaps.py)
-            if on_first is not None and exchange.first_byte_at is not None:
-                on_first()
-                on_first = self.on_first_byte = None
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            exchange.send_since = None
-            if answer.done and exchange.stream:
-                exchange.answered = True
+            if self.on_first_byte is not None and exchange.first_byte_at is not None:
+                self.on_first_byte()
+                self.on_first_byte = None
+            send = self._send_body({"type": "http.response.body", "body": chunk, "more_body": True})
+            if not isinstance(send, Coroutine):
+                self._blocked = send
+                return False
+            try:
+                yielded = send.send(None)
+            except StopIteration:
+                self._sent()
+                return True
+        except Exception as exc:
+            self._failed = exc
+            return False
+        self._blocked = Resumed(send, yielded)
+        return False
+
+    def _sent(self) -> None:
+        exchange = self.exchange
+        exchange.send_since = None
+        if self.answer.done and exchange.stream:
+            exchange.answered = True
 
     def stream_error(self, error: ApiError) -> bytes:
         """`error` in-band, as this answer's dialect ends a stream with it (a writer that

@@ -14,7 +14,6 @@ import httpx
 import pytest
 
 from llmd.engine.client import EngineClient
-from llmd.proxy.upstream import _post
 from tests.support.fake_engine import ProxyStack
 from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
@@ -99,7 +98,7 @@ async def test_a_kept_alive_connection_the_engine_closed_is_renewed(tmp_path: Pa
         client = EngineClient(socket)
         try:
             for _ in range(2):
-                response = await _post(client, client.url("/v1/completions"), b"{}", {})
+                response = await client.pool().post("/v1/completions", b"{}", {})
                 assert response.status == 200 and await response.read() == b"{}"
         finally:
             await client.close()

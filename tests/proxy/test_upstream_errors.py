@@ -1,32 +1,29 @@
 """What a client reads when the connection to a backend fails: an engine that ended the
-connection mid-request is said plainly (not in aiohttp's words, which read as a client error)."""
+connection mid-request is said plainly (never in the client library's words)."""
 
 from __future__ import annotations
 
-import aiohttp
 import pytest
 
 from llmd.config import Config, EngineConfig
+from llmd.engine.wire import ConnectFailed, ConnectionLost
 from llmd.errors import EngineError, EngineUnavailable
 from llmd.proxy.upstream import _connection_error
 from llmd.supervisor.state import EnginePhase, EngineState
 from tests.support.state import daemon_state
 
 CUT_OFF = [
-    aiohttp.ServerDisconnectedError(),
-    aiohttp.ClientPayloadError(
-        "Response payload is not completed: <TransferEncodingError: 400, message='Not enough "
-        "data to satisfy transfer length header.'>"
-    ),
-    aiohttp.ClientOSError(104, "Connection reset by peer"),
+    ConnectionLost("the backend closed the connection", answered=False),
+    ConnectionLost("the answer does not parse: 400 Invalid character", answered=True),
     ConnectionResetError(104, "Connection reset by peer"),
+    BrokenPipeError(32, "Broken pipe"),
 ]
 
 
 @pytest.mark.parametrize("exc", CUT_OFF, ids=lambda exc: type(exc).__name__)
 def test_a_connection_the_engine_ended_mid_request_is_said_plainly(exc: Exception) -> None:
     """Reset, disconnected or cut short while serving: 502 engine_error saying the engine
-    closed the connection and may have exited, without aiohttp's detail."""
+    closed the connection and may have exited, without the library's detail."""
     state = daemon_state(Config(engine=EngineConfig(model="tiny")), EngineState())
     state.engine.phase = EnginePhase.SERVING
     error = _connection_error(state, "main", exc)
@@ -39,9 +36,6 @@ def test_a_refused_connection_is_a_503_to_retry() -> None:
     """A connection refused while the engine still counts as serving: 503 with Retry-After."""
     state = daemon_state(Config(engine=EngineConfig(model="tiny")), EngineState())
     state.engine.phase = EnginePhase.SERVING
-    refused = aiohttp.ClientConnectorError(
-        aiohttp.client_reqrep.ConnectionKey("engine", 0, False, False, None, None, None),
-        ConnectionRefusedError(111, "Connection refused"),
-    )
+    refused = ConnectFailed("ConnectionRefusedError: [Errno 111] Connection refused")
     error = _connection_error(state, "main", refused)
     assert isinstance(error, EngineUnavailable) and error.retry_after_s is not None

@@ -1,0 +1,382 @@
+"""The relay's HTTP/1.1 client (llmd/engine/wire.py) against real sockets: a connection kept
+alive and reused, a stale one renewed, a refused connect, bodies by length, chunks or close,
+each chunk handed on as it arrives, an answer cut off, a slow reader pausing the backend, and a
+closed or cancelled answer closing its connection."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from llmd.engine.client import EngineClient
+from llmd.engine.wire import CHUNKS_HIGH, ConnectFailed, ConnectionLost, Pool, Reply
+from tests.support.http_requests import read_request
+from tests.support.waiting import until
+
+
+class Backend:
+    """A small HTTP server on a Unix socket: `connections` it accepted, `requests` it read
+    (head and body), and what `answer(request, writer)` writes for each."""
+
+    def __init__(self, answer: Callable[[bytes, asyncio.StreamWriter], Awaitable[bool]]) -> None:
+        self.answer = answer
+        self.connections: list[asyncio.StreamWriter] = []
+        self.requests: list[bytes] = []
+        self.closed: list[asyncio.StreamWriter] = []
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections.append(writer)
+        try:
+            while True:
+                request = await read_request(reader)
+                self.requests.append(request)
+                if not await self.answer(request, writer):
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self.closed.append(writer)
+            writer.close()
+
+
+@contextlib.asynccontextmanager
+async def backend(
+    socket: Path, answer: Callable[[bytes, asyncio.StreamWriter], Awaitable[bool]]
+) -> AsyncIterator[Backend]:
+    served = Backend(answer)
+    server = await asyncio.start_unix_server(served.serve, path=str(socket))
+    try:
+        yield served
+    finally:
+        await _stop(server, served)
+
+
+async def _stop(server: asyncio.Server, served: Backend) -> None:
+    """Stop the server, its handlers ended first (a handler cancelled at the loop's end
+    is logged as an error by asyncio's streams)."""
+    server.close()
+    for writer in served.connections:
+        writer.close()
+    await until(lambda: len(served.closed) == len(served.connections), timeout_s=5)
+    await server.wait_closed()
+
+
+async def ok(request: bytes, writer: asyncio.StreamWriter) -> bool:
+    """A kept-alive answer by length, echoing the request's body."""
+    body = request.split(b"\r\n\r\n", 1)[1]
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    await writer.drain()
+    return True
+
+
+async def test_requests_in_turn_share_one_kept_alive_connection(tmp_path: Path) -> None:
+    """Answers read to their end leave the connection for the next request; the request
+    carries the given headers, Host and Content-Length, and its body."""
+    async with backend(tmp_path / "e.sock", ok) as served:
+        pool = Pool(socket_path=tmp_path / "e.sock")
+        for n in range(3):
+            answer = await pool.post("/v1/x", b'{"n":%d}' % n, {"x-request-id": f"r{n}"})
+            assert answer.status == 200 and answer.headers["content-length"] == "7"
+            assert await answer.read() == b'{"n":%d}' % n
+        pool.close()
+    assert len(served.connections) == 1
+    head, body = served.requests[2].split(b"\r\n\r\n")
+    assert head.startswith(b"POST /v1/x HTTP/1.1\r\n")
+    assert b"x-request-id: r2" in head and b"host: engine" in head.lower()
+    assert body == b'{"n":2}'
+
+
+async def test_a_connection_idle_past_keep_alive_is_closed_not_reused(tmp_path: Path) -> None:
+    """Of two kept-alive connections, the one idle past `keepalive_s` is closed when the
+    other comes back to the pool, and never sent a request again."""
+    async with backend(tmp_path / "e.sock", ok) as served:
+        pool = Pool(socket_path=tmp_path / "e.sock", keepalive_s=2.0)
+        both = await asyncio.gather(*(pool.post("/", b"{}", {}) for _ in range(2)))
+        for answer in both:
+            await answer.read()
+        assert len(pool.idle) == 2
+        pool.idle[0].idle_since -= 10  # as if idle for 10 s
+        stale = pool.idle[0]
+        await (await pool.post("/", b"{}", {})).read()
+        assert pool.idle == [pool.idle[0]] and pool.idle[0] is not stale
+        assert await until(lambda: len(served.closed) == 1, timeout_s=5)
+        pool.close()
+    assert len(served.connections) == 2 and len(served.requests) == 3
+
+
+async def test_each_chunk_is_handed_on_as_it_arrives(tmp_path: Path) -> None:
+    """A chunked answer's chunks are read one by one, the second sent only after the reader
+    had the first (nothing waits to fill a buffer); the connection is kept after the end."""
+    second = asyncio.Event()
+
+    async def chunked(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+        await writer.drain()
+        await second.wait()
+        writer.write(b"6\r\nsecond\r\n0\r\n\r\n")
+        await writer.drain()
+        return True
+
+    async with backend(tmp_path / "e.sock", chunked) as served:
+        pool = Pool(socket_path=tmp_path / "e.sock")
+        answer = await pool.post("/", b"{}", {})
+        assert await answer.readany() == b"first"
+        second.set()
+        assert await answer.readany() == b"second"
+        assert await answer.readany() == b""
+        answer.close()
+        second.clear()
+        again = await pool.post("/", b"{}", {})
+        assert await again.readany() == b"first"
+        again.close()  # mid-answer: its connection closes
+        second.set()
+        assert await until(lambda: len(served.closed) == 1, timeout_s=5)
+        pool.close()
+    assert len(served.connections) == 1
+
+
+async def test_a_body_ended_by_the_close_is_read_to_the_close(tmp_path: Path) -> None:
+    """An answer with neither length nor chunks ends when the backend closes; `Connection:
+    close` keeps the connection from reuse."""
+
+    async def until_close(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nall of it")
+        await writer.drain()
+        return False
+
+    async with backend(tmp_path / "e.sock", until_close) as served:
+        pool = Pool(socket_path=tmp_path / "e.sock")
+        for _ in range(2):
+            answer = await pool.post("/", b"{}", {})
+            assert await answer.read() == b"all of it"
+    assert len(served.connections) == 2
+
+
+async def test_a_kept_alive_connection_the_backend_closed_is_renewed(tmp_path: Path) -> None:
+    """The second request goes out on the kept-alive connection, which the backend closes
+    unanswered (the stale keep-alive race): it is sent once more on a new connection."""
+    answered: list[int] = []
+
+    async def once(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        if len(answered) == len(served.connections):
+            return False  # this connection's second request: closed unanswered
+        answered.append(1)
+        return await ok(request, writer)
+
+    async with backend(tmp_path / "e.sock", once) as served:
+        pool = Pool(socket_path=tmp_path / "e.sock")
+        for _ in range(2):
+            assert await (await pool.post("/", b"{}", {})).read() == b"{}"
+        pool.close()
+    assert len(served.connections) == 2 and len(served.requests) == 3
+
+
+async def test_a_refused_connect_is_not_sent_again(tmp_path: Path) -> None:
+    """No socket, or a TCP port nobody listens on: ConnectFailed (nothing was sent)."""
+    with pytest.raises(ConnectFailed):
+        await Pool(socket_path=tmp_path / "none.sock").post("/", b"{}", {})
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    server.close()
+    await server.wait_closed()
+    with pytest.raises(ConnectFailed):
+        await Pool(host="127.0.0.1", port=port).post("/", b"{}", {})
+
+
+async def test_a_backend_gone_after_the_request_went_out_is_a_loss(tmp_path: Path) -> None:
+    """The kept-alive connection closes unanswered and the new connect is refused (the
+    backend stopped listening as it had the request): the loss is raised, not the refusal."""
+    socket = tmp_path / "e.sock"
+    servers: list[asyncio.Server] = []
+
+    async def then_gone(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        if len(served.requests) == 1:
+            return await ok(request, writer)
+        servers[0].close()  # no more connects
+        socket.unlink()
+        return False
+
+    served = Backend(then_gone)
+    servers.append(await asyncio.start_unix_server(served.serve, path=str(socket)))
+    try:
+        pool = Pool(socket_path=socket)
+        assert await (await pool.post("/", b"{}", {})).read() == b"{}"
+        with pytest.raises(ConnectionLost) as lost:
+            await pool.post("/", b"{}", {})
+        assert not lost.value.answered and len(served.connections) == 1
+    finally:
+        await _stop(servers[0], served)
+
+
+@pytest.mark.parametrize(
+    "cut",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n",
+    ],
+    ids=["length", "chunked"],
+)
+async def test_an_answer_cut_off_mid_body_raises_after_what_came(
+    tmp_path: Path, cut: bytes
+) -> None:
+    """The backend closes before the body's end: what came is read, then ConnectionLost
+    (answered: the head had come)."""
+
+    async def cut_off(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(cut)
+        await writer.drain()
+        return False
+
+    async with backend(tmp_path / "e.sock", cut_off):
+        answer = await Pool(socket_path=tmp_path / "e.sock").post("/", b"{}", {})
+        assert await answer.readany() == b"abc"
+        with pytest.raises(ConnectionLost) as lost:
+            await answer.readany()
+        assert lost.value.answered
+
+
+async def test_a_slow_reader_pauses_the_backend(tmp_path: Path) -> None:
+    """While the reader takes nothing, the backend's socket is not read past `CHUNKS_HIGH`
+    (the backend's writes back up); once read, the whole body comes, in order."""
+    chunk = b"x" * 4096
+    total = 4096 * 1024  # 4 MiB, far above any socket buffer
+    writers: list[asyncio.StreamWriter] = []
+
+    async def firehose(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        writers.append(writer)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for _ in range(total // len(chunk)):
+            writer.write(b"1000\r\n" + chunk + b"\r\n")
+            await writer.drain()
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        return True
+
+    async with backend(tmp_path / "e.sock", firehose):
+        pool = Pool(socket_path=tmp_path / "e.sock")
+        answer = await pool.post("/", b"{}", {})
+        # The backend's writes back up past its transport's high-water mark (64 KiB): its
+        # drain waits, as a backend's send waits on a client that reads nothing.
+        backed_up = lambda: bool(writers) and writers[0].transport.get_write_buffer_size() > 2**16  # noqa: E731
+        assert await until(backed_up, timeout_s=10)
+        assert CHUNKS_HIGH <= answer.buffered < CHUNKS_HIGH + 2**18
+        assert len(await answer.read()) == total
+        pool.close()
+
+
+async def test_an_answer_that_ends_while_paused_leaves_the_connection_reading(
+    tmp_path: Path,
+) -> None:
+    """A body over `CHUNKS_HIGH` that ends unread (reading paused for its reader): the
+    connection, kept alive, reads again for the next request."""
+    big = b"y" * (2 * CHUNKS_HIGH)
+
+    async def large(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(big) + big)
+        await writer.drain()
+        return True
+
+    async with backend(tmp_path / "e.sock", large) as served:
+        pool = Pool(socket_path=tmp_path / "e.sock")
+        first = await pool.post("/", b"{}", {})
+        assert await until(lambda: first.ended, timeout_s=5)
+        assert await first.read() == big
+        second = await asyncio.wait_for(pool.post("/", b"{}", {}), timeout=5)
+        assert await second.read() == big
+        pool.close()
+    assert len(served.connections) == 1
+
+
+async def test_a_cancelled_reader_closes_the_connection(tmp_path: Path) -> None:
+    """A read cancelled mid-answer, its answer closed (as the relay's `finally` does): the
+    backend sees its connection close at once (vLLM aborts the sequence then)."""
+
+    async def endless(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n")
+        await writer.drain()
+        return True  # and wait for the next request, or the close
+
+    async with backend(tmp_path / "e.sock", endless) as served:
+        pool = Pool(socket_path=tmp_path / "e.sock")
+        answer = await pool.post("/", b"{}", {})
+
+        async def relay(answer: Reply) -> None:
+            try:
+                while await answer.readany():
+                    pass
+            finally:
+                answer.close()
+
+        task = asyncio.create_task(relay(answer))
+        assert await until(lambda: not answer.chunks and answer.waiter is not None, 5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await until(lambda: len(served.closed) == 1, timeout_s=1)
+        assert not pool.idle
+
+
+def _certificate(directory: Path) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+async def test_an_https_backend_is_reached_over_verified_tls(tmp_path: Path) -> None:
+    """An `https` URL: TCP to its host and port, TLS verified against the given CAs (the
+    system's by default), the URL's path before the request's; a certificate the CAs do not
+    vouch for is a failed connect."""
+    cert, key = _certificate(tmp_path)
+    served = Backend(ok)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    server = await asyncio.start_server(served.serve, "127.0.0.1", 0, ssl=context)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        client = EngineClient(f"https://localhost:{port}/api")
+        pool = client.pool()
+        assert pool.tls and pool.port == port and pool.host == "localhost"
+        with pytest.raises(ConnectFailed):
+            await pool.post(client.request_path("/v1/x"), b"{}", {})
+        trusted = Pool(
+            host="localhost", port=port, tls=True, ssl_context=ssl.create_default_context()
+        )
+        assert trusted._ssl is not None
+        trusted._ssl.load_verify_locations(cert)
+        answer = await trusted.post(client.request_path("/v1/x"), b"{}", {})
+        assert await answer.read() == b"{}"
+        assert served.requests[0].startswith(b"POST /api/v1/x HTTP/1.1\r\n")
+        trusted.close()
+    finally:
+        await _stop(server, served)
