@@ -294,8 +294,8 @@ def _closing(transport: asyncio.Transport | None) -> bool:
 class Pool:
     """Kept-alive connections to one backend: a Unix socket (`socket_path`) or `host`:`port`
     over TCP, TLS when `tls` (verified by `ssl_context`, the system's CAs by default, as
-    aiohttp verified). A connection idle more than `keepalive_s` is not used again
-    (closed when next looked at): vLLM's uvicorn closes one idle for 5 s."""
+    aiohttp verified). A connection idle more than `keepalive_s` is closed (one timer per
+    pool sweeps them, as aiohttp's connector did): vLLM's uvicorn closes one idle for 5 s."""
 
     def __init__(
         self,
@@ -314,6 +314,7 @@ class Pool:
         default = 443 if tls else 80
         self.host_header = host if port in (None, default) else f"{host}:{port}"
         self._ssl = ssl_context
+        self._sweep: asyncio.TimerHandle | None = None
 
     async def post(self, path: str, body: bytes, headers: dict[str, str]) -> Reply:
         """POST `body` to `path` with `headers` (Host and Content-Length are added) and
@@ -382,6 +383,20 @@ class Pool:
         while idle and now - idle[0].idle_since > self.keepalive_s:
             idle.pop(0).abort()  # the longest idle, past keep-alive: not to be used again
         idle.append(connection)
+        if self._sweep is None:
+            self._sweep = asyncio.get_running_loop().call_later(self.keepalive_s, self._expire)
+
+    def _expire(self) -> None:
+        """Close the connections idle past `keepalive_s` (the list is oldest first), and look
+        again when the oldest left will be."""
+        self._sweep = None
+        loop = asyncio.get_running_loop()
+        idle, now = self.idle, loop.time()
+        while idle and now - idle[0].idle_since >= self.keepalive_s:
+            idle.pop(0).abort()
+        if idle:
+            due = idle[0].idle_since + self.keepalive_s - now
+            self._sweep = loop.call_later(due, self._expire)
 
     def forget(self, connection: _Connection) -> None:
         """`connection` closed."""
@@ -391,5 +406,8 @@ class Pool:
     def close(self) -> None:
         """Close the idle connections (answers being read keep theirs until closed)."""
         idle, self.idle = self.idle, []
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         for connection in idle:
             connection.abort()

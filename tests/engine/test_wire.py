@@ -114,6 +114,27 @@ async def test_a_connection_idle_past_keep_alive_is_closed_not_reused(tmp_path: 
     assert len(served.connections) == 2 and len(served.requests) == 3
 
 
+async def test_connections_idle_past_keep_alive_are_closed_with_no_next_request(
+    tmp_path: Path,
+) -> None:
+    """Connections a burst opened and gave back are closed once idle past `keepalive_s`,
+    without waiting for another request to look at them (an idle daemon holds no engine
+    connections, as with aiohttp's connector)."""
+
+    async def overlapping(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        await asyncio.sleep(0.05)  # the five requests overlap: five connections
+        return await ok(request, writer)
+
+    async with backend(tmp_path / "e.sock", overlapping) as served:
+        pool = Pool(socket_path=tmp_path / "e.sock", keepalive_s=0.2)
+        for answer in await asyncio.gather(*(pool.post("/", b"{}", {}) for _ in range(5))):
+            await answer.read()
+        assert len(served.connections) == 5
+        assert await until(lambda: len(served.closed) == 5, timeout_s=5)
+        assert not pool.idle
+        pool.close()
+
+
 async def test_each_chunk_is_handed_on_as_it_arrives(tmp_path: Path) -> None:
     """A chunked answer's chunks are read one by one, the second sent only after the reader
     had the first (nothing waits to fill a buffer); the connection is kept after the end."""
