@@ -1,13 +1,15 @@
 """Issue 37's synchronised batch wave, against one engine or llmd: `batch_clients` non-streamed
 completions sent together, the next wave sent the moment the last answer of the one before
-ends; an interactive client on a connection of its own probes each wave's turnover. Used by
-scripts/bench_flood.py (`--shape wave`).
+ends; an interactive client probes each wave's turnover from a process of its own (its own
+event loop, one keep-alive connection: the load generator's work never delays its sends).
+Used by scripts/bench_flood.py (`--shape wave`).
 
 A run first measures the interactive client's idle TTFT (`idle_probes` probes one after
 another, no batch load), then sends waves until `seconds` have passed and lets the last one
-end. Each wave gets two probes, each the moment a turnover begins: `restart`, sent right after
-the wave's batch requests are handed to the load's connections (it arrives behind their
-bodies), and `ending`, sent when the wave's first answer arrives (its answers end together).
+end. Each wave gets two probes, each the moment a turnover begins: `restart`, sent as the
+wave's batch requests go out (one pass of the load's event loop after their sends start: it
+arrives among or just behind their bodies), and `ending`, sent when the wave's first answer
+arrives (its answers end together).
 Batch tokens/s is the completion tokens the waves' answers report over the time from the
 first wave's send to the last wave's end: the clients' own view, the same through llmd and
 direct.
@@ -18,8 +20,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import multiprocessing
 import statistics
 import time
+from multiprocessing.connection import Connection
 from typing import Any
 
 import aiohttp
@@ -73,8 +77,8 @@ class Wave:
 
 @dataclasses.dataclass
 class WaveRun:
-    """What one run saw; `zero` is its start (`time.perf_counter()`, the clock other
-    processes' `time.monotonic()` reads on Linux)."""
+    """What one run saw; `zero` is its start (`time.monotonic()`, which every process on the
+    host reads alike)."""
 
     target: str
     shape: WaveShape
@@ -136,17 +140,60 @@ def _round(value: float | None) -> float | None:
 
 async def run_wave(target: Target, shape: WaveShape) -> WaveRun:
     """Run `shape` against `target` (an engine's socket or llmd's URL). The batch requests go
-    on one session's pool (a connection each, kept across waves); the probes on a session of
-    their own with one connection. Requests carry `x-llmd-priority`, which an engine ignores."""
+    on one session's pool (a connection each, kept across waves); the probes from the
+    `ProbeClient` process. Requests carry `x-llmd-priority`, which an engine ignores."""
     run = WaveRun(target=target.label, shape=shape)
-    async with target.session(timeout_s=30) as batch, _one_connection(target) as interactive:
-        zero = run.zero = time.perf_counter()
-        for _ in range(shape.idle_probes):
-            await _probe(interactive, target, shape, run, "idle", zero)
-        zero_waves = time.perf_counter()
-        while time.perf_counter() - zero_waves < shape.seconds:
-            await _one_wave(batch, interactive, target, shape, run, zero)
+    with ProbeClient(target, shape.interactive_tokens) as prober:
+        async with target.session(timeout_s=30) as batch:
+            zero = run.zero = time.monotonic()
+            for _ in range(shape.idle_probes):
+                run.probes.append(await prober.probe("idle", zero))
+            waves_from = time.monotonic()
+            while time.monotonic() - waves_from < shape.seconds:
+                await _one_wave(batch, prober, target, shape, run, zero)
     return run
+
+
+class ProbeClient:
+    """The interactive client, in a child process with its own event loop and one keep-alive
+    connection to `target`; `probe` asks it for one short streaming chat and gives its
+    times. A context manager: the process ends on exit."""
+
+    def __init__(self, target: Target, tokens: int) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._conn, child = context.Pipe()
+        self._process = context.Process(
+            target=_probe_process, args=(child, target, tokens), daemon=True
+        )
+
+    def __enter__(self) -> ProbeClient:
+        self._process.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._conn.send(None)
+        self._process.join(10)
+        if self._process.is_alive():
+            self._process.kill()
+        self._conn.close()
+
+    async def probe(self, kind: str, zero: float) -> Probe:
+        """One probe of `kind`, sent now; times from `zero` (monotonic s)."""
+        self._conn.send(kind)
+        sent, first, error = await asyncio.to_thread(self._conn.recv)
+        return Probe(kind, sent - zero, None if first is None else first - zero, error)
+
+
+def _probe_process(conn: Connection, target: Target, tokens: int) -> None:
+    """The probe client's process: a probe for each kind read from `conn` (None ends it),
+    answered with (sent, first or None, error or None), monotonic s."""
+
+    async def serve() -> None:
+        async with _one_connection(target) as session:
+            while await asyncio.to_thread(conn.recv) is not None:
+                conn.send(await _probe(session, target, tokens))
+
+    asyncio.run(serve())
 
 
 def _one_connection(target: Target) -> aiohttp.ClientSession:
@@ -161,39 +208,26 @@ def _one_connection(target: Target) -> aiohttp.ClientSession:
 
 async def _one_wave(
     batch: aiohttp.ClientSession,
-    interactive: aiohttp.ClientSession,
+    prober: ProbeClient,
     target: Target,
     shape: WaveShape,
     run: WaveRun,
     zero: float,
 ) -> None:
     """Send one wave, probe its restart and its ending, wait for its last answer."""
-    wave = Wave(sent=time.perf_counter() - zero)
+    wave = Wave(sent=time.monotonic() - zero)
     run.waves.append(wave)
     first_end = asyncio.Event()
     sends = [
         asyncio.create_task(_batch(batch, target, shape, wave, zero, first_end))
         for _ in range(shape.batch_clients)
     ]
-    probes = asyncio.create_task(_turnover_probes(interactive, target, shape, run, zero, first_end))
+    await asyncio.sleep(0)  # the sends are under way
     async with asyncio.timeout(shape.grace_s):
+        run.probes.append(await prober.probe("restart", zero))
+        await first_end.wait()
+        run.probes.append(await prober.probe("ending", zero))
         await asyncio.gather(*sends)
-        await probes
-
-
-async def _turnover_probes(
-    session: aiohttp.ClientSession,
-    target: Target,
-    shape: WaveShape,
-    run: WaveRun,
-    zero: float,
-    first_end: asyncio.Event,
-) -> None:
-    """The `restart` probe at once (behind the wave's sends, created first), the `ending`
-    probe when the wave's first answer has come."""
-    await _probe(session, target, shape, run, "restart", zero)
-    await first_end.wait()
-    await _probe(session, target, shape, run, "ending", zero)
 
 
 async def _batch(
@@ -216,7 +250,7 @@ async def _batch(
             ok = response.status == 200
     except (aiohttp.ClientError, OSError):
         ok = False
-    now = time.perf_counter() - zero
+    now = time.monotonic() - zero
     if wave.first_end is None:
         wave.first_end = now
         first_end.set()
@@ -228,18 +262,13 @@ async def _batch(
 
 
 async def _probe(
-    session: aiohttp.ClientSession,
-    target: Target,
-    shape: WaveShape,
-    run: WaveRun,
-    kind: str,
-    zero: float,
-) -> None:
-    """One short streaming chat; its TTFT at the first streamed choice (vLLM sends the
-    assistant role chunk with the first token: chat_completion/serving.py, 0.32)."""
-    probe = Probe(kind, sent=time.perf_counter() - zero)
-    run.probes.append(probe)
-    body = {**PROBE_BODY, "max_tokens": shape.interactive_tokens}
+    session: aiohttp.ClientSession, target: Target, tokens: int
+) -> tuple[float, float | None, str | None]:
+    """One short streaming chat: (sent, first streamed choice or None, error or None), in
+    monotonic s (vLLM sends the assistant role chunk with the first token:
+    chat_completion/serving.py, 0.32)."""
+    sent, first = time.monotonic(), None
+    body = {**PROBE_BODY, "max_tokens": tokens}
     try:
         async with session.post(
             target.base_url + "/v1/chat/completions",
@@ -247,11 +276,11 @@ async def _probe(
             headers={"x-llmd-priority": "interactive"},
         ) as response:
             if response.status != 200:
-                probe.error = f"HTTP {response.status}"
                 await response.read()
-                return
+                return sent, None, f"HTTP {response.status}"
             async for line in response.content:
-                if probe.first is None and line.startswith(b"data: {") and b'"choices":[{' in line:
-                    probe.first = time.perf_counter() - zero
+                if first is None and line.startswith(b"data: {") and b'"choices":[{' in line:
+                    first = time.monotonic()
     except (aiohttp.ClientError, OSError) as exc:
-        probe.error = type(exc).__name__
+        return sent, None, type(exc).__name__
+    return sent, first, None
