@@ -30,6 +30,8 @@ import aiohttp
 
 from llmd.bench.client import Target
 from llmd.telemetry.windows import percentile
+from tests.support import flood
+from tests.support.flood import _ms, _round
 
 PROBE_BODY = {"model": "tiny", "messages": [{"role": "user", "content": "Hi there"}],
               "stream": True, "ignore_eos": True}  # fmt: skip
@@ -49,18 +51,11 @@ class WaveShape:
 
 
 @dataclasses.dataclass
-class Probe:
-    """One interactive request: `kind` (idle, restart, ending), `sent` and `first` (its first
-    streamed choice) in s from the run's start; `first` None when it never came."""
+class Probe(flood.Probe):
+    """One interactive request (`flood.Probe`: `sent`, `first`, `error`) and its `kind`:
+    idle, restart or ending."""
 
-    kind: str
-    sent: float
-    first: float | None = None
-    error: str | None = None
-
-    @property
-    def ttft(self) -> float | None:
-        return None if self.first is None else self.first - self.sent
+    kind: str = "idle"
 
 
 @dataclasses.dataclass
@@ -130,14 +125,6 @@ class WaveRun:
         return [p.ttft for p in self.probes if p.kind in kinds and p.ttft is not None]
 
 
-def _ms(value: float | None) -> float | None:
-    return None if value is None else round(1000 * value, 1)
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 3)
-
-
 async def run_wave(target: Target, shape: WaveShape) -> WaveRun:
     """Run `shape` against `target` (an engine's socket or llmd's URL). The batch requests go
     on one session's pool (a connection each, kept across waves); the probes from the
@@ -181,7 +168,8 @@ class ProbeClient:
         """One probe of `kind`, sent now; times from `zero` (monotonic s)."""
         self._conn.send(kind)
         sent, first, error = await asyncio.to_thread(self._conn.recv)
-        return Probe(kind, sent - zero, None if first is None else first - zero, error)
+        first_s = None if first is None else first - zero
+        return Probe(sent=sent - zero, first=first_s, error=error, kind=kind)
 
 
 def _probe_process(conn: Connection, target: Target, tokens: int) -> None:
