@@ -1,6 +1,6 @@
-"""The batch lane: batch requests take llmd's own per-request work (validation, admission, the
-send to a backend) a few per pass of the event loop, so that work of the other classes that
-arrives meanwhile goes first.
+"""The batch lane: batch requests take llmd's own per-request work (the body read, routing,
+validation, admission, the send to a backend) a few per pass of the event loop, so that work
+of the other classes that arrives meanwhile goes first.
 
 Why: at a batch wave's turnover (issue 37: 160 batch requests sent together) every request's
 stages run in the order their bytes were read, each to its send to the engine, before the

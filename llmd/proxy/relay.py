@@ -1,7 +1,7 @@
 """The relay: one client request to any endpoint of the table (llmd/endpoints/table.py) in
 named stages, like uvicorn's `Server._serve`.
 
-    authenticate → check availability → read → route → validate → admit → relay
+    authenticate → turn → check availability → read → route → validate → admit → relay
 
 Each stage is a small method with a typed result, and raises an `ApiError` to refuse. The first
 four, the intake (llmd/proxy/intake.py), run as the request arrives (a refusal is answered at
@@ -109,6 +109,7 @@ class Relay:
             intake = self.intake
             tenant = intake.authenticate(arrival)
             check_control_headers(arrival.headers)
+            await intake.take_turn(tenant, arrival)
             intake.check_available()
             hold = intake.hold_body(arrival)
             body = await intake.read(arrival, receive, hold)
@@ -155,8 +156,7 @@ class Relay:
     async def validate(
         self, arrival: Arrival, exchange: Exchange, tenant: Tenant, body: Body, model: str
     ) -> Prepared | dict[str, Any]:
-        """Class (a batch request then waits its turn in the batch lane,
-        llmd/admission/lanes.py), deadline (from arrival), the endpoint's fields, prompt
+        """Class, deadline (from arrival), the endpoint's fields, prompt
         tokens (counted in the class's turn) and context (by its model's validator: tokenizer
         and context length; an endpoint that does not validate goes as it is), its cost (a
         request that fits no backend of its pool, or not its tenant's KV share, is refused)
@@ -166,7 +166,6 @@ class Relay:
         admission, endpoint = self.state.admission, self.endpoint
         cls = admission.classify(tenant, arrival.headers)
         arrival.request_class = exchange.request_class = cls.label
-        await admission.lane.turn(cls)  # a wave's batch requests let other classes' work by
         admission.check_wake(model, cls)
         deadline = read_deadline(arrival.headers, arrival.at)
         fields = endpoint.read(body.payload)
