@@ -1,7 +1,13 @@
-"""Issue 20's flood shape against engines: interactive TTFT and engine tokens/s, alternating rounds.
+"""Issue 20's flood and issue 37's wave against engines: interactive TTFT and batch tokens/s.
 
-160 clients send non-streamed completions of 300 tokens (ignore_eos) back to back; one 8-token
-streaming chat arrives every 0.3 s; 20 s per run (tests/support/flood.py says how it is measured).
+`--shape flood` (issue 20): 160 clients send non-streamed completions of 300 tokens (ignore_eos)
+back to back; one 8-token streaming chat arrives every 0.3 s; 20 s per run
+(tests/support/flood.py says how it is measured).
+`--shape wave` (issue 37): the 160 completions are sent together and the next wave the moment
+the last answer ends; an interactive client on a connection of its own sends an 8-token
+streaming chat right behind each wave's sends and another when its first answer arrives (the
+turnover: 160 answers end, 160 requests arrive), after 20 idle probes that give its idle TTFT
+in the same run; batch tokens/s from the answers' usage (tests/support/wave.py).
 Targets, each run once per round, in an order that rotates every round:
 
     # a real vLLM (etc/demo.toml's engine flags) and the simulator, booted here, straight to each
@@ -10,6 +16,7 @@ Targets, each run once per round, in an order that rotates every round:
     ... scripts/bench_flood.py --target vllm=unix:/tmp/x/engine.sock --target sim=http://127.0.0.1:9000
     # an `llmd serve` with a shipped config: through llmd and straight to its engine socket
     ... scripts/bench_flood.py --llmd etc/sim.toml
+    ... scripts/bench_flood.py --shape wave --llmd etc/sim.toml --rounds 3
 
 Before each run the script waits (at most `--settle` s) for the 1-minute load average to drop
 under `--max-load` and for the engine to be idle, and records the load it started at.
@@ -36,9 +43,10 @@ sys.path.insert(0, str(REPO))
 from llmd.bench.client import Target  # noqa: E402
 from tests.support.configs import shipped_config  # noqa: E402
 from tests.support.engines import booted_engine  # noqa: E402
-from tests.support.flood import FloodShape, run_flood  # noqa: E402
+from tests.support.flood import FloodRun, FloodShape, run_flood  # noqa: E402
 from tests.support.llmd_process import LlmdProcess  # noqa: E402
 from tests.support.machine_load import load_average, settle  # noqa: E402
+from tests.support.wave import WaveRun, WaveShape, run_wave  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +80,11 @@ def llmd_routes(config: Path, model: Path) -> Iterator[list[Route]]:
 
 
 def run_rounds(
-    paths: list[Route], shape: FloodShape, rounds: int, max_load: float, settle_s: float
+    paths: list[Route],
+    shape: FloodShape | WaveShape,
+    rounds: int,
+    max_load: float,
+    settle_s: float,
 ) -> list[dict[str, Any]]:
     """`rounds` rounds over `paths`, the order rotated by one each round; each run's summary
     with its round, start time and the load average before and after."""
@@ -83,7 +95,11 @@ def run_rounds(
             socket = Path(path.metrics.uds) if path.metrics.uds else None
             load_before = settle(socket, max_load, settle_s)
             started = datetime.datetime.now().isoformat(timespec="seconds")
-            run = asyncio.run(run_flood(path.target, shape, path.metrics))
+            run: FloodRun | WaveRun
+            if isinstance(shape, WaveShape):
+                run = asyncio.run(run_wave(path.target, shape))
+            else:
+                run = asyncio.run(run_flood(path.target, shape, path.metrics))
             summary = run.summary() | {"target": path.label, "round": round_no + 1}
             summary["detail"] = run.detail()
             summary |= {"started": started, "load_before": load_before,
@@ -93,7 +109,7 @@ def run_rounds(
     return results
 
 
-def spread(results: list[dict[str, Any]], key: str, label: str) -> str:
+def spread(results: list[dict[str, Any]], key: str, label: str, form: str = ",.0f") -> str:
     """'median (min-max)' of `key` over `label`'s runs; a leading '>' when any was censored."""
     values = [r[key] for r in results if r["target"] == label and r[key] is not None]
     if not values:
@@ -102,7 +118,10 @@ def spread(results: list[dict[str, Any]], key: str, label: str) -> str:
         r["ttft_p95_censored"] for r in results if r["target"] == label
     )
     mark = ">" if censored else ""
-    return f"{mark}{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
+    low, mid, high = (
+        format(v, form) for v in (min(values), statistics.median(values), max(values))
+    )
+    return f"{mark}{mid} ({low}-{high})"
 
 
 def print_table(results: list[dict[str, Any]]) -> None:
@@ -127,8 +146,42 @@ def print_table(results: list[dict[str, Any]]) -> None:
         )
 
 
+def print_wave_table(results: list[dict[str, Any]]) -> None:
+    print("\n| round | target | load | waves | wave s | idle TTFT p50 ms | wave TTFT p50 ms "
+          "| p95 ms | restart max | ending max | p95/idle p50 | batch tok/s |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        print(
+            f"| {r['round']} | {r['target']} | {r['load_before']:.2f} | {r['waves']} | "
+            f"{r['wave_s']} | {r['idle_ttft_p50_ms']} | {r['wave_ttft_p50_ms']} | "
+            f"{r['wave_ttft_p95_ms']} | {r['restart_ttft_max_ms']} | {r['ending_ttft_max_ms']} | "
+            f"{r['p95_over_idle_p50']} | {r['batch_tokens_per_s']} |"
+        )
+    print("\nmedian (range) over rounds:")
+    labels = list(dict.fromkeys(r["target"] for r in results))
+    for label in labels:
+        print(
+            f"  {label}: idle TTFT p50 {spread(results, 'idle_ttft_p50_ms', label)} ms, "
+            f"wave TTFT p95 {spread(results, 'wave_ttft_p95_ms', label)} ms, "
+            f"p95/idle {spread(results, 'p95_over_idle_p50', label, '.1f')}, "
+            f"batch tok/s {spread(results, 'batch_tokens_per_s', label)}"
+        )
+    if {"llmd", "direct"} <= set(labels):
+        ratios = [
+            a["batch_tokens_per_s"] / b["batch_tokens_per_s"]
+            for a in results
+            for b in results
+            if a["target"] == "llmd" and b["target"] == "direct" and a["round"] == b["round"]
+        ]
+        print(
+            f"  batch tok/s llmd/direct by round: median {statistics.median(ratios):.3f} "
+            f"({min(ratios):.3f}-{max(ratios):.3f})"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", choices=("flood", "wave"), default="flood")
     parser.add_argument("--engines", nargs="*", default=["vllm", "sim"], choices=("vllm", "sim"))
     parser.add_argument(
         "--target",
@@ -141,13 +194,14 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=REPO / "var" / "models" / "tiny")
     parser.add_argument("--sim-arg", action="append", default=[], help="e.g. --sim-arg=--seed=1")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=FloodShape.seconds)
+    parser.add_argument("--seconds", type=float, help="per run (default: the shape's)")
     parser.add_argument("--batch-clients", type=int, default=FloodShape.batch_clients)
     parser.add_argument("--max-load", type=float, default=1.5)
     parser.add_argument("--settle", type=float, default=120.0, help="longest wait for quiet, s")
     parser.add_argument("--output", type=Path, help="write the runs as JSON here")
     args = parser.parse_args()
-    shape = FloodShape(seconds=args.seconds, batch_clients=args.batch_clients)
+    kind = WaveShape if args.shape == "wave" else FloodShape
+    shape = kind(seconds=args.seconds or kind.seconds, batch_clients=args.batch_clients)
     sim_args = [part for arg in args.sim_arg for part in arg.split("=", 1)]
     with contextlib.ExitStack() as stack:
         if args.llmd:
@@ -164,7 +218,7 @@ def main() -> None:
                 for kind in args.engines
             ]
         results = run_rounds(paths, shape, args.rounds, args.max_load, args.settle)
-    print_table(results)
+    (print_wave_table if args.shape == "wave" else print_table)(results)
     if args.output:
         record = {
             "command": " ".join(sys.argv),

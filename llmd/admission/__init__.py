@@ -3,7 +3,8 @@
 `scheduler`, `capacity`, `cost`, `guard`, `sharing` (the device hold), `shares` (each
 tenant's share of the KV cache), `buckets` and `budgets` (token budgets that refill) are pure
 (numbers in, decisions out); `pools` holds each backend's gate, grouped by model; `charges`
-turns a budget's answer into what the client is told; `control` is the asyncio side the proxy
+turns a budget's answer into what the client is told; `lanes` lets batch requests through
+llmd's own work a few per pass of the event loop; `control` is the asyncio side the proxy
 calls.
 
 May import: routing, telemetry, usage, supervisor, config, engine, status.

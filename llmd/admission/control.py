@@ -30,6 +30,7 @@ from llmd.admission.cost import Cost
 from llmd.admission.entries import ClassPolicy, Entry, Reason, Rejection, State
 from llmd.admission.gates import BackendGates
 from llmd.admission.holds import DeviceHolds
+from llmd.admission.lanes import BatchLane
 from llmd.admission.pools import PoolCapacity, PoolGate
 from llmd.admission.requests import AdmissionRequest, Ticket
 from llmd.admission.scheduler import Scheduler
@@ -63,7 +64,8 @@ class AdmissionSnapshot:
 
 class Admission:
     """Tenants, their token budgets, the scheduler, the body budget, the SLO guard, the device
-    hold and every backend's capacity gate in pools (`gates`, `capacity`); lives as long as
+    hold, the batch lane (`lane`: batch requests' turns through llmd's own work, before the
+    queue) and every backend's capacity gate in pools (`gates`, `capacity`); lives as long as
     the proxy. `engines` are the supervised engines' published states by name (their serving state
     reaches the gates at each pump)."""
 
@@ -73,6 +75,7 @@ class Admission:
         self.guard = SloGuard(config.admission)  # configured again on reload: `configure`
         self.gates = BackendGates(config, engines)
         self.holds = DeviceHolds()  # the device hold (llmd/admission/sharing.py)
+        self.lane = BatchLane()
         self.bodies = BodyBudget(config.admission.max_queued_bytes, on_drained=HeapTrimmer())
         self._waiters: dict[Entry, asyncio.Future[None]] = {}
         self._timer: asyncio.TimerHandle | None = None

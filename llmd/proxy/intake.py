@@ -1,7 +1,7 @@
 """The intake: the stages a request passes as it arrives, before it is live (in the in-flight
-registry): authenticate → check availability → read → route. Each is a small method with a
-typed result that raises an `ApiError` to refuse; the relay (llmd/proxy/relay.py) answers
-the refusal at once and accounts it.
+registry): authenticate → take its class's turn → check availability → read → route. Each
+is a small method with a typed result that raises an `ApiError` to refuse; the relay
+(llmd/proxy/relay.py) answers the refusal at once and accounts it.
 """
 
 from __future__ import annotations
@@ -80,6 +80,18 @@ class Intake:
         tenant = self.state.admission.authenticate(arrival.headers)
         arrival.tenant = tenant.name
         return tenant
+
+    async def take_turn(self, tenant: Tenant, arrival: Arrival) -> None:
+        """A batch request's turn in the batch lane (llmd/admission/lanes.py), before its body
+        is read: a wave's requests let other classes' requests that arrive behind them go
+        first through every stage. A class header that names no class passes here; validation
+        refuses it."""
+        admission = self.state.admission
+        try:
+            cls = admission.classify(tenant, arrival.headers)
+        except InvalidRequest:
+            return
+        await admission.lane.turn(cls)
 
     def check_available(self) -> None:
         """Raises Draining (503 + Retry-After) when llmd admits nothing."""

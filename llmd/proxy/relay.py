@@ -1,7 +1,7 @@
 """The relay: one client request to any endpoint of the table (llmd/endpoints/table.py) in
 named stages, like uvicorn's `Server._serve`.
 
-    authenticate → check availability → read → route → validate → admit → relay
+    authenticate → turn → check availability → read → route → validate → admit → relay
 
 Each stage is a small method with a typed result, and raises an `ApiError` to refuse. The first
 four, the intake (llmd/proxy/intake.py), run as the request arrives (a refusal is answered at
@@ -109,6 +109,7 @@ class Relay:
             intake = self.intake
             tenant = intake.authenticate(arrival)
             check_control_headers(arrival.headers)
+            await intake.take_turn(tenant, arrival)
             intake.check_available()
             hold = intake.hold_body(arrival)
             body = await intake.read(arrival, receive, hold)
@@ -155,13 +156,13 @@ class Relay:
     async def validate(
         self, arrival: Arrival, exchange: Exchange, tenant: Tenant, body: Body, model: str
     ) -> Prepared | dict[str, Any]:
-        """Class, deadline (from arrival), the endpoint's fields, prompt tokens (counted in the
-        class's turn) and context (by its model's validator: tokenizer and context length;
-        an endpoint that does not validate goes as it is), its cost (a request that fits no
-        backend of its pool, or not its tenant's KV share, is refused) and its prefix key for
-        admission; or, for a tokenizer
-        request the local tokenizer answers, that answer. The body's object is dropped once
-        the bytes to send are built. Raises ApiError (400)."""
+        """Class, deadline (from arrival), the endpoint's fields, prompt
+        tokens (counted in the class's turn) and context (by its model's validator: tokenizer
+        and context length; an endpoint that does not validate goes as it is), its cost (a
+        request that fits no backend of its pool, or not its tenant's KV share, is refused)
+        and its prefix key for admission; or, for a tokenizer request the local tokenizer
+        answers, that answer. The body's object is dropped once the bytes to send are built.
+        Raises ApiError (400)."""
         admission, endpoint = self.state.admission, self.endpoint
         cls = admission.classify(tenant, arrival.headers)
         arrival.request_class = exchange.request_class = cls.label
