@@ -156,13 +156,12 @@ class Relay:
     async def validate(
         self, arrival: Arrival, exchange: Exchange, tenant: Tenant, body: Body, model: str
     ) -> Prepared | dict[str, Any]:
-        """Class, deadline (from arrival), the endpoint's fields, prompt
-        tokens (counted in the class's turn) and context (by its model's validator: tokenizer
-        and context length; an endpoint that does not validate goes as it is), its cost (a
-        request that fits no backend of its pool, or not its tenant's KV share, is refused)
-        and its prefix key for admission; or, for a tokenizer request the local tokenizer
-        answers, that answer. The body's object is dropped once the bytes to send are built.
-        Raises ApiError (400)."""
+        """Class, deadline (from arrival), the endpoint's fields, prompt tokens (counted in
+        the class's turn) and context (by its model's validator: tokenizer and context length;
+        an endpoint that does not validate goes as it is), its cost (a request that fits no
+        backend of its pool, or not its tenant's KV share, is refused) and its prefix key for
+        admission; or, for a tokenizer request the local tokenizer answers, that answer. The
+        body's object is dropped once the bytes to send are built. Raises ApiError (400)."""
         admission, endpoint = self.state.admission, self.endpoint
         cls = admission.classify(tenant, arrival.headers)
         arrival.request_class = exchange.request_class = cls.label
