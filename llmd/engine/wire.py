@@ -378,25 +378,30 @@ class Pool:
 
     def release(self, connection: _Connection) -> None:
         """`connection`'s answer was read to its end: keep it for the next request."""
-        connection.idle_since = now = asyncio.get_running_loop().time()
-        idle = self.idle
-        while idle and now - idle[0].idle_since > self.keepalive_s:
-            idle.pop(0).abort()  # the longest idle, past keep-alive: not to be used again
-        idle.append(connection)
+        loop = asyncio.get_running_loop()
+        connection.idle_since = now = loop.time()
+        self._close_expired(now)
+        self.idle.append(connection)
         if self._sweep is None:
-            self._sweep = asyncio.get_running_loop().call_later(self.keepalive_s, self._expire)
+            self._sweep = loop.call_later(self.keepalive_s, self._expire)
 
     def _expire(self) -> None:
-        """Close the connections idle past `keepalive_s` (the list is oldest first), and look
-        again when the oldest left will be."""
+        """The pool's timer: close the connections idle past `keepalive_s`, and look again
+        when the oldest left will be."""
         self._sweep = None
         loop = asyncio.get_running_loop()
-        idle, now = self.idle, loop.time()
-        while idle and now - idle[0].idle_since >= self.keepalive_s:
-            idle.pop(0).abort()
-        if idle:
-            due = idle[0].idle_since + self.keepalive_s - now
+        now = loop.time()
+        self._close_expired(now)
+        if self.idle:
+            due = self.idle[0].idle_since + self.keepalive_s - now
             self._sweep = loop.call_later(due, self._expire)
+
+    def _close_expired(self, now: float) -> None:
+        """Close the connections idle past `keepalive_s` at `now`: not to be used again (the
+        list is oldest first)."""
+        idle = self.idle
+        while idle and now - idle[0].idle_since > self.keepalive_s:
+            idle.pop(0).abort()
 
     def forget(self, connection: _Connection) -> None:
         """`connection` closed."""
