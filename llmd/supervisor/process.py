@@ -118,7 +118,10 @@ class EngineProcess:
     def pause(self, paused: bool) -> None:
         """Stop the group's processes (SIGSTOP: they keep their memory and sockets and do no
         work) or let them go on (SIGCONT); nothing when already so or when the leader has
-        exited. The device pause (llmd/admission/sharing.py) bounds how long."""
+        exited. The device pause (llmd/admission/sharing.py) bounds how long; `stop_group`
+        lets a paused group go on so that it takes its SIGTERM, and should llmd die meanwhile,
+        the kernel sends SIGHUP and SIGCONT to a stopped group its death orphans (POSIX
+        `_exit`), so the parent-death SIGTERM still ends it."""
         if paused == self.paused or not self.running:
             return
         self.paused = paused
