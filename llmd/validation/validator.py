@@ -231,7 +231,7 @@ class Validator:
         if bounded and not output.generates and fields.truncate_prompt_tokens is None:
             bounds = self._fitting_bounds(prompt, max_model_len)
             if bounds is not None:
-                return Validated(raw, tuple(bounds), None, output.n, [], exact=False)
+                return Validated(raw, tuple(bounds), output.max_tokens, output.n, [], exact=False)
         short = len(raw) <= INLINE_COUNT_BYTES
         counts = await self._count(prompt, fields.model, max_model_len, rank, short)
         if not counts:  # nothing here can count them: the engine checks the context
