@@ -37,6 +37,9 @@ class Exchange:
     request_class: str = Priority.NORMAL.label  # admission fills it
     prompt_tokens: int | None = None  # from validation: the longest prompt's
     input_tokens: int = 0  # every prompt's, once each: what usage and token budgets count
+    # Validation bounded the prompts rather than counting them: `prompt_tokens` and
+    # `input_tokens` are upper bounds until the answer's usage gives the engine's count.
+    input_from_answer: bool = False
     max_tokens: int | None = None  # from validation: each sequence's output budget
     admitted_at: float | None = None  # released to a backend; None while validated or queued
     first_byte_at: float | None = None  # the first body chunk to the client: time to first token

@@ -144,6 +144,11 @@ class Budgets:
             bucket.take(amounts[budget], now)
         return charge
 
+    def holds(self, tenant: str) -> bool:
+        """Whether `tenant` has a token budget (its requests are charged their prompt
+        tokens as counted, so those must be exact)."""
+        return bool(self._buckets.get(tenant))
+
     def refund(self, charge: Charge, now: float) -> None:
         """Give back all of `charge` (its request never reached a backend)."""
         for budget, bucket in self._buckets.get(charge.tenant, {}).items():

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -88,6 +88,10 @@ class Admission:
         self.after_pump: Callable[[], None] | None = None
         # Told (model, seconds queued) of each request that came while its model slept.
         self.on_woken: Callable[[str, float], None] | None = None
+        # The device pause (llmd/admission/sharing.py): told (engine, True) to stop an engine's
+        # processes and (engine, False) to let them go on; `stopped` are those it was told to stop.
+        self.pauser: Callable[[str, bool], None] | None = None
+        self.stopped: set[str] = set()
         for name, state in engines.items():
             engine = config.engine_tables.get(name)
             self.gates.add(name, BackendKind.ENGINE, [engine.model_name if engine else state.model])
@@ -388,6 +392,7 @@ class Admission:
         gate = self.guard.gate(inner, self.scheduler, outage)
         decisions = self.scheduler.decide(now, gate)
         self.holds.decided(decisions.released)
+        self._pause(self.holds.paused.keys())
         for entry in decisions.released:
             future = self._waiters.get(entry)
             if future is not None and not future.done():
@@ -399,6 +404,19 @@ class Admission:
         self._arm_timer(now)
         if self.after_pump is not None:
             self.after_pump()
+
+    def _pause(self, wanted: Iterable[str]) -> None:
+        """Tell the pauser which engines to stop and which to let go on (changes only)."""
+        pauser = self.pauser
+        if pauser is None:
+            return
+        wanted = set(wanted)
+        for name in sorted(self.stopped - wanted):
+            self.stopped.discard(name)
+            pauser(name, False)
+        for name in sorted(wanted - self.stopped):
+            self.stopped.add(name)
+            pauser(name, True)
 
     def _arm_timer(self, now: float) -> None:
         """A pump at the next queue timeout, or sooner when the device hold's bound lets a

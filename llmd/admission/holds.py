@@ -20,17 +20,21 @@ class DeviceHolds:
     interactive requests sent to a backend until their first byte, and the interactive and
     batch requests running, for the seat limit; `gate` gives each pump's gate and leaves `held`
     (engine -> the engine it yields to), `limited` (engine -> the engine with interactive work
-    it yields batch seats to) and `lapse_at` (when the bound lets a held batch request go,
-    monotonic s; None: nothing held) for the caller's timer."""
+    it yields batch seats to), `paused` (engine -> when its pause began, monotonic s: the
+    engines to keep stopped) and `lapse_at` (when the bound lets a held batch request go or
+    ends a pause, monotonic s; None: neither) for the caller's timer."""
 
     def __init__(self) -> None:
         self.hold = DeviceHold()
         self.held: dict[str, str] = {}
         self.limited: dict[str, str] = {}
         self.lapse_at: float | None = None
+        self.paused: dict[str, float] = {}
         self.holds = 0  # batch requests held at least once
         self._awaiting: dict[Entry, None] = {}  # interactive, sent, no byte back yet
         self._running: dict[Entry, None] = {}  # interactive and batch, sent, not ended
+        self._normal: dict[Entry, None] = {}  # normal, sent, not ended (engines never paused)
+        self._spent: set[str] = set()  # engines whose pause reached the bound in this hold
         self._seen: dict[str, float] = {}  # engine -> last time interactive work was there
         self._counted: set[Entry] = set()  # queued batch requests already counted as held
         self._gate: HoldGate | None = None
@@ -38,13 +42,15 @@ class DeviceHolds:
     def configure(self, config: Config) -> None:
         """The groups from the engines' devices (`EngineConfig.shared_device`), the bound from
         `admission.device_hold_ratio` x the interactive class's TTFT budget, the seat limit
-        from `admission.device_batch_seats`."""
+        from `admission.device_batch_seats`, the pause from `admission.device_pause`."""
         admission = config.admission
         engines = config.engine_tables
         groups = device_groups({name: e.shared_device for name, e in engines.items()})
         budget_s = admission.interactive.ttft_p95_budget_ms / 1000
         bound_s = admission.device_hold_ratio * budget_s
-        self.hold = DeviceHold(groups, bound_s, admission.device_batch_seats)
+        self.hold = DeviceHold(
+            groups, bound_s, admission.device_batch_seats, admission.device_pause
+        )
 
     def released(self, entries: Iterable[Entry]) -> None:
         """Entries a pump released: the interactive ones wait for their first byte; the
@@ -52,7 +58,10 @@ class DeviceHolds:
         if not self.hold.groups:
             return
         for entry in entries:
-            if entry.backend is None or entry.cls is Priority.NORMAL:
+            if entry.backend is None:
+                continue
+            if entry.cls is Priority.NORMAL:
+                self._normal[entry] = None
                 continue
             self._running[entry] = None
             if entry.cls is Priority.INTERACTIVE:
@@ -68,6 +77,7 @@ class DeviceHolds:
     def finished(self, entry: Entry, now: float) -> None:
         """`entry` ended (any way) at `now` (monotonic s)."""
         self._awaiting.pop(entry, None)
+        self._normal.pop(entry, None)
         if entry in self._running:
             del self._running[entry]
             if entry.cls is Priority.INTERACTIVE and entry.backend is not None:
@@ -81,11 +91,13 @@ class DeviceHolds:
         self.lapse_at = None
         self.held, self.limited = {}, {}
         if not self.hold.active and not self.hold.limits:
+            self.paused = {}
             return inner
         waiting = [entry.backend for entry in self._awaiting if entry.backend is not None]
         for pool in scheduler.queued_pools(Priority.INTERACTIVE):
             waiting.extend(capacity.pool(pool) or ())
         self.held = self.hold.held(waiting)
+        self._pause(now)
         seats_left = self._seats_left(waiting, now)
         if not self.held and not seats_left:
             return inner
@@ -101,6 +113,23 @@ class DeviceHolds:
                 self.lapse_at = lapse if self.lapse_at is None else min(self.lapse_at, lapse)
         self._gate = HoldGate(inner, self.hold, self.held.keys(), waits, seats_left)
         return self._gate
+
+    def _pause(self, now: float) -> None:
+        """The engines to keep stopped at `now` (`DeviceHold.paused`), and a pump when the
+        first of their pauses reaches the bound (`lapse_at`)."""
+        before, self._spent = self.paused, self._spent & self.held.keys()
+        self.paused = self.hold.paused(self.held, self._busy(), before, self._spent, now)
+        self._spent |= (before.keys() & self.held.keys()) - self.paused.keys()
+        if self.paused:
+            self.lapse_at = min(self.paused.values()) + self.hold.bound_s
+
+    def _busy(self) -> set[str]:
+        """The engines running an interactive or normal request (never paused)."""
+        return {
+            entry.backend
+            for entry in (*self._running, *self._normal)
+            if entry.cls is not Priority.BATCH and entry.backend is not None
+        }
 
     def _seats_left(self, waiting: list[str], now: float) -> dict[str, int]:
         """The seat limit at `now`: engine -> batch requests it may still start, for the
@@ -123,8 +152,12 @@ class DeviceHolds:
 
     def decided(self, released: Iterable[Entry]) -> None:
         """After the pump's pass: its interactive releases wait for their first byte, and
-        the batch requests its gate held are counted (each once)."""
+        the batch requests its gate held are counted (each once); an engine it released an
+        interactive or normal request to is not paused."""
         self.released(released)
+        if self.paused:
+            busy = self._busy()
+            self.paused = {name: at for name, at in self.paused.items() if name not in busy}
         self._counted = {entry for entry in self._counted if entry.state is State.QUEUED}
         if self._gate is not None:
             for entry in self._gate.refused:

@@ -29,6 +29,10 @@ The rule (property-tested in tests/admission/test_sharing.py):
   end lets the next one start, so batch keeps `batch_seats` running. What it buys: the work in
   flight on the device when a chat's prompt arrives is one batch request's, not a burst's (the
   hold alone keeps new ones back, not those already running: docs/bench/embeddings.md).
+- The pause (`pause`): while an engine is held, if every request llmd runs on it is batch,
+  its processes are stopped until the wait ends, each pause for at most `bound_s`; one that
+  reached the bound is not begun again until the engine is no longer held. An engine running
+  an interactive or normal request is never paused, so they are never delayed by it.
 - Normal requests are not held: normal is the class of every request that names none (chat
   UIs, agents), so holding it would trade one user's latency for another's; batch is work a
   client marked as background.
@@ -77,11 +81,13 @@ def device_groups(devices: Mapping[str, Iterable[str]]) -> dict[str, frozenset[s
 class DeviceHold:
     """The rule: `groups` (`device_groups`), `bound_s`, the longest a batch request is held
     (0: no hold), and `batch_seats`, the most batch requests running on an engine while
-    interactive work is present on another of its group (0: no limit)."""
+    interactive work is present on another of its group (0: no limit); `pause`: held engines
+    that run batch only are stopped, for at most `bound_s` at a time."""
 
     groups: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
     bound_s: float = 0.0
     batch_seats: int = 0
+    pause: bool = False
 
     @property
     def active(self) -> bool:
@@ -98,6 +104,27 @@ class DeviceHold:
         for its first token (the first by name when several). `waiting`: the engines where
         one waits (repeats allowed)."""
         return self._others(waiting) if self.active else {}
+
+    def paused(
+        self,
+        held: Iterable[str],
+        busy: Set[str],
+        began: Mapping[str, float],
+        spent: Set[str],
+        now: float,
+    ) -> dict[str, float]:
+        """The engines to keep stopped at `now` -> when their pause began: those `held` that
+        run no request but batch (`busy`: the engines running an interactive or normal one),
+        whose pause (begun at `began`, now if new) is under `bound_s`, and whose pause did not
+        reach it already in this hold (`spent`)."""
+        if not (self.pause and self.active):
+            return {}
+        out: dict[str, float] = {}
+        for engine in held:
+            start = began.get(engine, now)
+            if engine not in busy and engine not in spent and now - start < self.bound_s:
+                out[engine] = start
+        return out
 
     def limited(self, present: Iterable[str]) -> dict[str, str]:
         """The engines whose batch seats are limited -> the engine of their group where

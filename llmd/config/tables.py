@@ -51,6 +51,9 @@ DEFAULT_CONFIG_PATH = Path("/etc/llmd/llmd.toml")
 # The tenant of every request while no tenants file is configured, and of one refused before
 # its key was read (the label `anonymous` in metrics and the request log).
 ANONYMOUS = "anonymous"
+# The longest a device pause may stop an engine, ms: under the 5 s an engine's health probe
+# waits (llmd/supervisor/supervisor.py), so a paused engine never looks dead.
+MAX_PAUSE_MS = 4000.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,6 +218,10 @@ class AdmissionConfig:
     # running, or within the last 2 s), at most this many batch requests run at once on each
     # other engine of its device (0: no limit).
     device_batch_seats: int = 1
+    # The device pause: while an interactive request waits for its first token on an engine,
+    # each other engine of its device that runs batch requests only is stopped (SIGSTOP to its
+    # process group) until that first token, for at most the hold's bound each time.
+    device_pause: bool = False
     interactive: ClassConfig = dataclasses.field(
         default_factory=lambda: ClassConfig(
             queue_size=256, queue_timeout_s=10.0, aging_s=0.0, ttft_p95_budget_ms=1500.0
@@ -365,6 +372,13 @@ def _check_admission(admission: AdmissionConfig, path: Path) -> AdmissionConfig:
         raise ConfigError(
             f"admission.device_hold_ratio = {admission.device_hold_ratio!r}: expected a "
             "fraction in [0, 1] of the interactive class's ttft_p95_budget_ms (0: no hold)"
+        )
+    pause_ms = admission.device_hold_ratio * admission.interactive.ttft_p95_budget_ms
+    if admission.device_pause and pause_ms > MAX_PAUSE_MS:
+        raise ConfigError(
+            f"admission.device_pause with a hold bound of {pause_ms:g} ms: a pause may last "
+            f"at most {MAX_PAUSE_MS:g} ms (an engine's health probe waits 5 s); lower "
+            "device_hold_ratio or the interactive ttft_p95_budget_ms"
         )
     if admission.device_batch_seats < 0:
         raise ConfigError(

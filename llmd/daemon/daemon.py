@@ -126,6 +126,8 @@ class Daemon:
             admission.on_queued = self.swapping.queued
             admission.after_pump = self.swapping.decide
             admission.on_woken = self.swapping.woken
+        # The device pause stops and resumes engines through their supervisors.
+        admission.pauser = self._pause_engine
         # The stall watchdog over every backend (llmd/supervisor/stall.py).
         self.watchdog = Watchdog(self.state, self.backends.supervisors)
         relisting = ModelRelisting(fleet.engines, fleet.clients, self.backends.engine_changed)
@@ -407,6 +409,12 @@ class Daemon:
         self.deployer.read_releases()
         log.info("engine_config_applied", engine=name, keys=keys)
         return keys
+
+    def _pause_engine(self, name: str, paused: bool) -> None:
+        """The device pause's order for engine `name` (an upstream's name: nothing)."""
+        supervisor = self.backends.supervisors.get(name)
+        if supervisor is not None:
+            supervisor.pause(paused)
 
     def _apply_tables(self, tables: Mapping[str, EngineConfig]) -> None:
         """`apply` the config in use with these engine tables (a deploy's, a restart's)."""

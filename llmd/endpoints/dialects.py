@@ -35,6 +35,11 @@ _SOME_TEXT = re.compile(
 )
 _COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 _ROLE = re.compile(rb'"role"\s*:\s*"assistant"')
+# A whole count only (a digit-free byte after it): the next chunk may carry its last digits.
+_PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)(?=\D)')
+# Bytes of a whole answer kept from one chunk to the next, so that a usage figure split
+# between two chunks is read whole: longer than `"prompt_tokens" : ` and a count.
+_SEAM = 64
 
 
 def read_openai_chunk(exchange: Exchange, chunk: bytes) -> bool:
@@ -49,6 +54,20 @@ def read_openai_chunk(exchange: Exchange, chunk: bytes) -> bool:
             exchange.output_tokens = int(counts[-1])
             return True
     return False
+
+
+def read_input_usage(exchange: Exchange, text: bytes) -> None:
+    """The engine's count of the inputs from a whole answer's `usage.prompt_tokens` in
+    `text` (the latest figure wins), for an exchange whose validation only bounded them
+    (`Exchange.input_from_answer`): `input_tokens` becomes it, and `prompt_tokens` (the
+    longest input's) at most it (exact for one input, still a bound for several)."""
+    if b'"prompt_tokens"' not in text:
+        return
+    counts = _PROMPT_TOKENS.findall(text)
+    if counts:
+        exchange.input_tokens = total = int(counts[-1])
+        longest = exchange.prompt_tokens
+        exchange.prompt_tokens = total if longest is None else min(longest, total)
 
 
 def _names_finish(exchange: Exchange, chunk: bytes) -> bool:
@@ -93,12 +112,13 @@ class OpenAIAnswer:
     data is a JSON object, less a chat stream's role delta and error events: vLLM sends about
     one token per event; a usage figure replaces the estimate), or a whole JSON body."""
 
-    __slots__ = ("_usage_seen", "events", "exchange")
+    __slots__ = ("_seam", "_usage_seen", "events", "exchange")
 
     def __init__(self, exchange: Exchange) -> None:
         self.exchange = exchange
         self.events = EventStream() if exchange.stream else None
         self._usage_seen = False
+        self._seam = b""  # a whole answer's last bytes, while its inputs' count is wanted
 
     @property
     def between_events(self) -> bool:
@@ -115,6 +135,10 @@ class OpenAIAnswer:
         events = self.events
         if events is None:
             read_openai_chunk(exchange, chunk)
+            if exchange.input_from_answer:
+                joined = self._seam + chunk
+                read_input_usage(exchange, joined)
+                self._seam = joined[-_SEAM:]
             return
         run = events.feed_run(chunk)
         if not run:

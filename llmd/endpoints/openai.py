@@ -89,7 +89,13 @@ def read_embeddings(body: dict[str, Any]) -> Fields:
         prompt=prompt,
         output=NO_OUTPUT,
         truncate_prompt_tokens=_optional_int(body, "truncate_prompt_tokens", minimum=-1),
+        usage_counts_input=body.get("encoding_format") in _JSON_USAGE_FORMATS,
     )
+
+
+# `encoding_format`s whose answer is JSON with `usage.prompt_tokens` (vLLM 0.32: `bytes` puts the
+# usage in a header, `bytes_only` gives none); None: the field omitted (floats).
+_JSON_USAGE_FORMATS = (None, "float", "base64")
 
 
 def read_cohere_embed(body: dict[str, Any]) -> Fields:

@@ -184,7 +184,13 @@ class Relay:
                 exchange.prompt_tokens = answer.get("count")
                 return answer
         if endpoint.validate:
-            valid = await validator.check(fields, body.payload, body.raw, arrival.headers, int(cls))
+            # Inputs the engine's answer counts need no count here when a bound shows they fit,
+            # unless a token budget charges them as counted (llmd/admission/budgets.py).
+            bounded = fields.usage_counts_input and not admission.budgets.holds(tenant.name)
+            valid = await validator.check(
+                fields, body.payload, body.raw, arrival.headers, int(cls), bounded=bounded
+            )
+            exchange.input_from_answer = not valid.exact
         else:
             counts = (0,) * max(1, len(fields.texts))
             valid = Validated(body.raw, counts, fields.output.max_tokens, 1, [], counted=False)

@@ -68,6 +68,7 @@ class EngineProcess:
         self.pid = proc.pid
         self.pgid = proc.pid  # group leader: pgid == pid
         self.output = output
+        self.paused = False  # stopped by `pause` (SIGSTOP), not yet let go on
         self._stop: asyncio.Task[None] | None = None
         self._pump = asyncio.create_task(self._pump_output(sink), name=f"engine-output-{self.pid}")
 
@@ -114,6 +115,18 @@ class EngineProcess:
     def running(self) -> bool:
         return self.proc.returncode is None
 
+    def pause(self, paused: bool) -> None:
+        """Stop the group's processes (SIGSTOP: they keep their memory and sockets and do no
+        work) or let them go on (SIGCONT); nothing when already so or when the leader has
+        exited. The device pause (llmd/admission/sharing.py) bounds how long; `stop_group`
+        lets a paused group go on so that it takes its SIGTERM, and should llmd die meanwhile,
+        the kernel sends SIGHUP and SIGCONT to a stopped group its death orphans (POSIX
+        `_exit`), so the parent-death SIGTERM still ends it."""
+        if paused == self.paused or not self.running:
+            return
+        self.paused = paused
+        signal_group(self.pgid, signal.SIGSTOP if paused else signal.SIGCONT)
+
     async def stop_group(self, timeout_s: float) -> None:
         """SIGTERM the group, SIGKILL it after `timeout_s`, reap the leader.
 
@@ -128,6 +141,9 @@ class EngineProcess:
     async def _stop_group(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         signal_group(self.pgid, signal.SIGTERM)
+        if self.paused:  # a stopped process takes its SIGTERM once it goes on
+            self.paused = False
+            signal_group(self.pgid, signal.SIGCONT)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.proc.wait(), timeout_s)  # the leader: asyncio reaps it
         # The rest of the group (vLLM's engine core and workers; orphans of a leader that died

@@ -239,6 +239,12 @@ class Supervisor(OnDemand):
                 waiter.cancel()
         return self.state.serving and not self._stopping.is_set()
 
+    def pause(self, paused: bool) -> None:
+        """Stop the running engine's processes, or let them go on (`EngineProcess.pause`);
+        nothing while none runs (a later one starts running)."""
+        if self._process is not None:
+            self._process.pause(paused)
+
     async def stop(self) -> None:
         """Stop the engine group (SIGTERM, SIGKILL after `engine.stop_timeout_s`, reap) and
         wait for `run()` to end. An engine being spawned at this moment is stopped as soon as

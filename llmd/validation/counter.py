@@ -28,6 +28,7 @@ import aiohttp
 
 from llmd.engine.client import EngineClient
 from llmd.errors import ApiError, EngineError, EngineUnavailable, InvalidRequest
+from llmd.validation.bounds import ByteBound, byte_bound
 from llmd.validation.context import AtLeast
 from llmd.validation.conversation import (
     ContentFormat,
@@ -78,6 +79,7 @@ class LocalCounter:
         )
         self.max_token_id = max_token_id
         self.max_chars_per_token = max(len(t) for t in tokenizer.get_vocab())
+        self.bound: ByteBound | None = _bound_of(tokenizer)
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "llmd-tokenizer")
         self._lock = threading.Lock()
         self._closed = False
@@ -123,6 +125,21 @@ class LocalCounter:
         if isinstance(prompt, TextPrompt):
             return True
         return prompt.local and self._template is not None
+
+    def upper_bounds(self, prompt: TextPrompt) -> list[int] | None:
+        """Per prompt, at least its tokens, without tokenizing (`bounds.ByteBound`: a text's
+        UTF-8 bytes plus what the tokenizer adds; token ids: their number); None when this
+        tokenizer has no proven bound for one of the texts."""
+        bound, bounds = self.bound, []
+        for p in prompt.prompts:
+            if isinstance(p, list):
+                bounds.append(len(p))
+                continue
+            most = None if bound is None else bound.of(p, prompt.add_special_tokens)
+            if most is None:
+                return None
+            bounds.append(most)
+        return bounds
 
     async def count(self, prompt: Renderable, limit: int | None = None) -> list[int]:
         """Prompt tokens per sequence (one per completion prompt), on the tokenizer thread.
@@ -428,6 +445,15 @@ def _torch_hidden() -> Iterator[None]:
             os.environ.pop("TRANSFORMERS_NO_ADVISORY_WARNINGS", None)
         else:
             os.environ["TRANSFORMERS_NO_ADVISORY_WARNINGS"] = advisory
+
+
+def _bound_of(tokenizer: Any) -> ByteBound | None:
+    """`bounds.byte_bound` of `tokenizer`, None when it cannot be read (any error: then every
+    text is tokenized, as without a bound)."""
+    try:
+        return byte_bound(tokenizer)
+    except Exception:
+        return None
 
 
 def _has_processor_files(path: str) -> bool:

@@ -146,6 +146,9 @@ class Fields:
     token_strs: bool = False  # /tokenize's return_token_strs
     audio_bytes: int = 0  # an audio upload's size (transcriptions), what bounds its cost
     clamp: bool = False  # an output budget past the window is lowered, whatever the policy
+    # The engine's JSON answer gives the inputs' tokens in `usage.prompt_tokens` (a pooling
+    # request answered as JSON): validation may then bound them rather than count them.
+    usage_counts_input: bool = False
 
     @property
     def texts(self) -> list[str | list[int]]:

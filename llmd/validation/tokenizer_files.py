@@ -86,6 +86,11 @@ class FileTokenizer:
         specials = _special_tokens(root, config, _added_tokens(backend, config))
         return cls(backend, specials, _chat_template(root, config))
 
+    @property
+    def backend_tokenizer(self) -> Any:
+        """The `tokenizers` Tokenizer it runs (transformers' fast tokenizers name it so)."""
+        return self._backend
+
     def get_vocab(self) -> dict[str, int]:
         """Token to id, added tokens included."""
         vocab: dict[str, int] = self._backend.get_vocab(with_added_tokens=True)

@@ -98,7 +98,8 @@ class Validated:
     them), `prompt_counts` (tokens of each prompt or input), the effective `max_tokens`
     (None: the engine's default, `OutputRequest.engine_default`), `n`, and headers for the
     client's response; `counted` False when nothing here could count the prompts (then
-    `prompt_counts` are zeros, one per prompt).
+    `prompt_counts` are zeros, one per prompt); `exact` False when they are upper bounds
+    (`Validator.check`'s `bounded`: the engine's usage gives the count).
     """
 
     body: bytes
@@ -107,6 +108,7 @@ class Validated:
     n: int
     response_headers: list[tuple[bytes, bytes]]
     counted: bool = True
+    exact: bool = True
 
     @property
     def prompt_tokens(self) -> int | None:
@@ -209,11 +211,15 @@ class Validator:
         raw: bytes,
         headers: list[Any],
         rank: int = 0,
+        *,
+        bounded: bool = False,
     ) -> Validated:
         """Validate a request's `fields` (read from `payload`, its bytes `raw`, sent with ASGI
         `headers`); its prompt is counted in its class's turn (`rank`: 0 first). A clamp or a
-        default max_tokens is written into `payload` and the bytes made again. Raises
-        ApiError."""
+        default max_tokens is written into `payload` and the bytes made again. With `bounded`
+        (the caller takes the true count from the engine's answer), pooling inputs whose
+        upper bounds (`LocalCounter.upper_bounds`) all fit the window are not tokenized: the
+        bounds are the counts, `exact` False. Raises ApiError."""
         policy = _policy(headers, self.config.context_policy)
         if fields.clamp:  # a protocol whose engine lowers an output budget past the window
             policy = "clamp"
@@ -221,9 +227,13 @@ class Validator:
         max_model_len = self.engine.max_model_len
         prompt = as_counted(fields.prompt)
         self._check_token_ids(prompt)
+        output = fields.output
+        if bounded and not output.generates and fields.truncate_prompt_tokens is None:
+            bounds = self._fitting_bounds(prompt, max_model_len)
+            if bounds is not None:
+                return Validated(raw, tuple(bounds), output.max_tokens, output.n, [], exact=False)
         short = len(raw) <= INLINE_COUNT_BYTES
         counts = await self._count(prompt, fields.model, max_model_len, rank, short)
-        output = fields.output
         if not counts:  # nothing here can count them: the engine checks the context
             uncounted = (0,) * _prompts(prompt)
             return Validated(raw, uncounted, output.max_tokens, output.n, [], counted=False)
@@ -358,6 +368,17 @@ class Validator:
                 log.warning("context_check_skipped", model=model, reason=str(exc))
                 self._warned_no_count = True
             return []
+
+    def _fitting_bounds(self, prompt: Counted, max_model_len: int | None) -> list[int] | None:
+        """Upper bounds of the inputs' tokens when each is within `max_model_len` (so the
+        context check needs no count), else None."""
+        local = self.local
+        if local is None or max_model_len is None or not isinstance(prompt, TextPrompt):
+            return None
+        if not prompt.local or not prompt.prompts:
+            return None
+        bounds = local.upper_bounds(prompt)
+        return bounds if bounds is not None and max(bounds) <= max_model_len else None
 
     def _rendered(self, prompt: Counted) -> Counted:
         """`prompt` as llmd's tokenizer may count it: a prompt the engine counts, as llmd

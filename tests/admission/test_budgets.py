@@ -15,7 +15,7 @@ AGENT = Tenant("agent", input_tokens_per_minute=6000, output_tokens_per_minute=6
 def test_a_request_is_charged_to_every_budget_or_none() -> None:
     """Input to the input budget, output to the output one, both to the day's; a request one
     budget refuses takes nothing from the others, and is refused by the one it waits
-    longest for."""
+    longest for; `holds` tells the tenants that have a budget."""
     budgets = Budgets()
     budgets.configure([AGENT, Tenant("free")], 0.0)
     charge = budgets.charge("agent", 1000, 500, 0.0)
@@ -29,6 +29,7 @@ def test_a_request_is_charged_to_every_budget_or_none() -> None:
     assert {s.budget: s.remaining for s in budgets.standings("agent", 0.0)} == left
     assert budgets.charge("free", 10**9, 10**9, 0.0) == Charge("free")
     assert budgets.standings("free", 0.0) == [] and budgets.tightest("free", 0.0) is None
+    assert budgets.holds("agent") and not budgets.holds("free") and not budgets.holds("nobody")
 
 
 def test_a_request_larger_than_a_budget_is_never_admitted() -> None:

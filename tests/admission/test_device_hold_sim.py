@@ -27,9 +27,10 @@ POOLING = ["--runner", "pooling", "--convert", "embed"]
 SLOW_CHAT = ["--step-base-ms", "3000"]
 
 
-def config(bound_ms: float, embed_args: tuple[str, ...] = ()) -> str:
+def config(bound_ms: float, embed_args: tuple[str, ...] = (), pause: bool = False) -> str:
     """Engines `chat` and `embed` (with `embed_args`) on device `dev0`, `apart` on none; the
-    device hold's bound `bound_ms` (the interactive budget 10 s, the ratio bound_ms / 10 s)."""
+    device hold's bound `bound_ms` (the interactive budget 10 s, the ratio bound_ms / 10 s);
+    `pause`: admission.device_pause."""
     engines = {
         "chat": (CHAT, SLOW_CHAT),
         "embed": (EMBED, [*POOLING, *embed_args]),
@@ -38,6 +39,7 @@ def config(bound_ms: float, embed_args: tuple[str, ...] = ()) -> str:
     admission = {
         "device_hold_ratio": bound_ms / 10_000,
         "interactive": {"ttft_p95_budget_ms": 10_000.0},
+        "device_pause": pause,
     }
     raw = tomllib.loads(multi_sim_config(ensure_tiny_model(), engines, admission=admission))
     raw["engines"]["chat"]["device"] = raw["engines"]["embed"]["device"] = "dev0"
@@ -59,6 +61,12 @@ def short_bound() -> Iterator[LlmdProcess]:
 @pytest.fixture(scope="module")
 def slow_embed() -> Iterator[LlmdProcess]:
     with LlmdProcess.running(config(200, ("--step-base-ms", "1000")), "llmd-hold-") as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def pausing() -> Iterator[LlmdProcess]:
+    with LlmdProcess.running(config(bound_ms=4000, pause=True), "llmd-hold-") as process:
         yield process
 
 
@@ -152,3 +160,27 @@ def test_beside_a_running_chat_batch_runs_one_at_a_time_on_its_device(
     assert [a.status_code for a in answers] == [200, 200, 200]
     waits = sorted(float(a.headers["x-llmd-queue-ms"]) for a in answers)
     assert waits[0] >= 200 and waits[1] >= 1000 and waits[2] >= 2000  # each for the one before
+
+
+def engine_state(llmd: LlmdProcess, name: str) -> str:
+    """The /proc state letter of engine `name`'s leader (T: stopped)."""
+    pid = next(e["pid"] for e in llmd.admin_status()["engines"] if e["name"] == name)
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_the_device_pause_stops_the_other_engine_until_the_first_token(
+    pausing: LlmdProcess,
+) -> None:
+    """With admission.device_pause, while the interactive chat waits for its first token
+    `embed` (same device, no request of another class there) is stopped, `apart` (no shared
+    device) never; at the first token `embed` goes on and answers the batch request held."""
+    llmd = pausing
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        chatted = pool.submit(chat, llmd)
+        assert wait_for(lambda: engine_state(llmd, "embed") == "T", timeout_s=10)
+        assert engine_state(llmd, "apart") != "T" and engine_state(llmd, "chat") != "T"
+        embedded = pool.submit(embed, llmd, EMBED)
+        assert chatted.result() == 200
+        assert embedded.result().status_code == 200
+    assert engine_state(llmd, "embed") != "T"

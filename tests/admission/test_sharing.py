@@ -353,3 +353,69 @@ def test_the_seat_limit_lingers_after_the_last_interactive_request_then_lapses()
     assert pump(10.0) == [batch[1]]
     assert pump(10.0 + LINGER_S / 2) == []
     assert pump(10.0 + LINGER_S + 0.01) == [batch[2]] and holds.limited == {}
+
+
+def test_the_pause_rule_stops_held_batch_only_engines_for_at_most_the_bound() -> None:
+    """`DeviceHold.paused`: a held engine running batch only is paused, from when it began;
+    never one running interactive or normal work, never past the bound, never again in the
+    same hold once it reached it, and nothing without `pause` or without a hold."""
+    groups = device_groups({"chat": {"cpu"}, "embed": {"cpu"}, "other": {"cpu"}})
+    hold = DeviceHold(groups, bound_s=0.3, pause=True)
+    held = ["embed", "other"]
+    assert hold.paused(held, set(), {}, set(), 1.0) == {"embed": 1.0, "other": 1.0}
+    assert hold.paused(held, {"other"}, {"embed": 0.9}, set(), 1.0) == {"embed": 0.9}
+    assert hold.paused(held, set(), {"embed": 0.7}, {"other"}, 1.0) == {}  # bound, spent
+    assert DeviceHold(groups, 0.3).paused(held, set(), {}, set(), 1.0) == {}
+    assert DeviceHold(groups, 0.0, pause=True).paused(held, set(), {}, set(), 1.0) == {}
+
+
+def test_a_pause_follows_the_first_byte_and_the_bound_and_spares_other_classes() -> None:
+    """Through DeviceHolds: a batch request runs on `embed`; an interactive one sent to `chat`
+    (same device) pauses `embed` until its first byte, with a pump due at the bound; a
+    second wait pauses it again, and once the bound ends a pause it is not paused again in
+    that wait; a normal request released to `embed` ends its pause."""
+    engine = EngineConfig(kind="sim", model="m", device="cpu")
+    config = Config(
+        engines={"chat": engine, "embed": engine},
+        admission=AdmissionConfig(
+            device_hold_ratio=0.5,
+            device_pause=True,
+            interactive=ClassConfig(aging_s=0.0, ttft_p95_budget_ms=1000.0),
+        ),
+    )
+    holds = DeviceHolds()
+    holds.configure(config)
+    scheduler, capacity = Scheduler(POLICIES), PoolCapacity()
+    capacity.add("chat", BackendKind.ENGINE, ["tiny"], CapacityGate(max_in_flight=4))
+    capacity.add("embed", BackendKind.ENGINE, ["tiny-embed"], CapacityGate(max_in_flight=4))
+
+    def submit(cls: Priority, model: str, at: float) -> Entry:
+        entry = Entry(TENANTS[0], cls, 10, model=model)
+        scheduler.submit(entry, at)
+        return entry
+
+    batch = submit(Priority.BATCH, "tiny-embed", 0.0)
+    assert pump_at(holds, scheduler, capacity, 0.0) == [batch] and holds.paused == {}
+    chat = submit(Priority.INTERACTIVE, "tiny", 1.0)
+    assert pump_at(holds, scheduler, capacity, 1.0) == [chat]
+    assert holds.paused == {"embed": 1.0} and holds.lapse_at == 1.5
+    assert holds.first_byte(chat)
+    pump_at(holds, scheduler, capacity, 1.1)
+    assert holds.paused == {}
+    holds.finished(chat, 1.2)
+    later = submit(Priority.INTERACTIVE, "tiny", 2.0)
+    pump_at(holds, scheduler, capacity, 2.0)
+    assert holds.paused == {"embed": 2.0}
+    pump_at(holds, scheduler, capacity, 2.5)  # the bound: it goes on, and stays so
+    assert holds.paused == {}
+    pump_at(holds, scheduler, capacity, 2.6)
+    assert holds.paused == {} and holds.held == {"embed": "chat"}
+    assert holds.first_byte(later)  # Admission pumps then: the wait has ended
+    pump_at(holds, scheduler, capacity, 2.7)
+    holds.finished(later, 2.8)
+    third = submit(Priority.INTERACTIVE, "tiny", 3.0)
+    pump_at(holds, scheduler, capacity, 3.0)
+    assert holds.paused == {"embed": 3.0}  # a new wait: paused again
+    normal = submit(Priority.NORMAL, "tiny-embed", 3.1)
+    assert pump_at(holds, scheduler, capacity, 3.1) == [normal] and holds.paused == {}
+    assert holds.first_byte(third) is True

@@ -412,6 +412,11 @@ def test_key_line_finds_keys_under_their_tables() -> None:
             r"admission.normal.ttft_p95_budget_ms = -1: expected a number >= 0",
         ),
         ("[admission]\ndevice_hold_ratio = 1.5\n", r"device_hold_ratio = 1.5: expected a fr"),
+        (
+            "[admission]\ndevice_pause = true\ndevice_hold_ratio = 0.5\n"
+            "[admission.interactive]\nttft_p95_budget_ms = 10000\n",
+            r"device_pause with a hold bound of 5000 ms: a pause may last at most 4000 ms",
+        ),
     ],
 )
 def test_slo_guard_settings_are_checked(tmp_path: Path, text: str, message: str) -> None:

@@ -139,6 +139,7 @@ PROBES: dict[str, Probe] = {
     "admission.max_engine_waiting": lambda d: _gate(d).max_engine_waiting,
     "admission.device_hold_ratio": lambda d: d.state.admission.holds.hold.bound_s,
     "admission.device_batch_seats": lambda d: d.state.admission.holds.hold.batch_seats,
+    "admission.device_pause": lambda d: d.state.admission.holds.hold.pause,
     "usage.keep_days": lambda d: d.state.config.usage.keep_days,
     "usage.flush_interval_s": lambda d: d.state.config.usage.flush_interval_s,
     "routing.prefix_chars": lambda d: d.state.admission.gates.prefix_chars,

@@ -66,3 +66,24 @@ def test_a_finish_reason_is_found_among_null_ones_in_one_chunk() -> None:
         b'data: {"choices":[{"delta":{},"finish_reason":"length"}]}\n\n',
     )
     assert stream.finish_reason == "length"
+
+
+def test_a_bounded_exchange_takes_the_engine_s_input_count_from_the_whole_answer() -> None:
+    """An exchange whose inputs validation only bounded takes `usage.prompt_tokens` as its
+    input tokens, and its longest input's at most that, even split across two chunks; an
+    exchange counted exactly keeps llmd's count."""
+    answer = b'{"data":[{"embedding":[0.5]}],"usage":{"prompt_tokens":15,"total_tokens":15}}'
+    for cut in range(1, len(answer)):
+        bounded = Exchange(f"b{cut}", stream=False, input_from_answer=True)
+        bounded.prompt_tokens, bounded.input_tokens = 40, 90
+        feed(bounded, answer[:cut])
+        feed(bounded, answer[cut:])
+        assert (bounded.input_tokens, bounded.prompt_tokens) == (15, 15), cut
+    one = Exchange("one", stream=False, input_from_answer=True)
+    one.prompt_tokens, one.input_tokens = 9, 9
+    feed(one, answer)
+    assert (one.input_tokens, one.prompt_tokens) == (15, 9)
+    counted = Exchange("c", stream=False)
+    counted.prompt_tokens, counted.input_tokens = 7, 12
+    feed(counted, answer)
+    assert (counted.input_tokens, counted.prompt_tokens) == (12, 7)

@@ -219,3 +219,14 @@ def test_a_pooling_conversation_counts_without_a_generation_prompt() -> None:
         prompt = read_embeddings(body).prompt
         assert isinstance(prompt, ChatPrompt) and not prompt.add_generation_prompt
     assert read_embeddings({"input": "a"}).output.generates is False
+
+
+def test_only_embeddings_answered_as_json_let_validation_bound_their_inputs() -> None:
+    """`usage_counts_input` (the answer's usage.prompt_tokens counts the inputs): float and
+    base64 answers, or the field omitted; not `bytes` or `bytes_only` (no usage in the body)."""
+    for encoding, expected in [(None, True), ("float", True), ("base64", True), ("bytes", False),
+                               ("bytes_only", False)]:  # fmt: skip
+        body = {"model": "m", "input": ["a"], "encoding_format": encoding}
+        if encoding is None:
+            del body["encoding_format"]
+        assert read_embeddings(body).usage_counts_input is expected, encoding

@@ -5,6 +5,7 @@ model's card."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,8 +13,11 @@ import httpx
 import openai
 import pytest
 
+from llmd.admission.tenants import ANONYMOUS, Tenant
 from llmd.endpoints.dialects import ANTHROPIC
 from llmd.endpoints.table import ENDPOINTS, Answer, BodyKind, EngineKind, by_path
+from llmd.validation.counter import LocalCounter
+from llmd.validation.fields import TextPrompt
 from tests.support.fake_engine import FakeEngine, ProxyStack
 
 MAX_MODEL_LEN = 64
@@ -238,3 +242,24 @@ def test_messages_pass_anthropic_s_headers_on_and_keep_the_key(generate: ProxySt
     assert seen["anthropic-version"] == "2023-06-01"
     assert seen["anthropic-beta"] == "context-management-2025-06-27"
     assert "x-api-key" not in seen and "authorization" not in seen
+
+
+def test_a_tenant_with_a_token_budget_is_charged_its_inputs_exact_count(
+    pooling: ProxyStack, tiny_model_dir: Path
+) -> None:
+    """Embeddings inputs whose bound fits the window are not tokenized, unless the tenant has
+    a token budget: then it is charged their exact count (the tokens left say so), not the
+    bound."""
+    inputs = ["hello world " * 3, "another text"]
+    counter = LocalCounter.load(str(tiny_model_dir))
+    exact = sum(counter.count_now(TextPrompt(inputs, True, "input")))
+    assert exact < sum(len(text) + 1 for text in inputs)  # the bound is larger
+    budgets = pooling.ctx.admission.budgets
+    budgets.configure([Tenant(ANONYMOUS, input_tokens_per_minute=1_000)], time.time())
+    try:
+        answer = post(pooling, "/v1/embeddings", {"input": inputs})
+    finally:
+        budgets.configure([], time.time())
+    assert answer.status_code == 200, answer.text
+    left = int(answer.headers["x-ratelimit-remaining-tokens"])
+    assert 1_000 - exact <= left < 1_000 - exact + 10  # refilled meanwhile: 17 a second

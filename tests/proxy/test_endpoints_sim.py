@@ -9,11 +9,13 @@ from collections.abc import Iterator
 import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.audio import silence_wav
 from tests.support.configs import multi_sim_config
 from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
+from tests.support.waiting import wait_for
 
 CHAT, EMBED = "tiny", "tiny-embed"
 
@@ -97,3 +99,27 @@ def test_tokenize_answers_as_the_engine_would(llmd: LlmdProcess) -> None:
         tokens = {"model": CHAT, "tokens": ours["tokens"]}
         theirs = engine.post("http://engine/detokenize", json=tokens).json()
     assert httpx.post(llmd.base_url + "/detokenize", json=tokens).json() == theirs
+
+
+def prompt_tokens_counted(llmd: LlmdProcess, endpoint: str) -> float:
+    """llmd's `llmd_prompt_tokens_total` for `endpoint` (anonymous tenant), from /metrics."""
+    text = httpx.get(llmd.base_url + "/metrics").text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "llmd_prompt_tokens_total" and sample.labels == {
+                "tenant": "anonymous", "endpoint": endpoint,
+            }:  # fmt: skip
+                return sample.value
+    return 0.0
+
+
+def test_embeddings_inputs_are_accounted_as_the_engine_counted_them(llmd: LlmdProcess) -> None:
+    """An input llmd does not tokenize (its byte bound fits the window) is accounted with the
+    engine's `usage.prompt_tokens`, not the bound: the prompt tokens llmd counts rise by it."""
+    text = "hello world " * 20  # 240 bytes: a bound of 241, far above its tokens
+    before = prompt_tokens_counted(llmd, "embeddings")
+    answer = httpx.post(llmd.base_url + "/v1/embeddings", json={"model": EMBED, "input": text})
+    assert answer.status_code == 200, answer.text
+    used = answer.json()["usage"]["prompt_tokens"]
+    assert 0 < used < len(text)
+    assert wait_for(lambda: prompt_tokens_counted(llmd, "embeddings") - before == used, 10)

@@ -46,7 +46,7 @@ def test_an_exception_in_a_stage_is_a_500_with_the_id_counted_and_logged_once(
     x-request-id (and x-llmd-queue-ms), counted under status 500 and as an error, and one
     log line with the id and the traceback; uvicorn logs nothing."""
 
-    async def broken(*args: Any) -> Any:
+    async def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("a bug")
 
     monkeypatch.setattr(stack.ctx.validators.for_model("tiny"), "check", broken)

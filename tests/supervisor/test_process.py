@@ -1,4 +1,5 @@
-"""The engine process group: its own group inside llmd's session, and stopping it."""
+"""The engine process group: its own group inside llmd's session, pausing it (the device pause)
+and stopping it."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from llmd.supervisor.process import EngineProcess
 from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
+from tests.support.waiting import wait_for
 
 
 def test_engine_leads_its_own_group_in_llmds_session() -> None:
@@ -107,3 +109,28 @@ def test_the_leaders_exit_is_seen_while_an_orphan_holds_the_output(tmp_path: Pat
 
     code, output_closed = uvloop.run(scenario())
     assert code == 3 and not output_closed
+
+
+def process_states(pgid: int) -> set[str]:
+    """The states (/proc's letter: T stopped, S sleeping...) of the group's processes."""
+    states = set()
+    for pid in group_members(pgid):
+        with open(f"/proc/{pid}/stat") as stat:
+            states.add(stat.read().rsplit(")", 1)[1].split()[0])
+    return states
+
+
+async def test_pause_stops_the_whole_group_and_a_paused_group_still_stops(tmp_path: Path) -> None:
+    """`pause(True)` stops every process of the group (the leader and its child), `pause(False)`
+    lets them go on; a group stopped by a pause still ends at stop_group's SIGTERM."""
+    launch = EngineLaunch(("sh", "-c", "sleep 60 & wait"), {}, tmp_path / "engine.sock")
+    process = await EngineProcess.spawn(launch, lambda level, line: None)
+    assert await asyncio.to_thread(wait_for, lambda: len(group_members(process.pgid)) == 2, 10)
+    process.pause(True)
+    assert await asyncio.to_thread(wait_for, lambda: process_states(process.pgid) == {"T"}, 10)
+    process.pause(False)
+    assert await asyncio.to_thread(wait_for, lambda: "T" not in process_states(process.pgid), 10)
+    process.pause(True)
+    assert await asyncio.to_thread(wait_for, lambda: process_states(process.pgid) == {"T"}, 10)
+    await process.stop_group(timeout_s=30.0)
+    assert process.proc.returncode == -signal.SIGTERM and group_members(process.pgid) == []

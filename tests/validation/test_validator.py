@@ -1,5 +1,6 @@
 """The validator's tokenizer load runs on a daemon thread of its own: a stop never waits for it;
-a short prompt is counted on the event loop while the tokenizer thread is free, the rest on it."""
+a short prompt is counted on the event loop while the tokenizer thread is free, the rest on it;
+pooling inputs whose byte bound fits the window are not tokenized when the caller allows it."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from pathlib import Path
 import pytest
 
 from llmd.config import Config, EngineConfig
-from llmd.endpoints.openai import read_completions
+from llmd.endpoints.openai import read_completions, read_embeddings
+from llmd.errors import ContextLengthExceeded
 from llmd.supervisor.state import EngineState
 from llmd.validation.counter import LocalCounter
 from llmd.validation.fields import Counted as Prompt
-from llmd.validation.validator import INLINE_COUNT_BYTES, Validator, _on_daemon_thread
+from llmd.validation.fields import TextPrompt
+from llmd.validation.validator import INLINE_COUNT_BYTES, Validated, Validator, _on_daemon_thread
 from tests.validation.conftest import tokenizer_threads
 
 
@@ -101,3 +104,44 @@ async def test_a_short_prompt_waits_its_turn_while_the_tokenizer_thread_is_taken
 
 def completion_of(text: str) -> Prompt:
     return read_completions({"prompt": text}).prompt
+
+
+async def check_embeddings(
+    validator: Validator, inputs: list[str], bounded: bool = True, **more: object
+) -> Validated:
+    body = {"model": "tiny", "input": inputs, **more}
+    raw = json.dumps(body).encode()
+    return await validator.check(read_embeddings(body), body, raw, [], bounded=bounded)
+
+
+async def test_bounded_inputs_that_fit_are_not_tokenized(
+    validator: tuple[Validator, list[str]],
+) -> None:
+    """With `bounded`, embeddings inputs whose byte bounds fit the window go without a
+    tokenizer call: their counts are the bounds (bytes + BOS), marked not exact."""
+    checker, threads = validator
+    checker.engine.max_model_len = 1024  # type: ignore[misc]
+    inputs = ["The quick brown fox", "héllo " * 50]
+    valid = await check_embeddings(checker, inputs)
+    assert threads == [] and not valid.exact
+    assert valid.prompt_counts == tuple(len(text.encode()) + 1 for text in inputs)
+
+
+async def test_inputs_are_counted_when_a_bound_does_not_fit_or_is_not_asked(
+    validator: tuple[Validator, list[str]], counter: LocalCounter
+) -> None:
+    """An input whose bound is past the window is counted (and refused, by index, only when
+    its count is); without `bounded`, or with truncate_prompt_tokens, inputs are counted."""
+    checker, threads = validator
+    checker.engine.max_model_len = 64  # type: ignore[misc]
+    long = "fox " * 20  # 80 bytes: the bound does not fit 64, its ~21 tokens do
+    valid = await check_embeddings(checker, ["a", long])
+    assert valid.exact and len(threads) == 2
+    assert valid.prompt_counts == (2, counter.count_now(TextPrompt([long], True, "input"))[0])
+    with pytest.raises(ContextLengthExceeded, match=r"input\[1\]"):
+        await check_embeddings(checker, ["a", "fox " * 100])
+    threads.clear()
+    assert (await check_embeddings(checker, ["a"], bounded=False)).exact and threads
+    threads.clear()
+    truncated = await check_embeddings(checker, ["a"], truncate_prompt_tokens=8)
+    assert truncated.exact and threads
