@@ -207,6 +207,10 @@ class AdmissionConfig:
     kv_overcommit: float = 1.0
     # Release normal and batch requests only while the engine reports at most this many waiting.
     max_engine_waiting: int = 4
+    # Batch pacing (llmd/admission/pacing.py): batch requests go into a supervised engine at
+    # most one sequence per this many ms (its time to take a new sequence in), so its own queue
+    # stays short for the next interactive request (0: no pacing).
+    batch_pace_ms: float = 2.3
     # The device hold (llmd/admission/sharing.py): a new batch request waits while an interactive
     # one on another engine of its device waits for its first token, for at most this fraction
     # of the interactive class's ttft_p95_budget_ms (0, or no interactive budget: no hold).
@@ -365,6 +369,11 @@ def _check_admission(admission: AdmissionConfig, path: Path) -> AdmissionConfig:
         raise ConfigError(
             f"admission.device_hold_ratio = {admission.device_hold_ratio!r}: expected a "
             "fraction in [0, 1] of the interactive class's ttft_p95_budget_ms (0: no hold)"
+        )
+    if admission.batch_pace_ms < 0:
+        raise ConfigError(
+            f"admission.batch_pace_ms = {admission.batch_pace_ms!r}: expected the ms an engine "
+            "takes to take in one new sequence (0: no pacing)"
         )
     if admission.device_batch_seats < 0:
         raise ConfigError(
