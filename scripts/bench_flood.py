@@ -35,7 +35,6 @@ import json
 import os
 import statistics
 import sys
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,7 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from llmd.bench.client import Target  # noqa: E402
-from tests.support.configs import shipped_config  # noqa: E402
+from tests.support.configs import config_sections, shipped_config  # noqa: E402
 from tests.support.engines import booted_engine  # noqa: E402
 from tests.support.flood import FloodRun, FloodShape, run_flood  # noqa: E402
 from tests.support.llmd_process import LlmdProcess  # noqa: E402
@@ -186,19 +185,6 @@ def print_wave_table(results: list[dict[str, Any]]) -> None:
         )
 
 
-def overrides(specs: list[str]) -> dict[str, dict[str, Any]]:
-    """`SECTION.KEY=VALUE` settings (VALUE in TOML) by section. Raises SystemExit for one
-    without a section or a value."""
-    settings: dict[str, dict[str, Any]] = {}
-    for spec in specs:
-        name, sep, value = spec.partition("=")
-        section, dot, key = name.partition(".")
-        if not (sep and dot and key):
-            raise SystemExit(f"--set {spec}: expected SECTION.KEY=VALUE")
-        settings.setdefault(section, {})[key] = tomllib.loads(f"v = {value}")["v"]
-    return settings
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", choices=("flood", "wave"), default="flood")
@@ -232,7 +218,7 @@ def main() -> None:
     sim_args = [part for arg in args.sim_arg for part in arg.split("=", 1)]
     with contextlib.ExitStack() as stack:
         if args.llmd:
-            settings = overrides(args.set)
+            settings = config_sections(args.set)
             paths = stack.enter_context(llmd_routes(args.llmd, args.model.resolve(), settings))
         elif args.target:
             paths = []
