@@ -17,6 +17,8 @@ Targets, each run once per round, in an order that rotates every round:
     # an `llmd serve` with a shipped config: through llmd and straight to its engine socket
     ... scripts/bench_flood.py --llmd etc/sim.toml
     ... scripts/bench_flood.py --shape wave --llmd etc/sim.toml --rounds 3
+    # one setting changed from the shipped config's (a TOML value), e.g. batch pacing off
+    ... scripts/bench_flood.py --shape wave --llmd etc/sim.toml --set admission.batch_pace_ms=0
 
 Before each run the script waits (at most `--settle` s) for the 1-minute load average to drop
 under `--max-load` and for the engine to be idle, and records the load it started at.
@@ -41,7 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from llmd.bench.client import Target  # noqa: E402
-from tests.support.configs import shipped_config  # noqa: E402
+from tests.support.configs import config_sections, shipped_config  # noqa: E402
 from tests.support.engines import booted_engine  # noqa: E402
 from tests.support.flood import FloodRun, FloodShape, run_flood  # noqa: E402
 from tests.support.llmd_process import LlmdProcess  # noqa: E402
@@ -67,9 +69,13 @@ def engine_route(kind: str, model: Path, sim_args: list[str]) -> Iterator[Route]
 
 
 @contextlib.contextmanager
-def llmd_routes(config: Path, model: Path) -> Iterator[list[Route]]:
-    """An `llmd serve` with etc/`config`'s settings and `model`: through it, and direct."""
-    llmd = LlmdProcess.start(shipped_config(config.name, model, logging={"level": "warning"}))
+def llmd_routes(
+    config: Path, model: Path, settings: dict[str, dict[str, Any]]
+) -> Iterator[list[Route]]:
+    """An `llmd serve` with etc/`config`'s settings, `settings` over them (by section), and
+    `model`: through it, and direct."""
+    sections = {"logging": {"level": "warning"}} | settings
+    llmd = LlmdProcess.start(shipped_config(config.name, model, **sections))
     try:
         llmd.wait_ready(600)
         engine = Target.parse("direct", f"unix:{llmd.engine_socket}")
@@ -191,6 +197,13 @@ def main() -> None:
         help="an engine already running: unix:/path.sock or http://HOST:PORT",
     )
     parser.add_argument("--llmd", type=Path, help="run through `llmd serve` with etc/THIS.toml")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="with --llmd: a setting over the config's (VALUE in TOML)",
+    )
     parser.add_argument("--model", type=Path, default=REPO / "var" / "models" / "tiny")
     parser.add_argument("--sim-arg", action="append", default=[], help="e.g. --sim-arg=--seed=1")
     parser.add_argument("--rounds", type=int, default=3)
@@ -205,7 +218,8 @@ def main() -> None:
     sim_args = [part for arg in args.sim_arg for part in arg.split("=", 1)]
     with contextlib.ExitStack() as stack:
         if args.llmd:
-            paths = stack.enter_context(llmd_routes(args.llmd, args.model.resolve()))
+            settings = config_sections(args.set)
+            paths = stack.enter_context(llmd_routes(args.llmd, args.model.resolve(), settings))
         elif args.target:
             paths = []
             for spec in args.target:

@@ -7,7 +7,8 @@ every scrape of a backend's metrics, a supervisor's phase change, an interactive
 byte while the device hold holds engines (`first_byte`, llmd/admission/holds.py) and a timer at
 the next queue timeout or hold bound run the pure scheduler (`pump`) over every pool's capacity
 (llmd/admission/pools.py: one capacity gate per backend), which wakes the released waiters and
-fails the rejected ones.
+fails the rejected ones; a timer also runs it when an engine's batch pacing lets more batch in
+(llmd/admission/pacing.py).
 A waiter whose task is cancelled (its client left) is removed from the queue at once and never
 reaches a backend.
 """
@@ -420,11 +421,15 @@ class Admission:
 
     def _arm_timer(self, now: float) -> None:
         """A pump at the next queue timeout, or sooner when the device hold's bound lets a
-        held batch request go."""
+        held batch request go, or when an engine's batch pacing lets more batch in while batch
+        requests wait (llmd/admission/pacing.py)."""
         expiry = self.scheduler.next_expiry()
-        lapse = self.holds.lapse_at
-        if lapse is not None:
-            expiry = lapse if expiry is None else min(expiry, lapse)
+        sooner = [self.holds.lapse_at]
+        if self.scheduler.queued(Priority.BATCH):
+            sooner.append(self.capacity.paced_until(now))
+        for at in sooner:
+            if at is not None:
+                expiry = at if expiry is None else min(expiry, at)
         if expiry == self._timer_at:
             return
         if self._timer is not None:

@@ -85,6 +85,7 @@ class BackendGates:
                 gate.max_in_flight = upstreams[name].max_in_flight
             elif name in engines:
                 gate.max_in_flight = max_in_flight(engines[name], admission)
+                self.capacity.pace(name).interval_s = admission.batch_pace_ms / 1000
             gate.batch_reserve = admission.batch_reserve
             gate.kv_high_watermark = admission.kv_high_watermark
             gate.kv_overcommit = admission.kv_overcommit

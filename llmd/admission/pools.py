@@ -4,7 +4,8 @@ Pure: the caller passes `now` (monotonic seconds).
 - Admission stays one layer (tenants, classes, aging and fairness are global in the scheduler);
   the capacity gate (llmd/admission/capacity.py: seats, KV, engine waiting) is one per backend.
 - An entry may start when at least one backend of its pool is available (serving, and its
-  breaker lets a request through) and its gate admits the entry; among those, `choose` picks one
+  breaker lets a request through), its gate admits the entry and so does its batch pacing
+  (llmd/admission/pacing.py; an overdue entry is not paced); among those, `choose` picks one
   (llmd/routing/choice.py: least load with prefix affinity under a bound). So a request waits in
   llmd only for capacity on its own pool.
 """
@@ -17,6 +18,7 @@ from typing import Protocol
 
 from llmd.admission.capacity import CapacityGate
 from llmd.admission.entries import Entry
+from llmd.admission.pacing import IntakePace
 from llmd.routing.backend import Backend, BackendKind, group_pools
 from llmd.routing.breaker import CircuitBreaker
 from llmd.routing.choice import AffinityPolicy, Choice, choose
@@ -49,6 +51,8 @@ class _Slot:
     # take no new request, so that it drains (llmd/admission/swap.py).
     dormant_s: float | None = None
     closed: bool = False
+    # Its intake, as llmd's releases fill it: batch is let in at the rate it takes sequences.
+    pace: IntakePace = dataclasses.field(default_factory=IntakePace)
 
     def available(self, now: float) -> bool:
         return (
@@ -166,6 +170,18 @@ class PoolCapacity:
         """`backend`'s gate, to update its engine load (`gate.load`). Raises KeyError."""
         return self._slots[backend].gate
 
+    def pace(self, backend: str) -> IntakePace:
+        """`backend`'s batch pacing, to set its interval and burst. Raises KeyError."""
+        return self._slots[backend].pace
+
+    def paced_until(self, now: float) -> float | None:
+        """The next time after `now` when a backend's pacing lets more batch in (None: none
+        is pacing)."""
+        return min(
+            (at for slot in self._slots.values() if (at := slot.pace.ready_at(now)) is not None),
+            default=None,
+        )
+
     def breaker(self, backend: str) -> CircuitBreaker | None:
         """`backend`'s breaker (None for an engine), to record outcomes. Raises KeyError."""
         return self._slots[backend].breaker
@@ -243,8 +259,8 @@ class PoolCapacity:
         exclude: Set[str] = frozenset(),
     ) -> Choice | None:
         """The backend of `model`'s pool, not in `exclude`, that may start `entry` now
-        (`overdue`: released by aging; `key`: its prefix key, llmd/routing/prefix.py), or
-        None: none can yet."""
+        (`overdue`: released by aging, and then not paced; `key`: its prefix key,
+        llmd/routing/prefix.py), or None: none can yet."""
         names = self._pools.get(model, ())
         split = self.splits.get(model)
         if split is not None:
@@ -255,6 +271,7 @@ class PoolCapacity:
             if name not in exclude
             and (slot := self._slots[name]).available(now)
             and slot.gate.admits(entry, overdue)
+            and (overdue or slot.pace.admits(entry, now))
         ]
         return choose(candidates, key, self.affinity)
 
@@ -316,6 +333,7 @@ class PoolCapacity:
 
     def _start(self, entry: Entry, slot: _Slot, now: float, model: str) -> None:
         slot.gate.on_release(entry)
+        slot.pace.on_release(entry, now)
         if slot.breaker is not None:
             slot.breaker.on_attempt(now)
         self._placed[entry] = _Placement(slot, model)

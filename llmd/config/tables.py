@@ -210,6 +210,11 @@ class AdmissionConfig:
     kv_overcommit: float = 1.0
     # Release normal and batch requests only while the engine reports at most this many waiting.
     max_engine_waiting: int = 4
+    # Batch pacing (llmd/admission/pacing.py): batch requests go into a supervised engine at
+    # most one sequence per this many ms (its time to take a new sequence in), so its own queue
+    # stays short for the next interactive request (0: no pacing, the default: a fixed pace
+    # fitted to one engine would hold back a faster one's batch).
+    batch_pace_ms: float = 0.0
     # The device hold (llmd/admission/sharing.py): a new batch request waits while an interactive
     # one on another engine of its device waits for its first token, for at most this fraction
     # of the interactive class's ttft_p95_budget_ms (0, or no interactive budget: no hold).
@@ -379,6 +384,11 @@ def _check_admission(admission: AdmissionConfig, path: Path) -> AdmissionConfig:
             f"admission.device_pause with a hold bound of {pause_ms:g} ms: a pause may last "
             f"at most {MAX_PAUSE_MS:g} ms (an engine's health probe waits 5 s); lower "
             "device_hold_ratio or the interactive ttft_p95_budget_ms"
+        )
+    if admission.batch_pace_ms < 0:
+        raise ConfigError(
+            f"admission.batch_pace_ms = {admission.batch_pace_ms!r}: expected the ms an engine "
+            "takes to take in one new sequence (0: no pacing)"
         )
     if admission.device_batch_seats < 0:
         raise ConfigError(

@@ -104,3 +104,19 @@ def test_a_request_is_refused_only_when_it_fits_no_backend_of_its_pool() -> None
     adm.gates.check_fits(Cost(seats=4, tokens=100), model)
     with pytest.raises(InvalidRequest, match="5 sequences at once"):
         adm.gates.check_fits(Cost(seats=5, tokens=100), model)
+
+
+async def test_paced_batch_is_released_by_the_timer_and_interactive_passes_it() -> None:
+    """Batch requests over the pace's burst wait in the queue and are released one per
+    `batch_pace_ms` by admission's own timer (nothing finishes meanwhile); an interactive
+    request that comes behind them is released at once."""
+    adm = admission(max_in_flight=100, batch_pace_ms=20.0)
+    wave = [asyncio.create_task(adm.admit(request(adm, Priority.BATCH))) for _ in range(5)]
+    await asyncio.sleep(0)
+    assert adm.scheduler.queued(Priority.BATCH) == 3  # two went in: the burst
+    chat = await adm.admit(request(adm, Priority.INTERACTIVE))
+    assert chat.queue_ms < 1 and adm.scheduler.queued(Priority.BATCH) == 3
+    tickets = await asyncio.wait_for(asyncio.gather(*wave), 5)
+    released = sorted(t.entry.released_at or 0.0 for t in tickets)
+    assert released[-1] - released[0] >= 3 * 0.020 - 0.001  # three more intervals, at least
+    assert adm.capacity.gate("main").in_flight == 6

@@ -137,6 +137,7 @@ PROBES: dict[str, Probe] = {
     "admission.kv_high_watermark": lambda d: _gate(d).kv_high_watermark,
     "admission.kv_overcommit": lambda d: _gate(d).kv_overcommit,
     "admission.max_engine_waiting": lambda d: _gate(d).max_engine_waiting,
+    "admission.batch_pace_ms": lambda d: d.state.admission.capacity.pace("main").interval_s,
     "admission.device_hold_ratio": lambda d: d.state.admission.holds.hold.bound_s,
     "admission.device_batch_seats": lambda d: d.state.admission.holds.hold.batch_seats,
     "admission.device_pause": lambda d: d.state.admission.holds.hold.pause,
@@ -190,6 +191,7 @@ LIVE_FORM: dict[str, Callable[[Any], Any]] = {
     "server.max_connections": lambda value: value or None,
     # The hold's bound: the ratio x the interactive class's default TTFT budget.
     "admission.device_hold_ratio": lambda value: value * _INTERACTIVE_BUDGET_S,
+    "admission.batch_pace_ms": lambda value: value / 1000,
 }
 
 
