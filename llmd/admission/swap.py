@@ -290,3 +290,14 @@ class Demand:
         """Requests per minute over the window ending at `now`."""
         del self._times[: bisect.bisect_left(self._times, now - DEMAND_WINDOW_S)]
         return len(self._times) * 60.0 / DEMAND_WINDOW_S
+
+
+def has_room(policy: GroupPolicy, engines: Sequence[EngineView], name: str) -> bool:
+    """Whether asleep engine `name` of `engines` (its group) may wake now as `SwapGroup.decide`
+    would let it: it fits in the group's room beside what the others hold, or none of them is
+    resident."""
+    want = next(v for v in engines if v.name == name)
+    used = sum(_held(policy, v) for v in engines)
+    grow = policy.awake_size(want) - policy.asleep_size(want)
+    alone = not any(v.resident for v in engines if v.name != name)
+    return used + grow <= policy.room or alone

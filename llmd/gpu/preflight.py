@@ -182,7 +182,7 @@ def _check_alone(
     nvml: Any, handle: Any, gpu: str, label: str, memory: Any, engine: EngineConfig
 ) -> None:
     """One engine on the GPU: vLLM asks for --gpu-memory-utilization of the total."""
-    wanted = _gpu_memory_utilization(engine.args)
+    wanted = gpu_memory_utilization(engine.args)
     need = wanted * memory.total
     if memory.free < need:
         holders = _holders(nvml, handle)
@@ -271,7 +271,9 @@ def visible_indices(engine: EngineConfig, count: int) -> list[int]:
     return [i for i in indices if i < count] or [0]
 
 
-def _gpu_memory_utilization(args: tuple[str, ...]) -> float:
+def gpu_memory_utilization(args: tuple[str, ...]) -> float:
+    """`--gpu-memory-utilization` in `args` (a fraction of the device's total memory), else
+    vLLM's default."""
     try:
         return float_flag(args, "--gpu-memory-utilization", VLLM_DEFAULT_GPU_MEMORY_UTILIZATION)
     except ValueError:  # vLLM itself rejects it at boot, naming the flag

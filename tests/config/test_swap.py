@@ -26,10 +26,10 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_a_swap_group_loads_with_defaults(tmp_path: Path) -> None:
-    """A group takes max_resident 1, min_residence_s 20 and max_wait_s 2 unless set; an engine
-    is not on demand, never sleeps when idle, sleeps `auto` and is not pinned unless set."""
-    text = '[swap_groups.g]\nengines = ["a", "b"]\n' + engines("a", "b") + engines("c", extra="")
-    config = load_config(write(tmp_path, text))
+    """A group takes min_residence_s 20 and max_wait_s 2 unless set; an engine is not on
+    demand, never sleeps when idle, sleeps `auto` and is not pinned unless set."""
+    text = '[swap_groups.g]\nengines = ["a", "b"]\nmax_resident = 1\n'
+    config = load_config(write(tmp_path, text + engines("a", "b") + engines("c", extra="")))
     group = config.swap_groups["g"]
     assert group.engines == ("a", "b") and group.max_resident == 1
     assert group.min_residence_s == 20.0 and group.max_wait_s == 2.0
@@ -37,6 +37,15 @@ def test_a_swap_group_loads_with_defaults(tmp_path: Path) -> None:
     assert a.on_demand and not c.on_demand
     assert (c.idle_sleep_s, c.sleep, c.pin) == (0.0, "auto", False)
     assert group_of(config.swap_groups, "b") == "g" and group_of(config.swap_groups, "c") is None
+
+
+def test_a_group_of_gpu_engines_without_max_resident_is_fit_by_memory(tmp_path: Path) -> None:
+    """Left out, max_resident is 0 for a group of vLLM engines: fit by memory (checked against
+    the GPU where NVML answers, not at load)."""
+    vllm = 'on_demand = true\nargs = ["--kv-cache-memory-bytes", "1073741824"]\n'
+    text = engines("a", "b", extra=vllm).replace('kind = "sim"', 'kind = "vllm"')
+    config = load_config(write(tmp_path, '[swap_groups.g]\nengines = ["a", "b"]\n' + text))
+    assert config.swap_groups["g"].max_resident == 0
 
 
 @pytest.mark.parametrize(
@@ -48,19 +57,22 @@ def test_a_swap_group_loads_with_defaults(tmp_path: Path) -> None:
             r"swap_groups.g.engines: no engine 'x' \(engines: a\)",
         ),
         (
-            '[swap_groups.g]\nengines = ["a", "b"]\nmax_resident = 0\n' + engines("a", "b"),
-            r"swap_groups.g.max_resident = 0: expected a whole number >= 1",
+            '[swap_groups.g]\nengines = ["a", "b"]\n' + engines("a", "b"),
+            r"swap_groups.g.max_resident is required without a GPU: a, b run on the simulator",
         ),
         (
-            '[swap_groups.g]\nengines = ["a"]\n[swap_groups.h]\nengines = ["a"]\n' + engines("a"),
+            '[swap_groups.g]\nengines = ["a"]\nmax_resident = 1\n[swap_groups.h]\n'
+            'engines = ["a"]\nmax_resident = 1\n' + engines("a"),
             r"swap_groups.h.engines: 'a' is already in swap_groups.g",
         ),
         (
-            '[swap_groups.g]\nengines = ["a", "b"]\n' + engines("a") + engines("b", extra=""),
+            '[swap_groups.g]\nengines = ["a", "b"]\nmax_resident = 1\n'
+            + engines("a")
+            + engines("b", extra=""),
             r"engines.b.on_demand is false: an engine of a swap group must be on demand",
         ),
         (
-            '[swap_groups.g]\nengines = ["a", "b"]\n'
+            '[swap_groups.g]\nengines = ["a", "b"]\nmax_resident = 1\n'
             + engines("a", "b", extra="on_demand = true\npin = true\n"),
             r"swap_groups.g: 2 pinned engines \(a, b\) but max_resident = 1",
         ),
@@ -81,7 +93,7 @@ def test_impossible_swap_plans_are_refused(tmp_path: Path, text: str, message: s
 
 def test_check_config_explains_an_impossible_plan(tmp_path: Path) -> None:
     """`llmd check-config` exits 78 with the reason for a pinned set larger than the group."""
-    text = '[swap_groups.g]\nengines = ["a", "b"]\n' + engines(
+    text = '[swap_groups.g]\nengines = ["a", "b"]\nmax_resident = 1\n' + engines(
         "a", "b", extra="on_demand = true\npin = true\n"
     )
     done = run_llmd("check-config", str(write(tmp_path, text)))

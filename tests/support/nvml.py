@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import types
+from collections.abc import Sequence
 from typing import Any
 
 GIB = 1024**3
@@ -12,8 +13,16 @@ class NVMLError(Exception):
     pass
 
 
-def fake_nvml(*, present: bool = True, devices: int = 2, power: bool = True) -> Any:
-    """An object with pynvml's names, answering as a host with `devices` H100s would."""
+def fake_nvml(
+    *,
+    present: bool = True,
+    devices: int = 2,
+    power: bool = True,
+    processes: Sequence[tuple[int, int]] = (),
+) -> Any:
+    """An object with pynvml's names, answering as a host with `devices` H100s would, each
+    listing `processes` (pid, GPU memory used in bytes) as its compute processes; the list
+    may be changed through the object's `processes`."""
     calls = {"init": 0}
 
     def init() -> None:
@@ -26,8 +35,13 @@ def fake_nvml(*, present: bool = True, devices: int = 2, power: bool = True) -> 
             raise NVMLError("Not Supported")
         return 350_500
 
+    listed = list(processes)
     return types.SimpleNamespace(
         calls=calls,
+        processes=listed,
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [
+            types.SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in listed
+        ],
         NVMLError=NVMLError,
         NVML_TEMPERATURE_GPU=0,
         nvmlInit=init,
