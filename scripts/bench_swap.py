@@ -91,6 +91,9 @@ def config(engine: str, wake_s: float, min_residence_s: float, max_wait_s: float
         raw = {
             "engines": {m: {**table, "served_model_name": m} for m in MODELS},
             "logging": {"requests": "off"},
+            # A wake here is a boot (50-80 s on 2 cores): past the normal class's 60 s
+            # queue_timeout_s llmd would refuse a request for an asleep engine at once (503).
+            "admission": {"normal": {"queue_timeout_s": 300.0}},
         }
     for table in raw["engines"].values():
         table["on_demand"] = True
