@@ -108,3 +108,58 @@ def test_the_swap_example_passes_check_config() -> None:
     assert done.returncode == 0, done.stderr
     assert "swap group gpu0: chat, coder, small, 1 awake at a time" in done.stdout
     assert "small sleeps level2" in done.stdout
+
+
+def gpu_group(tmp_path: Path, kv_gib: dict[str, int]) -> Path:
+    """vLLM engines with these KV caches (GiB) over the tiny model, in swap group g with no
+    max_resident (fit by memory)."""
+    from tests.support.model import ensure_tiny_model
+
+    tables = "".join(
+        f'[engines.{n}]\nkind = "vllm"\nmodel = "{ensure_tiny_model()}"\non_demand = true\n'
+        f'args = ["--kv-cache-memory-bytes", "{gib * 1024**3}"]\n'
+        for n, gib in kv_gib.items()
+    )
+    return write(
+        tmp_path, f"[swap_groups.g]\nengines = {list(kv_gib)!r}\n".replace("'", '"') + tables
+    )
+
+
+def test_check_config_says_a_group_fit_by_memory_needs_a_gpu(tmp_path: Path) -> None:
+    """On vLLM's CPU build (this machine's) a group without max_resident is refused by
+    `llmd check-config` (exit 78), saying max_resident is required without a GPU."""
+    done = run_llmd("check-config", str(gpu_group(tmp_path, {"a": 1, "b": 1})))
+    assert done.returncode == 78, done.stdout
+    assert "swap_groups.g.max_resident is required without a GPU: a, b run on vLLM's CPU" in (
+        done.stderr
+    )
+
+
+@pytest.mark.parametrize(
+    ("kv_gib", "said"),
+    [
+        ({"a": 8, "b": 8, "c": 2}, "fit by memory: the two largest (a, b: 20.0 GiB awake"),
+        (
+            {"a": 14, "b": 8, "c": 2},
+            "one at a time: the two largest (a, b: 26.0 GiB awake beside 2.0 GiB asleep)",
+        ),
+        ({"a": 21, "b": 8, "c": 2}, "swap_groups.g cannot work on its GPU: a needs about 23.0"),
+    ],
+)
+def test_check_config_explains_what_fits_on_the_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kv_gib: dict[str, int], said: str
+) -> None:
+    """On a 24 GiB GPU (a CUDA build, each engine asleep at level 1 holding 2 GiB): the two
+    largest awake together, or one at a time, or a group whose largest cannot wake beside the
+    others asleep, refused with the sizes."""
+    import llmd.engine.launch
+    from llmd.check_config import Sized, memory_fit, swap_lines
+    from llmd.sizing.device import DeviceMemory
+
+    monkeypatch.setattr(llmd.engine.launch, "installed_engine_build", lambda _: "vllm 0.11.0")
+    config = load_config(gpu_group(tmp_path, kv_gib))
+    memory = DeviceMemory(24 * 1024**3, "planned for a 24 GiB GPU")
+    sized = [Sized(n, e, None, memory, None) for n, e in config.engine_tables.items()]
+    _, problems = memory_fit(config, "g", sized)
+    assert said in (problems[0] if problems else swap_lines(config, sized)[0])
+    assert bool(problems) is said.startswith("swap_groups")
