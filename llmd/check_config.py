@@ -144,7 +144,8 @@ def memory_fit(config: Config, group: str, sized: list[Sized]) -> tuple[str, lis
     beside the others asleep). ('', []) for a group with max_resident."""
     from llmd.engine.launch import installed_engine_build
     from llmd.engine.sleep import sleep_mechanism
-    from llmd.gpu.footprint import asleep_bytes, awake_at_once, estimated_awake_bytes, fit_problem
+    from llmd.gpu.footprint import awake_at_once, estimated_awake_bytes, fit_problem
+    from llmd.gpu.preflight import asleep_bytes
 
     names = config.swap_groups[group].engines
     if config.swap_groups[group].max_resident:

@@ -16,8 +16,8 @@ from llmd.engine.launch import installed_engine_build
 from llmd.engine.sleep import SleepMechanism, sleep_mechanism
 from llmd.errors import ConfigError
 from llmd.gpu.preflight import (
-    ENGINE_OVERHEAD_BYTES,
     GIB,
+    asleep_bytes,
     gpu_memory_utilization,
     planned_bytes,
     visible_indices,
@@ -36,13 +36,6 @@ def estimated_awake_bytes(engine: EngineConfig, total_bytes: int) -> int:
     if explicit:
         return planned_bytes(engine)
     return int(gpu_memory_utilization(engine.args) * total_bytes)
-
-
-def asleep_bytes(mechanism: SleepMechanism | None) -> int:
-    """What an engine holds asleep, bytes: at vLLM's sleep level 1 its process and CUDA context
-    stay (the preflight's 2 GiB allowance, a round floor, not measured); level 2 (weights
-    dropped too) and `stop` are counted as nothing."""
-    return ENGINE_OVERHEAD_BYTES if mechanism is SleepMechanism.LEVEL1 else 0
 
 
 @dataclasses.dataclass

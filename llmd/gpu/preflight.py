@@ -25,7 +25,7 @@ from llmd.config import EngineConfig
 from llmd.config.backends import KV_BYTES_FLAG
 from llmd.engine.args import float_flag, int_flag
 from llmd.engine.launch import installed_engine_build
-from llmd.engine.sleep import sleep_mechanism
+from llmd.engine.sleep import SleepMechanism, sleep_mechanism
 from llmd.errors import LlmdError
 from llmd.numerals import ascii_int
 
@@ -95,16 +95,18 @@ def preflight(
         kinds = {"the simulator" if e.kind == "sim" else builds[n] for n, e in engines.items()}
         runs = f"{' and '.join(sorted(kinds))} run{'s' if len(engines) < 2 else ''}"
         return GpuReport("", "", (), note=f"no NVIDIA GPU ({exc}); {runs} without one")
-    # Asleep, an engine in vLLM's sleep mode keeps its process and CUDA context; one stopped
-    # holds nothing.
-    held = {
-        name: ENGINE_OVERHEAD_BYTES if sleep_mechanism(e, builds[name]).level is not None else 0
-        for name, e in gpu_engines.items()
-    }
+    held = {name: asleep_bytes(sleep_mechanism(e, builds[name])) for name, e in gpu_engines.items()}
     try:
         return _check_devices(nvml, gpu_engines, swap_groups, held)
     finally:
         nvml.nvmlShutdown()
+
+
+def asleep_bytes(mechanism: SleepMechanism | None) -> int:
+    """What an engine holds of its GPU asleep, bytes: in vLLM's sleep mode (level 1 or 2) its
+    process and CUDA context stay (the fixed allowance, a round floor, not measured); stopped,
+    nothing."""
+    return ENGINE_OVERHEAD_BYTES if mechanism is not None and mechanism.level is not None else 0
 
 
 def asleep_on_gpu(

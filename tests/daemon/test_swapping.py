@@ -5,7 +5,10 @@ a group fit by memory wakes by the footprints read through (fake) NVML."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -124,3 +127,41 @@ async def test_a_group_fit_by_memory_wakes_by_the_measured_footprint(
     with pytest.raises(ActionRefused, match="room for small"):  # 5 + 10 + 20 > 24
         swapping.operator_wake("small")
     await asyncio.wait_for(swapping._ops["coder"], 5)
+
+
+def test_serve_refuses_a_group_fit_by_memory_without_a_gpu() -> None:
+    """`llmd serve` with vLLM engines (the CPU build here) in a group without max_resident
+    exits 78 before booting any, saying max_resident is required without a GPU."""
+    workdir = short_tmpdir("llmd-swap-nogpu-")
+    tables = "".join(
+        f'[engines.{n}]\nkind = "vllm"\nmodel = "{ensure_tiny_model()}"\non_demand = true\n'
+        'args = ["--kv-cache-memory-bytes", "67108864"]\n'
+        for n in ("a", "b")
+    )
+    config = workdir / "llmd.toml"
+    config.write_text('[swap_groups.g]\nengines = ["a", "b"]\n' + tables)
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "llmd.cli", "serve", "--config", str(config)),
+            *("--listen", "127.0.0.1:0", "--runtime-dir", str(workdir / "run")),
+            *("--state-dir", str(workdir / "state")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 78, done.stderr[-2000:]
+    assert "swap_groups.g.max_resident is required without a GPU" in done.stdout + done.stderr
+    assert "engine_started" not in done.stdout + done.stderr
+
+
+def test_a_group_fit_by_memory_starts_with_one_engine_awake() -> None:
+    """At start-up all but one engine of a group without max_resident boot to sleep (the
+    pinned one stays awake if any)."""
+    from llmd.daemon.swapping import starts_asleep
+
+    config = load_config(swap_config(("chat", "coder", "small")))
+    group = dataclasses.replace(config.swap_groups["gpu0"], max_resident=0)
+    config = dataclasses.replace(config, swap_groups={"gpu0": group})
+    assert starts_asleep(config) == {"coder", "small"}

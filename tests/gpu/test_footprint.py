@@ -14,12 +14,12 @@ from llmd.engine.sleep import SleepMechanism
 from llmd.errors import ConfigError
 from llmd.gpu.footprint import (
     Footprints,
-    asleep_bytes,
     awake_at_once,
     estimated_awake_bytes,
     fit_problem,
     group_memory,
 )
+from llmd.gpu.preflight import asleep_bytes
 from tests.support.nvml import GIB, fake_nvml
 
 KV = "--kv-cache-memory-bytes"
@@ -40,10 +40,10 @@ def test_the_estimate_before_any_measurement_comes_from_the_config(tmp_path: Pat
     assert estimated_awake_bytes(half, total) == 40 * GIB
 
 
-def test_asleep_only_level_1_holds_memory() -> None:
-    """Level 1 keeps the process and CUDA context (2 GiB counted); level 2 and stop nothing."""
-    assert asleep_bytes(SleepMechanism.LEVEL1) == 2 * GIB
-    assert asleep_bytes(SleepMechanism.LEVEL2) == asleep_bytes(SleepMechanism.STOP) == 0
+def test_asleep_an_engine_in_sleep_mode_holds_the_allowance() -> None:
+    """Levels 1 and 2 keep the process and CUDA context (the 2 GiB allowance); stopped nothing."""
+    assert asleep_bytes(SleepMechanism.LEVEL1) == asleep_bytes(SleepMechanism.LEVEL2) == 2 * GIB
+    assert asleep_bytes(SleepMechanism.STOP) == asleep_bytes(None) == 0
 
 
 def test_a_measurement_sums_the_processes_of_the_engine_group_and_is_kept() -> None:
