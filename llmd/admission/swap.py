@@ -13,7 +13,8 @@ Guarantees (tests/admission/test_swap.py pins each, property-tested):
   footprint fits in `device_bytes` beside what the others hold (a resident one its awake
   footprint, an asleep one what it keeps asleep), or when no other engine is resident (so that
   a footprint guessed too large never leaves its requests waiting for good);
-- no engine is evicted to make room while those already falling asleep will make enough;
+- no engine is evicted to make room while those already falling asleep will make enough, nor
+  when evicting every engine that may go would not make enough beside the pinned ones;
 - while requests wait for an asleep engine, the resident engine to evict still takes new
   requests for `max_wait_s` from when the first of them began waiting (A B A A C runs as
   A A A B C), then none (`closed`), so that it drains;
@@ -192,6 +193,8 @@ class SwapGroup:
                 continue
             if used - freed + grow <= policy.room:
                 break  # the room comes once those falling asleep are asleep
+            if _pinned_in_the_way(policy, engines, want, used - freed + grow, leaving):
+                break  # evicting all that may go would not make room beside the pinned
             since = self._waiting_since[want.name]
             busy = {name for name, _ in sleep} | set(cancel) | closed
             owed = {v.name for v in engines if v.waiting and v.name not in self._ran}
@@ -216,6 +219,22 @@ class SwapGroup:
             closed=frozenset(closed),
             next_at=min(future) if future else None,
         )
+
+
+def _pinned_in_the_way(
+    policy: GroupPolicy,
+    engines: Sequence[EngineView],
+    want: EngineView,
+    need: int,
+    leaving: set[str],
+) -> bool:
+    """Whether `want`, needing `need` of the room, could not wake even with every unpinned
+    resident engine asleep, because pinned ones stay resident."""
+    others = [v for v in engines if v is not want and v.resident and v.name not in leaving]
+    if not any(v.pinned for v in others):
+        return False  # with the others evicted it would wake alone
+    movable = sum(policy.awake_size(v) - policy.asleep_size(v) for v in others if not v.pinned)
+    return need - movable > policy.room
 
 
 def _held(policy: GroupPolicy, view: EngineView) -> int:

@@ -62,7 +62,7 @@ def test_a_wake_fits_beside_what_the_others_hold_or_comes_alone(
     the device beside what every other engine holds (resident: awake footprint; asleep: what
     it keeps asleep), or one is woken while no other is resident; nothing in flight, pinned,
     or inside min_residence_s (unless idle for its wake) is evicted; no eviction while those
-    falling asleep will free enough."""
+    falling asleep will free enough, nor one that cannot make room beside pinned engines."""
     policy, views, now = case
     swap = SwapGroup(policy)
     swap.decide(views, now)
@@ -86,6 +86,10 @@ def test_a_wake_fits_beside_what_the_others_hold_or_comes_alone(
         first = next(v for v in views if v.waiting and not v.resident)
         grow = first.awake_bytes - first.asleep_bytes
         assert used - freed + grow > policy.device_bytes
+        staying = [v for v in views if v is not first and v.resident and v not in falling]
+        if any(v.pinned for v in staying):  # evicting all unpinned ones would make room
+            movable = sum(v.awake_bytes - v.asleep_bytes for v in staying if not v.pinned)
+            assert used - freed + grow - movable <= policy.device_bytes
 
 
 def test_two_small_engines_share_the_device_and_a_large_one_evicts_the_cheapest() -> None:
@@ -113,6 +117,20 @@ def test_two_small_engines_share_the_device_and_a_large_one_evicts_the_cheapest(
     a = dataclasses.replace(a, residency=Residency.ASLEEP)
     b = dataclasses.replace(b, residency=Residency.ASLEEP)
     assert swap.decide([a, b, big], 14.0).wake == ("big",)  # 2 + 2 + 20 = 24 GiB
+
+
+def test_no_eviction_that_cannot_make_room_beside_a_pinned_engine() -> None:
+    """A 20 GiB engine cannot fit beside a pinned 12 GiB one on 24 GiB: the unpinned 4 GiB
+    engine is not evicted for it (it would free too little); a 10 GiB one evicts it."""
+    policy = GroupPolicy(min_residence_s=0.0, max_wait_s=0.0, device_bytes=24 * GIB)
+    pinned = EngineView("p", Residency.AWAKE, pinned=True, awake_since=0.0, awake_bytes=12 * GIB)
+    small = EngineView("s", Residency.AWAKE, awake_since=0.0, awake_bytes=4 * GIB)
+    big = EngineView("big", Residency.ASLEEP, waiting=1, awake_bytes=20 * GIB)
+    assert not SwapGroup(policy).decide([pinned, small, big], 5.0).sleep
+    mid = dataclasses.replace(big, awake_bytes=10 * GIB)
+    assert SwapGroup(policy).decide([pinned, small, mid], 5.0).sleep == (
+        ("s", SleepReason.EVICTED),
+    )
 
 
 def test_an_engine_too_large_for_the_device_still_wakes_alone() -> None:
