@@ -99,11 +99,15 @@ class Swapping:
 
     def fit_by_memory(self, memory: GroupMemory) -> None:
         """Fit the groups `memory` covers by their device's memory and their engines'
-        footprints (measured each time one serves) instead of a count."""
+        footprints (measured each time one serves, and now for those serving) instead of a
+        count."""
         self.memory = memory
         for name, total in memory.totals.items():
             group = self.groups[name][0]
             group.policy = dataclasses.replace(group.policy, device_bytes=total)
+        for name, engine in self.state.fleet.engines.items():
+            if engine.phase is EnginePhase.SERVING:  # serving already: read it now
+                self._measure(name, engine.pid)
 
     @property
     def engines(self) -> list[str]:
