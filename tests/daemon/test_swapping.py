@@ -19,12 +19,11 @@ from llmd.config import load_config
 from llmd.daemon.swapping import Swapping
 from llmd.engine.sleep import SleepMechanism
 from llmd.errors import ActionRefused
-from llmd.gpu.footprint import Footprints, GroupMemory
 from llmd.supervisor.state import EnginePhase
 from tests.support.configs import multi_sim_config
 from tests.support.llmd_process import short_tmpdir
 from tests.support.model import ensure_tiny_model
-from tests.support.nvml import GIB, fake_nvml
+from tests.support.nvml import GIB, fake_nvml, fitted
 from tests.support.state import daemon_state
 
 
@@ -104,16 +103,8 @@ async def test_a_group_fit_by_memory_wakes_by_the_measured_footprint(
     supervisors = {name: Waker(table) for name, table in config.engine_tables.items()}
     swapping = Swapping(state, supervisors, lambda: None)  # type: ignore[arg-type]
     nvml = fake_nvml(processes=[(os.getpid(), chat_gib * GIB)])
-    names = ("chat", "coder", "small")
-    swapping.fit_by_memory(
-        GroupMemory(
-            Footprints(nvml),
-            totals={"gpu0": 24 * GIB},
-            devices=dict.fromkeys(names, 0),
-            estimates={"chat": 10 * GIB, "coder": 10 * GIB, "small": 20 * GIB},
-            asleep=dict.fromkeys(names, 2 * GIB),
-        )
-    )
+    estimates = {"chat": 10 * GIB, "coder": 10 * GIB, "small": 20 * GIB}
+    swapping.fit_by_memory(fitted(nvml, estimates))
     assert swapping.groups["gpu0"][0].policy.device_bytes == 24 * GIB
     swapping.decide()  # chat is seen serving: its footprint is read
     assert swapping.memory is not None

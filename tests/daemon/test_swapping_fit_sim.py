@@ -5,24 +5,19 @@ for the engines' processes decide which may be awake together, and every request
 from __future__ import annotations
 
 import asyncio
-import logging
-import signal
 import tomllib
 
 import openai
 import pytest
-import structlog
 import tomli_w
 
 from llmd.config import load_config
-from llmd.daemon.daemon import Daemon
-from llmd.gpu.footprint import Footprints, GroupMemory
-from llmd.logs import configure_logging
 from llmd.supervisor.state import EnginePhase
 from tests.support.configs import multi_sim_config
+from tests.support.inprocess import running_daemon
 from tests.support.llmd_process import free_port, short_tmpdir
 from tests.support.model import ensure_tiny_model
-from tests.support.nvml import GIB, fake_nvml
+from tests.support.nvml import GIB, fake_nvml, fitted
 from tests.support.waiting import until
 
 MODELS = ("chat", "coder", "small")
@@ -61,37 +56,25 @@ async def test_a_group_fit_by_memory_keeps_what_fits_awake_by_measured_footprint
     raw["swap_groups"] = {"gpu0": {**group, "max_wait_s": 0.0}}
     path = workdir / "llmd.toml"
     path.write_text(tomli_w.dumps(raw))
-    config = load_config(path)
-    configure_logging(config.logging)
-    daemon = Daemon(config)
-    await daemon.startup()
-    main = asyncio.create_task(daemon.main_loop())
-    fleet = daemon.state.fleet.engines
     seen_together: list[set[str]] = []
+    async with running_daemon(load_config(path)) as (daemon, _):
+        fleet = daemon.state.fleet.engines
 
-    def serving() -> set[str]:
-        return {n for n in MODELS if fleet[n].phase is not EnginePhase.ASLEEP}
+        def serving() -> set[str]:
+            return {n for n in MODELS if fleet[n].phase is not EnginePhase.ASLEEP}
 
-    async def watch() -> None:
-        while True:
-            seen_together.append(serving())
-            await asyncio.sleep(0.01)
+        async def watch() -> None:
+            while True:
+                seen_together.append(serving())
+                await asyncio.sleep(0.01)
 
-    try:
         settled = lambda: serving() == {"chat"} and fleet["chat"].phase is EnginePhase.SERVING  # noqa: E731
         assert await until(settled, timeout_s=60)
         pids = {n: fleet[n].pid for n in MODELS}
         sizes = {"chat": chat_gib * GIB, "coder": 10 * GIB, "small": 20 * GIB}
         nvml = fake_nvml(processes=[(pids[n], sizes[n]) for n in MODELS])
-        daemon.swapping.fit_by_memory(
-            GroupMemory(
-                Footprints(nvml),
-                totals={"gpu0": 24 * GIB},
-                devices=dict.fromkeys(MODELS, 0),
-                estimates={"chat": 10 * GIB, "coder": 10 * GIB, "small": 20 * GIB},
-                asleep=dict.fromkeys(MODELS, 2 * GIB),
-            )
-        )
+        estimates = {"chat": 10 * GIB, "coder": 10 * GIB, "small": 20 * GIB}
+        daemon.swapping.fit_by_memory(fitted(nvml, estimates))
         memory = daemon.swapping.memory
         assert memory is not None and memory.sizes("chat") == (chat_gib * GIB, 2 * GIB)
         watcher = asyncio.create_task(watch())
@@ -100,13 +83,7 @@ async def test_a_group_fit_by_memory_keeps_what_fits_awake_by_measured_footprint
             assert await asyncio.wait_for(_ask(client, model), 60) == model
         await client.close()
         watcher.cancel()
-        assert memory.footprints.measured == sizes  # each read once it served
-        assert all(len(awake) <= 2 for awake in seen_together)
-        assert any({"chat", "coder"} <= awake for awake in seen_together) is together
-        assert not any("small" in awake and len(awake) > 1 for awake in seen_together)
-    finally:
-        daemon._signals.put_nowait(signal.SIGTERM)
-        await asyncio.wait({main}, timeout=30)
-        await daemon.shutdown()
-        structlog.reset_defaults()
-        logging.getLogger().handlers[:] = []
+    assert memory.footprints.measured == sizes  # each read once it served
+    assert all(len(awake) <= 2 for awake in seen_together)
+    assert any({"chat", "coder"} <= awake for awake in seen_together) is together
+    assert not any("small" in awake and len(awake) > 1 for awake in seen_together)

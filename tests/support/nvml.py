@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import types
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from llmd.gpu.footprint import Footprints, GroupMemory
 
 GIB = 1024**3
 
@@ -55,4 +57,16 @@ def fake_nvml(
         nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=87, memory=40),
         nvmlDeviceGetTemperature=lambda h, sensor: 61,
         nvmlDeviceGetPowerUsage=power_usage,
+    )
+
+
+def fitted(nvml: Any, estimates: Mapping[str, int], total: int = 24 * GIB) -> GroupMemory:
+    """Swap group gpu0 of the engines in `estimates` (their footprint estimates, bytes) fit by
+    memory on device 0 of `nvml` with `total` bytes, each holding 2 GiB asleep."""
+    return GroupMemory(
+        Footprints(nvml),
+        totals={"gpu0": total},
+        devices=dict.fromkeys(estimates, 0),
+        estimates=dict(estimates),
+        asleep=dict.fromkeys(estimates, 2 * GIB),
     )
