@@ -166,7 +166,7 @@ def memory_fit(config: Config, group: str, sized: list[Sized]) -> tuple[str, lis
     total = totals[0]
     awake = {n: estimated_awake_bytes(found[n].engine, total) for n in names}
     asleep = {n: asleep_bytes(sleep_mechanism(found[n].engine, builds[n])) for n in names}
-    problem = fit_problem(total, awake, asleep)
+    problem = fit_problem(total, awake, asleep, [n for n in names if found[n].engine.pin])
     if problem is not None:
         return "", [f"swap_groups.{group} cannot work on its GPU: {problem}"]
     return awake_at_once(total, awake, asleep) + " (estimates, measured once served)", []

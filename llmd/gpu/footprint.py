@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from llmd.config import EngineConfig
@@ -78,16 +78,23 @@ def _group_of(pid: int) -> int | None:
         return None
 
 
-def fit_problem(total: int, awake: Mapping[str, int], asleep: Mapping[str, int]) -> str | None:
+def fit_problem(
+    total: int,
+    awake: Mapping[str, int],
+    asleep: Mapping[str, int],
+    pinned: Collection[str] = (),
+) -> str | None:
     """Why engines (`awake`: footprint awake, `asleep`: held asleep, bytes by name) cannot take
     turns on a device of `total` bytes: the largest whose awake footprint does not fit beside
-    the others asleep (it would wake only alone, and there run out of memory). None when each
-    fits so."""
+    the pinned ones awake (never evicted) and the others asleep (it would wake only alone, and
+    there run out of memory, or never). None when each fits so."""
     for name in sorted(awake, key=lambda n: -awake[n]):
-        others = sum(asleep[n] for n in awake if n != name)
-        if awake[name] + others > total:
+        kept = sum(awake[n] for n in pinned if n != name)
+        others = sum(asleep[n] for n in awake if n != name and n not in pinned)
+        if awake[name] + kept + others > total:
+            beside = f"the pinned ones take {kept / GIB:.1f} GiB awake and " if kept else ""
             return (
-                f"{name} needs about {awake[name] / GIB:.1f} GiB awake and the others hold "
+                f"{name} needs about {awake[name] / GIB:.1f} GiB awake, {beside}the others hold "
                 f"{others / GIB:.1f} GiB asleep: more than the device's {total / GIB:.1f} GiB"
             )
     return None
@@ -176,7 +183,8 @@ def group_memory(
             found.estimates[name] = estimated_awake_bytes(engines[name], total)
             found.asleep[name] = asleep_bytes(mechanism_of(engines[name]))
         awake = {n: found.estimates[n] for n in names}
-        problem = fit_problem(total, awake, {n: found.asleep[n] for n in names})
+        pinned = [n for n in names if engines[n].pin]
+        problem = fit_problem(total, awake, {n: found.asleep[n] for n in names}, pinned)
         if problem is not None:
             raise ConfigError(f"swap_groups.{group} cannot work on its GPU: {problem}")
     return found

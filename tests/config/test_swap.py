@@ -143,7 +143,10 @@ def test_check_config_says_a_group_fit_by_memory_needs_a_gpu(tmp_path: Path) -> 
             {"a": 14, "b": 8, "c": 2},
             "one at a time: the two largest (a, b: 26.0 GiB awake beside 2.0 GiB asleep)",
         ),
-        ({"a": 21, "b": 8, "c": 2}, "swap_groups.g cannot work on its GPU: a needs about 23.0"),
+        (
+            {"a": 21, "b": 8, "c": 2},
+            "swap_groups.g cannot work on its GPU: a needs about 23.0 GiB awake, the",
+        ),
     ],
 )
 def test_check_config_explains_what_fits_on_the_gpu(

@@ -60,15 +60,19 @@ def test_a_measurement_sums_the_processes_of_the_engine_group_and_is_kept() -> N
 
 
 def test_a_group_whose_largest_cannot_wake_beside_the_others_asleep_is_explained() -> None:
-    """The largest engine must fit beside the others asleep; the two largest together only
-    decide how many are awake at once."""
+    """The largest engine must fit beside the others asleep (and the pinned ones awake: chat
+    40 + coder pinned 30 + embed asleep 2 > 70); the two largest together only decide how
+    many are awake at once."""
     awake = {"chat": 40 * GIB, "coder": 30 * GIB, "embed": 5 * GIB}
     asleep = dict.fromkeys(awake, 2 * GIB)
     assert fit_problem(80 * GIB, awake, asleep) is None
     assert "fit together in 80.0 GiB" in awake_at_once(80 * GIB, awake, asleep)
     assert awake_at_once(48 * GIB, awake, asleep).startswith("one at a time: the two largest")
     problem = fit_problem(42 * GIB, awake, asleep)
-    assert problem is not None and problem.startswith("chat needs about 40.0 GiB awake")
+    assert problem is not None and problem.startswith("chat needs about 40.0 GiB awake, the")
+    assert fit_problem(70 * GIB, awake, asleep) is None
+    pinned = fit_problem(70 * GIB, awake, asleep, pinned=["coder"])
+    assert pinned is not None and "the pinned ones take 30.0 GiB awake" in pinned
 
 
 def test_fit_by_memory_is_refused_without_a_gpu(tmp_path: Path) -> None:
