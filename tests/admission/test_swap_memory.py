@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmd.admission.swap import EngineView, GroupPolicy, Residency, SleepReason, SwapGroup
+from tests.admission.test_swap import drawn_view
 
 GIB = 1024**3
 NAMES = ("a", "b", "c", "d")
@@ -35,19 +36,9 @@ def memory_groups(draw: st.DrawFn) -> tuple[GroupPolicy, list[EngineView], float
         if residency is not Residency.ASLEEP and used + awake_bytes > policy.device_bytes:
             residency = Residency.ASLEEP
         used += awake_bytes if residency is not Residency.ASLEEP else asleep_bytes
-        awake = residency is Residency.AWAKE
         views.append(
-            EngineView(
-                name=name,
-                residency=residency,
-                in_flight=draw(st.integers(0, 3)) if awake else 0,
-                waiting=draw(st.integers(0, 3)),
-                pinned=draw(st.booleans()),
-                awake_since=now - draw(st.floats(0, 60)) if awake else None,
-                wake_s=draw(st.floats(0.1, 10)),
-                demand=draw(st.floats(0, 100)),
-                awake_bytes=awake_bytes,
-                asleep_bytes=asleep_bytes,
+            drawn_view(
+                draw, name, residency, now, awake_bytes=awake_bytes, asleep_bytes=asleep_bytes
             )
         )
     return policy, views, now
