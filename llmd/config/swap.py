@@ -13,13 +13,15 @@ from llmd.errors import ConfigError
 
 @dataclasses.dataclass(frozen=True)
 class SwapGroupConfig:
-    """Engines of which at most `max_resident` are awake at once. An engine woken stays awake
+    """Engines of which at most `max_resident` are awake at once (0, the key left out: as many
+    as fit in their GPU's memory by their measured footprints, a GPU only). An engine woken
+    stays awake
     at least `min_residence_s` (no thrash) unless idle for its predicted wake. When another
     model's requests wait, the engine to evict still takes new requests for `max_wait_s`, then
     none until it has drained (an engine with requests in flight is never evicted)."""
 
     engines: tuple[str, ...] = ()
-    max_resident: int = 1
+    max_resident: int = 0  # 0: fit by memory (llmd/gpu/footprint.py)
     min_residence_s: float = 20.0
     max_wait_s: float = 2.0
 
@@ -29,19 +31,16 @@ def check_swap_groups(
 ) -> None:
     """The swap plan can work. Raises ConfigError naming the key: a group naming an unknown
     engine or one already in another group, or none; an engine of a group without
-    `on_demand = true`; `max_resident` below 1; more pinned engines than `max_resident`, or as
-    many while the group has others (they could never wake). `pin` and `idle_sleep_s` of an
+    `on_demand = true`; a group fit by memory (no `max_resident`) with a simulator engine (no
+    GPU memory to fit by); more pinned engines than `max_resident`, or as many while the group
+    has others (they could never wake). Whether a group fit by memory fits its GPU is checked
+    where NVML answers (the daemon's start, `llmd check-config`). `pin` and `idle_sleep_s` of an
     engine not on demand are ignored: it never sleeps."""
     owner: dict[str, str] = {}
     for group_name, group in groups.items():
         key = f"swap_groups.{group_name}"
         if not group.engines:
             raise ConfigError(f"{key}.engines is empty: name the engines that take turns")
-        if group.max_resident < 1:
-            raise ConfigError(
-                f"{key}.max_resident = {group.max_resident!r}: expected a whole number >= 1 "
-                "(engines of the group awake at once)"
-            )
         for name in group.engines:
             if name not in engines:
                 known = ", ".join(engines) or "none"
@@ -57,6 +56,15 @@ def check_swap_groups(
                     f"{key}.engines: engines.{name}.on_demand is false: an engine of a swap "
                     "group must be on demand (set pin = true to keep it awake)"
                 )
+        if not group.max_resident:
+            simulated = [name for name in group.engines if engines[name].kind == "sim"]
+            if simulated:
+                raise ConfigError(
+                    f"{key}.max_resident is required without a GPU: {', '.join(simulated)} "
+                    "run on the simulator, which has no GPU memory to fit the group by (set "
+                    "max_resident, the engines awake at once)"
+                )
+            continue
         pinned = [name for name in group.engines if engines[name].pin]
         if len(pinned) > group.max_resident:
             raise ConfigError(

@@ -45,6 +45,7 @@ from llmd.daemon.watchdog import Watchdog
 from llmd.endpoints.store import FILE_NAME as STORE_FILE
 from llmd.endpoints.store import ResponseStore
 from llmd.errors import ActionRefused, ConfigError, EngineGaveUp
+from llmd.gpu.footprint import open_group_memory
 from llmd.gpu.preflight import GpuReport, PreflightError, run_preflight
 from llmd.logs import configure_logging, line_limiter
 from llmd.proxy.app import build_app
@@ -163,12 +164,25 @@ class Daemon:
         """Run until SIGTERM/SIGINT, or until every engine has given up and no upstream is
         left; the process exit code."""
         try:
-            groups = [(g.max_resident, g.engines) for g in self.config.swap_groups.values()]
+            # A group fit by memory needs at least one engine awake beside the others asleep.
+            groups = [(g.max_resident or 1, g.engines) for g in self.config.swap_groups.values()]
             self.gpu = await asyncio.to_thread(run_preflight, self.config.engine_tables, groups)
         except PreflightError as exc:
             log.error("gpu_preflight_failed", error=str(exc))
             self.reporter.stopping(f"GPU preflight failed: {exc}")
             return EXIT_CONFIG if exc.permanent else EXIT_FAILURE
+        by_memory = {n: g.engines for n, g in self.config.swap_groups.items() if not g.max_resident}
+        if by_memory:
+            try:
+                memory = await asyncio.to_thread(
+                    open_group_memory, self.config.engine_tables, by_memory
+                )
+            except ConfigError as exc:
+                log.error("swap_groups_refused", error=str(exc))
+                self.reporter.stopping(str(exc))
+                return EXIT_CONFIG
+            self.swapping.fit_by_memory(memory)
+            log.info("swap_groups_fit_by_memory", groups=memory.totals)
         log.info(
             "gpu_preflight_passed",
             driver=self.gpu.driver_version,

@@ -10,15 +10,17 @@ idle_sleep_s and wakes when a request names its model.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import structlog
 
-from llmd.admission.swap import Demand, EngineView, GroupPolicy, Residency, SwapGroup
+from llmd.admission.swap import Demand, EngineView, GroupPolicy, Residency, SwapGroup, has_room
 from llmd.config import Config
 from llmd.errors import ActionRefused
+from llmd.gpu.footprint import GroupMemory
 from llmd.state import DaemonState
 from llmd.supervisor.state import EnginePhase
 from llmd.supervisor.supervisor import Supervisor
@@ -42,10 +44,11 @@ RESIDENCY = {
 
 def swap_groups(config: Config) -> dict[str, tuple[GroupPolicy, tuple[str, ...]]]:
     """Each swap group's policy and engines, and a group of one for each on-demand engine in
-    none (named after the engine)."""
+    none (named after the engine). A group fit by memory (no max_resident) gets its device's
+    memory from `Swapping.fit_by_memory`."""
     groups = {
         name: (
-            GroupPolicy(group.max_resident, group.min_residence_s, group.max_wait_s),
+            GroupPolicy(group.max_resident or 1, group.min_residence_s, group.max_wait_s),
             group.engines,
         )
         for name, group in config.swap_groups.items()
@@ -59,12 +62,12 @@ def swap_groups(config: Config) -> dict[str, tuple[GroupPolicy, tuple[str, ...]]
 
 def starts_asleep(config: Config) -> set[str]:
     """The engines whose first boot ends asleep: in each swap group, all but the first
-    max_resident (pinned ones first, then config order)."""
+    max_resident (one in a group fit by memory; pinned ones first, then config order)."""
     asleep: set[str] = set()
     tables = config.engine_tables
     for group in config.swap_groups.values():
         order = sorted(group.engines, key=lambda name: not tables[name].pin)
-        asleep.update(order[group.max_resident :])
+        asleep.update(order[group.max_resident or 1 :])
     return asleep
 
 
@@ -92,6 +95,19 @@ class Swapping:
         self._phases: dict[str, EnginePhase] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
+        self.memory: GroupMemory | None = None
+
+    def fit_by_memory(self, memory: GroupMemory) -> None:
+        """Fit the groups `memory` covers by their device's memory and their engines'
+        footprints (measured each time one serves, and now for those serving) instead of a
+        count."""
+        self.memory = memory
+        for name, total in memory.totals.items():
+            group = self.groups[name][0]
+            group.policy = dataclasses.replace(group.policy, device_bytes=total)
+        for name, engine in self.state.fleet.engines.items():
+            if engine.phase is EnginePhase.SERVING:  # serving already: read it now
+                self._measure(name, engine.pid)
 
     @property
     def engines(self) -> list[str]:
@@ -168,16 +184,18 @@ class Swapping:
         if phase is not EnginePhase.ASLEEP:
             raise ActionRefused(f"wake refused: engine {name} is {phase.value}, not asleep")
         swap, engines = group
-        resident = [
-            n
-            for n in engines
-            if n in self.state.fleet.engines
-            and RESIDENCY[self.state.fleet.engines[n].phase] is not Residency.ASLEEP
-        ]
-        if len(resident) >= swap.policy.max_resident:
+        now = time.monotonic()
+        views = [self._view(n, now) for n in engines if n in self.supervisors]
+        if not has_room(swap.policy, views, name):
+            resident = ", ".join(v.name for v in views if v.resident)
+            room = (
+                f"room for {name} beside the others' memory"
+                if swap.policy.device_bytes
+                else f"{swap.policy.max_resident} engine(s) awake at most"
+            )
             raise ActionRefused(
-                f"wake refused: its swap group has {swap.policy.max_resident} engine(s) awake at "
-                f"most, and {', '.join(resident)} are; put one to sleep first"
+                f"wake refused: its swap group has {room}, and {resident} are awake; put one "
+                "to sleep first"
             )
         started = self._start(name, wake=True)
         if started:
@@ -247,6 +265,11 @@ class Swapping:
         in_flight = capacity.gate(name).in_flight if name in capacity.names() else 0
         demand = self.demand.get(name)
         residency = RESIDENCY[engine.phase]
+        awake_bytes, asleep_bytes = (
+            self.memory.sizes(name)
+            if self.memory is not None and name in self.memory.devices
+            else (0, 0)
+        )
         return EngineView(
             name=name,
             residency=residency,
@@ -258,6 +281,8 @@ class Swapping:
             idle_sleep_s=table.idle_sleep_s,
             wake_s=engine.predicted_wake_s(),
             demand=demand.per_minute(now) if demand is not None else 0.0,
+            awake_bytes=awake_bytes,
+            asleep_bytes=asleep_bytes,
         )
 
     def _start(self, name: str, *, wake: bool) -> bool:
@@ -299,11 +324,26 @@ class Swapping:
             woke = self._phases.get(name) is EnginePhase.WAKING
             if woke and engine.phase is EnginePhase.SERVING and engine.wake_s is not None:
                 self.state.observer.metrics.wake_seconds.labels(name).observe(engine.wake_s)
+            serves = engine.phase is EnginePhase.SERVING
+            if serves and self._phases.get(name) is not EnginePhase.SERVING:
+                self._measure(name, engine.pid)
             self._phases[name] = engine.phase
             op = self._ops.get(name)
             idle = op is None or op.done()
             if engine.phase is EnginePhase.SERVING or (engine.phase is EnginePhase.ASLEEP and idle):
                 self._asked.discard(name)
+
+    def _measure(self, name: str, pgid: int | None) -> None:
+        """Engine `name` serves from now: read its footprint (a group fit by memory)."""
+        if self.memory is not None and name in self.memory.devices and pgid is not None:
+            read = self.memory.observe(name, pgid)
+            awake, _ = self.memory.sizes(name)
+            log.info(
+                "engine_footprint_read",
+                engine=name,
+                awake_gib=round(awake / 2**30, 2),
+                measured=read is not None,
+            )
 
     def _arm(self, at: float | None, now: float) -> None:
         if at == self._timer_at:

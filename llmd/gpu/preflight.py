@@ -25,7 +25,7 @@ from llmd.config import EngineConfig
 from llmd.config.backends import KV_BYTES_FLAG
 from llmd.engine.args import float_flag, int_flag
 from llmd.engine.launch import installed_engine_build
-from llmd.engine.sleep import sleep_mechanism
+from llmd.engine.sleep import SleepMechanism, sleep_mechanism
 from llmd.errors import LlmdError
 from llmd.numerals import ascii_int
 
@@ -95,16 +95,18 @@ def preflight(
         kinds = {"the simulator" if e.kind == "sim" else builds[n] for n, e in engines.items()}
         runs = f"{' and '.join(sorted(kinds))} run{'s' if len(engines) < 2 else ''}"
         return GpuReport("", "", (), note=f"no NVIDIA GPU ({exc}); {runs} without one")
-    # Asleep, an engine in vLLM's sleep mode keeps its process and CUDA context; one stopped
-    # holds nothing.
-    held = {
-        name: ENGINE_OVERHEAD_BYTES if sleep_mechanism(e, builds[name]).level is not None else 0
-        for name, e in gpu_engines.items()
-    }
+    held = {name: asleep_bytes(sleep_mechanism(e, builds[name])) for name, e in gpu_engines.items()}
     try:
         return _check_devices(nvml, gpu_engines, swap_groups, held)
     finally:
         nvml.nvmlShutdown()
+
+
+def asleep_bytes(mechanism: SleepMechanism | None) -> int:
+    """What an engine holds of its GPU asleep, bytes: in vLLM's sleep mode (level 1 or 2) its
+    process and CUDA context stay (the fixed allowance, a round floor, not measured); stopped,
+    nothing."""
+    return ENGINE_OVERHEAD_BYTES if mechanism is not None and mechanism.level is not None else 0
 
 
 def asleep_on_gpu(
@@ -182,7 +184,7 @@ def _check_alone(
     nvml: Any, handle: Any, gpu: str, label: str, memory: Any, engine: EngineConfig
 ) -> None:
     """One engine on the GPU: vLLM asks for --gpu-memory-utilization of the total."""
-    wanted = _gpu_memory_utilization(engine.args)
+    wanted = gpu_memory_utilization(engine.args)
     need = wanted * memory.total
     if memory.free < need:
         holders = _holders(nvml, handle)
@@ -271,7 +273,9 @@ def visible_indices(engine: EngineConfig, count: int) -> list[int]:
     return [i for i in indices if i < count] or [0]
 
 
-def _gpu_memory_utilization(args: tuple[str, ...]) -> float:
+def gpu_memory_utilization(args: tuple[str, ...]) -> float:
+    """`--gpu-memory-utilization` in `args` (a fraction of the device's total memory), else
+    vLLM's default."""
     try:
         return float_flag(args, "--gpu-memory-utilization", VLLM_DEFAULT_GPU_MEMORY_UTILIZATION)
     except ValueError:  # vLLM itself rejects it at boot, naming the flag

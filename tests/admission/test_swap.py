@@ -40,22 +40,36 @@ def groups(draw: st.DrawFn) -> tuple[GroupPolicy, list[EngineView], float]:
             if resident == max_resident:
                 residency = Residency.ASLEEP
             resident += 1
-        awake = residency is Residency.AWAKE
         views.append(
-            EngineView(
-                name=name,
-                residency=residency,
-                in_flight=draw(st.integers(0, 3)) if awake else 0,
-                waiting=draw(st.integers(0, 3)),
-                pinned=draw(st.booleans()),
-                awake_since=now - draw(st.floats(0, 60)) if awake else None,
+            drawn_view(
+                draw,
+                name,
+                residency,
+                now,
                 last_request_at=now - draw(st.floats(0, 60)),
                 idle_sleep_s=draw(st.sampled_from([0.0, 5.0, 30.0])),
-                wake_s=draw(st.floats(0.1, 10)),
-                demand=draw(st.floats(0, 100)),
             )
         )
     return policy, views, now
+
+
+def drawn_view(
+    draw: st.DrawFn, name: str, residency: Residency, now: float, **fields: object
+) -> EngineView:
+    """An engine `residency` at `now` with drawn requests, pin, wake time and demand, and
+    `fields` as given."""
+    awake = residency is Residency.AWAKE
+    return EngineView(
+        name=name,
+        residency=residency,
+        in_flight=draw(st.integers(0, 3)) if awake else 0,
+        waiting=draw(st.integers(0, 3)),
+        pinned=draw(st.booleans()),
+        awake_since=now - draw(st.floats(0, 60)) if awake else None,
+        wake_s=draw(st.floats(0.1, 10)),
+        demand=draw(st.floats(0, 100)),
+        **fields,  # type: ignore[arg-type]
+    )
 
 
 @settings(max_examples=400, deadline=None)

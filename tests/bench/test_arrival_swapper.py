@@ -11,7 +11,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.support.arrival_swapper import ArrivalSwapper, start_engines
+from tests.support.arrival_swapper import ArrivalSwapper, SimBoots, start_engines
 from tests.support.sim_process import SimProcess
 from tests.support.waiting import until
 
@@ -69,3 +69,26 @@ async def test_requests_wait_in_arrival_order(engines: dict[str, SimProcess]) ->
         await client.close()
     assert None not in finished
     assert swapper.swaps == 2 and swapper.resident == "chat"
+
+
+async def test_without_sleep_mode_it_stops_one_engine_and_boots_the_next(
+    tiny_model_dir: Path,
+) -> None:
+    """With `Boots` (vLLM's CPU build has no sleep mode): chat, coder, chat in turn swap twice,
+    each a stop of the resident engine and a boot of the next (one engine running at a time),
+    and every answer is complete."""
+    boots = SimBoots(tiny_model_dir, [])
+    try:
+        sockets = {m: tiny_model_dir / f"{m}-not-booted.sock" for m in MODELS}
+        sockets["chat"] = boots.boot("chat")
+        swapper = ArrivalSwapper(sockets, resident="chat", boots=boots)
+        async with swapper.serving() as url:
+            client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
+            for model in ("chat", "coder", "chat"):
+                assert await _chat(client, model) is not None
+                assert list(boots.running) == [model]
+            await client.close()
+        assert swapper.swaps == 2 and swapper.resident == "chat"
+    finally:
+        for model in list(boots.running):
+            boots.stop(model)

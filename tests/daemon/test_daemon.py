@@ -30,10 +30,11 @@ from llmd.config.release import ReleaseConfig
 from llmd.daemon.daemon import TICK_S, Daemon
 from llmd.daemon.listeners import send_buffer
 from llmd.events import recent_events
-from llmd.logs import configure_logging, line_limiter
+from llmd.logs import line_limiter
 from llmd.routing.breaker import BreakerPolicy
 from llmd.supervisor.supervisor import Supervisor
 from llmd.validation.validator import Validator
+from tests.support.inprocess import running_daemon
 from tests.support.llmd_process import free_port, short_tmpdir
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
@@ -289,20 +290,9 @@ async def live() -> AsyncIterator[Live]:
     config_file = workdir / "llmd.toml"
     config_file.write_text(text)
     (workdir / "tenants.toml").write_text('[tenants.walk]\nkeys = ["' + "a" * 64 + '"]\n')
-    config = load_config(config_file)
-    configure_logging(config.logging)
-    daemon = Daemon(config)
-    await daemon.startup()
-    main = asyncio.create_task(daemon.main_loop())
-    try:
+    async with running_daemon(load_config(config_file)) as (daemon, main):
         assert await until(lambda: daemon.state.engine.serving, timeout_s=60)
         yield Live(daemon, config_file, raw, workdir, main)
-    finally:
-        daemon._signals.put_nowait(signal.SIGTERM)
-        await asyncio.wait({main}, timeout=30)
-        await daemon.shutdown()
-        structlog.reset_defaults()
-        logging.getLogger().handlers[:] = []
 
 
 async def test_every_config_field_takes_effect_or_is_reported(live: Live) -> None:

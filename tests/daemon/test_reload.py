@@ -153,7 +153,7 @@ def test_a_reload_that_changes_the_swap_groups_asks_for_llmd_restarted(tmp_path:
     from llmd.daemon.reload import plan_reload
 
     tables = "".join(f'[engines.{n}]\nkind = "sim"\nmodel = "m"\non_demand = true\n' for n in "ab")
-    text = '[swap_groups.g]\nengines = ["a", "b"]\n' + tables
+    text = '[swap_groups.g]\nengines = ["a", "b"]\nmax_resident = 1\n' + tables
     path = tmp_path / "llmd.toml"
     path.write_text(text)
     current = load_config(path)

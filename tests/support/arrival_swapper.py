@@ -8,7 +8,9 @@ model's requests in flight, unloads it and loads its own; requests that came aft
 model, wait behind the lock, so A B A swaps twice (llmd's queue would gather both A requests
 into one wake). Unload and load are vLLM's sleep mode, as llama-swap's `vllm-wrapper` does it:
 `POST /sleep?level=1`, `POST /wake_up`, and ready after a one-token generation, by llmd's own
-calls (llmd/supervisor/sleeping.py), so a wake costs here what it costs llmd.
+calls (llmd/supervisor/sleeping.py), so a wake costs here what it costs llmd. Where there is no
+sleep mode (vLLM's CPU build) it stops the resident engine's process group and boots the next
+(`Boots`), as llama-swap does with any server.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 import aiohttp
 from aiohttp import web
@@ -26,6 +29,7 @@ from llmd.config import EngineConfig
 from llmd.engine.sleep import DEV_MODE_ENV, SLEEP_MODE_FLAG
 from llmd.supervisor.sleeping import call_sleep, call_wake_up, first_token
 from tests.support.sim_process import SimProcess
+from tests.support.vllm_engine import vllm_engine
 
 
 def start_engines(model: Path, names: Sequence[str], args: Sequence[str]) -> dict[str, SimProcess]:
@@ -53,17 +57,78 @@ def start_engines(model: Path, names: Sequence[str], args: Sequence[str]) -> dic
     return engines
 
 
+class Boots(Protocol):
+    """Engines that are stopped and booted instead of put to sleep (blocking calls)."""
+
+    def boot(self, model: str) -> Path:
+        """Boot `model`'s engine; its socket once healthy. Raises RuntimeError."""
+        ...
+
+    def stop(self, model: str) -> None:
+        """Stop `model`'s engine (its process group)."""
+        ...
+
+
+class SimBoots:
+    """Simulator engines on `model` with `args`, each booted anew (a fresh socket)."""
+
+    def __init__(self, model: Path, args: Sequence[str]) -> None:
+        self.model, self.args = model, list(args)
+        self.running: dict[str, SimProcess] = {}
+
+    def boot(self, model: str) -> Path:
+        engine = SimProcess.start(self.model, *self.args, name=model)
+        self.running[model] = engine
+        engine.wait_ready()
+        return engine.socket
+
+    def stop(self, model: str) -> None:
+        engine = self.running.pop(model, None)
+        if engine is not None:
+            engine.stop()
+
+
+class VllmBoots:
+    """vLLM engines (tests/support/vllm_engine.py, vLLM's CPU build) on `model` with `args`,
+    each serving its model's name on a socket of its own under `workdir`."""
+
+    def __init__(self, model: Path, args: Sequence[str], workdir: Path) -> None:
+        self.model, self.args, self.workdir = model, tuple(args), workdir
+        self.running: dict[str, contextlib.ExitStack] = {}
+
+    def boot(self, model: str) -> Path:
+        stack = contextlib.ExitStack()
+        args = (*self.args, "--served-model-name", model)
+        socket = self.workdir / f"{model}.sock"
+        stack.enter_context(vllm_engine(self.model, socket=socket, args=args))
+        self.running[model] = stack
+        return socket
+
+    def stop(self, model: str) -> None:
+        stack = self.running.pop(model, None)
+        if stack is not None:
+            stack.close()
+
+
 class ArrivalSwapper:
     """An OpenAI-compatible proxy on 127.0.0.1 over `engines` (served model name -> the Unix
     socket of an engine started with --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1), of which
-    `resident` is awake and the others asleep at level 1. `swaps` counts its wakes."""
+    `resident` is awake and the others asleep at level 1; or, with `boots`, `resident` booted
+    and the others stopped (their sockets unused). `swaps` counts its wakes (or boots)."""
 
-    def __init__(self, engines: Mapping[str, Path], resident: str) -> None:
+    def __init__(
+        self,
+        engines: Mapping[str, Path],
+        resident: str,
+        boots: Boots | None = None,
+        start_timeout_s: float = 60.0,
+    ) -> None:
         self.engines = {
-            name: EngineConfig(kind="sim", served_model_name=name, start_timeout_s=60.0)
+            name: EngineConfig(kind="sim", served_model_name=name, start_timeout_s=start_timeout_s)
             for name in engines
         }
         self.sockets = dict(engines)
+        self.boots = boots
         self.resident = resident
         self.swaps = 0
         self._lock = asyncio.Lock()  # FIFO: its waiters are woken in the order they came
@@ -75,13 +140,7 @@ class ArrivalSwapper:
     @contextlib.asynccontextmanager
     async def serving(self) -> AsyncIterator[str]:
         """Serve on a free port; yields its base URL (`http://127.0.0.1:PORT`)."""
-        self._clients = {
-            name: aiohttp.ClientSession(
-                connector=aiohttp.UnixConnector(path=str(path)),
-                timeout=aiohttp.ClientTimeout(total=None),
-            )
-            for name, path in self.sockets.items()
-        }
+        self._clients = {name: _session(path) for name, path in self.sockets.items()}
         app = web.Application()
         app.router.add_post("/v1/{tail:.*}", self._relay)
         runner = web.AppRunner(app)
@@ -123,13 +182,20 @@ class ArrivalSwapper:
         one-token generation). Raises RuntimeError when a call fails."""
         await self._drained.wait()
         old = self.resident
-        if not await call_sleep(self._clients[old], self.engines[old], 1):
-            raise RuntimeError(f"{old} did not go to sleep")
         client, engine = self._clients[model], self.engines[model]
-        if not (
-            await call_wake_up(client, engine)
-            and await first_token(client, engine, engine.start_timeout_s)
-        ):
+        if self.boots is not None:
+            await asyncio.to_thread(self.boots.stop, old)
+            socket = await asyncio.to_thread(self.boots.boot, model)
+            if socket != self.sockets[model]:
+                await client.close()
+                self.sockets[model], client = socket, _session(socket)
+                self._clients[model] = client
+            woken = True
+        elif not await call_sleep(self._clients[old], self.engines[old], 1):
+            raise RuntimeError(f"{old} did not go to sleep")
+        else:
+            woken = await call_wake_up(client, engine)
+        if not (woken and await first_token(client, engine, engine.start_timeout_s)):
             raise RuntimeError(f"{model} did not wake")
         self.resident = model
         self.swaps += 1
@@ -146,3 +212,10 @@ class ArrivalSwapper:
                 await response.write(chunk)
             await response.write_eof()
             return response
+
+
+def _session(socket: Path) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        connector=aiohttp.UnixConnector(path=str(socket)),
+        timeout=aiohttp.ClientTimeout(total=None),
+    )

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import types
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from llmd.gpu.footprint import Footprints, GroupMemory
 
 GIB = 1024**3
 
@@ -12,8 +15,16 @@ class NVMLError(Exception):
     pass
 
 
-def fake_nvml(*, present: bool = True, devices: int = 2, power: bool = True) -> Any:
-    """An object with pynvml's names, answering as a host with `devices` H100s would."""
+def fake_nvml(
+    *,
+    present: bool = True,
+    devices: int = 2,
+    power: bool = True,
+    processes: Sequence[tuple[int, int]] = (),
+) -> Any:
+    """An object with pynvml's names, answering as a host with `devices` H100s would, each
+    listing `processes` (pid, GPU memory used in bytes) as its compute processes; the list
+    may be changed through the object's `processes`."""
     calls = {"init": 0}
 
     def init() -> None:
@@ -26,8 +37,13 @@ def fake_nvml(*, present: bool = True, devices: int = 2, power: bool = True) -> 
             raise NVMLError("Not Supported")
         return 350_500
 
+    listed = list(processes)
     return types.SimpleNamespace(
         calls=calls,
+        processes=listed,
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [
+            types.SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in listed
+        ],
         NVMLError=NVMLError,
         NVML_TEMPERATURE_GPU=0,
         nvmlInit=init,
@@ -41,4 +57,16 @@ def fake_nvml(*, present: bool = True, devices: int = 2, power: bool = True) -> 
         nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=87, memory=40),
         nvmlDeviceGetTemperature=lambda h, sensor: 61,
         nvmlDeviceGetPowerUsage=power_usage,
+    )
+
+
+def fitted(nvml: Any, estimates: Mapping[str, int], total: int = 24 * GIB) -> GroupMemory:
+    """Swap group gpu0 of the engines in `estimates` (their footprint estimates, bytes) fit by
+    memory on device 0 of `nvml` with `total` bytes, each holding 2 GiB asleep."""
+    return GroupMemory(
+        Footprints(nvml),
+        totals={"gpu0": total},
+        devices=dict.fromkeys(estimates, 0),
+        estimates=dict(estimates),
+        asleep=dict.fromkeys(estimates, 2 * GIB),
     )
