@@ -1,0 +1,63 @@
+"""The hook of scripts/suite_cpu.py: every Python started with this folder on PYTHONPATH and
+LLMD_SUITE_CPU_LOG set appends two JSON lines to that file: at start its pid, argv, and the
+test it runs for (PYTEST_CURRENT_TEST, inherited from the pytest worker); at exit its own CPU
+(user + system seconds). Exit covers a normal end, os._exit (llmd serve, the simulator) and a
+SIGTERM left at its default; a SIGKILL is not seen. Then it hands over to any other
+`sitecustomize` further down the path, as llmd/engine/amx_boot does."""
+
+import atexit
+import importlib.machinery
+import importlib.util
+import json
+import os
+import signal
+import sys
+import time
+
+_LOG = os.environ.get("LLMD_SUITE_CPU_LOG")
+_written: list[bool] = []
+
+
+def _write(record: dict[str, object]) -> None:
+    if _LOG:
+        descriptor = os.open(_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(descriptor, (json.dumps(record) + "\n").encode())
+        finally:
+            os.close(descriptor)
+
+
+def _exited() -> None:
+    if not _written:
+        _written.append(True)
+        times = os.times()
+        _write({"ev": "exit", "pid": os.getpid(), "cpu": times.user + times.system})
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    _exited()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _os_exit(code: int) -> None:
+    _exited()
+    _real_exit(code)
+
+
+if _LOG:
+    with open("/proc/self/cmdline", "rb") as cmdline:
+        argv = [part.decode(errors="replace") for part in cmdline.read().split(b"\0") if part]
+    test = os.environ.get("PYTEST_CURRENT_TEST")
+    _write({"ev": "start", "pid": os.getpid(), "argv": argv[:12], "test": test, "t": time.time()})
+    atexit.register(_exited)
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    _real_exit = os._exit
+    os._exit = _os_exit
+
+_here = os.path.dirname(os.path.abspath(__file__))
+_rest = [entry for entry in sys.path if os.path.abspath(entry or ".") != _here]
+_next = importlib.machinery.PathFinder.find_spec("sitecustomize", _rest)
+if _next is not None and _next.loader is not None:
+    _next.loader.exec_module(importlib.util.module_from_spec(_next))
