@@ -2,8 +2,9 @@
 LLMD_SUITE_CPU_LOG set appends two JSON lines to that file: at start its pid, argv, and the
 test it runs for (PYTEST_CURRENT_TEST, inherited from the pytest worker); at exit its own CPU
 (user + system seconds). Exit covers a normal end, os._exit (llmd serve, the simulator) and a
-SIGTERM left at its default; a SIGKILL is not seen. Then it hands over to any other
-`sitecustomize` further down the path, as llmd/engine/amx_boot does."""
+SIGTERM left at its default; a SIGKILL is not seen. Then it hands over to the next
+`sitecustomize` on the path that has not run yet (llmd/engine/amx_boot hands over the same way,
+and back to this one when it is first: that second run does nothing but hand on)."""
 
 import atexit
 import importlib.machinery
@@ -45,7 +46,12 @@ def _os_exit(code: int) -> None:
     _real_exit(code)
 
 
-if _LOG:
+_here = os.path.dirname(os.path.abspath(__file__))
+_ran: set[str] = sys.__dict__.setdefault("_llmd_sitecustomize_ran", set())
+_first = _here not in _ran
+_ran.add(_here)
+
+if _LOG and _first:
     with open("/proc/self/cmdline", "rb") as cmdline:
         argv = [part.decode(errors="replace") for part in cmdline.read().split(b"\0") if part]
     test = os.environ.get("PYTEST_CURRENT_TEST")
@@ -56,8 +62,8 @@ if _LOG:
     _real_exit = os._exit
     os._exit = _os_exit
 
-_here = os.path.dirname(os.path.abspath(__file__))
-_rest = [entry for entry in sys.path if os.path.abspath(entry or ".") != _here]
+_rest = [entry for entry in sys.path if os.path.abspath(entry or ".") not in _ran]
 _next = importlib.machinery.PathFinder.find_spec("sitecustomize", _rest)
-if _next is not None and _next.loader is not None:
+if _next is not None and _next.loader is not None and _next.origin:
+    _ran.add(os.path.dirname(os.path.abspath(_next.origin)))
     _next.loader.exec_module(importlib.util.module_from_spec(_next))
