@@ -54,3 +54,21 @@ def test_the_hook_records_each_python_and_the_report_sums_them(tmp_path: Path) -
     assert kinds["python -c " + SLEEPER[:40]] == ("1", "0")
     (module,) = [line for line in report.splitlines() if "tests/somewhere/test_thing.py: " in line]
     assert "python -c pass 1 " in module and "python -c import os; os._exit(0) 1 " in module
+
+
+def test_a_python_that_cannot_write_the_log_runs_and_exits_as_it_would(tmp_path: Path) -> None:
+    """An unwritable log (as for a fork that dropped to another user) changes nothing: the
+    process runs, says nothing more, and os._exit still exits with its code."""
+    env = {
+        **os.environ,
+        "LLMD_SUITE_CPU_LOG": str(tmp_path / "missing" / "cpu.jsonl"),
+        "PYTHONPATH": str(HOOK),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print('ran', flush=True); os._exit(3)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (3, "ran\n", "")

@@ -20,12 +20,17 @@ _written: list[bool] = []
 
 
 def _write(record: dict[str, object]) -> None:
-    if _LOG:
-        descriptor = os.open(_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(descriptor, (json.dumps(record) + "\n").encode())
-        finally:
-            os.close(descriptor)
+    """Append `record`; never raises (a fork that dropped to another user may not write)."""
+    try:
+        descriptor = os.open(_LOG or "", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError:
+        return
+    try:
+        os.write(descriptor, (json.dumps(record) + "\n").encode())
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
 
 
 def _exited() -> None:
@@ -42,8 +47,10 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 
 def _os_exit(code: int) -> None:
-    _exited()
-    _real_exit(code)
+    try:
+        _exited()
+    finally:
+        _real_exit(code)
 
 
 _here = os.path.dirname(os.path.abspath(__file__))
