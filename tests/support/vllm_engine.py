@@ -1,7 +1,8 @@
 """A real vLLM (CPU build) booted directly on a Unix socket with the tiny model, for the tests
 that hold llmd's view of the engine to the engine itself (contract, token-count parity).
 
-One per test module (the `vllm_engine` fixture in tests/conftest.py): a boot takes 20-80 s.
+One for all the tests that use the `vllm_engine` fixture (tests/conftest.py): a boot takes
+20-80 s.
 It runs on `VLLM_PYTHON` (tests/support/vllm_python.py).
 """
 
@@ -43,6 +44,7 @@ class Engine:
     kind: str
     socket: Path
     log_path: Path
+    boot_s: float | None = None  # seconds from its start to /health 200 (None: not timed)
 
     def client(self, timeout_s: float = 60.0) -> httpx.Client:
         return httpx.Client(
@@ -94,13 +96,14 @@ def vllm_engine(
     env = {**os.environ}
     if host_has_amx():  # as llmd launches it (llmd/engine/launch.py)
         env = with_amx_permission(env, os.environ)
+    began = time.monotonic()
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, process_group=0, env=env
         )
     try:
         _wait_healthy(process, socket, log_path, timeout_s)
-        yield Engine("vllm", socket, log_path)
+        yield Engine("vllm", socket, log_path, time.monotonic() - began)
     finally:
         _stop_group(process)
 

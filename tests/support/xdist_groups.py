@@ -1,8 +1,9 @@
 """Which tests pytest-xdist keeps in one worker under `--dist loadgroup` (scripts/test.sh), a
 plugin of tests/conftest.py.
 
-- The end-to-end tests (marker `e2e`) form one group, run one after another by one worker: each
-  boots a real vLLM (about 2 GB, both cores while it warms up), one at a time on this machine.
+- The end-to-end tests (marker `e2e`) form a group per module, or one for all the modules that
+  share an engine (tests/support/shared_fixtures.py). Each boots a real vLLM (about 2 GB), so
+  only the first `E2E_WORKERS` workers take them: at most that many engines at once.
 - A test that uses a module- or package-scoped fixture runs in the group of that module or
   package, so the fixture (often a live llmd) is set up once, in one worker.
 - A test marked `xdist_group(NAME)` runs in group NAME (tests that share a costly import):
@@ -27,7 +28,12 @@ from typing import Any
 import pytest
 from xdist.scheduler import LoadScopeScheduling
 
+from tests.support.shared_fixtures import SHARED, uses
+
 _KEY = "llmd_xdist_groups"
+# Workers that run end-to-end groups (2 cores, about 2 GB an engine: ENGINE.md).
+E2E_WORKERS = 2
+_E2E = "e2e "
 _SHARED = {"module": 1, "class": 1, "package": 2}
 
 
@@ -46,10 +52,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _group(item: pytest.Item) -> str:
-    """The group of `item`: "e2e", its mark's, its module's or package's path, or its own
-    nodeid."""
+    """The group of `item`: "e2e " and its shared fixture or module, its mark's, its module's or
+    package's path, or its own nodeid."""
     if item.get_closest_marker("e2e") is not None:
-        return "e2e"
+        shared = [name for name in SHARED if uses(item, name)]
+        return _E2E + (shared[0] if shared else item.nodeid.split("::")[0])
     if (marked := item.get_closest_marker("xdist_group")) is not None:
         return str(marked.args[0] if marked.args else marked.kwargs["name"])
     info = getattr(item, "_fixtureinfo", None)
@@ -87,6 +94,17 @@ class _GroupScheduling(LoadScopeScheduling):
         super().__init__(config, log)
         self._path = path
         self._groups: dict[str, str] | None = None
+
+    def _assign_work_unit(self, node: Any) -> None:
+        """Give `node` the next group, the next that is not end-to-end past `E2E_WORKERS`
+        workers; stop it when only end-to-end groups are left for it."""
+        if int(node.workerinput["workerid"].removeprefix("gw")) >= E2E_WORKERS:
+            other = next((scope for scope in self.workqueue if not scope.startswith(_E2E)), None)
+            if other is None:
+                node.shutdown()
+                return
+            self.workqueue.move_to_end(other, last=False)
+        super()._assign_work_unit(node)
 
     def _split_scope(self, nodeid: str) -> str:
         if self._groups is None:  # every worker has collected: the first has written them

