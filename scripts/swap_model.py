@@ -15,7 +15,7 @@ rule's threshold can be varied. Calibrated against scripts/bench_swap.py on the 
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import collections
 import json
 import statistics
 import sys
@@ -29,53 +29,30 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 from bench_swap import MODELS, percentile, trace  # noqa: E402
 
-from llmd.admission.swap import EngineView, GroupPolicy, Residency, SwapGroup  # noqa: E402
-
-
-@dataclasses.dataclass
-class _Engine:
-    residency: Residency = Residency.ASLEEP
-    awake_since: float | None = None
-    ready_at: float = 0.0
-    running: list[float] = dataclasses.field(default_factory=list)  # end times, s
+from llmd.admission.swap import GroupPolicy, Residency, SwapGroup  # noqa: E402
+from tests.support.swap_steps import StepEngine, advance, apply, views  # noqa: E402
 
 
 def run(args: argparse.Namespace, policy: GroupPolicy, seed: int) -> dict[str, Any]:
     """One run of `args.seconds` with `args.agents` agents: wakes per minute, calls done, and
     the p50/p95 wait per model (s)."""
     swap = SwapGroup(policy)
-    engines = {m: _Engine() for m in MODELS}
-    engines["chat"] = _Engine(Residency.AWAKE, 0.0)  # the first of the group boots awake
+    engines = {m: StepEngine() for m in MODELS}
+    engines["chat"] = StepEngine(Residency.AWAKE, 0.0)  # the first of the group boots awake
     calls, due = _agents(args, seed)
     queued: list[tuple[float, str, int]] = []  # (arrived, model, agent)
     waits: dict[str, list[float]] = {m: [] for m in MODELS}
     wakes, now = 0, 0.0
     while now < args.seconds:
-        for engine in engines.values():
-            engine.running = [t for t in engine.running if t > now]
-            if engine.residency is Residency.WAKING and engine.ready_at <= now:
-                engine.residency, engine.awake_since = Residency.AWAKE, now
+        advance(engines, now)
         for index, call in enumerate(due):
             if call is not None and call[0] <= now:
                 queued.append((now, call[1], index))
                 due[index] = None
-        views = [
-            EngineView(
-                name,
-                e.residency,
-                in_flight=len(e.running),
-                waiting=sum(1 for q in queued if q[1] == name),
-                awake_since=e.awake_since,
-                wake_s=args.wake_s * args.idle_factor,
-            )
-            for name, e in engines.items()
-        ]
-        plan = swap.decide(views, now)
-        for name, _ in plan.sleep:
-            engines[name].residency, engines[name].awake_since = Residency.ASLEEP, None
-        for name in plan.wake:
-            engines[name].residency, engines[name].ready_at = Residency.WAKING, now + args.wake_s
-            wakes += 1
+        waiting = collections.Counter(q[1] for q in queued)
+        plan = swap.decide(views(engines, waiting, args.wake_s * args.idle_factor), now)
+        apply(engines, plan, now, args.wake_s)
+        wakes += len(plan.wake)
         for item in list(queued):
             arrived, model, index = item
             engine = engines[model]

@@ -4,6 +4,7 @@ cancelled."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 
 from hypothesis import given, settings
@@ -18,6 +19,7 @@ from llmd.admission.swap import (
     SwapGroup,
     WakeTimes,
 )
+from tests.support.swap_steps import StepEngine, advance, apply, views
 
 NAMES = ("a", "b", "c", "d")
 
@@ -253,15 +255,6 @@ def test_a_wake_nobody_waits_for_is_cancelled_and_idle_engines_sleep() -> None:
     assert plan.cancel == ("w",) and plan.sleep == (("idle", SleepReason.IDLE),)
 
 
-@dataclasses.dataclass
-class _Engine:
-    residency: Residency = Residency.ASLEEP
-    awake_since: float | None = None
-    ready_at: float = 0.0
-    running: list[float] = dataclasses.field(default_factory=list)  # finish times
-    idle_since: float | None = None  # awake with nothing running or queued since
-
-
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(
@@ -282,7 +275,7 @@ def test_every_request_is_served_within_the_bound(
     idle for its wake (so wakes are at least one wake plus the shorter of the two apart)."""
     policy = GroupPolicy(max_resident=1, min_residence_s=min_residence, max_wait_s=max_wait)
     swap, wake_s, step = SwapGroup(policy), 0.5, 0.05
-    engines = {name: _Engine() for name in "abc"}
+    engines = {name: StepEngine() for name in "abc"}
     arrivals, at = [], 0.0
     for model, gap, duration in trace:
         at += gap
@@ -294,38 +287,24 @@ def test_every_request_is_served_within_the_bound(
     while (arrivals or queued or any(e.running for e in engines.values())) and now < 200:
         while arrivals and arrivals[0][0] <= now:
             queued.append(arrivals.pop(0))
-        for name, engine in engines.items():
-            engine.running = [t for t in engine.running if t > now]
-            if engine.residency is Residency.WAKING and engine.ready_at <= now:
-                engine.residency, engine.awake_since = Residency.AWAKE, now
-            idle = not engine.running and not any(q[1] == name for q in queued)
-            if engine.residency is not Residency.AWAKE or not idle:
+        advance(engines, now)
+        waiting = collections.Counter(q[1] for q in queued)
+        for name, engine in engines.items():  # awake with nothing running or queued since
+            if engine.residency is not Residency.AWAKE or engine.running or waiting[name]:
                 engine.idle_since = None
             elif engine.idle_since is None:
                 engine.idle_since = now
-        views = [
-            EngineView(
-                name,
-                e.residency,
-                in_flight=len(e.running),
-                waiting=sum(1 for q in queued if q[1] == name),
-                awake_since=e.awake_since,
-                wake_s=wake_s,
-            )
-            for name, e in engines.items()
-        ]
-        plan = swap.decide(views, now)
+        plan = swap.decide(views(engines, waiting, wake_s), now)
         for name, _ in plan.sleep:
             engine = engines[name]
             assert not engine.running and engine.awake_since is not None
             if now - engine.awake_since < min_residence:
                 assert engine.idle_since is not None and now - engine.idle_since >= wake_s - 1e-9
-            engine.residency, engine.awake_since = Residency.ASLEEP, None
-        for name in plan.wake:
-            engines[name].residency, engines[name].ready_at = Residency.WAKING, now + wake_s
+        for _ in plan.wake:
             if woken_at:
                 assert now - woken_at[-1] >= wake_s + min(min_residence, wake_s) - step
             woken_at.append(now)
+        apply(engines, plan, now, wake_s)
         awake = [n for n, e in engines.items() if e.residency is not Residency.ASLEEP]
         assert len(awake) <= 1
         for item in list(queued):

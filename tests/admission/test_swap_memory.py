@@ -4,6 +4,7 @@ rules (never in flight, never pinned, not inside min_residence_s, lowest cost fi
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 
 from hypothesis import given, settings
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from llmd.admission.swap import EngineView, GroupPolicy, Residency, SleepReason, SwapGroup
 from tests.admission.test_swap import drawn_view
+from tests.support.swap_steps import StepEngine, advance, apply, views
 
 GIB = 1024**3
 NAMES = ("a", "b", "c", "d")
@@ -133,15 +135,6 @@ def test_an_engine_too_large_for_the_device_still_wakes_alone() -> None:
     assert SwapGroup(policy).decide([a, huge], 1.0).wake == ("huge",)
 
 
-@dataclasses.dataclass
-class _Engine:
-    size: int
-    residency: Residency = Residency.ASLEEP
-    awake_since: float | None = None
-    ready_at: float = 0.0
-    running: list[float] = dataclasses.field(default_factory=list)  # finish times
-
-
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(
@@ -166,7 +159,7 @@ def test_driven_over_a_trace_memory_is_never_overcommitted(
     device = 24 * GIB
     policy = GroupPolicy(min_residence_s=min_residence, max_wait_s=max_wait, device_bytes=device)
     swap, wake_s, step, asleep = SwapGroup(policy), 0.5, 0.05, 2 * GIB
-    engines = {name: _Engine(size * GIB) for name, size in zip("abc", sizes, strict=True)}
+    engines = {name: StepEngine(size=size * GIB) for name, size in zip("abc", sizes, strict=True)}
     arrivals, at = [], 0.0
     for model, gap, duration in trace:
         at += gap
@@ -176,29 +169,12 @@ def test_driven_over_a_trace_memory_is_never_overcommitted(
     while (arrivals or queued or any(e.running for e in engines.values())) and now < 300:
         while arrivals and arrivals[0][0] <= now:
             queued.append(arrivals.pop(0))
-        for engine in engines.values():
-            engine.running = [t for t in engine.running if t > now]
-            if engine.residency is Residency.WAKING and engine.ready_at <= now:
-                engine.residency, engine.awake_since = Residency.AWAKE, now
-        views = [
-            EngineView(
-                name,
-                e.residency,
-                in_flight=len(e.running),
-                waiting=sum(1 for q in queued if q[1] == name),
-                awake_since=e.awake_since,
-                wake_s=wake_s,
-                awake_bytes=e.size,
-                asleep_bytes=asleep,
-            )
-            for name, e in engines.items()
-        ]
-        plan = swap.decide(views, now)
+        advance(engines, now)
+        waiting = collections.Counter(q[1] for q in queued)
+        plan = swap.decide(views(engines, waiting, wake_s, asleep), now)
         for name, _ in plan.sleep:
             assert not engines[name].running
-            engines[name].residency, engines[name].awake_since = Residency.ASLEEP, None
-        for name in plan.wake:
-            engines[name].residency, engines[name].ready_at = Residency.WAKING, now + wake_s
+        apply(engines, plan, now, wake_s)
         resident = [e for e in engines.values() if e.residency is not Residency.ASLEEP]
         used = sum(e.size if e in resident else asleep for e in engines.values())
         assert used <= device or len(resident) == 1

@@ -1,0 +1,65 @@
+"""A swap group's engines as a step model drives the swap core (llmd/admission/swap.py), with
+no processes: what each step shares in tests/admission/test_swap.py, test_swap_memory.py and
+scripts/swap_model.py (calls that ended leave, wakes that ended are awake, the core sees the
+engines and decides, its sleeps and wakes apply). What each checks of a step stays with it."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from llmd.admission.swap import EngineView, Plan, Residency
+
+
+@dataclasses.dataclass
+class StepEngine:
+    """One engine: where it is, since when awake and when its wake ends (s), its calls' end
+    times (s), its awake footprint (bytes; 0 in a group counted by engines), and since when it
+    has been awake with nothing to do (None: not idle; kept by the tests of the idle rule)."""
+
+    residency: Residency = Residency.ASLEEP
+    awake_since: float | None = None
+    ready_at: float = 0.0
+    running: list[float] = dataclasses.field(default_factory=list)
+    size: int = 0
+    idle_since: float | None = None
+
+
+def advance(engines: Mapping[str, StepEngine], now: float) -> None:
+    """Calls that ended by `now` leave their engine; an engine whose wake ended is awake."""
+    for engine in engines.values():
+        engine.running = [end for end in engine.running if end > now]
+        if engine.residency is Residency.WAKING and engine.ready_at <= now:
+            engine.residency, engine.awake_since = Residency.AWAKE, now
+
+
+def views(
+    engines: Mapping[str, StepEngine],
+    waiting: Mapping[str, int],
+    wake_s: float,
+    asleep_bytes: int = 0,
+) -> list[EngineView]:
+    """What the core sees of `engines`, with `waiting` calls queued per model, each engine's
+    predicted wake `wake_s` and `asleep_bytes` held asleep (a group fit by memory)."""
+    return [
+        EngineView(
+            name,
+            engine.residency,
+            in_flight=len(engine.running),
+            waiting=waiting.get(name, 0),
+            awake_since=engine.awake_since,
+            wake_s=wake_s,
+            awake_bytes=engine.size,
+            asleep_bytes=asleep_bytes,
+        )
+        for name, engine in engines.items()
+    ]
+
+
+def apply(engines: Mapping[str, StepEngine], plan: Plan, now: float, wake_s: float) -> None:
+    """`plan` at `now`: the engines put to sleep are asleep at once, those woken are awake
+    `wake_s` later."""
+    for name, _ in plan.sleep:
+        engines[name].residency, engines[name].awake_since = Residency.ASLEEP, None
+    for name in plan.wake:
+        engines[name].residency, engines[name].ready_at = Residency.WAKING, now + wake_s
