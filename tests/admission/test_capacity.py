@@ -36,6 +36,18 @@ def test_engine_metrics_hold_releases() -> None:
     assert gate.admits(entry(1, Priority.INTERACTIVE), False)
 
 
+def test_engine_waiting_is_counted_in_requests_the_size_of_this_one() -> None:
+    """vLLM counts each input of a pooling request as a request waiting: a request of 8 inputs
+    is held only past 8 x max_engine_waiting waiting, one of 1 input past max_engine_waiting."""
+    gate = CapacityGate(max_in_flight=100, max_engine_waiting=4, load=EngineLoad(waiting=8))
+    gate.on_release(entry(1))
+    eight = Entry(Tenant(), Priority.BATCH, 80, seats=8)
+    assert gate.admits(eight, False)
+    assert not gate.admits(entry(10, Priority.BATCH), False)
+    gate.set_load(EngineLoad(waiting=33))
+    assert not gate.admits(eight, False)
+
+
 def test_idle_engine_always_admits() -> None:
     """With nothing in flight anything is admitted, even a request bigger than the budget."""
     gate = CapacityGate(max_in_flight=1, load=EngineLoad(kv_usage=0.99, waiting=5, kv_tokens=10))
