@@ -74,6 +74,9 @@ async def forward(
         answer_type = response.headers.get("content-type", "application/json").encode()
         queue_ms = str(round(exchange.queue_ms())).encode()
         response_headers = [(b"content-type", answer_type), (b"x-llmd-queue-ms", queue_ms)]
+        metadata = response.headers.get("metadata")  # vLLM's layout of a bytes embeddings body
+        if metadata is not None:
+            response_headers.append((b"metadata", metadata.encode("latin-1")))
         if not (exchange.stream and response.status == 200):
             payload = await response.read()
             response_headers.append((b"content-length", str(len(payload)).encode()))

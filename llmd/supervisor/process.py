@@ -121,7 +121,8 @@ class EngineProcess:
         exited. The device pause (llmd/admission/sharing.py) bounds how long; `stop_group`
         lets a paused group go on so that it takes its SIGTERM, and should llmd die meanwhile,
         the kernel sends SIGHUP and SIGCONT to a stopped group its death orphans (POSIX
-        `_exit`), so the parent-death SIGTERM still ends it."""
+        `_exit`), so the parent-death SIGTERM still ends it. Not orphaned (a subreaper in
+        llmd's session adopts it): it stays stopped until the next start's leftover sweep."""
         if paused == self.paused or not self.running:
             return
         self.paused = paused

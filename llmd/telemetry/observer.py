@@ -300,7 +300,9 @@ class Observer:
         gaps = _gaps(record, status)
         if gaps is not None:
             m.gaps.add(klass, model, gaps.sorted())
-        prompt = record.prompt_tokens or 0
+        # Every prompt's tokens once each (all inputs of an embeddings request, the engine's
+        # own count where validation only bounded them), not the longest one's.
+        prompt = record.input_tokens or record.prompt_tokens or 0
         m.prompt_tokens.labels(tenant, endpoint).inc(prompt)
         m.generation_tokens.labels(tenant).inc(record.output_tokens)
         self.windows.throughput.add(1, prompt, record.output_tokens)

@@ -4,6 +4,7 @@ for embeddings, models and audio, httpx for the rest; a route the engine lacks i
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import httpx
@@ -123,3 +124,23 @@ def test_embeddings_inputs_are_accounted_as_the_engine_counted_them(llmd: LlmdPr
     used = answer.json()["usage"]["prompt_tokens"]
     assert 0 < used < len(text)
     assert wait_for(lambda: prompt_tokens_counted(llmd, "embeddings") - before == used, 10)
+
+
+def test_every_input_of_an_embeddings_request_is_counted_once_on_either_path(
+    llmd: LlmdProcess,
+) -> None:
+    """Several inputs: the prompt tokens llmd counts rise by the engine's whole usage, whether
+    validation bounded the inputs (`float`) or tokenized them (`bytes`, whose body has no
+    usage), not by the longest input's count."""
+    inputs = ["hello world " * 4, "a b c d e f g h", "hi"]
+    for encoding in ("float", "bytes"):
+        before = prompt_tokens_counted(llmd, "embeddings")
+        body = {"model": EMBED, "input": inputs, "encoding_format": encoding}
+        answer = httpx.post(llmd.base_url + "/v1/embeddings", json=body)
+        assert answer.status_code == 200, answer.text
+        if encoding == "bytes":  # the layout of the body and its usage come in a header
+            used = json.loads(answer.headers["metadata"])["usage"]["prompt_tokens"]
+        else:
+            used = answer.json()["usage"]["prompt_tokens"]
+        counted = before + used
+        assert wait_for(lambda c=counted: prompt_tokens_counted(llmd, "embeddings") == c, 10)
