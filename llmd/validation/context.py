@@ -136,11 +136,13 @@ def _check_inputs(
         )
         if tokens <= max_model_len:
             continue
-        which = f"{param}[{index}]" if len(prompt_tokens) > 1 else f"your {param}"
+        which = f"{param}[{index}] contains"  # one input; else the field, as vLLM words it
+        if len(prompt_tokens) == 1:
+            which = f"your {param} {'contain' if param.endswith('s') else 'contains'}"
         size = f"at least {tokens}" if isinstance(tokens, AtLeast) else f"{tokens}"
         raise ContextLengthExceeded(
             f"This model's maximum context length is {max_model_len} tokens. However, {which} "
-            f"contains {size} input tokens, which exceeds this limit even without any output "
+            f"{size} input tokens, which exceeds this limit even without any output "
             "tokens. Please reduce the length of the input.",
             param=param,
         )

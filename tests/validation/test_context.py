@@ -166,6 +166,9 @@ def test_a_pooling_input_must_fit_alone_and_the_first_over_is_named() -> None:
     with pytest.raises(ContextLengthExceeded) as alone:
         check_context([1025], NO_OUTPUT, 1024, DEFAULTS, "reject", prompt_param="input")
     assert "your input contains 1025 input tokens" in alone.value.message
+    with pytest.raises(ContextLengthExceeded) as plural:  # a field named in the plural
+        check_context([1025], NO_OUTPUT, 1024, DEFAULTS, "reject", prompt_param="messages")
+    assert "your messages contain 1025 input tokens" in plural.value.message
     check_context([5000], NO_OUTPUT, 1024, DEFAULTS, "reject", -1, prompt_param="input")
     with pytest.raises(InvalidRequest):
         check_context([5], NO_OUTPUT, 1024, DEFAULTS, "reject", 1025, prompt_param="input")
