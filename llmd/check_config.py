@@ -144,8 +144,7 @@ def memory_fit(config: Config, group: str, sized: list[Sized]) -> tuple[str, lis
     beside the others asleep). ('', []) for a group with max_resident."""
     from llmd.engine.launch import installed_engine_build
     from llmd.engine.sleep import sleep_mechanism
-    from llmd.gpu.footprint import awake_at_once, estimated_awake_bytes, fit_problem
-    from llmd.gpu.preflight import asleep_bytes
+    from llmd.gpu.footprint import awake_at_once, estimated_fit
 
     names = config.swap_groups[group].engines
     if config.swap_groups[group].max_resident:
@@ -164,9 +163,11 @@ def memory_fit(config: Config, group: str, sized: list[Sized]) -> tuple[str, lis
         why = skipped or next(m.description for m in memories if m is not None)
         return f"not checked ({why}); give --gpu-memory-gib G to plan for a GPU", []
     total = totals[0]
-    awake = {n: estimated_awake_bytes(found[n].engine, total) for n in names}
-    asleep = {n: asleep_bytes(sleep_mechanism(found[n].engine, builds[n])) for n in names}
-    problem = fit_problem(total, awake, asleep, [n for n in names if found[n].engine.pin])
+    awake, asleep, problem = estimated_fit(
+        total,
+        {n: found[n].engine for n in names},
+        lambda engine: sleep_mechanism(engine, installed_engine_build(engine.python)),
+    )
     if problem is not None:
         return "", [f"swap_groups.{group} cannot work on its GPU: {problem}"]
     return awake_at_once(total, awake, asleep) + " (estimates, measured once served)", []

@@ -100,6 +100,21 @@ def fit_problem(
     return None
 
 
+def estimated_fit(
+    total: int,
+    engines: Mapping[str, EngineConfig],
+    mechanism_of: Callable[[EngineConfig], SleepMechanism | None],
+) -> tuple[dict[str, int], dict[str, int], str | None]:
+    """`engines` of one group on a device of `total` bytes, by their configs: each one's
+    estimated footprint awake (`estimated_awake_bytes`) and what it holds asleep (by its sleep
+    mechanism, `mechanism_of`), bytes by name, and why they cannot take turns there
+    (`fit_problem`, the pinned ones kept awake; None: they can)."""
+    awake = {name: estimated_awake_bytes(engine, total) for name, engine in engines.items()}
+    asleep = {name: asleep_bytes(mechanism_of(engine)) for name, engine in engines.items()}
+    pinned = [name for name, engine in engines.items() if engine.pin]
+    return awake, asleep, fit_problem(total, awake, asleep, pinned)
+
+
 def awake_at_once(total: int, awake: Mapping[str, int], asleep: Mapping[str, int]) -> str:
     """How many of the engines fit awake together on `total` bytes, said through the two
     largest: 'the two largest (a, b: 30.0 GiB awake beside 2.0 GiB asleep) fit together',
@@ -178,13 +193,10 @@ def group_memory(
         if total is None:
             raise ConfigError(f"{_required({group: names})}: NVML does not say the GPU's memory")
         found.totals[group] = total
-        for name in names:
-            found.devices[name] = devices[name]
-            found.estimates[name] = estimated_awake_bytes(engines[name], total)
-            found.asleep[name] = asleep_bytes(mechanism_of(engines[name]))
-        awake = {n: found.estimates[n] for n in names}
-        pinned = [n for n in names if engines[n].pin]
-        problem = fit_problem(total, awake, {n: found.asleep[n] for n in names}, pinned)
+        found.devices.update(devices)
+        awake, asleep, problem = estimated_fit(total, {n: engines[n] for n in names}, mechanism_of)
+        found.estimates.update(awake)
+        found.asleep.update(asleep)
         if problem is not None:
             raise ConfigError(f"swap_groups.{group} cannot work on its GPU: {problem}")
     return found
