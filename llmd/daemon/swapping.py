@@ -189,7 +189,7 @@ class Swapping:
         if not has_room(swap.policy, views, name):
             resident = ", ".join(v.name for v in views if v.resident)
             room = (
-                f"room for {name} beside the others' memory"
+                f"no room for {name} beside the others' memory"
                 if swap.policy.device_bytes
                 else f"{swap.policy.max_resident} engine(s) awake at most"
             )

@@ -110,7 +110,7 @@ async def test_a_group_fit_by_memory_wakes_by_the_measured_footprint(
     assert swapping.memory is not None
     assert swapping.memory.sizes("chat") == (chat_gib * GIB, 2 * GIB)
     if not coder_wakes:
-        with pytest.raises(ActionRefused, match="has room for coder beside the others' memory"):
+        with pytest.raises(ActionRefused, match="has no room for coder beside the others' memory"):
             swapping.operator_wake("coder")
         return
     assert swapping.operator_wake("coder")["started"]
