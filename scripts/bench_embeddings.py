@@ -55,7 +55,7 @@ from llmd.runtime import RuntimePaths  # noqa: E402
 from llmd.telemetry.windows import percentile  # noqa: E402
 from tests.support.llmd_process import LlmdProcess  # noqa: E402
 from tests.support.machine_load import settle  # noqa: E402
-from tests.support.rounds import rotated, round_record, spread, write_record  # noqa: E402
+from tests.support.rounds import as_ms, rotated, round_record, spread, write_record  # noqa: E402
 from tests.support.vllm_python import VLLM_PYTHON  # noqa: E402
 
 PATHS = ("direct", "llmd")
@@ -118,8 +118,8 @@ async def embed_rate(
         "failed": sorted({str(r.error_kind) for r in results if r.outcome != "ok"}),
         "requests_per_s": round(len(ok) / wall, 2),
         "documents_per_s": round(sum(r.documents for r in ok) / wall, 1),
-        "e2e_p50_ms": _ms(percentile(latencies, 50)),
-        "e2e_p95_ms": _ms(percentile(latencies, 95)),
+        "e2e_p50_ms": as_ms(percentile(latencies, 50)),
+        "e2e_p95_ms": as_ms(percentile(latencies, 95)),
     }
 
 
@@ -159,10 +159,6 @@ async def chat_burst(
         "embed_failed": figures.errors_by_kind,
         "embed_requests_per_s": figures.requests_per_s,
     }
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000, 1)
 
 
 async def measure(

@@ -57,6 +57,7 @@ from tests.support.arrival_swapper import ArrivalSwapper, VllmBoots, start_engin
 from tests.support.configs import multi_sim_config  # noqa: E402
 from tests.support.llmd_process import LlmdProcess, short_tmpdir  # noqa: E402
 from tests.support.model import ensure_tiny_model  # noqa: E402
+from tests.support.rounds import rounded  # noqa: E402
 from tests.support.vllm_python import VLLM_PYTHON  # noqa: E402
 
 MODELS = ("chat", "coder", "small")
@@ -257,8 +258,8 @@ def figures(policy: str, out: dict[str, Any], elapsed: float, swaps: float) -> d
         "ttft_s": {
             m: {
                 "n": len(v),
-                "p50": _round(percentile(v, 0.5)),
-                "p95": _round(percentile(v, 0.95)),
+                "p50": rounded(percentile(v, 0.5)),
+                "p95": rounded(percentile(v, 0.95)),
             }
             for m, v in out["ttft"].items()
         },
@@ -290,10 +291,6 @@ def write_trace(path: Path, calls: list[Any], log_path: Path) -> None:
     path.write_text(json.dumps({"calls": sorted(calls, key=lambda c: c[2]), "events": events}))
 
 
-def _round(value: float | None) -> float | None:
-    return round(value, 3) if value is not None else None
-
-
 def summary(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
     """Per policy the median (and range) over rounds; per round the ratios of llmd's figures
     over each baseline's (`ratios_llmd_over_evict`, `ratios_llmd_over_arrival`)."""
@@ -305,8 +302,8 @@ def summary(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
             p95 = [x["ttft_s"][m]["p95"] for x in runs if x["ttft_s"][m]["p95"] is not None]
             p50 = [x["ttft_s"][m]["p50"] for x in runs if x["ttft_s"][m]["p50"] is not None]
             per_model[m] = {
-                "p50_median": _round(statistics.median(p50)) if p50 else None,
-                "p95_median": _round(statistics.median(p95)) if p95 else None,
+                "p50_median": rounded(statistics.median(p50)) if p50 else None,
+                "p95_median": rounded(statistics.median(p95)) if p95 else None,
                 "p95_range": [min(p95), max(p95)] if p95 else None,
             }
         swaps = [x["swaps_per_min"] for x in runs]
@@ -329,11 +326,11 @@ def ratios(llmd: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
     """llmd's swaps per minute and p95 TTFT per model over the baseline's, in one round."""
     base_swaps = baseline["swaps_per_min"]
     found: dict[str, Any] = {
-        "swaps": _round(llmd["swaps_per_min"] / base_swaps) if base_swaps else None
+        "swaps": rounded(llmd["swaps_per_min"] / base_swaps) if base_swaps else None
     }
     for m in MODELS:
         a, b = llmd["ttft_s"][m]["p95"], baseline["ttft_s"][m]["p95"]
-        found[f"p95_{m}"] = _round(a / b) if a is not None and b else None
+        found[f"p95_{m}"] = rounded(a / b) if a is not None and b else None
     return found
 
 

@@ -24,6 +24,7 @@ import aiohttp
 from llmd.bench.client import Target
 from llmd.bench.sampler import GaugeSample, GaugeSampler
 from llmd.telemetry.windows import percentile
+from tests.support.rounds import as_ms, rounded
 
 GENERATED = "vllm:generation_tokens_total"
 
@@ -100,10 +101,10 @@ class FloodRun:
             "probe_errors": sum(p.error is not None for p in self.probes),
             "probes_answered_in_window": len(in_window),
             "probes_censored": sum(c for _, c in waited),
-            "ttft_p50_ms": _ms(percentile(values, 50)),
-            "ttft_p95_ms": _ms(percentile(values, 95)),
+            "ttft_p50_ms": as_ms(percentile(values, 50)),
+            "ttft_p95_ms": as_ms(percentile(values, 95)),
             "ttft_p95_censored": _censored_at(waited, 95),
-            "ttft_max_ms": _ms(max(values, default=None)),
+            "ttft_max_ms": as_ms(max(values, default=None)),
             "engine_tokens_per_s": None if tokens_per_s is None else round(tokens_per_s),
             "batch_completions": len(window),
             "batch_errors": self.batch_errors,
@@ -116,18 +117,10 @@ class FloodRun:
         """The raw series behind `summary`, rounded to ms: probes as [sent, ttft or null],
         batch completion times, gauge samples as [t, running, waiting]."""
         return {
-            "probes": [[round(p.sent, 3), _round(p.ttft)] for p in self.probes],
+            "probes": [[round(p.sent, 3), rounded(p.ttft)] for p in self.probes],
             "batch_ends": [round(t, 3) for t in self.batch_ends],
             "samples": [[round(s.t, 2), s.running, s.waiting] for s in self.samples],
         }
-
-
-def _ms(value: float | None) -> float | None:
-    return None if value is None else round(1000 * value, 1)
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 3)
 
 
 def _mean(values: list[float | None]) -> float | None:

@@ -15,6 +15,16 @@ from typing import Any
 import psutil
 
 
+def as_ms(seconds: float | None) -> float | None:
+    """`seconds` in milliseconds to 0.1 ms, for a benchmark's record (None stays None)."""
+    return None if seconds is None else round(seconds * 1000, 1)
+
+
+def rounded(value: float | None) -> float | None:
+    """`value` to 3 decimals, for a benchmark's record (None stays None)."""
+    return None if value is None else round(value, 3)
+
+
 def spread(values: Sequence[float | None], digits: int = 0) -> str:
     """'median (min-max)' of the values that are not None, with `digits` decimals and
     thousands separators; '-' when there are none."""

@@ -31,7 +31,7 @@ import aiohttp
 from llmd.bench.client import Target
 from llmd.telemetry.windows import percentile
 from tests.support import flood
-from tests.support.flood import _ms, _round
+from tests.support.rounds import as_ms, rounded
 
 PROBE_BODY = {"model": "tiny", "messages": [{"role": "user", "content": "Hi there"}],
               "stream": True, "ignore_eos": True}  # fmt: skip
@@ -94,18 +94,18 @@ class WaveRun:
         return {
             "target": self.target,
             "waves": len(done),
-            "wave_s": _round(statistics.median(e - s for s, e, _ in done)) if done else None,
+            "wave_s": rounded(statistics.median(e - s for s, e, _ in done)) if done else None,
             "batch_errors": sum(w.errors for w in self.waves),
             "probe_errors": sum(p.ttft is None for p in self.probes),
-            "idle_ttft_p50_ms": _ms(idle_p50),
-            "idle_ttft_p95_ms": _ms(percentile(idle, 95)),
+            "idle_ttft_p50_ms": as_ms(idle_p50),
+            "idle_ttft_p95_ms": as_ms(percentile(idle, 95)),
             "wave_probes": len(wave),
-            "wave_ttft_p50_ms": _ms(percentile(wave, 50)),
-            "wave_ttft_p95_ms": _ms(wave_p95),
-            "restart_ttft_p50_ms": _ms(percentile(self._ttfts("restart"), 50)),
-            "restart_ttft_max_ms": _ms(max(self._ttfts("restart"), default=None)),
-            "ending_ttft_p50_ms": _ms(percentile(self._ttfts("ending"), 50)),
-            "ending_ttft_max_ms": _ms(max(self._ttfts("ending"), default=None)),
+            "wave_ttft_p50_ms": as_ms(percentile(wave, 50)),
+            "wave_ttft_p95_ms": as_ms(wave_p95),
+            "restart_ttft_p50_ms": as_ms(percentile(self._ttfts("restart"), 50)),
+            "restart_ttft_max_ms": as_ms(max(self._ttfts("restart"), default=None)),
+            "ending_ttft_p50_ms": as_ms(percentile(self._ttfts("ending"), 50)),
+            "ending_ttft_max_ms": as_ms(max(self._ttfts("ending"), default=None)),
             "p95_over_idle_p50": round(wave_p95 / idle_p50, 1) if wave_p95 and idle_p50 else None,
             "batch_tokens_per_s": round(tokens / span) if span > 0 else None,
         }
@@ -114,9 +114,9 @@ class WaveRun:
         """The raw series: probes as [kind, sent, ttft or null], waves as [sent, first end,
         last end, tokens], in s rounded to ms."""
         return {
-            "probes": [[p.kind, _round(p.sent), _round(p.ttft)] for p in self.probes],
+            "probes": [[p.kind, rounded(p.sent), rounded(p.ttft)] for p in self.probes],
             "waves": [
-                [_round(w.sent), _round(w.first_end), _round(w.last_end), w.tokens]
+                [rounded(w.sent), rounded(w.first_end), rounded(w.last_end), w.tokens]
                 for w in self.waves
             ],
         }
