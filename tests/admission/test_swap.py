@@ -14,14 +14,21 @@ from llmd.admission.swap import (
     Demand,
     EngineView,
     GroupPolicy,
+    Plan,
     Residency,
     SleepReason,
     SwapGroup,
     WakeTimes,
 )
-from tests.support.swap_steps import StepEngine, advance, apply, views
+from tests.support.swap_steps import StepEngine, advance, apply, arrivals, views
 
 NAMES = ("a", "b", "c", "d")
+# Traces of requests to three models: (model, gap before it, its duration), s.
+TRACES = st.lists(
+    st.tuples(st.sampled_from("abc"), st.floats(0, 0.5), st.floats(0.05, 1.0)),
+    min_size=1,
+    max_size=40,
+)
 
 
 @st.composite
@@ -74,6 +81,14 @@ def drawn_view(
     )
 
 
+def decided_again(policy: GroupPolicy, views: list[EngineView], now: float, at: float) -> Plan:
+    """The plan of a group under `policy` that decided over `views` at `now` and decides
+    again over the same views at `at` (its waits begun at `now`)."""
+    swap = SwapGroup(policy)
+    swap.decide(views, now)
+    return swap.decide(views, at)
+
+
 @settings(max_examples=400, deadline=None)
 @given(groups(), st.floats(0, 10))
 def test_every_plan_keeps_the_guarantees(
@@ -85,10 +100,8 @@ def test_every_plan_keeps_the_guarantees(
     max_resident and are only for waiting requests; an engine is closed only once requests
     waited max_wait_s for another; exactly the wakes nobody waits for are cancelled."""
     policy, views, now = case
-    swap = SwapGroup(policy)
-    swap.decide(views, now)
     at = now + later
-    plan = swap.decide(views, at)
+    plan = decided_again(policy, views, now, at)
     by_name = {v.name: v for v in views}
     for name, reason in plan.sleep:
         view = by_name[name]
@@ -257,11 +270,7 @@ def test_a_wake_nobody_waits_for_is_cancelled_and_idle_engines_sleep() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.lists(
-        st.tuples(st.sampled_from("abc"), st.floats(0, 0.5), st.floats(0.05, 1.0)),
-        min_size=1,
-        max_size=40,
-    ),
+    TRACES,
     st.floats(0, 5),
     st.floats(0, 2),
 )
@@ -276,17 +285,14 @@ def test_every_request_is_served_within_the_bound(
     policy = GroupPolicy(max_resident=1, min_residence_s=min_residence, max_wait_s=max_wait)
     swap, wake_s, step = SwapGroup(policy), 0.5, 0.05
     engines = {name: StepEngine() for name in "abc"}
-    arrivals, at = [], 0.0
-    for model, gap, duration in trace:
-        at += gap
-        arrivals.append((at, model, duration))
+    due = arrivals(trace)
     queued: list[tuple[float, str, float]] = []
     waits: list[float] = []
     woken_at: list[float] = []
     now = 0.0
-    while (arrivals or queued or any(e.running for e in engines.values())) and now < 200:
-        while arrivals and arrivals[0][0] <= now:
-            queued.append(arrivals.pop(0))
+    while (due or queued or any(e.running for e in engines.values())) and now < 200:
+        while due and due[0][0] <= now:
+            queued.append(due.pop(0))
         advance(engines, now)
         waiting = collections.Counter(q[1] for q in queued)
         for name, engine in engines.items():  # awake with nothing running or queued since
@@ -315,7 +321,7 @@ def test_every_request_is_served_within_the_bound(
                 waits.append(now - arrived)
                 engine.running.append(now + duration)
         now += step
-    assert not arrivals and not queued
+    assert not due and not queued
     turn = min_residence + max_wait + 1.0 + wake_s + 4 * step
     assert max(waits) <= 3 * turn
 

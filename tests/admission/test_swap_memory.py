@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmd.admission.swap import EngineView, GroupPolicy, Residency, SleepReason, SwapGroup
-from tests.admission.test_swap import drawn_view
-from tests.support.swap_steps import StepEngine, advance, apply, views
+from tests.admission.test_swap import TRACES, decided_again, drawn_view
+from tests.support.swap_steps import StepEngine, advance, apply, arrivals, views
 
 GIB = 1024**3
 NAMES = ("a", "b", "c", "d")
@@ -57,10 +57,8 @@ def test_a_wake_fits_beside_what_the_others_hold_or_comes_alone(
     or inside min_residence_s (unless idle for its wake) is evicted; no eviction while those
     falling asleep will free enough, nor one that cannot make room beside pinned engines."""
     policy, views, now = case
-    swap = SwapGroup(policy)
-    swap.decide(views, now)
     at = now + later
-    plan = swap.decide(views, at)
+    plan = decided_again(policy, views, now, at)
     by_name = {v.name: v for v in views}
     used = sum(held(policy, v) for v in views)
     grown = sum(by_name[n].awake_bytes - by_name[n].asleep_bytes for n in plan.wake)
@@ -137,11 +135,7 @@ def test_an_engine_too_large_for_the_device_still_wakes_alone() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.lists(
-        st.tuples(st.sampled_from("abc"), st.floats(0, 0.5), st.floats(0.05, 1.0)),
-        min_size=1,
-        max_size=40,
-    ),
+    TRACES,
     st.tuples(st.integers(2, 20), st.integers(2, 20), st.integers(2, 20)),
     st.floats(0, 3),
     st.floats(0, 1),
@@ -160,15 +154,12 @@ def test_driven_over_a_trace_memory_is_never_overcommitted(
     policy = GroupPolicy(min_residence_s=min_residence, max_wait_s=max_wait, device_bytes=device)
     swap, wake_s, step, asleep = SwapGroup(policy), 0.5, 0.05, 2 * GIB
     engines = {name: StepEngine(size=size * GIB) for name, size in zip("abc", sizes, strict=True)}
-    arrivals, at = [], 0.0
-    for model, gap, duration in trace:
-        at += gap
-        arrivals.append((at, model, duration))
+    due = arrivals(trace)
     queued: list[tuple[float, str, float]] = []
     now = 0.0
-    while (arrivals or queued or any(e.running for e in engines.values())) and now < 300:
-        while arrivals and arrivals[0][0] <= now:
-            queued.append(arrivals.pop(0))
+    while (due or queued or any(e.running for e in engines.values())) and now < 300:
+        while due and due[0][0] <= now:
+            queued.append(due.pop(0))
         advance(engines, now)
         waiting = collections.Counter(q[1] for q in queued)
         plan = swap.decide(views(engines, waiting, wake_s, asleep), now)
@@ -185,4 +176,4 @@ def test_driven_over_a_trace_memory_is_never_overcommitted(
                 queued.remove(item)
                 engine.running.append(now + duration)
         now += step
-    assert not arrivals and not queued
+    assert not due and not queued

@@ -6,7 +6,7 @@ engines and decides, its sleeps and wakes apply). What each checks of a step sta
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from llmd.admission.swap import EngineView, Plan, Residency
 
@@ -23,6 +23,15 @@ class StepEngine:
     running: list[float] = dataclasses.field(default_factory=list)
     size: int = 0
     idle_since: float | None = None
+
+
+def arrivals(trace: Iterable[tuple[str, float, float]]) -> list[tuple[float, str, float]]:
+    """A trace of (model, gap before it, duration) as (arrival time, model, duration), s."""
+    found, at = [], 0.0
+    for model, gap, duration in trace:
+        at += gap
+        found.append((at, model, duration))
+    return found
 
 
 def advance(engines: Mapping[str, StepEngine], now: float) -> None:
