@@ -161,7 +161,7 @@ class DaemonState:
             models=models,
             queued=inflight.queued,
             guard=self.admission.guard.as_snapshot(),
-            device_hold=self.admission.holds.as_snapshot(),
+            device_hold=self.admission.holds.as_snapshot(now),
             deploys=tuple(self.deploys.values()),
             endpoints=telemetry.endpoints,
         )

@@ -280,7 +280,10 @@ class DeviceHoldStatus:
     """The device hold (llmd/admission/sharing.py): the groups of engines sharing a device,
     the longest a batch request is held (ms), the engines held now each with why (`reasons`,
     same order), how many batch requests were held since llmd started, the seat limit
-    (`batch_seats`, 0: none) and the engines it limits now each with why (`limit_reasons`)."""
+    (`batch_seats`, 0: none) and the engines it limits now each with why (`limit_reasons`);
+    with `admission.device_pause`, the engines stopped now (`paused`), how many times engines
+    were stopped since llmd started (`pauses`) and the seconds they spent stopped (`paused_s`,
+    the pauses under way included)."""
 
     groups: tuple[tuple[str, ...], ...]
     bound_ms: float
@@ -290,6 +293,9 @@ class DeviceHoldStatus:
     batch_seats: int = 0
     limited: tuple[str, ...] = ()
     limit_reasons: tuple[str, ...] = ()
+    paused: tuple[str, ...] = ()
+    pauses: int = 0
+    paused_s: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -282,10 +282,12 @@ def guard_line(guard: dict[str, Any]) -> str:
 
 
 def device_hold_line(hold: dict[str, Any]) -> str:
-    """The device hold in one line: the engines held or limited now and why (or none), the
-    groups, the bound and the batch requests held so far (e.g. `holding batch off embed: an
-    interactive request waits for its first token on chat; groups chat+embed; bound 300 ms;
-    12 held`, or `batch 1 at a time on embed: interactive work on chat; ...`)."""
+    """The device hold in one line: the engines held, limited or stopped now and why (or
+    none), the groups, the bound, the batch requests held so far and, once the device pause
+    has stopped an engine, the pauses and their time (e.g. `holding batch off embed: an
+    interactive request waits for its first token on chat; embed stopped (device pause);
+    groups chat+embed; bound 300 ms; 12 held; 3 pauses, 0.4 s stopped`, or `batch 1 at a time
+    on embed: interactive work on chat; ...`)."""
     parts = [
         f"holding batch off {name}: {why}"
         for name, why in zip(hold["held"], hold["reasons"], strict=True)
@@ -294,12 +296,17 @@ def device_hold_line(hold: dict[str, Any]) -> str:
         f"batch {hold['batch_seats']} at a time on {name}: {why}"
         for name, why in zip(hold["limited"], hold["limit_reasons"], strict=True)
     ]
+    parts += [f"{name} stopped (device pause)" for name in hold.get("paused", ())]
     held = "; ".join(parts)
     groups = ", ".join("+".join(group) for group in hold["groups"])
-    return (
+    line = (
         f"{held or 'nothing held'}; groups {groups}; bound {hold['bound_ms']:.0f} ms; "
         f"{hold['holds']} held"
     )
+    pauses = hold.get("pauses", 0)
+    if pauses:
+        line += f"; {pauses} pause{'s' if pauses != 1 else ''}, {hold['paused_s']:.1f} s stopped"
+    return line
 
 
 def _percent(ratio: float | None) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -90,9 +90,8 @@ class Admission:
         # Told (model, seconds queued) of each request that came while its model slept.
         self.on_woken: Callable[[str, float], None] | None = None
         # The device pause (llmd/admission/sharing.py): told (engine, True) to stop an engine's
-        # processes and (engine, False) to let them go on; `stopped` are those it was told to stop.
+        # processes and (engine, False) to let them go on (`DeviceHolds.orders`).
         self.pauser: Callable[[str, bool], None] | None = None
-        self.stopped: set[str] = set()
         for name, state in engines.items():
             engine = config.engine_tables.get(name)
             self.gates.add(name, BackendKind.ENGINE, [engine.model_name if engine else state.model])
@@ -393,7 +392,7 @@ class Admission:
         gate = self.guard.gate(inner, self.scheduler, outage)
         decisions = self.scheduler.decide(now, gate)
         self.holds.decided(decisions.released)
-        self._pause(self.holds.paused.keys())
+        self._pause(now)
         for entry in decisions.released:
             future = self._waiters.get(entry)
             if future is not None and not future.done():
@@ -406,17 +405,15 @@ class Admission:
         if self.after_pump is not None:
             self.after_pump()
 
-    def _pause(self, wanted: Iterable[str]) -> None:
+    def _pause(self, now: float) -> None:
         """Tell the pauser which engines to stop and which to let go on (changes only)."""
         pauser = self.pauser
         if pauser is None:
             return
-        wanted = set(wanted)
-        for name in sorted(self.stopped - wanted):
-            self.stopped.discard(name)
+        go_on, stop = self.holds.orders(now)
+        for name in go_on:
             pauser(name, False)
-        for name in sorted(wanted - self.stopped):
-            self.stopped.add(name)
+        for name in stop:
             pauser(name, True)
 
     def _arm_timer(self, now: float) -> None:

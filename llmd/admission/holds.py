@@ -22,7 +22,9 @@ class DeviceHolds:
     (engine -> the engine it yields to), `limited` (engine -> the engine with interactive work
     it yields batch seats to), `paused` (engine -> when its pause began, monotonic s: the
     engines to keep stopped) and `lapse_at` (when the bound lets a held batch request go or
-    ends a pause, monotonic s; None: neither) for the caller's timer."""
+    ends a pause, monotonic s; None: neither) for the caller's timer. `orders` turns `paused`
+    into stop and go-on orders and counts them: `stopped` (engine -> when it was stopped,
+    monotonic s), `pauses` and `paused_s` (since llmd started, for status and metrics)."""
 
     def __init__(self) -> None:
         self.hold = DeviceHold()
@@ -31,6 +33,9 @@ class DeviceHolds:
         self.lapse_at: float | None = None
         self.paused: dict[str, float] = {}
         self.holds = 0  # batch requests held at least once
+        self.stopped: dict[str, float] = {}  # engines ordered stopped -> when (monotonic s)
+        self.pauses = 0  # engines stopped, counted at each stop
+        self.paused_s = 0.0  # time engines spent stopped, counted when each goes on (s)
         self._awaiting: dict[Entry, None] = {}  # interactive, sent, no byte back yet
         self._running: dict[Entry, None] = {}  # interactive and batch, sent, not ended
         self._normal: dict[Entry, None] = {}  # normal, sent, not ended (engines never paused)
@@ -123,6 +128,19 @@ class DeviceHolds:
         if self.paused:
             self.lapse_at = min(self.paused.values()) + self.hold.bound_s
 
+    def orders(self, now: float) -> tuple[list[str], list[str]]:
+        """The engines to let go on and the engines to stop at `now` (monotonic s), in name
+        order: the changes from `stopped` to the pauses wanted (`paused`), counted."""
+        wanted = self.paused.keys()
+        go_on = sorted(self.stopped.keys() - wanted)
+        for name in go_on:
+            self.paused_s += now - self.stopped.pop(name)
+        stop = sorted(wanted - self.stopped.keys())
+        for name in stop:
+            self.stopped[name] = now
+        self.pauses += len(stop)
+        return go_on, stop
+
     def _busy(self) -> set[str]:
         """The engines running an interactive or normal request (never paused)."""
         return {
@@ -165,8 +183,9 @@ class DeviceHolds:
                     self._counted.add(entry)
                     self.holds += 1
 
-    def as_snapshot(self) -> DeviceHoldStatus | None:
-        """The hold's part of the Status; None when no engines share a device."""
+    def as_snapshot(self, now: float) -> DeviceHoldStatus | None:
+        """The hold's part of the Status at `now` (monotonic s); None when no engines share a
+        device."""
         groups = sorted({tuple(sorted(group)) for group in self.hold.groups.values()})
         if not groups:
             return None
@@ -185,4 +204,7 @@ class DeviceHolds:
             self.hold.batch_seats,
             limited,
             tuple(f"interactive work on {self.limited[name]}" for name in limited),
+            tuple(sorted(self.stopped)),
+            self.pauses,
+            round(self.paused_s + sum(now - at for at in self.stopped.values()), 3),
         )

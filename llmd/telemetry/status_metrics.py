@@ -99,6 +99,19 @@ def _status_families(status: Status, tenant: TenantLabels) -> Iterator[Metric]:
         )
         holds.add_metric([], status.device_hold.holds)
         yield holds
+        pauses = CounterMetricFamily(
+            "llmd_device_pauses",
+            "Times the device pause (admission.device_pause) stopped an engine while an "
+            "interactive request on another engine of its device waited for its first token.",
+        )
+        pauses.add_metric([], status.device_hold.pauses)
+        yield pauses
+        paused = CounterMetricFamily(
+            "llmd_device_paused_seconds",
+            "Seconds engines spent stopped by the device pause, the pauses under way included.",
+        )
+        paused.add_metric([], status.device_hold.paused_s)
+        yield paused
 
 
 def _tenant_limit_families(status: Status, tenant: TenantLabels) -> Iterator[Metric]:

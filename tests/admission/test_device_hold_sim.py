@@ -174,13 +174,26 @@ def test_the_device_pause_stops_the_other_engine_until_the_first_token(
 ) -> None:
     """With admission.device_pause, while the interactive chat waits for its first token
     `embed` (same device, no request of another class there) is stopped, `apart` (no shared
-    device) never; at the first token `embed` goes on and answers the batch request held."""
+    device) never; at the first token `embed` goes on and answers the batch request held.
+    `llmd status` says which engine is stopped, then how many pauses there were and how long
+    they lasted, as the metrics do."""
     llmd = pausing
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         chatted = pool.submit(chat, llmd)
         assert wait_for(lambda: engine_state(llmd, "embed") == "T", timeout_s=10)
         assert engine_state(llmd, "apart") != "T" and engine_state(llmd, "chat") != "T"
+        during = hold_of(llmd)
+        assert during["paused"] == ["embed"] and during["pauses"] == 1, during
+        assert "embed stopped (device pause)" in format_status(llmd.admin_status())
         embedded = pool.submit(embed, llmd, EMBED)
         assert chatted.result() == 200
         assert embedded.result().status_code == 200
     assert engine_state(llmd, "embed") != "T"
+    after = hold_of(llmd)
+    assert after["paused"] == [] and after["pauses"] >= 1 and after["paused_s"] > 0, after
+    text = format_status(llmd.admin_status())
+    assert "stopped (device pause)" not in text
+    assert f"; {after['pauses']} pause" in text and " s stopped" in text, text
+    metrics = httpx.get(llmd.base_url + "/metrics").text
+    assert f"llmd_device_pauses_total {float(after['pauses'])}" in metrics, metrics
+    assert "llmd_device_paused_seconds_total" in metrics

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import itertools
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -275,7 +276,7 @@ def test_the_hold_follows_the_first_byte_and_counts_each_held_request_once() -> 
     scheduler.submit(batch, 0.0)
     assert pump(0.0) == [chat] and holds.held == {"embed": "chat"}
     assert pump(0.1) == [] and holds.holds == 1 and holds.lapse_at == 1.0
-    status = holds.as_snapshot()
+    status = holds.as_snapshot(0.1)
     assert (
         status is not None and status.held == ("embed",) and status.groups == (("chat", "embed"),)
     )
@@ -342,7 +343,7 @@ def test_the_seat_limit_lingers_after_the_last_interactive_request_then_lapses()
 
     assert pump(0.0) == [chat, batch[0]] and holds.limited == {"b": "a"}
     assert holds.first_byte(chat) is False  # nothing held: the hold's bound is 0
-    status = holds.as_snapshot()
+    status = holds.as_snapshot(0.0)
     assert status is not None and status.limited == ("b",) and status.batch_seats == 1
     assert status.limit_reasons == ("interactive work on a",)
     for entry in (chat, batch[0]):
@@ -419,3 +420,28 @@ def test_a_pause_follows_the_first_byte_and_the_bound_and_spares_other_classes()
     normal = submit(Priority.NORMAL, "tiny-embed", 3.1)
     assert pump_at(holds, scheduler, capacity, 3.1) == [normal] and holds.paused == {}
     assert holds.first_byte(third) is True
+
+
+def test_pause_orders_are_changes_only_and_counted() -> None:
+    """`DeviceHolds.orders`: an engine is told to stop once when its pause begins and to go on
+    once when it ends; each stop counts one pause and the time between them counts as paused,
+    the pauses under way included in the snapshot."""
+    engine = EngineConfig(kind="sim", model="m", device="cpu")
+    holds = DeviceHolds()
+    holds.configure(Config(engines={"chat": engine, "embed": engine}))
+    holds.paused = {"embed": 1.0}
+    assert holds.orders(1.0) == ([], ["embed"])
+    assert holds.orders(1.1) == ([], [])  # still wanted: no new order
+    status = holds.as_snapshot(1.25)
+    assert status is not None and status.paused == ("embed",) and status.pauses == 1
+    assert status.paused_s == pytest.approx(0.25)
+    holds.paused = {}
+    assert holds.orders(1.4) == (["embed"], [])
+    assert holds.orders(1.5) == ([], [])
+    holds.paused = {"embed": 2.0}
+    assert holds.orders(2.0) == ([], ["embed"])
+    holds.paused = {}
+    holds.orders(2.1)
+    status = holds.as_snapshot(3.0)
+    assert status is not None and status.paused == () and status.pauses == 2
+    assert status.paused_s == pytest.approx(0.5)
