@@ -29,17 +29,19 @@ from tests.support.slow_client import (
 from tests.support.waiting import wait_for
 
 
-@pytest.fixture
-def stalling() -> Iterator[tuple[SimProcess, LlmdProcess]]:
-    """An upstream `live` (model `near`) at a 10 ms step (a stream of 1,000 tokens takes
-    10 s), behind llmd with a 1 s stall timeout for it."""
-    sim = SimProcess.start(ensure_tiny_model(), "--step-base-ms", "10", name="near")
+def upstream_behind_llmd(
+    step_ms: str, **sections: dict[str, Any]
+) -> Iterator[tuple[SimProcess, LlmdProcess]]:
+    """An upstream `live` (model `near`, a simulator at a `step_ms` step) behind llmd with a
+    1 s stall timeout for it and `sections` merged into its config."""
+    sim = SimProcess.start(ensure_tiny_model(), "--step-base-ms", step_ms, name="near")
     sim.wait_ready()
     config = multi_sim_config(
         ensure_tiny_model(),
         {"main": ("tiny", ())},
         upstreams={"live": {"url": f"unix:{sim.socket}", "models": ["near"],
                             "stall_timeout_s": 1.0}},
+        **sections,
     )  # fmt: skip
     llmd = LlmdProcess.start(config)
     try:
@@ -47,6 +49,12 @@ def stalling() -> Iterator[tuple[SimProcess, LlmdProcess]]:
     finally:
         llmd.stop()
         sim.stop()
+
+
+@pytest.fixture
+def stalling() -> Iterator[tuple[SimProcess, LlmdProcess]]:
+    """The upstream at a 10 ms step (a stream of 1,000 tokens takes 10 s)."""
+    yield from upstream_behind_llmd("10")
 
 
 def ready(llmd: LlmdProcess, query: str) -> int | None:
@@ -99,24 +107,12 @@ def test_a_stalled_upstream_ends_its_streams_and_opens_its_breaker(
 
 @pytest.fixture
 def holding() -> Iterator[tuple[SimProcess, LlmdProcess]]:
-    """An upstream `live` (model `near`) at a 0.5 ms step behind llmd with a 1 s stall
-    timeout for it, a 3 s send timeout and 4 KiB send buffers."""
-    sim = SimProcess.start(ensure_tiny_model(), "--step-base-ms", "0.5", name="near")
-    sim.wait_ready()
-    config = multi_sim_config(
-        ensure_tiny_model(),
-        {"main": ("tiny", ())},
-        upstreams={"live": {"url": f"unix:{sim.socket}", "models": ["near"],
-                            "stall_timeout_s": 1.0}},
-        server={"send_timeout_s": 3.0, "send_buffer_bytes": 4096},
+    """The upstream at a 0.5 ms step, llmd with a 5 s send timeout and 4 KiB send buffers."""
+    yield from upstream_behind_llmd(
+        "0.5",
+        server={"send_timeout_s": 5.0, "send_buffer_bytes": 4096},
         telemetry={"engine_interval_s": 0.1},
-    )  # fmt: skip
-    llmd = LlmdProcess.start(config)
-    try:
-        yield sim, llmd
-    finally:
-        llmd.stop()
-        sim.stop()
+    )
 
 
 def test_a_client_that_holds_its_stream_opens_no_breaker(

@@ -79,7 +79,7 @@ def test_a_client_that_holds_its_stream_is_no_engine_stall() -> None:
     config = sim_config(
         ensure_tiny_model(),
         ("--step-base-ms", "0.5"),
-        server={"send_timeout_s": 3.0, "send_buffer_bytes": 4096},
+        server={"send_timeout_s": 5.0, "send_buffer_bytes": 4096},
         engine={"stall_timeout_s": 1.0},  # a request's idle timeout: 2 s
         telemetry={"engine_interval_s": 0.1},
     )
