@@ -60,6 +60,10 @@ class Exchange:
     # When a send to the client began that has not returned yet: a client that stopped reading
     # (llmd/proxy/stalls.py ends those).
     send_since: float | None = None
+    # When the latest send to the client that waited returned: llmd reads the backend again
+    # from then, so the watchdog counts its silence from then (a send that returns at once
+    # leaves it: `progress_at` is as late).
+    resumed_at: float | None = None
     model: str | None = None  # the pool it asked for
     backend: str | None = None  # where it runs; None while queued
     # The engine's, from the answer: `length` when any choice was cut off by max_tokens or the

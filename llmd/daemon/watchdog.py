@@ -7,6 +7,8 @@ each serving backend's latest scrape and llmd's requests there.
   answer, and its circuit breaker opens.
 - A request idle past its own timeout ends the same way alone: cancelling its relay closes its
   backend connection, which makes vLLM abort the sequence.
+- A request whose send to its client waits is the client's, not the backend's: `held` for the
+  rule, and past `server.send_timeout_s` llmd/proxy/stalls.py ends it as a slow consumer.
 - Started by the daemon, cancelled at shutdown; a failure of one check is logged, never fatal.
 """
 
@@ -91,7 +93,7 @@ class Watchdog:
         if sample is not None and sample is not self._seen.get(name):
             self._seen[name] = sample
             watch.observe(sample)
-        live = [e for e in exchanges if e.abort_error is None and e.task is not None]
+        live = [e for e in exchanges if e.abort_error is None and _running(e.task)]
         requests = [_relayed(e) for e in live]
         stall = watch.stalled(now, requests)
         if stall is not None:
@@ -141,7 +143,14 @@ class Watchdog:
         self._seen.pop(name, None)
 
 
+def _running(task: asyncio.Task[None] | None) -> bool:
+    """The relay runs and nothing ends it yet (a client past its send timeout has its task
+    cancelled, llmd/proxy/stalls.py: its request is no longer the backend's to answer)."""
+    return task is not None and not task.done() and not task.cancelling()
+
+
 def _relayed(exchange: Exchange) -> Relayed:
+    """`exchange` as the stall rule reads it: `held` while its send to the client waits."""
     assert exchange.admitted_at is not None
     return Relayed(
         exchange.admitted_at,
@@ -149,4 +158,6 @@ def _relayed(exchange: Exchange) -> Relayed:
         exchange.stream,
         exchange.prompt_tokens or 0,
         exchange.max_tokens,
+        held=exchange.send_since is not None,
+        resumed_at=exchange.resumed_at,
     )

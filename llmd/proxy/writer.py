@@ -136,6 +136,7 @@ class ClientWriter:
             message["headers"] = [*headers, *self.headers]
         await self._send(message)
         self.exchange.send_since = None
+        self.exchange.resumed_at = time.monotonic()
 
     async def body(self, chunk: bytes, *, more: bool) -> None:
         if chunk:
@@ -156,6 +157,7 @@ class ClientWriter:
         exchange.send_since = time.monotonic()
         await self._send_body({"type": "http.response.body", "body": chunk, "more_body": more})
         exchange.send_since = None
+        exchange.resumed_at = time.monotonic()
         if chunk and exchange.stream and self.answer.done:
             exchange.answered = True
 
@@ -182,6 +184,7 @@ class ClientWriter:
                 if self._blocked is not None:
                     blocked, self._blocked = self._blocked, None
                     await blocked
+                    self.exchange.resumed_at = time.monotonic()  # the client took it
                     self._sent()
         finally:
             if isinstance(self._blocked, Resumed):  # cancelled before it was awaited

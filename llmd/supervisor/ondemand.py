@@ -5,6 +5,7 @@ serves only once a one-token generation succeeds (llmd/supervisor/sleeping.py)."
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import time
 from collections.abc import Callable
@@ -20,12 +21,13 @@ from llmd.supervisor.sleeping import call_sleep, call_wake_up, first_token
 from llmd.supervisor.state import EnginePhase, EngineState
 
 
-class OnDemand:
+class OnDemand(abc.ABC):
     """Sleep and wake for the Supervisor (its base class): the state that says where a sleep
     or wake stands, and the calls that move it. The supervisor's boot loop reads
     `_sleep_requested` (the exit under way is a `stop` sleep: park, don't restart) and
     `_waking` (the boot under way is a wake) and `_wake_boot` (the restart under way is a
-    wake that boots a new table)."""
+    wake that boots a new table). The two hooks it calls back, `_started` and `_serve`, are
+    abstract: a class that lacks one cannot be made (TypeError), rather than fail mid-sleep."""
 
     # Set by the Supervisor.
     engine: EngineConfig
@@ -50,13 +52,13 @@ class OnDemand:
         self._boot_on_wake = False  # the next wake boots the table afresh (a deploy's)
         self._wake_boot = False  # the restart under way is such a wake
 
+    @abc.abstractmethod
     def _started(self) -> None:
         """The first boot is over (the Supervisor releases its swap group's start lock)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _serve(self) -> None:
         """Publish the ready engine serving (the Supervisor's)."""
-        raise NotImplementedError
 
     async def _parked(self) -> None:
         """A `stop` sleep: asleep with no process until `wake()` (or a stop)."""

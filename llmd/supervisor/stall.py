@@ -7,6 +7,11 @@ engine's scrapes and llmd's own requests there, the clock passed in (monotonic s
   byte of a request there reaching llmd.
 - Busy is `vllm:num_requests_running` > 0, or a request of llmd's relayed there: vLLM's gauges
   stop with its engine core (ENGINE.md: a SIGSTOPped EngineCore leaves them as they were).
+- Only time llmd waited on the backend counts: a request whose send to its client waits
+  (`held`: llmd reads no more of it meanwhile) is neither busy nor idle, and its silence
+  counts from that send's return. A slow client is the send timeout's to end
+  (llmd/proxy/stalls.py), never a stall. vLLM's core (and the simulator's) generates on
+  while its API server cannot write, so its counters still tell a stall of its own.
 - The timeout runs from the later of the last progress and the start of the busy spell, and
   grows by the prefill time of the prompts there not yet begun (their tokens at the engine's
   measured seconds per prompt token, x PREFILL_MARGIN): a long prefill is not a stall.
@@ -50,11 +55,20 @@ class Relayed:
     stream: bool
     prompt_tokens: int = 0
     max_tokens: int | None = None  # each sequence's output budget (None: not known)
+    held: bool = False  # a send to its client waits: llmd holds off reading the backend
+    resumed_at: float | None = None  # its latest send to the client returned; None: none yet
 
     @property
     def started(self) -> bool:
         """It has had a byte: a stream's prefill is over."""
         return self.progress_at is not None
+
+    @property
+    def waiting_since(self) -> float:
+        """Since when llmd has waited on the backend for its next byte (monotonic s): its
+        latest byte, or the return of its latest send to the client (a wait for the client is
+        not the backend's), or its start."""
+        return max(self.admitted_at, self.progress_at or 0.0, self.resumed_at or 0.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,17 +163,18 @@ class StallWatch:
 
     def stalled(self, now: float, requests: Sequence[Relayed]) -> Stall | None:
         """The verdict on the engine at `now`, given llmd's `requests` relayed there: a Stall,
-        or None (progressing, idle, or not judged yet)."""
+        or None (progressing, idle, or not judged yet). Those `held` are not busy."""
         progress = max(
             [self.progress_at, *(r.progress_at for r in requests if r.progress_at is not None)]
         )
-        busy = [r.admitted_at for r in requests]
+        waiting = [r for r in requests if not r.held]
+        busy = [r.waiting_since for r in waiting]
         if self._running_since is not None:
             busy.append(self._running_since)
         if not busy:
             return None
         start = max(progress, min(busy))
-        timeout, prefill = self.timeout_s(), self.prefill_s(requests)
+        timeout, prefill = self.timeout_s(), self.prefill_s(waiting)
         deadline = start + timeout + prefill
         if now <= deadline:
             return None
@@ -167,18 +182,21 @@ class StallWatch:
             assert self.sample is not None
             if _sent(self.sample) < deadline:
                 return None  # no scrape sent since the deadline shows the counters still
-        elif not any(r.stream for r in requests):
+        elif not any(r.stream for r in waiting):
             return None  # nothing would show progress: not judged
         running = self.sample.running if self.sample is not None else None
         return Stall(now - start, timeout, prefill, running, len(requests))
 
     def idle_past(self, now: float, request: Relayed, requests: Sequence[Relayed]) -> Stall | None:
         """The verdict on one `request` at `now` (`requests`: all of llmd's on the backend,
-        for the prefill allowance): a stream idle past its limit since its last byte (or its
-        start). A non-streamed request is idle since the engine's last counted progress (judged
-        on a scrape sent after the deadline; not at all without counters), and overdue once
-        its output budget had time to come out (`OUTPUT_MARGIN`), however busy the engine."""
-        since = request.progress_at if request.progress_at is not None else request.admitted_at
+        for the prefill allowance): a stream idle past its limit since llmd began waiting on it
+        (`waiting_since`). A non-streamed request is idle since the engine's last counted
+        progress (judged on a scrape sent after the deadline; not at all without counters),
+        and overdue once its output budget had time to come out (`OUTPUT_MARGIN`), however
+        busy the engine. A `held` request is not judged."""
+        if request.held:
+            return None
+        since = request.waiting_since
         timeout = idle_timeout(self.configured_idle, self.timeout_s())
         prefill = 0.0 if request.started else self.prefill_s(requests)
         running = self.sample.running if self.sample is not None else None

@@ -108,6 +108,9 @@ def test_a_socket_this_user_may_not_open_exits_77(runtime_dir: Path) -> None:
     """The admin socket is there, but its directory denies this user: one line saying to run
     as root or as a member of the socket's group, exit 77 (EX_NOPERM)."""
     path = runtime_dir / "admin.sock"
+    with pytest.raises(SystemExit) as absent:  # imports what the verb needs (`as_nobody`)
+        main(["status", "--runtime-dir", str(runtime_dir)])
+    assert absent.value.code == 69
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as daemon:
         daemon.bind(str(path))
         daemon.listen()

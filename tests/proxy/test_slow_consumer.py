@@ -3,8 +3,7 @@ stream keeps its pace, through a real `llmd serve` on the simulator."""
 
 from __future__ import annotations
 
-import json
-import socket
+import contextlib
 import threading
 import time
 
@@ -14,14 +13,14 @@ from tests.support.engine_metrics import wait_for_gauge
 from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
-
-LONG = {
-    "model": "tiny",
-    "messages": [{"role": "user", "content": "Hi"}],
-    "max_tokens": 900,
-    "stream": True,
-    "ignore_eos": True,
-}
+from tests.support.slow_client import (
+    LONG,
+    read_at_least,
+    served_whole,
+    slow_consumers,
+    stalled_reader,
+)
+from tests.support.waiting import wait_for
 
 
 def stream_seconds(base_url: str, max_tokens: int) -> float:
@@ -33,20 +32,6 @@ def stream_seconds(base_url: str, max_tokens: int) -> float:
         for _ in r.iter_bytes():
             pass
     return time.monotonic() - started
-
-
-def stalled_reader(port: int) -> socket.socket:
-    """Send a long streaming request over a socket with a tiny receive buffer, never read."""
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect(("127.0.0.1", port))
-    body = json.dumps(LONG).encode()
-    sock.sendall(
-        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-        + f"content-length: {len(body)}\r\n\r\n".encode()
-        + body
-    )
-    return sock
 
 
 def test_stalled_reader_is_cut_off_without_slowing_a_parallel_stream() -> None:
@@ -84,3 +69,39 @@ def test_stalled_reader_is_cut_off_without_slowing_a_parallel_stream() -> None:
         stalled.close()
     finally:
         llmd.stop()
+
+
+def test_a_client_that_holds_its_stream_is_no_engine_stall() -> None:
+    """A client that stops reading after its engine finished generating holds llmd off its
+    stream past the stall timeout: the watchdog does not take that for a stall (no restart,
+    no engine_stalled); the send timeout cuts that client off as a slow consumer, and the
+    engine goes on serving other streams, the same process."""
+    config = sim_config(
+        ensure_tiny_model(),
+        ("--step-base-ms", "0.5"),
+        server={"send_timeout_s": 5.0, "send_buffer_bytes": 4096},
+        engine={"stall_timeout_s": 1.0},  # a request's idle timeout: 2 s
+        telemetry={"engine_interval_s": 0.1},
+    )
+    with contextlib.ExitStack() as stack:
+        llmd = LlmdProcess.start(config)
+        stack.callback(llmd.stop)
+        llmd.wait_ready(timeout_s=60)
+        pid = llmd.admin_status()["engine"]["pid"]
+        stalled = stalled_reader(llmd.port)  # 900 tokens, some 150 KiB of events
+        stack.callback(stalled.close)
+        generated, _ = wait_for_gauge(
+            llmd.engine_socket, "vllm:generation_tokens_total", lambda v: v >= 900, 20
+        )
+        assert generated  # the engine is done; llmd holds the rest for the client
+        assert read_at_least(stalled, 32768) >= 32768  # llmd sends more, then waits again
+        # While llmd holds the slow client's stream:
+        beside = served_whole(llmd.base_url, {**LONG, "max_tokens": 300})
+        cut = wait_for(lambda: "client_too_slow" in llmd.log_path.read_text(), 20)
+        assert cut, llmd.log_tail()
+        assert beside and served_whole(llmd.base_url, {**LONG, "max_tokens": 50})
+        engine = llmd.admin_status()["engine"]
+        assert engine["restarts"] == 0 and engine["pid"] == pid, engine
+        stalls = [line for line in llmd.log_path.read_text().splitlines() if "stalled" in line]
+        assert not stalls, stalls
+        assert wait_for(lambda: slow_consumers(llmd) == 1, 10)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -110,3 +111,36 @@ async def test_an_anthropic_stream_ends_with_an_error_event_and_no_done() -> Non
     assert whole.messages[0]["status"] == 503
     assert (b"retry-after", b"1") in whole.messages[0]["headers"]
     assert json.loads(whole.body())["error"]["type"] == "overloaded_error"
+
+
+class HeldSend(Sent):
+    """An ASGI `send` whose body sends wait until `release` is set (a client not reading)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def __call__(self, message: Any) -> None:
+        if message["type"] == "http.response.body":
+            self.waiting.set()
+            await self.release.wait()
+        await super().__call__(message)
+
+
+async def test_a_send_that_waits_for_the_client_is_told_to_the_watchdog() -> None:
+    """While a send waits for the client the exchange says since when (`send_since`: the
+    watchdog holds it neither busy nor idle); once it returns, `resumed_at` says when llmd
+    reads the backend again."""
+    sent = HeldSend()
+    exchange = Exchange("r", stream=True)
+    writer = ClientWriter(sent, exchange)
+    await writer.start(200, [])
+    sending = asyncio.create_task(writer.body(b'data: {"x": 1}\n\n', more=True))
+    await sent.waiting.wait()
+    assert exchange.send_since is not None and exchange.progress_at is not None
+    waited_from = exchange.send_since
+    sent.release.set()
+    await sending
+    assert exchange.send_since is None
+    assert exchange.resumed_at is not None and exchange.resumed_at >= waited_from

@@ -1,6 +1,6 @@
 """The stall rule: progress by the engine's counters or llmd's bytes, busy by the engine's gauge or
 llmd's requests, the prefill allowance, the automatic timeouts, slow scrapes never firing it,
-and the per-request idle verdict."""
+the per-request idle verdict, and a request held for its slow client counted neither way."""
 
 from __future__ import annotations
 
@@ -159,6 +159,42 @@ def test_a_non_streamed_request_is_overdue_once_its_budget_had_time() -> None:
         assert watch.idle_past(t / 5, whole, [whole]) is None
     stall = watch.idle_past(9.05, whole, [whole])
     assert stall is not None and stall.timeout_s == 9.0
+
+
+def test_a_request_llmd_holds_for_its_client_is_neither_busy_nor_idle() -> None:
+    """A stream whose send to its slow client waits (`held`) makes no engine busy and is not
+    idle however long it waits (the send timeout ends it); once the send returns, its silence
+    counts from then, not from its last byte."""
+    watch = StallWatch(stall_timeout_s=1.0, idle_timeout_s=1.0, now=0.0)
+    held = Relayed(admitted_at=0.0, progress_at=2.0, stream=True, held=True)
+    for t in range(3, 30):  # the engine has finished: counters still, nothing running
+        watch.observe(scrape(float(t), 50.0, running=0))
+        assert watch.stalled(float(t), [held]) is None
+        assert watch.idle_past(float(t), held, [held]) is None
+    resumed = Relayed(admitted_at=0.0, progress_at=2.0, stream=True, resumed_at=29.5)
+    watch.observe(scrape(30.4, 50.0, running=0))
+    assert watch.stalled(30.4, [resumed]) is None
+    assert watch.idle_past(30.4, resumed, [resumed]) is None
+    watch.observe(scrape(30.6, 50.0, running=0))
+    stall = watch.stalled(30.6, [resumed])
+    assert stall is not None and round(stall.waited_s, 6) == 1.1
+    assert watch.idle_past(30.6, resumed, [resumed]) is not None
+
+
+def test_a_held_request_hides_no_stall_of_the_engine() -> None:
+    """With one stream held for its client, an engine whose counters stop while its gauge says
+    running, or whose other streams get nothing, is stalled after the timeout as ever."""
+    held = Relayed(admitted_at=0.0, progress_at=1.0, stream=True, held=True)
+    frozen = StallWatch(stall_timeout_s=2.0, idle_timeout_s=0.0, now=0.0)
+    frozen.observe(scrape(1.0, 10.0))
+    frozen.observe(scrape(2.0, 20.0))
+    frozen.observe(scrape(4.5, 20.0))
+    assert frozen.stalled(4.5, [held]) is not None
+    silent = StallWatch(stall_timeout_s=2.0, idle_timeout_s=0.0, now=0.0)
+    waiting = Relayed(admitted_at=0.5, progress_at=1.5, stream=True)
+    assert silent.stalled(3.4, [held, waiting]) is None
+    stall = silent.stalled(3.6, [held, waiting])
+    assert stall is not None and stall.requests == 2
 
 
 @settings(max_examples=300, deadline=None)

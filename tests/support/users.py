@@ -11,7 +11,11 @@ NOBODY = 65534
 
 def as_nobody(action: Callable[[], str]) -> str:
     """Run `action` in a forked child that drops to `nobody` first when this process is root;
-    what it returned, or the exception it raised as 'TypeName: message'."""
+    what it returned, or the exception it raised as 'TypeName: message'.
+
+    The child reads files as `nobody`, and a Python installed where `nobody` may not read
+    (pyenv under /root, as here) cannot import a module then: the caller imports what
+    `action` needs first (whether earlier tests did must not decide a test's outcome)."""
     read, write = os.pipe()
     child = os.fork()
     if child == 0:  # pragma: no cover - reports through the pipe
