@@ -94,17 +94,17 @@ class EngineClient:
         self,
         method: str,
         path: str,
-        body: bytes = b"",
-        headers: Mapping[str, str] | None = None,
         *,
         timeout_s: float,
+        body: bytes = b"",
+        headers: Mapping[str, str] | None = None,
     ) -> Answer:
         """`method` `path` on this backend (after the URL's path), with `pool_headers()` and
         `headers`, its whole answer within `timeout_s` seconds (`Pool.fetch`). Raises
         ConnectFailed, ConnectionLost (both OSErrors), TimeoutError."""
-        headers = {**self.pool_headers(), **(headers or {})}
+        sent = {**self.pool_headers(), **(headers or {})}
         return await self.pool().fetch(
-            method, self.request_path(path), body, headers, timeout_s=timeout_s
+            method, self.request_path(path), body, sent, timeout_s=timeout_s
         )
 
     async def close(self) -> None:

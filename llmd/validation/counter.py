@@ -307,9 +307,9 @@ class EngineCounter:
             answer = await client.fetch(
                 "POST",
                 path,
-                json.dumps(body).encode(),
-                {"content-type": "application/json"},
                 timeout_s=TOKENIZE_TIMEOUT_S,
+                body=json.dumps(body).encode(),
+                headers={"content-type": "application/json"},
             )
         except (TimeoutError, OSError) as exc:
             raise EngineUnavailable(

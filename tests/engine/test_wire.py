@@ -495,3 +495,21 @@ async def test_an_https_backend_is_reached_over_verified_tls(tmp_path: Path) -> 
         trusted.close()
     finally:
         await _stop(server, served)
+
+
+async def test_a_backend_fetch_carries_its_url_path_and_credentials(tmp_path: Path) -> None:
+    """`EngineClient.fetch` (the daemon's side calls) sends the URL's path before the
+    request's, the URL's `user:password@` as Basic auth (an API key, as Bearer, instead when
+    given), and the call's own headers."""
+    async with backend_over("tcp", tmp_path, ok) as (served, pool):
+        base = f"http://u:p@127.0.0.1:{pool.port}/api"
+        for client in (EngineClient(base), EngineClient(base, api_key="k")):
+            answer = await client.fetch(
+                "POST", "/tokenize", timeout_s=5, body=b"{}", headers={"x-a": "1"}
+            )
+            assert answer.json() == {}
+            await client.close()
+    basic, bearer = (request.split(b"\r\n\r\n")[0].lower() for request in served.requests)
+    assert basic.startswith(b"post /api/tokenize http/1.1\r\n") and b"x-a: 1" in basic
+    assert b"authorization: basic dtpw" in basic  # base64 of "u:p"
+    assert b"authorization: bearer k" in bearer and b"basic" not in bearer
