@@ -214,18 +214,19 @@ class _Connection(asyncio.Protocol):
             raise
 
     def peer_closed(self) -> bool:
-        """Whether a TCP backend has ended this idle connection, its end (or bytes nobody
-        asked for; for TLS only the end) already on the socket though the loop has not read
-        it: a peek, no read. False for a Unix socket (its write fails instead)."""
+        """Whether a TCP backend may have ended this idle connection: anything on its socket
+        that the loop has not read yet (its end, a reset, or bytes: TLS's close_notify, or
+        bytes nobody asked for), looked at by a peek, no read. False for a Unix socket (its
+        write fails instead)."""
         if self.sock is None:
             return False
         try:
-            waiting = self.sock.recv(1, socket.MSG_PEEK)
+            self.sock.recv(1, socket.MSG_PEEK)
         except BlockingIOError:
-            return False
+            return False  # nothing waiting: open and quiet
         except OSError:
-            return True
-        return not waiting or not self.pool.tls
+            pass  # reset, or the socket is closed
+        return True
 
     def drained(self) -> None:
         """The reader took what was waiting: read the backend's socket again."""
