@@ -1,8 +1,11 @@
-"""llmd's modules import each other without cycles, type-only imports included."""
+"""llmd's modules import each other without cycles, type-only imports included; `llmd serve`
+imports no aiohttp."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -106,3 +109,18 @@ def test_the_check_sees_type_only_and_function_level_imports() -> None:
     real = import_graph()
     assert "llmd.config.backends" in real["llmd.config.tables"]
     assert "llmd.status" in real["llmd.telemetry.status_metrics"]
+
+
+def test_the_daemon_imports_no_aiohttp() -> None:
+    """`llmd serve`'s import chain (llmd.cli, llmd.daemon.daemon) loads none of aiohttp, yarl
+    or multidict: every engine call goes through llmd's own client (llmd/engine/wire.py), and
+    aiohttp's import (two TLS contexts, the system CAs loaded) cost each daemon ~0.1 CPU-s."""
+    script = (
+        "import sys, llmd.cli, llmd.daemon.daemon\n"
+        "loaded = {m.split('.')[0] for m in sys.modules}\n"
+        "print(sorted(loaded & {'aiohttp', 'yarl', 'multidict'}), 'uvicorn' in loaded)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.split() == ["[]", "True"]  # and the daemon's own server was imported

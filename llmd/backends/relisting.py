@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import aiohttp
 import structlog
 
 from llmd.engine.client import EngineClient
@@ -23,7 +22,8 @@ log = structlog.get_logger("llmd.backends")
 
 # Least time between two reads prompted by unknown names (s).
 REFRESH_S = 1.0
-_TIMEOUT = aiohttp.ClientTimeout(total=5)
+# How long one read of a model list may take (s).
+READ_TIMEOUT_S = 5.0
 
 
 class ModelRelisting:
@@ -73,10 +73,8 @@ class ModelRelisting:
 async def _read(client: EngineClient) -> dict[str, dict[str, Any]]:
     """The cards `client`'s backend lists, by id (empty when it cannot be read)."""
     try:
-        async with client.session().get(
-            client.url("/v1/models"), headers=client.headers(), timeout=_TIMEOUT
-        ) as response:
-            return model_cards(await response.json()) if response.status == 200 else {}
-    except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+        answer = await client.fetch("GET", "/v1/models", timeout_s=READ_TIMEOUT_S)
+        return model_cards(answer.json()) if answer.status == 200 else {}
+    except (TimeoutError, OSError, ValueError) as exc:
         log.info("engine_models_read_failed", error=repr(exc))
         return {}

@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import aiohttp
 import structlog
 
 from llmd.engine.client import EngineClient
@@ -73,19 +72,14 @@ async def probe_once(
         return None
     breaker.on_attempt(now)
     try:
-        async with client.session().get(
-            client.url("/v1/models"),
-            headers=client.headers(),
-            timeout=aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S),
-        ) as response:
-            answer = await response.json(content_type=None) if response.status == 200 else None
-            status = response.status
-    except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+        answer = await client.fetch("GET", "/v1/models", timeout_s=PROBE_TIMEOUT_S)
+        listed = answer.json() if answer.status == 200 else None
+    except (TimeoutError, OSError, ValueError) as exc:
         _failed(state, breaker, f"{type(exc).__name__}: {exc}".rstrip(": "))
         return None
-    cards = _cards(answer)
+    cards = _cards(listed)
     if cards is None:
-        _failed(state, breaker, f"GET /v1/models answered {status} without a model list")
+        _failed(state, breaker, f"GET /v1/models answered {answer.status} without a model list")
         return None
     state.probed_at, state.healthy, state.error = time.monotonic(), True, None
     state.cards = cards

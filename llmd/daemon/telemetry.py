@@ -17,7 +17,6 @@ import functools
 import time
 from collections.abc import Callable, Sequence
 
-import aiohttp
 import structlog
 
 from llmd.backends.fleet import Fleet
@@ -93,21 +92,18 @@ class Scraper:
         if not target.serving():
             self._forget(target.name)
             return True
-        client = target.client
-        timeout = aiohttp.ClientTimeout(total=max(2.0, self.config.engine_interval_s * 4))
+        timeout_s = max(2.0, self.config.engine_interval_s * 4)
         sent_at = time.monotonic()  # a read under load may take seconds: dated when sent too
         try:
-            async with client.session().get(
-                client.url("/metrics"), headers=client.headers(), timeout=timeout
-            ) as response:
-                if response.status == 404:
-                    log.warning("engine_metrics_unavailable", backend=target.name)
-                    self._forget(target.name)
-                    return False
-                response.raise_for_status()
-                text = await response.text()
-            sample = parse_engine_metrics(text, time.monotonic(), sent_at)
-        except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+            answer = await target.client.fetch("GET", "/metrics", timeout_s=timeout_s)
+            if answer.status == 404:
+                log.warning("engine_metrics_unavailable", backend=target.name)
+                self._forget(target.name)
+                return False
+            if answer.status >= 400:
+                raise ValueError(f"GET /metrics answered HTTP {answer.status}")
+            sample = parse_engine_metrics(answer.text(), time.monotonic(), sent_at)
+        except (TimeoutError, OSError, ValueError) as exc:
             log.warning(
                 "engine_metrics_failed", backend=target.name, error=f"{type(exc).__name__}: {exc}"
             )

@@ -1,11 +1,11 @@
 """The HTTP client llmd's request path uses to reach one backend: a supervised engine on its
 Unix socket, or an upstream at `http(s)://HOST:PORT` or `unix:/path`.
 
-One per backend. The relay posts through its `pool()` (llmd/engine/wire.py: llmd's own
-HTTP/1.1 client, the hot path); the validator's engine counter (`/tokenize`), the upstream probe
-and the metrics scraper take its aiohttp `session()`. Both are made on first use (on the event
-loop) and closed by `close()`; every request sends its `headers()` (the backend's API key).
-Connections are kept alive between requests, for at most `KEEPALIVE_S` idle.
+One per backend, one `pool()` (llmd/engine/wire.py: llmd's own HTTP/1.1 client) for every call:
+the relay posts through it (the hot path); the validator's engine counter (`/tokenize`), the
+upstream probe, model relisting and the metrics scraper `fetch` whole answers. Made on first use
+(on the event loop) and closed by `close()`; every request sends `pool_headers()` (the backend's
+API key). Connections are kept alive between requests, for at most `KEEPALIVE_S` idle.
 """
 
 from __future__ import annotations
@@ -13,14 +13,12 @@ from __future__ import annotations
 import base64
 import contextlib
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-
-import aiohttp
 
 from llmd.config import EngineConfig
 from llmd.engine.args import engine_auth_headers
-from llmd.engine.wire import Pool
+from llmd.engine.wire import Answer, Pool
 
 # The host name of requests over a Unix socket (any name does: the socket is the address).
 UNIX_BASE = "http://engine"
@@ -32,7 +30,7 @@ KEEPALIVE_S = 2.0
 
 
 class EngineClient:
-    """The relay's connection pool and an aiohttp session on one backend: `target` is a Unix
+    """The connection pool to one backend: `target` is a Unix
     socket path (a Path, or a string `unix:/path`) or an `http(s)://HOST:PORT` base URL;
     `api_key`, when given, is sent as `Authorization: Bearer` on every request (`headers()`),
     as is a supervised engine's own key (`configure`)."""
@@ -48,12 +46,11 @@ class EngineClient:
             self.base_url = target.rstrip("/")
         url = urllib.parse.urlsplit(self.base_url)
         self.prefix = url.path if self.socket_path is None else ""  # before each request path
-        # A `user:password@` in the URL: Basic auth, as aiohttp sends it for such a URL.
+        # A `user:password@` in the URL: Basic auth (RFC 7617), as HTTP clients send it.
         self.url_auth: dict[str, str] = {}
         if url.username is not None:
             pair = f"{url.username}:{url.password or ''}".encode()
             self.url_auth["Authorization"] = "Basic " + base64.b64encode(pair).decode()
-        self._session: aiohttp.ClientSession | None = None
         self._pool: Pool | None = None
 
     def configure(self, engine: EngineConfig) -> None:
@@ -66,13 +63,10 @@ class EngineClient:
         """The URL of `path` (e.g. '/v1/completions') on this backend."""
         return self.base_url + path
 
-    def headers(self) -> dict[str, str]:
-        """Headers every request to this backend carries (its API key, if any)."""
-        return dict(self.auth)
-
     def pool_headers(self) -> dict[str, str]:
-        """What the relay's requests carry (the pool sends only the headers it is given):
-        `headers()`, else the URL's Basic auth when it has a `user:password@`."""
+        """What every request to this backend carries (the pool sends only the headers it is
+        given): its API key as Bearer, else the URL's Basic auth when it has a
+        `user:password@` (as aiohttp sent it for such a URL)."""
         return {**self.url_auth, **self.auth}
 
     def pool(self) -> Pool:
@@ -96,51 +90,34 @@ class EngineClient:
         """The request target of `path` on this backend (after the URL's own path, if any)."""
         return self.prefix + path
 
-    def session(self) -> aiohttp.ClientSession:
-        """The session, made on first use; its connections are kept alive (`KEEPALIVE_S`).
-        Needs a running event loop.
-
-        A response read to its end gives its connection back for the next request; one closed
-        before its end (the client left mid-stream) closes its connection, which is what makes
-        vLLM abort the sequence. A connect costs only microseconds on a Unix socket, but two
-        per request (llmd's and the engine's side) were about a tenth of llmd's CPU per request
-        on the zero-latency simulator (docs/bench/overhead.md, issue 20)."""
-        if self._session is None or self._session.closed:
-            self._session = self._new_session()
-        return self._session
-
-    def _new_session(self) -> aiohttp.ClientSession:
-        connector: aiohttp.BaseConnector
-        if self.socket_path is not None:
-            connector = aiohttp.UnixConnector(
-                path=str(self.socket_path), limit=0, keepalive_timeout=KEEPALIVE_S
-            )
-        else:
-            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
-        # No total timeout: a long generation is legitimate; drain and disconnects end
-        # requests.
-        return aiohttp.ClientSession(
-            connector=connector,
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
-            auto_decompress=False,
-            skip_auto_headers=("User-Agent",),
+    async def fetch(
+        self,
+        method: str,
+        path: str,
+        *,
+        timeout_s: float,
+        body: bytes = b"",
+        headers: Mapping[str, str] | None = None,
+    ) -> Answer:
+        """`method` `path` on this backend (after the URL's path), with `pool_headers()` and
+        `headers`, its whole answer within `timeout_s` seconds (`Pool.fetch`). Raises
+        ConnectFailed, ConnectionLost (both OSErrors), TimeoutError."""
+        sent = {**self.pool_headers(), **(headers or {})}
+        return await self.pool().fetch(
+            method, self.request_path(path), body, sent, timeout_s=timeout_s
         )
 
     async def close(self) -> None:
-        """Close the sessions and the pool's idle connections (a later `session()` or
-        `pool()` makes a new one)."""
-        if self._session is not None:
-            await self._session.close()
-        self._session = None
+        """Close the pool's idle connections (a later `pool()` makes a new one)."""
         if self._pool is not None:
             self._pool.close()
             self._pool = None
 
     @contextlib.asynccontextmanager
     async def open(self) -> AsyncIterator[None]:
-        """The session for the body of the `async with`, closed after it."""
+        """The pool for the body of the `async with`, closed after it."""
         try:
-            self.session()
+            self.pool()
             yield
         finally:
             await self.close()

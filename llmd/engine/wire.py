@@ -1,4 +1,5 @@
-"""The relay's HTTP/1.1 client: one POST to a backend, its answer handed on chunk by chunk.
+"""llmd's HTTP/1.1 client to backends: the relay's POST, its answer handed on chunk by chunk,
+and the daemon's side calls (probes, scrapes, `/tokenize`, warm-up), each answer read whole.
 
 llmd's own `asyncio.Protocol` on the engine's socket, in place of aiohttp's client on the hot
 path (aiohttp's per-chunk bookkeeping was 29 % of llmd's samples per streamed token at the
@@ -7,16 +8,20 @@ parsed by httptools (the parser uvicorn uses); each body chunk is handed to the 
 arrives (`readany`, or `wait`'s sink, called in the protocol's callback), and reading from the
 backend pauses while `CHUNKS_HIGH` bytes wait unread (the client behind is slow). A connection
 whose answer was read to its end goes back to its `Pool` (kept alive); one left mid-answer is
-closed, which is what makes vLLM abort the sequence.
+closed, which is what makes vLLM abort the sequence. `Pool.fetch` is the side calls' form: one
+request, its whole (small) answer, within a total timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import socket
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import httptools
 import structlog
@@ -26,6 +31,9 @@ import structlog
 CHUNKS_HIGH = 2**16
 # How long a connect may take (aiohttp's `sock_connect`, as the relay had).
 CONNECT_TIMEOUT_S = 10.0
+# Methods whose request may be sent again after its connection was lost unanswered: the
+# idempotent ones (RFC 9110 9.2.2; aiohttp retries these alone, RFC 9112 9.3.1.1).
+IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
 
 log = structlog.get_logger("llmd.proxy")
 
@@ -45,11 +53,29 @@ class ConnectFailed(WireError):
 
 class ConnectionLost(WireError):
     """The connection ended (closed, reset, or an answer that does not parse) before the
-    answer did. `answered`: whether the answer's head had come."""
+    answer did. `answered`: whether the answer's head had come; `sent` is False only when
+    the request's write itself failed (the backend had closed: nothing reached it)."""
 
     def __init__(self, message: str, *, answered: bool) -> None:
         super().__init__(message)
         self.answered = answered
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A whole answer (`Pool.fetch`): `status`, `headers` (names lower-cased), `body`."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def text(self) -> str:
+        """The body as UTF-8 (an undecodable byte becomes U+FFFD)."""
+        return self.body.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        """The body as JSON, whatever its content type. Raises ValueError when it is none."""
+        return json.loads(self.body)
 
 
 class Reply:
@@ -161,22 +187,46 @@ class _Connection(asyncio.Protocol):
         self.used = 0  # requests sent on it
         self.idle_since = 0.0
         self.closed = False
+        self.sock: socket.socket | None = None  # a TCP connection's socket (`peer_closed`)
 
     # -- the pool's side ---------------------------------------------------------------------
 
     async def request(self, data: bytes) -> Reply:
         """Send `data` (a whole request) and wait for the answer's head. Raises
-        ConnectionLost; closes the connection when cancelled before the head."""
+        ConnectionLost (`sent` False when the write failed at once: on a Unix socket whose
+        peer had closed it, the kernel refuses it, EPIPE); closes the connection when
+        cancelled before the head."""
         loop = asyncio.get_running_loop()
         self.head = loop.create_future()
         self.headers = {}
         self.used += 1
-        cast(asyncio.Transport, self.transport).write(data)
+        transport = cast(asyncio.Transport, self.transport)
+        transport.write(data)
+        written = not transport.is_closing()  # a failed send closes the transport at once
         try:
             return await self.head
+        except ConnectionLost as lost:
+            lost.sent = written
+            self.abort()
+            raise
         except BaseException:
             self.abort()
             raise
+
+    def peer_closed(self) -> bool:
+        """Whether a TCP backend may have ended this idle connection: anything on its socket
+        that the loop has not read yet (its end, a reset, or bytes: TLS's close_notify, or
+        bytes nobody asked for), looked at by a peek, no read. False for a Unix socket (its
+        write fails instead)."""
+        if self.sock is None:
+            return False
+        try:
+            self.sock.recv(1, socket.MSG_PEEK)
+        except BlockingIOError:
+            return False  # nothing waiting: open and quiet
+        except OSError:
+            pass  # reset, or the socket is closed
+        return True
 
     def drained(self) -> None:
         """The reader took what was waiting: read the backend's socket again."""
@@ -316,16 +366,37 @@ class Pool:
         self._ssl = ssl_context
         self._sweep: asyncio.TimerHandle | None = None
 
-    async def post(self, path: str, body: bytes, headers: dict[str, str]) -> Reply:
+    async def post(self, path: str, body: bytes, headers: Mapping[str, str]) -> Reply:
         """POST `body` to `path` with `headers` (Host and Content-Length are added) and
-        return the answer once its head has come. A request sent on a kept-alive connection
-        that turns out closed before any answer (the backend closed it as idle just as the
-        request went out: the stale keep-alive race) is sent once more on a new connection;
-        when that connect fails, the first loss is raised (the backend had the request).
-        Raises ConnectFailed (nothing sent), ConnectionLost."""
-        lines = [f"POST {path} HTTP/1.1\r\nhost: {self.host_header}\r\n"]
-        lines.extend(f"{name}: {value}\r\n" for name, value in headers.items())
-        lines.append(f"content-length: {len(body)}\r\n\r\n")
+        return the answer once its head has come (`request`'s resend rule). Raises
+        ConnectFailed (nothing sent), ConnectionLost."""
+        return await self.request("POST", path, body, headers)
+
+    async def request(
+        self, method: str, path: str, body: bytes = b"", headers: Mapping[str, str] | None = None
+    ) -> Reply:
+        """Send `method` `path` with `headers` (Host added; Content-Length unless a GET or
+        HEAD without a body) and return the answer once its head has come.
+
+        A request lost before any answer on a kept-alive connection is sent once more on a
+        new connection only when the loss proves the backend did not take it, or `method` is
+        idempotent (`IDEMPOTENT`): Go's net/http transport's rule (`shouldRetryRequest`:
+        a non-replayable request is retried only when nothing was written). No answer yet
+        does not prove it: a non-streamed generation's head comes at its end, and one the
+        backend took and then lost would run twice (an upstream would bill it twice). Proof
+        is an end before the write: a TCP connection's end is looked for on the socket
+        before writing (`peer_closed`; the connection is then dropped, nothing sent, like
+        Go's `errServerClosedIdle`); on a Unix socket a write after the peer's close fails
+        at once (EPIPE, `ConnectionLost.sent` False). aiohttp resends only idempotent
+        methods; llmd once resent any (that defect: a POST taken and lost ran twice). When
+        the new connect fails, the first loss is raised. Raises ConnectFailed (nothing
+        sent), ConnectionLost."""
+        lines = [f"{method} {path} HTTP/1.1\r\nhost: {self.host_header}\r\n"]
+        if headers:
+            lines.extend(f"{name}: {value}\r\n" for name, value in headers.items())
+        if body or method not in ("GET", "HEAD"):
+            lines.append(f"content-length: {len(body)}\r\n")
+        lines.append("\r\n")
         data = "".join(lines).encode("latin-1") + body
         connection = self._idle_connection()
         if connection is None:
@@ -333,7 +404,7 @@ class Pool:
         try:
             return await connection.request(data)
         except ConnectionLost as lost:
-            if lost.answered:
+            if lost.answered or (lost.sent and method not in IDEMPOTENT):
                 raise
             log.info("engine_connection_renewed", path=path, error=str(lost))
             try:
@@ -342,12 +413,34 @@ class Pool:
                 raise lost from None
             return await fresh.request(data)
 
+    async def fetch(
+        self,
+        method: str,
+        path: str,
+        body: bytes = b"",
+        headers: Mapping[str, str] | None = None,
+        *,
+        timeout_s: float,
+    ) -> Answer:
+        """`request`, its answer read whole, all within `timeout_s` seconds (connect
+        included); the connection is kept for the next request when the answer ended, closed
+        otherwise. For small answers (probes, scrapes, counts). Raises ConnectFailed,
+        ConnectionLost, TimeoutError."""
+        async with asyncio.timeout(timeout_s):
+            reply = await self.request(method, path, body, headers)
+            try:
+                content = await reply.read()
+            finally:
+                reply.close()
+        return Answer(reply.status, reply.headers, content)
+
     def _idle_connection(self) -> _Connection | None:
         now = asyncio.get_running_loop().time()
         while self.idle:
             connection = self.idle.pop()  # the most recently used: the others may idle out
             fresh = now - connection.idle_since <= self.keepalive_s
-            if fresh and not (connection.closed or _closing(connection.transport)):
+            usable = fresh and not (connection.closed or _closing(connection.transport))
+            if usable and not connection.peer_closed():
                 return connection
             connection.abort()
         return None
@@ -361,15 +454,43 @@ class Pool:
                 if self.socket_path is not None:
                     await loop.create_unix_connection(lambda: connection, str(self.socket_path))
                 else:
-                    await loop.create_connection(
-                        lambda: connection,
-                        self.host,
-                        self.port or (443 if self.tls else 80),
-                        ssl=self._context() if self.tls else None,
-                    )
+                    connection.sock = sock = await self._tcp_socket(loop)
+                    try:
+                        await loop.create_connection(
+                            lambda: connection,
+                            sock=sock,
+                            ssl=self._context() if self.tls else None,
+                            server_hostname=self.host if self.tls else None,
+                        )
+                    except BaseException:
+                        sock.close()
+                        raise
         except (OSError, TimeoutError) as exc:
             raise ConnectFailed(f"{type(exc).__name__}: {exc}".rstrip(": ")) from exc
         return connection
+
+    async def _tcp_socket(self, loop: asyncio.AbstractEventLoop) -> socket.socket:
+        """A socket connected to `host`:`port`, each resolved address tried in turn (as
+        `loop.create_connection` does); kept so `peer_closed` can peek at it. Raises
+        OSError (the last address's)."""
+        port = self.port or (443 if self.tls else 80)
+        addresses = await loop.getaddrinfo(self.host, port, type=socket.SOCK_STREAM)
+        error: OSError = OSError(f"{self.host} resolves to no address")
+        for family, kind, proto, _, address in addresses:
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                await loop.sock_connect(sock, address)
+            except OSError as exc:
+                sock.close()
+                error = exc
+                continue
+            except BaseException:
+                sock.close()
+                raise
+            return sock
+        raise error
 
     def _context(self) -> ssl.SSLContext:
         if self._ssl is None:

@@ -7,7 +7,8 @@ stream's chunks from the engine connection's callback while the client keeps up:
 `ClientWriter.stream`). The answer is closed however the relay ends, never put
 back in the pool mid-body: closing it is what makes vLLM abort the sequence; an answer read to its
 end leaves its connection kept alive for the next request. A request whose kept-alive connection
-the backend had closed is sent once more on a new one (`Pool.post`). Failures of the
+the backend had closed before it reached the backend is sent once more on a new one (`Pool.post`;
+one the backend may have taken is not: it would run twice). Failures of the
 backend or of its connection become OpenAI-shaped errors here (the one place they are
 translated), and are recorded in an upstream's circuit breaker: a refused or lost connection,
 a timeout or a 5xx is a failure, any other answer a success (a 4xx is the request's fault: it

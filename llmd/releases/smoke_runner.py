@@ -1,6 +1,6 @@
 """Gather the smoke gate's observations from a live engine on its Unix socket (HTTP with
-aiohttp, one connection per request: nothing here is hot enough for keep-alive to matter),
-then judge them (llmd/releases/smoke.py).
+llmd's own client, llmd/engine/wire.py, one connection per request: nothing here is hot enough
+for keep-alive to matter), then judge them (llmd/releases/smoke.py).
 
 Golden prompts run greedy (temperature 0) so a release answers the same way each time, and one
 at a time so the latency bound measures the engine, not the queue.
@@ -16,9 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from llmd.endpoints.openai import read_chat, read_completions
+from llmd.engine.wire import Answer, Pool
 from llmd.releases.golden import FIXED_CHAT, FIXED_TEXTS, GoldenPrompt
 from llmd.releases.smoke import (
     GoldenAnswer,
@@ -32,7 +31,7 @@ from llmd.validation.counter import LocalCounter
 from llmd.validation.fields import as_counted
 
 _POLL_S = 0.2
-_SMALL_TIMEOUT = aiohttp.ClientTimeout(total=10)
+_SMALL_TIMEOUT_S = 10.0
 
 
 async def wait_healthy(
@@ -45,15 +44,9 @@ async def wait_healthy(
         if not alive():
             return None
         try:
-            async with (
-                _session(socket) as session,
-                session.get(
-                    "http://engine/health", timeout=aiohttp.ClientTimeout(total=2)
-                ) as response,
-            ):
-                if response.status == 200:
-                    return time.monotonic() - began
-        except (aiohttp.ClientError, TimeoutError, OSError):
+            if (await _once(socket, "GET", "/health", b"", {}, 2.0)).status == 200:
+                return time.monotonic() - began
+        except (TimeoutError, OSError):
             pass
         await asyncio.sleep(_POLL_S)
     return None
@@ -134,7 +127,7 @@ async def golden_answers(
 
 async def _models(engine: _Engine) -> tuple[tuple[str, ...], int | None]:
     try:
-        answer = await _call(engine, "GET", "/v1/models", None, _SMALL_TIMEOUT)
+        answer = await _call(engine, "GET", "/v1/models", None, _SMALL_TIMEOUT_S)
     except _Failed:
         return (), None
     models = answer.get("data") if isinstance(answer, dict) else None
@@ -162,7 +155,7 @@ async def _count(
     if counter is not None and counter.can_count(prompt):
         local = (await counter.count(prompt))[0]
     try:
-        answer = await _call(engine, "POST", "/tokenize", tokenize, _SMALL_TIMEOUT)
+        answer = await _call(engine, "POST", "/tokenize", tokenize, _SMALL_TIMEOUT_S)
     except _Failed as exc:
         return TokenCount(label, local, None, f"/tokenize failed: {exc}")
     count = answer.get("count") if isinstance(answer, dict) else None
@@ -182,9 +175,7 @@ async def _golden(
     }
     began = time.monotonic()
     try:
-        answer = await _call(
-            engine, "POST", "/v1/chat/completions", body, aiohttp.ClientTimeout(total=timeout_s)
-        )
+        answer = await _call(engine, "POST", "/v1/chat/completions", body, timeout_s)
     except _Failed as exc:
         return GoldenAnswer(prompt.label, "", (), time.monotonic() - began, error=str(exc))
     latency = time.monotonic() - began
@@ -198,7 +189,7 @@ async def _golden(
     if text.strip():
         tokenize = {"model": model, "prompt": text, "add_special_tokens": False}
         try:
-            tokens = await _call(engine, "POST", "/tokenize", tokenize, _SMALL_TIMEOUT)
+            tokens = await _call(engine, "POST", "/tokenize", tokenize, _SMALL_TIMEOUT_S)
             ids = tuple(tokens.get("tokens") or ())
         except _Failed as exc:
             return GoldenAnswer(prompt.label, text, (), latency, finish, f"/tokenize: {exc}")
@@ -222,34 +213,36 @@ async def _call(
     method: str,
     path: str,
     body: dict[str, Any] | None,
-    timeout: aiohttp.ClientTimeout,
+    timeout_s: float,
 ) -> Any:
+    data = b"" if body is None else json.dumps(body).encode()
+    headers = {**engine.headers, "content-type": "application/json"}
     try:
-        async with (
-            _session(engine.socket) as session,
-            session.request(
-                method,
-                "http://engine" + path,
-                data=None if body is None else json.dumps(body),
-                headers={**engine.headers, "content-type": "application/json"},
-                timeout=timeout,
-            ) as response,
-        ):
-            payload = await response.read()
-            status = response.status
+        answer = await _once(engine.socket, method, path, data, headers, timeout_s)
     except TimeoutError as exc:
-        raise _Failed(f"no answer within {timeout.total:g} s") from exc
-    except (aiohttp.ClientError, OSError) as exc:
+        raise _Failed(f"no answer within {timeout_s:g} s") from exc
+    except OSError as exc:
         raise _Failed(f"{type(exc).__name__}: {exc}") from exc
-    if status != 200:
-        raise _Failed(f"HTTP {status}: {payload.decode(errors='replace')[:200]}")
+    if answer.status != 200:
+        raise _Failed(f"HTTP {answer.status}: {answer.text()[:200]}")
     try:
-        return json.loads(payload)
+        return answer.json()
     except ValueError as exc:
-        raise _Failed(f"not JSON: {payload[:200]!r}") from exc
+        raise _Failed(f"not JSON: {answer.body[:200]!r}") from exc
 
 
-def _session(socket: Path) -> aiohttp.ClientSession:
-    return aiohttp.ClientSession(
-        connector=aiohttp.UnixConnector(path=str(socket), force_close=True)
-    )
+async def _once(
+    socket: Path,
+    method: str,
+    path: str,
+    body: bytes,
+    headers: Mapping[str, str],
+    timeout_s: float,
+) -> Answer:
+    """One request on a new connection to `socket`, closed after its answer. Raises
+    ConnectFailed, ConnectionLost (OSErrors), TimeoutError."""
+    pool = Pool(socket_path=socket)
+    try:
+        return await pool.fetch(method, path, body, headers, timeout_s=timeout_s)
+    finally:
+        pool.close()

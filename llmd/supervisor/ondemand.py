@@ -10,11 +10,11 @@ import asyncio
 import time
 from collections.abc import Callable
 
-import aiohttp
 import structlog
 
 from llmd.config import EngineConfig
 from llmd.engine.sleep import SleepMechanism
+from llmd.engine.wire import Pool
 from llmd.supervisor.exits import ExitReason
 from llmd.supervisor.process import EngineProcess
 from llmd.supervisor.sleeping import call_sleep, call_wake_up, first_token
@@ -36,7 +36,7 @@ class OnDemand(abc.ABC):
     on_change: Callable[[], None]
     _process: EngineProcess | None
     _restart_requested: bool
-    _probe: aiohttp.ClientSession | None
+    _probe: Pool | None
     _served: asyncio.Event
     _stopping: asyncio.Event
 
@@ -159,7 +159,7 @@ class OnDemand(abc.ABC):
             await process.stop_group(self.engine.stop_timeout_s)
         return True
 
-    async def _ready_on_demand(self, probe: aiohttp.ClientSession) -> ExitReason | None:
+    async def _ready_on_demand(self, probe: Pool) -> ExitReason | None:
         """The ready engine's first boot (`_start_asleep`) goes to sleep, and a boot that is a
         wake (`_waking`) serves once a one-token generation succeeded; the exit to force
         (None: asleep, or serving)."""

@@ -21,14 +21,15 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 
-import aiohttp
 import structlog
 
 from llmd.config import EngineConfig, SupervisorConfig
 from llmd.engine.args import engine_auth_headers, without_secrets
+from llmd.engine.client import KEEPALIVE_S
 from llmd.engine.launch import engine_launch, installed_engine_build
 from llmd.engine.sleep import SleepMechanism
 from llmd.engine.versions import ASSUMED, EngineApi
+from llmd.engine.wire import Pool
 from llmd.errors import EngineGaveUp
 from llmd.runtime import RuntimePaths
 from llmd.supervisor.diagnosis import diagnose
@@ -89,7 +90,7 @@ class Supervisor(OnDemand):
         self._warmup_s: float | None = None  # how long this boot's warm-up took
         self._stall: ExitReason | None = None  # set by `stalled()` for the exit it causes
         self._init_on_demand(mechanism, start_asleep)
-        self._probe: aiohttp.ClientSession | None = None
+        self._probe: Pool | None = None  # its own connections to the engine's socket
         # A swap group's start-up: its engines' first boots one at a time, each held until the
         # engine serves or is asleep again (their memory is never needed at once).
         self._start_lock = start_lock
@@ -118,9 +119,8 @@ class Supervisor(OnDemand):
                 await self._start_lock.acquire()
                 self._start_held = True
             await self._stop_leftover()
-            connector = aiohttp.UnixConnector(path=str(self.socket))
-            async with aiohttp.ClientSession(connector=connector) as probe:
-                self._probe = probe
+            self._probe = probe = Pool(socket_path=self.socket, keepalive_s=KEEPALIVE_S)
+            try:
                 while not self._stopping.is_set():
                     reason, was_ready = await self._run_once(probe)
                     if self._stopping.is_set():
@@ -135,6 +135,8 @@ class Supervisor(OnDemand):
                         await self._parked()
                         continue
                     await self._back_off(reason, was_ready)
+            finally:
+                probe.close()
             self.state.phase = EnginePhase.STOPPED
         finally:
             self._started()
@@ -257,7 +259,7 @@ class Supervisor(OnDemand):
         await self._done.wait()
         self.state.phase = EnginePhase.STOPPED
 
-    async def _run_once(self, probe: aiohttp.ClientSession) -> tuple[ExitReason, bool]:
+    async def _run_once(self, probe: Pool) -> tuple[ExitReason, bool]:
         """Boot one engine and serve until it exits; return why, and whether it became ready."""
         engine = self.engine
         launch = engine_launch(engine, self.socket)
@@ -349,7 +351,7 @@ class Supervisor(OnDemand):
                 await stack.enter_async_context(lock)
             yield
 
-    async def _wait_ready(self, probe: aiohttp.ClientSession, exited: asyncio.Task[int]) -> bool:
+    async def _wait_ready(self, probe: Pool, exited: asyncio.Task[int]) -> bool:
         deadline = time.monotonic() + self.engine.start_timeout_s
         while (
             time.monotonic() < deadline
@@ -363,9 +365,7 @@ class Supervisor(OnDemand):
             await asyncio.wait({exited}, timeout=BOOT_PROBE_S)
         return False
 
-    async def _warm_up(
-        self, probe: aiohttp.ClientSession, exited: asyncio.Task[int]
-    ) -> ExitReason | None:
+    async def _warm_up(self, probe: Pool, exited: asyncio.Task[int]) -> ExitReason | None:
         """One short request through the engine before it serves (llmd/supervisor/warmup.py),
         within what is left of the start timeout; the reason to stop it when that failed
         (None: it succeeded, or `engine.warmup` is off, or the engine exited meanwhile: its
@@ -381,9 +381,7 @@ class Supervisor(OnDemand):
         self.log.error("engine_warmup_failed", error=failure)
         return ExitReason("warmup_failed", failure)
 
-    async def _watch_health(
-        self, probe: aiohttp.ClientSession, exited: asyncio.Task[int]
-    ) -> ExitReason | None:
+    async def _watch_health(self, probe: Pool, exited: asyncio.Task[int]) -> ExitReason | None:
         failures = 0
         while not self._stopping.is_set():
             self.last_progress = time.monotonic()
@@ -398,18 +396,15 @@ class Supervisor(OnDemand):
                 return ExitReason("engine_dead", f"/health failed {failures} times in a row")
         return None
 
-    async def _healthy(self, probe: aiohttp.ClientSession) -> bool:
+    async def _healthy(self, probe: Pool) -> bool:
         try:
-            async with probe.get(
-                "http://engine/health",
-                headers=engine_auth_headers(self.engine),
-                timeout=aiohttp.ClientTimeout(total=5),
-            ) as r:
-                return r.status == 200
-        except (TimeoutError, aiohttp.ClientError, OSError):
+            headers = engine_auth_headers(self.engine)
+            answer = await probe.fetch("GET", "/health", headers=headers, timeout_s=5)
+        except (TimeoutError, OSError):
             return False
+        return answer.status == 200
 
-    async def _mark_serving(self, probe: aiohttp.ClientSession) -> ExitReason | None:
+    async def _mark_serving(self, probe: Pool) -> ExitReason | None:
         """Read the ready engine's models and release, then publish it serving; an on-demand
         engine's first boot instead puts it to sleep, and a boot that is a wake serves only
         once a one-token generation succeeded (else the exit to force)."""
@@ -421,26 +416,17 @@ class Supervisor(OnDemand):
         self.state.engine_version = (
             installed_engine_build(self.engine.python) if self.engine.kind == "vllm" else "sim"
         )
-        with contextlib.suppress(
-            aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, KeyError, IndexError
-        ):
-            async with probe.get(
-                "http://engine/v1/models",
-                headers=engine_auth_headers(self.engine),
-                timeout=aiohttp.ClientTimeout(total=5),
-            ) as r:
-                models = await r.json()
+        with contextlib.suppress(TimeoutError, OSError, ValueError, KeyError, IndexError):
+            headers = engine_auth_headers(self.engine)
+            listed = await probe.fetch("GET", "/v1/models", headers=headers, timeout_s=5)
+            models = listed.json()
             self.state.cards = model_cards(models)
             self.state.served_models = model_ids(models)
             self.state.max_model_len = int(models["data"][0]["max_model_len"])
         self.state.api = ASSUMED
-        with contextlib.suppress(
-            aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, KeyError, TypeError
-        ):
-            async with probe.get(
-                "http://engine/version", timeout=aiohttp.ClientTimeout(total=5)
-            ) as r:
-                self.state.api = EngineApi.parse((await r.json())["version"])
+        with contextlib.suppress(TimeoutError, OSError, ValueError, KeyError, TypeError):
+            version = await probe.fetch("GET", "/version", timeout_s=5)
+            self.state.api = EngineApi.parse(version.json()["version"])
         if self._start_asleep or self._waking:
             return await self._ready_on_demand(probe)
         self._serve()

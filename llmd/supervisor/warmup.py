@@ -14,11 +14,10 @@ from __future__ import annotations
 import json
 import time
 
-import aiohttp
-
 from llmd.config import EngineConfig
 from llmd.engine.args import engine_auth_headers, engine_flag
 from llmd.engine.runner import EngineKind, engine_kind
+from llmd.engine.wire import Pool
 
 # Output tokens of the warm-up generation: enough for a decode step after the prefill.
 WARMUP_MAX_TOKENS = 4
@@ -41,36 +40,34 @@ def warmup_request(engine: EngineConfig) -> tuple[str, dict[str, object]]:
     }
 
 
-async def warm_up(
-    probe: aiohttp.ClientSession, engine: EngineConfig, timeout_s: float
-) -> tuple[float, str | None]:
-    """Send `engine`'s warm-up on `probe` (a session on its socket), waiting up to `timeout_s`
+async def warm_up(probe: Pool, engine: EngineConfig, timeout_s: float) -> tuple[float, str | None]:
+    """Send `engine`'s warm-up on `probe` (a pool on its socket), waiting up to `timeout_s`
     seconds. Returns how long it took (s) and what failed (one line; None: it succeeded, a
     200 whose JSON has the list of `choices`, or of `data` for embeddings)."""
     path, body = warmup_request(engine)
-    headers = {**engine_auth_headers(engine), "x-request-id": WARMUP_REQUEST_ID}
+    headers = {
+        **engine_auth_headers(engine),
+        "x-request-id": WARMUP_REQUEST_ID,
+        "content-type": "application/json",
+    }
     started = time.monotonic()
     try:
-        async with probe.post(
-            f"http://engine{path}",
-            json=body,
-            headers=headers,
-            timeout=aiohttp.ClientTimeout(total=max(timeout_s, 1.0)),
-        ) as response:
-            text = await response.text()
-            status = response.status
-    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        answer = await probe.fetch(
+            "POST", path, json.dumps(body).encode(), headers, timeout_s=max(timeout_s, 1.0)
+        )
+    except (TimeoutError, OSError) as exc:
         failure = f"{type(exc).__name__}: {exc}".rstrip(": ")
         return time.monotonic() - started, f"the warm-up request to {path} failed: {failure}"
     took = time.monotonic() - started
-    if status != 200:
-        return took, f"the warm-up request to {path} answered HTTP {status}: {text[:200]}"
+    text = answer.text()
+    if answer.status != 200:
+        return took, f"the warm-up request to {path} answered HTTP {answer.status}: {text[:200]}"
     try:
-        answer = json.loads(text)
+        output = json.loads(text)
     except ValueError:
-        answer = None
-    if not isinstance(answer, dict) or not isinstance(
-        answer.get("choices", answer.get("data")), list
+        output = None
+    if not isinstance(output, dict) or not isinstance(
+        output.get("choices", output.get("data")), list
     ):
         return took, f"the warm-up request to {path} answered no output: {text[:200]}"
     return took, None

@@ -24,8 +24,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeGuard, TypeVar
 
-import aiohttp
-
 from llmd.engine.client import EngineClient
 from llmd.errors import ApiError, EngineError, EngineUnavailable, InvalidRequest
 from llmd.validation.bounds import ByteBound, byte_bound
@@ -306,26 +304,26 @@ class EngineCounter:
             body["model"] = model
         client = self._client()
         try:
-            async with client.session().post(
-                client.url(path),
-                data=json.dumps(body),
-                timeout=_TOKENIZE_TIMEOUT,
-                headers={**client.headers(), "content-type": "application/json"},
-            ) as response:
-                payload = await response.read()
-                status = response.status
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            answer = await client.fetch(
+                "POST",
+                path,
+                timeout_s=TOKENIZE_TIMEOUT_S,
+                body=json.dumps(body).encode(),
+                headers={"content-type": "application/json"},
+            )
+        except (TimeoutError, OSError) as exc:
             raise EngineUnavailable(
                 f"cannot count prompt tokens: the engine's {path} failed: "
-                f"{exc or f'no answer in {_TOKENIZE_TIMEOUT.total:g} s'}",
+                f"{exc or f'no answer in {TOKENIZE_TIMEOUT_S:g} s'}",
                 retry_after_s=1,
             ) from exc
-        if status == 404:
+        if answer.status == 404:
             raise CountUnsupported(f"{client.url(path)} answered 404")
-        return _tokenize_count(status, payload, sent, field)
+        return _tokenize_count(answer.status, answer.body, sent, field)
 
 
-_TOKENIZE_TIMEOUT = aiohttp.ClientTimeout(total=30)
+# How long the engine's /tokenize may take to answer (s).
+TOKENIZE_TIMEOUT_S = 30.0
 
 
 def _chat_tokenize_body(prompt: ChatPrompt) -> dict[str, Any]:

@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-import aiohttp
 import pytest
 import structlog
 import tomli_w
@@ -469,22 +468,24 @@ async def test_shutdown_runs_every_step_when_one_fails(
 async def test_shutdown_closes_sessions_opened_after_the_proxy_stopped(
     live: Live, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A backend session a reader (telemetry's scrape, an upstream probe) opened after the
+    """A backend connection a reader (telemetry's scrape, an upstream probe) opened after the
     proxy's lifespan had closed the clients, while the engines stop, is closed by shutdown too:
     none is left to the garbage collector."""
     daemon = live.daemon
     stop_engines = daemon.backends.stop_engines
-    opened: list[aiohttp.ClientSession] = []
+    opened: list[asyncio.Transport | None] = []
 
     async def scrape_then_stop() -> None:
-        opened.append(daemon.state.fleet.client("main").session())  # what a late scrape does
+        client = daemon.state.fleet.client("main")
+        await client.fetch("GET", "/health", timeout_s=10)  # what a late scrape does
+        opened.extend(connection.transport for connection in client.pool().idle)
         await stop_engines()
 
     monkeypatch.setattr(daemon.backends, "stop_engines", scrape_then_stop)
     daemon._signals.put_nowait(signal.SIGTERM)
     await asyncio.wait({live.main}, timeout=30)
     await daemon.shutdown()
-    assert len(opened) == 1 and opened[0].closed
+    assert len(opened) == 1 and opened[0] is not None and opened[0].is_closing()
 
 
 async def test_start_up_objects_are_frozen_once_the_tokenizer_loaded(live: Live) -> None:

@@ -1,13 +1,15 @@
 """The relay's HTTP/1.1 client (llmd/engine/wire.py) against real sockets: a connection kept
 alive and reused, a stale one renewed, a refused connect, bodies by length, chunks or close,
 each chunk handed on as it arrives, an answer cut off, a slow reader pausing the backend, and a
-closed or cancelled answer closing its connection."""
+closed or cancelled answer closing its connection; a request lost unanswered sent again only
+when the backend cannot have taken it (or it is a GET), and `fetch`'s whole answer in a timeout."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import datetime
+import select
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -20,7 +22,7 @@ from cryptography.x509.oid import NameOID
 
 from llmd.engine.client import EngineClient
 from llmd.engine.wire import CHUNKS_HIGH, ConnectFailed, ConnectionLost, Pool, Reply
-from tests.support.http_requests import read_request
+from tests.support.http_requests import read_request, shut_now
 from tests.support.waiting import until
 
 
@@ -183,23 +185,115 @@ async def test_a_body_ended_by_the_close_is_read_to_the_close(tmp_path: Path) ->
     assert len(served.connections) == 2
 
 
-async def test_a_kept_alive_connection_the_backend_closed_is_renewed(tmp_path: Path) -> None:
-    """The second request goes out on the kept-alive connection, which the backend closes
-    unanswered (the stale keep-alive race): it is sent once more on a new connection."""
-    answered: list[int] = []
+@contextlib.asynccontextmanager
+async def backend_over(
+    over: str, directory: Path, answer: Callable[[bytes, asyncio.StreamWriter], Awaitable[bool]]
+) -> AsyncIterator[tuple[Backend, Pool]]:
+    """A `Backend` on a Unix socket (`over` "unix") or a TCP port ("tcp"), and a pool on it."""
+    served = Backend(answer)
+    if over == "unix":
+        server = await asyncio.start_unix_server(served.serve, path=str(directory / "e.sock"))
+        pool = Pool(socket_path=directory / "e.sock")
+    else:
+        server = await asyncio.start_server(served.serve, "127.0.0.1", 0)
+        pool = Pool(host="127.0.0.1", port=server.sockets[0].getsockname()[1])
+    try:
+        yield served, pool
+    finally:
+        pool.close()
+        await _stop(server, served)
 
-    async def once(request: bytes, writer: asyncio.StreamWriter) -> bool:
-        if len(answered) == len(served.connections):
-            return False  # this connection's second request: closed unanswered
-        answered.append(1)
+
+def _until_readable(pool: Pool) -> None:
+    """Wait, the event loop held, until the close reached the pool's idle connection: the
+    pool's loop has not seen it."""
+    [connection] = pool.idle
+    assert connection.transport is not None
+    fd = connection.transport.get_extra_info("socket").fileno()
+    assert select.select([fd], [], [], 5)[0] == [fd]
+
+
+@pytest.mark.parametrize("over", ["unix", "tcp"])
+async def test_a_kept_alive_connection_closed_as_the_request_goes_out_is_renewed(
+    tmp_path: Path, over: str
+) -> None:
+    """The backend closes the idle kept-alive connection just as the next POST goes out (the
+    pool's loop has not seen the close): the request is sent on a new connection and
+    answered once (on a Unix socket the write fails; over TCP the end is read before it)."""
+    async with backend_over(over, tmp_path, ok) as (served, pool):
+        assert await (await pool.post("/", b"{}", {})).read() == b"{}"
+        shut_now(served.connections[0])
+        _until_readable(pool)
+        assert await (await pool.post("/", b'{"n":2}', {})).read() == b'{"n":2}'
+        assert len(served.connections) == 2
+    assert [request.split(b"\r\n\r\n")[1] for request in served.requests] == [b"{}", b'{"n":2}']
+
+
+@pytest.mark.parametrize("over", ["unix", "tcp"])
+async def test_a_post_read_then_dropped_unanswered_is_not_sent_again(
+    tmp_path: Path, over: str
+) -> None:
+    """The backend reads the whole POST on the kept-alive connection, then closes it without
+    an answer (it took the request: a generation whose head comes at its end, then lost its
+    connection): ConnectionLost, and the backend had the request once (sent again, it would
+    run twice)."""
+
+    async def then_drop(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        if len(served.requests) > 1:
+            return False  # taken, then closed unanswered
         return await ok(request, writer)
 
-    async with backend(tmp_path / "e.sock", once) as served:
-        pool = Pool(socket_path=tmp_path / "e.sock")
+    async with backend_over(over, tmp_path, then_drop) as (served, pool):
+        assert await (await pool.post("/", b"{}", {})).read() == b"{}"
+        with pytest.raises(ConnectionLost) as lost:
+            await pool.post("/", b'{"n":2}', {})
+        assert not lost.value.answered and lost.value.sent
+        assert await until(lambda: len(served.closed) == 1, timeout_s=5)
+    assert len(served.connections) == 1 and len(served.requests) == 2
+
+
+async def test_a_get_lost_unanswered_on_a_kept_alive_connection_is_sent_once_more(
+    tmp_path: Path,
+) -> None:
+    """A GET (idempotent, RFC 9110 9.2.2) the backend read on the kept-alive connection and
+    dropped unanswered is sent once more on a new connection; a GET carries no
+    Content-Length."""
+
+    async def drop_second(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        if len(served.requests) == 2:
+            return False
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        return True
+
+    async with backend_over("unix", tmp_path, drop_second) as (served, pool):
         for _ in range(2):
-            assert await (await pool.post("/", b"{}", {})).read() == b"{}"
-        pool.close()
+            assert await (await pool.request("GET", "/health")).read() == b"ok"
     assert len(served.connections) == 2 and len(served.requests) == 3
+    assert served.requests[1].startswith(b"GET /health HTTP/1.1\r\n")
+    assert b"content-length" not in served.requests[1].lower()
+
+
+async def test_fetch_reads_the_whole_answer_within_its_timeout(tmp_path: Path) -> None:
+    """`fetch` gives the status, headers and whole body, the connection kept for the next
+    request; an answer not complete within `timeout_s` is TimeoutError, and its connection
+    is closed (the backend sees the close)."""
+
+    async def hang_on_slow(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        if request.startswith(b"GET /slow "):
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\npart")
+            return True  # the rest never comes
+        return await ok(request, writer)
+
+    async with backend_over("unix", tmp_path, hang_on_slow) as (served, pool):
+        answer = await pool.fetch("POST", "/x", b"abc", {"x-a": "1"}, timeout_s=5)
+        assert (answer.status, answer.body, answer.headers["content-length"]) == (200, b"abc", "3")
+        assert answer.text() == "abc" and len(pool.idle) == 1
+        with pytest.raises(TimeoutError):
+            await pool.fetch("GET", "/slow", timeout_s=0.2)
+        assert await until(lambda: len(served.closed) == 1, timeout_s=5)
+        assert not pool.idle
+    assert len(served.connections) == 1 and b"x-a: 1" in served.requests[0]
 
 
 async def test_a_refused_connect_is_not_sent_again(tmp_path: Path) -> None:
@@ -401,3 +495,21 @@ async def test_an_https_backend_is_reached_over_verified_tls(tmp_path: Path) -> 
         trusted.close()
     finally:
         await _stop(server, served)
+
+
+async def test_a_backend_fetch_carries_its_url_path_and_credentials(tmp_path: Path) -> None:
+    """`EngineClient.fetch` (the daemon's side calls) sends the URL's path before the
+    request's, the URL's `user:password@` as Basic auth (an API key, as Bearer, instead when
+    given), and the call's own headers."""
+    async with backend_over("tcp", tmp_path, ok) as (served, pool):
+        base = f"http://u:p@127.0.0.1:{pool.port}/api"
+        for client in (EngineClient(base), EngineClient(base, api_key="k")):
+            answer = await client.fetch(
+                "POST", "/tokenize", timeout_s=5, body=b"{}", headers={"x-a": "1"}
+            )
+            assert answer.json() == {}
+            await client.close()
+    basic, bearer = (request.split(b"\r\n\r\n")[0].lower() for request in served.requests)
+    assert basic.startswith(b"post /api/tokenize http/1.1\r\n") and b"x-a: 1" in basic
+    assert b"authorization: basic dtpw" in basic  # base64 of "u:p"
+    assert b"authorization: bearer k" in bearer and b"basic" not in bearer

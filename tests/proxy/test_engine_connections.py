@@ -15,6 +15,7 @@ import pytest
 
 from llmd.engine.client import EngineClient
 from tests.support.fake_engine import ProxyStack
+from tests.support.http_requests import read_request, shut_now
 from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
@@ -58,51 +59,50 @@ def test_a_client_that_leaves_mid_stream_closes_the_engine_connection(stack: Pro
 
 
 @contextlib.asynccontextmanager
-async def closing_after_one_answer(socket: Path) -> AsyncIterator[list[int]]:
-    """An HTTP server on `socket` that answers the first request of each connection (kept
-    alive) and closes a connection without answering when a second request comes on it, as
-    an engine does that timed the connection out as the request went out. Yields the requests
-    each connection got, in order of connection (closed unanswered: the second)."""
+async def answering(socket: Path) -> AsyncIterator[tuple[list[int], list[asyncio.StreamWriter]]]:
+    """An HTTP server on `socket` that answers every request, keeping its connections alive.
+    Yields the requests each connection got, in order of connection, and the server's end of
+    each connection."""
     requests: list[int] = []
+    ends: list[asyncio.StreamWriter] = []
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         mine = len(requests)
         requests.append(0)
+        ends.append(writer)
         with contextlib.closing(writer), contextlib.suppress(asyncio.IncompleteReadError):
-            while requests[mine] < 2:
-                head = await reader.readuntil(b"\r\n\r\n")  # until the client closes
-                length = next(
-                    int(line.split(b":")[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length:")
-                )
-                await reader.readexactly(length)
+            while True:
+                await read_request(reader)  # until the client closes
                 requests[mine] += 1
-                if requests[mine] == 1:
-                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
-                    await writer.drain()
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+                await writer.drain()
 
     server = await asyncio.start_unix_server(serve, path=str(socket))
     try:
-        yield requests
+        yield requests, ends
     finally:
         server.close()
         await server.wait_closed()
 
 
 async def test_a_kept_alive_connection_the_engine_closed_is_renewed(tmp_path: Path) -> None:
-    """The second request goes out on the kept-alive connection, which the engine closes
-    unanswered: it is sent once more on a new connection and answered there."""
+    """The engine closes the kept-alive connection as the second request goes out (its
+    keep-alive timed out; llmd's loop has not seen the close): the request is sent on a new
+    connection and answered there, once."""
     socket = tmp_path / "e.sock"
-    async with closing_after_one_answer(socket) as requests:
+    async with answering(socket) as (requests, ends):
         client = EngineClient(socket)
         try:
-            for _ in range(2):
-                response = await client.pool().post("/v1/completions", b"{}", {})
-                assert response.status == 200 and await response.read() == b"{}"
+            response = await client.pool().post("/v1/completions", b"{}", {})
+            assert response.status == 200 and await response.read() == b"{}"
+            [stale] = client.pool().idle
+            shut_now(ends[0])
+            response = await client.pool().post("/v1/completions", b"{}", {})
+            assert response.status == 200 and await response.read() == b"{}"
+            assert stale.closed and client.pool().idle != [stale]
         finally:
             await client.close()
-    assert requests == [2, 1]  # the second went out on the first connection, then a new one
+    assert requests == [1, 1]  # the second was refused on the first connection, then sent anew
 
 
 def test_an_engine_dying_under_a_request_is_502_and_none_to_send_to_is_503() -> None:

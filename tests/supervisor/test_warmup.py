@@ -10,12 +10,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import httpx
 from aiohttp import web
 
 from llmd.config import EngineConfig, load_config
 from llmd.config.backends import MAIN
+from llmd.engine.wire import Pool
 from llmd.runtime import RuntimePaths
 from llmd.supervisor.state import EnginePhase, EngineState
 from llmd.supervisor.supervisor import Supervisor
@@ -118,9 +118,9 @@ async def test_the_pooling_warm_up_reaches_the_engine() -> None:
         await runner.setup()
         await web.UnixSite(runner, str(socket)).start()
         try:
-            connector = aiohttp.UnixConnector(str(socket))
-            async with aiohttp.ClientSession(connector=connector) as probe:
-                took, failure = await warm_up(probe, engine, 10)
+            probe = Pool(socket_path=socket)
+            took, failure = await warm_up(probe, engine, 10)
+            probe.close()
         finally:
             await runner.cleanup()
         if fake.pooling_paths:

@@ -27,6 +27,7 @@ from aiohttp import web
 
 from llmd.config import EngineConfig
 from llmd.engine.sleep import DEV_MODE_ENV, SLEEP_MODE_FLAG
+from llmd.engine.wire import Pool
 from llmd.supervisor.sleeping import call_sleep, call_wake_up, first_token
 from tests.support.sim_process import SimProcess
 from tests.support.vllm_engine import vllm_engine
@@ -135,12 +136,14 @@ class ArrivalSwapper:
         self._in_flight = 0
         self._drained = asyncio.Event()
         self._drained.set()
-        self._clients: dict[str, aiohttp.ClientSession] = {}
+        self._clients: dict[str, aiohttp.ClientSession] = {}  # the relay's
+        self._probes: dict[str, Pool] = {}  # the sleep, wake and first-token calls
 
     @contextlib.asynccontextmanager
     async def serving(self) -> AsyncIterator[str]:
         """Serve on a free port; yields its base URL (`http://127.0.0.1:PORT`)."""
         self._clients = {name: _session(path) for name, path in self.sockets.items()}
+        self._probes = {name: Pool(socket_path=path) for name, path in self.sockets.items()}
         app = web.Application()
         app.router.add_post("/v1/{tail:.*}", self._relay)
         runner = web.AppRunner(app)
@@ -154,6 +157,8 @@ class ArrivalSwapper:
             await runner.cleanup()
             for client in self._clients.values():
                 await client.close()
+            for probe in self._probes.values():
+                probe.close()
 
     async def _relay(self, request: web.Request) -> web.StreamResponse:
         """Forward the request to its model's engine once that model is resident, streaming the
@@ -182,20 +187,21 @@ class ArrivalSwapper:
         one-token generation). Raises RuntimeError when a call fails."""
         await self._drained.wait()
         old = self.resident
-        client, engine = self._clients[model], self.engines[model]
+        probe, engine = self._probes[model], self.engines[model]
         if self.boots is not None:
             await asyncio.to_thread(self.boots.stop, old)
             socket = await asyncio.to_thread(self.boots.boot, model)
             if socket != self.sockets[model]:
-                await client.close()
-                self.sockets[model], client = socket, _session(socket)
-                self._clients[model] = client
+                await self._clients[model].close()
+                probe.close()
+                self.sockets[model], probe = socket, Pool(socket_path=socket)
+                self._clients[model], self._probes[model] = _session(socket), probe
             woken = True
-        elif not await call_sleep(self._clients[old], self.engines[old], 1):
+        elif not await call_sleep(self._probes[old], self.engines[old], 1):
             raise RuntimeError(f"{old} did not go to sleep")
         else:
-            woken = await call_wake_up(client, engine)
-        if not (woken and await first_token(client, engine, engine.start_timeout_s)):
+            woken = await call_wake_up(probe, engine)
+        if not (woken and await first_token(probe, engine, engine.start_timeout_s)):
             raise RuntimeError(f"{model} did not wake")
         self.resident = model
         self.swaps += 1
