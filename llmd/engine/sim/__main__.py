@@ -42,7 +42,7 @@ async def serve(options: SimOptions) -> int:
     except BootError as exc:
         log.error("%s", exc)
         return 1
-    runner = await start(server, options)
+    listener = await start(server, options)
     log.info("Application startup complete.")
     stats = asyncio.create_task(log_stats(server.engine, options.stats_interval_s))
     stop = asyncio.Event()
@@ -52,7 +52,7 @@ async def serve(options: SimOptions) -> int:
     await stop.wait()
     log.info("Shutting down the API server.")
     stats.cancel()
-    await runner.cleanup()
+    await listener.close()
     await server.engine.close()
     return 0
 

@@ -10,9 +10,6 @@ import logging
 import os
 import sys
 
-from aiohttp import web
-from aiohttp.abc import AbstractAccessLogger
-
 from llmd.engine.sim.core import SimEngine
 
 VLLM_FORMAT = (
@@ -36,20 +33,6 @@ def configure_logging() -> None:
     access.handlers[:] = [access_handler]
     access.setLevel(level)
     access.propagate = False
-
-
-class AccessLogger(AbstractAccessLogger):
-    """One uvicorn-style line per request (the supervisor drops these)."""
-
-    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
-        self.logger.info(
-            '%s - "%s %s HTTP/%d.%d" %d',
-            request.remote or "-",
-            request.method,
-            request.path_qs,
-            *request.version,
-            response.status,
-        )
 
 
 async def log_stats(engine: SimEngine, interval_s: float) -> None:
