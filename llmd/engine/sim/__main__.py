@@ -10,6 +10,7 @@ import asyncio
 import logging
 import signal
 import sys
+from collections.abc import Callable
 
 from llmd.engine.sim.options import SimOptions, parse_options
 
@@ -21,7 +22,18 @@ def main() -> None:
 
     options = parse_options()
     configure_logging()
-    sys.exit(asyncio.run(serve(options)))
+    with asyncio.Runner(loop_factory=uvicorn_loop_factory()) as runner:
+        sys.exit(runner.run(serve(options)))
+
+
+def uvicorn_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop uvicorn's `loop="auto"` picks, as vLLM 0.32 runs its API server:
+    uvloop's where it is installed, else asyncio's (None)."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 async def serve(options: SimOptions) -> int:
