@@ -1,6 +1,6 @@
 """Log lines in vLLM's format, so that llmd's supervisor parses the simulator like the real thing:
-`(APIServer pid=N) LEVEL MM-DD HH:MM:SS [file.py:L] message` (vLLM 0.32), uvicorn-style access
-lines `INFO:     - "POST /v1/... HTTP/1.1" 200`, and the periodic stats line every few seconds.
+`(APIServer pid=N) LEVEL MM-DD HH:MM:SS [file.py:L] message` (vLLM 0.32), uvicorn's own access
+lines `INFO:      - "POST /v1/... HTTP/1.1" 200`, and the periodic stats line every few seconds.
 """
 
 from __future__ import annotations
