@@ -21,7 +21,10 @@ log = logging.getLogger("vllm.entrypoints.openai.api_server")
 LISTEN_BACKLOG = 2048
 # How long a stop waits for requests in flight before cancelling them (aiohttp's default
 # shutdown timeout, which the simulator kept before it moved to uvicorn).
-STOP_GRACE_S = 60.0
+STOP_GRACE_S = 60
+# An idle kept-alive connection is closed after this long: vLLM 0.32's
+# VLLM_HTTP_TIMEOUT_KEEP_ALIVE default, passed to uvicorn as `timeout_keep_alive`.
+KEEP_ALIVE_S = 5
 
 
 class _Server(uvicorn.Server):
@@ -57,16 +60,7 @@ class Listener:
 async def listen(app: ASGIApp, *, uds: str | None, host: str, port: int | None) -> Listener:
     """Serve `app` on the Unix socket `uds` (a stale file is removed first) and/or on
     `host:port`; returns once both accept connections. Raises OSError if one cannot bind."""
-    sockets = []
-    if uds:
-        with contextlib.suppress(FileNotFoundError):
-            Path(uds).unlink()
-        unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        unix.bind(uds)
-        sockets.append(unix)
-    if port:
-        tcp = socket.create_server((host, port), reuse_port=False)
-        sockets.append(tcp)
+    sockets = _bound(uds, host, port)
     config = uvicorn.Config(
         app,
         lifespan="off",
@@ -74,7 +68,8 @@ async def listen(app: ASGIApp, *, uds: str | None, host: str, port: int | None) 
         log_config=None,
         proxy_headers=False,
         backlog=LISTEN_BACKLOG,
-        timeout_graceful_shutdown=int(STOP_GRACE_S),
+        timeout_keep_alive=KEEP_ALIVE_S,
+        timeout_graceful_shutdown=STOP_GRACE_S,
     )
     server = _Server(config)
     task = asyncio.ensure_future(server.serve(sockets))
@@ -82,6 +77,8 @@ async def listen(app: ASGIApp, *, uds: str | None, host: str, port: int | None) 
     await asyncio.wait((task, listening), return_when=asyncio.FIRST_COMPLETED)
     listening.cancel()
     if task.done():
+        for sock in sockets:
+            sock.close()
         task.result()
         raise OSError("the simulator's server stopped before it listened")
     if uds:
@@ -89,3 +86,21 @@ async def listen(app: ASGIApp, *, uds: str | None, host: str, port: int | None) 
     if port:
         log.info("Starting vLLM API server 0 on http://%s:%d", host, port)
     return Listener(server, task)
+
+
+def _bound(uds: str | None, host: str, port: int | None) -> list[socket.socket]:
+    """Sockets bound to `uds` and/or `host:port`; none left open if one fails (OSError)."""
+    sockets: list[socket.socket] = []
+    try:
+        if uds:
+            with contextlib.suppress(FileNotFoundError):
+                Path(uds).unlink()
+            sockets.append(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
+            sockets[-1].bind(uds)
+        if port:
+            sockets.append(socket.create_server((host, port)))
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
