@@ -10,6 +10,7 @@ import asyncio
 import logging
 import signal
 import sys
+from collections.abc import Callable
 
 from llmd.engine.sim.options import SimOptions, parse_options
 
@@ -21,7 +22,18 @@ def main() -> None:
 
     options = parse_options()
     configure_logging()
-    sys.exit(asyncio.run(serve(options)))
+    with asyncio.Runner(loop_factory=uvicorn_loop_factory()) as runner:
+        sys.exit(runner.run(serve(options)))
+
+
+def uvicorn_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop uvicorn's `loop="auto"` picks, as vLLM 0.32 runs its API server:
+    uvloop's where it is installed, else asyncio's (None)."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 async def serve(options: SimOptions) -> int:
@@ -42,7 +54,7 @@ async def serve(options: SimOptions) -> int:
     except BootError as exc:
         log.error("%s", exc)
         return 1
-    runner = await start(server, options)
+    listener = await start(server, options)
     log.info("Application startup complete.")
     stats = asyncio.create_task(log_stats(server.engine, options.stats_interval_s))
     stop = asyncio.Event()
@@ -52,7 +64,7 @@ async def serve(options: SimOptions) -> int:
     await stop.wait()
     log.info("Shutting down the API server.")
     stats.cancel()
-    await runner.cleanup()
+    await listener.close()
     await server.engine.close()
     return 0
 

@@ -4,15 +4,12 @@ start it listening: used by `__main__` and by in-process tests.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 from pathlib import Path
 
-from aiohttp import web
-
 from llmd.engine.sim.core import SimEngine
-from llmd.engine.sim.logs import AccessLogger
+from llmd.engine.sim.listen import Listener, listen
 from llmd.engine.sim.metrics import SimMetrics
 from llmd.engine.sim.options import SimOptions
 from llmd.engine.sim.server import SimServer
@@ -96,32 +93,11 @@ def build_server(options: SimOptions) -> SimServer:
     )
 
 
-# Connections the kernel queues for accept: uvicorn's default (vLLM's API server runs uvicorn
-# with it), not aiohttp's 128, so a burst of connects (llmd opens one per request) is not
-# refused where vLLM would queue it.
-LISTEN_BACKLOG = 2048
-
-
-async def start(server: SimServer, options: SimOptions) -> web.AppRunner:
-    """Start the engine loop and listen on `options.uds` and/or `options.port`; the runner
-    (`await runner.cleanup()` stops listening; then `await server.engine.close()`)."""
+async def start(server: SimServer, options: SimOptions) -> Listener:
+    """Start the engine loop and listen on `options.uds` and/or `options.port`; the listener
+    (`await listener.close()` stops listening; then `await server.engine.close()`)."""
     server.engine.start(options.faults.stall_after_s)
-    runner = web.AppRunner(
-        server.app(),
-        handler_cancellation=True,
-        access_log_class=AccessLogger,
-        access_log=logging.getLogger("uvicorn.access"),
-    )
-    await runner.setup()
-    if options.uds:
-        with contextlib.suppress(FileNotFoundError):
-            Path(options.uds).unlink()
-        await web.UnixSite(runner, options.uds, backlog=LISTEN_BACKLOG).start()
-        log.info("Starting vLLM API server 0 on unix:%s", options.uds)
-    if options.port:
-        await web.TCPSite(runner, options.host, options.port, backlog=LISTEN_BACKLOG).start()
-        log.info("Starting vLLM API server 0 on http://%s:%d", options.host, options.port)
-    return runner
+    return await listen(server.app(), uds=options.uds, host=options.host, port=options.port)
 
 
 def model_vocab_size(model_dir: Path) -> int:

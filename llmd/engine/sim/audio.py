@@ -21,10 +21,10 @@ import time
 import wave
 from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
-
+from llmd.engine.sim.asgi import Answer, EventStream, Routes, SimRequest
 from llmd.engine.sim.audio_form import AudioRequest, read_form
 from llmd.engine.sim.errors import SimHTTPError, bad_request
+from llmd.engine.sim.faults import RequestFault
 from llmd.engine.sim.front import Front
 from llmd.engine.sim.pooled import request_id_of
 from llmd.engine.sim.requests import GenerationRequest
@@ -53,20 +53,20 @@ class AudioRoutes:
     def __init__(self, server: Front) -> None:
         self.server = server
 
-    def add_to(self, router: web.UrlDispatcher) -> None:
+    def add_to(self, router: Routes) -> None:
         router.add_post("/v1/audio/transcriptions", self.transcriptions)
         router.add_post("/v1/audio/translations", self.translations)
 
-    async def transcriptions(self, request: web.Request) -> web.StreamResponse:
+    async def transcriptions(self, request: SimRequest) -> Answer:
         """`{"text", "usage": {"type": "duration", "seconds"}}` (seconds rounded up), the
         verbose form, or `transcription.chunk` events with `stream=true`."""
         return await self._serve(request, "transcribe")
 
-    async def translations(self, request: web.Request) -> web.StreamResponse:
+    async def translations(self, request: SimRequest) -> Answer:
         """`{"text"}` (no usage, as vLLM), the verbose form, or `translation.chunk` events."""
         return await self._serve(request, "translate")
 
-    async def _serve(self, request: web.Request, task: str) -> web.StreamResponse:
+    async def _serve(self, request: SimRequest, task: str) -> Answer:
         server = self.server
         try:
             form = await read_form(request, task)
@@ -76,7 +76,7 @@ class AudioRoutes:
         except SimHTTPError as error:
             return error.response()
         fault = await server.admit(request, form.sim_fault)
-        if isinstance(fault, web.StreamResponse):
+        if not isinstance(fault, RequestFault):
             return fault
         text_ids = self._text_ids(form, duration)
         prompt_ids = [1] * 4 + (
@@ -142,10 +142,10 @@ class Stream:
         self.prompt_tokens = prompt_tokens
 
     async def send(
-        self, request: web.Request, state: RequestState, text_ids: list[int], piece: Any
-    ) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"content-type": "text/event-stream; charset=utf-8"})
-        await response.prepare(request)
+        self, request: SimRequest, state: RequestState, text_ids: list[int], piece: Any
+    ) -> Answer:
+        response = EventStream(request)
+        await response.start()
         sent = 0
         try:
             async for start, end in state.updates():
@@ -160,7 +160,7 @@ class Stream:
                 usage = self._usage(sent)
                 await response.write(sse({**self.head, "choices": [], "usage": usage}))
         await response.write(DONE)
-        await response.write_eof()
+        await response.end()
         return response
 
     def _chunk(self, text: str, sent: int, done: bool) -> bytes:

@@ -16,8 +16,10 @@ import dataclasses
 import os
 from typing import Any
 
-from aiohttp import web
+from starlette.datastructures import FormData
+from starlette.formparsers import MultiPartException
 
+from llmd.engine.sim.asgi import SimRequest
 from llmd.engine.sim.errors import (
     DetailError,
     SimHTTPError,
@@ -94,9 +96,16 @@ class AudioRequest:
             )
 
 
-async def read_form(request: web.Request, task: str) -> AudioRequest:
+async def read_form(request: SimRequest, task: str) -> AudioRequest:
     """The request's form as an `AudioRequest`. Raises `SimHTTPError`."""
-    fields = await _form(request)
+    form = await _form(request)
+    try:
+        return _audio_request({name: form.getlist(name)[-1] for name in form}, task)
+    finally:
+        await form.close()
+
+
+def _audio_request(fields: dict[str, Any], task: str) -> AudioRequest:
     if isinstance(fields.get("file"), str):
         raise SimHTTPError(
             422,
@@ -167,19 +176,18 @@ def _format_error(task: str, value: str) -> SimHTTPError:
     return error
 
 
-async def _form(request: web.Request) -> dict[str, Any]:
-    """The form's fields (the last value of each name), as Starlette parses them."""
-    if request.content_type not in ("multipart/form-data", "application/x-www-form-urlencoded"):
-        return {}
-    if request.content_type == "multipart/form-data" and "boundary" not in request.headers.get(
+async def _form(request: SimRequest) -> FormData:
+    """The form, as Starlette parses it (empty unless the body is a form)."""
+    if request.mime_type not in ("multipart/form-data", "application/x-www-form-urlencoded"):
+        return FormData()
+    if request.mime_type == "multipart/form-data" and "boundary" not in request.headers.get(
         "content-type", ""
     ):
         raise DetailError(400, "Missing boundary in multipart.")
     try:
-        form = await request.post()
-    except (ValueError, AssertionError) as exc:
+        return await request.form()
+    except (ValueError, MultiPartException) as exc:
         raise DetailError(400, "Invalid multipart data.") from exc
-    return {name: form.getall(name)[-1] for name in form}
 
 
 def _flag(fields: dict[str, Any], name: str) -> bool:

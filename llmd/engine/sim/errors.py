@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from aiohttp import web
+from starlette.responses import Response
 
 
 class SimHTTPError(Exception):
@@ -35,11 +35,9 @@ class SimHTTPError(Exception):
     def json_bytes(self) -> bytes:
         return json.dumps(self.body()).encode()
 
-    def response(self) -> web.Response:
+    def response(self) -> Response:
         """This error as the HTTP answer."""
-        return web.Response(
-            body=self.json_bytes(), status=self.status, content_type="application/json"
-        )
+        return Response(self.json_bytes(), self.status, media_type="application/json")
 
 
 class DetailError(SimHTTPError):

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from aiohttp import web
-
+from llmd.engine.sim.asgi import Answer, SimRequest
 from llmd.engine.sim.core import SimEngine
 from llmd.engine.sim.faults import RequestFault
 from llmd.engine.sim.pooling_requests import PromptContext
@@ -28,6 +27,6 @@ class Front(Protocol):
         """Raises vLLM 0.32's 404 when a request's `model` is served under no name."""
 
     async def admit(
-        self, request: web.Request, body_fault: str, *, generation: bool = False
-    ) -> RequestFault | web.StreamResponse:
+        self, request: SimRequest, body_fault: str, *, generation: bool = False
+    ) -> RequestFault | Answer:
         """The request's faults, or the answer a fault gives it at once."""

@@ -1,6 +1,6 @@
 """Log lines in vLLM's format, so that llmd's supervisor parses the simulator like the real thing:
-`(APIServer pid=N) LEVEL MM-DD HH:MM:SS [file.py:L] message` (vLLM 0.32), uvicorn-style access
-lines `INFO:     - "POST /v1/... HTTP/1.1" 200`, and the periodic stats line every few seconds.
+`(APIServer pid=N) LEVEL MM-DD HH:MM:SS [file.py:L] message` (vLLM 0.32), uvicorn's own access
+lines `INFO:      - "POST /v1/... HTTP/1.1" 200`, and the periodic stats line every few seconds.
 """
 
 from __future__ import annotations
@@ -9,9 +9,6 @@ import asyncio
 import logging
 import os
 import sys
-
-from aiohttp import web
-from aiohttp.abc import AbstractAccessLogger
 
 from llmd.engine.sim.core import SimEngine
 
@@ -36,20 +33,6 @@ def configure_logging() -> None:
     access.handlers[:] = [access_handler]
     access.setLevel(level)
     access.propagate = False
-
-
-class AccessLogger(AbstractAccessLogger):
-    """One uvicorn-style line per request (the supervisor drops these)."""
-
-    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
-        self.logger.info(
-            '%s - "%s %s HTTP/%d.%d" %d',
-            request.remote or "-",
-            request.method,
-            request.path_qs,
-            *request.version,
-            response.status,
-        )
 
 
 async def log_stats(engine: SimEngine, interval_s: float) -> None:

@@ -18,9 +18,10 @@ import secrets
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from aiohttp import web
+from starlette.responses import Response
 
 from llmd.engine.sim.anthropic_request import check_messages, to_chat
+from llmd.engine.sim.asgi import Answer, EventStream, Routes, SimRequest
 from llmd.engine.sim.core import RequestState, SimEngine
 from llmd.engine.sim.errors import SimHTTPError
 from llmd.engine.sim.faults import RequestFault
@@ -57,19 +58,19 @@ class Host(Protocol):
 
     async def admit(
         self,
-        request: web.Request,
+        request: SimRequest,
         body_fault: str,
         *,
         generation: bool = False,
-        answer: Callable[[SimHTTPError], web.StreamResponse] = ...,
-    ) -> RequestFault | web.StreamResponse: ...
+        answer: Callable[[SimHTTPError], Response] = ...,
+    ) -> RequestFault | Answer: ...
 
 
-def register(app: web.Application, server: Host) -> None:
+def register(app: Routes, server: Host) -> None:
     """Add the Messages routes to the simulator's `app`."""
     api = MessagesAPI(server)
-    app.router.add_post("/v1/messages", api.create)
-    app.router.add_post("/v1/messages/count_tokens", api.count_tokens)
+    app.add_post("/v1/messages", api.create)
+    app.add_post("/v1/messages/count_tokens", api.count_tokens)
 
 
 class MessagesAPI:
@@ -85,12 +86,12 @@ class MessagesAPI:
         template (about 0.07 s of CPU), which a simulator that never serves one skips."""
         return _refuses_inline_system(self.server)
 
-    async def count_tokens(self, request: web.Request) -> web.Response:
+    async def count_tokens(self, request: SimRequest) -> Response:
         """`{"input_tokens": N, "context_management": {"original_input_tokens": N}}`: the prompt
         as the chat template renders it; a prompt past the window is refused as chat refuses
         it (vLLM 0.32: 400, "at least max_model_len + 1" tokens)."""
         try:
-            body = parse_json_object(await request.read())
+            body = parse_json_object(await request.body())
             check_messages(body, count_only=True)
         except SimHTTPError as error:
             return error.response()
@@ -106,10 +107,10 @@ class MessagesAPI:
             dumps({"input_tokens": count, "context_management": {"original_input_tokens": count}})
         )
 
-    async def create(self, request: web.Request) -> web.StreamResponse:
+    async def create(self, request: SimRequest) -> Answer:
         """A message, streamed when the body asks."""
         try:
-            body = parse_json_object(await request.read())
+            body = parse_json_object(await request.body())
             check_messages(body)
         except SimHTTPError as error:
             return error.response()
@@ -125,7 +126,7 @@ class MessagesAPI:
         fault = body.get("sim_fault")  # as on chat: a proxy passes the body on untouched
         fault = fault if isinstance(fault, str) else ""
         admitted = await server.admit(request, fault, generation=True, answer=anthropic_error)
-        if isinstance(admitted, web.StreamResponse):
+        if not isinstance(admitted, RequestFault):
             return admitted
         try:
             state = server.engine.submit(parsed, admitted, request.headers.get("x-request-id", ""))
@@ -147,15 +148,15 @@ class MessagesAPI:
             server.engine.abort(state)  # no-op when it finished
 
     async def _stream(
-        self, request: web.Request, state: RequestState, writer: MessageWriter
-    ) -> web.StreamResponse:
-        response = web.StreamResponse(status=200, headers=SSE_HEADERS)
+        self, request: SimRequest, state: RequestState, writer: MessageWriter
+    ) -> Answer:
+        response = EventStream(request, SSE_HEADERS)
         die_after = state.fault.die_after
         started = False
         try:
             async for start, end in state.updates():
                 if not started:
-                    await response.prepare(request)
+                    await response.start()
                     await response.write(writer.message_start())
                     started = True
                 if die_after is not None and end >= die_after:
@@ -167,12 +168,12 @@ class MessagesAPI:
             if not started:
                 return anthropic_error(error)
             await response.write(event("error", {"type": "error", "error": _error(error)}))
-            await response.write_eof()
+            await response.end()
             return response
         except ConnectionResetError:
             return response
         await response.write(writer.ending())
-        await response.write_eof()
+        await response.end()
         return response
 
     def _prompt(self, body: dict[str, Any]) -> tuple[list[int], dict[str, Any]]:
@@ -282,7 +283,7 @@ def event(name: str, data: dict[str, Any]) -> bytes:
     return b"event: " + name.encode() + b"\ndata: " + dumps(data) + b"\n\n"
 
 
-def anthropic_error(error: SimHTTPError) -> web.Response:
+def anthropic_error(error: SimHTTPError) -> Response:
     """An error the Messages handler answers: vLLM's `translate_error_response`."""
     return json_response(dumps({"type": "error", "error": _error(error)}), error.status)
 

@@ -14,8 +14,7 @@ import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from aiohttp import web
-
+from llmd.engine.sim.asgi import Answer, SimRequest
 from llmd.engine.sim.errors import SimHTTPError
 from llmd.engine.sim.faults import RequestFault
 from llmd.engine.sim.front import Front
@@ -25,27 +24,27 @@ from llmd.engine.sim.responses import drop_connection
 
 T = TypeVar("T")
 Read = Callable[[dict[str, Any]], T]
-Write = Callable[[T, str], Awaitable[web.StreamResponse]]
+Write = Callable[[T, str], Awaitable[Answer]]
 
 
 async def serve_pooled(
     server: Front,
-    request: web.Request,
+    request: SimRequest,
     read: Read[T],
     job_of: Callable[[T], PoolingJob],
     write: Write[T],
-) -> web.StreamResponse:
+) -> Answer:
     """Answer one pooling request: `read` checks the body (raising `SimHTTPError`), `job_of`
     names its engine prompts, `write(parsed, request_id)` answers once they are done."""
     try:
         check_json_request(request)
-        body = parse_json_object(await request.read())
+        body = parse_json_object(await request.body())
         parsed = read(body)
     except SimHTTPError as error:
         return error.response()
     job = job_of(parsed)
     fault = await server.admit(request, job.sim_fault)
-    if isinstance(fault, web.StreamResponse):
+    if not isinstance(fault, RequestFault):
         return fault
     request_id = request_id_of(request, body)
     try:
@@ -82,10 +81,10 @@ async def run_prompts(
             server.engine.abort(state)
 
 
-def check_json_request(request: web.Request) -> None:
+def check_json_request(request: SimRequest) -> None:
     """vLLM 0.32's `validate_json_request` (serve/utils/api_utils.py): a body that is not
     `application/json` is a 400 before it is read."""
-    if request.content_type != "application/json":
+    if request.mime_type != "application/json":
         raise SimHTTPError(
             400,
             "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed",
@@ -93,7 +92,7 @@ def check_json_request(request: web.Request) -> None:
         )
 
 
-def request_id_of(request: web.Request, body: dict[str, Any]) -> str:
+def request_id_of(request: SimRequest, body: dict[str, Any]) -> str:
     """The id vLLM 0.32 gives a request (serve/engine/serving.py `_base_request_id`)."""
     given = request.headers.get("x-request-id") or body.get("request_id")
     return given if isinstance(given, str) and given else secrets.token_hex(8)

@@ -13,9 +13,10 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from aiohttp import web
+from starlette.responses import Response
 
 from llmd.engine.sim import vectors
+from llmd.engine.sim.asgi import Answer, Routes, SimRequest
 from llmd.engine.sim.cohere import CohereJob, cohere_body, read_cohere_embed
 from llmd.engine.sim.front import Front
 from llmd.engine.sim.pooled import serve_pooled, usage
@@ -29,7 +30,7 @@ from llmd.engine.sim.pooling_requests import (
 from llmd.engine.sim.responses import dumps, json_response
 
 Vector = list[float]
-Writer = Callable[[PoolingJob, str], Awaitable[web.StreamResponse]]
+Writer = Callable[[PoolingJob, str], Awaitable[Answer]]
 
 
 class PoolingRoutes:
@@ -39,7 +40,7 @@ class PoolingRoutes:
     def __init__(self, server: Front) -> None:
         self.server = server
 
-    def add_to(self, router: web.UrlDispatcher) -> None:
+    def add_to(self, router: Routes) -> None:
         router.add_post("/pooling", self.pooling)
         if self.server.tasks.pooling_task == "embed":
             router.add_post("/v1/embeddings", self.embeddings)
@@ -47,23 +48,23 @@ class PoolingRoutes:
         if self.server.tasks.pooling_task == "classify":
             router.add_post("/classify", self.classify)
 
-    async def embeddings(self, request: web.Request) -> web.StreamResponse:
+    async def embeddings(self, request: SimRequest) -> Answer:
         """EmbeddingResponse: `data[i].embedding` per input, `usage` its prompt tokens."""
         return await self._serve(request, read_embeddings, self._vectors("embd", "embedding"))
 
-    async def pooling(self, request: web.Request) -> web.StreamResponse:
+    async def pooling(self, request: SimRequest) -> Answer:
         """PoolingResponse: `data[i].data`, the embedding or the class probabilities."""
         return await self._serve(request, read_pooling, self._vectors("pooling", "pooling"))
 
-    async def classify(self, request: web.Request) -> web.StreamResponse:
+    async def classify(self, request: SimRequest) -> Answer:
         """ClassificationResponse: `label` (the likeliest's), `probs`, `num_classes`."""
         return await self._serve(request, read_classify, self._classes)
 
-    async def cohere_embed(self, request: web.Request) -> web.StreamResponse:
+    async def cohere_embed(self, request: SimRequest) -> Answer:
         """CohereEmbedResponse (llmd/engine/sim/cohere.py)."""
         ctx = self.server.prompt_context
 
-        async def write(parsed: CohereJob, request_id: str) -> web.StreamResponse:
+        async def write(parsed: CohereJob, request_id: str) -> Answer:
             outputs = self._outputs(parsed.job)
             return json_response(dumps(cohere_body(parsed, outputs, f"embd-{request_id}")))
 
@@ -73,10 +74,10 @@ class PoolingRoutes:
 
     async def _serve(
         self,
-        request: web.Request,
+        request: SimRequest,
         read: Callable[[dict[str, Any], PromptContext], PoolingJob],
         write: Writer,
-    ) -> web.StreamResponse:
+    ) -> Answer:
         ctx = self.server.prompt_context
         return await serve_pooled(
             self.server, request, lambda body: read(body, ctx), lambda job: job, write
@@ -94,7 +95,7 @@ class PoolingRoutes:
         """The writer of /v1/embeddings (`kind` embedding) or /pooling (`kind` pooling)."""
         field = "embedding" if kind == "embedding" else "data"
 
-        async def write(job: PoolingJob, request_id: str) -> web.StreamResponse:
+        async def write(job: PoolingJob, request_id: str) -> Answer:
             outputs = self._outputs(job)
             head = self._head(f"{prefix}-{request_id}", job.model)
             if job.encoding.format in ("bytes", "bytes_only"):
@@ -107,7 +108,7 @@ class PoolingRoutes:
 
         return write
 
-    async def _classes(self, job: PoolingJob, request_id: str) -> web.StreamResponse:
+    async def _classes(self, job: PoolingJob, request_id: str) -> Answer:
         labels = self.server.tasks.id2label
         data = [
             {
@@ -129,9 +130,7 @@ def _job_of(parsed: CohereJob) -> PoolingJob:
     return parsed.job
 
 
-def bytes_response(
-    head: dict[str, Any], outputs: Sequence[Vector], job: PoolingJob
-) -> web.Response:
+def bytes_response(head: dict[str, Any], outputs: Sequence[Vector], job: PoolingJob) -> Response:
     """`encoding_format` bytes or bytes_only: the vectors' bytes back to back, and for bytes a
     `metadata` header of JSON saying where each lies (pooling/utils.py
     `build_pooling_bytes_streaming_response`)."""
@@ -157,6 +156,4 @@ def bytes_response(
             "usage": {"prompt_tokens": job.prompt_tokens, "total_tokens": job.prompt_tokens},
         }
         headers["metadata"] = json.dumps(metadata)
-    return web.Response(
-        body=b"".join(chunks), headers=headers, content_type="application/octet-stream"
-    )
+    return Response(b"".join(chunks), headers=headers, media_type="application/octet-stream")

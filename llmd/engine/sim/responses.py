@@ -13,8 +13,9 @@ import json
 import time
 from typing import Any
 
-from aiohttp import web
+from starlette.responses import Response
 
+from llmd.engine.sim.asgi import DROPPED, Dropped, SimRequest
 from llmd.engine.sim.core import RequestState
 
 SYSTEM_FINGERPRINT = "vllm-0.32.0-llmdsim"
@@ -26,18 +27,16 @@ def dumps(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def json_response(body: bytes, status: int = 200) -> web.Response:
+def json_response(body: bytes, status: int = 200) -> Response:
     """A JSON answer of `body` (already encoded)."""
-    return web.Response(body=body, status=status, content_type="application/json")
+    return Response(body, status, media_type="application/json")
 
 
-def drop_connection(request: web.Request) -> web.Response:
-    """Cut the connection mid-response, as a dying engine process does (the response returned
-    is never sent)."""
-    transport = request.transport
-    if transport is not None:
-        transport.abort()
-    return web.Response(status=500)
+def drop_connection(request: SimRequest) -> Dropped:
+    """Cut the connection mid-response, as a dying engine process does: the answer that sends
+    nothing."""
+    request.cut()
+    return DROPPED
 
 
 def sse(value: Any) -> bytes:

@@ -20,8 +20,6 @@ import secrets
 import time
 from typing import Any, Protocol
 
-from aiohttp import web
-
 from llmd.engine.responses_input import (
     InputError,
     chat_messages,
@@ -30,10 +28,12 @@ from llmd.engine.responses_input import (
     input_items,
 )
 from llmd.engine.sim import errors, messages_api
+from llmd.engine.sim.asgi import Answer, EventStream, SimRequest
 from llmd.engine.sim.core import RequestState
 from llmd.engine.sim.errors import SimHTTPError
+from llmd.engine.sim.faults import RequestFault
 from llmd.engine.sim.requests import GenerationRequest, parse_json_object
-from llmd.engine.sim.responses import drop_connection, dumps
+from llmd.engine.sim.responses import drop_connection, dumps, json_response
 from llmd.engine.sim.tokenizer import TemplateError
 
 
@@ -52,16 +52,16 @@ class ResponsesApi:
     def __init__(self, server: Host) -> None:
         self.server = server
 
-    async def create(self, request: web.Request) -> web.StreamResponse:
+    async def create(self, request: SimRequest) -> Answer:
         server = self.server
         try:
-            body = parse_json_object(await request.read())
+            body = parse_json_object(await request.body())
             server.check_model(body.get("model"))
             parsed = self.parse(body)
         except SimHTTPError as error:
             return error.response()
         admitted = await server.admit(request, parsed.sim_fault, generation=True)
-        if isinstance(admitted, web.StreamResponse):
+        if not isinstance(admitted, RequestFault):
             return admitted
         try:
             state = server.engine.submit(parsed, admitted, request.headers.get("x-request-id", ""))
@@ -73,7 +73,7 @@ class ResponsesApi:
                 return await self._stream(request, state, response)
             async for _ in state.updates():
                 pass
-            return web.Response(body=dumps(response.final()), content_type="application/json")
+            return json_response(dumps(response.final()))
         except SimHTTPError as error:
             return error.response()
         finally:
@@ -164,11 +164,9 @@ class ResponsesApi:
         room = limit - prompt
         return room if requested is None else min(requested, room)
 
-    async def _stream(
-        self, request: web.Request, state: RequestState, response: Response
-    ) -> web.StreamResponse:
-        stream = web.StreamResponse(status=200, headers=SSE_HEADERS)
-        await stream.prepare(request)
+    async def _stream(self, request: SimRequest, state: RequestState, response: Response) -> Answer:
+        stream = EventStream(request, SSE_HEADERS)
+        await stream.start()
         events = Events()
         await stream.write(events.next("response.created", response=response.initial()))
         await stream.write(events.next("response.in_progress", response=response.initial()))
@@ -189,7 +187,7 @@ class ResponsesApi:
                 await stream.write(response.delta(events, message, delta))
         except SimHTTPError as error:
             await stream.write(b"data: " + error.json_bytes() + b"\n\n")
-            await stream.write_eof()
+            await stream.end()
             return stream
         except ConnectionResetError:
             return stream
@@ -197,7 +195,7 @@ class ResponsesApi:
             await stream.write(response.close(events, message))
         response.streamed = True
         await stream.write(events.next("response.completed", response=response.final(message)))
-        await stream.write_eof()
+        await stream.end()
         return stream
 
 

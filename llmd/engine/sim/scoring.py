@@ -16,9 +16,8 @@ import dataclasses
 import time
 from typing import Any
 
-from aiohttp import web
-
 from llmd.engine.sim import prompts, vectors
+from llmd.engine.sim.asgi import Answer, Routes, SimRequest
 from llmd.engine.sim.errors import SimHTTPError, bad_request, validation_error
 from llmd.engine.sim.front import Front
 from llmd.engine.sim.pooled import serve_pooled, usage
@@ -52,26 +51,26 @@ class ScoringRoutes:
     def __init__(self, server: Front) -> None:
         self.server = server
 
-    def add_to(self, router: web.UrlDispatcher) -> None:
+    def add_to(self, router: Routes) -> None:
         for path in ("/score", "/v1/score"):
             router.add_post(path, self.score)
         for path in ("/rerank", "/v1/rerank", "/v2/rerank"):
             router.add_post(path, self.rerank)
 
-    async def score(self, request: web.Request) -> web.StreamResponse:
+    async def score(self, request: SimRequest) -> Answer:
         """ScoreResponse: `data[i].score` per pair, in pair order."""
         return await self._serve(request, rerank=False)
 
-    async def rerank(self, request: web.Request) -> web.StreamResponse:
+    async def rerank(self, request: SimRequest) -> Answer:
         """RerankResponse: `results` sorted by `relevance_score`, each with its `document`."""
         return await self._serve(request, rerank=True)
 
-    async def _serve(self, request: web.Request, *, rerank: bool) -> web.StreamResponse:
+    async def _serve(self, request: SimRequest, *, rerank: bool) -> Answer:
         def read(body: dict[str, Any]) -> ScoreJob:
             first, second = _rerank_inputs(body) if rerank else _score_inputs(body)
             return self._job(body, first, second)
 
-        async def write(job: ScoreJob, request_id: str) -> web.StreamResponse:
+        async def write(job: ScoreJob, request_id: str) -> Answer:
             scores = self._scores(job)
             tokens = job.job.prompt_tokens
             model = job.job.model

@@ -13,9 +13,10 @@ import asyncio
 import os
 from pathlib import Path
 
-from aiohttp import web
 from prometheus_client import Gauge
+from starlette.responses import JSONResponse, Response
 
+from llmd.engine.sim.asgi import Routes, SimRequest
 from llmd.engine.sim.core import SimEngine
 from llmd.engine.sim.metrics import SimMetrics
 
@@ -58,26 +59,26 @@ class SleepRoutes:
         )
         self.memory.set(self.awake_bytes)
 
-    def add_to(self, router: web.UrlDispatcher) -> None:
+    def add_to(self, router: Routes) -> None:
         router.add_post("/sleep", self.sleep)
         router.add_post("/wake_up", self.wake_up)
         router.add_get("/is_sleeping", self.is_sleeping)
 
-    async def sleep(self, request: web.Request) -> web.Response:
+    async def sleep(self, request: SimRequest) -> Response:
         """200 once asleep at `level` (1 or 2; default 1); 500 without --enable-sleep-mode."""
         if not self.enabled:
             return _not_enabled()
-        level = request.query.get("level", "1")
+        level = request.query_params.get("level", "1")
         if level not in ("1", "2"):
-            return web.json_response(
-                {"error": {"message": f"invalid sleep level {level}", "code": 400}}, status=400
+            return JSONResponse(
+                {"error": {"message": f"invalid sleep level {level}", "code": 400}}, status_code=400
             )
         self.engine.sleep()
         self.level = int(level)
         self.memory.set(0)
-        return web.Response(status=200)
+        return Response(status_code=200)
 
-    async def wake_up(self, request: web.Request) -> web.Response:
+    async def wake_up(self, request: SimRequest) -> Response:
         """200 once awake, after the wake time of the level it slept at (at once if awake)."""
         if not self.enabled:
             return _not_enabled()
@@ -87,14 +88,14 @@ class SleepRoutes:
             self.level = 0
             self.memory.set(self.awake_bytes)
             self.engine.wake()
-        return web.Response(status=200)
+        return Response(status_code=200)
 
-    async def is_sleeping(self, request: web.Request) -> web.Response:
-        return web.json_response({"is_sleeping": self.engine.asleep})
+    async def is_sleeping(self, request: SimRequest) -> Response:
+        return JSONResponse({"is_sleeping": self.engine.asleep})
 
 
-def _not_enabled() -> web.Response:
+def _not_enabled() -> Response:
     """vLLM 0.32 without --enable-sleep-mode: the worker's assertion, a 500."""
-    return web.json_response(
-        {"error": {"message": "Sleep mode is not enabled", "code": 500}}, status=500
+    return JSONResponse(
+        {"error": {"message": "Sleep mode is not enabled", "code": 500}}, status_code=500
     )

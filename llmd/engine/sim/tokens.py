@@ -3,8 +3,9 @@ check, the request's `model` checked against the served names (404 otherwise).""
 
 from __future__ import annotations
 
-from aiohttp import web
+from starlette.responses import Response
 
+from llmd.engine.sim.asgi import Routes, SimRequest
 from llmd.engine.sim.errors import SimHTTPError, validation_error
 from llmd.engine.sim.front import Front
 from llmd.engine.sim.requests import parse_json_object, parse_tokenize
@@ -19,16 +20,16 @@ class TokenRoutes:
     def __init__(self, server: Front) -> None:
         self.server = server
 
-    def add_to(self, router: web.UrlDispatcher) -> None:
+    def add_to(self, router: Routes) -> None:
         router.add_post("/tokenize", self.tokenize)
         router.add_post("/detokenize", self.detokenize)
 
-    async def tokenize(self, request: web.Request) -> web.Response:
+    async def tokenize(self, request: SimRequest) -> Response:
         """`{"count", "max_model_len", "tokens", "token_strs"}` (token_strs only with
         `return_token_strs`, else null)."""
         server = self.server
         try:
-            body = parse_json_object(await request.read())
+            body = parse_json_object(await request.body())
             server.check_model(body.get("model"))
             ids = parse_tokenize(body, server.tokenizer)
         except SimHTTPError as error:
@@ -42,12 +43,12 @@ class TokenRoutes:
         }
         return json_response(dumps(answer))
 
-    async def detokenize(self, request: web.Request) -> web.Response:
+    async def detokenize(self, request: SimRequest) -> Response:
         """`{"prompt": text}`: the ids decoded with special tokens kept (`tokenizer.decode`'s
         defaults); an id past the vocabulary decodes to nothing, a negative one is a 400."""
         server = self.server
         try:
-            body = parse_json_object(await request.read())
+            body = parse_json_object(await request.body())
             server.check_model(body.get("model"))
             tokens = body.get("tokens")
             if "tokens" not in body:

@@ -59,20 +59,20 @@ async def make_sim(tiny_model: Path) -> AsyncIterator[SimFactory]:
         server = build_server(options)
         exits: list[int] = []
         server.on_exit = exits.append
-        runner = await start(server, options)
+        listener = await start(server, options)
         client = httpx.AsyncClient(
             transport=httpx.AsyncHTTPTransport(uds=str(socket)),
             base_url="http://engine",
             timeout=10,
         )
         sim = RunningSim(server=server, client=client, exits=exits)
-        started.append((runner, sim))
+        started.append((listener, sim))
         return sim
 
     yield factory
-    for runner, sim in started:
+    for listener, sim in started:
         await sim.client.aclose()
-        await runner.cleanup()
+        await listener.close()
         await sim.server.engine.close()
 
 

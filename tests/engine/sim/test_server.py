@@ -233,7 +233,8 @@ async def test_every_served_name_and_lora_adapter_is_listed_and_served(
 
 def test_a_burst_of_connections_queues_as_on_vllm(tiny_model: Path) -> None:
     """A burst of 600 connects while the simulator accepts none (stopped) is queued by the
-    kernel, as uvicorn's backlog of 2048 queues it for vLLM, not refused past aiohttp's 128."""
+    kernel, as uvicorn's backlog of 2048 queues it for vLLM, not refused past a smaller one
+    (aiohttp's 128, which the simulator ran on before uvicorn)."""
     sim = SimProcess.start(tiny_model, "--zero-latency")
     sockets: list[socket.socket] = []
     try:

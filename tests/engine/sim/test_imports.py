@@ -1,0 +1,42 @@
+"""What a simulator start imports: no aiohttp, torch, transformers or vLLM, and no routes its
+model does not serve (the fast suite starts about 290 simulators; each pays for its imports)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ENTRY_MODULES = ("llmd.engine.sim.__main__", "llmd.engine.sim.app", "llmd.engine.sim.server")
+NOT_IMPORTED = ("aiohttp", "torch", "transformers", "vllm")
+OTHER_RUNNERS = ("llmd.engine.sim.audio", "llmd.engine.sim.pooling", "llmd.engine.sim.scoring")
+
+
+def test_simulator_imports_no_aiohttp_torch_or_vllm() -> None:
+    """A fresh Python that imports the simulator's entry modules has none of these loaded."""
+    script = (
+        "import importlib, sys\n"
+        f"for name in {ENTRY_MODULES!r}: importlib.import_module(name)\n"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({NOT_IMPORTED!r})))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
+def test_a_generating_model_imports_no_other_runners_routes(tiny_model: Path) -> None:
+    """The routes of pooling, scoring and speech models are not imported for a generating
+    model's app."""
+    script = (
+        "import sys\n"
+        "from llmd.engine.sim.app import build_server\n"
+        "from llmd.engine.sim.options import parse_options\n"
+        f"options = parse_options(['--model', {str(tiny_model)!r}, '--uds', 'unused'])\n"
+        "build_server(options).app()\n"
+        f"print(sorted(set(sys.modules) & set({OTHER_RUNNERS!r})))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]"
