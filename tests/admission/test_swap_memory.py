@@ -7,7 +7,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from llmd.admission.swap import EngineView, GroupPolicy, Residency, SleepReason, SwapGroup
@@ -46,8 +46,41 @@ def memory_groups(draw: st.DrawFn) -> tuple[GroupPolicy, list[EngineView], float
     return policy, views, now
 
 
+def _found(views: list[EngineView]) -> tuple[GroupPolicy, list[EngineView], float]:
+    """A case Hypothesis found: 8 GiB, no residence or wait, these engines, at 1000 s."""
+    return GroupPolicy(min_residence_s=0.0, max_wait_s=0.0, device_bytes=8 * GIB), views, 1000.0
+
+
+def _view(name: str, residency: Residency, **fields: object) -> EngineView:
+    """An engine of 1 GiB awake, nothing asleep, a 1 s wake, with `fields` over that."""
+    drawn: dict[str, object] = {"wake_s": 1.0, "awake_bytes": GIB, "asleep_bytes": 0}
+    return EngineView(name, residency, **{**drawn, **fields})  # type: ignore[arg-type]
+
+
+# An eviction that makes room once a cancelled wake (a pinned one's) gives its memory back.
+CANCELLED_WAKE = _found(
+    [
+        _view("a", Residency.WAKING, pinned=True),
+        _view("b", Residency.ASLEEP),
+        _view("c", Residency.AWAKE, awake_since=1000.0),
+        _view("d", Residency.ASLEEP, waiting=1, awake_bytes=8 * GIB),
+    ]
+)
+# An eviction for the second engine waiting, once the first was woken.
+SECOND_WAITING = _found(
+    [
+        _view("a", Residency.ASLEEP, waiting=1),
+        _view("b", Residency.ASLEEP),
+        _view("c", Residency.AWAKE, awake_since=1000.0),
+        _view("d", Residency.ASLEEP, waiting=1, awake_bytes=7 * GIB),
+    ]
+)
+
+
 @settings(max_examples=400, deadline=None)
 @given(memory_groups(), st.floats(0, 10))
+@example(CANCELLED_WAKE, 0.0)
+@example(SECOND_WAITING, 0.0)
 def test_a_wake_fits_beside_what_the_others_hold_or_comes_alone(
     case: tuple[GroupPolicy, list[EngineView], float], later: float
 ) -> None:
@@ -55,7 +88,8 @@ def test_a_wake_fits_beside_what_the_others_hold_or_comes_alone(
     the device beside what every other engine holds (resident: awake footprint; asleep: what
     it keeps asleep), or one is woken while no other is resident; nothing in flight, pinned,
     or inside min_residence_s (unless idle for its wake) is evicted; no eviction while those
-    falling asleep will free enough, nor one that cannot make room beside pinned engines."""
+    falling asleep (or going to sleep idle, or whose wake is cancelled) will free enough, nor
+    one that cannot make room beside pinned engines."""
     policy, views, now = case
     at = now + later
     plan = decided_again(policy, views, now, at)
@@ -72,15 +106,23 @@ def test_a_wake_fits_beside_what_the_others_hold_or_comes_alone(
         idle_for = later if not view.waiting else -1.0
         assert at - view.awake_since >= policy.min_residence_s or idle_for >= view.wake_s
     if evicted:
-        falling = [v for v in views if v.residency is Residency.FALLING_ASLEEP]
-        freed = sum(v.awake_bytes - v.asleep_bytes for v in falling)
-        first = next(v for v in views if v.waiting and not v.resident)
+        # What gives its memory back without an eviction: those falling asleep, put to sleep
+        # idle in this plan, or whose wake it cancels. The eviction is for the first engine
+        # waiting (the views' order is the wait's: all drawn waiting since `now`) not woken.
+        idled = {n for n, reason in plan.sleep if reason is SleepReason.IDLE}
+        leaving = [
+            v
+            for v in views
+            if v.residency is Residency.FALLING_ASLEEP or v.name in idled | set(plan.cancel)
+        ]
+        freed = sum(v.awake_bytes - v.asleep_bytes for v in leaving)
+        first = next(v for v in views if v.waiting and not v.resident and v.name not in plan.wake)
         grow = first.awake_bytes - first.asleep_bytes
-        assert used - freed + grow > policy.device_bytes
-        staying = [v for v in views if v is not first and v.resident and v not in falling]
+        assert used + grown - freed + grow > policy.device_bytes
+        staying = [v for v in views if v is not first and v.resident and v not in leaving]
         if any(v.pinned for v in staying):  # evicting all unpinned ones would make room
             movable = sum(v.awake_bytes - v.asleep_bytes for v in staying if not v.pinned)
-            assert used - freed + grow - movable <= policy.device_bytes
+            assert used + grown - freed + grow - movable <= policy.device_bytes
 
 
 def test_two_small_engines_share_the_device_and_a_large_one_evicts_the_cheapest() -> None:
