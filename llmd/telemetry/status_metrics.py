@@ -92,26 +92,29 @@ def _status_families(status: Status, tenant: TenantLabels) -> Iterator[Metric]:
     yield from _gpu_families(status)
     yield from _guard_families(status)
     if status.device_hold is not None:
-        holds = CounterMetricFamily(
-            "llmd_device_holds",
-            "Batch requests held in llmd while an interactive request on another engine of "
-            "their device waited for its first token.",
-        )
-        holds.add_metric([], status.device_hold.holds)
-        yield holds
-        pauses = CounterMetricFamily(
-            "llmd_device_pauses",
-            "Times the device pause (admission.device_pause) stopped an engine while an "
-            "interactive request on another engine of its device waited for its first token.",
-        )
-        pauses.add_metric([], status.device_hold.pauses)
-        yield pauses
-        paused = CounterMetricFamily(
-            "llmd_device_paused_seconds",
-            "Seconds engines spent stopped by the device pause, the pauses under way included.",
-        )
-        paused.add_metric([], status.device_hold.paused_s)
-        yield paused
+        hold = status.device_hold
+        for name, documentation, value in (
+            (
+                "llmd_device_holds",
+                "Batch requests held in llmd while an interactive request on another engine "
+                "of their device waited for its first token.",
+                hold.holds,
+            ),
+            (
+                "llmd_device_pauses",
+                "Times the device pause (admission.device_pause) stopped an engine while an "
+                "interactive request on another engine of its device waited for its first token.",
+                hold.pauses,
+            ),
+            (
+                "llmd_device_paused_seconds",
+                "Seconds engines spent stopped by the device pause, the pauses under way included.",
+                hold.paused_s,
+            ),
+        ):
+            family = CounterMetricFamily(name, documentation)
+            family.add_metric([], value)
+            yield family
 
 
 def _tenant_limit_families(status: Status, tenant: TenantLabels) -> Iterator[Metric]:
