@@ -20,7 +20,7 @@ from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import SimProcess
 from tests.support.slow_client import (
-    LONG,
+    HELD,
     read_at_least,
     served_whole,
     slow_consumers,
@@ -107,10 +107,10 @@ def test_a_stalled_upstream_ends_its_streams_and_opens_its_breaker(
 
 @pytest.fixture
 def holding() -> Iterator[tuple[SimProcess, LlmdProcess]]:
-    """The upstream at a 0.5 ms step, llmd with a 5 s send timeout and 4 KiB send buffers."""
+    """The upstream at a 0.5 ms step, llmd with a 10 s send timeout and 4 KiB send buffers."""
     yield from upstream_behind_llmd(
         "0.5",
-        server={"send_timeout_s": 5.0, "send_buffer_bytes": 4096},
+        server={"send_timeout_s": 10.0, "send_buffer_bytes": 4096},
         telemetry={"engine_interval_s": 0.1},
     )
 
@@ -123,15 +123,15 @@ def test_a_client_that_holds_its_stream_opens_no_breaker(
     the send timeout cuts the client off as a slow consumer, and the upstream serves on."""
     sim, llmd = holding
     assert wait_for(lambda: ready(llmd, "?model=near") == 200, 60, 0.1), llmd.log_tail()
-    body = {**LONG, "model": "near"}
+    body = {**HELD, "model": "near"}  # more than the buffers hold, at any load
     held = stalled_reader(llmd.port, body)
     try:
         generated, _ = wait_for_gauge(
-            sim.socket, "vllm:generation_tokens_total", lambda v: v >= 900, 20
+            sim.socket, "vllm:generation_tokens_total", lambda v: v >= HELD["max_tokens"], 60
         )
-        assert generated  # the upstream is done; llmd holds the rest for the client
+        assert generated, llmd.log_tail()  # the upstream is done; llmd holds the rest for it
         assert read_at_least(held, 32768) >= 32768  # llmd sends more, then waits again
-        assert wait_for(lambda: slow_consumers(llmd) == 1, 20), llmd.log_tail()
+        assert wait_for(lambda: slow_consumers(llmd) == 1, 30), llmd.log_tail()
     finally:
         held.close()
     assert served_whole(llmd.base_url, {**body, "max_tokens": 50})

@@ -14,6 +14,7 @@ from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
 from tests.support.slow_client import (
+    HELD,
     LONG,
     read_at_least,
     served_whole,
@@ -78,8 +79,8 @@ def test_a_client_that_holds_its_stream_is_no_engine_stall() -> None:
     engine goes on serving other streams, the same process."""
     config = sim_config(
         ensure_tiny_model(),
-        ("--step-base-ms", "0.5"),
-        server={"send_timeout_s": 5.0, "send_buffer_bytes": 4096},
+        ("--step-base-ms", "0.5", "--max-model-len", "4096"),
+        server={"send_timeout_s": 10.0, "send_buffer_bytes": 4096},
         engine={"stall_timeout_s": 1.0},  # a request's idle timeout: 2 s
         telemetry={"engine_interval_s": 0.1},
     )
@@ -88,16 +89,19 @@ def test_a_client_that_holds_its_stream_is_no_engine_stall() -> None:
         stack.callback(llmd.stop)
         llmd.wait_ready(timeout_s=60)
         pid = llmd.admin_status()["engine"]["pid"]
-        stalled = stalled_reader(llmd.port)  # 900 tokens, some 150 KiB of events
+        stalled = stalled_reader(llmd.port, HELD)  # more than the buffers hold, at any load
         stack.callback(stalled.close)
         generated, _ = wait_for_gauge(
-            llmd.engine_socket, "vllm:generation_tokens_total", lambda v: v >= 900, 20
+            llmd.engine_socket,
+            "vllm:generation_tokens_total",
+            lambda v: v >= HELD["max_tokens"],
+            60,
         )
-        assert generated  # the engine is done; llmd holds the rest for the client
+        assert generated, llmd.log_tail()  # the engine is done; llmd holds the rest for the client
         assert read_at_least(stalled, 32768) >= 32768  # llmd sends more, then waits again
         # While llmd holds the slow client's stream:
         beside = served_whole(llmd.base_url, {**LONG, "max_tokens": 300})
-        cut = wait_for(lambda: "client_too_slow" in llmd.log_path.read_text(), 20)
+        cut = wait_for(lambda: "client_too_slow" in llmd.log_path.read_text(), 30)
         assert cut, llmd.log_tail()
         assert beside and served_whole(llmd.base_url, {**LONG, "max_tokens": 50})
         engine = llmd.admin_status()["engine"]

@@ -22,6 +22,15 @@ LONG = {
     "ignore_eos": True,
 }
 
+# A stream longer than the buffers between llmd and a client that stopped reading can hold
+# (the client's 4 KiB, llmd's send buffer, uvicorn's 64 KiB: some 80 KiB), whatever the load: an
+# answer's bytes are mostly its events' framing, and a loaded simulator packs several tokens
+# into one event (measured on 2 busy cores: 900 tokens in 170 to 470 events, 35 to 100 KiB,
+# against 600 events, 130 KiB, idle), so 900 tokens could all fit in those buffers and llmd
+# never wait on the client. 4,000 tokens are 170 KiB at 5 tokens an event (the simulator's
+# engine needs a max_model_len past 4,012).
+HELD = {**LONG, "max_tokens": 4000}
+
 
 def stalled_reader(port: int, body: dict[str, Any] = LONG) -> socket.socket:
     """Send `body` to /v1/chat/completions over a socket with a tiny receive buffer; nothing
