@@ -17,6 +17,11 @@ passed to uvicorn as its `http` protocol class, answers without reading on:
 
 An idle kept-alive connection is closed after `server.keepalive_timeout_s` (uvicorn's
 `timeout_keep_alive`, read for each new connection, so a reload applies to the next ones).
+An answer whose end is still unsent once the app is done with it (it fit the socket buffers
+and uvicorn's, so no send waited: the send timeout, llmd/proxy/stalls.py, never saw it) is
+watched the same way: a connection whose client takes none of it for `server.send_timeout_s`
+is aborted (`client_too_slow` with `connection_aborted`), where a close would wait for it for ever;
+so is one closed with bytes unsent after the send timeout cut its client off.
 
 Each of these closes the connection, carries a fresh `x-request-id` (and `x-llmd-queue-ms: 0` on
 `/v1`), is logged by llmd (`request_head_refused`, rate-limited) and never reaches the app.
@@ -30,9 +35,12 @@ head): a WebSocket handshake to `/v1/chat/completions` is that route's 405.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import struct
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import httptools
 import structlog
@@ -70,14 +78,48 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._refusal: tuple[ApiError, str] | None = None
         self._head_timer: asyncio.TimerHandle | None = None
         self._head_started = False
+        self._unread_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        super().connection_made(cast(asyncio.Transport, _Closing(transport, self._closing)))
         self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
+        if self._unread_timer is not None:
+            self._unread_timer.cancel()
+            self._unread_timer = None
         super().connection_lost(exc)
+
+    # -- an answer left unread ---------------------------------------------------------------------
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._watch_unread(None)  # kept alive with the answer's end unsent
+
+    def _closing(self) -> None:
+        """uvicorn closed the connection (after an answer, at its keep-alive timeout, or when
+        the app returned without completing its answer: a slow consumer cut off): a close
+        waits to send what is left, so watch that the client takes it."""
+        self._watch_unread(None)
+
+    def _watch_unread(self, before: int | None) -> None:
+        """Abort the connection when the bytes waiting in its transport (`before`, bytes, at
+        the last look; None: the first look) are all still there a `server.send_timeout_s`
+        later: its client stopped reading an answer the app is done with."""
+        if self._unread_timer is not None and before is None:
+            return  # already watched
+        self._unread_timer = None
+        transport = self.transport
+        timeout = self.server_config().send_timeout_s
+        waiting = transport.get_write_buffer_size()
+        if not waiting or timeout <= 0:
+            return
+        if waiting == before:
+            log.warning("client_too_slow", connection_aborted=True, unsent_bytes=waiting)
+            _reset(transport)
+            return
+        self._unread_timer = self.loop.call_later(timeout, self._watch_unread, waiting)
 
     # -- parser callbacks ----------------------------------------------------------------------
 
@@ -208,6 +250,38 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if not self.transport.is_closing():
             self.transport.write(b"".join(head) + body)
             self.transport.close()
+
+
+def _reset(transport: asyncio.Transport) -> None:
+    """Abort `transport` with a reset: without SO_LINGER 0 the kernel would go on holding its
+    unsent bytes (and the client its connection) after the socket's close."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
+
+
+class _Closing:
+    """`transport` as uvicorn's protocol and cycles use it, with `on_close` called after each
+    `close()` (uvicorn's own calls). Every other attribute is the transport's; those used per
+    request or chunk are its bound methods themselves (nothing added on the relay's path)."""
+
+    def __init__(self, transport: asyncio.Transport, on_close: Callable[[], None]) -> None:
+        self._transport = transport
+        self._on_close = on_close
+        self.write = transport.write
+        self.is_closing = transport.is_closing
+        self.pause_reading = transport.pause_reading
+        self.resume_reading = transport.resume_reading
+        self.get_extra_info = transport.get_extra_info
+
+    def close(self) -> None:
+        self._transport.close()
+        self._on_close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 def _framing_refused(headers: list[tuple[bytes, bytes]], upgrade: bool) -> ApiError | None:

@@ -4,6 +4,7 @@ stream keeps its pace, through a real `llmd serve` on the simulator."""
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
 import time
 
@@ -109,3 +110,36 @@ def test_a_client_that_holds_its_stream_is_no_engine_stall() -> None:
         stalls = [line for line in llmd.log_path.read_text().splitlines() if "stalled" in line]
         assert not stalls, stalls
         assert wait_for(lambda: slow_consumers(llmd) == 1, 10)
+
+
+def tcp_state(sock: socket.socket) -> int:
+    """The kernel's TCP state of `sock` (struct tcp_info's first byte: 1 established, 7 closed
+    by a reset, 8 the peer's end received)."""
+    return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0]
+
+
+def test_a_client_that_never_reads_does_not_keep_its_connection() -> None:
+    """A client that never reads a 400-token stream: whether the send timeout cut it off or
+    (on a loaded machine, fewer and larger events) every send went into the buffers and the
+    answer ended, bytes wait unsent in its connection. Once the client has taken none of them
+    for the send timeout, the connection is reset, not kept open for ever by a close that
+    waits to send them; llmd serves on."""
+    config = sim_config(
+        ensure_tiny_model(),
+        ("--step-base-ms", "0.5"),
+        server={"send_timeout_s": 1.0, "send_buffer_bytes": 4096},
+    )
+    with LlmdProcess.running(config) as llmd:
+        # 400 tokens: some 30-60 KiB of events, past the kernel's buffers (a few KiB each
+        # way): what they do not hold waits in the transport (uvicorn's 64 KiB or more).
+        stalled = stalled_reader(llmd.port, {**LONG, "max_tokens": 400})
+        with contextlib.closing(stalled):
+            ended = wait_for(lambda: "request_finished" in llmd.log_path.read_text(), 30)
+            assert ended, llmd.log_tail()
+            assert wait_for(lambda: tcp_state(stalled) != ESTABLISHED, 20), llmd.log_tail()
+            assert tcp_state(stalled) == CLOSED_BY_RESET
+        assert "connection_aborted" in llmd.log_path.read_text()
+        assert served_whole(llmd.base_url, {**LONG, "max_tokens": 50})  # llmd serves on
+
+
+ESTABLISHED, CLOSED_BY_RESET = 1, 7
