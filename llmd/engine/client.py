@@ -30,10 +30,10 @@ KEEPALIVE_S = 2.0
 
 
 class EngineClient:
-    """The connection pool to one backend: `target` is a Unix
-    socket path (a Path, or a string `unix:/path`) or an `http(s)://HOST:PORT` base URL;
-    `api_key`, when given, is sent as `Authorization: Bearer` on every request (`headers()`),
-    as is a supervised engine's own key (`configure`)."""
+    """The connection pool to one backend: `target` is a Unix socket path (a Path, or a
+    string `unix:/path`) or an `http(s)://HOST:PORT` base URL; `api_key`, when given, is sent
+    as `Authorization: Bearer` on every request (`pool_headers()`), as is a supervised
+    engine's own key (`configure`)."""
 
     def __init__(self, target: Path | str, api_key: str | None = None) -> None:
         self.target = target
