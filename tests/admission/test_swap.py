@@ -20,7 +20,15 @@ from llmd.admission.swap import (
     SwapGroup,
     WakeTimes,
 )
-from tests.support.swap_steps import StepEngine, advance, apply, arrivals, views
+from tests.support.swap_steps import (
+    StepEngine,
+    advance,
+    apply,
+    arrivals,
+    arrive,
+    start_queued,
+    views,
+)
 
 NAMES = ("a", "b", "c", "d")
 # Traces of requests to three models: (model, gap before it, its duration), s.
@@ -291,8 +299,7 @@ def test_every_request_is_served_within_the_bound(
     woken_at: list[float] = []
     now = 0.0
     while (due or queued or any(e.running for e in engines.values())) and now < 200:
-        while due and due[0][0] <= now:
-            queued.append(due.pop(0))
+        arrive(due, queued, now)
         advance(engines, now)
         waiting = collections.Counter(q[1] for q in queued)
         for name, engine in engines.items():  # awake with nothing running or queued since
@@ -313,13 +320,7 @@ def test_every_request_is_served_within_the_bound(
         apply(engines, plan, now, wake_s)
         awake = [n for n, e in engines.items() if e.residency is not Residency.ASLEEP]
         assert len(awake) <= 1
-        for item in list(queued):
-            arrived, model, duration = item
-            engine = engines[model]
-            if engine.residency is Residency.AWAKE and model not in plan.closed:
-                queued.remove(item)
-                waits.append(now - arrived)
-                engine.running.append(now + duration)
+        waits += start_queued(engines, queued, plan, now)
         now += step
     assert not due and not queued
     turn = min_residence + max_wait + 1.0 + wake_s + 4 * step

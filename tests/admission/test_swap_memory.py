@@ -12,7 +12,15 @@ from hypothesis import strategies as st
 
 from llmd.admission.swap import EngineView, GroupPolicy, Residency, SleepReason, SwapGroup
 from tests.admission.test_swap import TRACES, decided_again, drawn_view
-from tests.support.swap_steps import StepEngine, advance, apply, arrivals, views
+from tests.support.swap_steps import (
+    StepEngine,
+    advance,
+    apply,
+    arrivals,
+    arrive,
+    start_queued,
+    views,
+)
 
 GIB = 1024**3
 NAMES = ("a", "b", "c", "d")
@@ -200,8 +208,7 @@ def test_driven_over_a_trace_memory_is_never_overcommitted(
     queued: list[tuple[float, str, float]] = []
     now = 0.0
     while (due or queued or any(e.running for e in engines.values())) and now < 300:
-        while due and due[0][0] <= now:
-            queued.append(due.pop(0))
+        arrive(due, queued, now)
         advance(engines, now)
         waiting = collections.Counter(q[1] for q in queued)
         plan = swap.decide(views(engines, waiting, wake_s, asleep), now)
@@ -211,11 +218,6 @@ def test_driven_over_a_trace_memory_is_never_overcommitted(
         resident = [e for e in engines.values() if e.residency is not Residency.ASLEEP]
         used = sum(e.size if e in resident else asleep for e in engines.values())
         assert used <= device or len(resident) == 1
-        for item in list(queued):
-            _, model, duration = item
-            engine = engines[model]
-            if engine.residency is Residency.AWAKE and model not in plan.closed:
-                queued.remove(item)
-                engine.running.append(now + duration)
+        start_queued(engines, queued, plan, now)
         now += step
     assert not due and not queued

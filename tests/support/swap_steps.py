@@ -1,7 +1,8 @@
 """A swap group's engines as a step model drives the swap core (llmd/admission/swap.py), with
 no processes: what each step shares in tests/admission/test_swap.py, test_swap_memory.py and
-scripts/swap_model.py (calls that ended leave, wakes that ended are awake, the core sees the
-engines and decides, its sleeps and wakes apply). What each checks of a step stays with it."""
+scripts/swap_model.py (calls arrive and queue, calls that ended leave, wakes that ended are
+awake, the core sees the engines and decides, its sleeps and wakes apply, queued calls start on
+awake engines). What each checks of a step stays with it."""
 
 from __future__ import annotations
 
@@ -72,3 +73,31 @@ def apply(engines: Mapping[str, StepEngine], plan: Plan, now: float, wake_s: flo
         engines[name].residency, engines[name].awake_since = Residency.ASLEEP, None
     for name in plan.wake:
         engines[name].residency, engines[name].ready_at = Residency.WAKING, now + wake_s
+
+
+def arrive(
+    due: list[tuple[float, str, float]], queued: list[tuple[float, str, float]], now: float
+) -> None:
+    """Move the calls of `due` (arrival order) that have arrived by `now` to `queued`."""
+    while due and due[0][0] <= now:
+        queued.append(due.pop(0))
+
+
+def start_queued(
+    engines: Mapping[str, StepEngine],
+    queued: list[tuple[float, str, float]],
+    plan: Plan,
+    now: float,
+) -> list[float]:
+    """Start each queued call whose engine is awake and whose model `plan` does not close to
+    newcomers: it leaves `queued` and runs until `now` plus its duration. How long each
+    started call waited (s), in queue order."""
+    waits = []
+    for item in list(queued):
+        arrived, model, duration = item
+        engine = engines[model]
+        if engine.residency is Residency.AWAKE and model not in plan.closed:
+            queued.remove(item)
+            waits.append(now - arrived)
+            engine.running.append(now + duration)
+    return waits
