@@ -111,9 +111,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             return  # already watched
         self._unread_timer = None
         transport = self.transport
+        waiting = transport.get_write_buffer_size()  # nearly always 0: nothing more to do
+        if not waiting:
+            return
         timeout = self.server_config().send_timeout_s
-        waiting = transport.get_write_buffer_size()
-        if not waiting or timeout <= 0:
+        if timeout <= 0:
             return
         if waiting == before:
             log.warning("client_too_slow", connection_aborted=True, unsent_bytes=waiting)
@@ -275,6 +277,7 @@ class _Closing:
         self.pause_reading = transport.pause_reading
         self.resume_reading = transport.resume_reading
         self.get_extra_info = transport.get_extra_info
+        self.get_write_buffer_size = transport.get_write_buffer_size
 
     def close(self) -> None:
         self._transport.close()
