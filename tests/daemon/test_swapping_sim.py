@@ -5,7 +5,6 @@ its engine is woken; the states and counters say what happened."""
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import subprocess
 import tomllib
 from typing import Any
@@ -47,8 +46,8 @@ def start_up_boots(llmd: LlmdProcess) -> int:
     """How many engines booted before the first request, checking that each boot began only
     after the one before it was asleep or serving."""
     boots, busy = 0, False
-    for line in llmd.log_path.read_text().splitlines():
-        event = json.loads(line).get("event") if line.startswith("{") else None
+    for record in llmd.log_records():
+        event = record.get("event")
         if event == "engine_started":
             assert not busy, "two engines of the group booted at once"
             boots, busy = boots + 1, True
@@ -184,8 +183,9 @@ def test_an_idle_engine_sleeps_and_a_request_wakes_it() -> None:
 
 def boots(llmd: LlmdProcess, name: str) -> int:
     """How many times engine `name`'s process was started (its `engine_started` lines)."""
-    events = [json.loads(x) for x in llmd.log_path.read_text().splitlines() if x.startswith("{")]
-    return sum(1 for e in events if e.get("event") == "engine_started" and e["engine"] == name)
+    return sum(
+        1 for e in llmd.log_records() if e.get("event") == "engine_started" and e["engine"] == name
+    )
 
 
 @pytest.mark.parametrize("sleep", ["auto", "stop"])

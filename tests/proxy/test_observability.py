@@ -111,7 +111,7 @@ def test_a_failure_storm_is_quiet_in_the_log_and_whole_in_the_counters(
     """300 engine failures in a burst: at most 10 lines per kind in the log, and /metrics
     counts all 300 failures and every suppressed line."""
     base = samples(llmd)
-    before = len(llmd.log_path.read_text().splitlines())
+    before = len(llmd.log_records())
 
     async def storm() -> list[int]:
         async with httpx.AsyncClient(base_url=llmd.base_url, timeout=30) as client:
@@ -138,7 +138,7 @@ def test_a_failure_storm_is_quiet_in_the_log_and_whole_in_the_counters(
     wait_for(lambda: counted(samples(llmd)) >= STORM, timeout_s=5, every_s=0.1)
     found = samples(llmd)
     assert counted(found) == STORM
-    lines = [json.loads(line) for line in llmd.log_path.read_text().splitlines()[before:]]
+    lines = llmd.log_records()[before:]
     events = [line["event"] for line in lines]
     assert events.count("request_failed") <= 10 and events.count("request_finished") <= 10
     suppressed = {

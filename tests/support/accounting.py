@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import json
 from typing import Any
 
 import httpx
@@ -39,24 +37,13 @@ def samples(llmd: LlmdProcess) -> Samples:
 
 
 def log_records(llmd: LlmdProcess) -> list[dict[str, Any]]:
-    """Every JSON log line llmd wrote so far (lines that are not JSON are skipped)."""
-    records = []
-    for line in llmd.log_path.read_text().splitlines():
-        if line.startswith("{"):
-            with contextlib.suppress(ValueError):
-                records.append(json.loads(line))
-    return records
+    """Every JSON log line llmd wrote so far (`LlmdProcess.log_records`)."""
+    return llmd.log_records()
 
 
 def log_lines(llmd: LlmdProcess, request_id: str) -> list[dict[str, Any]]:
     """The JSON log lines of `request_id`."""
-    found = []
-    for line in llmd.log_path.read_text().splitlines():
-        if request_id in line:
-            record = json.loads(line)
-            if record.get("request_id") == request_id:
-                found.append(record)
-    return found
+    return [r for r in llmd.log_records() if r.get("request_id") == request_id]
 
 
 @dataclasses.dataclass

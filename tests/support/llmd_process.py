@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import json
 import os
 import random
 import signal
@@ -209,6 +210,14 @@ class LlmdProcess:
 
         assert wait_for(diagnosed, timeout_s, every_s=every_s), self.log_tail()
         return engine
+
+    def log_records(self) -> list[dict[str, Any]]:
+        """Every JSON line llmd's log holds so far, in order. Only whole lines count: the
+        daemon may be writing the last one as this reads the file, and that half line is left
+        for the next read."""
+        text = self.log_path.read_text(errors="replace")
+        whole = text[: text.rfind("\n") + 1]
+        return [json.loads(line) for line in whole.splitlines() if line.startswith("{")]
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
