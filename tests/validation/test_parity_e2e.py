@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import pytest
 from llmd.endpoints.openai import read_chat, read_completions
 from llmd.validation.counter import LocalCounter
 from tests.support.fake_engine import ProxyStack
+from tests.support.llmd_process import short_tmpdir
 from tests.support.model import ensure_tiny_model
 from tests.support.prompt_corpus import chat_corpus, completion_corpus
 from tests.support.vllm_engine import Engine
@@ -110,7 +110,7 @@ def test_multi_prompt_and_token_id_counts_equal_the_engine_usage(
 @pytest.fixture(scope="module")
 def proxy(engine_socket: Path) -> Iterator[httpx.Client]:
     """llmd's proxy (policy reject) in front of the real engine."""
-    runtime = Path(tempfile.mkdtemp(prefix="llmd-e2e-run-", dir="/tmp"))
+    runtime = short_tmpdir("llmd-e2e-run-")
     with (
         ProxyStack.run(tiny_model(), runtime, MAX_MODEL_LEN, real_engine=engine_socket) as stack,
         httpx.Client(base_url=stack.base_url, timeout=120) as client,
