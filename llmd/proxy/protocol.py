@@ -49,6 +49,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from llmd.config import ServerConfig
 from llmd.endpoints.table import dialect_of
 from llmd.errors import ApiError, HeadersTooLarge, InvalidRequest, RequestTimeout
+from llmd.proxy.chunked import CYCLE_KEY
 from llmd.proxy.middleware import NOT_QUEUED, on_v1
 from llmd.quoting import header_text
 
@@ -154,6 +155,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._refusal = framing, "framing"
             raise _Refused
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope:  # this request's
+            self.scope[CYCLE_KEY] = cycle  # type: ignore[literal-required]
 
     # -- the head's deadline ---------------------------------------------------------------------
 

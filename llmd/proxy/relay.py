@@ -49,6 +49,7 @@ from llmd.inflight import Exchange
 from llmd.proxy.body import (
     ClientGone,
 )
+from llmd.proxy.chunked import CYCLE_KEY, ChunkedBody
 from llmd.proxy.intake import Arrival, Body, Intake, check_control_headers
 from llmd.proxy.middleware import BODY_SEND_KEY, NOT_QUEUED, REQUEST_ID_KEY
 from llmd.proxy.tracecontext import trace_context
@@ -147,8 +148,13 @@ class Relay:
     def make_writer(self, send: Send, exchange: Exchange, scope: Scope) -> ClientWriter:
         """The writer of `exchange`'s answer, read by the endpoint's dialect (a relay that
         reads answers its own way overrides this: llmd/proxy/responses.py)."""
+        cycle = scope.get(CYCLE_KEY)
         return ClientWriter(
-            send, exchange, body_send=scope.get(BODY_SEND_KEY), dialect=self.endpoint.dialect
+            send,
+            exchange,
+            body_send=scope.get(BODY_SEND_KEY),
+            dialect=self.endpoint.dialect,
+            chunked=None if cycle is None else ChunkedBody(cycle),
         )
 
     # -- the stages, in order ----------------------------------------------------------------

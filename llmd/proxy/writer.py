@@ -21,6 +21,7 @@ from llmd.endpoints.table import dialect_of
 from llmd.engine.wire import Reply
 from llmd.errors import ApiError
 from llmd.inflight import Exchange
+from llmd.proxy.chunked import ChunkedBody
 
 log = structlog.get_logger("llmd.proxy")
 
@@ -100,8 +101,9 @@ class ClientWriter:
     `headers` are added to the response's start, an error's included (validation's notes to
     the client; the list may grow until the start). The body goes to `body_send` when given:
     the `send` beneath wrappers that touch only a response's start (llmd/proxy/middleware.py's
-    BODY_SEND_KEY), so a streamed chunk does not pass through each of them. `dialect` reads
-    what the answer tells llmd (llmd/endpoints/dialects.py)."""
+    BODY_SEND_KEY), so a streamed chunk does not pass through each of them; `stream` writes
+    each chunk with `chunked` when given (llmd/proxy/chunked.py: straight to the client's
+    transport). `dialect` reads what the answer tells llmd (llmd/endpoints/dialects.py)."""
 
     def __init__(
         self,
@@ -110,8 +112,10 @@ class ClientWriter:
         headers: list[tuple[bytes, bytes]] | None = None,
         body_send: Send | None = None,
         dialect: Dialect = OPENAI,
+        chunked: ChunkedBody | None = None,
     ) -> None:
         self._send = send
+        self._chunked = chunked
         self.dialect = dialect
         self.answer = dialect.reader(exchange)
         self._send_body = body_send or send
@@ -201,7 +205,16 @@ class ClientWriter:
             if self.on_first_byte is not None and exchange.first_byte_at is not None:
                 self.on_first_byte()
                 self.on_first_byte = None
-            send = self._send_body({"type": "http.response.body", "body": chunk, "more_body": True})
+            chunked = self._chunked
+            send: Awaitable[None] | None
+            if chunked is not None:
+                send = chunked.send(chunk)  # None: written to the client's transport
+            else:
+                message = {"type": "http.response.body", "body": chunk, "more_body": True}
+                send = self._send_body(message)
+            if send is None:
+                self._sent()
+                return True
             if not isinstance(send, Coroutine):
                 self._blocked = send
                 return False
