@@ -35,6 +35,9 @@ _SOME_TEXT = re.compile(
 )
 _COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 _ROLE = re.compile(rb'"role"\s*:\s*"assistant"')
+# What only `OpenAIAnswer.event` reads exactly (a role delta, a usage, an error, a finish reason
+# that is not vLLM's compact `null`): an event without any of them is one plain token.
+_NOT_PLAIN = re.compile(rb'"(?:role"|completion_tokens"|error"|finish_reason"(?!:null))')
 # A whole count only (a digit-free byte after it): the next chunk may carry its last digits.
 _PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)(?=\D)')
 # Bytes of a whole answer kept from one chunk to the next, so that a usage figure split
@@ -139,6 +142,15 @@ class OpenAIAnswer:
                 joined = self._seam + chunk
                 read_input_usage(exchange, joined)
                 self._seam = joined[-_SEAM:]
+            return
+        if events.feed_object(chunk):  # the most common: one event, a JSON object
+            if _NOT_PLAIN.search(chunk) is not None:
+                self.event(chunk[6:-2])
+                return
+            if not exchange.has_text and _SOME_TEXT.search(chunk):
+                exchange.has_text = True
+            if not self._usage_seen:
+                exchange.output_tokens += 1
             return
         run = events.feed_run(chunk)
         if not run:

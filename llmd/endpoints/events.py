@@ -74,6 +74,24 @@ class EventStream:
             self.done = True
         return events
 
+    def feed_object(self, chunk: bytes) -> bool:
+        """Read `chunk` when it is one whole event in vLLM's layout (`data: {...}\\n\\n`, without
+        CR or another LF) whose data is a JSON object's text, starting between events: True
+        (its data is `chunk[6:-2]`). Else False, and nothing is read. The most common chunk of
+        a stream, read by a few scans in C."""
+        if (
+            chunk[:7] != b"data: {"
+            or chunk[-3:] != b"}\n\n"
+            or self._cr
+            or self._line
+            or self._pending
+            or chunk.find(b"\n") != len(chunk) - 2
+            or b"\r" in chunk
+        ):
+            return False
+        self._started = True
+        return True
+
     def typed_run(self, chunk: bytes) -> int:
         """Read `chunk` when it is a run of whole typed events in vLLM's layout (`event:
         TYPE\\ndata: DATA\\n\\n` each, TYPE and DATA without CR or LF: its Responses and

@@ -189,7 +189,9 @@ RUN_DATA = st.sampled_from(
      b'{"choices":[{"delta":{},"finish_reason":"length"}]}',
      b'{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":9}}',
      b'{"error": {"message": "x"}}', b'"just a string"', b' {"text":"c"}', b'{"text":"',
-     b'{"content":"role"}', b"[DONE]"]
+     b'{"content":"role"}', b'{"text":"d","error":null,"finish_reason":null}',
+     b'{"choices":[{"text":"e","finish_reason" :"stop"}]}', b'{"text":"\\"role\\""}',
+     b"[DONE]"]
 )  # fmt: skip
 
 
@@ -214,6 +216,28 @@ def test_runs_of_events_read_as_one_event_at_a_time(data: list[bytes], cuts: lis
         expected.finish_reason,
         expected.has_text,
     )
+    assert answer.done == any(d.startswith(b"[DONE]") for d in data)
+    assert answer.between_events
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(RUN_DATA, max_size=30))
+def test_events_one_a_chunk_read_as_one_event_at_a_time(data: list[bytes]) -> None:
+    """vLLM's layout one event a chunk (a plain token read on a fast path, any other event
+    as the reference) gives the same tokens, usage, finish reason, text and end as its events
+    read one at a time."""
+    expected = Exchange("e", stream=True)
+    one_by_one = OpenAIAnswer(expected)
+    exchange = Exchange("r", stream=True)
+    answer = OpenAIAnswer(exchange)
+    for d in data:
+        one_by_one.event(d)
+        answer.feed(b"data: " + d + b"\n\n")
+        assert (exchange.output_tokens, exchange.finish_reason, exchange.has_text) == (
+            expected.output_tokens,
+            expected.finish_reason,
+            expected.has_text,
+        )
     assert answer.done == any(d.startswith(b"[DONE]") for d in data)
     assert answer.between_events
 
