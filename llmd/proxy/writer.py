@@ -199,8 +199,9 @@ class ClientWriter:
         `_blocked`, for `stream` to await) or failed (`_failed`, for `stream` to raise)."""
         exchange = self.exchange
         try:
-            exchange.progress_at = exchange.send_since = now = time.monotonic()
-            self.answer.feed(chunk)
+            exchange.progress_at = now = time.monotonic()
+            answer = self.answer
+            answer.feed(chunk)
             exchange.chunk_sent(now)  # a stream's gaps (llmd/telemetry/gaps.py)
             if self.on_first_byte is not None and exchange.first_byte_at is not None:
                 self.on_first_byte()
@@ -208,13 +209,16 @@ class ClientWriter:
             chunked = self._chunked
             send: Awaitable[None] | None
             if chunked is not None:
-                send = chunked.send(chunk)  # None: written to the client's transport
+                send = chunked.send(chunk)
+                if send is None:  # written to the client's transport: no send waited
+                    if answer.done and exchange.stream:
+                        exchange.answered = True
+                    return True
+                exchange.send_since = now  # the stall watcher times the send that may wait
             else:
+                exchange.send_since = now
                 message = {"type": "http.response.body", "body": chunk, "more_body": True}
                 send = self._send_body(message)
-            if send is None:
-                self._sent()
-                return True
             if not isinstance(send, Coroutine):
                 self._blocked = send
                 return False
