@@ -188,6 +188,8 @@ class _Connection(asyncio.Protocol):
         self.idle_since = 0.0
         self.closed = False
         self.sock: socket.socket | None = None  # a TCP connection's socket (`peer_closed`)
+        # The body parsed from the read being parsed, for the reader's sink (`_hand_on`).
+        self.parsed: list[bytes] = []
 
     # -- the pool's side ---------------------------------------------------------------------
 
@@ -252,8 +254,11 @@ class _Connection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
+            self._hand_on(self.answer)  # what parsed before the fault, first
             self._lost(ConnectionLost(f"the answer does not parse: {exc}", answered=False))
             self.abort()
+            return
+        self._hand_on(self.answer)
 
     def eof_received(self) -> bool | None:
         return False  # close
@@ -291,14 +296,8 @@ class _Connection(asyncio.Protocol):
         answer = self.answer
         if answer is None:
             return
-        sink = answer.sink
-        if sink is not None:
-            if sink(body):
-                return
-            answer.sink = None  # the reader is busy with this one: the next ones wait
-            waiter = answer.waiter
-            if waiter is not None and not waiter.done():
-                waiter.set_result(None)
+        if answer.sink is not None:
+            self.parsed.append(body)  # handed on at the read's end, with the rest it holds
             return
         answer.chunks.append(body)
         answer.buffered += len(body)
@@ -313,6 +312,7 @@ class _Connection(asyncio.Protocol):
         answer, self.answer = self.answer, None
         if answer is None:
             return  # an interim answer's end
+        self._hand_on(answer)
         keep = self.parser.should_keep_alive() and not self.closed
         answer.finished()
         self.drained()  # paused for this answer's reader: not for the next request
@@ -320,6 +320,27 @@ class _Connection(asyncio.Protocol):
             self.pool.release(self)
         else:
             self.abort()
+
+    def _hand_on(self, answer: Reply | None) -> None:
+        """Give `answer`'s reader (its sink) the body parsed from one read as one chunk:
+        however many HTTP chunks a read holds (a relay that falls behind reads several events
+        at once), one read, one send to the client. Nothing waits: this runs as each read's
+        parse ends."""
+        parsed = self.parsed
+        if not parsed:
+            return
+        body = parsed[0] if len(parsed) == 1 else b"".join(parsed)
+        parsed.clear()
+        if answer is None:
+            return
+        sink = answer.sink
+        if sink is not None and sink(body):
+            return
+        if sink is None:  # not expected: the sink is set while the body is parsed for it
+            answer.chunks.append(body)
+            answer.buffered += len(body)
+        answer.sink = None  # the reader is busy with this one: the next ones wait
+        answer.wake()
 
     # -- ends --------------------------------------------------------------------------------
 

@@ -168,6 +168,40 @@ async def test_each_chunk_is_handed_on_as_it_arrives(tmp_path: Path) -> None:
     assert len(served.connections) == 1
 
 
+async def test_the_chunks_of_one_read_reach_the_sink_as_one(tmp_path: Path) -> None:
+    """The HTTP chunks one read holds go to `wait`'s sink in one call, in order, before
+    the answer's end in that same read; the next read's in the next call."""
+    first, more = asyncio.Event(), asyncio.Event()
+
+    async def chunked(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        await writer.drain()
+        await first.wait()
+        writer.write(b"1\r\na\r\n2\r\nbc\r\n3\r\ndef\r\n")
+        await writer.drain()
+        await more.wait()
+        writer.write(b"1\r\ng\r\n1\r\nh\r\n0\r\n\r\n")
+        await writer.drain()
+        return True
+
+    async with backend(tmp_path / "e.sock", chunked):
+        pool = Pool(socket_path=tmp_path / "e.sock")
+        answer = await pool.post("/", b"{}", {})
+        taken: list[bytes] = []
+
+        def sink(chunk: bytes) -> bool:
+            taken.append(chunk)
+            more.set()
+            return True
+
+        waiting = asyncio.ensure_future(answer.wait(sink))
+        first.set()
+        await asyncio.wait_for(waiting, timeout=5)  # the answer's end wakes it
+        assert taken == [b"abcdef", b"gh"]
+        assert await answer.readany() == b""
+        pool.close()
+
+
 async def test_a_body_ended_by_the_close_is_read_to_the_close(tmp_path: Path) -> None:
     """An answer with neither length nor chunks ends when the backend closes; `Connection:
     close` keeps the connection from reuse."""
