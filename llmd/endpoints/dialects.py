@@ -175,11 +175,16 @@ class OpenAIAnswer:
             objects = chunk.count(b"\n\ndata: {") + (1 if chunk.startswith(b"data: {") else 0)
             if objects + done != events:
                 return False
-        error = chunk.startswith(b'data: {"error"') or (events > 1 and b'data: {"error"' in chunk)
-        if error or b'"role"' in chunk or b'"completion_tokens"' in chunk:
-            return False
         exchange = self.exchange
-        finish = _names_finish(exchange, chunk)
+        if _NOT_PLAIN.search(chunk) is None:  # plain tokens only: the checks below all pass
+            finish = False
+        else:
+            error = chunk.startswith(b'data: {"error"') or (
+                events > 1 and b'data: {"error"' in chunk
+            )
+            if error or b'"role"' in chunk or b'"completion_tokens"' in chunk:
+                return False
+            finish = _names_finish(exchange, chunk)
         if events > 1 and (finish or not exchange.has_text) and chunk.count(b"}\n\n") != objects:
             return False  # an event not ending with `}`: a pattern could span two
         _read_text_and_finish(exchange, chunk, finish)
