@@ -211,13 +211,14 @@ def test_runs_of_events_read_as_one_event_at_a_time(data: list[bytes], cuts: lis
     for a, b in zip([0, *points], [*points, len(stream)], strict=True):
         if b > a:
             answer.feed(stream[a:b])
-    assert (exchange.output_tokens, exchange.finish_reason, exchange.has_text) == (
-        expected.output_tokens,
-        expected.finish_reason,
-        expected.has_text,
-    )
+    assert what_was_read(exchange) == what_was_read(expected)
     assert answer.done == any(d.startswith(b"[DONE]") for d in data)
     assert answer.between_events
+
+
+def what_was_read(exchange: Exchange) -> tuple[int, str | None, bool]:
+    """What a reader accounts into `exchange`: tokens, finish reason, whether text came."""
+    return exchange.output_tokens, exchange.finish_reason, exchange.has_text
 
 
 @settings(max_examples=300, deadline=None)
@@ -233,11 +234,7 @@ def test_events_one_a_chunk_read_as_one_event_at_a_time(data: list[bytes]) -> No
     for d in data:
         one_by_one.event(d)
         answer.feed(b"data: " + d + b"\n\n")
-        assert (exchange.output_tokens, exchange.finish_reason, exchange.has_text) == (
-            expected.output_tokens,
-            expected.finish_reason,
-            expected.has_text,
-        )
+        assert what_was_read(exchange) == what_was_read(expected)
     assert answer.done == any(d.startswith(b"[DONE]") for d in data)
     assert answer.between_events
 

@@ -81,6 +81,27 @@ async def ok(request: bytes, writer: asyncio.StreamWriter) -> bool:
     return True
 
 
+CHUNKED = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def in_turn(
+    start: bytes, *then: tuple[asyncio.Event, bytes]
+) -> Callable[[bytes, asyncio.StreamWriter], Awaitable[bool]]:
+    """An answer that writes `start`, then each of `then`'s bytes once its event is set
+    (one write each), kept alive."""
+
+    async def answer(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(start)
+        await writer.drain()
+        for gate, data in then:
+            await gate.wait()
+            writer.write(data)
+            await writer.drain()
+        return True
+
+    return answer
+
+
 async def test_requests_in_turn_share_one_kept_alive_connection(tmp_path: Path) -> None:
     """Answers read to their end leave the connection for the next request; the request
     carries the given headers, Host and Content-Length, and its body."""
@@ -141,15 +162,7 @@ async def test_each_chunk_is_handed_on_as_it_arrives(tmp_path: Path) -> None:
     """A chunked answer's chunks are read one by one, the second sent only after the reader
     had the first (nothing waits to fill a buffer); the connection is kept after the end."""
     second = asyncio.Event()
-
-    async def chunked(request: bytes, writer: asyncio.StreamWriter) -> bool:
-        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n")
-        await writer.drain()
-        await second.wait()
-        writer.write(b"6\r\nsecond\r\n0\r\n\r\n")
-        await writer.drain()
-        return True
-
+    chunked = in_turn(CHUNKED + b"5\r\nfirst\r\n", (second, b"6\r\nsecond\r\n0\r\n\r\n"))
     async with backend(tmp_path / "e.sock", chunked) as served:
         pool = Pool(socket_path=tmp_path / "e.sock")
         answer = await pool.post("/", b"{}", {})
@@ -172,18 +185,11 @@ async def test_the_chunks_of_one_read_reach_the_sink_as_one(tmp_path: Path) -> N
     """The HTTP chunks one read holds go to `wait`'s sink in one call, in order, before
     the answer's end in that same read; the next read's in the next call."""
     first, more = asyncio.Event(), asyncio.Event()
-
-    async def chunked(request: bytes, writer: asyncio.StreamWriter) -> bool:
-        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
-        await writer.drain()
-        await first.wait()
-        writer.write(b"1\r\na\r\n2\r\nbc\r\n3\r\ndef\r\n")
-        await writer.drain()
-        await more.wait()
-        writer.write(b"1\r\ng\r\n1\r\nh\r\n0\r\n\r\n")
-        await writer.drain()
-        return True
-
+    chunked = in_turn(
+        CHUNKED,
+        (first, b"1\r\na\r\n2\r\nbc\r\n3\r\ndef\r\n"),
+        (more, b"1\r\ng\r\n1\r\nh\r\n0\r\n\r\n"),
+    )
     async with backend(tmp_path / "e.sock", chunked):
         pool = Pool(socket_path=tmp_path / "e.sock")
         answer = await pool.post("/", b"{}", {})
