@@ -10,14 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import os
 import signal
-import socket
-import time
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import Literal
 
 import structlog
 
@@ -30,13 +26,9 @@ from llmd.config import Config, EngineConfig, ResponsesConfig, config_path, load
 from llmd.daemon.actions import OperatorActions
 from llmd.daemon.admin_api import AdminApp
 from llmd.daemon.backends import Backends
-from llmd.daemon.listeners import (
-    EmbeddedServer,
-    bind_tcp,
-    bind_unix,
-    embedded_server,
-    set_send_buffer,
-)
+from llmd.daemon.devices import check_devices
+from llmd.daemon.housekeeping import Housekeeping
+from llmd.daemon.listeners import Listeners, bind_tcp, bind_unix
 from llmd.daemon.reload import ReloadPlan, plan_reload, with_engine_tables
 from llmd.daemon.swapping import Swapping
 from llmd.daemon.telemetry import Telemetry
@@ -45,8 +37,7 @@ from llmd.daemon.watchdog import Watchdog
 from llmd.endpoints.store import FILE_NAME as STORE_FILE
 from llmd.endpoints.store import ResponseStore
 from llmd.errors import ActionRefused, ConfigError, EngineGaveUp
-from llmd.gpu.footprint import open_group_memory
-from llmd.gpu.preflight import GpuReport, PreflightError, run_preflight
+from llmd.gpu.preflight import GpuReport
 from llmd.logs import configure_logging, line_limiter
 from llmd.proxy.app import build_app
 from llmd.proxy.connections import limited_protocol
@@ -150,46 +141,20 @@ class Daemon:
         for restoration in self.restorations:
             fleet.engines[restoration.engine].release_note = restoration.note
         self.reporter = ServiceReporter(Notifier(), config.supervisor.max_failed_boots)
+        self.housekeeping = Housekeeping(self.state, self.backends, self.reporter)
+        self.listeners = Listeners(lambda: self.config.server)
         self.exit_code = EXIT_OK
         self.gpu: GpuReport | None = None
-        self.public: socket.socket | None = None
         self._signals: asyncio.Queue[signal.Signals] = asyncio.Queue()
-        self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._servers: list[EmbeddedServer] = []
-        self._proxy: EmbeddedServer | None = None
         self._lock: int | None = None
-        self._gc_frozen = False
 
     async def serve(self) -> int:
         """Run until SIGTERM/SIGINT, or until every engine has given up and no upstream is
         left; the process exit code."""
-        try:
-            # A group fit by memory needs at least one engine awake beside the others asleep.
-            groups = [(g.max_resident or 1, g.engines) for g in self.config.swap_groups.values()]
-            self.gpu = await asyncio.to_thread(run_preflight, self.config.engine_tables, groups)
-        except PreflightError as exc:
-            log.error("gpu_preflight_failed", error=str(exc))
-            self.reporter.stopping(f"GPU preflight failed: {exc}")
-            return EXIT_CONFIG if exc.permanent else EXIT_FAILURE
-        by_memory = {n: g.engines for n, g in self.config.swap_groups.items() if not g.max_resident}
-        if by_memory:
-            try:
-                memory = await asyncio.to_thread(
-                    open_group_memory, self.config.engine_tables, by_memory
-                )
-            except ConfigError as exc:
-                log.error("swap_groups_refused", error=str(exc))
-                self.reporter.stopping(str(exc))
-                return EXIT_CONFIG
-            self.swapping.fit_by_memory(memory)
-            log.info("swap_groups_fit_by_memory", groups=memory.totals)
-        log.info(
-            "gpu_preflight_passed",
-            driver=self.gpu.driver_version,
-            cuda=self.gpu.cuda_version,
-            devices=list(self.gpu.devices),
-            note=self.gpu.note,
-        )
+        checked = await check_devices(self.config, self.swapping, self.reporter)
+        if isinstance(checked, int):
+            return checked
+        self.gpu = checked
         await self.startup()
         try:
             await self.main_loop()
@@ -206,16 +171,14 @@ class Daemon:
         for sig in _SIGNALS:
             loop.add_signal_handler(sig, self._signals.put_nowait, sig)
         server = self.config.server
-        self.public = bind_tcp(server.host, server.port, server.send_buffer_bytes)
+        public = bind_tcp(server.host, server.port, server.send_buffer_bytes)
         admin = bind_unix(self.paths.admin_socket, mode=0o660)
-        self._start_server(
-            "proxy",
+        self.listeners.start_proxy(
             build_app(self.state, ResponseStore(self.state_dir / STORE_FILE, self._responses)),
-            self.public,
-            lifespan="on",
+            public,
             http=limited_protocol(self.state, bounded_protocol(lambda: self.config.server)),
         )
-        self._start_server(
+        self.listeners.start(
             "admin", AdminApp(self.state, self.actions, self.deployer), admin, lifespan="off"
         )
         for restoration in self.restorations:
@@ -245,14 +208,14 @@ class Daemon:
         while True:
             next_signal = asyncio.create_task(self._signals.get())
             done, _ = await asyncio.wait(
-                {next_signal, *self._tasks.values(), *self.backends.tasks.values()},
+                {next_signal, *self.listeners.tasks.values(), *self.backends.tasks.values()},
                 timeout=TICK_S,
                 return_when=asyncio.FIRST_COMPLETED,
             )
             if next_signal not in done:
                 next_signal.cancel()
-            self._tick()
-            for name, task in self._tasks.items():
+            self.housekeeping.tick()
+            for name, task in self.listeners.tasks.items():
                 if task in done:
                     self.exit_code = _part_exit_code(name, task)
                     return
@@ -297,11 +260,7 @@ class Daemon:
                     second_signal.cancel()
         # 3. Stop accepting: close the listeners and the idle keep-alive connections.
         async with self._step("close_listeners"):
-            for server in self._servers:
-                server.should_exit = True
-            servers = [self._tasks[n] for n in ("proxy", "admin") if n in self._tasks]
-            if servers:
-                await asyncio.wait(servers)
+            await self.listeners.close()
         # 4. Stop the engines, all at once: SIGTERM each group, SIGKILL it after the timeout,
         #    reap (an engine being spawned right now included).
         async with self._step("stop_engines"):
@@ -347,9 +306,7 @@ class Daemon:
         if self._lock is not None:
             os.close(self._lock)
             self._lock = None
-        if self._gc_frozen:
-            gc.unfreeze()
-            self._gc_frozen = False
+        self.housekeeping.unfreeze()
 
     # -- configuration: start-up and reload alike ----------------------------------------------
 
@@ -375,13 +332,7 @@ class Daemon:
         use_tracing()
         self.reporter.max_failed_boots = config.supervisor.max_failed_boots
         configure_logging(config.logging)
-        if self.public is not None:
-            set_send_buffer(self.public, config.server.send_buffer_bytes)
-        if self._proxy is not None:
-            # uvicorn reads it for each new connection; llmd's protocol counts requests in
-            # progress against it (llmd/proxy/connections.py).
-            limit = config.server.max_connections
-            self._proxy.config.limit_concurrency = limit or None
+        self.listeners.configure(config.server)
         self._start_telemetry()
 
     def reload(self) -> ReloadPlan:
@@ -461,50 +412,6 @@ class Daemon:
         """The live `[responses]` table (a reload replaces the config)."""
         return self.state.config.responses
 
-    def _start_server(
-        self,
-        name: str,
-        app: object,
-        sock: socket.socket,
-        lifespan: Literal["on", "off"],
-        http: type[asyncio.Protocol] | None = None,
-    ) -> None:
-        server = embedded_server(
-            app, lifespan, http or bounded_protocol(lambda: self.config.server)
-        )
-        self._servers.append(server)
-        if name == "proxy":
-            self._proxy = server
-        self._tasks[name] = asyncio.create_task(server.serve(sockets=[sock]), name=name)
-
-    def _tick(self) -> None:
-        """Housekeeping once a tick: the service state to systemd, the watchdog ping, the
-        summaries of rate-limited log lines, start-up's objects frozen once loaded."""
-        line_limiter().flush()
-        self._freeze_start_up()
-        running = self.backends.running()
-        self.reporter.tick(
-            self.state.fleet.engines,
-            ready=self.backends.ready(),
-            draining=self.state.draining,
-            in_flight=len(self.state.inflight),
-            making_progress=all(
-                _age(s.last_progress) < s.engine.stop_timeout_s + 15.0 for s in running
-            ),
-        )
-
-    def _freeze_start_up(self) -> None:
-        """Once, when the first tokenizers have loaded: move every object alive now (modules,
-        config, tokenizers: about 85,000 with the tiny model's) out of the garbage collector's
-        generations (`gc.freeze`, Python 3.7+), so that its full collections, which run while
-        requests wait, walk only what requests and reloads made since."""
-        if self._gc_frozen or not self.state.validators.loaded():
-            return
-        gc.collect()  # what start-up left as garbage goes now, not frozen with the rest
-        gc.freeze()
-        self._gc_frozen = True
-        log.info("gc_frozen", objects=gc.get_freeze_count())
-
     @contextlib.asynccontextmanager
     async def _step(self, name: str) -> AsyncIterator[None]:
         """One shutdown step: an exception is logged and does not stop the next steps."""
@@ -514,10 +421,6 @@ class Daemon:
             log.error("shutdown_step_failed", step=name, error=repr(exc))
             if self.exit_code == EXIT_OK:
                 self.exit_code = EXIT_FAILURE
-
-
-def _age(monotonic_s: float) -> float:
-    return time.monotonic() - monotonic_s
 
 
 def _part_exit_code(name: str, task: asyncio.Task[None]) -> int:
