@@ -3,7 +3,8 @@
 serve() → startup() → main_loop() → shutdown(), as uvicorn's Server reads. Signal handlers only
 queue the signal; the main loop acts on it. uvicorn runs embedded with its own signal capture
 disabled, so signals are handled here alone. Reload is start-up again (gunicorn's arbiter):
-`apply` configures every part from a config, at start-up and on each reload alike.
+`LiveConfig.apply` (llmd/daemon/live_config.py) configures every part from a config, at
+start-up and on each reload alike.
 """
 
 from __future__ import annotations
@@ -12,24 +13,24 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import structlog
 
 from llmd import exitcodes
 from llmd.admission.control import Admission
-from llmd.admission.tenants import configured_tenants
 from llmd.backends.fleet import Fleet, PoolLimits
 from llmd.backends.relisting import ModelRelisting
-from llmd.config import Config, EngineConfig, ResponsesConfig, config_path, load_config
+from llmd.config import Config, EngineConfig, ResponsesConfig
 from llmd.daemon.actions import OperatorActions
 from llmd.daemon.admin_api import AdminApp
 from llmd.daemon.backends import Backends
 from llmd.daemon.devices import check_devices
 from llmd.daemon.housekeeping import Housekeeping
 from llmd.daemon.listeners import Listeners, bind_tcp, bind_unix
-from llmd.daemon.reload import ReloadPlan, plan_reload, with_engine_tables
+from llmd.daemon.live_config import LiveConfig
+from llmd.daemon.reload import with_engine_tables
 from llmd.daemon.swapping import Swapping
 from llmd.daemon.telemetry import Telemetry
 from llmd.daemon.usage import UsageKeeper
@@ -38,7 +39,7 @@ from llmd.endpoints.store import FILE_NAME as STORE_FILE
 from llmd.endpoints.store import ResponseStore
 from llmd.errors import ActionRefused, ConfigError, EngineGaveUp
 from llmd.gpu.preflight import GpuReport
-from llmd.logs import configure_logging, line_limiter
+from llmd.logs import line_limiter
 from llmd.proxy.app import build_app
 from llmd.proxy.connections import limited_protocol
 from llmd.proxy.protocol import bounded_protocol
@@ -72,6 +73,8 @@ class Daemon:
     file's values; a reload keeps them.
     """
 
+    live_config: LiveConfig  # the config in use and the parts it configures
+
     def __init__(
         self,
         config: Config,
@@ -82,13 +85,11 @@ class Daemon:
     ) -> None:
         self.state_dir = Path(state_dir or config.server.state_dir)
         store = ReleaseStore(self.state_dir)
-        # The config file's engine tables as last read: a deploy, or the current releases
-        # restored here, may run others (llmd/releases/restore.py).
-        self.file_tables = dict(config.engine_tables)
-        tables, self.restorations = restore(store, self.file_tables)
+        # The config file's engine tables: a deploy, or the current releases restored here,
+        # may run others (llmd/releases/restore.py).
+        file_tables = dict(config.engine_tables)
+        tables, self.restorations = restore(store, file_tables)
         config = with_engine_tables(config, tables)
-        self.config = config
-        self.overrides = {"listen": listen, "runtime_dir": runtime_dir}
         self.paths = RuntimePaths(Path(config.server.runtime_dir))
         fleet = Fleet(self.paths)
         for name, engine in config.engine_tables.items():
@@ -109,7 +110,12 @@ class Daemon:
         self.usage = UsageKeeper(self.state, Path(state_dir or config.server.state_dir))
         self.usage.open()
         # The engines' supervisors and the upstreams' probes; telemetry follows who joins.
-        self.backends = Backends(self.state, self._apply_tables, self._start_telemetry)
+        # Both go through the live config, built below over these parts.
+        self.backends = Backends(
+            self.state,
+            lambda tables: self.live_config.apply_tables(tables),
+            lambda: self.live_config.follow_telemetry(),
+        )
         # On-demand engines: woken and put to sleep by their swap groups after each admission
         # pass (llmd/daemon/swapping.py).
         admission = self.state.admission
@@ -134,15 +140,26 @@ class Daemon:
                 lambda: observer.engine_samples,
             )
         )
-        self.actions = OperatorActions(self.state, self.backends, self)
-        self.actions.swapping = self.swapping if self.swapping.engines else None
         self.deployer = Deployer(self, store)
+        self.reporter = ServiceReporter(Notifier(), config.supervisor.max_failed_boots)
+        self.listeners = Listeners(lambda: self.config.server)
+        # Reload is start-up again: the live config applies a config to every part.
+        self.live_config = LiveConfig(
+            self.state,
+            self.backends,
+            self.listeners,
+            self.telemetry,
+            self.reporter,
+            self.deployer,
+            file_tables,
+            {"listen": listen, "runtime_dir": runtime_dir},
+        )
+        self.actions = OperatorActions(self.state, self.backends, self.live_config)
+        self.actions.swapping = self.swapping if self.swapping.engines else None
         self.deployer.read_releases()
         for restoration in self.restorations:
             fleet.engines[restoration.engine].release_note = restoration.note
-        self.reporter = ServiceReporter(Notifier(), config.supervisor.max_failed_boots)
         self.housekeeping = Housekeeping(self.state, self.backends, self.reporter)
-        self.listeners = Listeners(lambda: self.config.server)
         self.exit_code = EXIT_OK
         self.gpu: GpuReport | None = None
         self._signals: asyncio.Queue[signal.Signals] = asyncio.Queue()
@@ -190,7 +207,7 @@ class Daemon:
                 note=restoration.note,
             )
         self.backends.start()
-        self.apply(self.config)
+        self.live_config.apply(self.config)
         self.usage.start()
         self.watchdog.start()
         log.info(
@@ -308,82 +325,21 @@ class Daemon:
             self._lock = None
         self.housekeeping.unfreeze()
 
-    # -- configuration: start-up and reload alike ----------------------------------------------
+    @property
+    def config(self) -> Config:
+        """The config in use (`state.config`: a reload replaces it, `LiveConfig.apply`)."""
+        return self.state.config
 
-    def apply(self, config: Config) -> None:
-        """Configure every part from `config`: at start-up and on each reload alike. Tenants
-        are read again, admission's classes and limits, each backend's capacity, routing,
-        the upstreams (added, changed, removed), validation's policy and tokenizers, the
-        observer, the restart policy, logging, the listener's send buffer and connection limit
-        and telemetry's intervals and OTLP endpoint all take the new values, and each engine's
-        client its API key (of the engine table in use). Raises ConfigError (the tenants file,
-        an OTLP endpoint without the OpenTelemetry SDK) before any part has changed."""
-        admission = self.state.admission
-        # These two alone can still fail: the OpenTelemetry SDK missing, the tenants file.
-        use_tracing = self.state.observer.tracing_to(config.telemetry.otlp_endpoint)
-        admission.configure(config)
-        self.config = self.state.config = config
-        self.backends.apply_upstreams(config)
-        admission.configure(config)  # the limits of upstreams added just now
-        self.backends.configure(config)
-        self.backends.configure_validators()
-        self.state.observer.configure(config.telemetry.top_tenants, config.logging.requests)
-        self.state.observer.deploys_of(config.engine_tables)
-        use_tracing()
-        self.reporter.max_failed_boots = config.supervisor.max_failed_boots
-        configure_logging(config.logging)
-        self.listeners.configure(config.server)
-        self._start_telemetry()
-
-    def reload(self) -> ReloadPlan:
-        """SIGHUP or the admin API: read the config file again and `apply` it. Keys that
-        cannot change in a running llmd are left as they are and listed in the plan; new,
-        changed or removed engine tables are kept for `llmd restart [--engine NAME]`. Raises
-        ConfigError, logged, when the file does not validate: then nothing changes."""
-        self.reporter.reloading()
-        try:
-            new = load_config(config_path(self.config.source), **self.overrides)
-            configured_tenants(new.admission)  # a bad tenants file changes nothing
-            # An engine's table in the file is pending when the file changed it since it was
-            # last read (a deployed release runs on otherwise), or while it is pending still.
-            pending = self.backends.pending
-            unchanged = {n: t for n, t in self.file_tables.items() if n not in pending}
-            plan = plan_reload(self.config, new, unchanged)
-            self.apply(plan.config)
-            self.file_tables = dict(new.engine_tables)
-        except ConfigError as exc:
-            log.error("reload_rejected", error=str(exc))
-            raise
-        finally:
-            self.reporter.reloaded(ready=self.backends.ready())
-        self.backends.pending = dict(plan.engines)
-        log.info(
-            "config_reloaded",
-            needs_llmd_restart=plan.llmd_restart,
-            engine_pending=plan.engine_keys,
-        )
-        return plan
-
-    async def apply_pending_engine(self, name: str) -> list[str]:
-        """`llmd restart`: engine `name`'s table a reload kept pending applies
-        (`Backends.apply_pending`), and each engine's release is read again (the config
-        file's table may be another release's). The keys it changed."""
-        keys = await self.backends.apply_pending(name)
-        if keys is None:
-            return []
-        self.deployer.read_releases()
-        log.info("engine_config_applied", engine=name, keys=keys)
-        return keys
+    @property
+    def file_tables(self) -> dict[str, EngineConfig]:
+        """The config file's engine tables as last read (`LiveConfig.file_tables`)."""
+        return self.live_config.file_tables
 
     def _pause_engine(self, name: str, paused: bool) -> None:
         """The device pause's order for engine `name` (an upstream's name: nothing)."""
         supervisor = self.backends.supervisors.get(name)
         if supervisor is not None:
             supervisor.pause(paused)
-
-    def _apply_tables(self, tables: Mapping[str, EngineConfig]) -> None:
-        """`apply` the config in use with these engine tables (a deploy's, a restart's)."""
-        self.apply(with_engine_tables(self.config, tables))
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -403,10 +359,6 @@ class Daemon:
             self.exit_code = EXIT_ENGINE_GAVE_UP
             return True
         return False
-
-    def _start_telemetry(self) -> None:
-        """(Re)start telemetry when its intervals or the backends changed."""
-        self.telemetry.follow(self.config.telemetry, self.state.fleet)
 
     def _responses(self) -> ResponsesConfig:
         """The live `[responses]` table (a reload replaces the config)."""

@@ -398,7 +398,7 @@ async def test_a_reload_that_fails_unexpectedly_is_answered_in_json(
     def broken() -> None:
         raise RuntimeError("a bug on purpose")
 
-    monkeypatch.setattr(live.daemon, "reload", broken)
+    monkeypatch.setattr(live.daemon.live_config, "reload", broken)
     with pytest.raises(AdminRefused, match=r"reload failed inside llmd \(RuntimeError\)"):
         await admin_request(live.daemon.paths.admin_socket, "POST", "/reload")
     await _sighup(live, "reload_failed")
