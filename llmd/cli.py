@@ -158,7 +158,7 @@ def _serve(args: argparse.Namespace) -> int:
     # The daemon's modules are imported with the cyclic collector off: its passes over the
     # objects they create, nearly all of which live as long as the daemon, cost about 0.05 of
     # the 0.5 CPU-s the import takes (measured here). The daemon collects once after start-up
-    # and freezes what is left (Daemon._freeze_start_up).
+    # and freezes what is left (Housekeeping._freeze_start_up).
     gc.disable()
     try:
         from llmd.allocator import fix_mmap_threshold

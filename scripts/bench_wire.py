@@ -33,7 +33,8 @@ sys.path.insert(0, str(REPO))
 import aiohttp  # noqa: E402
 import uvloop  # noqa: E402
 
-from llmd.engine.wire import Pool, Reply  # noqa: E402
+from llmd.engine.connection import Reply  # noqa: E402
+from llmd.engine.wire import Pool  # noqa: E402
 from tests.support.http_requests import read_request  # noqa: E402
 
 EVENT = (

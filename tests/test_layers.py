@@ -9,7 +9,12 @@ import functools
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.test_imports import PACKAGE, module_name
+
+# One worker runs the three tests, so the sources are parsed once (`sources`).
+pytestmark = pytest.mark.xdist_group("layers")
 
 # Top first. A unit is a folder or a top-level module; units of one layer do not import each
 # other. The README's "How a request flows, how the daemon lives" names these layers.

@@ -16,7 +16,6 @@ reaches a backend.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -24,18 +23,21 @@ from typing import Any
 import structlog
 
 from llmd.admission import charges
+from llmd.admission.alarm import Alarm
 from llmd.admission.bodies import BodyBudget, BodyHold
 from llmd.admission.budgets import Budgets
 from llmd.admission.classes import PRIORITY_HEADER, Priority, requested_class
 from llmd.admission.cost import Cost
-from llmd.admission.entries import ClassPolicy, Entry, Reason, Rejection, State
+from llmd.admission.entries import ClassPolicy, Entry, State
 from llmd.admission.gates import BackendGates
 from llmd.admission.holds import DeviceHolds
 from llmd.admission.lanes import BatchLane
 from llmd.admission.pools import PoolCapacity, PoolGate
+from llmd.admission.refusals import bodies_full, rejection_error
 from llmd.admission.requests import AdmissionRequest, Ticket
 from llmd.admission.scheduler import Scheduler
 from llmd.admission.slo import SloGuard
+from llmd.admission.snapshot import AdmissionSnapshot, admission_snapshot
 from llmd.admission.tenants import Tenant, configured_tenants
 from llmd.allocator import HeapTrimmer
 from llmd.config import AdmissionConfig, Config
@@ -44,23 +46,11 @@ from llmd.errors import (
     ApiError,
     EngineUnavailable,
     InvalidRequest,
-    QueueFull,
-    QueueTimeout,
-    RateLimited,
 )
 from llmd.routing.backend import BackendKind
-from llmd.status import BudgetStatus, QueueStatus, TenantStatus
 from llmd.supervisor.state import EngineState
 
 log = structlog.get_logger("llmd.admission")
-
-
-@dataclasses.dataclass(frozen=True)
-class AdmissionSnapshot:
-    """Admission's part of the Status: one queue row per class, one row per tenant."""
-
-    queues: tuple[QueueStatus, ...]
-    tenants: tuple[TenantStatus, ...]
 
 
 class Admission:
@@ -79,8 +69,7 @@ class Admission:
         self.lane = BatchLane()
         self.bodies = BodyBudget(config.admission.max_queued_bytes, on_drained=HeapTrimmer())
         self._waiters: dict[Entry, asyncio.Future[None]] = {}
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: float | None = None
+        self._alarm = Alarm(self.pump)  # the next queue timeout or hold bound: `_arm_timer`
         # Set by a drain that turns the queue away: new admissions get it too, until a resume.
         self.turned_away: ApiError | None = None
         # On-demand engines (llmd/daemon/swapping.py): told of each request queued (its model),
@@ -177,14 +166,14 @@ class Admission:
         while the budget is past `max_queued_bytes`."""
         hold = self.bodies.reserve(0)
         if hold is None:
-            raise self._bodies_full()
+            raise bodies_full(self.bodies, self.scheduler)
         return hold
 
     def grow_body(self, hold: BodyHold, nbytes: int) -> None:
         """`hold` now takes `nbytes`, the body read so far. Raises QueueFull (429) when that
         would pass `max_queued_bytes` while other requests hold bytes."""
         if not hold.grow(nbytes):
-            raise self._bodies_full()
+            raise bodies_full(self.bodies, self.scheduler)
 
     def check_share(self, tenant: Tenant, cost: Cost, model: str) -> None:
         """Refuse a request that could never start within `tenant`'s share of `model`'s
@@ -195,15 +184,6 @@ class Admission:
                 f"this request cannot be served: {why}; lower n, the number of prompts or "
                 "max_tokens"
             )
-
-    def _bodies_full(self) -> QueueFull:
-        scheduler = self.scheduler
-        retry = scheduler.rates.wait_s((None, None), scheduler.queued(), time.monotonic())
-        return QueueFull(
-            f"llmd holds {self.bodies.held:,} bytes of requests waiting for the engine, "
-            f"near its limit of {self.bodies.limit:,}; retry later",
-            retry_after_s=retry,
-        )
 
     async def admit(self, request: AdmissionRequest) -> Ticket:
         """Charge the tenant's token budgets (llmd/admission/charges.py), then wait until the
@@ -248,7 +228,7 @@ class Admission:
         )
         rejection = self.scheduler.submit(entry, now)
         if rejection is not None:
-            raise self._rejected(rejection)
+            raise rejection_error(rejection, self.scheduler)
         if self.on_queued is not None:
             self.on_queued(model)
         asleep = wake_s is not None
@@ -323,51 +303,9 @@ class Admission:
         """The queues at `now` (monotonic s): depth and oldest wait per class; and one row per
         configured tenant and per tenant in `in_flight` (requests relayed to the engine, by
         tenant) or queued: in flight, queued, and its limits (None: unlimited)."""
-        oldest: dict[Priority, float] = {}
-        queued: dict[str, int] = {}
-        for entry in self.scheduler.entries():
-            oldest[entry.cls] = min(oldest.get(entry.cls, now), entry.enqueued_at)
-            queued[entry.tenant.name] = queued.get(entry.tenant.name, 0) + 1
-        queues = tuple(
-            QueueStatus(
-                cls.label,
-                depth=self.scheduler.queued(cls),
-                oldest_wait_s=round(now - oldest[cls], 3) if cls in oldest else None,
-            )
-            for cls in Priority
-        )
-        limits = {tenant.name: tenant for tenant in self.tenants.tenants()}
-        tenants = tuple(
-            self._tenant_row(name, limits.get(name), in_flight.get(name, 0), queued.get(name, 0))
-            for name in sorted({*in_flight, *queued, *limits})
-        )
-        return AdmissionSnapshot(queues, tenants)
-
-    def _tenant_row(
-        self, name: str, tenant: Tenant | None, in_flight: int, queued: int
-    ) -> TenantStatus:
-        """One tenant's Status row: its requests against its limits (None: unlimited), the
-        KV tokens its running requests hold against its share (summed over the pools), and
-        where it stands in each token budget."""
-        shares, now = self.scheduler.shares, time.time()
-        kv_limit = None
-        if tenant is not None:
-            limits = [shares.limit(tenant, model) for model in self.capacity.models()]
-            if limits and None not in limits:
-                kv_limit = sum(limit or 0 for limit in limits)
-        return TenantStatus(
-            name,
-            in_flight=in_flight,
-            queued=queued,
-            max_in_flight=tenant.max_concurrency or None if tenant else None,
-            max_queued=tenant.max_queued or None if tenant else None,
-            kv_tokens=shares.held_by(name),
-            max_kv_tokens=kv_limit,
-            budgets=tuple(
-                BudgetStatus(s.budget.value, s.limit, s.remaining, round(s.reset_s, 1))
-                for s in self.budgets.standings(name, now)
-            ),
-        )
+        tenants = self.tenants.tenants()
+        models = self.capacity.models()
+        return admission_snapshot(self.scheduler, self.budgets, tenants, models, now, in_flight)
 
     # -- engine side -----------------------------------------------------------------------
 
@@ -400,7 +338,7 @@ class Admission:
         for rejection in decisions.rejected:
             future = self._waiters.get(rejection.entry)
             if future is not None and not future.done():
-                future.set_exception(self._rejected(rejection))
+                future.set_exception(rejection_error(rejection, self.scheduler))
         self._arm_timer(now)
         if self.after_pump is not None:
             self.after_pump()
@@ -427,47 +365,7 @@ class Admission:
         for at in sooner:
             if at is not None:
                 expiry = at if expiry is None else min(expiry, at)
-        if expiry == self._timer_at:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer_at = expiry
-        self._timer = None
-        if expiry is not None:
-            self._timer = asyncio.get_running_loop().call_later(
-                max(0.0, expiry - now) + 0.001, self._on_timer
-            )
-
-    def _on_timer(self) -> None:
-        self._timer = self._timer_at = None
-        self.pump()
-
-    def _rejected(self, rejection: Rejection) -> ApiError:
-        """The client-facing error for a rejection (counted and logged, key never included)."""
-        entry, reason, retry = rejection.entry, rejection.reason, rejection.retry_after_s
-        tenant, cls = entry.tenant, entry.cls.label
-        log.info("request_rejected", tenant=tenant.name, cls=cls, reason=reason.value)
-        if reason is Reason.RATE_LIMITED:
-            return RateLimited(
-                f"tenant {tenant.name} already has {tenant.max_queued} requests waiting, "
-                "its limit; retry later",
-                retry_after_s=retry,
-            )
-        if reason is Reason.QUEUE_FULL:
-            size = self.scheduler.classes[entry.cls].policy.queue_size
-            return QueueFull(
-                f"the {cls} queue is full ({size} requests); retry later", retry_after_s=retry
-            )
-        if reason is Reason.DEADLINE:
-            return QueueTimeout(
-                "the request's x-llmd-deadline-ms passed while it waited in the queue",
-                retry_after_s=retry,
-            )
-        timeout = self.scheduler.classes[entry.cls].policy.queue_timeout_s
-        return QueueTimeout(
-            f"the request waited {timeout:g} s in the {cls} queue, its timeout; retry later",
-            retry_after_s=retry,
-        )
+        self._alarm.arm(expiry, now)
 
 
 def _policies(admission: AdmissionConfig) -> dict[Priority, ClassPolicy]:

@@ -49,7 +49,7 @@ _WHY = {
 
 
 class ConfigOwner(Protocol):
-    """The daemon: it owns the config and applies it."""
+    """The live config (llmd/daemon/live_config.py): it holds the config in use and applies it."""
 
     def reload(self) -> ReloadPlan:
         """Read the config file again and apply it. Raises ConfigError (nothing changed)."""

@@ -3,41 +3,34 @@
 serve() → startup() → main_loop() → shutdown(), as uvicorn's Server reads. Signal handlers only
 queue the signal; the main loop acts on it. uvicorn runs embedded with its own signal capture
 disabled, so signals are handled here alone. Reload is start-up again (gunicorn's arbiter):
-`apply` configures every part from a config, at start-up and on each reload alike.
+`LiveConfig.apply` (llmd/daemon/live_config.py) configures every part from a config, at
+start-up and on each reload alike.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import os
 import signal
-import socket
-import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Literal
 
 import structlog
 
 from llmd import exitcodes
 from llmd.admission.control import Admission
-from llmd.admission.tenants import configured_tenants
 from llmd.backends.fleet import Fleet, PoolLimits
 from llmd.backends.relisting import ModelRelisting
-from llmd.config import Config, EngineConfig, ResponsesConfig, config_path, load_config
+from llmd.config import Config, EngineConfig, ResponsesConfig
 from llmd.daemon.actions import OperatorActions
 from llmd.daemon.admin_api import AdminApp
 from llmd.daemon.backends import Backends
-from llmd.daemon.listeners import (
-    EmbeddedServer,
-    bind_tcp,
-    bind_unix,
-    embedded_server,
-    set_send_buffer,
-)
-from llmd.daemon.reload import ReloadPlan, plan_reload, with_engine_tables
+from llmd.daemon.devices import check_devices
+from llmd.daemon.housekeeping import Housekeeping
+from llmd.daemon.listeners import Listeners, bind_tcp, bind_unix
+from llmd.daemon.live_config import LiveConfig
+from llmd.daemon.reload import with_engine_tables
 from llmd.daemon.swapping import Swapping
 from llmd.daemon.telemetry import Telemetry
 from llmd.daemon.usage import UsageKeeper
@@ -45,9 +38,8 @@ from llmd.daemon.watchdog import Watchdog
 from llmd.endpoints.store import FILE_NAME as STORE_FILE
 from llmd.endpoints.store import ResponseStore
 from llmd.errors import ActionRefused, ConfigError, EngineGaveUp
-from llmd.gpu.footprint import open_group_memory
-from llmd.gpu.preflight import GpuReport, PreflightError, run_preflight
-from llmd.logs import configure_logging, line_limiter
+from llmd.gpu.preflight import GpuReport
+from llmd.logs import line_limiter
 from llmd.proxy.app import build_app
 from llmd.proxy.connections import limited_protocol
 from llmd.proxy.protocol import bounded_protocol
@@ -81,6 +73,8 @@ class Daemon:
     file's values; a reload keeps them.
     """
 
+    live_config: LiveConfig  # the config in use and the parts it configures
+
     def __init__(
         self,
         config: Config,
@@ -91,13 +85,11 @@ class Daemon:
     ) -> None:
         self.state_dir = Path(state_dir or config.server.state_dir)
         store = ReleaseStore(self.state_dir)
-        # The config file's engine tables as last read: a deploy, or the current releases
-        # restored here, may run others (llmd/releases/restore.py).
-        self.file_tables = dict(config.engine_tables)
-        tables, self.restorations = restore(store, self.file_tables)
+        # The config file's engine tables: a deploy, or the current releases restored here,
+        # may run others (llmd/releases/restore.py).
+        file_tables = dict(config.engine_tables)
+        tables, self.restorations = restore(store, file_tables)
         config = with_engine_tables(config, tables)
-        self.config = config
-        self.overrides = {"listen": listen, "runtime_dir": runtime_dir}
         self.paths = RuntimePaths(Path(config.server.runtime_dir))
         fleet = Fleet(self.paths)
         for name, engine in config.engine_tables.items():
@@ -118,7 +110,12 @@ class Daemon:
         self.usage = UsageKeeper(self.state, Path(state_dir or config.server.state_dir))
         self.usage.open()
         # The engines' supervisors and the upstreams' probes; telemetry follows who joins.
-        self.backends = Backends(self.state, self._apply_tables, self._start_telemetry)
+        # Both go through the live config, built below over these parts.
+        self.backends = Backends(
+            self.state,
+            lambda tables: self.live_config.apply_tables(tables),
+            lambda: self.live_config.follow_telemetry(),
+        )
         # On-demand engines: woken and put to sleep by their swap groups after each admission
         # pass (llmd/daemon/swapping.py).
         admission = self.state.admission
@@ -143,53 +140,38 @@ class Daemon:
                 lambda: observer.engine_samples,
             )
         )
-        self.actions = OperatorActions(self.state, self.backends, self)
-        self.actions.swapping = self.swapping if self.swapping.engines else None
         self.deployer = Deployer(self, store)
+        self.reporter = ServiceReporter(Notifier(), config.supervisor.max_failed_boots)
+        self.listeners = Listeners(lambda: self.config.server)
+        # Reload is start-up again: the live config applies a config to every part.
+        self.live_config = LiveConfig(
+            self.state,
+            self.backends,
+            self.listeners,
+            self.telemetry,
+            self.reporter,
+            self.deployer,
+            file_tables,
+            {"listen": listen, "runtime_dir": runtime_dir},
+        )
+        self.actions = OperatorActions(self.state, self.backends, self.live_config)
+        self.actions.swapping = self.swapping if self.swapping.engines else None
         self.deployer.read_releases()
         for restoration in self.restorations:
             fleet.engines[restoration.engine].release_note = restoration.note
-        self.reporter = ServiceReporter(Notifier(), config.supervisor.max_failed_boots)
+        self.housekeeping = Housekeeping(self.state, self.backends, self.reporter)
         self.exit_code = EXIT_OK
         self.gpu: GpuReport | None = None
-        self.public: socket.socket | None = None
         self._signals: asyncio.Queue[signal.Signals] = asyncio.Queue()
-        self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._servers: list[EmbeddedServer] = []
-        self._proxy: EmbeddedServer | None = None
         self._lock: int | None = None
-        self._gc_frozen = False
 
     async def serve(self) -> int:
         """Run until SIGTERM/SIGINT, or until every engine has given up and no upstream is
         left; the process exit code."""
-        try:
-            # A group fit by memory needs at least one engine awake beside the others asleep.
-            groups = [(g.max_resident or 1, g.engines) for g in self.config.swap_groups.values()]
-            self.gpu = await asyncio.to_thread(run_preflight, self.config.engine_tables, groups)
-        except PreflightError as exc:
-            log.error("gpu_preflight_failed", error=str(exc))
-            self.reporter.stopping(f"GPU preflight failed: {exc}")
-            return EXIT_CONFIG if exc.permanent else EXIT_FAILURE
-        by_memory = {n: g.engines for n, g in self.config.swap_groups.items() if not g.max_resident}
-        if by_memory:
-            try:
-                memory = await asyncio.to_thread(
-                    open_group_memory, self.config.engine_tables, by_memory
-                )
-            except ConfigError as exc:
-                log.error("swap_groups_refused", error=str(exc))
-                self.reporter.stopping(str(exc))
-                return EXIT_CONFIG
-            self.swapping.fit_by_memory(memory)
-            log.info("swap_groups_fit_by_memory", groups=memory.totals)
-        log.info(
-            "gpu_preflight_passed",
-            driver=self.gpu.driver_version,
-            cuda=self.gpu.cuda_version,
-            devices=list(self.gpu.devices),
-            note=self.gpu.note,
-        )
+        checked = await check_devices(self.config, self.swapping, self.reporter)
+        if isinstance(checked, int):
+            return checked
+        self.gpu = checked
         await self.startup()
         try:
             await self.main_loop()
@@ -206,16 +188,14 @@ class Daemon:
         for sig in _SIGNALS:
             loop.add_signal_handler(sig, self._signals.put_nowait, sig)
         server = self.config.server
-        self.public = bind_tcp(server.host, server.port, server.send_buffer_bytes)
+        public = bind_tcp(server.host, server.port, server.send_buffer_bytes)
         admin = bind_unix(self.paths.admin_socket, mode=0o660)
-        self._start_server(
-            "proxy",
+        self.listeners.start_proxy(
             build_app(self.state, ResponseStore(self.state_dir / STORE_FILE, self._responses)),
-            self.public,
-            lifespan="on",
+            public,
             http=limited_protocol(self.state, bounded_protocol(lambda: self.config.server)),
         )
-        self._start_server(
+        self.listeners.start(
             "admin", AdminApp(self.state, self.actions, self.deployer), admin, lifespan="off"
         )
         for restoration in self.restorations:
@@ -227,7 +207,7 @@ class Daemon:
                 note=restoration.note,
             )
         self.backends.start()
-        self.apply(self.config)
+        self.live_config.apply(self.config)
         self.usage.start()
         self.watchdog.start()
         log.info(
@@ -245,14 +225,14 @@ class Daemon:
         while True:
             next_signal = asyncio.create_task(self._signals.get())
             done, _ = await asyncio.wait(
-                {next_signal, *self._tasks.values(), *self.backends.tasks.values()},
+                {next_signal, *self.listeners.tasks.values(), *self.backends.tasks.values()},
                 timeout=TICK_S,
                 return_when=asyncio.FIRST_COMPLETED,
             )
             if next_signal not in done:
                 next_signal.cancel()
-            self._tick()
-            for name, task in self._tasks.items():
+            self.housekeeping.tick()
+            for name, task in self.listeners.tasks.items():
                 if task in done:
                     self.exit_code = _part_exit_code(name, task)
                     return
@@ -297,11 +277,7 @@ class Daemon:
                     second_signal.cancel()
         # 3. Stop accepting: close the listeners and the idle keep-alive connections.
         async with self._step("close_listeners"):
-            for server in self._servers:
-                server.should_exit = True
-            servers = [self._tasks[n] for n in ("proxy", "admin") if n in self._tasks]
-            if servers:
-                await asyncio.wait(servers)
+            await self.listeners.close()
         # 4. Stop the engines, all at once: SIGTERM each group, SIGKILL it after the timeout,
         #    reap (an engine being spawned right now included).
         async with self._step("stop_engines"):
@@ -347,92 +323,23 @@ class Daemon:
         if self._lock is not None:
             os.close(self._lock)
             self._lock = None
-        if self._gc_frozen:
-            gc.unfreeze()
-            self._gc_frozen = False
+        self.housekeeping.unfreeze()
 
-    # -- configuration: start-up and reload alike ----------------------------------------------
+    @property
+    def config(self) -> Config:
+        """The config in use (`state.config`: a reload replaces it, `LiveConfig.apply`)."""
+        return self.state.config
 
-    def apply(self, config: Config) -> None:
-        """Configure every part from `config`: at start-up and on each reload alike. Tenants
-        are read again, admission's classes and limits, each backend's capacity, routing,
-        the upstreams (added, changed, removed), validation's policy and tokenizers, the
-        observer, the restart policy, logging, the listener's send buffer and connection limit
-        and telemetry's intervals and OTLP endpoint all take the new values, and each engine's
-        client its API key (of the engine table in use). Raises ConfigError (the tenants file,
-        an OTLP endpoint without the OpenTelemetry SDK) before any part has changed."""
-        admission = self.state.admission
-        # These two alone can still fail: the OpenTelemetry SDK missing, the tenants file.
-        use_tracing = self.state.observer.tracing_to(config.telemetry.otlp_endpoint)
-        admission.configure(config)
-        self.config = self.state.config = config
-        self.backends.apply_upstreams(config)
-        admission.configure(config)  # the limits of upstreams added just now
-        self.backends.configure(config)
-        self.backends.configure_validators()
-        self.state.observer.configure(config.telemetry.top_tenants, config.logging.requests)
-        self.state.observer.deploys_of(config.engine_tables)
-        use_tracing()
-        self.reporter.max_failed_boots = config.supervisor.max_failed_boots
-        configure_logging(config.logging)
-        if self.public is not None:
-            set_send_buffer(self.public, config.server.send_buffer_bytes)
-        if self._proxy is not None:
-            # uvicorn reads it for each new connection; llmd's protocol counts requests in
-            # progress against it (llmd/proxy/connections.py).
-            limit = config.server.max_connections
-            self._proxy.config.limit_concurrency = limit or None
-        self._start_telemetry()
-
-    def reload(self) -> ReloadPlan:
-        """SIGHUP or the admin API: read the config file again and `apply` it. Keys that
-        cannot change in a running llmd are left as they are and listed in the plan; new,
-        changed or removed engine tables are kept for `llmd restart [--engine NAME]`. Raises
-        ConfigError, logged, when the file does not validate: then nothing changes."""
-        self.reporter.reloading()
-        try:
-            new = load_config(config_path(self.config.source), **self.overrides)
-            configured_tenants(new.admission)  # a bad tenants file changes nothing
-            # An engine's table in the file is pending when the file changed it since it was
-            # last read (a deployed release runs on otherwise), or while it is pending still.
-            pending = self.backends.pending
-            unchanged = {n: t for n, t in self.file_tables.items() if n not in pending}
-            plan = plan_reload(self.config, new, unchanged)
-            self.apply(plan.config)
-            self.file_tables = dict(new.engine_tables)
-        except ConfigError as exc:
-            log.error("reload_rejected", error=str(exc))
-            raise
-        finally:
-            self.reporter.reloaded(ready=self.backends.ready())
-        self.backends.pending = dict(plan.engines)
-        log.info(
-            "config_reloaded",
-            needs_llmd_restart=plan.llmd_restart,
-            engine_pending=plan.engine_keys,
-        )
-        return plan
-
-    async def apply_pending_engine(self, name: str) -> list[str]:
-        """`llmd restart`: engine `name`'s table a reload kept pending applies
-        (`Backends.apply_pending`), and each engine's release is read again (the config
-        file's table may be another release's). The keys it changed."""
-        keys = await self.backends.apply_pending(name)
-        if keys is None:
-            return []
-        self.deployer.read_releases()
-        log.info("engine_config_applied", engine=name, keys=keys)
-        return keys
+    @property
+    def file_tables(self) -> dict[str, EngineConfig]:
+        """The config file's engine tables as last read (`LiveConfig.file_tables`)."""
+        return self.live_config.file_tables
 
     def _pause_engine(self, name: str, paused: bool) -> None:
         """The device pause's order for engine `name` (an upstream's name: nothing)."""
         supervisor = self.backends.supervisors.get(name)
         if supervisor is not None:
             supervisor.pause(paused)
-
-    def _apply_tables(self, tables: Mapping[str, EngineConfig]) -> None:
-        """`apply` the config in use with these engine tables (a deploy's, a restart's)."""
-        self.apply(with_engine_tables(self.config, tables))
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -453,57 +360,9 @@ class Daemon:
             return True
         return False
 
-    def _start_telemetry(self) -> None:
-        """(Re)start telemetry when its intervals or the backends changed."""
-        self.telemetry.follow(self.config.telemetry, self.state.fleet)
-
     def _responses(self) -> ResponsesConfig:
         """The live `[responses]` table (a reload replaces the config)."""
         return self.state.config.responses
-
-    def _start_server(
-        self,
-        name: str,
-        app: object,
-        sock: socket.socket,
-        lifespan: Literal["on", "off"],
-        http: type[asyncio.Protocol] | None = None,
-    ) -> None:
-        server = embedded_server(
-            app, lifespan, http or bounded_protocol(lambda: self.config.server)
-        )
-        self._servers.append(server)
-        if name == "proxy":
-            self._proxy = server
-        self._tasks[name] = asyncio.create_task(server.serve(sockets=[sock]), name=name)
-
-    def _tick(self) -> None:
-        """Housekeeping once a tick: the service state to systemd, the watchdog ping, the
-        summaries of rate-limited log lines, start-up's objects frozen once loaded."""
-        line_limiter().flush()
-        self._freeze_start_up()
-        running = self.backends.running()
-        self.reporter.tick(
-            self.state.fleet.engines,
-            ready=self.backends.ready(),
-            draining=self.state.draining,
-            in_flight=len(self.state.inflight),
-            making_progress=all(
-                _age(s.last_progress) < s.engine.stop_timeout_s + 15.0 for s in running
-            ),
-        )
-
-    def _freeze_start_up(self) -> None:
-        """Once, when the first tokenizers have loaded: move every object alive now (modules,
-        config, tokenizers: about 85,000 with the tiny model's) out of the garbage collector's
-        generations (`gc.freeze`, Python 3.7+), so that its full collections, which run while
-        requests wait, walk only what requests and reloads made since."""
-        if self._gc_frozen or not self.state.validators.loaded():
-            return
-        gc.collect()  # what start-up left as garbage goes now, not frozen with the rest
-        gc.freeze()
-        self._gc_frozen = True
-        log.info("gc_frozen", objects=gc.get_freeze_count())
 
     @contextlib.asynccontextmanager
     async def _step(self, name: str) -> AsyncIterator[None]:
@@ -514,10 +373,6 @@ class Daemon:
             log.error("shutdown_step_failed", step=name, error=repr(exc))
             if self.exit_code == EXIT_OK:
                 self.exit_code = EXIT_FAILURE
-
-
-def _age(monotonic_s: float) -> float:
-    return time.monotonic() - monotonic_s
 
 
 def _part_exit_code(name: str, task: asyncio.Task[None]) -> int:

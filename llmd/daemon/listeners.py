@@ -1,5 +1,5 @@
-"""The daemon's listeners: the public TCP socket and the admin Unix socket, and the uvicorn
-server embedded on each."""
+"""The daemon's listeners: the public TCP socket and the admin Unix socket, the uvicorn server
+embedded on each, and the running servers as one (`Listeners`)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,14 @@ import asyncio
 import contextlib
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Literal
 
 import uvicorn
+
+from llmd.config import ServerConfig
+from llmd.proxy.protocol import bounded_protocol
 
 
 def bind_tcp(host: str, port: int, send_buffer_bytes: int = 0) -> socket.socket:
@@ -91,3 +94,55 @@ def embedded_server(
         timeout_graceful_shutdown=5,
     )
     return EmbeddedServer(config)
+
+
+class Listeners:
+    """The daemon's running servers: the public proxy (`public`, its socket; `proxy`, its
+    server) and the admin API, each a uvicorn server embedded in a task (`tasks`, by name:
+    what the main loop watches). `server` gives the live `[server]` table (a reload replaces
+    the config): the servers' HTTP protocol reads its limits at each request."""
+
+    def __init__(self, server: Callable[[], ServerConfig]) -> None:
+        self._server = server
+        self.public: socket.socket | None = None
+        self.proxy: EmbeddedServer | None = None
+        self.servers: list[EmbeddedServer] = []
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+
+    def start_proxy(self, app: object, sock: socket.socket, http: type[asyncio.Protocol]) -> None:
+        """Serve the public `app` on `sock` (a TCP socket, `bind_tcp`'s) with `http` as its
+        HTTP protocol, its lifespan on."""
+        self.public = sock
+        self.proxy = self.start("proxy", app, sock, "on", http)
+
+    def start(
+        self,
+        name: str,
+        app: object,
+        sock: socket.socket,
+        lifespan: Literal["on", "off"],
+        http: type[asyncio.Protocol] | None = None,
+    ) -> EmbeddedServer:
+        """Serve ASGI `app` on `sock` in a task named `name` (the request head bounded by the
+        live `[server]` table unless `http` is given)."""
+        server = embedded_server(app, lifespan, http or bounded_protocol(self._server))
+        self.servers.append(server)
+        self.tasks[name] = asyncio.create_task(server.serve(sockets=[sock]), name=name)
+        return server
+
+    def configure(self, server: ServerConfig) -> None:
+        """Take `server`'s send buffer and connection limit (a reload's): the public socket's
+        send buffer, and the limit uvicorn reads for each new connection, which llmd's protocol
+        counts requests in progress against (llmd/proxy/connections.py)."""
+        if self.public is not None:
+            set_send_buffer(self.public, server.send_buffer_bytes)
+        if self.proxy is not None:
+            self.proxy.config.limit_concurrency = server.max_connections or None
+
+    async def close(self) -> None:
+        """Stop accepting: close the listeners and the idle keep-alive connections, and wait
+        for the servers to end."""
+        for server in self.servers:
+            server.should_exit = True
+        if self.tasks:
+            await asyncio.wait(self.tasks.values())

@@ -1,8 +1,8 @@
 """What a reload changes, decided before anything is touched. Pure.
 
 Reload is start-up again (gunicorn's arbiter): every part built from the config takes the new
-one (`Daemon.apply`), upstreams included (pool membership, URLs, keys, limits: an upstream that
-is gone takes no new request, those running there finish). Three kinds of key cannot apply to a
+one (`LiveConfig.apply`), upstreams included (pool membership, URLs, keys, limits: an upstream
+that is gone takes no new request, those running there finish). Three kinds of key cannot apply to a
 running llmd, and a plan says which:
 - the listen address and the runtime directory need llmd itself restarted (its sockets are
   bound);

@@ -17,6 +17,7 @@ from typing import Any
 
 import structlog
 
+from llmd.admission.alarm import Alarm
 from llmd.admission.swap import Demand, EngineView, GroupPolicy, Residency, SwapGroup, has_room
 from llmd.config import Config
 from llmd.errors import ActionRefused
@@ -93,8 +94,7 @@ class Swapping:
         self._asked: set[str] = set()
         self._closed: set[str] = set()
         self._phases: dict[str, EnginePhase] = {}
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: float | None = None
+        self._alarm = Alarm(self.pump)  # the next decision's time
         self.memory: GroupMemory | None = None
 
     def fit_by_memory(self, memory: GroupMemory) -> None:
@@ -151,7 +151,7 @@ class Swapping:
                     label = self._mechanism(name)
                     self.state.observer.metrics.wakes.labels(name, label).inc()
                     log.info("engine_wake_decided", engine=name, mechanism=label)
-        self._arm(min(next_at) if next_at else None, now)
+        self._alarm.arm(min(next_at) if next_at else None, now)
         if self._close(closed | self._falling_asleep()):
             asyncio.get_running_loop().call_soon(self.pump)
 
@@ -248,8 +248,7 @@ class Swapping:
 
     def close(self) -> None:
         """Cancel the timer and the operations under way (at shutdown)."""
-        if self._timer is not None:
-            self._timer.cancel()
+        self._alarm.close()
         for task in [*self._ops.values(), *self._cancels.values()]:
             task.cancel()
 
@@ -344,21 +343,6 @@ class Swapping:
                 awake_gib=round(awake / 2**30, 2),
                 measured=read is not None,
             )
-
-    def _arm(self, at: float | None, now: float) -> None:
-        if at == self._timer_at:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer, self._timer_at = None, at
-        if at is not None:
-            self._timer = asyncio.get_running_loop().call_later(
-                max(0.0, at - now) + 0.001, self._on_timer
-            )
-
-    def _on_timer(self) -> None:
-        self._timer = self._timer_at = None
-        self.pump()
 
 
 async def _run(operation: Coroutine[object, object, bool]) -> None:

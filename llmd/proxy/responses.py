@@ -31,7 +31,7 @@ from llmd.endpoints.responses import as_items, continued_input
 from llmd.endpoints.responses_stream import ResponsesAnswer
 from llmd.endpoints.store import ResponseStore
 from llmd.endpoints.table import Answer, Endpoint
-from llmd.engine.wire import Reply
+from llmd.engine.connection import Reply
 from llmd.errors import ApiError, EngineError, InvalidRequest, NotFound, RequestCancelled
 from llmd.inflight import Exchange
 from llmd.proxy.intake import Arrival, Body

@@ -22,7 +22,7 @@ import time
 
 import structlog
 
-from llmd.engine.wire import ConnectFailed, ConnectionLost
+from llmd.engine.connection import ConnectFailed, ConnectionLost
 from llmd.errors import ApiError, EngineError, EngineUnavailable
 from llmd.inflight import Exchange
 from llmd.proxy.refusals import backend_refusal

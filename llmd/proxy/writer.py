@@ -18,7 +18,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from llmd.endpoints.dialects import OPENAI, Dialect
 from llmd.endpoints.table import dialect_of
-from llmd.engine.wire import Reply
+from llmd.engine.connection import Reply
 from llmd.errors import ApiError
 from llmd.inflight import Exchange
 from llmd.proxy.chunked import ChunkedBody
@@ -172,7 +172,7 @@ class ClientWriter:
         sent in the engine connection's callback (`Reply.wait`'s sink, `_send_now`): no task
         switch per chunk. When the client's send would wait (its transport is backed up), that
         send is finished in this task and the chunks after it are read here (the engine's
-        socket pauses once `wire.CHUNKS_HIGH` bytes wait), then the sink takes over again."""
+        socket pauses once `connection.CHUNKS_HIGH` bytes wait), then the sink takes over again."""
         self._blocked: Awaitable[None] | None = None
         self._failed: BaseException | None = None
         try:

@@ -58,8 +58,10 @@ class DeployHost(Protocol):
     A protocol, so that releases/ sits below the daemon that runs it."""
 
     state: DaemonState
-    # The config file's engine tables as last read (a deploy runs others).
-    file_tables: dict[str, EngineConfig]
+
+    @property
+    def file_tables(self) -> dict[str, EngineConfig]:
+        """The config file's engine tables as last read (a deploy runs others)."""
 
     @property
     def backends(self) -> EngineSet: ...

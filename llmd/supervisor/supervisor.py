@@ -24,11 +24,10 @@ from pathlib import Path
 import structlog
 
 from llmd.config import EngineConfig, SupervisorConfig
-from llmd.engine.args import engine_auth_headers, without_secrets
+from llmd.engine.args import without_secrets
 from llmd.engine.client import KEEPALIVE_S
 from llmd.engine.launch import engine_launch, installed_engine_build
 from llmd.engine.sleep import SleepMechanism
-from llmd.engine.versions import ASSUMED, EngineApi
 from llmd.engine.wire import Pool
 from llmd.errors import EngineGaveUp
 from llmd.runtime import RuntimePaths
@@ -37,8 +36,9 @@ from llmd.supervisor.exits import ExitReason, classify_exit
 from llmd.supervisor.leftovers import forget_engine, record_engine, stop_leftover
 from llmd.supervisor.ondemand import OnDemand
 from llmd.supervisor.policy import ExitRecord, GiveUp, decide_restart
+from llmd.supervisor.probes import healthy, read_served
 from llmd.supervisor.process import EngineProcess
-from llmd.supervisor.state import EnginePhase, EngineState, model_cards, model_ids
+from llmd.supervisor.state import EnginePhase, EngineState
 from llmd.supervisor.warmup import warm_up
 
 log = structlog.get_logger("llmd.supervisor")
@@ -360,7 +360,7 @@ class Supervisor(OnDemand):
             and not self._sleep_requested
         ):
             self.last_progress = time.monotonic()
-            if await self._healthy(probe):
+            if await healthy(probe, self.engine):
                 return True
             await asyncio.wait({exited}, timeout=BOOT_PROBE_S)
         return False
@@ -388,21 +388,13 @@ class Supervisor(OnDemand):
             await asyncio.wait({exited}, timeout=self.engine.health_interval_s)
             if exited.done() or self._stopping.is_set():
                 return None
-            failures = 0 if await self._healthy(probe) else failures + 1
+            failures = 0 if await healthy(probe, self.engine) else failures + 1
             if failures >= UNHEALTHY_PROBES:
                 self.log.error("engine_unhealthy", probes=failures)
                 self.state.phase = EnginePhase.RESTARTING
                 self.on_change()
                 return ExitReason("engine_dead", f"/health failed {failures} times in a row")
         return None
-
-    async def _healthy(self, probe: Pool) -> bool:
-        try:
-            headers = engine_auth_headers(self.engine)
-            answer = await probe.fetch("GET", "/health", headers=headers, timeout_s=5)
-        except (TimeoutError, OSError):
-            return False
-        return answer.status == 200
 
     async def _mark_serving(self, probe: Pool) -> ExitReason | None:
         """Read the ready engine's models and release, then publish it serving; an on-demand
@@ -416,17 +408,7 @@ class Supervisor(OnDemand):
         self.state.engine_version = (
             installed_engine_build(self.engine.python) if self.engine.kind == "vllm" else "sim"
         )
-        with contextlib.suppress(TimeoutError, OSError, ValueError, KeyError, IndexError):
-            headers = engine_auth_headers(self.engine)
-            listed = await probe.fetch("GET", "/v1/models", headers=headers, timeout_s=5)
-            models = listed.json()
-            self.state.cards = model_cards(models)
-            self.state.served_models = model_ids(models)
-            self.state.max_model_len = int(models["data"][0]["max_model_len"])
-        self.state.api = ASSUMED
-        with contextlib.suppress(TimeoutError, OSError, ValueError, KeyError, TypeError):
-            version = await probe.fetch("GET", "/version", timeout_s=5)
-            self.state.api = EngineApi.parse(version.json()["version"])
+        await read_served(probe, self.engine, self.state)
         if self._start_asleep or self._waking:
             return await self._ready_on_demand(probe)
         self._serve()

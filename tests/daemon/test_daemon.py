@@ -80,7 +80,7 @@ def _renderer(d: Daemon) -> str:
 def _head_limits(daemon: Daemon) -> tuple[int, int, float, float]:
     """The request-head limits and deadline the public server's HTTP protocol reads at each
     request, and the keep-alive it reads for each connection."""
-    protocol = daemon._servers[0].config.http_protocol_class
+    protocol = daemon.listeners.servers[0].config.http_protocol_class
     server = protocol.server_config()  # type: ignore[attr-defined]
     limits = server.max_header_bytes, server.max_headers, server.read_timeout_s
     return (*limits, server.keepalive_timeout_s)
@@ -94,13 +94,17 @@ def _release_probe(field: str) -> Probe:
 # Where each key's value is in use on the live daemon (what the code reads when it acts).
 # A field added to the config without a probe here fails the walk, unless a reload reports it.
 PROBES: dict[str, Probe] = {
-    "server.listen": lambda d: d.public.getsockname()[1] if d.public else None,
+    "server.listen": lambda d: d.listeners.public.getsockname()[1] if d.listeners.public else None,
     "server.runtime_dir": lambda d: str(d.paths.root),
     "server.max_body_bytes": lambda d: d.state.config.server.max_body_bytes,
     "server.drain_timeout_s": lambda d: d.state.config.server.drain_timeout_s,
     "server.send_timeout_s": lambda d: d.state.config.server.send_timeout_s,
-    "server.send_buffer_bytes": lambda d: send_buffer(d.public) if d.public else None,
-    "server.max_connections": lambda d: d._proxy.config.limit_concurrency if d._proxy else None,
+    "server.send_buffer_bytes": lambda d: (
+        send_buffer(d.listeners.public) if d.listeners.public else None
+    ),
+    "server.max_connections": lambda d: (
+        d.listeners.proxy.config.limit_concurrency if d.listeners.proxy else None
+    ),
     "server.max_header_bytes": lambda d: _head_limits(d)[0],
     "server.max_headers": lambda d: _head_limits(d)[1],
     "server.read_timeout_s": lambda d: _head_limits(d)[2],
@@ -394,7 +398,7 @@ async def test_a_reload_that_fails_unexpectedly_is_answered_in_json(
     def broken() -> None:
         raise RuntimeError("a bug on purpose")
 
-    monkeypatch.setattr(live.daemon, "reload", broken)
+    monkeypatch.setattr(live.daemon.live_config, "reload", broken)
     with pytest.raises(AdminRefused, match=r"reload failed inside llmd \(RuntimeError\)"):
         await admin_request(live.daemon.paths.admin_socket, "POST", "/reload")
     await _sighup(live, "reload_failed")
@@ -492,7 +496,7 @@ async def test_start_up_objects_are_frozen_once_the_tokenizer_loaded(live: Live)
     """Once the tokenizer load has ended, start-up's objects leave the garbage collector's
     generations (gc.freeze); shutdown gives them back."""
     daemon = live.daemon
-    assert await until(lambda: daemon._gc_frozen, timeout_s=30)
+    assert await until(lambda: daemon.housekeeping.gc_frozen, timeout_s=30)
     assert daemon.state.validators.loaded()
     assert gc.get_freeze_count() > 10_000
     await daemon.shutdown()

@@ -1,8 +1,9 @@
-"""The relay's HTTP/1.1 client (llmd/engine/wire.py) against real sockets: a connection kept
-alive and reused, a stale one renewed, a refused connect, bodies by length, chunks or close,
-each chunk handed on as it arrives, an answer cut off, a slow reader pausing the backend, and a
-closed or cancelled answer closing its connection; a request lost unanswered sent again only
-when the backend cannot have taken it (or it is a GET), and `fetch`'s whole answer in a timeout."""
+"""The relay's HTTP/1.1 client (llmd/engine/wire.py, its connections in llmd/engine/connection.py)
+against real sockets: a connection kept alive and reused, a stale one renewed, a refused connect,
+bodies by length, chunks or close, each chunk handed on as it arrives, an answer cut off, a slow
+reader pausing the backend, and a closed or cancelled answer closing its connection; a request
+lost unanswered sent again only when the backend cannot have taken it (or it is a GET), and
+`fetch`'s whole answer in a timeout."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from llmd.engine.client import EngineClient
-from llmd.engine.wire import CHUNKS_HIGH, ConnectFailed, ConnectionLost, Pool, Reply
+from llmd.engine.connection import CHUNKS_HIGH, ConnectFailed, ConnectionLost, Reply
+from llmd.engine.wire import Pool
 from tests.support.http_requests import read_request, shut_now
 from tests.support.waiting import until
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from llmd.config import Config, EngineConfig
-from llmd.engine.wire import ConnectFailed, ConnectionLost
+from llmd.engine.connection import ConnectFailed, ConnectionLost
 from llmd.errors import EngineError, EngineUnavailable
 from llmd.proxy.upstream import _connection_error
 from llmd.supervisor.state import EnginePhase, EngineState

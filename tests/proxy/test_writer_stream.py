@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from llmd.engine.wire import Pool, Reply
+from llmd.engine.connection import Reply
+from llmd.engine.wire import Pool
 from llmd.inflight import Exchange
 from llmd.proxy.writer import ClientWriter
 from tests.support.waiting import until
