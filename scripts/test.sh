@@ -1,25 +1,25 @@
 #!/usr/bin/env bash
 # Run the tests: set up if needed, then the fast suite (the simulator and llmd daemons on it,
-# about 4 to 5 minutes on 2 cores) and the end-to-end suite against a real vLLM child (each
+# about 3 minutes on 2 cores) and the end-to-end suite against a real vLLM child (each
 # boots the engine; one at a time).
-# The fast suite runs six tests at a time (pytest-xdist): it is mostly CPU (starting daemons,
-# simulators and commands), but its tests also wait on them, and six keep 2 cores busy
-# meanwhile (measured: three workers took 295 s where four took 252-288 s; on an idle machine
-# four took 234 s at 75% of 2 cores, six 211 s at 95%: docs/bench/fast-suite.md). `--dist loadgroup`
+# The fast suite runs eight tests at a time (pytest-xdist): it is mostly CPU (starting daemons,
+# simulators and commands), but its tests also wait on them, and eight keep 2 cores busy
+# meanwhile (measured on an idle machine: four workers took 234 s at 75% of 2 cores, six
+# 200 s, eight 184 s at 94%: docs/bench/fast-suite.md). `--dist loadgroup`
 # with the groups of tests/support/xdist_groups.py keeps the tests that share a module's llmd in
 # one worker and all end-to-end tests in one worker.
-# With arguments, they go to one pytest run instead, six at a time too (`-n 0`: one at a time),
+# With arguments, they go to one pytest run instead, eight at a time too (`-n 0`: one at a time),
 # e.g. `scripts/test.sh -m "not e2e"`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 # Compiled modules are cached, in .venv rather than beside the sources, even where the
-# environment says not to write them (PYTHONDONTWRITEBYTECODE): the suite starts about 200
-# Pythons (daemons, simulators, CLIs) and six workers that each collect every test, and
+# environment says not to write them (PYTHONDONTWRITEBYTECODE): the suite starts about 430
+# Pythons (daemons, simulators, CLIs) and eight workers that each collect every test, and
 # compiling llmd and the tests afresh in each cost about 7 s of CPU per worker.
 export PYTHONPYCACHEPREFIX="$PWD/.venv/pycache"
 unset PYTHONDONTWRITEBYTECODE
-parallel=(-n 6 --dist loadgroup)
+parallel=(-n 8 --dist loadgroup)
 if [ $# -gt 0 ]; then
   exec .venv/bin/python -m pytest "${parallel[@]}" "$@"
 fi
