@@ -5,7 +5,8 @@
 # The fast suite runs eight tests at a time (pytest-xdist): it is mostly CPU (starting daemons,
 # simulators and commands), but its tests also wait on them, and eight keep 2 cores busy
 # meanwhile (measured on an idle machine: four workers took 234 s at 75% of 2 cores, six
-# 200 s, eight 184 s at 94%: docs/bench/fast-suite.md). `--dist loadgroup`
+# 200 s at 337 CPU-s, eight 184 s at 345 CPU-s; the host's CPU time for the same run moves by
+# a sixth from hour to hour: docs/bench/fast-suite.md). `--dist loadgroup`
 # with the groups of tests/support/xdist_groups.py keeps the tests that share a module's llmd in
 # one worker and all end-to-end tests in one worker.
 # With arguments, they go to one pytest run instead, eight at a time too (`-n 0`: one at a time),
