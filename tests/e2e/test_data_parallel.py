@@ -64,6 +64,7 @@ def test_a_data_parallel_engine_serves_through_llmd_on_both_ranks(dp_llmd: LlmdP
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         replies = list(pool.map(ask, range(8)))
+    client.close()
     assert all(replies)
     ranks: dict[str, float] = {}
 

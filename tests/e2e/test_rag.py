@@ -49,6 +49,7 @@ def test_the_openai_client_embeds_and_looks_models_up(rag: LlmdProcess) -> None:
     assert card.model_extra is not None and card.model_extra["context_length"] == 1024
     with pytest.raises(openai.NotFoundError):
         client.models.retrieve("no-such-model")
+    client.close()
 
 
 def test_the_pooling_endpoints_answer_through_llmd(rag: LlmdProcess) -> None:

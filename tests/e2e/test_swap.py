@@ -71,5 +71,6 @@ def test_two_vllm_cpu_engines_take_turns_and_lose_nothing() -> None:
         assert sum(float(x.split()[-1]) for x in wakes) >= 2
         running = [e for e in llmd.admin_status()["engines"] if e["pid"] is not None]
         assert len(running) <= 1
+        client.close()
     finally:
         llmd.stop()

@@ -92,6 +92,7 @@ def test_an_upstream_vllm_is_served_cut_off_and_served_again() -> None:
             assert wait_for(lambda: refused(client) is None, 60, every_s=0.5), llmd.log_tail()
             assert lab(llmd)["breaker"] == "closed"
             assert httpx.get(llmd.base_url + "/ready").status_code == 200
+        client.close()
     finally:
         if llmd is not None:
             llmd.stop()
