@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from tests.support.clients import close_all
 from tests.support.model import ensure_tiny_model
 from tests.support.vllm_engine import Engine
 from tests.support.vllm_engine import vllm_engine as boot_vllm
@@ -25,6 +26,13 @@ pytest_plugins = [
     "tests.support.shared_tls",
     "tests.support.xdist_groups",
 ]
+
+
+@pytest.fixture(autouse=True)
+def close_test_clients() -> Iterator[None]:
+    """Close the API clients the test handed to `closed_after_test` (tests/support/clients.py)."""
+    yield
+    close_all()
 
 
 @pytest.fixture(scope="session")

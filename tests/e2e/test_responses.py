@@ -10,6 +10,7 @@ import httpx
 import openai
 import pytest
 
+from tests.support.clients import closed_after_test
 from tests.support.configs import demo_config
 from tests.support.llmd_process import LlmdProcess, short_tmpdir
 from tests.support.model import ensure_tiny_model
@@ -25,7 +26,9 @@ ITEMS: Any = [
 
 
 def client(llmd: LlmdProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="unused", max_retries=0)
+    return closed_after_test(
+        openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="unused", max_retries=0)
+    )
 
 
 def input_tokens(llmd: LlmdProcess, **body: Any) -> int:

@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from llmd.supervisor.group import group_members
+from tests.support.clients import closed_after_test
 from tests.support.configs import demo_max_model_len
 from tests.support.engine_metrics import engine_gauge, wait_for_gauge
 from tests.support.llmd_process import LlmdProcess
@@ -28,7 +29,9 @@ GENERATED = "vllm:generation_tokens_total"
 
 
 def client(llmd: LlmdProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="unused", max_retries=0)
+    return closed_after_test(
+        openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="unused", max_retries=0)
+    )
 
 
 def test_chat_completion_with_openai_client(real_llmd: LlmdProcess) -> None:

@@ -28,8 +28,8 @@ def test_the_openai_client_transcribes_through_llmd(stack: ProxyStack) -> None:
     """`audio.transcriptions.create` (the official client, a multipart upload) gets the
     engine's answer; the engine got the client's exact bytes and Content-Type."""
     stack.engine.forms.clear()
-    client = openai.OpenAI(base_url=stack.base_url + "/v1", api_key="unused")
-    answer = client.audio.transcriptions.create(model="tiny", file=("a.wav", WAV, "audio/wav"))
+    with openai.OpenAI(base_url=stack.base_url + "/v1", api_key="unused") as client:
+        answer = client.audio.transcriptions.create(model="tiny", file=("a.wav", WAV, "audio/wav"))
     assert answer.text == "hello there"
     ((path, content_type, raw),) = stack.engine.forms
     assert path == URL and content_type.startswith("multipart/form-data; boundary=")

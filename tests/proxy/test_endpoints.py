@@ -174,6 +174,7 @@ def test_one_models_card_and_the_list_carry_context_length(generate: ProxyStack)
     assert client.models.list().data[0].model_extra["context_length"] == 64  # type: ignore[index]
     with pytest.raises(openai.NotFoundError) as missing:
         client.models.retrieve("nope")
+    client.close()
     assert missing.value.body["code"] == "model_not_found"  # type: ignore[index]
 
 

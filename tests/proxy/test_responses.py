@@ -17,6 +17,7 @@ import pytest
 
 from llmd.admission.tenants import hash_key
 from llmd.endpoints.store import FILE_NAME
+from tests.support.clients import closed_after_test
 from tests.support.fake_engine import ProxyStack
 from tests.support.llmd_process import LlmdProcess, short_tmpdir
 from tests.support.model import ensure_tiny_model
@@ -45,7 +46,9 @@ def llmd() -> Iterator[LlmdProcess]:
 
 
 def client(llmd: LlmdProcess, key: str = ALICE) -> openai.OpenAI:
-    return openai.OpenAI(base_url=llmd.base_url + "/v1", api_key=key, max_retries=0)
+    return closed_after_test(
+        openai.OpenAI(base_url=llmd.base_url + "/v1", api_key=key, max_retries=0)
+    )
 
 
 def post(llmd: LlmdProcess, path: str, body: Any, key: str = ALICE) -> httpx.Response:

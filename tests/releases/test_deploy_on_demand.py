@@ -61,10 +61,10 @@ def recorded(sleep: str) -> tuple[Path, str]:
 
 def ask_coder(llmd: LlmdProcess) -> str:
     """One chat request for coder (it waits for the wake); the model that answered."""
-    client = openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="x", max_retries=0)
-    answer = client.chat.completions.create(
-        model="coder", messages=[{"role": "user", "content": "hello"}], max_tokens=4, timeout=90
-    )
+    with openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="x", max_retries=0) as client:
+        answer = client.chat.completions.create(
+            model="coder", messages=[{"role": "user", "content": "hello"}], max_tokens=4, timeout=90
+        )
     assert answer.choices[0].message.content
     return answer.model
 
