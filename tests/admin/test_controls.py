@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from tests.support.accounting import log_lines, log_records
+from tests.support.accounting import log_lines
 from tests.support.cli import run_llmd
 from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
@@ -165,7 +165,7 @@ def test_restart_drains_then_boots_a_new_engine(llmd: LlmdProcess) -> None:
     after = llmd.admin_status()["engine"]
     assert after["pid"] != before["pid"] and after["restarts"] == before["restarts"] + 1
     assert after["last_exit_reason"] == "restart_requested"
-    exits = [r for r in log_records(llmd) if r["event"] == "engine_exited"]
+    exits = [r for r in llmd.log_records() if r["event"] == "engine_exited"]
     assert exits and exits[-1]["reason"] == "restart_requested", exits
     assert exits[-1]["level"] == "info" and exits[-1]["detail"] == "restarted by the operator"
     events = [e for e in llmd.admin_status()["events"] if e["event"] == "engine_exited"]

@@ -36,11 +36,6 @@ def samples(llmd: LlmdProcess) -> Samples:
     }
 
 
-def log_records(llmd: LlmdProcess) -> list[dict[str, Any]]:
-    """Every JSON log line llmd wrote so far (`LlmdProcess.log_records`)."""
-    return llmd.log_records()
-
-
 def log_lines(llmd: LlmdProcess, request_id: str) -> list[dict[str, Any]]:
     """The JSON log lines of `request_id`."""
     return [r for r in llmd.log_records() if r.get("request_id") == request_id]

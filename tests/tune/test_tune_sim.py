@@ -16,7 +16,6 @@ from llmd.engine.sim.timing import TimingModel
 from llmd.gpu.nvml import GpuReader
 from llmd.tune.runner import TuneOptions, run_tune
 from llmd.tune.settings import Setting
-from tests.support.accounting import log_records
 from tests.support.configs import multi_sim_config
 from tests.support.llmd_process import LlmdProcess, short_tmpdir
 from tests.support.nvml import fake_nvml
@@ -279,8 +278,8 @@ def test_tune_on_a_config_of_several_engines(
         engine = json.loads(output.read_text())["engine"]
         assert (engine["name"], engine["model"]) == ("b", "tiny-b")
         assert "--zero-latency" in engine["args"]
-        drains = [r for r in log_records(llmd) if r["event"] == "drain_started"]
-        resumes = [r for r in log_records(llmd) if r["event"] == "drain_ended"]
+        drains = [r for r in llmd.log_records() if r["event"] == "drain_started"]
+        resumes = [r for r in llmd.log_records() if r["event"] == "drain_ended"]
         assert [r["engine"] for r in drains] == ["b"] and [r["engine"] for r in resumes] == ["b"]
         engines = {e["name"]: e for e in llmd.admin_status()["engines"]}
         assert not engines["a"]["draining"] and not engines["b"]["draining"]
