@@ -16,15 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from llmd import exitcodes
-from llmd.admission.tenants import configured_tenants
 from llmd.arguments import (
     Parser,
     add_runtime_dir,
     add_version,
     seconds,
 )
-from llmd.config import config_path, load_config
-from llmd.console import run_console
+from llmd.console import import_structlog, run_console
 from llmd.errors import ConfigError, RuntimeDirInUse
 from llmd.runtime import RuntimePaths
 
@@ -37,13 +35,51 @@ def main(argv: Sequence[str] | None = None) -> None:
     or with 141 and no traceback when stdout's reader has gone."""
 
     def verb() -> None:
-        args = _parser().parse_args(argv)
+        arguments = sys.argv[1:] if argv is None else list(argv)
+        args = _parser(_named_verb(arguments)).parse_args(arguments)
         sys.exit(args.func(args))
 
     run_console(verb)
 
 
-def _parser() -> argparse.ArgumentParser:
+# Every verb. Of the verbs whose parser lives in another module, only the named one's module is
+# imported: together (bench, tune, releases, sizing...) they were about 0.1 CPU-s of each CLI
+# call and of each `llmd serve` start. `--help`, no verb or a verb not here imports them all.
+VERBS = (
+    "serve",
+    "check-config",
+    "status",
+    "drain",
+    "wake",
+    "sleep",
+    "resume",
+    "restart",
+    "reload",
+    "guard",
+    "bench",
+    "tune",
+    "doctor",
+    "release",
+    "deploy",
+    "rollback",
+    "tenant",
+    "usage",
+    "hash-key",
+)
+
+
+def _named_verb(arguments: Sequence[str]) -> str | None:
+    """The verb `arguments` (argv without the program) start with, when it is one of VERBS;
+    else None (`llmd -h serve` shows the help of every verb)."""
+    return arguments[0] if arguments and arguments[0] in VERBS else None
+
+
+def _parser(named: str | None = None) -> argparse.ArgumentParser:
+    """`llmd`'s parser: every verb's, or only the verbs' of other modules that are `named`."""
+
+    def wanted(*verbs: str) -> bool:
+        return named is None or named in verbs
+
     parser = Parser(
         prog="llmd",
         description=__doc__,
@@ -60,9 +96,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--state-dir", help="release records and history (server.state_dir)")
     serve.set_defaults(func=_serve)
 
-    from llmd.check_config import add_parser as add_check_parser
+    if wanted("check-config"):
+        from llmd.check_config import add_parser as add_check_parser
 
-    add_check_parser(verbs)
+        add_check_parser(verbs)
 
     status = verbs.add_parser("status", help="show the state of llmd, each engine and each model")
     status.add_argument("--json", action="store_true", help="print the Status snapshot as JSON")
@@ -124,25 +161,34 @@ def _parser() -> argparse.ArgumentParser:
     add_runtime_dir(guard)
     guard.set_defaults(func=_guard)
 
-    from llmd.bench.command import add_parser as add_bench_parser
-    from llmd.doctor.command import add_parser as add_doctor_parser
-    from llmd.tune.command import add_parser as add_tune_parser
+    if wanted("bench"):
+        from llmd.bench.command import add_parser as add_bench_parser
 
-    add_bench_parser(verbs)
-    add_tune_parser(verbs)
-    add_doctor_parser(verbs)
+        add_bench_parser(verbs)
+    if wanted("tune"):
+        from llmd.tune.command import add_parser as add_tune_parser
 
-    from llmd.releases.command import add_parser as add_release_parser
+        add_tune_parser(verbs)
+    if wanted("doctor"):
+        from llmd.doctor.command import add_parser as add_doctor_parser
 
-    add_release_parser(verbs)
-    from llmd.releases.deploy_command import add_parser as add_deploy_parser
+        add_doctor_parser(verbs)
+    if wanted("release"):
+        from llmd.releases.command import add_parser as add_release_parser
 
-    add_deploy_parser(verbs, _call)
-    from llmd.admin.tenant_command import add_parser as add_tenant_parser
-    from llmd.usage.command import add_parser as add_usage_parser
+        add_release_parser(verbs)
+    if wanted("deploy", "rollback"):
+        from llmd.releases.deploy_command import add_parser as add_deploy_parser
 
-    add_tenant_parser(verbs)
-    add_usage_parser(verbs)
+        add_deploy_parser(verbs, _call)
+    if wanted("tenant"):
+        from llmd.admin.tenant_command import add_parser as add_tenant_parser
+
+        add_tenant_parser(verbs)
+    if wanted("usage"):
+        from llmd.usage.command import add_parser as add_usage_parser
+
+        add_usage_parser(verbs)
 
     hash_key = verbs.add_parser(
         "hash-key", help="print the SHA-256 of an API key read from stdin, for the tenants file"
@@ -161,7 +207,10 @@ def _serve(args: argparse.Namespace) -> int:
     # and freezes what is left (Housekeeping._freeze_start_up).
     gc.disable()
     try:
+        import_structlog()
+        from llmd.admission.tenants import configured_tenants
         from llmd.allocator import fix_mmap_threshold
+        from llmd.config import config_path, load_config
         from llmd.daemon.daemon import Daemon
         from llmd.logs import configure_logging
     finally:
@@ -243,6 +292,7 @@ def _call(
     """One admin call; the decoded answer. On failure prints one line (what happened, what to
     do) and raises SystemExit: exitcodes.UNAVAILABLE when no daemon answers, NO_PERMISSION when
     this user may not open the socket, FAILURE when the daemon refused."""
+    import_structlog()
     from llmd.admin.client import AdminForbidden, AdminRefused, AdminUnreachable, admin_request
 
     socket = RuntimePaths(Path(args.runtime_dir)).admin_socket

@@ -1,12 +1,15 @@
 """llmd's modules import each other without cycles, type-only imports included; `llmd serve`
-imports no aiohttp."""
+and the client verbs import no aiohttp, and a verb imports no other verb's module."""
 
 from __future__ import annotations
 
+import argparse
 import ast
 import subprocess
 import sys
 from pathlib import Path
+
+from llmd import cli
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "llmd"
@@ -111,16 +114,70 @@ def test_the_check_sees_type_only_and_function_level_imports() -> None:
     assert "llmd.status" in real["llmd.telemetry.status_metrics"]
 
 
-def test_the_daemon_imports_no_aiohttp() -> None:
-    """`llmd serve`'s import chain (llmd.cli, llmd.daemon.daemon) loads none of aiohttp, yarl
-    or multidict: every engine call goes through llmd's own client (llmd/engine/wire.py), and
-    aiohttp's import (two TLS contexts, the system CAs loaded) cost each daemon ~0.1 CPU-s."""
+def loaded_by(argv: list[str]) -> set[str]:
+    """The top-level packages and the llmd modules a fresh interpreter has loaded after
+    `llmd ARGV` ran in it (and exited, whatever its status)."""
     script = (
-        "import sys, llmd.cli, llmd.daemon.daemon\n"
-        "loaded = {m.split('.')[0] for m in sys.modules}\n"
-        "print(sorted(loaded & {'aiohttp', 'yarl', 'multidict'}), 'uvicorn' in loaded)\n"
+        "import sys\n"
+        "from llmd import cli\n"
+        "try:\n"
+        f"    cli.main({argv!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "tops = {m.split('.')[0] for m in sys.modules}\n"
+        "print(' '.join(tops | {m for m in sys.modules if m.startswith('llmd.')}))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
     )
-    assert done.stdout.split() == ["[]", "True"]  # and the daemon's own server was imported
+    return set(done.stdout.split())
+
+
+# Imports a verb has no use for: aiohttp and multidict (~0.3 CPU-s), rich (structlog's pretty
+# tracebacks, ~0.08), the other verbs' modules.
+UNUSED = {
+    "aiohttp",
+    "yarl",
+    "multidict",
+    "rich",
+    "llmd.bench.command",
+    "llmd.tune.command",
+    "llmd.check_config",
+    "llmd.releases.command",
+    "llmd.usage.command",
+    "llmd.admin.tenant_command",
+    "llmd.doctor.command",
+}
+
+
+def test_serve_imports_nothing_it_does_not_use(tmp_path: Path) -> None:
+    """`llmd serve` (stopped by a config it cannot read, after its imports) loads none of
+    UNUSED: every engine call goes through llmd's own client (llmd/engine/wire.py)."""
+    loaded = loaded_by(["serve", "--config", str(tmp_path / "absent.toml")])
+    assert {"llmd.daemon.daemon", "uvicorn", "structlog"} <= loaded  # it got that far
+    assert loaded & UNUSED == set()
+
+
+def test_a_client_verb_imports_nothing_it_does_not_use(tmp_path: Path) -> None:
+    """`llmd status` (what a person types most; no daemon here) loads none of UNUSED: its
+    start was 0.4 CPU-s, mostly those imports."""
+    loaded = loaded_by(["status", "--runtime-dir", str(tmp_path)])
+    assert {"llmd.admin.client", "structlog"} <= loaded
+    assert loaded & UNUSED == set()
+
+
+def test_the_verbs_are_all_of_the_parsers_verbs() -> None:
+    """`llmd.cli.VERBS`, which picks the one verb module a call imports, names every verb of
+    the whole parser, and a parser for one named verb still has that verb."""
+    full = _verb_choices(cli._parser())
+    assert sorted(full) == sorted(cli.VERBS)
+    for verb in cli.VERBS:
+        assert verb in _verb_choices(cli._parser(cli._named_verb([verb, "--help"])))
+    assert cli._named_verb(["--version"]) is None
+    assert cli._named_verb(["-h", "serve"]) is None  # the help of every verb
+    assert cli._named_verb(["nonsense"]) is None
+
+
+def _verb_choices(parser: argparse.ArgumentParser) -> list[str]:
+    (verbs,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return list(verbs.choices)
