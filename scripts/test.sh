@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the tests: set up if needed, then the fast suite (the simulator and llmd daemons on it,
-# about 3 minutes on 2 cores) and the end-to-end suite against a real vLLM child (each
+# 3 to 4.5 minutes on 2 cores, by host: docs/bench/fast-suite.md) and the end-to-end suite against a real vLLM child (each
 # boots the engine; one at a time).
 # The fast suite runs eight tests at a time (pytest-xdist): it is mostly CPU (starting daemons,
 # simulators and commands), but its tests also wait on them, and eight keep 2 cores busy
@@ -25,4 +25,5 @@ if [ $# -gt 0 ]; then
   exec .venv/bin/python -m pytest "${parallel[@]}" "$@"
 fi
 .venv/bin/python -m pytest "${parallel[@]}" -m "not e2e"
-exec .venv/bin/python -m pytest -m e2e
+# The slowest end-to-end tests are listed at the end: where the half of `.ci/run` goes.
+exec .venv/bin/python -m pytest -m e2e --durations=20

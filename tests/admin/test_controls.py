@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -15,7 +14,8 @@ import openai
 import pytest
 
 from tests.support.accounting import log_lines
-from tests.support.cli import run_llmd
+from tests.support.cli import llmd_verb
+from tests.support.clients import closed_after_test
 from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
@@ -31,10 +31,6 @@ def llmd() -> Iterator[LlmdProcess]:
     process.stop()
 
 
-def cli(llmd: LlmdProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_llmd(*args, "--runtime-dir", str(llmd.runtime_dir))
-
-
 def test_drain_lets_streams_finish_refuses_new_and_resume_restores(llmd: LlmdProcess) -> None:
     """`llmd drain`: in-flight streams complete, new requests get 503 draining with
     Retry-After; `llmd resume` admits again."""
@@ -43,7 +39,7 @@ def test_drain_lets_streams_finish_refuses_new_and_resume_restores(llmd: LlmdPro
         stream.start()
     for stream in streams:
         assert stream.first.wait(10)
-    drained = cli(llmd, "drain", "--wait", "--timeout", "60")
+    drained = llmd_verb(llmd, "drain", "--wait", "--timeout", "60")
     refused = httpx.post(llmd.base_url + "/v1/completions", json={**STREAM, "stream": False})
     for stream in streams:
         stream.join(30)
@@ -52,7 +48,7 @@ def test_drain_lets_streams_finish_refuses_new_and_resume_restores(llmd: LlmdPro
     assert refused.status_code == 503 and refused.json()["error"]["code"] == "draining"
     assert int(refused.headers["retry-after"]) >= 1
     assert httpx.get(llmd.base_url + "/ready").status_code == 503
-    assert cli(llmd, "resume").returncode == 0
+    assert llmd_verb(llmd, "resume").returncode == 0
     assert httpx.get(llmd.base_url + "/ready").status_code == 200
 
 
@@ -62,23 +58,23 @@ def test_one_engine_drained_by_name_shows_drained_everywhere_until_resumed(
     """`llmd drain --engine main` on llmd's only engine: requests get 503 naming it drained,
     and `llmd status` (text and JSON), /ready and /metrics all say it is drained; `llmd
     resume --engine main` shows it back everywhere."""
-    drained = cli(llmd, "drain", "--engine", "main")
+    drained = llmd_verb(llmd, "drain", "--engine", "main")
     assert drained.returncode == 0, drained.stderr
     try:
         refused = httpx.post(llmd.base_url + "/v1/completions", json={**STREAM, "stream": False})
         assert refused.status_code == 503 and "main drained" in refused.json()["error"]["message"]
         assert int(refused.headers["retry-after"]) >= 1
-        text = cli(llmd, "status").stdout
+        text = llmd_verb(llmd, "status").stdout
         assert "serving, drained" in text and "admitting nothing (drained: main)" in text, text
-        status = json.loads(cli(llmd, "status", "--json").stdout)
+        status = json.loads(llmd_verb(llmd, "status", "--json").stdout)
         assert status["engine"]["draining"] is True and status["engines"][0]["draining"] is True
         assert httpx.get(llmd.base_url + "/ready").status_code == 503
         metrics = httpx.get(llmd.base_url + "/metrics").text
         assert 'llmd_engine_draining{engine="main"} 1.0' in metrics
     finally:
-        resumed = cli(llmd, "resume", "--engine", "main")
+        resumed = llmd_verb(llmd, "resume", "--engine", "main")
     assert resumed.returncode == 0 and "engine serving" in resumed.stdout, resumed.stdout
-    text = cli(llmd, "status").stdout
+    text = llmd_verb(llmd, "status").stdout
     assert "drained" not in text and "draining no" in text, text
     assert llmd.admin_status()["engine"]["draining"] is False
     assert httpx.get(llmd.base_url + "/ready").status_code == 200
@@ -90,10 +86,10 @@ def test_drain_deadline_ends_what_remains_in_band(llmd: LlmdProcess) -> None:
     stream = Stream(llmd)
     stream.start()
     assert stream.first.wait(10)
-    assert cli(llmd, "drain", "--timeout", "0.5").returncode == 0
+    assert llmd_verb(llmd, "drain", "--timeout", "0.5").returncode == 0
     stream.join(30)
     assert stream.last_event()["error"]["code"] == "draining"
-    assert cli(llmd, "resume").returncode == 0
+    assert llmd_verb(llmd, "resume").returncode == 0
 
 
 def test_cancel_one_request_by_id(llmd: LlmdProcess) -> None:
@@ -118,7 +114,9 @@ def test_a_cancelled_request_is_not_resent_by_the_openai_client(llmd: LlmdProces
     (which retries any 5xx twice by default) as one 503 `cancelled` with `x-should-retry:
     false`: the client does not send it again, so llmd sees it once."""
     request_id = "cancel-once-1"
-    client = openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="unused", max_retries=2)
+    client = closed_after_test(
+        openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="unused", max_retries=2)
+    )
     outcome: list[BaseException | object] = []
 
     def call() -> None:
@@ -159,7 +157,7 @@ def test_restart_drains_then_boots_a_new_engine(llmd: LlmdProcess) -> None:
     """`llmd restart`: the engine gets a new pid, no failure is counted, service resumes, and
     the exit it asked for is logged at info with its reason (no error)."""
     before = llmd.admin_status()["engine"]
-    result = cli(llmd, "restart")
+    result = llmd_verb(llmd, "restart")
     assert result.returncode == 0 and "engine restarted" in result.stdout, result.stderr
     llmd.wait_ready(timeout_s=30)
     after = llmd.admin_status()["engine"]
@@ -181,7 +179,7 @@ def test_reload_reports_what_needs_a_restart(llmd: LlmdProcess) -> None:
     original = config.read_text()
     config.write_text(original.replace('served_model_name = "tiny"', 'served_model_name = "tiny2"'))
     try:
-        result = cli(llmd, "reload")
+        result = llmd_verb(llmd, "reload")
     finally:
         config.write_text(original)
     assert result.returncode == 0 and "engine.served_model_name" in result.stdout
@@ -194,7 +192,7 @@ def test_reload_of_a_broken_config_is_refused(llmd: LlmdProcess) -> None:
     original = config.read_text()
     config.write_text(original + "\n[nonsense]\nkey = 1\n")
     try:
-        result = cli(llmd, "reload")
+        result = llmd_verb(llmd, "reload")
     finally:
         config.write_text(original)
     assert result.returncode == 1 and "unknown key nonsense" in result.stderr
@@ -207,7 +205,7 @@ def test_reload_of_a_config_not_utf8_is_refused_and_llmd_serves_on(llmd: LlmdPro
     original = config.read_bytes()
     config.write_bytes(original + b"# caf\xe9\n")
     try:
-        result = cli(llmd, "reload")
+        result = llmd_verb(llmd, "reload")
         llmd.process.send_signal(signal.SIGHUP)
         assert wait_for(lambda: llmd.log_path.read_text().count("not UTF-8") >= 2, timeout_s=30)
     finally:

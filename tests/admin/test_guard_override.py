@@ -4,14 +4,13 @@ real requests (cap said in the header, 503 overloaded with Retry-After, interact
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable, Iterator
 
 import httpx
 import openai
 import pytest
 
-from tests.support.cli import run_llmd
+from tests.support.cli import llmd_verb
 from tests.support.llmd_process import LlmdProcess, short_tmpdir
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
@@ -25,11 +24,6 @@ def llmd() -> Iterator[LlmdProcess]:
     config = sim_config(ensure_tiny_model(), admission={"guard": {"max_tokens_cap": 8}})
     with LlmdProcess.running(config, short_tmpdir("llmd-guard-"), timeout_s=30) as process:
         yield process
-
-
-def cli(llmd: LlmdProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    """`llmd ARGS --runtime-dir` of this daemon."""
-    return run_llmd(*args, "--runtime-dir", str(llmd.runtime_dir))
 
 
 @pytest.fixture
@@ -59,7 +53,7 @@ def test_pinned_levels_cap_and_shed_and_interactive_keeps_its_rights(
     """level 2: a normal request's max_tokens is capped (x-llmd-max-tokens-capped 40->8, 8
     tokens come back); level 4: new batch and normal get 503 overloaded with Retry-After while
     an interactive one is served uncapped; `on` returns to automatic at level 0."""
-    pinned = cli(llmd, "guard", "level", "2")
+    pinned = llmd_verb(llmd, "guard", "level", "2")
     assert pinned.returncode == 0 and "level 2 cap_max_tokens (pinned)" in pinned.stdout
     raw = client(llmd, "normal").chat.completions.with_raw_response.create(
         model="tiny", messages=MESSAGES, max_tokens=40, extra_body={"ignore_eos": True}
@@ -67,7 +61,7 @@ def test_pinned_levels_cap_and_shed_and_interactive_keeps_its_rights(
     assert raw.headers["x-llmd-max-tokens-capped"] == "40->8"
     assert raw.parse().usage is not None and raw.parse().usage.completion_tokens == 8
 
-    assert cli(llmd, "guard", "level", "4").returncode == 0
+    assert llmd_verb(llmd, "guard", "level", "4").returncode == 0
     for priority in ("batch", "normal"):
         with pytest.raises(openai.InternalServerError) as caught:
             client(llmd, priority).chat.completions.create(
@@ -86,14 +80,14 @@ def test_pinned_levels_cap_and_shed_and_interactive_keeps_its_rights(
     )
     assert len(list(streamed)) >= 2  # a streamed answer: its TTFT counts for the guard
 
-    status = cli(llmd, "status")
+    status = llmd_verb(llmd, "status")
     assert "slo guard  level 4 shed_normal (pinned): pinned by the operator" in status.stdout
     assert "interactive " in status.stdout and "/1500 ms" in status.stdout
     metrics = httpx.get(llmd.base_url + "/metrics", timeout=10).text
     assert "llmd_slo_guard_level 4.0" in metrics
     assert 'llmd_class_ttft_p95_seconds{class="interactive"}' in metrics
 
-    back = cli(llmd, "guard", "on")
+    back = llmd_verb(llmd, "guard", "on")
     assert back.returncode == 0 and "level 0 normal (auto" in back.stdout
     client(llmd, "batch").chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=4)
 
@@ -101,13 +95,13 @@ def test_pinned_levels_cap_and_shed_and_interactive_keeps_its_rights(
 def test_a_reload_ends_the_override_and_bad_modes_are_refused(llmd: LlmdProcess) -> None:
     """`llmd guard off` holds until `llmd reload`; `level` without a number, or 5, is refused
     (exit 64, EX_USAGE); the admin API answers a bad mode 400 naming the modes."""
-    assert cli(llmd, "guard", "off").returncode == 0
+    assert llmd_verb(llmd, "guard", "off").returncode == 0
     assert llmd.admin_status()["guard"]["mode"] == "off"
-    assert cli(llmd, "reload").returncode == 0
+    assert llmd_verb(llmd, "reload").returncode == 0
     guard = llmd.admin_status()["guard"]
     assert guard["mode"] == "auto" and "reset by a reload" in guard["reason"]
-    assert cli(llmd, "guard", "level").returncode == 64
-    assert cli(llmd, "guard", "level", "5").returncode == 64
+    assert llmd_verb(llmd, "guard", "level").returncode == 64
+    assert llmd_verb(llmd, "guard", "level", "5").returncode == 64
     transport = httpx.HTTPTransport(uds=str(llmd.runtime_dir / "admin.sock"))
     with httpx.Client(transport=transport, timeout=30) as admin:
         answer = admin.post("http://llmd/guard", json={"mode": "loud"})

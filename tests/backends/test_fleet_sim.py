@@ -7,7 +7,6 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import signal
-import subprocess
 import threading
 import tomllib
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ import tomli_w
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmd.daemon.daemon import EXIT_ENGINE_GAVE_UP
-from tests.support.cli import run_llmd
+from tests.support.cli import llmd_verb
 from tests.support.configs import multi_sim_config
 from tests.support.llmd_process import LlmdProcess, short_tmpdir
 from tests.support.model import ensure_tiny_model
@@ -108,10 +107,6 @@ def engine_entry(llmd: LlmdProcess, name: str) -> dict[str, Any]:
     return entry
 
 
-def llmd_cli(llmd: LlmdProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_llmd(*args, "--runtime-dir", str(llmd.runtime_dir))
-
-
 def ready(llmd: LlmdProcess, query: str = "") -> int | None:
     """GET /ready's status (None: llmd does not answer yet)."""
     try:
@@ -140,7 +135,7 @@ def test_each_model_goes_to_its_own_pool(llmd: LlmdProcess) -> None:
 
 def test_llmd_status_shows_each_engine_and_model(llmd: LlmdProcess) -> None:
     """`llmd status` has a row per engine (its state and model) and per model (its pool)."""
-    shown = llmd_cli(llmd, "status")
+    shown = llmd_verb(llmd, "status")
     assert shown.returncode == 0, shown.stderr
     rows = [line.split()[1:4] for line in shown.stdout.splitlines() if line.startswith("backend")]
     assert rows == [["solo", "serving", "model"], ["pa", "serving", "model"],
@@ -197,7 +192,7 @@ def test_a_drained_engine_takes_no_new_request(llmd: LlmdProcess) -> None:
     itself still admits; `llmd resume --engine pb` gives it requests again. Draining the
     whole pool answers 503 with Retry-After."""
     assert wait_for(lambda: engine_entry(llmd, "pa")["state"] == "serving", 30)
-    drained = llmd_cli(llmd, "drain", "--engine", "pb")
+    drained = llmd_verb(llmd, "drain", "--engine", "pb")
     assert drained.returncode == 0, drained.stderr
     assert engine_entry(llmd, "pb")["draining"] is True
     assert llmd.admin_status()["draining"] is False
@@ -206,13 +201,13 @@ def test_a_drained_engine_takes_no_new_request(llmd: LlmdProcess) -> None:
         assert response.status_code == 200
     moved = moved_since(llmd, before, 6)
     assert moved.get("pa") == 6 and moved.get("pb", 0) == 0, moved
-    assert llmd_cli(llmd, "drain", "--engine", "pa").returncode == 0
+    assert llmd_verb(llmd, "drain", "--engine", "pa").returncode == 0
     refused = httpx.post(llmd.base_url + "/v1/chat/completions", json=chat("tiny"))
     assert refused.status_code == 503 and int(refused.headers["retry-after"]) >= 1
     assert httpx.get(llmd.base_url + "/ready?model=tiny").status_code == 503
     assert httpx.get(llmd.base_url + "/ready?model=solo").status_code == 200
     for name in POOL:
-        resumed = llmd_cli(llmd, "resume", "--engine", name)
+        resumed = llmd_verb(llmd, "resume", "--engine", name)
         assert resumed.returncode == 0, resumed.stderr
     before = served_by(llmd)
     post_all(llmd, [chat("tiny", f"R{i}", 40) for i in range(8)])
@@ -306,7 +301,7 @@ def test_reload_applies_upstreams_and_keeps_engines_for_their_restart() -> None:
     try:
         llmd.wait_ready(timeout_s=60)
         config.write_text(after)
-        reloaded = llmd_cli(llmd, "reload")
+        reloaded = llmd_verb(llmd, "reload")
         assert reloaded.returncode == 0, reloaded.stderr
         assert "llmd restart --engine pb" in reloaded.stdout
         status = llmd.admin_status()
@@ -314,16 +309,16 @@ def test_reload_applies_upstreams_and_keeps_engines_for_their_restart() -> None:
         assert [e["name"] for e in status["engines"]] == ["pa", "lab"]
         far = httpx.post(llmd.base_url + "/v1/chat/completions", json=chat("far"))
         assert far.status_code == 503 and "retry-after" in far.headers  # routed: not a 404
-        restarted = llmd_cli(llmd, "restart", "--engine", "pb")
+        restarted = llmd_verb(llmd, "restart", "--engine", "pb")
         assert restarted.returncode == 0, restarted.stderr
         assert "engine pb restarted; serving" in restarted.stdout
         status = llmd.admin_status()
         assert [e["name"] for e in status["engines"]] == ["pa", "pb", "lab"]
         assert status["models"][0] == {"name": "tiny", "backends": ["pa", "pb"], "available": True}
         config.write_text(before)
-        assert llmd_cli(llmd, "reload").returncode == 0
+        assert llmd_verb(llmd, "reload").returncode == 0
         assert [m["name"] for m in llmd.admin_status()["models"]] == ["tiny"]
-        removed = llmd_cli(llmd, "restart", "--engine", "pb")
+        removed = llmd_verb(llmd, "restart", "--engine", "pb")
         assert removed.returncode == 0 and "engine pb removed" in removed.stdout
         assert [e["name"] for e in llmd.admin_status()["engines"]] == ["pa"]
         ok = httpx.post(llmd.base_url + "/v1/chat/completions", json=chat("tiny"), timeout=30)

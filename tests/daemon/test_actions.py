@@ -16,7 +16,7 @@ import pytest
 
 from llmd.tui.app import TopApp
 from llmd.tui.client import DaemonClient
-from tests.support.cli import run_llmd
+from tests.support.cli import llmd_verb
 from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
@@ -26,10 +26,6 @@ from tests.tui.conftest import screen_text, until
 
 # Each boot of the simulator takes 3 s: a restart stays under way that long.
 SLOW_BOOT = (*SLOW, "--fault-boot-delay", "3")
-
-
-def cli(llmd: LlmdProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_llmd(*args, "--runtime-dir", str(llmd.runtime_dir))
 
 
 def admin(llmd: LlmdProcess) -> httpx.Client:
@@ -74,7 +70,7 @@ def test_a_second_restart_is_refused_while_one_is_under_way(llmd: LlmdProcess) -
     first = Restart(llmd)
     first.start()
     assert wait_for(lambda: engine(llmd)["pid"] != before["pid"], timeout_s=30)
-    second = cli(llmd, "restart")
+    second = llmd_verb(llmd, "restart")
     with admin(llmd) as client:
         answer = client.post("/restart")
     first.join(60)
@@ -119,8 +115,8 @@ def test_resume_during_a_sigterm_drain_is_refused() -> None:
         assert wait_for(
             lambda: httpx.get(process.base_url + "/ready").status_code == 503, timeout_s=10
         )
-        resumed = cli(process, "resume")
-        drained = cli(process, "drain")
+        resumed = llmd_verb(process, "resume")
+        drained = llmd_verb(process, "drain")
         ready = httpx.get(process.base_url + "/ready")
         refused = httpx.post(process.base_url + "/v1/completions", json={**STREAM, "stream": False})
         stream.join(30)
@@ -140,7 +136,7 @@ def test_a_restart_keeps_the_operators_drain_deadline(llmd: LlmdProcess) -> None
     stream = Stream(llmd, body={**STREAM, "max_tokens": 1000})  # about 20 s at SLOW
     stream.start()
     assert stream.first.wait(10)
-    assert cli(llmd, "drain", "--timeout", "1").returncode == 0
+    assert llmd_verb(llmd, "drain", "--timeout", "1").returncode == 0
     restart = Restart(llmd)
     restart.start()
     stream.join(30)
@@ -149,5 +145,5 @@ def test_a_restart_keeps_the_operators_drain_deadline(llmd: LlmdProcess) -> None
     assert restart.result is not None and restart.result.returncode == 0, restart.result
     assert llmd.admin_status()["draining"] is True
     assert httpx.get(llmd.base_url + "/ready").status_code == 503
-    assert cli(llmd, "resume").returncode == 0
+    assert llmd_verb(llmd, "resume").returncode == 0
     assert httpx.get(llmd.base_url + "/ready").status_code == 200

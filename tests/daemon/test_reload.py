@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -16,7 +15,8 @@ from openai import OpenAI
 from llmd.admission.tenants import hash_key
 from llmd.config import Config, EngineConfig, ServerConfig, SupervisorConfig, UpstreamConfig
 from llmd.daemon.reload import plan_reload
-from tests.support.cli import run_llmd
+from tests.support.cli import llmd_verb
+from tests.support.clients import closed_after_test
 from tests.support.llmd_process import LlmdProcess, short_tmpdir
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
@@ -90,10 +90,6 @@ def test_unchanged_config_needs_nothing() -> None:
     assert plan.config == config and plan.needs_restart == [] and plan.engine is None
 
 
-def cli(llmd: LlmdProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_llmd(*args, "--runtime-dir", str(llmd.runtime_dir))
-
-
 def tenants_file(path: Path, **keys: str) -> None:
     """Write a tenants file at `path` with one tenant per name in `keys`, holding that key."""
     path.write_text(
@@ -114,14 +110,14 @@ def test_a_revoked_key_gets_401_within_a_second_of_a_reload() -> None:
         llmd.wait_ready(timeout_s=30)
         base = llmd.base_url + "/v1"
         alice, bob, carol = (
-            OpenAI(base_url=base, api_key=key, max_retries=0)
+            closed_after_test(OpenAI(base_url=base, api_key=key, max_retries=0))
             for key in ("alice-key-1", "bob-key-1", "carol-key-1")
         )
         for client in (alice, bob, carol):
             client.completions.create(model="tiny", prompt="hello", max_tokens=2)
 
         tenants_file(tenants, bob="bob-key-1", carol="carol-key-1")
-        result = cli(llmd, "reload")
+        result = llmd_verb(llmd, "reload")
         reloaded = time.monotonic()
         assert result.returncode == 0, result.stderr
         with pytest.raises(openai.AuthenticationError) as refused:

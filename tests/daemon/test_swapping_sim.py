@@ -5,7 +5,6 @@ its engine is woken; the states and counters say what happened."""
 from __future__ import annotations
 
 import concurrent.futures
-import subprocess
 import tomllib
 from typing import Any
 
@@ -14,7 +13,8 @@ import openai
 import pytest
 import tomli_w
 
-from tests.support.cli import run_llmd
+from tests.support.cli import llmd_verb
+from tests.support.clients import closed_after_test
 from tests.support.configs import multi_sim_config
 from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
@@ -80,9 +80,11 @@ def test_alternating_models_on_a_group_of_one_lose_nothing(sleep: str, mechanism
         assert ready.status_code == 200 and len(ready.json()["asleep"]) == 2
         listed = httpx.get(llmd.base_url + "/v1/models").json()["data"]
         assert sorted(card["id"] for card in listed) == sorted(MODELS)
-        text = llmd_cli(llmd, "status").stdout
+        text = llmd_verb(llmd, "status").stdout
         assert text.count("asleep") >= 2, text
-        client = openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="x", max_retries=0)
+        client = closed_after_test(
+            openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="x", max_retries=0)
+        )
         order = [MODELS[i % 3] for i in range(12)]
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             answered = list(pool.map(lambda m: ask(client, m), order + order[::-1]))
@@ -113,10 +115,6 @@ def test_a_wake_longer_than_the_class_budget_is_refused_with_retry_after() -> No
         assert served.status_code == 200 and served.json()["model"] == "coder"
 
 
-def llmd_cli(llmd: LlmdProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_llmd(*args, "--runtime-dir", str(llmd.runtime_dir))
-
-
 def engine_state(llmd: LlmdProcess, name: str) -> str:
     engines = llmd.admin_status()["engines"]
     return str(next(e["state"] for e in engines if e["name"] == name))
@@ -132,17 +130,17 @@ def test_operators_wake_and_sleep_engines_by_name(sleep: str) -> None:
         awake = next(e["name"] for e in llmd.admin_status()["engines"] if e["state"] == "serving")
         other = next(m for m in MODELS if m != awake)
         third = next(m for m in MODELS if m not in (awake, other))
-        done = llmd_cli(llmd, "sleep", "--engine", awake)
+        done = llmd_verb(llmd, "sleep", "--engine", awake)
         assert done.returncode == 0, done.stderr
         assert wait_for(lambda: engine_state(llmd, awake) == "asleep", 10)
-        done = llmd_cli(llmd, "wake", "--engine", other)
+        done = llmd_verb(llmd, "wake", "--engine", other)
         assert done.returncode == 0 and "a wake takes about" in done.stdout, done.stderr
         assert wait_for(lambda: engine_state(llmd, other) == "serving", 10)
-        refused = llmd_cli(llmd, "wake", "--engine", third)
+        refused = llmd_verb(llmd, "wake", "--engine", third)
         assert refused.returncode == 1 and "put one to sleep first" in refused.stderr
-        unknown = llmd_cli(llmd, "wake", "--engine", "nope")
+        unknown = llmd_verb(llmd, "wake", "--engine", "nope")
         assert unknown.returncode == 1 and "no engine 'nope'" in unknown.stderr
-        assert llmd_cli(llmd, "drain", "--engine", third).returncode == 0
+        assert llmd_verb(llmd, "drain", "--engine", third).returncode == 0
         body = {"model": third, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
         drained = httpx.post(llmd.base_url + "/v1/chat/completions", json=body, timeout=30)
         assert drained.status_code == 503 and "retry-after" in drained.headers
@@ -172,7 +170,9 @@ def test_an_idle_engine_sleeps_and_a_request_wakes_it() -> None:
     )
     raw["engines"]["solo"].update(on_demand=True, idle_sleep_s=1.0)
     with LlmdProcess.running(tomli_w.dumps(raw), "llmd-swap-") as llmd:
-        client = openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="x", max_retries=0)
+        client = closed_after_test(
+            openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="x", max_retries=0)
+        )
         assert ask(client, "solo") == "solo"
         assert wait_for(lambda: engine_state(llmd, "solo") == "asleep", 15)
         assert httpx.get(llmd.base_url + "/ready").json()["asleep"] == ["solo"]
@@ -198,18 +198,20 @@ def test_a_restart_of_an_asleep_engine_does_not_wake_it(sleep: str) -> None:
         awake = next(e["name"] for e in llmd.admin_status()["engines"] if e["state"] == "serving")
         asleep = [m for m in MODELS if m != awake]
         before = boots(llmd, asleep[0])
-        done = llmd_cli(llmd, "restart", "--engine", asleep[0])
+        done = llmd_verb(llmd, "restart", "--engine", asleep[0])
         assert done.returncode == 0, done.stderr
         assert "is asleep: not woken; its next wake boots a fresh process" in done.stdout
         assert engine_state(llmd, asleep[0]) == "asleep"
         assert boots(llmd, asleep[0]) == before
-        client = openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="x", max_retries=0)
+        client = closed_after_test(
+            openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="x", max_retries=0)
+        )
         assert ask(client, asleep[0]) == asleep[0]
         assert boots(llmd, asleep[0]) == before + 1  # a fresh process, not the sleeping one
         # Now asleep[0] serves: a restart of all restarts it and leaves the others asleep.
         others = sorted(m for m in MODELS if m != asleep[0])
         started = {m: boots(llmd, m) for m in MODELS}
-        done = llmd_cli(llmd, "restart")
+        done = llmd_verb(llmd, "restart")
         assert done.returncode == 0, done.stderr
         assert f"asleep, not woken: {', '.join(others)} boot afresh when woken" in done.stdout
         assert [engine_state(llmd, m) for m in others] == ["asleep", "asleep"]

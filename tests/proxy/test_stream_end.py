@@ -11,6 +11,7 @@ import httpx
 import openai
 import pytest
 
+from tests.support.clients import closed_after_test
 from tests.support.fake_engine import FakeEngine, ProxyStack
 from tests.support.waiting import wait_for
 from tests.validation.conftest import STRING_TEMPLATE, make_tokenizer_dir
@@ -32,7 +33,9 @@ def test_a_client_closing_after_done_is_not_a_cancellation(running: ProxyStack) 
     engine closes its side: the request is accounted as a success, not a cancellation."""
     tallies = running.ctx.observer.tallies
     before = tallies.requests, sum(tallies.cancellations.values()), sum(tallies.errors.values())
-    client = openai.OpenAI(base_url=running.base_url + "/v1", api_key="unused", max_retries=0)
+    client = closed_after_test(
+        openai.OpenAI(base_url=running.base_url + "/v1", api_key="unused", max_retries=0)
+    )
     with client.chat.completions.create(
         model="tiny",
         messages=USER,  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ import openai
 import psutil
 import pytest
 
+from tests.support.clients import closed_after_test
 from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
@@ -127,7 +128,9 @@ def test_a_stream_in_another_layout_is_relayed_and_counted(relaid: LlmdProcess) 
     the engine's own token count."""
     llmd = relaid
     llmd.wait_ready(timeout_s=30)
-    client = openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="unused", max_retries=0)
+    client = closed_after_test(
+        openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="unused", max_retries=0)
+    )
     stream = client.chat.completions.create(
         model="tiny", max_tokens=7, stream=True, stream_options={"include_usage": True},
         messages=[{"role": "user", "content": "Hi"}],

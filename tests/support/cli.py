@@ -12,8 +12,12 @@ import io
 import subprocess
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 from llmd.cli import main
+
+if TYPE_CHECKING:
+    from tests.support.llmd_process import LlmdProcess
 
 _ONE_AT_A_TIME = threading.Lock()  # sys.stdout and sys.stderr are the process's
 
@@ -35,3 +39,8 @@ def run_llmd(*argv: str) -> subprocess.CompletedProcess[str]:
                 print(exit_.code, file=sys.stderr)
                 code = 1
     return subprocess.CompletedProcess(["llmd", *argv], code, stdout.getvalue(), stderr.getvalue())
+
+
+def llmd_verb(llmd: LlmdProcess, *argv: str) -> subprocess.CompletedProcess[str]:
+    """`run_llmd(*argv)` on the daemon `llmd`: its runtime directory appended."""
+    return run_llmd(*argv, "--runtime-dir", str(llmd.runtime_dir))

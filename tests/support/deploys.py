@@ -17,6 +17,7 @@ from llmd.config import load_config
 from llmd.releases.store import ReleaseStore, create_release
 from tests.releases.conftest import NoNvml
 from tests.support.cli import run_llmd
+from tests.support.clients import closed_after_test
 from tests.support.llmd_process import LlmdProcess
 from tests.support.waiting import wait_for
 
@@ -69,7 +70,9 @@ class Traffic:
     threads, until stopped; every outcome kept."""
 
     def __init__(self, base_url: str, threads: int = 3) -> None:
-        self.client = openai.OpenAI(base_url=base_url + "/v1", api_key="x", max_retries=0)
+        self.client = closed_after_test(
+            openai.OpenAI(base_url=base_url + "/v1", api_key="x", max_retries=0)
+        )
         self.stop = threading.Event()
         self.outcomes: list[str] = []
         self._numbers = itertools.count()
