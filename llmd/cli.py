@@ -43,8 +43,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 # Every verb. Of the verbs whose parser lives in another module, only the named one's module is
-# imported: together (bench, tune, releases, sizing...) they were about 0.1 CPU-s of each CLI
-# call and of each `llmd serve` start. `--help`, no verb or a verb not here imports them all.
+# imported: together (bench, tune, releases, sizing...) they were about 0.1 CPU-s of each client
+# verb (measured here), and less of `llmd serve`'s start, whose own modules share their imports.
+# `--help`, no verb or a verb not here imports them all.
 VERBS = (
     "serve",
     "check-config",
@@ -75,7 +76,8 @@ def _named_verb(arguments: Sequence[str]) -> str | None:
 
 
 def _parser(named: str | None = None) -> argparse.ArgumentParser:
-    """`llmd`'s parser: every verb's, or only the verbs' of other modules that are `named`."""
+    """`llmd`'s parser. With a verb `named`, of the verbs whose parser lives in another module
+    only that one is added (only its module imported); with None, every verb."""
 
     def wanted(*verbs: str) -> bool:
         return named is None or named in verbs
