@@ -294,7 +294,6 @@ def _call(
     """One admin call; the decoded answer. On failure prints one line (what happened, what to
     do) and raises SystemExit: exitcodes.UNAVAILABLE when no daemon answers, NO_PERMISSION when
     this user may not open the socket, FAILURE when the daemon refused."""
-    import_structlog()
     from llmd.admin.client import AdminForbidden, AdminRefused, AdminUnreachable, admin_request
 
     socket = RuntimePaths(Path(args.runtime_dir)).admin_socket

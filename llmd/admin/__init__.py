@@ -2,5 +2,6 @@
 socket (llmd/daemon/admin_api.py serves it), the status as text, and the `llmd tenant` verbs
 (the tenants file edited in place, then reloaded through the admin API).
 
-May import: releases (its atomic writes), admission, runtime, config, engine (its HTTP client).
+May import: releases (its atomic writes), admission, runtime, config, engine (its HTTP client),
+console.
 """

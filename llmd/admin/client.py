@@ -8,8 +8,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from llmd.console import import_structlog
 from llmd.engine.connection import ConnectFailed, WireError
-from llmd.engine.wire import Pool
+
+# Every user of this client (the CLI verbs, `llmd tenant`, `llmd doctor`, `llmd tune`,
+# llmd-top) starts faster with structlog, which the engine's client imports, without rich.
+import_structlog()
+from llmd.engine.wire import Pool  # noqa: E402
 
 
 class AdminUnreachable(Exception):

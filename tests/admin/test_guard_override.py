@@ -11,6 +11,7 @@ import openai
 import pytest
 
 from tests.support.cli import llmd_verb
+from tests.support.clients import closed_after_test
 from tests.support.llmd_process import LlmdProcess, short_tmpdir
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
@@ -27,12 +28,11 @@ def llmd() -> Iterator[LlmdProcess]:
 
 
 @pytest.fixture
-def client(llmd: LlmdProcess) -> Iterator[Callable[[LlmdProcess, str], openai.OpenAI]]:
+def client(llmd: LlmdProcess) -> Callable[[LlmdProcess, str], openai.OpenAI]:
     """Makes an openai client of `llmd` sending `x-llmd-priority`; each closed after the test."""
-    made: list[openai.OpenAI] = []
 
     def make(llmd: LlmdProcess, priority: str) -> openai.OpenAI:
-        made.append(
+        return closed_after_test(
             openai.OpenAI(
                 base_url=llmd.base_url + "/v1",
                 api_key="none",
@@ -40,11 +40,8 @@ def client(llmd: LlmdProcess) -> Iterator[Callable[[LlmdProcess, str], openai.Op
                 default_headers={"x-llmd-priority": priority},
             )
         )
-        return made[-1]
 
-    yield make
-    for one in made:
-        one.close()
+    return make
 
 
 def test_pinned_levels_cap_and_shed_and_interactive_keeps_its_rights(

@@ -278,8 +278,9 @@ def test_tune_on_a_config_of_several_engines(
         engine = json.loads(output.read_text())["engine"]
         assert (engine["name"], engine["model"]) == ("b", "tiny-b")
         assert "--zero-latency" in engine["args"]
-        drains = [r for r in llmd.log_records() if r["event"] == "drain_started"]
-        resumes = [r for r in llmd.log_records() if r["event"] == "drain_ended"]
+        records = llmd.log_records()
+        drains = [r for r in records if r["event"] == "drain_started"]
+        resumes = [r for r in records if r["event"] == "drain_ended"]
         assert [r["engine"] for r in drains] == ["b"] and [r["engine"] for r in resumes] == ["b"]
         engines = {e["name"]: e for e in llmd.admin_status()["engines"]}
         assert not engines["a"]["draining"] and not engines["b"]["draining"]
