@@ -1,5 +1,6 @@
-"""The runtime directory's layout (the admin and engine sockets side by side, the engine's pid
-file), and the lock that keeps it to one llmd at a time."""
+"""The runtime directory's layout (the admin and engine sockets side by side, each engine's pid
+file and the directory of its internal sockets), and the lock that keeps it to one llmd at a
+time."""
 
 from __future__ import annotations
 
@@ -42,6 +43,13 @@ class RuntimePaths:
         """Engine `engine`'s process group and start time while it runs
         (llmd.supervisor.leftovers): `engine.pid` for `main`, `engine-NAME.pid` for others."""
         return self.root / f"{_stem(engine)}.pid"
+
+    def rpc_dir_of(self, engine: str) -> Path:
+        """The directory where engine `engine`'s vLLM binds its internal ZMQ sockets
+        (VLLM_RPC_BASE_PATH; vLLM 0.32 `network_utils.get_open_zmq_ipc_path` names each
+        `BASE/<uuid4>` and defaults BASE to /tmp, where they are left behind), emptied by llmd
+        at each spawn and stop: `engine.rpc` for `main`, `engine-NAME.rpc` for others."""
+        return self.root / f"{_stem(engine)}.rpc"
 
     def pid_files(self) -> list[Path]:
         """Every engine pid file in the directory (a killed llmd's, whatever its config)."""

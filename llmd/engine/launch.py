@@ -19,27 +19,37 @@ from llmd.engine.sleep import sleep_mechanism, sleep_mode_args
 # builds (deprecated in favour of `vllm serve`, still present in 0.32).
 VLLM_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 SIM_SERVER_MODULE = "llmd.engine.sim"
+# A Unix socket's path is at most 107 bytes (sun_path is 108 with its NUL, unix(7)); vLLM names
+# its internal sockets VLLM_RPC_BASE_PATH/<uuid4>, 37 bytes past the directory.
+_SUN_PATH_MAX = 107
+_RPC_NAME_BYTES = 1 + 36
 
 
 @dataclasses.dataclass(frozen=True)
 class EngineLaunch:
-    """How to start one engine process: argv, extra environment, the socket it serves on, and
-    the niceness added to its processes (engine.nice)."""
+    """How to start one engine process: argv, extra environment, the socket it serves on, the
+    niceness added to its processes (engine.nice), and the directory its vLLM binds its
+    internal sockets in (VLLM_RPC_BASE_PATH, emptied at spawn and stop; None: none of llmd's)."""
 
     argv: tuple[str, ...]
     env: dict[str, str]
     socket_path: Path
     nice: int = 0
+    rpc_dir: Path | None = None
 
 
-def engine_launch(config: EngineConfig, socket_path: Path) -> EngineLaunch:
+def engine_launch(
+    config: EngineConfig, socket_path: Path, rpc_dir: Path | None = None
+) -> EngineLaunch:
     """The launch for `config` serving on `socket_path`.
 
     `engine.command` replaces the interpreter-and-module prefix when set; llmd always appends
     `--model`, `--uds`, `--served-model-name` and then `engine.args`. `engine.gpus` become
     CUDA_VISIBLE_DEVICES. On a host whose CPU has AMX a vLLM engine's processes ask for the
     AMX permission at start-up (`llmd.engine.amx`). An on-demand engine that sleeps in vLLM's
-    sleep mode gets its flag and environment (llmd.engine.sleep).
+    sleep mode gets its flag and environment (llmd.engine.sleep). A vLLM engine binds its
+    internal sockets in `rpc_dir` (VLLM_RPC_BASE_PATH) unless `engine.env` names its own or
+    their paths would be too long; without one, in vLLM's default (/tmp).
     """
     python = config.python or sys.executable
     module = SIM_SERVER_MODULE if config.kind == "sim" else VLLM_SERVER_MODULE
@@ -65,7 +75,24 @@ def engine_launch(config: EngineConfig, socket_path: Path) -> EngineLaunch:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(config.gpus)
     if config.kind != "sim" and host_has_amx():
         env = with_amx_permission(env, os.environ)
-    return EngineLaunch(argv=argv, env=env, socket_path=socket_path, nice=config.nice)
+    rpc_dir = _rpc_dir(config, rpc_dir)
+    if rpc_dir is not None:
+        env["VLLM_RPC_BASE_PATH"] = str(rpc_dir)
+    return EngineLaunch(
+        argv=argv, env=env, socket_path=socket_path, nice=config.nice, rpc_dir=rpc_dir
+    )
+
+
+def _rpc_dir(config: EngineConfig, rpc_dir: Path | None) -> Path | None:
+    """`rpc_dir` for a vLLM engine whose `engine.env` names no VLLM_RPC_BASE_PATH of its own;
+    None for the simulator (no vLLM inside) and for a directory too long for a socket's path."""
+    if rpc_dir is None or config.kind == "sim" or "VLLM_RPC_BASE_PATH" in config.env:
+        return None
+    # Too long a directory for its sockets' paths and vLLM could not bind them: its default
+    # (/tmp) boots the engine, if untidily.
+    if len(os.fsencode(rpc_dir)) + _RPC_NAME_BYTES > _SUN_PATH_MAX:
+        return None
+    return rpc_dir
 
 
 @functools.cache

@@ -8,6 +8,8 @@
   file (`leftovers.py`) lets the next llmd stop whatever that left.
 - Finding, signalling and waiting for the group's members is psutil's work on a thread
   (`group.py`), never the loop's.
+- Its internal sockets' directory (`EngineLaunch.rpc_dir`) emptied before it starts and once
+  the group is gone: vLLM leaves them behind.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from llmd.engine.launch import EngineLaunch
 from llmd.supervisor import group
@@ -63,19 +66,26 @@ def _child_setup(llmd_pid: int, nice: int) -> Callable[[], None]:
 class EngineProcess:
     """A running engine: its leader process, its process group and its parsed output."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, output: EngineOutput, sink: OutputSink):
+    def __init__(
+        self,
+        proc: asyncio.subprocess.Process,
+        output: EngineOutput,
+        sink: OutputSink,
+        rpc_dir: Path | None,
+    ):
         self.proc = proc
         self.pid = proc.pid
         self.pgid = proc.pid  # group leader: pgid == pid
         self.output = output
         self.paused = False  # stopped by `pause` (SIGSTOP), not yet let go on
+        self.rpc_dir = rpc_dir  # emptied once the group is gone
         self._stop: asyncio.Task[None] | None = None
         self._pump = asyncio.create_task(self._pump_output(sink), name=f"engine-output-{self.pid}")
 
     @classmethod
     async def spawn(cls, launch: EngineLaunch, sink: OutputSink) -> EngineProcess:
         """Start `launch` as the leader of a new process group in llmd's session, with stdout and
-        stderr piped together.
+        stderr piped together; `launch.rpc_dir` created (mode 0700) and emptied first.
 
         `sink(level, message)` receives each forwarded line. Raises OSError if it cannot start,
         RuntimeError when called off the main thread (the parent-death signal is tied to the
@@ -85,6 +95,9 @@ class EngineProcess:
             raise RuntimeError("the engine must be spawned from the main thread (PDEATHSIG)")
         with contextlib.suppress(FileNotFoundError):
             launch.socket_path.unlink()
+        if launch.rpc_dir is not None:
+            launch.rpc_dir.mkdir(mode=0o700, exist_ok=True)
+            _empty(launch.rpc_dir)  # what an earlier engine of this name left (a killed one)
         proc = await asyncio.create_subprocess_exec(
             *launch.argv,
             stdin=asyncio.subprocess.DEVNULL,
@@ -95,7 +108,7 @@ class EngineProcess:
             preexec_fn=_child_setup(os.getpid(), launch.nice),
             limit=1024 * 1024,
         )
-        return cls(proc, EngineOutput(), sink)
+        return cls(proc, EngineOutput(), sink, launch.rpc_dir)
 
     async def leader_exited(self) -> int:
         """Wait for the leader to exit, not for its last output (`wait` waits for both, and the
@@ -129,7 +142,8 @@ class EngineProcess:
         signal_group(self.pgid, signal.SIGSTOP if paused else signal.SIGCONT)
 
     async def stop_group(self, timeout_s: float) -> None:
-        """SIGTERM the group, SIGKILL it after `timeout_s`, reap the leader.
+        """SIGTERM the group, SIGKILL it after `timeout_s`, reap the leader, empty its internal
+        sockets' directory.
 
         Returns when no live process of the group is left (the leader reaped, orphans gone).
         Callers at once (a stop during a restart) share one stop: the first one's timeout holds,
@@ -157,6 +171,8 @@ class EngineProcess:
         self._pump.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._pump
+        if self.rpc_dir is not None:
+            _empty(self.rpc_dir)
 
     async def _pump_output(self, sink: OutputSink) -> None:
         assert self.proc.stdout is not None
@@ -170,3 +186,12 @@ class EngineProcess:
             forwarded = self.output.feed(raw.decode(errors="replace"))
             if forwarded is not None:
                 sink(*forwarded)
+
+
+def _empty(directory: Path) -> None:
+    """Remove the files in `directory`. Never an error (one already gone, the directory gone):
+    what is left, the next spawn removes."""
+    with contextlib.suppress(OSError):
+        for entry in directory.iterdir():
+            with contextlib.suppress(OSError):
+                entry.unlink()

@@ -262,7 +262,7 @@ class Supervisor(OnDemand):
     async def _run_once(self, probe: Pool) -> tuple[ExitReason, bool]:
         """Boot one engine and serve until it exits; return why, and whether it became ready."""
         engine = self.engine
-        launch = engine_launch(engine, self.socket)
+        launch = engine_launch(engine, self.socket, self.paths.rpc_dir_of(self.name))
         self._served.clear()
         self.state.boot_started_at = time.monotonic()
         self.state.ready_at = None

@@ -13,8 +13,10 @@ from pathlib import Path
 import aiohttp
 
 from llmd.config import EngineConfig
+from llmd.config.backends import MAIN
 from llmd.engine.launch import engine_launch
 from llmd.errors import TuneError
+from llmd.runtime import RuntimePaths
 from llmd.supervisor.diagnosis import diagnose
 from llmd.supervisor.exits import classify_exit
 from llmd.supervisor.process import EngineProcess
@@ -30,11 +32,13 @@ class BootedEngine:
 
 @contextlib.asynccontextmanager
 async def booted_engine(engine: EngineConfig, runtime_dir: Path) -> AsyncIterator[BootedEngine]:
-    """Boot `engine` serving on `runtime_dir/engine.sock`; stop its group on leaving. Raises
-    `TuneError` with the diagnosis of its output when it exits or is not ready within
-    `engine.start_timeout_s`."""
-    socket = runtime_dir / "engine.sock"
-    process = await EngineProcess.spawn(engine_launch(engine, socket), lambda level, line: None)
+    """Boot `engine` in `runtime_dir`, laid out as llmd's own (serving on `engine.sock`); stop
+    its group on leaving. Raises `TuneError` with the diagnosis of its output when it exits or
+    is not ready within `engine.start_timeout_s`."""
+    paths = RuntimePaths(runtime_dir)
+    socket = paths.engine_socket
+    launch = engine_launch(engine, socket, paths.rpc_dir_of(MAIN))
+    process = await EngineProcess.spawn(launch, lambda level, line: None)
     started = time.monotonic()
     try:
         await _wait_ready(process, socket, engine.start_timeout_s)

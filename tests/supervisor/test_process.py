@@ -1,5 +1,5 @@
-"""The engine process group: its own group inside llmd's session, pausing it (the device pause)
-and stopping it."""
+"""The engine process group: its own group inside llmd's session, pausing it (the device pause),
+stopping it, and emptying its internal sockets' directory."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from llmd.supervisor.process import EngineProcess
 from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
-from tests.support.waiting import wait_for
+from tests.support.waiting import until, wait_for
 
 
 def test_engine_leads_its_own_group_in_llmds_session() -> None:
@@ -134,3 +134,52 @@ async def test_pause_stops_the_whole_group_and_a_paused_group_still_stops(tmp_pa
     assert await asyncio.to_thread(wait_for, lambda: process_states(process.pgid) == {"T"}, 10)
     await process.stop_group(timeout_s=30.0)
     assert process.proc.returncode == -signal.SIGTERM and group_members(process.pgid) == []
+
+
+# An engine as vLLM leaves its internal sockets: it says what its VLLM_RPC_BASE_PATH holds at
+# start, binds a Unix socket there, and writes one more file there as SIGTERM ends it.
+RPC_ENGINE = """
+import os, signal, socket, sys
+base = os.environ["VLLM_RPC_BASE_PATH"]
+print("found:" + ",".join(sorted(os.listdir(base))), flush=True)
+def leave(signum, frame):
+    open(os.path.join(base, "written-at-exit"), "w").close()
+    sys.exit(0)
+signal.signal(signal.SIGTERM, leave)
+socket.socket(socket.AF_UNIX).bind(os.path.join(base, "sock"))
+print("bound", flush=True)
+signal.pause()
+"""
+
+
+async def test_the_engines_internal_sockets_directory_is_emptied_at_spawn_and_stop(
+    tmp_path: Path,
+) -> None:
+    """Spawn empties the rpc directory of an earlier engine's files before the child starts;
+    once the group is stopped, what the engine left there (even as it exited) is gone."""
+    rpc_dir = tmp_path / "engine.rpc"
+    rpc_dir.mkdir()
+    (rpc_dir / "left-by-a-killed-engine").touch()
+    env = {"VLLM_RPC_BASE_PATH": str(rpc_dir)}
+    argv = (sys.executable, "-c", RPC_ENGINE)
+    launch = EngineLaunch(argv, env, tmp_path / "engine.sock", rpc_dir=rpc_dir)
+    process = await EngineProcess.spawn(launch, lambda level, line: None)
+    assert await until(lambda: "bound" in process.output.recent, 10)
+    assert process.output.recent[0] == "found:"
+    assert os.listdir(rpc_dir) == ["sock"]
+    await process.stop_group(timeout_s=10.0)
+    assert process.proc.returncode == 0 and os.listdir(rpc_dir) == []
+
+
+async def test_spawn_creates_the_rpc_directory_private_and_stop_forgives_it_gone(
+    tmp_path: Path,
+) -> None:
+    """A missing rpc directory is created with mode 0700; one removed while the engine ran
+    does not make its stop fail."""
+    rpc_dir = tmp_path / "engine-big.rpc"
+    launch = EngineLaunch(("sleep", "30"), {}, tmp_path / "engine.sock", rpc_dir=rpc_dir)
+    process = await EngineProcess.spawn(launch, lambda level, line: None)
+    assert rpc_dir.stat().st_mode & 0o777 == 0o700
+    rpc_dir.rmdir()
+    await process.stop_group(timeout_s=10.0)
+    assert process.proc.returncode == -signal.SIGTERM and not rpc_dir.exists()
