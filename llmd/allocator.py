@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 import functools
 import os
 
@@ -29,8 +28,7 @@ def fix_mmap_threshold(nbytes: int = MMAP_THRESHOLD_BYTES) -> bool:
     """
     if "MALLOC_MMAP_THRESHOLD_" in os.environ:
         return False
-    libc = _libc()
-    mallopt = getattr(libc, "mallopt", None)
+    mallopt = getattr(_libc(), "mallopt", None)
     if mallopt is None:
         return False
     return bool(mallopt(_M_MMAP_THRESHOLD, nbytes))
@@ -51,14 +49,12 @@ def trim_heap() -> bool:
 
 
 @functools.cache
-def _libc() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    try:
-        return ctypes.CDLL(name)
-    except OSError:
-        return None
+def _libc() -> ctypes.CDLL:
+    # The running program's own symbols (dlopen(NULL)), the C library's among them: no search
+    # for the library's file (`ctypes.util.find_library` runs `ldconfig -p` in a subprocess,
+    # about 50 ms of a daemon's start). Where that C library is not glibc, it has no `mallopt`
+    # or `malloc_trim` and the callers do nothing.
+    return ctypes.CDLL(None)
 
 
 # A flood smaller than this leaves too little on the heap to be worth a trim.
