@@ -93,7 +93,9 @@ def vllm_engine(
         *VLLM_ARGS,
         *args,
     ]
-    env = {**os.environ}
+    # vLLM's internal sockets in the engine's own directory, removed with it (vLLM leaves them
+    # in /tmp by default: llmd/runtime.py `rpc_dir_of`).
+    env = {**os.environ, "VLLM_RPC_BASE_PATH": str(workdir)}
     if host_has_amx():  # as llmd launches it (llmd/engine/launch.py)
         env = with_amx_permission(env, os.environ)
     began = time.monotonic()
