@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the tests: set up if needed, then the fast suite (the simulator and llmd daemons on it,
-# 3 to 4.5 minutes on 2 cores, by host: docs/bench/fast-suite.md) and the end-to-end suite
+# 3 to 5 minutes on 2 cores, by host: docs/bench/fast-suite.md) and the end-to-end suite
 # against a real vLLM child (each boots the engine; one at a time).
 # The fast suite runs eight tests at a time (pytest-xdist): it is mostly CPU (starting daemons,
 # simulators and commands), but its tests also wait on them, and eight keep 2 cores busy
