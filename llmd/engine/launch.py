@@ -23,6 +23,8 @@ SIM_SERVER_MODULE = "llmd.engine.sim"
 # its internal sockets VLLM_RPC_BASE_PATH/<uuid4>, 37 bytes past the directory.
 _SUN_PATH_MAX = 107
 _RPC_NAME_BYTES = 1 + 36
+# The directory of those sockets (vllm/envs.py, 0.32).
+RPC_BASE_ENV = "VLLM_RPC_BASE_PATH"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +79,7 @@ def engine_launch(
         env = with_amx_permission(env, os.environ)
     rpc_dir = _rpc_dir(config, rpc_dir)
     if rpc_dir is not None:
-        env["VLLM_RPC_BASE_PATH"] = str(rpc_dir)
+        env[RPC_BASE_ENV] = str(rpc_dir)
     return EngineLaunch(
         argv=argv, env=env, socket_path=socket_path, nice=config.nice, rpc_dir=rpc_dir
     )
@@ -86,7 +88,7 @@ def engine_launch(
 def _rpc_dir(config: EngineConfig, rpc_dir: Path | None) -> Path | None:
     """`rpc_dir` for a vLLM engine whose `engine.env` names no VLLM_RPC_BASE_PATH of its own;
     None for the simulator (no vLLM inside) and for a directory too long for a socket's path."""
-    if rpc_dir is None or config.kind == "sim" or "VLLM_RPC_BASE_PATH" in config.env:
+    if rpc_dir is None or config.kind == "sim" or RPC_BASE_ENV in config.env:
         return None
     # Too long a directory for its sockets' paths and vLLM could not bind them: its default
     # (/tmp) boots the engine, if untidily.

@@ -8,10 +8,8 @@ import sys
 from pathlib import Path
 
 from llmd.config import EngineConfig
-from llmd.engine.launch import _build_here, engine_launch, installed_engine_build
+from llmd.engine.launch import RPC_BASE_ENV, _build_here, engine_launch, installed_engine_build
 from llmd.runtime import RuntimePaths
-
-RPC_BASE = "VLLM_RPC_BASE_PATH"
 
 
 def test_a_vllm_engine_binds_its_internal_sockets_in_its_own_directory() -> None:
@@ -20,21 +18,21 @@ def test_a_vllm_engine_binds_its_internal_sockets_in_its_own_directory() -> None
     paths, vllm = RuntimePaths(Path("/run/llmd")), EngineConfig(model="m")
     main = engine_launch(vllm, paths.socket_of("main"), paths.rpc_dir_of("main"))
     assert main.rpc_dir == Path("/run/llmd/engine.rpc")
-    assert main.env[RPC_BASE] == "/run/llmd/engine.rpc"
+    assert main.env[RPC_BASE_ENV] == "/run/llmd/engine.rpc"
     other = engine_launch(vllm, paths.socket_of("big"), paths.rpc_dir_of("big"))
-    assert other.env[RPC_BASE] == "/run/llmd/engine-big.rpc"
+    assert other.env[RPC_BASE_ENV] == "/run/llmd/engine-big.rpc"
     sim = EngineConfig(kind="sim", model="m")
     simulated = engine_launch(sim, paths.engine_socket, paths.rpc_dir_of("main"))
-    assert simulated.rpc_dir is None and RPC_BASE not in simulated.env
+    assert simulated.rpc_dir is None and RPC_BASE_ENV not in simulated.env
     alone = engine_launch(vllm, paths.engine_socket)
-    assert alone.rpc_dir is None and RPC_BASE not in alone.env
+    assert alone.rpc_dir is None and RPC_BASE_ENV not in alone.env
 
 
 def test_engine_env_names_its_own_rpc_directory() -> None:
     """VLLM_RPC_BASE_PATH in engine.env wins, and llmd then empties no directory of its own."""
-    vllm = EngineConfig(model="m", env={RPC_BASE: "/srv/rpc"})
+    vllm = EngineConfig(model="m", env={RPC_BASE_ENV: "/srv/rpc"})
     launch = engine_launch(vllm, Path("/run/llmd/engine.sock"), Path("/run/llmd/engine.rpc"))
-    assert launch.env[RPC_BASE] == "/srv/rpc" and launch.rpc_dir is None
+    assert launch.env[RPC_BASE_ENV] == "/srv/rpc" and launch.rpc_dir is None
 
 
 def test_a_directory_too_long_for_its_sockets_paths_is_not_given() -> None:
@@ -42,11 +40,11 @@ def test_a_directory_too_long_for_its_sockets_paths_is_not_given() -> None:
     VLLM_RPC_BASE_PATH unset (vLLM's /tmp) rather than fail the engine's boot."""
     vllm, socket = EngineConfig(model="m"), Path("/s")
     longest = Path("/" + "d" * 69)  # 70 + "/" + 36 = 107 bytes
-    assert engine_launch(vllm, socket, longest).env[RPC_BASE] == str(longest)
+    assert engine_launch(vllm, socket, longest).env[RPC_BASE_ENV] == str(longest)
     # Sockets of 108 bytes; the second directory is 36 characters, 71 bytes.
     for too_long in (Path("/" + "d" * 70), Path("/" + "é" * 35)):
         launch = engine_launch(vllm, socket, too_long)
-        assert launch.rpc_dir is None and RPC_BASE not in launch.env
+        assert launch.rpc_dir is None and RPC_BASE_ENV not in launch.env
 
 
 def fake_vllm_venv(root: Path, version: str) -> Path:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import uvloop
 
-from llmd.engine.launch import EngineLaunch
+from llmd.engine.launch import RPC_BASE_ENV, EngineLaunch
 from llmd.supervisor.group import group_members
 from llmd.supervisor.process import EngineProcess
 from tests.support.llmd_process import LlmdProcess
@@ -160,7 +160,7 @@ async def test_the_engines_internal_sockets_directory_is_emptied_at_spawn_and_st
     rpc_dir = tmp_path / "engine.rpc"
     rpc_dir.mkdir()
     (rpc_dir / "left-by-a-killed-engine").touch()
-    env = {"VLLM_RPC_BASE_PATH": str(rpc_dir)}
+    env = {RPC_BASE_ENV: str(rpc_dir)}
     argv = (sys.executable, "-c", RPC_ENGINE)
     launch = EngineLaunch(argv, env, tmp_path / "engine.sock", rpc_dir=rpc_dir)
     process = await EngineProcess.spawn(launch, lambda level, line: None)

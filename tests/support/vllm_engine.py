@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 
 from llmd.engine.amx import host_has_amx, with_amx_permission
+from llmd.engine.launch import RPC_BASE_ENV
 from tests.support.llmd_process import short_tmpdir
 from tests.support.sim_process import health_status
 from tests.support.vllm_python import VLLM_PYTHON
@@ -95,7 +96,7 @@ def vllm_engine(
     ]
     # vLLM's internal sockets in the engine's own directory, removed with it (vLLM leaves them
     # in /tmp by default: llmd/runtime.py `rpc_dir_of`).
-    env = {**os.environ, "VLLM_RPC_BASE_PATH": str(workdir)}
+    env = {**os.environ, RPC_BASE_ENV: str(workdir)}
     if host_has_amx():  # as llmd launches it (llmd/engine/launch.py)
         env = with_amx_permission(env, os.environ)
     began = time.monotonic()
