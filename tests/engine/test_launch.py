@@ -7,9 +7,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from llmd.config import EngineConfig
 from llmd.engine.launch import RPC_BASE_ENV, _build_here, engine_launch, installed_engine_build
 from llmd.runtime import RuntimePaths
+
+
+@pytest.fixture(autouse=True)
+def _no_rpc_directory_in_llmds_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """llmd's own VLLM_RPC_BASE_PATH would win over the directories these tests pin."""
+    monkeypatch.delenv(RPC_BASE_ENV, raising=False)
 
 
 def test_a_vllm_engine_binds_its_internal_sockets_in_its_own_directory() -> None:
@@ -33,6 +41,15 @@ def test_engine_env_names_its_own_rpc_directory() -> None:
     vllm = EngineConfig(model="m", env={RPC_BASE_ENV: "/srv/rpc"})
     launch = engine_launch(vllm, Path("/run/llmd/engine.sock"), Path("/run/llmd/engine.rpc"))
     assert launch.env[RPC_BASE_ENV] == "/srv/rpc" and launch.rpc_dir is None
+
+
+def test_llmds_own_environment_names_its_rpc_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """VLLM_RPC_BASE_PATH in llmd's own environment (a unit's Environment=) wins as engine.env's
+    does: the engine inherits it unchanged, and llmd empties no directory of its own."""
+    monkeypatch.setenv(RPC_BASE_ENV, "/srv/rpc")
+    vllm = EngineConfig(model="m")
+    launch = engine_launch(vllm, Path("/run/llmd/engine.sock"), Path("/run/llmd/engine.rpc"))
+    assert RPC_BASE_ENV not in launch.env and launch.rpc_dir is None
 
 
 def test_a_directory_too_long_for_its_sockets_paths_is_not_given() -> None:
