@@ -51,10 +51,6 @@ class RuntimePaths:
         at each spawn and stop: `engine.rpc` for `main`, `engine-NAME.rpc` for others."""
         return self.root / f"{_stem(engine)}.rpc"
 
-    def pid_files(self) -> list[Path]:
-        """Every engine pid file in the directory (a killed llmd's, whatever its config)."""
-        return sorted(self.root.glob("engine*.pid"))
-
     @property
     def lock_file(self) -> Path:
         """Held (flock) by the llmd that uses this directory, for as long as it runs."""
