@@ -125,7 +125,7 @@ class Swapping:
 
     def woken(self, model: str, queued_s: float) -> None:
         """A request that came while `model` slept was released after `queued_s` seconds."""
-        self.state.observer.metrics.wake_waits.labels(model).observe(queued_s)
+        self.state.observer.metrics.wake_waits.observe((model,), queued_s)
 
     def decide(self) -> None:
         """Run every group's core now and start what it says (after each admission pass)."""
@@ -141,7 +141,7 @@ class Swapping:
                 next_at.append(plan.next_at)
             for name, reason in plan.sleep:
                 if self._start(name, wake=False):
-                    self.state.observer.metrics.evictions.labels(name, reason.value).inc()
+                    self.state.observer.metrics.evictions.inc((name, reason.value))
                     log.info("engine_sleep_decided", engine=name, reason=reason.value)
             for name in plan.cancel:
                 if self._cancel(name):
@@ -149,7 +149,7 @@ class Swapping:
             for name in plan.wake:
                 if self._start(name, wake=True):
                     label = self._mechanism(name)
-                    self.state.observer.metrics.wakes.labels(name, label).inc()
+                    self.state.observer.metrics.wakes.inc((name, label))
                     log.info("engine_wake_decided", engine=name, mechanism=label)
         self._alarm.arm(min(next_at) if next_at else None, now)
         if self._close(closed | self._falling_asleep()):
@@ -200,7 +200,7 @@ class Swapping:
         started = self._start(name, wake=True)
         if started:
             self._asked.add(name)
-            self.state.observer.metrics.wakes.labels(name, self._mechanism(name)).inc()
+            self.state.observer.metrics.wakes.inc((name, self._mechanism(name)))
             log.info("engine_wake_asked", engine=name)
         return self._answer(name, started)
 
@@ -221,7 +221,7 @@ class Swapping:
             )
         started = self._start(name, wake=False)
         if started:
-            self.state.observer.metrics.evictions.labels(name, "operator").inc()
+            self.state.observer.metrics.evictions.inc((name, "operator"))
             log.info("engine_sleep_asked", engine=name)
         return self._answer(name, started)
 
@@ -322,7 +322,7 @@ class Swapping:
                 continue
             woke = self._phases.get(name) is EnginePhase.WAKING
             if woke and engine.phase is EnginePhase.SERVING and engine.wake_s is not None:
-                self.state.observer.metrics.wake_seconds.labels(name).observe(engine.wake_s)
+                self.state.observer.metrics.wake_seconds.observe((name,), engine.wake_s)
             serves = engine.phase is EnginePhase.SERVING
             if serves and self._phases.get(name) is not EnginePhase.SERVING:
                 self._measure(name, engine.pid)

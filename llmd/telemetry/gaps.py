@@ -3,19 +3,14 @@ relays to it (each carries one output step: a token, or a few when the engine or
 coalesced them). A stream that stalls after its first token shows here, where TTFT cannot see
 it.
 
-`TokenGaps` records one stream's gaps (8 bytes each); `GapHistogram` is the Prometheus
-histogram of every gap by class and model, filled once per request from its sorted gaps (a
-bisect per bucket), so the relay's per-chunk cost is one subtraction and an append.
+`TokenGaps` records one stream's gaps (8 bytes each); the Prometheus histogram of every gap by
+class and model (`ProxyMetrics.gaps`, llmd/telemetry/metrics.py) takes them once per request,
+sorted (a bisect per bucket), so the relay's per-chunk cost is one subtraction and an append.
 """
 
 from __future__ import annotations
 
 import array
-import bisect
-from collections.abc import Iterator
-
-from prometheus_client.core import HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 # Seconds: from a GPU's decode step (a few ms) to a stall a client gives up on.
 GAP_BUCKETS = (
@@ -57,43 +52,3 @@ class TokenGaps:
         """The median gap (the lower middle one of an even count)."""
         gaps = self.sorted()
         return gaps[(len(gaps) - 1) // 2] if gaps else None
-
-
-class GapHistogram(Collector):
-    """`llmd_inter_token_latency_seconds{class, model}`: every gap of the streamed requests
-    that ended. Bounded: three classes by the models llmd serves (`model` as the request
-    series give it)."""
-
-    NAME = "llmd_inter_token_latency_seconds"
-
-    def __init__(self) -> None:
-        # (class, model) -> cumulative count per bucket (the last one +Inf), sum
-        self._series: dict[tuple[str, str], tuple[list[int], list[float]]] = {}
-
-    def add(self, request_class: str, model: str, gaps: list[float]) -> None:
-        """Count `gaps` (seconds, ascending) under (`request_class`, `model`)."""
-        if not gaps:
-            return
-        counts, total = self._series.setdefault(
-            (request_class, model), ([0] * (len(GAP_BUCKETS) + 1), [0.0])
-        )
-        for index, bound in enumerate(GAP_BUCKETS):
-            counts[index] += bisect.bisect_right(gaps, bound)
-        counts[-1] += len(gaps)
-        total[0] += sum(gaps)
-
-    def describe(self) -> Iterator[Metric]:
-        return iter(())
-
-    def collect(self) -> Iterator[Metric]:
-        family = HistogramMetricFamily(
-            self.NAME,
-            "Gaps between the chunks of a streamed answer as llmd relays them to the client.",
-            labels=["class", "model"],
-        )
-        bounds = [repr(bound) for bound in GAP_BUCKETS] + ["+Inf"]
-        for (request_class, model), (counts, total) in sorted(self._series.items()):
-            family.add_metric(
-                [request_class, model], list(zip(bounds, map(float, counts), strict=True)), total[0]
-            )
-        yield family

@@ -15,17 +15,13 @@ table, so it takes them as they come.
 from __future__ import annotations
 
 import enum
+from typing import TypeVar
 
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Histogram,
-    disable_created_metrics,
-    generate_latest,
-)
+from prometheus_client import CollectorRegistry, generate_latest
 
 from llmd.admission.classes import Priority
-from llmd.telemetry.gaps import GapHistogram
+from llmd.telemetry.gaps import GAP_BUCKETS
+from llmd.telemetry.series import CounterSeries, HistogramSeries
 
 
 class RequestPhase(enum.StrEnum):
@@ -36,6 +32,8 @@ class RequestPhase(enum.StrEnum):
     PREFILL = "prefill"
     DECODE = "decode"
 
+
+_Series = TypeVar("_Series", CounterSeries, HistogramSeries)
 
 CLASSES = tuple(cls.label for cls in Priority)
 CANCEL_PHASES = tuple(phase.value for phase in RequestPhase)
@@ -83,16 +81,14 @@ class TenantLabels:
 
 class ProxyMetrics:
     """The series llmd updates per request, in their own registry (the status collector,
-    `llmd.telemetry.status_metrics`, adds the gauges read from the Status snapshot)."""
+    `llmd.telemetry.status_metrics`, adds the gauges read from the Status snapshot). Each is
+    a lock-free series (llmd/telemetry/series.py): update with `inc(labels)` or
+    `observe(labels, value)`, the label values in the order of its label names."""
 
     def __init__(self, top_tenants: int) -> None:
-        # No `_created` series: they double the text format for nothing Prometheus uses there.
-        # (A process-wide switch of prometheus_client; llmd's process has no other exporter.)
-        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry()
         self.tenant = TenantLabels(top_tenants)
-        r = self.registry
-        self.requests = Counter(
+        self.requests = self._add(CounterSeries(
             "llmd_requests",
             "Ended requests by tenant, class, HTTP status, model, endpoint, outcome (ok, "
             "rejected, cancelled, aborted, error) and code (the error code of a rejected, "
@@ -100,89 +96,97 @@ class ProxyMetrics:
             # `endpoint` multiplies the series by at most the table's dozen names, and less in
             # practice: a model's engines serve either the generate endpoints or the pooling
             # ones, and a request to the others is one code (`unsupported_endpoint`).
-            ["tenant", "class", "status", "model", "endpoint", "outcome", "code"], registry=r,
-        )  # fmt: skip
-        self.backend_requests = Counter(
+            ["tenant", "class", "status", "model", "endpoint", "outcome", "code"],
+        ))  # fmt: skip
+        self.backend_requests = self._add(CounterSeries(
             "llmd_backend_requests",
             "Requests sent to each backend, by outcome: answered, failed (the client got the "
             "error) or retried (failed before the first byte, sent once more elsewhere); "
             "release: the release the backend ran (empty: none recorded).",
-            ["engine", "model", "outcome", "release"], registry=r,
-        )  # fmt: skip
-        self.queue_wait = _histogram(r, "llmd_queue_wait_seconds", "Time queued before release.")
-        self.ttft = _histogram(
-            r,
+            ["engine", "model", "outcome", "release"],
+        ))  # fmt: skip
+        self.queue_wait = self._add(
+            _latency("llmd_queue_wait_seconds", "Time queued before release.")
+        )
+        self.ttft = self._add(_latency(
             "llmd_time_to_first_token_seconds",
             "Arrival to the first response byte, streamed requests answered 200 only.",
-        )
-        self.e2e = _histogram(
-            r, "llmd_e2e_request_latency_seconds", "Arrival to the last byte, completed requests."
-        )
-        # Client-side inter-token latency of streams answered 200, by class and model.
-        self.gaps = GapHistogram()
-        r.register(self.gaps)
+        ))  # fmt: skip
+        self.e2e = self._add(_latency(
+            "llmd_e2e_request_latency_seconds", "Arrival to the last byte, completed requests."
+        ))  # fmt: skip
+        # Client-side inter-token latency of streams answered 200, by class and model: every
+        # gap of the streamed requests that ended (llmd/telemetry/gaps.py). Bounded: three
+        # classes by the models llmd serves (`model` as the request series give it).
+        self.gaps = self._add(HistogramSeries(
+            "llmd_inter_token_latency_seconds",
+            "Gaps between the chunks of a streamed answer as llmd relays them to the client.",
+            ["class", "model"], GAP_BUCKETS,
+        ))  # fmt: skip
         # By endpoint: an embeddings burst is read in prompt tokens (it generates none);
         # tenants x the table's names stays a few hundred series at most.
-        self.prompt_tokens = Counter(
-            "llmd_prompt_tokens", "Prompt tokens of relayed requests.", ["tenant", "endpoint"],
-            registry=r,
-        )  # fmt: skip
+        self.prompt_tokens = self._add(CounterSeries(
+            "llmd_prompt_tokens", "Prompt tokens of relayed requests.", ["tenant", "endpoint"]
+        ))  # fmt: skip
         # Not by endpoint: only chat and completions generate.
-        self.generation_tokens = Counter(
-            "llmd_generation_tokens", "Output tokens sent to clients.", ["tenant"], registry=r
+        self.generation_tokens = self._add(
+            CounterSeries("llmd_generation_tokens", "Output tokens sent to clients.", ["tenant"])
         )
-        self.rejections = Counter(
+        self.rejections = self._add(CounterSeries(
             "llmd_rejections",
             "Requests refused for their own sake: before reaching a backend, or by a backend's "
             "4xx for the client's input.",
             # Not by endpoint: llmd_requests_total{outcome="rejected"} has it with the code.
-            ["reason"], registry=r,
-        )  # fmt: skip
-        self.cancellations = Counter(
-            "llmd_cancellations", "Requests whose client left, by phase.", ["phase"], registry=r
-        )
+            ["reason"],
+        ))  # fmt: skip
+        self.cancellations = self._add(CounterSeries(
+            "llmd_cancellations", "Requests whose client left, by phase.", ["phase"]
+        ))  # fmt: skip
         for phase in CANCEL_PHASES:
-            self.cancellations.labels(phase)
-        self.timeouts = Counter(
-            "llmd_timeouts", "Requests ended by a queue timeout or deadline.", ["class"],
-            registry=r,
-        )  # fmt: skip
+            self.cancellations.declare((phase,))
+        self.timeouts = self._add(CounterSeries(
+            "llmd_timeouts", "Requests ended by a queue timeout or deadline.", ["class"]
+        ))  # fmt: skip
         # Bounded: engines x two strategies x three outcomes.
-        self.deploys = Counter(
+        self.deploys = self._add(CounterSeries(
             "llmd_deploys",
             "Ended deploys by engine, strategy (replace, canary) and outcome (promoted, "
             "rolled_back, failed).",
-            ["engine", "strategy", "outcome"], registry=r,
-        )  # fmt: skip
+            ["engine", "strategy", "outcome"],
+        ))  # fmt: skip
 
         # On-demand engines (llmd/daemon/swapping.py): bounded by the configured engines.
-        self.wakes = Counter(
+        self.wakes = self._add(CounterSeries(
             "llmd_engine_wakes", "Wakes of on-demand engines, by engine and mechanism "
             "(level1, level2: vLLM's sleep mode; stop: a boot).",
-            ["engine", "mechanism"], registry=r,
-        )  # fmt: skip
-        self.wake_seconds = Histogram(
+            ["engine", "mechanism"],
+        ))  # fmt: skip
+        self.wake_seconds = self._add(HistogramSeries(
             "llmd_engine_wake_seconds",
             "From the decision to wake an engine to its first token.",
-            ["engine"], buckets=LATENCY_BUCKETS, registry=r,
-        )  # fmt: skip
-        self.wake_waits = Histogram(
+            ["engine"], LATENCY_BUCKETS,
+        ))  # fmt: skip
+        self.wake_waits = self._add(HistogramSeries(
             "llmd_wake_wait_seconds",
             "Time queued of the requests that came while their model's engines slept.",
-            ["model"], buckets=LATENCY_BUCKETS, registry=r,
-        )  # fmt: skip
-        self.evictions = Counter(
+            ["model"], LATENCY_BUCKETS,
+        ))  # fmt: skip
+        self.evictions = self._add(CounterSeries(
             "llmd_engine_evictions", "On-demand engines put to sleep, by engine and reason "
             "(evicted: to make room for another; idle: its idle_sleep_s passed).",
-            ["engine", "reason"], registry=r,
-        )  # fmt: skip
+            ["engine", "reason"],
+        ))  # fmt: skip
+
+    def _add(self, series: _Series) -> _Series:
+        self.registry.register(series)
+        return series
 
     def exposition(self) -> bytes:
         """The Prometheus text format of every llmd series."""
         return generate_latest(self.registry)
 
 
-def _histogram(registry: CollectorRegistry, name: str, documentation: str) -> Histogram:
+def _latency(name: str, documentation: str) -> HistogramSeries:
     # By endpoint: an embeddings request ends in milliseconds and a tokenize llmd answers itself
     # in microseconds, so mixed with chat under one model they would hide its latency. Bounded:
     # only requests relayed or answered are observed (a refusal is not), so a model has series
@@ -194,10 +198,9 @@ def _histogram(registry: CollectorRegistry, name: str, documentation: str) -> Hi
     # series set exists per combination seen, not per product: the worst case is
     # (top_tenants + 1) x 3 classes x 5 lengths x endpoints x models x releases (2 during a
     # canary) label sets of 28 series each; lower `telemetry.top_tenants` to shrink it.
-    return Histogram(
+    return HistogramSeries(
         name,
         documentation,
         ["tenant", "class", "input_length", "model", "endpoint", "release"],
-        buckets=LATENCY_BUCKETS,
-        registry=registry,
+        LATENCY_BUCKETS,
     )

@@ -251,9 +251,9 @@ class Observer:
         if outcome is Outcome.REJECTED:
             if record.backend is not None:  # the backend answered: a 4xx for the client's input
                 release = self.release_of(record.backend) or ""
-                self.metrics.backend_requests.labels(
-                    record.backend, record.model or "", "answered", release
-                ).inc()
+                self.metrics.backend_requests.inc(
+                    (record.backend, record.model or "", "answered", release)
+                )
             self.rejected(
                 record.request_id,
                 status,
@@ -279,32 +279,33 @@ class Observer:
         ttft_s = None if record.first_byte_at is None else record.first_byte_at - record.started_at
         total_s = now - record.started_at
         code = "" if outcome is Outcome.CANCELLED else label
-        m.requests.labels(tenant, klass, str(status), model, endpoint, outcome.value, code).inc()
+        m.requests.inc((tenant, klass, str(status), model, endpoint, outcome.value, code))
         if record.backend is not None:
             answered = status and status < 500 and record.error_code is None
-            m.backend_requests.labels(
-                record.backend, model, "answered" if answered else "failed", release
-            ).inc()
-        m.queue_wait.labels(tenant, klass, length, model, endpoint, release).observe(queue_s)
+            m.backend_requests.inc(
+                (record.backend, model, "answered" if answered else "failed", release)
+            )
+        series = (tenant, klass, length, model, endpoint, release)
+        m.queue_wait.observe(series, queue_s)
         self.windows.queue_wait.add(queue_s)
         # TTFT of streamed answers only: a non-streamed answer's first byte comes with its last
         # token, so its "first token" time is its whole time.
         if ttft_s is not None and status == 200 and record.stream:
-            m.ttft.labels(tenant, klass, length, model, endpoint, release).observe(ttft_s)
+            m.ttft.observe(series, ttft_s)
             self.windows.ttft.add(ttft_s)
             if self.ttft_sink is not None:
                 self.ttft_sink.observed(klass, ttft_s, queue_s)
         if outcome is Outcome.OK:
-            m.e2e.labels(tenant, klass, length, model, endpoint, release).observe(total_s)
+            m.e2e.observe(series, total_s)
             self.windows.e2e.add(total_s)
         gaps = _gaps(record, status)
         if gaps is not None:
-            m.gaps.add(klass, model, gaps.sorted())
+            m.gaps.observe_sorted((klass, model), gaps.sorted())
         # Every prompt's tokens once each (all inputs of an embeddings request, the engine's
         # own count where validation only bounded them), not the longest one's.
         prompt = record.input_tokens or record.prompt_tokens or 0
-        m.prompt_tokens.labels(tenant, endpoint).inc(prompt)
-        m.generation_tokens.labels(tenant).inc(record.output_tokens)
+        m.prompt_tokens.inc((tenant, endpoint), prompt)
+        m.generation_tokens.inc((tenant,), record.output_tokens)
         self.windows.throughput.add(1, prompt, record.output_tokens)
         self.windows.endpoint(endpoint).add(1)
         self.tallies.add(outcome, label, endpoint)
@@ -315,7 +316,7 @@ class Observer:
         phase = None
         if outcome is Outcome.CANCELLED:
             phase = label
-            m.cancellations.labels(phase).inc()
+            m.cancellations.inc((phase,))
         if record.error_code in TIMEOUT_CODES:
             self._timeout(klass)
         if self.log_requests == "all" or (
@@ -361,10 +362,10 @@ class Observer:
         one turned away from there)."""
         m = self.metrics
         rejected = Outcome.REJECTED.value
-        m.requests.labels(
-            m.tenant(tenant), request_class, str(status), model or "", endpoint, rejected, code
-        ).inc()
-        m.rejections.labels(code).inc()
+        m.requests.inc(
+            (m.tenant(tenant), request_class, str(status), model or "", endpoint, rejected, code)
+        )
+        m.rejections.inc((code,))
         self.tallies.add(Outcome.REJECTED, code, endpoint)
         self.usage.add(tenant, model or "", rejected, 0, 0, time.time())
         self.windows.throughput.add(1, 0, 0)
@@ -389,7 +390,7 @@ class Observer:
         """Account a request that failed on `backend` before the first byte and was sent once
         more to another backend of its pool."""
         release = self.release_of(backend) or ""
-        self.metrics.backend_requests.labels(backend, model or "", "retried", release).inc()
+        self.metrics.backend_requests.inc((backend, model or "", "retried", release))
 
     def deploys_of(self, engines: Iterable[str]) -> None:
         """Show a 0 for each outcome of each strategy of `engines`, so that an alert on the
@@ -397,14 +398,14 @@ class Observer:
         for engine in engines:
             for strategy in DEPLOY_STRATEGIES:
                 for outcome in DEPLOY_OUTCOMES:
-                    self.metrics.deploys.labels(engine, strategy, outcome)
+                    self.metrics.deploys.declare((engine, strategy, outcome))
 
     def deploy_ended(self, engine: str, strategy: str, outcome: str) -> None:
         """Count a deploy of `engine` that ended: promoted, rolled_back or failed."""
-        self.metrics.deploys.labels(engine, strategy, outcome).inc()
+        self.metrics.deploys.inc((engine, strategy, outcome))
 
     def _timeout(self, request_class: str) -> None:
-        self.metrics.timeouts.labels(request_class).inc()
+        self.metrics.timeouts.inc((request_class,))
         self.tallies.timeouts += 1
 
 
