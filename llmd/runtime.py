@@ -51,6 +51,11 @@ class RuntimePaths:
         at each spawn and stop: `engine.rpc` for `main`, `engine-NAME.rpc` for others."""
         return self.root / f"{_stem(engine)}.rpc"
 
+    def pid_files(self) -> list[Path]:
+        """Every engine pid file in the directory (`pid_file_of` of any name), in name order:
+        a killed llmd's, whatever engines it ran."""
+        return sorted(self.root.glob("engine*.pid"))
+
     @property
     def lock_file(self) -> Path:
         """Held (flock) by the llmd that uses this directory, for as long as it runs."""

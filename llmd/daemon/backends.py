@@ -21,6 +21,7 @@ from llmd.engine.sleep import sleep_mechanism
 from llmd.errors import ConfigError
 from llmd.routing.backend import BackendKind
 from llmd.state import DaemonState
+from llmd.supervisor.leftovers import stop_unclaimed
 from llmd.supervisor.state import EnginePhase
 from llmd.supervisor.supervisor import Supervisor
 from llmd.validation.pools import model_sources
@@ -71,6 +72,21 @@ class Backends:
         self._started = False
         for name, engine in config.engine_tables.items():
             self.supervise(name, engine)
+
+    async def stop_unclaimed(self) -> None:
+        """Stop what a killed llmd left of engines this one does not run (a canary's, one
+        removed from the config since: llmd.supervisor.leftovers), before any engine boots;
+        each engine's supervisor stops what was left of its own. SIGKILL after the longest
+        `stop_timeout_s` of the configured engines."""
+        paths = self.state.paths
+        claimed = {paths.pid_file_of(name) for name in self.supervisors}
+        timeout_s = max(
+            (s.engine.stop_timeout_s for s in self.supervisors.values()),
+            default=EngineConfig.stop_timeout_s,
+        )
+        stopped = await asyncio.to_thread(stop_unclaimed, paths, claimed, timeout_s)
+        for pid_file, pids in stopped.items():
+            log.warning("engine_leftover_stopped", pid_file=pid_file, pids=pids)
 
     def start(self) -> None:
         """Boot every engine and probe every upstream (at start-up; from then on an upstream

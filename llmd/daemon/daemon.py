@@ -206,6 +206,7 @@ class Daemon:
                 release=restoration.release,
                 note=restoration.note,
             )
+        await self.backends.stop_unclaimed()
         self.backends.start()
         self.live_config.apply(self.config)
         self.usage.start()

@@ -9,7 +9,9 @@ Blocking (it scans processes and waits): the supervisor calls it on a thread.
   vllm#55510).
 - The next llmd on the same runtime directory reads the file before it starts its own engine
   and stops whatever is left of that group (`stop_leftover`; a PID reused since:
-  `leftover_members`).
+  `leftover_members`). Before any engine boots it also stops the groups of the pid files no
+  engine of its own will read (`stop_unclaimed`): a canary's, or an engine removed from the
+  config since, which on a GPU would hold the memory its engines need.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+from collections.abc import Collection
 from pathlib import Path
 
 import psutil
 
+from llmd.runtime import RuntimePaths
 from llmd.supervisor import group
 
 # psutil's start times come from /proc ticks (1/100 s); one process always reads the same.
@@ -109,3 +113,17 @@ def stop_leftover(path: Path, timeout_s: float) -> list[int]:
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
     return [process.pid for process in found]
+
+
+def stop_unclaimed(
+    paths: RuntimePaths, claimed: Collection[Path], timeout_s: float
+) -> dict[str, list[int]]:
+    """Stop the groups recorded by every engine pid file in `paths` but the `claimed` ones
+    (which their own engines' supervisors read before they boot), as `stop_leftover` does,
+    and remove those files. By pid file name: the PIDs stopped (a file whose group was gone
+    is removed and not named)."""
+    stopped = {}
+    for path in paths.pid_files():
+        if path not in claimed and (pids := stop_leftover(path, timeout_s)):
+            stopped[path.name] = pids
+    return stopped

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import psutil
 
+from llmd.runtime import RuntimePaths
 from llmd.supervisor.group import group_members
-from llmd.supervisor.leftovers import record_engine, stop_leftover
+from llmd.supervisor.leftovers import record_engine, stop_leftover, stop_unclaimed
 from tests.support.llmd_process import LlmdProcess, short_tmpdir
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
@@ -84,25 +85,50 @@ def test_kill_9_of_llmd_leaves_no_engine_and_the_next_start_serves() -> None:
 
 
 def test_a_group_left_behind_is_stopped_before_the_next_engine() -> None:
-    """A pid file left by a killed llmd names a group whose leader is gone and whose child
-    ignores SIGTERM: the next llmd SIGKILLs it (after engine.stop_timeout_s), says so, and
-    serves; the file then names its own engine."""
+    """Pid files left by a killed llmd name groups whose leader is gone and whose child ignores
+    SIGTERM, one of its engine and one of an engine this llmd does not run (its canary): the
+    next llmd SIGKILLs both (after engine.stop_timeout_s), says so, and serves; the engine's
+    file then names its own engine, the canary's is gone."""
     workdir = short_tmpdir("llmd-leftover-")
-    (workdir / "run").mkdir(mode=0o750)
-    pgid, child = leftover_group(workdir / "run" / "engine.pid")
+    run = workdir / "run"
+    run.mkdir(mode=0o750)
+    pgid, child = leftover_group(run / "engine.pid")
+    canary_pgid, canary_child = leftover_group(run / "engine-main-canary.pid")
     llmd = LlmdProcess.start(sim_config(ensure_tiny_model()), workdir=workdir)
     try:
         llmd.wait_ready(timeout_s=60)
-        assert not alive(child)
-        assert f'"pids": [{child}]' in llmd.log_path.read_text()
-        assert "engine_leftover_stopped" in llmd.log_path.read_text()
+        assert not alive(child) and not alive(canary_child)
+        log = llmd.log_path.read_text()
+        assert f'"pids": [{child}]' in log and f'"pids": [{canary_child}]' in log
+        assert log.count("engine_leftover_stopped") == 2
         engine_pid = llmd.admin_status()["engine"]["pid"]
-        assert f'"pgid": {engine_pid}' in (workdir / "run" / "engine.pid").read_text()
+        assert f'"pgid": {engine_pid}' in (run / "engine.pid").read_text()
+        assert not (run / "engine-main-canary.pid").exists()
     finally:
-        if group_members(pgid):
-            os.killpg(pgid, signal.SIGKILL)
+        for group_id in (pgid, canary_pgid):
+            if group_members(group_id):
+                os.killpg(group_id, signal.SIGKILL)
         assert llmd.stop() == 0
-    assert not (workdir / "run" / "engine.pid").exists()
+    assert not (run / "engine.pid").exists()
+
+
+def test_only_the_groups_of_unclaimed_pid_files_are_stopped(tmp_path: Path) -> None:
+    """`stop_unclaimed` stops the groups of the pid files no engine claims (SIGKILL for one that
+    ignores SIGTERM) and removes their files, stale ones too; a claimed file and its group are
+    left to their engine's supervisor."""
+    paths = RuntimePaths(tmp_path)
+    claimed_pgid, claimed_child = leftover_group(paths.pid_file_of("main"))
+    removed_pgid, removed_child = leftover_group(paths.pid_file_of("coder"))
+    paths.pid_file_of("gone").write_text('{"pgid": 999999999, "started": 0.0}')
+    try:
+        stopped = stop_unclaimed(paths, {paths.pid_file_of("main")}, timeout_s=1.0)
+        assert stopped == {"engine-coder.pid": [removed_child]}
+        assert not alive(removed_child) and alive(claimed_child)
+        assert paths.pid_files() == [paths.pid_file_of("main")]
+    finally:
+        for group_id in (claimed_pgid, removed_pgid):
+            if group_members(group_id):
+                os.killpg(group_id, signal.SIGKILL)
 
 
 def test_a_reused_pid_is_left_alone(tmp_path: Path) -> None:
