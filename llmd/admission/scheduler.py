@@ -282,7 +282,13 @@ class Scheduler:
         is held on its pool (see the module docstring); `blocked` names, per class, the pools
         not considered. A held (class, pool) goes first, then an overdue one, then the top
         class's DRR pick among its pools not blocked."""
-        ready = [(cls, pool) for cls in CLASSES for pool in self._ready_pools(cls, blocked[cls])]
+        classes = self.classes
+        ready = [
+            (cls, pool)
+            for cls in CLASSES
+            if classes[cls].size  # an empty class has no ready pool
+            for pool in self._ready_pools(cls, blocked[cls])
+        ]
         if not ready:
             return None
         held = self._longest_waiting([(c, p) for c, p in ready if self._held(c, p, now)])
