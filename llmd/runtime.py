@@ -52,9 +52,17 @@ class RuntimePaths:
         return self.root / f"{_stem(engine)}.rpc"
 
     def pid_files(self) -> list[Path]:
-        """Every engine pid file in the directory (`pid_file_of` of any name), in name order:
-        a killed llmd's, whatever engines it ran."""
-        return sorted(self.root.glob("engine*.pid"))
+        """Every engine pid file in the directory (`pid_file_of` of any name: regular files
+        named `engine.pid` or `engine-NAME.pid`), in name order: a killed llmd's, whatever
+        engines it ran."""
+        named = [self.root / "engine.pid", *self.root.glob("engine-*.pid")]
+        return sorted(path for path in named if path.is_file())
+
+    @staticmethod
+    def engine_of(pid_file: Path) -> str:
+        """The engine whose pid file is `pid_file` (`pid_file_of`'s inverse)."""
+        stem = pid_file.stem
+        return MAIN if stem == "engine" else stem.removeprefix("engine-")
 
     @property
     def lock_file(self) -> Path:

@@ -85,8 +85,8 @@ class Backends:
             default=EngineConfig.stop_timeout_s,
         )
         stopped = await asyncio.to_thread(stop_unclaimed, paths, claimed, timeout_s)
-        for pid_file, pids in stopped.items():
-            log.warning("engine_leftover_stopped", pid_file=pid_file, pids=pids)
+        for engine, pids in stopped.items():
+            log.warning("engine_leftover_stopped", engine=engine, pids=pids, configured=False)
 
     def start(self) -> None:
         """Boot every engine and probe every upstream (at start-up; from then on an upstream

@@ -50,9 +50,9 @@ def engine_launch(
     CUDA_VISIBLE_DEVICES. On a host whose CPU has AMX a vLLM engine's processes ask for the
     AMX permission at start-up (`llmd.engine.amx`). An on-demand engine that sleeps in vLLM's
     sleep mode gets its flag and environment (llmd.engine.sleep). A vLLM engine binds its
-    internal sockets in `rpc_dir` (VLLM_RPC_BASE_PATH) unless `engine.env` or llmd's own
-    environment names another (that one wins) or their paths would be too long; without one,
-    in vLLM's default (/tmp).
+    internal sockets in `rpc_dir` (VLLM_RPC_BASE_PATH) unless a non-empty one in `engine.env`
+    or llmd's own environment names another (that one wins, `engine.env`'s first) or their
+    paths would be too long; without one, in vLLM's default (/tmp).
     """
     python = config.python or sys.executable
     module = SIM_SERVER_MODULE if config.kind == "sim" else VLLM_SERVER_MODULE
@@ -88,9 +88,10 @@ def engine_launch(
 
 def _rpc_dir(config: EngineConfig, rpc_dir: Path | None) -> Path | None:
     """`rpc_dir` for a vLLM engine when neither `engine.env` nor llmd's own environment (which
-    the engine inherits, `EngineProcess.spawn`) names a VLLM_RPC_BASE_PATH; None for the
-    simulator (no vLLM inside) and for a directory too long for a socket's path."""
-    named = RPC_BASE_ENV in config.env or RPC_BASE_ENV in os.environ
+    the engine inherits, `EngineProcess.spawn`) names a VLLM_RPC_BASE_PATH (an empty one names
+    none: vLLM would bind its sockets in `/`); None for the simulator (no vLLM inside) and for
+    a directory too long for a socket's path."""
+    named = config.env.get(RPC_BASE_ENV) or os.environ.get(RPC_BASE_ENV)
     if rpc_dir is None or config.kind == "sim" or named:
         return None
     # Too long a directory for its sockets' paths and vLLM could not bind them: its default

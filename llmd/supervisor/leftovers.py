@@ -10,8 +10,11 @@ Blocking (it scans processes and waits): the supervisor calls it on a thread.
 - The next llmd on the same runtime directory reads the file before it starts its own engine
   and stops whatever is left of that group (`stop_leftover`; a PID reused since:
   `leftover_members`). Before any engine boots it also stops the groups of the pid files no
-  engine of its own will read (`stop_unclaimed`): a canary's, or an engine removed from the
-  config since, which on a GPU would hold the memory its engines need.
+  engine of its own will read (`stop_unclaimed`, all at once): a canary's, or an engine
+  removed from the config since, which on a GPU would hold the memory its engines need.
+- Where the leader is gone, a group's members are told by the group id and a start time no
+  earlier than the leader's: a group whose PID was reused by another leader, itself gone
+  since, with members still alive, would pass. Each file is acted on once, then removed.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 import psutil
@@ -94,36 +97,42 @@ def stop_leftover(path: Path, timeout_s: float) -> list[int]:
     """Stop what is left of the engine group recorded at `path` (SIGTERM, SIGKILL after
     `timeout_s`, each to the very process found), then remove the file. The PIDs that were
     stopped (none: nothing was left)."""
-    record = read_record(path)
-    if record is None:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-        return []
-    found = leftover_members(record)
+    return stop_leftovers([path], timeout_s)[path]
+
+
+def stop_leftovers(paths: Sequence[Path], timeout_s: float) -> dict[Path, list[int]]:
+    """`stop_leftover` for each of `paths` at once: every group's processes get SIGTERM, then
+    one wait of `timeout_s` for them all, SIGKILL to what is left, and the files are removed (a
+    file that cannot be removed is left: it names a group that is gone). By path: the PIDs that
+    were stopped."""
+    found = {}
+    for path in paths:
+        record = read_record(path)
+        found[path] = [] if record is None else leftover_members(record)
+    every = [process for processes in found.values() for process in processes]
     # Each process signalled through its psutil handle, which checks it is still the same
     # process: never a signal to a group id or a PID that changed hands meanwhile.
-    for process in found:
+    for process in every:
         with contextlib.suppress(psutil.Error):
             process.terminate()
-    alive = group.wait_gone(found, timeout_s)
+    alive = group.wait_gone(every, timeout_s)
     for process in alive:
         with contextlib.suppress(psutil.Error):
             process.kill()
     group.wait_gone(alive, 10.0)
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-    return [process.pid for process in found]
+    for path in paths:
+        with contextlib.suppress(OSError):
+            path.unlink()
+    return {path: [process.pid for process in processes] for path, processes in found.items()}
 
 
 def stop_unclaimed(
     paths: RuntimePaths, claimed: Collection[Path], timeout_s: float
 ) -> dict[str, list[int]]:
     """Stop the groups recorded by every engine pid file in `paths` but the `claimed` ones
-    (which their own engines' supervisors read before they boot), as `stop_leftover` does,
-    and remove those files. By pid file name: the PIDs stopped (a file whose group was gone
-    is removed and not named)."""
-    stopped = {}
-    for path in paths.pid_files():
-        if path not in claimed and (pids := stop_leftover(path, timeout_s)):
-            stopped[path.name] = pids
-    return stopped
+    (which their own engines' supervisors read before they boot), all at once as
+    `stop_leftovers` does, and remove those files. By engine name: the PIDs stopped (a file
+    whose group was gone is removed and not named)."""
+    unclaimed = [path for path in paths.pid_files() if path not in claimed]
+    stopped = stop_leftovers(unclaimed, timeout_s)
+    return {paths.engine_of(path): pids for path, pids in stopped.items() if pids}

@@ -52,6 +52,16 @@ def test_llmds_own_environment_names_its_rpc_directory(monkeypatch: pytest.Monke
     assert RPC_BASE_ENV not in launch.env and launch.rpc_dir is None
 
 
+def test_an_empty_rpc_directory_names_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty VLLM_RPC_BASE_PATH (a unit's `Environment=VLLM_RPC_BASE_PATH=`, or in
+    engine.env) names no directory: vLLM would bind its sockets in `/`; llmd's own is used."""
+    own = Path("/run/llmd/engine.rpc")
+    monkeypatch.setenv(RPC_BASE_ENV, "")
+    for engine in (EngineConfig(model="m"), EngineConfig(model="m", env={RPC_BASE_ENV: ""})):
+        launch = engine_launch(engine, Path("/run/llmd/engine.sock"), own)
+        assert launch.env[RPC_BASE_ENV] == str(own) and launch.rpc_dir == own
+
+
 def test_a_directory_too_long_for_its_sockets_paths_is_not_given() -> None:
     """A directory whose sockets (DIR/<uuid4>) would pass 107 bytes, counted in bytes, leaves
     VLLM_RPC_BASE_PATH unset (vLLM's /tmp) rather than fail the engine's boot."""

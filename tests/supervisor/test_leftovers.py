@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -113,20 +114,27 @@ def test_a_group_left_behind_is_stopped_before_the_next_engine() -> None:
 
 
 def test_only_the_groups_of_unclaimed_pid_files_are_stopped(tmp_path: Path) -> None:
-    """`stop_unclaimed` stops the groups of the pid files no engine claims (SIGKILL for one that
-    ignores SIGTERM) and removes their files, stale ones too; a claimed file and its group are
-    left to their engine's supervisor."""
+    """`stop_unclaimed` stops the groups of the pid files no engine claims, together (SIGKILL
+    after one wait for those that ignore SIGTERM), and removes their files, stale ones too; a
+    claimed file and its group are left to their engine's supervisor, and what is not a pid
+    file llmd writes (a directory, another name) is left alone."""
     paths = RuntimePaths(tmp_path)
     claimed_pgid, claimed_child = leftover_group(paths.pid_file_of("main"))
-    removed_pgid, removed_child = leftover_group(paths.pid_file_of("coder"))
+    removed = [leftover_group(paths.pid_file_of(name)) for name in ("coder", "main-canary")]
     paths.pid_file_of("gone").write_text('{"pgid": 999999999, "started": 0.0}')
+    paths.pid_file_of("dir").mkdir()
+    other_pgid, other_child = leftover_group(tmp_path / "engineZ.pid")
     try:
-        stopped = stop_unclaimed(paths, {paths.pid_file_of("main")}, timeout_s=1.0)
-        assert stopped == {"engine-coder.pid": [removed_child]}
-        assert not alive(removed_child) and alive(claimed_child)
+        started = time.monotonic()
+        stopped = stop_unclaimed(paths, {paths.pid_file_of("main")}, timeout_s=2.0)
+        assert time.monotonic() - started < 4.0  # one wait for both, not one each
+        assert stopped == {"coder": [removed[0][1]], "main-canary": [removed[1][1]]}
+        assert not any(alive(child) for _, child in removed)
+        assert alive(claimed_child) and alive(other_child)
         assert paths.pid_files() == [paths.pid_file_of("main")]
+        assert paths.pid_file_of("dir").is_dir() and (tmp_path / "engineZ.pid").exists()
     finally:
-        for group_id in (claimed_pgid, removed_pgid):
+        for group_id in (claimed_pgid, other_pgid, *(pgid for pgid, _ in removed)):
             if group_members(group_id):
                 os.killpg(group_id, signal.SIGKILL)
 
