@@ -37,9 +37,12 @@ class CounterSeries(Collector):
 
     def inc(self, labels: Labels, amount: float = 1.0) -> None:
         """Add `amount` (>= 0) to the series of `labels` (one value per label name, in order).
-        Raises ValueError for a negative amount, as prometheus_client does."""
+        Raises ValueError for a negative amount or a wrong number of values, as
+        prometheus_client does."""
         if amount < 0:
             raise ValueError(f"counters only go up: {amount} for {self.name}{labels}")
+        if len(labels) != len(self.labelnames):
+            raise ValueError(f"{self.name} takes {self.labelnames}, not {labels}")
         values = self._values
         values[labels] = values.get(labels, 0.0) + amount
 
@@ -54,7 +57,7 @@ class CounterSeries(Collector):
     def collect(self) -> Iterator[Metric]:
         family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
         for labels, value in list(self._values.items()):
-            family.add_metric(labels, value)
+            family.add_metric([str(label) for label in labels], value)
         yield family
 
 
@@ -77,12 +80,14 @@ class HistogramSeries(Collector):
     def _cells(self, labels: Labels) -> list[float]:
         cells = self._series.get(labels)
         if cells is None:
+            if len(labels) != len(self.labelnames):
+                raise ValueError(f"{self.name} takes {self.labelnames}, not {labels}")
             cells = self._series[labels] = [0.0] * (len(self.bounds) + 2)
         return cells
 
     def observe(self, labels: Labels, value: float) -> None:
         """Count `value` in the series of `labels`: in the first bucket whose bound is at least
-        `value` (Prometheus's `le`)."""
+        `value` (Prometheus's `le`). Raises ValueError for a wrong number of label values."""
         cells = self._cells(labels)
         cells[bisect.bisect_left(self.bounds, value)] += 1
         cells[-1] += value
@@ -111,5 +116,5 @@ class HistogramSeries(Collector):
             for le, count in zip(self._les, cells, strict=False):  # the sum is left out
                 cumulative += count
                 buckets.append((le, cumulative))
-            family.add_metric(labels, buckets, cells[-1])
+            family.add_metric([str(label) for label in labels], buckets, cells[-1])
         yield family

@@ -86,6 +86,16 @@ def test_a_declared_series_shows_zero_and_a_counter_only_goes_up() -> None:
         series.inc(("promoted",), -1)
 
 
+def test_a_wrong_number_of_label_values_is_refused() -> None:
+    """As prometheus_client's `labels()`: one value per label name, or ValueError."""
+    counter = CounterSeries("llmd_things", "Things.", ["kind", "place"])
+    histogram = HistogramSeries("llmd_waits_seconds", "Waits.", ["kind"], (1.0,))
+    with pytest.raises(ValueError, match="takes"):
+        counter.inc(("a",))
+    with pytest.raises(ValueError, match="takes"):
+        histogram.observe(("a", "b"), 0.5)
+
+
 def test_a_registry_refuses_a_second_series_of_the_same_name() -> None:
     registry = CollectorRegistry()
     registry.register(CounterSeries("llmd_things", "Things.", ["kind"]))
