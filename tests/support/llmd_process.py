@@ -190,6 +190,17 @@ class LlmdProcess:
         transport = httpx.HTTPTransport(uds=str(self.runtime_dir / "admin.sock"))
         return httpx.Client(transport=transport, base_url="http://llmd", timeout=timeout_s)
 
+    def admin_listening(self) -> bool:
+        """Whether the admin socket takes connections yet: its file exists from its bind, a
+        moment before its server listens. A raw socket: httpx leaks the socket of a failed
+        connect (a ResourceWarning in whichever test collects it)."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            try:
+                sock.connect(str(self.runtime_dir / "admin.sock"))
+            except OSError:
+                return False
+        return True
+
     def admin_status(self) -> dict[str, Any]:
         """GET /status on the admin socket: the Status snapshot as JSON."""
         with self.admin() as admin:
@@ -213,8 +224,8 @@ class LlmdProcess:
         def diagnosed() -> bool:
             nonlocal engine
             assert self.process.poll() is None, self.log_tail()
-            if not (self.runtime_dir / "admin.sock").exists():
-                return False  # (httpx leaks the socket of a failed connect)
+            if not self.admin_listening():
+                return False
             engine = self.admin_status()["engine"]
             return bool(engine["diagnosis"])
 
