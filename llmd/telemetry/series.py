@@ -26,13 +26,31 @@ from prometheus_client.utils import floatToGoString
 Labels = tuple[str, ...]
 
 
-class CounterSeries(Collector):
-    """A counter `name` (exposed as `name_total`) by the label values of `labelnames`."""
+class _Series(Collector):
+    """What a counter and a histogram share: the name, help text and label names, and the
+    check on a new series' label values (as prometheus_client's `labels()` makes)."""
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
         self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
+
+    def _check(self, labels: Labels) -> None:
+        """Raises ValueError unless `labels` has one value per label name."""
+        if len(labels) != len(self.labelnames):
+            raise ValueError(f"{self.name} takes {self.labelnames}, not {labels}")
+
+
+def _text(labels: Labels) -> list[str]:
+    """Label values as the text format takes them (prometheus_client's `labels()` str()s)."""
+    return [str(label) for label in labels]
+
+
+class CounterSeries(_Series):
+    """A counter `name` (exposed as `name_total`) by the label values of `labelnames`."""
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
+        super().__init__(name, documentation, labelnames)
         self._values: dict[Labels, float] = {}
 
     def inc(self, labels: Labels, amount: float = 1.0) -> None:
@@ -41,14 +59,17 @@ class CounterSeries(Collector):
         prometheus_client does."""
         if amount < 0:
             raise ValueError(f"counters only go up: {amount} for {self.name}{labels}")
-        if len(labels) != len(self.labelnames):
-            raise ValueError(f"{self.name} takes {self.labelnames}, not {labels}")
         values = self._values
-        values[labels] = values.get(labels, 0.0) + amount
+        value = values.get(labels)
+        if value is None:
+            self._check(labels)
+            value = 0.0
+        values[labels] = value + amount
 
     def declare(self, labels: Labels) -> None:
         """Show the series of `labels` at 0 before its first count (an alert on its increase
-        then sees the first one)."""
+        then sees the first one). Raises ValueError for a wrong number of values."""
+        self._check(labels)
         self._values.setdefault(labels, 0.0)
 
     def describe(self) -> Iterator[Metric]:
@@ -57,11 +78,11 @@ class CounterSeries(Collector):
     def collect(self) -> Iterator[Metric]:
         family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
         for labels, value in list(self._values.items()):
-            family.add_metric([str(label) for label in labels], value)
+            family.add_metric(_text(labels), value)
         yield family
 
 
-class HistogramSeries(Collector):
+class HistogramSeries(_Series):
     """A histogram `name` with upper bounds `buckets` (seconds, ascending; +Inf added) by the
     label values of `labelnames`. Each series is one list: the count per bucket (not
     cumulative; the last one past every bound), then the sum."""
@@ -69,9 +90,7 @@ class HistogramSeries(Collector):
     def __init__(
         self, name: str, documentation: str, labelnames: Sequence[str], buckets: Sequence[float]
     ) -> None:
-        self.name = name
-        self.documentation = documentation
-        self.labelnames = tuple(labelnames)
+        super().__init__(name, documentation, labelnames)
         self.bounds = tuple(buckets)
         les = [floatToGoString(bound) for bound in self.bounds]  # type: ignore[no-untyped-call]
         self._les = [*les, "+Inf"]
@@ -80,8 +99,7 @@ class HistogramSeries(Collector):
     def _cells(self, labels: Labels) -> list[float]:
         cells = self._series.get(labels)
         if cells is None:
-            if len(labels) != len(self.labelnames):
-                raise ValueError(f"{self.name} takes {self.labelnames}, not {labels}")
+            self._check(labels)
             cells = self._series[labels] = [0.0] * (len(self.bounds) + 2)
         return cells
 
@@ -116,5 +134,5 @@ class HistogramSeries(Collector):
             for le, count in zip(self._les, cells, strict=False):  # the sum is left out
                 cumulative += count
                 buckets.append((le, cumulative))
-            family.add_metric([str(label) for label in labels], buckets, cells[-1])
+            family.add_metric(_text(labels), buckets, cells[-1])
         yield family
