@@ -15,6 +15,7 @@ from textual.widgets import DataTable
 
 from llmd.tui import format as fmt
 from llmd.tui.panels import PHASE_STYLE
+from llmd.tui.redraw import show_title
 
 Backend = dict[str, Any]  # one item of the snapshot's `engines`
 
@@ -113,4 +114,4 @@ class EngineTable(DataTable[Text]):
                     if cell.plain != before.plain or cell.style != before.style:
                         self.update_cell(name, key, cell)
         self.names, self._rows = names, rows
-        self.border_title = f"engines · {len(backends)}"
+        show_title(self, f"engines · {len(backends)}")

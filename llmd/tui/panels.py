@@ -24,6 +24,7 @@ from llmd.admin.status_text import drained_backends
 from llmd.tui import format as fmt
 from llmd.tui.deploys import deploy_lines
 from llmd.tui.link import Link, Snapshot
+from llmd.tui.redraw import show_text
 
 # Engine phases and how they are shown (llmd.supervisor.state.EnginePhase).
 PHASE_STYLE = {
@@ -111,7 +112,7 @@ class HeaderPanel(Static):
             line.append(f" {link.error or ''} · retrying every {link.interval_s:g} s")
             if s is not None:
                 line.append(" · showing the last snapshot", style="dim")
-        self.update(line)
+        show_text(self, line)
 
 
 def _admitting(line: Text, s: Snapshot) -> None:
@@ -264,10 +265,10 @@ class ThroughputPanel(Widget):
         self.spark.data = self.history
         rate = Text(f"{fmt.rate(generated)}", style="bold")
         rate.append(" tokens/s generated", style="")
-        self.rate.update(rate)
+        show_text(self.rate, rate)
         rates = Text(f"prompt {fmt.rate(t.get('engine_prompt_tokens_per_s'))} tokens/s", "dim")
         rates.append(f"\nfinished {fmt.rate(t.get('requests_per_s'))} req/s (1 min)", "dim")
-        self.rates.update(rates)
+        show_text(self.rates, rates)
 
 
 class CountsPanel(Panel):

@@ -15,6 +15,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from llmd.tui import format as fmt
+from llmd.tui.redraw import show_title
 
 Sequence = dict[str, Any]  # one item of the snapshot's `sequences`
 
@@ -161,4 +162,4 @@ class SequenceTable(DataTable[Text]):
         title = f"sequences · {shown} live · sorted by {label}"
         if self.filter_text:
             title += f" · filter “{self.filter_text}”"
-        self.border_title = title
+        show_title(self, title)

@@ -1,0 +1,58 @@
+"""llmd-top redraws only what a snapshot changed: a refresh that brings the same figures lays
+nothing out and redraws no table (llmd/tui/redraw.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from rich.text import Text
+from textual.widget import Widget
+from textual.widgets import Static
+
+from llmd.tui.app import TopApp
+from llmd.tui.redraw import show_text, show_title
+from tests.tui.conftest import FakeDaemon, until
+
+SIZE = (160, 48)
+
+
+def test_show_text_updates_only_on_a_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    static = Static(Text("up 5s"))
+    updates: list[Any] = []
+    monkeypatch.setattr(static, "update", updates.append)
+    show_text(static, Text("up 5s"))
+    assert updates == []
+    show_text(static, Text("up 5s", style="bold"))
+    show_text(static, Text("up 6s"))
+    assert updates == [Text("up 5s", style="bold"), Text("up 6s")]
+
+
+def test_show_title_sets_only_a_new_title(monkeypatch: pytest.MonkeyPatch) -> None:
+    widget = Widget()
+    show_title(widget, "sequences · 3 live")
+    refreshes: list[Any] = []
+    monkeypatch.setattr(widget, "refresh", lambda *a, **k: refreshes.append(a))
+    show_title(widget, "sequences · 3 live")
+    assert refreshes == []
+    show_title(widget, "sequences · 4 live")
+    assert len(refreshes) == 1 and widget.border_title == "sequences · 4 live"
+
+
+async def test_an_unchanged_snapshot_lays_nothing_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three refreshes of the same snapshot: no layout of the screen, no redraw of the header
+    or the sequences table (each cost about 10 ms of llmd-top's CPU a second)."""
+    daemon = FakeDaemon()
+    app = TopApp(daemon, interval_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.snapshot is not None)
+        await pilot.pause()
+        layouts: list[Any] = []
+        redraws: list[Any] = []
+        monkeypatch.setattr(app.screen, "_refresh_layout", lambda *a, **k: layouts.append(a))
+        monkeypatch.setattr(app.header, "refresh", lambda *a, **k: redraws.append("header"))
+        monkeypatch.setattr(app.sequences, "refresh", lambda *a, **k: redraws.append("seq"))
+        fetched = daemon.fetches
+        await until(pilot, lambda: daemon.fetches >= fetched + 3)
+        assert redraws == []
+        assert layouts == []
