@@ -4,6 +4,7 @@ snapshot a second, most of it the same as the last one."""
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.widget import Widget
 from textual.widgets import Static
@@ -11,10 +12,26 @@ from textual.widgets import Static
 
 def show_text(static: Static, text: Text) -> None:
     """Draw `text` in `static` unless it shows that text already: the same characters, spans
-    and base style (Rich's `Text.__eq__` leaves the base style out)."""
+    and base style (Rich's `Text.__eq__` leaves the base style out). The screen is laid out
+    again only when the widget's size may change: a new count of lines, a line that does not
+    fit the widget's width (it would wrap), before or after, or a width set by the text."""
     shown = static.content
-    if not (isinstance(shown, Text) and shown == text and shown.style == text.style):
-        static.update(text)
+    if isinstance(shown, Text) and shown == text and shown.style == text.style:
+        return
+    width = static.content_size.width
+    sized_by_text = static.styles.width is not None and static.styles.width.is_auto
+    same_height = _fits(shown, text, width) and _fits(text, shown, width)
+    static.update(text, layout=sized_by_text or not same_height)
+
+
+def _fits(text: object, other: object, width: int) -> bool:
+    """Whether `text` has as many lines as `other` and none wider than `width` cells."""
+    if not isinstance(text, Text) or not isinstance(other, Text):
+        return False
+    lines = text.plain.split("\n")
+    return len(lines) == other.plain.count("\n") + 1 and all(
+        cell_len(line) <= width for line in lines
+    )
 
 
 def show_title(widget: Widget, title: str) -> None:

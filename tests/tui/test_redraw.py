@@ -12,7 +12,7 @@ from textual.widgets import Static
 
 from llmd.tui.app import TopApp
 from llmd.tui.redraw import show_text, show_title
-from tests.tui.conftest import FakeDaemon, until
+from tests.tui.conftest import FakeDaemon, screen_text, until
 
 SIZE = (160, 48)
 
@@ -20,7 +20,7 @@ SIZE = (160, 48)
 def test_show_text_updates_only_on_a_change(monkeypatch: pytest.MonkeyPatch) -> None:
     static = Static(Text("up 5s"))
     updates: list[Any] = []
-    monkeypatch.setattr(static, "update", updates.append)
+    monkeypatch.setattr(static, "update", lambda text, layout: updates.append(text))
     show_text(static, Text("up 5s"))
     assert updates == []
     show_text(static, Text("up 5s", style="bold"))
@@ -56,3 +56,37 @@ async def test_an_unchanged_snapshot_lays_nothing_out(monkeypatch: pytest.Monkey
         await until(pilot, lambda: daemon.fetches >= fetched + 3)
         assert redraws == []
         assert layouts == []
+
+
+async def test_the_header_is_laid_out_again_only_when_its_height_may_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The uptime ticking changes the header's text but not its height: no layout. A diagnosis
+    arriving adds a line: the header grows and shows it whole."""
+    daemon = FakeDaemon()
+    app = TopApp(daemon, interval_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.snapshot is not None)
+        await pilot.pause()
+        assert app.header.size.height == 2
+        layouts: list[Any] = []
+        real_update = app.header.update
+        monkeypatch.setattr(
+            app.header,
+            "update",
+            lambda text, layout=True: (layouts.append(layout), real_update(text, layout=layout)),
+        )
+        daemon.snapshot["engine"]["uptime_s"] += 3600
+        await until(pilot, lambda: "up 1h" in app.header.content.plain)
+        assert layouts and not any(layouts)
+        daemon.snapshot["engine"].update(
+            state="restarting",
+            diagnosis=[
+                {"check": "oom", "severity": "error", "message": "out of GPU memory",
+                 "hint": "lower --max-model-len", "evidence": ""}
+            ],
+        )  # fmt: skip
+        await until(pilot, lambda: "DIAGNOSIS" in screen_text(app))
+        assert layouts[-1] is True
+        await until(pilot, lambda: app.header.size.height == 3)
+        assert "hint: lower --max-model-len" in screen_text(app)
