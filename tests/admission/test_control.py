@@ -115,8 +115,11 @@ async def test_paced_batch_is_released_by_the_timer_and_interactive_passes_it() 
     await asyncio.sleep(0)
     assert adm.scheduler.queued(Priority.BATCH) == 3  # two went in: the burst
     chat = await adm.admit(request(adm, Priority.INTERACTIVE))
-    assert chat.queue_ms < 1 and adm.scheduler.queued(Priority.BATCH) == 3
+    # At once: before the timer released any of the three paced ones (an order, not a time:
+    # a loaded machine may hold the loop for milliseconds).
+    assert adm.scheduler.queued(Priority.BATCH) == 3
     tickets = await asyncio.wait_for(asyncio.gather(*wave), 5)
     released = sorted(t.entry.released_at or 0.0 for t in tickets)
+    assert chat.entry.released_at is not None and chat.entry.released_at < released[2]
     assert released[-1] - released[0] >= 3 * 0.020 - 0.001  # three more intervals, at least
     assert adm.capacity.gate("main").in_flight == 6
