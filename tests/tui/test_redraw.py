@@ -41,7 +41,7 @@ def test_show_title_sets_only_a_new_title(monkeypatch: pytest.MonkeyPatch) -> No
 
 async def test_an_unchanged_snapshot_lays_nothing_out(monkeypatch: pytest.MonkeyPatch) -> None:
     """Three refreshes of the same snapshot: no layout of the screen, no redraw of the header
-    or the sequences table (each cost about 10 ms of llmd-top's CPU a second)."""
+    or the sequences table (an unchanged refresh cost 17.5 ms of CPU with them, 7.0 without)."""
     daemon = FakeDaemon()
     app = TopApp(daemon, interval_s=0.05)
     async with app.run_test(size=SIZE) as pilot:
@@ -79,6 +79,7 @@ async def test_the_header_is_laid_out_again_only_when_its_height_may_change(
         daemon.snapshot["engine"]["uptime_s"] += 3600
         await until(pilot, lambda: "up 1h" in app.header.content.plain)
         assert layouts and not any(layouts)
+        before = len(layouts)
         daemon.snapshot["engine"].update(
             state="restarting",
             diagnosis=[
@@ -87,6 +88,6 @@ async def test_the_header_is_laid_out_again_only_when_its_height_may_change(
             ],
         )  # fmt: skip
         await until(pilot, lambda: "DIAGNOSIS" in screen_text(app))
-        assert layouts[-1] is True
+        assert True in layouts[before:]
         await until(pilot, lambda: app.header.size.height == 3)
         assert "hint: lower --max-model-len" in screen_text(app)
