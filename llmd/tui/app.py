@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
+from textual.notifications import SeverityLevel
 from textual.widgets import DataTable, Footer, Input
 
 from llmd.tui.client import AdminRefused, AdminUnreachable, DaemonClient, Snapshot
@@ -116,6 +117,19 @@ class TopApp(App[None]):
             yield from (self.events, self.endpoints)
         yield self.filter
         yield Footer()
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """Textual's `notify`, the message taken as it is by default: what llmd-top says comes
+        with names and errors from outside, never markup (llmd/tui/plain.py)."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
 
     def on_mount(self) -> None:
         for widget_id, title in PANEL_TITLES.items():

@@ -14,7 +14,6 @@ from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.progress_bar import ProgressBar
-from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.widget import Widget
@@ -24,6 +23,7 @@ from llmd.admin.status_text import drained_backends
 from llmd.tui import format as fmt
 from llmd.tui.deploys import deploy_lines
 from llmd.tui.link import Link, Snapshot
+from llmd.tui.plain import PlainTable
 from llmd.tui.redraw import show_text
 
 # Engine phases and how they are shown (llmd.supervisor.state.EnginePhase).
@@ -55,9 +55,9 @@ class Panel(Static):
         return True
 
 
-def grid(*columns: tuple[str, str]) -> Table:
-    """A borderless table with (header, justify) columns."""
-    table = Table(box=None, padding=(0, 1), expand=True, show_edge=False, header_style="bold")
+def grid(*columns: tuple[str, str]) -> PlainTable:
+    """A borderless table with (header, justify) columns; its `str` cells are plain text."""
+    table = PlainTable(box=None, padding=(0, 1), expand=True, show_edge=False, header_style="bold")
     for header, justify in columns:
         table.add_column(header, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     return table
@@ -173,7 +173,7 @@ class KvCachePanel(Panel):
             return
         kv, engine = s["kv_cache"], s["engine"]
         usage = kv["usage"]
-        gauge = Table.grid(expand=True, padding=(0, 1))
+        gauge = PlainTable.grid(expand=True, padding=(0, 1))
         gauge.add_column(ratio=1)
         gauge.add_column(justify="right", width=4)
         gauge.add_row(ProgressBar(total=1.0, completed=usage or 0.0), fmt.percent(usage))
@@ -280,7 +280,7 @@ class CountsPanel(Panel):
         if not self.changed(s.get("counts")):
             return
         counts = s.get("counts")
-        table = Table.grid(expand=True, padding=(0, 1))
+        table = PlainTable.grid(expand=True, padding=(0, 1))
         table.add_column(width=9, no_wrap=True)
         table.add_column(justify="right", width=6, no_wrap=True)
         table.add_column(ratio=1, no_wrap=True, overflow="ellipsis")
@@ -365,7 +365,7 @@ class EventsPanel(Panel):
 def _events(events: Iterable[dict[str, Any]] | None) -> RenderableType:
     if events is None:
         return Text("this llmd does not report events (older than llmd-top)", style="dim")
-    table = Table.grid(expand=True, padding=(0, 1))
+    table = PlainTable.grid(expand=True, padding=(0, 1))
     table.add_column(width=8, no_wrap=True)  # local time
     table.add_column(width=7, no_wrap=True)  # level
     table.add_column(width=22, no_wrap=True, overflow="ellipsis")  # event

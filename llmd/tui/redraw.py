@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from rich.cells import cell_len
 from rich.text import Text
+from textual.content import Content
 from textual.widget import Widget
 from textual.widgets import Static
 
@@ -35,7 +36,8 @@ def _fits(text: object, other: object, width: int) -> bool:
 
 
 def show_title(widget: Widget, title: str) -> None:
-    """Set `widget`'s border title unless it is that title already (`title` is plain text
-    without markup, as the getter gives it back)."""
-    if widget.border_title != title:
-        widget.border_title = title
+    """Set `widget`'s border title to `title`, as it is (never read as markup: llmd/tui/plain.py),
+    unless it is that title already."""
+    content = Content(title)
+    if widget.border_title != content.markup:
+        widget.border_title = content

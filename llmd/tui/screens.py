@@ -34,7 +34,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Static(self.question, id="question")
+            yield Static(self.question, id="question", markup=False)
             yield Static("[b]y[/] confirms · any other key cancels", id="hint")
 
     def on_key(self, event: events.Key) -> None:
