@@ -19,7 +19,7 @@ class LiveDisplay:
     def __init__(self, console: Console) -> None:
         self.console = console
         self.progress = Progress(
-            TextColumn("{task.description}"),
+            TextColumn("{task.description}", markup=False),  # a target is a name, not markup
             BarColumn(),
             TextColumn("{task.fields[done]} done · {task.fields[failed]} failed"),
             TimeElapsedColumn(),
@@ -65,7 +65,9 @@ class LiveDisplay:
             f"{summary.target:>6} c={summary.concurrency:<4} {summary.ok} ok, "
             f"{summary.errors + summary.timeouts} failed, "
             f"{summary.output_tokens_per_s:,.0f} tok/s, TTFT p95 "
-            f"{'-' if ttft is None else f'{ttft:,.0f}'} ms, {summary.verdict}"
+            f"{'-' if ttft is None else f'{ttft:,.0f}'} ms, {summary.verdict}",
+            markup=False,
+            highlight=False,
         )
         for line in scenario_lines(summary.target, summary):
-            self.progress.console.print(f"       {line}")
+            self.progress.console.print(f"       {line}", markup=False, highlight=False)

@@ -65,7 +65,8 @@ COLUMNS = (
 def sweep_table(report: BenchReport) -> Table:
     """The sweep, one row per (concurrency, target)."""
     scenario = report.options.scenario
-    table = Table(title=f"llmd bench · scenario {scenario.name}: {scenario.title} · {report.model}")
+    title = f"llmd bench · scenario {scenario.name}: {scenario.title} · {report.model}"
+    table = Table(title=Text(title))  # the model's name as it is, never read as markup
     for column in COLUMNS:
         table.add_column(column, justify="left" if column in ("target", "verdict") else "right")
     rows = sorted(

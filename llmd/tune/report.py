@@ -66,7 +66,7 @@ def table(report: TuneReport) -> Table:
     prefix = report.options.scenario.shared_prefix_tokens > 0
     scenario = report.options.scenario
     title = f"llmd tune · scenario {scenario.name}: {scenario.title} · {report.model}"
-    result = Table(title=title)
+    result = Table(title=Text(title))  # the model's path as it is, never read as markup
     for column in _columns(prefix):
         left = column in ("verdict", "errors/timeouts", "prefix cache")
         result.add_column(column, justify="left" if left else "right")

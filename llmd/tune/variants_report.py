@@ -47,8 +47,8 @@ def table(report: VariantReport) -> Table:
             args += f" model {step.variant.model}"
         agreement = step.mean_agreement
         result.add_row(
-            step.variant.name,
-            args,
+            Text(step.variant.name),  # the user's words, never read as Rich markup
+            Text(args),
             _num(step.boot_s, 1),
             f"{_num(s.ttft_ms['p50'])} / {_num(s.ttft_ms['p95'])}",
             _num(s.e2e_ms["p50"]),

@@ -106,18 +106,20 @@ def test_variants_on_a_shared_prefix_show_the_prefix_cache_hit_rate(
 ) -> None:
     """Scenario G with prefix caching on and off as two variants: the table adds a prefix
     hits column, the JSON the hit rate of each: most prompt tokens with it on; none (no
-    lookups, as vLLM 0.32 counts them) off."""
+    lookups, as vLLM 0.32 counts them) off. The second's name has what Rich would read as a
+    closing tag."""
     document, out = _tune_variants(
         tiny_model_dir,
         tmp_path,
         '[[variants]]\nname = "cached"\nargs = ["--enable-prefix-caching"]\n\n'
-        '[[variants]]\nname = "uncached"\nargs = ["--no-enable-prefix-caching"]\n',
+        '[[variants]]\nname = "un[/]cached"\nargs = ["--no-enable-prefix-caching"]\n',
         ["--scenario", "G", "--concurrency", "2", "--max-requests", "8"],
         capsys,
     )
     cached, uncached = document["variants"]
     assert cached["prefix_cache_hit_rate"] > 0.5 and uncached["prefix_cache_hit_rate"] is None
     assert "prefix hits" in out
+    assert "un[/]cached" in out  # a name is shown as it is, never read as markup
 
 
 def test_variants_do_not_go_with_the_sweep(
