@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import copy
 import fcntl
 import json
 import os
 import pty
+import shutil
 import struct
 import subprocess
 import sys
@@ -119,7 +121,9 @@ def main() -> None:
     if args.socket:
         socket = Path(args.socket)
     else:
-        socket = Path(tempfile.mkdtemp(prefix="llmd-bench-tui-", dir="/tmp")) / "admin.sock"
+        workdir = Path(tempfile.mkdtemp(prefix="llmd-bench-tui-", dir="/tmp"))
+        atexit.register(shutil.rmtree, workdir, ignore_errors=True)
+        socket = workdir / "admin.sock"
         ready = threading.Event()
         threading.Thread(target=serve, args=(daemon, socket, ready), daemon=True).start()
         ready.wait(10)
