@@ -21,18 +21,16 @@ def show_text(static: Static, text: Text) -> None:
         return
     width = static.content_size.width
     sized_by_text = static.styles.width is not None and static.styles.width.is_auto
-    same_height = _fits(shown, text, width) and _fits(text, shown, width)
-    static.update(text, layout=sized_by_text or not same_height)
+    static.update(text, layout=sized_by_text or not _same_height(shown, text, width))
 
 
-def _fits(text: object, other: object, width: int) -> bool:
-    """Whether `text` has as many lines as `other` and none wider than `width` cells."""
-    if not isinstance(text, Text) or not isinstance(other, Text):
+def _same_height(shown: object, text: Text, width: int) -> bool:
+    """Whether `text` takes the height `shown` took: both `Text`, as many lines, and none of
+    either wider than `width` cells (none wraps)."""
+    if not isinstance(shown, Text):
         return False
-    lines = text.plain.split("\n")
-    return len(lines) == other.plain.count("\n") + 1 and all(
-        cell_len(line) <= width for line in lines
-    )
+    old, new = shown.plain.split("\n"), text.plain.split("\n")
+    return len(old) == len(new) and all(cell_len(line) <= width for line in (*old, *new))
 
 
 def show_title(widget: Widget, title: str) -> None:
