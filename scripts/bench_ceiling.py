@@ -499,12 +499,12 @@ async def measure(
         records.append(record)
     if args.py_spy:
         port, pid = targets["llmd"]
-        with py_spy_record(args.py_spy, pid, args.profile):
+        with py_spy_record(args.py_spy, pid, args.profile, rate=args.py_spy_rate):
             await step(
                 port, pid, stream=True, tokens=args.tokens, clients=max(args.streams),
                 seconds=args.seconds,
             )  # fmt: skip
-        with py_spy_record(args.py_spy, pid, whole_profile(args.profile)):
+        with py_spy_record(args.py_spy, pid, whole_profile(args.profile), rate=args.py_spy_rate):
             await step(
                 port, pid, stream=False, tokens=16, clients=max(args.clients), seconds=args.seconds
             )
@@ -550,6 +550,7 @@ def main() -> None:
     parser.add_argument("--output", type=Path)
     parser.add_argument("--py-spy", help="py-spy's path: profile llmd in an extra step")
     parser.add_argument("--profile", type=Path, default=Path("/tmp/llmd-ceiling.collapsed"))
+    parser.add_argument("--py-spy-rate", type=int, default=100, help="samples a second")
     args = parser.parse_args()
     relay_cpus = {args.llmd_cpu}
     other_cpus = (os.sched_getaffinity(0) - relay_cpus) or relay_cpus
