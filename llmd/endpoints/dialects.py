@@ -22,6 +22,7 @@ from typing import Protocol
 
 from llmd.endpoints import anthropic_stream
 from llmd.endpoints.events import EventStream
+from llmd.endpoints.shapes import TokenShape
 from llmd.errors import ApiError
 from llmd.inflight import Exchange
 
@@ -43,6 +44,12 @@ _PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)(?=\D)')
 # Bytes of a whole answer kept from one chunk to the next, so that a usage figure split
 # between two chunks is read whole: longer than `"prompt_tokens" : ` and a count.
 _SEAM = 64
+# How many times one stream tries to learn the shape of its token events (`TokenShape`), and
+# how many chunks in a row may miss it before it is dropped (an `n` > 1 stream's choices take
+# turns; a text with a line break, a finish or a usage misses it once): past both, every chunk
+# is read by scanning it.
+_SHAPES = 3
+_MISSES = 4
 
 
 def read_openai_chunk(exchange: Exchange, chunk: bytes) -> bool:
@@ -115,13 +122,19 @@ class OpenAIAnswer:
     data is a JSON object, less a chat stream's role delta and error events: vLLM sends about
     one token per event; a usage figure replaces the estimate), or a whole JSON body."""
 
-    __slots__ = ("_seam", "_usage_seen", "events", "exchange")
+    __slots__ = (
+        "_misses", "_seam", "_shape", "_shapes_left", "_usage_seen", "events", "exchange",
+    )  # fmt: skip
 
     def __init__(self, exchange: Exchange) -> None:
         self.exchange = exchange
         self.events = EventStream() if exchange.stream else None
         self._usage_seen = False
         self._seam = b""  # a whole answer's last bytes, while its inputs' count is wanted
+        # The stream's token events by their shape, once a plain one was read (`_learn`).
+        self._shape: TokenShape | None = None
+        self._shapes_left = _SHAPES
+        self._misses = 0  # chunks in a row that were not of the shape
 
     @property
     def between_events(self) -> bool:
@@ -143,7 +156,27 @@ class OpenAIAnswer:
                 read_input_usage(exchange, joined)
                 self._seam = joined[-_SEAM:]
             return
-        if events.feed_object(chunk):  # the most common: one event, a JSON object
+        if self._shape is None and self._shapes_left and events.between_events:
+            self._learn(chunk)
+        shape = self._shape
+        if shape is not None:  # the most common: token events of the stream's shape
+            read = events.feed_shaped(chunk, shape)
+            if read is None:
+                self._misses += 1
+                if self._misses >= _MISSES:  # not this stream's shape now: learn it again
+                    self._shape = None
+                    self._misses = 0
+            else:
+                self._misses = 0
+                tokens, text, at = read
+                if text:
+                    exchange.has_text = True
+                if not self._usage_seen:
+                    exchange.output_tokens += tokens
+                if at == len(chunk):
+                    return
+                chunk = chunk[at:]  # what follows them, read as before
+        if events.feed_object(chunk):  # one event, a JSON object
             if _NOT_PLAIN.search(chunk) is not None:
                 self.event(chunk[6:-2])
                 return
@@ -159,6 +192,22 @@ class OpenAIAnswer:
         elif not self._run_read(chunk, run):
             for event in chunk[:-2].split(b"\n\n"):
                 self.event(event[6:])
+
+    def _learn(self, chunk: bytes) -> None:
+        """Take the stream's shape (`TokenShape`) from the first plain token event among the
+        first two whole events of `chunk` (a chat stream's first is its role delta), where
+        `chunk` starts between events; one of the stream's `_SHAPES` tries."""
+        self._shapes_left -= 1
+        at = 0
+        for _ in range(2):
+            end = chunk.find(b"\n", at)  # a whole event is one line and a blank one
+            if end < 0 or chunk[end + 1 : end + 2] != b"\n" or not chunk.startswith(b"data: {", at):
+                return
+            event = chunk[at : end + 2]
+            if b"\r" not in event and _NOT_PLAIN.search(event) is None:
+                self._shape = TokenShape.of(event)
+                return
+            at = end + 2
 
     def _run_read(self, chunk: bytes, events: int) -> bool:
         """Account a run of `events` whole events in vLLM's layout (`EventStream.feed_run`)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import re
 
+from llmd.endpoints.shapes import TokenShape
+
 BOM = b"\xef\xbb\xbf"
 # OpenAI's last event; its client ends a stream on data that starts with it (openai-python
 # `Stream.__stream__`).
@@ -73,6 +75,22 @@ class EventStream:
         if chunk.startswith(b"data: [DONE]") or (events > 1 and b"\n\ndata: [DONE]" in chunk):
             self.done = True
         return events
+
+    def feed_shaped(self, chunk: bytes, shape: TokenShape) -> tuple[int, bool, int] | None:
+        """Read the whole events of `shape` that `chunk` starts with, when it starts between
+        events (and a last `data: [DONE]` right after them, which sets `done`): (those events,
+        whether any had text, the bytes read); the rest of `chunk` is for `feed` and the
+        others. None when it starts with anything else: nothing was read. A few compares and
+        finds an event (`TokenShape.read`)."""
+        if self._cr or self._line or self._pending:
+            return None
+        events, text, at, done = shape.read(chunk)
+        if not at:
+            return None
+        self._started = True
+        if done:
+            self.done = True
+        return events, text, at
 
     def feed_object(self, chunk: bytes) -> bool:
         """Read `chunk` when it is one whole event in vLLM's layout (`data: {...}\\n\\n`, without
