@@ -26,6 +26,12 @@ so is one closed with bytes unsent after the send timeout cut its client off.
 Each of these closes the connection, carries a fresh `x-request-id` (and `x-llmd-queue-ms: 0` on
 `/v1`), is logged by llmd (`request_head_refused`, rate-limited) and never reaches the app.
 
+Any answer started before the parser has seen the end of its request (the app's early
+refusals: 401, 413, 415, 429, 503; and the refused heads above) says `Connection: close`, and
+the connection closes in stages: a half-close, then at most 256 KiB more read and dropped,
+for at most 5 s (or `server.read_timeout_s`), never the rest of the declared body
+(llmd/proxy/teardown.py says why). A request whose body came whole keeps its connection.
+
 llmd serves HTTP/1.1 alone: uvicorn runs with `ws="none"`, so a request asking to upgrade (to
 WebSocket, h2c) is served as the HTTP/1.1 request it also is, its `Upgrade` ignored (RFC 9110
 §7.8), and the connection closed after the answer (the parser reads nothing past an upgrade's
@@ -51,6 +57,7 @@ from llmd.endpoints.table import dialect_of
 from llmd.errors import ApiError, HeadersTooLarge, InvalidRequest, RequestTimeout
 from llmd.proxy.chunked import CYCLE_KEY
 from llmd.proxy.middleware import NOT_QUEUED, on_v1
+from llmd.proxy.teardown import ClosingTransport, EarlyAnswerCycle, Linger, can_linger, linger_s
 from llmd.quoting import header_text
 
 log = structlog.get_logger("llmd.proxy")
@@ -80,9 +87,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_timer: asyncio.TimerHandle | None = None
         self._head_started = False
         self._unread_timer: asyncio.TimerHandle | None = None
+        self._message_open = False  # a request begun whose end the parser has not seen
+        self._linger: Linger | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(cast(asyncio.Transport, _Closing(transport, self._closing)))
+        self._socket_transport = transport
+        super().connection_made(cast(asyncio.Transport, ClosingTransport(transport, self._close)))
         self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -90,19 +100,33 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self._unread_timer is not None:
             self._unread_timer.cancel()
             self._unread_timer = None
+        if self._linger is not None:
+            self._linger.close()
         super().connection_lost(exc)
+
+    # -- the connection's end (llmd/proxy/teardown.py) ----------------------------------------
+
+    def _close(self) -> None:
+        """Close the connection (uvicorn's `transport.close()`, and llmd's): in stages, a
+        linger, when a request's rest is still to come (answered early, or refused in its
+        head), else at once."""
+        transport = self._socket_transport
+        if self._linger is None and self._message_open and can_linger(transport):
+            timeout = linger_s(self.server_config().read_timeout_s)
+            self._linger = Linger(transport, self.loop, timeout)
+            cast(ClosingTransport, self.transport).closing()
+        elif self._linger is not None:
+            self._linger.close()
+        else:
+            transport.close()
+        # A close waits to send what is left, so watch that the client takes it.
+        self._watch_unread(None)
 
     # -- an answer left unread ---------------------------------------------------------------------
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
         self._watch_unread(None)  # kept alive with the answer's end unsent
-
-    def _closing(self) -> None:
-        """uvicorn closed the connection (after an answer, at its keep-alive timeout, or when
-        the app returned without completing its answer: a slow consumer cut off): a close
-        waits to send what is left, so watch that the client takes it."""
-        self._watch_unread(None)
 
     def _watch_unread(self, before: int | None) -> None:
         """Abort the connection when the bytes waiting in its transport (`before`, bytes, at
@@ -129,6 +153,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._in_head = True
+        self._message_open = True
         self._head_started = True
         self._header_count = 0
         if self._head_timer is None:
@@ -158,6 +183,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if cycle is not None and cycle.scope is self.scope:  # this request's
             self.scope[CYCLE_KEY] = cycle  # type: ignore[literal-required]
+            cycle.__class__ = EarlyAnswerCycle  # answered before its body's end: closes
+
+    def on_message_complete(self) -> None:
+        self._message_open = False
+        super().on_message_complete()
 
     # -- the head's deadline ---------------------------------------------------------------------
 
@@ -186,6 +216,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         self._unset_keepalive_if_required()
+        if self._linger is not None:
+            self._linger.received(len(data))  # what came after an early answer: dropped
+            return
         if not self._in_head:
             self._feed(data)
             return
@@ -266,29 +299,6 @@ def _reset(transport: asyncio.Transport) -> None:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     transport.abort()
-
-
-class _Closing:
-    """`transport` as uvicorn's protocol and cycles use it, with `on_close` called after each
-    `close()` (uvicorn's own calls). Every other attribute is the transport's; those used per
-    request or chunk are its bound methods themselves (nothing added on the relay's path)."""
-
-    def __init__(self, transport: asyncio.Transport, on_close: Callable[[], None]) -> None:
-        self._transport = transport
-        self._on_close = on_close
-        self.write = transport.write
-        self.is_closing = transport.is_closing
-        self.pause_reading = transport.pause_reading
-        self.resume_reading = transport.resume_reading
-        self.get_extra_info = transport.get_extra_info
-        self.get_write_buffer_size = transport.get_write_buffer_size
-
-    def close(self) -> None:
-        self._transport.close()
-        self._on_close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
 
 
 def _framing_refused(headers: list[tuple[bytes, bytes]], upgrade: bool) -> ApiError | None:
