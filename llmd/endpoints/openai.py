@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmd.endpoints.tools import check_tools
+from llmd.endpoints.tools import check_tools, template_tool
 from llmd.engine.args import COMPLETIONS_DEFAULT_MAX_TOKENS
 from llmd.errors import InvalidRequest
 from llmd.validation.fields import (
@@ -214,7 +214,10 @@ def _chat_prompt(body: dict[str, Any], *, generation: bool) -> ChatPrompt:
     if not messages:
         raise InvalidRequest("'messages' must not be empty", param="messages")
     check_tools(body)
-    local = all(body.get(name) is None for name in ENGINE_RENDERED_FIELDS)
+    tools = body.get("tools")
+    # `tools` aside, the fields llmd does not render: with tools alone, llmd renders the prompt
+    # as the engine does, to bound it (the engine counts it).
+    local = all(body.get(name) is None for name in ENGINE_RENDERED_FIELDS if name != "tools")
     for index, message in enumerate(messages):
         local = _check_message(index, message) and local
     kwargs = body.get("chat_template_kwargs")
@@ -238,8 +241,10 @@ def _chat_prompt(body: dict[str, Any], *, generation: bool) -> ChatPrompt:
         continue_final_message=continue_final_message,
         add_special_tokens=_flag(body, "add_special_tokens", default=False),
         template_kwargs=kwargs,
-        local=local,
+        local=local and tools is None,
         engine_extras={k: body[k] for k in ("tools", "chat_template") if body.get(k) is not None},
+        tools=[template_tool(tool) for tool in tools] if local and tools else None,
+        rendered_here=local and tools is not None,
     )
 
 

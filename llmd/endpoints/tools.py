@@ -29,6 +29,30 @@ def check_tools(body: dict[str, Any]) -> None:
     _check_choice(body.get("tool_choice"), tools)
 
 
+def template_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """A tool `check_tools` accepted as vLLM 0.32 gives it to the chat template
+    (`ChatCompletionToolsParam.model_dump()`): `type`, then `function` with `name`,
+    `description` and `parameters` (null when absent), `strict` and `defer_loading` when not
+    null (a tool's own `defer_loading` goes down to its function's when that has none), then
+    the tool's `defer_loading` when not null; other keys dropped."""
+    given = tool["function"]
+    function = {
+        "name": given["name"],
+        "description": given.get("description"),
+        "parameters": given.get("parameters"),
+    }
+    deferred = given.get("defer_loading")
+    if deferred is None:
+        deferred = tool.get("defer_loading")
+    for key, value in (("strict", given.get("strict")), ("defer_loading", deferred)):
+        if value is not None:
+            function[key] = value
+    shaped: dict[str, Any] = {"type": "function", "function": function}
+    if tool.get("defer_loading") is not None:
+        shaped["defer_loading"] = tool["defer_loading"]
+    return shaped
+
+
 def _check_tool(where: str, tool: object) -> None:
     if not isinstance(tool, dict):
         raise _bad_tools(f"{where} must be an object, got {json_type(tool)}")

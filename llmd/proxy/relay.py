@@ -177,7 +177,9 @@ class Relay:
         validator = self.state.validators.for_model(model)
         if endpoint.answer is Answer.COUNT:  # the prompt's tokens, counted here
             check = endpoint.validate  # refused past the window
-            exchange.prompt_tokens = await validator.count(fields, int(cls), check=check)
+            exchange.prompt_tokens = await validator.count(
+                fields, int(cls), check=check, size=len(body.raw)
+            )
             assert endpoint.counted is not None
             return endpoint.counted(exchange.prompt_tokens)
         if endpoint.answer is not Answer.RELAY:
@@ -185,7 +187,7 @@ class Relay:
                 Answer.TOKENIZE: validator.tokenize,
                 Answer.DETOKENIZE: validator.detokenize,
             }[endpoint.answer]
-            answer = await here(fields, int(cls))
+            answer = await here(fields, int(cls), size=len(body.raw))
             if answer is not None:
                 exchange.prompt_tokens = answer.get("count")
                 return answer

@@ -3,8 +3,9 @@
 `LocalCounter` loads the model's tokenizer as transformers does (what vLLM 0.32 itself uses for
 Hugging Face models: `AutoTokenizer.from_pretrained`, `apply_chat_template(tokenize=False)`, then
 the tokenizer on the text): read from its files (`tokenizer_files`) where that gives exactly
-transformers' tokenizer, with transformers otherwise. It counts on one worker thread, off the
-event loop, or a short prompt at once on the loop when that thread is idle (`count_inline`).
+transformers' tokenizer, with transformers otherwise. It counts off the event loop on one of two
+lanes (`lanes`: short jobs, long ones), or a short prompt at once on the loop when the short
+lane is idle (`count_inline`).
 `EngineCounter` asks the engine's `POST /tokenize`: exact by construction, one round trip per
 request. It counts what the local one cannot render (tools, request templates, images) and
 stands in when no local tokenizer loads.
@@ -12,9 +13,8 @@ stands in when no local tokenizer loads.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import contextlib
+import copy
 import json
 import os
 import re
@@ -22,7 +22,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeGuard, TypeVar
+from typing import Any, TypeGuard
 
 from llmd.engine.client import EngineClient
 from llmd.errors import ApiError, EngineError, EngineUnavailable, InvalidRequest
@@ -35,6 +35,7 @@ from llmd.validation.conversation import (
     parse_template,
 )
 from llmd.validation.fields import ChatPrompt, Counted, EnginePrompt, Renderable, TextPrompt
+from llmd.validation.lanes import Lane
 from llmd.validation.tokenizer_files import FileTokenizer
 
 # apply_chat_template's own parameters: taken from the request's fields (or meaningless with
@@ -48,9 +49,6 @@ _HF_PARAMS = frozenset(
 )  # fmt: skip
 
 
-T = TypeVar("T")
-
-
 class TokenizerUnavailable(Exception):
     """No local tokenizer could be loaded from the given path."""
 
@@ -60,17 +58,19 @@ class CountUnsupported(Exception):
 
 
 class LocalCounter:
-    """A model's tokenizer, loaded locally; counting runs on one dedicated thread.
+    """A model's tokenizer, loaded locally; counting runs on its lanes (`lanes.Lane`).
 
-    One thread, because Hugging Face fast tokenizers are not safe to share across threads
-    (vLLM wraps them in a pool for the same reason; "Already borrowed") and because on a small
-    machine counting should not take more than one core from the engine. Every use of the
-    tokenizer holds `_lock`, so that a short prompt may be counted on the event loop's thread
-    (`count_inline`) when that thread is idle, without a second tokenizer in memory.
+    A lane is one thread with a tokenizer of its own, because Hugging Face fast tokenizers are
+    not safe to share across threads (vLLM wraps them in a pool for the same reason; "Already
+    borrowed") and because on a small machine counting should not take much CPU from the
+    engine. Two lanes: short jobs, and long ones (`long=True`: the caller decides, by the
+    request's bytes), whose tokenizer is a copy made at the first long job; so a long
+    tokenization never holds up a short one. A short prompt may be counted on the event loop's
+    thread (`count_inline`) while the short lane is idle, without a third tokenizer in memory.
     """
 
     def __init__(self, tokenizer: Any, template: str | None, max_token_id: int) -> None:
-        self._tokenizer = tokenizer
+        self._tokenizer = tokenizer  # the short lane's
         self._template = template
         self._format: ContentFormat = (
             detect_content_format(parse_template(template)) if template else "string"
@@ -78,9 +78,8 @@ class LocalCounter:
         self.max_token_id = max_token_id
         self.max_chars_per_token = max(len(t) for t in tokenizer.get_vocab())
         self.bound: ByteBound | None = _bound_of(tokenizer)
-        self._executor = concurrent.futures.ThreadPoolExecutor(1, "llmd-tokenizer")
-        self._lock = threading.Lock()
-        self._closed = False
+        self._short = Lane("llmd-tokenizer", lambda: tokenizer)
+        self._long = Lane("llmd-tokenizer-long", lambda: copy.deepcopy(tokenizer))
 
     @classmethod
     def load(cls, path: str) -> LocalCounter:
@@ -110,11 +109,11 @@ class LocalCounter:
         return self._template is not None
 
     def close(self) -> None:
-        """Release the tokenizer thread once the counts queued on it are done. A reload or a
+        """Release the lanes' threads once the jobs queued on them are done. A reload or a
         deploy may replace this counter while requests that took it have yet to ask for their
         count: those are counted on a thread of their own."""
-        self._closed = True
-        self._executor.shutdown(wait=False)
+        self._short.close()
+        self._long.close()
 
     def can_count(self, prompt: Counted) -> TypeGuard[Renderable]:
         """Whether this counter renders `prompt` exactly as the engine does."""
@@ -123,6 +122,35 @@ class LocalCounter:
         if isinstance(prompt, TextPrompt):
             return True
         return prompt.local and self._template is not None
+
+    def can_bound(self, prompt: Counted) -> TypeGuard[ChatPrompt]:
+        """Whether `prompt`, which the engine counts, renders here as the engine renders it
+        (`ChatPrompt.rendered_here`), so that `at_least` its text bounds its tokens."""
+        return (
+            isinstance(prompt, ChatPrompt) and prompt.rendered_here and self._template is not None
+        )
+
+    def at_least(self, text: str, limit: int | None) -> AtLeast | None:
+        """`text`'s tokens when it is longer than `limit` tokens could possibly be (more than
+        `limit` times the longest token's characters): `AtLeast` its characters over the
+        longest token's, a true bound, without tokenizing; else None (tokenize it). vLLM 0.32
+        refuses such a text the same way (`TokenizeParams._text_len_check`, `max_chars_per_token`:
+        the longest vocabulary string)."""
+        longest = self.max_chars_per_token
+        if limit is None or len(text) <= limit * longest:
+            return None
+        return AtLeast(-(-len(text) // longest))
+
+    async def rendered_at_least(
+        self, prompt: ChatPrompt, limit: int, *, long: bool = False
+    ) -> AtLeast | None:
+        """`at_least` of `prompt` rendered here (a prompt `can_bound` accepts, that the engine
+        counts): its tokens when it cannot fit `limit`, else None. On the short lane, or the
+        long one (`long`). Raises InvalidRequest when the chat template refuses it."""
+        lane = self._long if long else self._short
+        return await lane.run(
+            lambda tokenizer: self.at_least(self.render(prompt, tokenizer), limit)
+        )
 
     def upper_bounds(self, prompt: TextPrompt) -> list[int] | None:
         """Per prompt, at least its tokens, without tokenizing (`bounds.ByteBound`: a text's
@@ -139,98 +167,89 @@ class LocalCounter:
             bounds.append(most)
         return bounds
 
-    async def count(self, prompt: Renderable, limit: int | None = None) -> list[int]:
-        """Prompt tokens per sequence (one per completion prompt), on the tokenizer thread.
+    async def count(
+        self, prompt: Renderable, limit: int | None = None, *, long: bool = False
+    ) -> list[int]:
+        """Prompt tokens per sequence (one per completion prompt), on the short lane, or the
+        long one (`long`).
 
         A text longer than `limit` tokens could possibly be is not tokenized: it counts as
-        `AtLeast` its characters over the longest token's (more than `limit`; vLLM 0.32 refuses
-        it the same way, `TokenizeParams._text_len_check`). Raises InvalidRequest (naming the
-        field) when the chat template or the tokenizer refuses the input.
+        `at_least` gives it (more than `limit`). Raises InvalidRequest (naming the field) when
+        the chat template or the tokenizer refuses the input.
         """
-        return await self._on_thread(lambda p: self.count_now(p, limit), prompt)
+        lane = self._long if long else self._short
+        return await lane.run(lambda tokenizer: self._count(tokenizer, prompt, limit))
 
     def count_inline(self, prompt: Renderable, limit: int | None = None) -> list[int] | None:
         """Prompt tokens per sequence on the calling thread (the event loop's), or None, at
-        once, when the tokenizer is in use on another thread (then count on it, `count`).
+        once, when the short lane's tokenizer is in use on its thread (then count there,
+        `count`).
 
         For short prompts only: the caller keeps the loop's time bounded (tens to hundreds of
         µs for a prompt of a few hundred characters); it saves the hand-off to the tokenizer
         thread and back (two wake-ups, and the wait for the GIL while the loop holds it). Raises
         as `count`."""
-        if not self._lock.acquire(blocking=False):
-            return None
-        try:
-            return self._count(prompt, limit)
-        finally:
-            self._lock.release()
+        done = self._short.inline(lambda tokenizer: self._count(tokenizer, prompt, limit))
+        return None if done is None else done[0]
 
     def count_now(self, prompt: Renderable, limit: int | None = None) -> list[int]:
         """Prompt tokens per sequence, on the calling thread (blocking); see `count`."""
-        with self._lock:
-            return self._count(prompt, limit)
+        return self._short.now(lambda tokenizer: self._count(tokenizer, prompt, limit))
 
-    def _count(self, prompt: Renderable, limit: int | None) -> list[int]:
+    def _count(self, tokenizer: Any, prompt: Renderable, limit: int | None) -> list[int]:
         if isinstance(prompt, TextPrompt):
             return [
                 len(p)
                 if isinstance(p, list)
-                else self._encode(p, prompt.add_special_tokens, limit, prompt.param)
+                else self._encode(tokenizer, p, prompt.add_special_tokens, limit, prompt.param)
                 for p in prompt.prompts
             ]
-        return [self._encode(self.render(prompt), prompt.add_special_tokens, limit, "messages")]
+        text = self.render(prompt, tokenizer)
+        return [self._encode(tokenizer, text, prompt.add_special_tokens, limit, "messages")]
 
-    async def tokenize(self, prompt: Renderable) -> list[int]:
+    async def tokenize(self, prompt: Renderable, *, long: bool = False) -> list[int]:
         """The token ids of `prompt`'s first text (a chat: its rendered template), as vLLM
-        0.32's /tokenize gives them, on the tokenizer thread. Raises InvalidRequest as
-        `count`."""
-        return await self._on_thread(self._ids, prompt)
+        0.32's /tokenize gives them, however long (its /tokenize has no length limit), on the
+        short lane or the long one (`long`). Raises InvalidRequest as `count`."""
+        lane = self._long if long else self._short
+        return await lane.run(lambda tokenizer: self._ids(tokenizer, prompt))
 
-    async def detokenize(self, ids: list[int]) -> tuple[str, list[str]]:
+    async def detokenize(self, ids: list[int], *, long: bool = False) -> tuple[str, list[str]]:
         """The text of `ids` (`tokenizer.decode`, special tokens kept: vLLM 0.32's
         /detokenize, renderers/base.py `_detokenize_prompt`) and each id's token string
-        (`convert_ids_to_tokens`, its /tokenize's `token_strs`)."""
-        return await self._on_thread(self._decode, ids)
+        (`convert_ids_to_tokens`, its /tokenize's `token_strs`), on the lane `long` names."""
+        lane = self._long if long else self._short
+        return await lane.run(lambda tokenizer: _decode(tokenizer, ids))
 
-    def _ids(self, prompt: Renderable) -> list[int]:
-        with self._lock:
-            if isinstance(prompt, TextPrompt):
-                first = prompt.prompts[0]
-                text = first if isinstance(first, str) else None
-                if text is None:
-                    return list(first)  # type: ignore[arg-type]
-            else:
-                text = self.render(prompt)
-            try:
-                ids: list[int] = self._tokenizer(
-                    text, add_special_tokens=prompt.add_special_tokens
-                )["input_ids"]
-            except Exception as exc:
-                raise InvalidRequest(
-                    f"the tokenizer refused the {prompt.param}: {type(exc).__name__}: {exc}",
-                    param=prompt.param,
-                ) from exc
-            return ids
+    def _ids(self, tokenizer: Any, prompt: Renderable) -> list[int]:
+        if isinstance(prompt, TextPrompt):
+            first = prompt.prompts[0]
+            if not isinstance(first, str):
+                return list(first)
+            text = first
+        else:
+            text = self.render(prompt, tokenizer)
+        try:
+            ids: list[int] = tokenizer(text, add_special_tokens=prompt.add_special_tokens)[
+                "input_ids"
+            ]
+        except Exception as exc:
+            raise InvalidRequest(
+                f"the tokenizer refused the {prompt.param}: {type(exc).__name__}: {exc}",
+                param=prompt.param,
+            ) from exc
+        return ids
 
-    def _decode(self, ids: list[int]) -> tuple[str, list[str]]:
-        with self._lock:
-            text: str = self._tokenizer.decode(ids)
-            strs: list[str] = self._tokenizer.convert_ids_to_tokens(ids)
-            return text, strs
-
-    async def _on_thread(self, call: Callable[[Any], T], arg: Any) -> T:
-        """`call(arg)` on the tokenizer thread (a thread of its own once closed)."""
-        if self._closed:
-            return await asyncio.to_thread(call, arg)
-        return await asyncio.get_running_loop().run_in_executor(self._executor, call, arg)
-
-    def render(self, prompt: ChatPrompt) -> str:
-        """The chat template applied to `prompt`, as text (vLLM 0.32 `safe_apply_chat_template`).
-        Raises InvalidRequest when the template refuses the messages."""
+    def render(self, prompt: ChatPrompt, tokenizer: Any = None) -> str:
+        """The chat template applied to `prompt`, as text (vLLM 0.32 `safe_apply_chat_template`),
+        by `tokenizer` (a lane's; default the short lane's: call it holding that lane). Raises
+        InvalidRequest when the template refuses the messages."""
         assert self._template is not None
+        tokenizer = self._tokenizer if tokenizer is None else tokenizer
         extra = {k: v for k, v in prompt.template_kwargs.items() if k not in _HF_PARAMS}
         try:
             conversation = build_conversation(prompt.messages, self._format, self._template)
-            text: str = self._tokenizer.apply_chat_template(
+            text: str = tokenizer.apply_chat_template(
                 conversation,
                 tools=prompt.tools,
                 chat_template=self._template,
@@ -245,20 +264,28 @@ class LocalCounter:
             ) from exc
         return text
 
-    def _encode(self, text: str, add_special_tokens: bool, limit: int | None, field: str) -> int:
-        """Tokens in `text` (from request field `field`). Raises InvalidRequest when the
-        tokenizer refuses it (vLLM answers such input with 400 too)."""
-        longest = self.max_chars_per_token
-        if limit is not None and len(text) > limit * longest:
-            # Every token is at most `longest` characters long: the count is at least this.
-            return AtLeast(-(-len(text) // longest))
+    def _encode(
+        self, tokenizer: Any, text: str, add_special_tokens: bool, limit: int | None, field: str
+    ) -> int:
+        """Tokens in `text` (from request field `field`), `at_least` when it cannot fit `limit`.
+        Raises InvalidRequest when the tokenizer refuses it (vLLM answers such input with 400
+        too)."""
+        bound = self.at_least(text, limit)
+        if bound is not None:
+            return bound
         try:
-            ids = self._tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"]
+            ids = tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"]
         except Exception as exc:
             raise InvalidRequest(
                 f"the tokenizer refused the {field}: {type(exc).__name__}: {exc}", param=field
             ) from exc
         return len(ids)
+
+
+def _decode(tokenizer: Any, ids: list[int]) -> tuple[str, list[str]]:
+    text: str = tokenizer.decode(ids)
+    strs: list[str] = tokenizer.convert_ids_to_tokens(ids)
+    return text, strs
 
 
 class EngineCounter:

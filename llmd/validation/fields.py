@@ -46,7 +46,10 @@ class ChatPrompt:
     chat template, non-text content, tool calls): then the engine counts it, and
     `engine_extras` holds the fields its /tokenize needs for that (tools, chat_template).
     `tools`: the tools the template is given, as vLLM hands them to it (a protocol whose
-    tools llmd renders: Anthropic Messages).
+    tools llmd renders: Anthropic Messages; an OpenAI chat's, whose count stays the engine's).
+    `rendered_here`: llmd renders this prompt, which the engine counts, as the engine renders
+    it (the tools in their place, not held to the engine's count by the parity tests): the
+    rendered text's length bounds its tokens from below (`LocalCounter.rendered_at_least`).
     """
 
     messages: list[dict[str, Any]]
@@ -58,6 +61,7 @@ class ChatPrompt:
     engine_extras: dict[str, Any] = dataclasses.field(default_factory=dict)
     param: str = "messages"  # the request field that holds it
     tools: list[dict[str, Any]] | None = None
+    rendered_here: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

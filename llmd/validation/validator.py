@@ -6,11 +6,15 @@ counted as the engine will → the context check (400 `context_length_exceeded`,
 The body is re-serialised only when llmd changed it (a clamp or a default max_tokens).
 
 Counting is shared by every request in flight, so it is taken in turns by class (interactive
-first, `turns.py`): one at a time on the local tokenizer's thread, at most
-`validation.max_tokenize_calls` at once on the engine's /tokenize. A request whose client left
+first, `turns.py`): one at a time on each of the local tokenizer's lanes, at most
+`validation.max_tokenize_calls` at once on the engine's /tokenize. A body of more than
+`lanes.LONG_BYTES` is long: counted on the long lane (locally), one at a time among those
+slots (the engine's), so that no short count waits behind it. A request whose client left
 while waiting its turn is never counted (its task is cancelled). A short body (at most
 `INLINE_COUNT_BYTES`) is counted at once on the event loop when nobody holds or waits for the
-tokenizer thread's turn: no request of any class waits behind it.
+short lane's turn: no request of any class waits behind it. A prompt the engine counts that
+llmd renders as the engine does is refused untokenized when its text cannot fit
+(`LocalCounter.rendered_at_least`).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from llmd.validation.counter import (
     TokenizerUnavailable,
 )
 from llmd.validation.fields import (
+    ChatPrompt,
     Counted,
     EnginePrompt,
     Fields,
@@ -47,6 +52,7 @@ from llmd.validation.fields import (
     TextPrompt,
     as_counted,
 )
+from llmd.validation.lanes import LONG_BYTES
 from llmd.validation.turns import Turns
 
 log = structlog.get_logger("llmd.validation")
@@ -131,8 +137,10 @@ class Validator:
         self.engine = engine
         self.local: LocalCounter | None = None
         self.remote = EngineCounter(client)
-        self.local_turns = Turns(1)
+        self.local_turns = Turns(1)  # the local tokenizer's short lane
+        self.long_turns = Turns(1)  # its long lane
         self.remote_turns = Turns(config.validation.max_tokenize_calls)
+        self.remote_long_turns = Turns(1)  # long counts take one of remote_turns at most
         self.loading: asyncio.Task[None] | None = None
         self._warned_no_limit = False
         self._warned_no_count = False
@@ -232,8 +240,7 @@ class Validator:
             bounds = self._fitting_bounds(prompt, max_model_len)
             if bounds is not None:
                 return Validated(raw, tuple(bounds), output.max_tokens, output.n, [], exact=False)
-        short = len(raw) <= INLINE_COUNT_BYTES
-        counts = await self._count(prompt, fields.model, max_model_len, rank, short)
+        counts = await self._count(prompt, fields.model, max_model_len, rank, len(raw))
         if not counts:  # nothing here can count them: the engine checks the context
             uncounted = (0,) * _prompts(prompt)
             return Validated(raw, uncounted, output.max_tokens, output.n, [], counted=False)
@@ -258,17 +265,21 @@ class Validator:
             )
         return Validated(raw, tuple(counts), max_tokens, output.n, response_headers)
 
-    async def count(self, fields: Fields, rank: int = 0, *, check: bool = False) -> int:
+    async def count(
+        self, fields: Fields, rank: int = 0, *, check: bool = False, size: int = 0
+    ) -> int:
         """The prompt's tokens (its longest, for several prompts) as the engine will count
-        them, in the class's turn (`rank`): by the local tokenizer, else by the engine (its
-        /tokenize, or the prompt's own counting route), exactly however long it is; with
-        `check`, refused past the window as vLLM refuses it. Raises InvalidRequest (the
-        template or tokenizer refused it), ContextLengthExceeded (`check`), EngineUnavailable
-        (503: the engine must count it and cannot now, or nothing here can)."""
+        them, in the class's turn (`rank`; `size`: the body's bytes, which lane counts it):
+        by the local tokenizer, else by the engine (its /tokenize, or the prompt's own
+        counting route), exactly however long it is; with `check`, refused past the window
+        as vLLM refuses it. Raises InvalidRequest (the template or tokenizer refused it),
+        ContextLengthExceeded (`check`), EngineUnavailable (503: the engine must count it
+        and cannot now, or nothing here can)."""
         prompt = as_counted(fields.prompt)
         self._check_token_ids(prompt)
         max_model_len = self.engine.max_model_len if check else None
-        counts = await self._count(prompt, fields.model, max_model_len, rank, short=False)
+        size = max(size, INLINE_COUNT_BYTES + 1)  # never counted on the loop
+        counts = await self._count(prompt, fields.model, max_model_len, rank, size)
         if not counts:
             raise EngineUnavailable(
                 "llmd cannot count this prompt: no local tokenizer renders it and the "
@@ -282,18 +293,23 @@ class Validator:
             )  # fmt: skip
         return int(max(counts))
 
-    async def tokenize(self, fields: Fields, rank: int = 0) -> dict[str, Any] | None:
+    async def tokenize(
+        self, fields: Fields, rank: int = 0, *, size: int = 0
+    ) -> dict[str, Any] | None:
         """vLLM 0.32's /tokenize answer (`count`, `max_model_len`, `tokens`, `token_strs`
-        when `return_token_strs`) from the local tokenizer, in the class's turn (`rank`); None
-        when the engine must answer (no local tokenizer, a prompt it does not render, the
-        context length not known yet). Raises InvalidRequest."""
+        when `return_token_strs`) from the local tokenizer, however long the prompt (vLLM's
+        /tokenize counts past the window too), in the class's turn (`rank`) on the lane the
+        body's bytes (`size`) choose; None when the engine must answer (no local tokenizer, a
+        prompt it does not render, the context length not known yet). Raises
+        InvalidRequest."""
         local, prompt = self.local, as_counted(fields.prompt)
         max_model_len = self.engine.max_model_len
         if local is None or not local.can_count(prompt) or max_model_len is None:
             return None
-        async with self.local_turns.turn(rank):
-            ids = await local.tokenize(prompt)
-            strs = (await local.detokenize(ids))[1] if fields.token_strs else None
+        long = size > LONG_BYTES
+        async with self._local_turns(long).turn(rank):
+            ids = await local.tokenize(prompt, long=long)
+            strs = (await local.detokenize(ids, long=long))[1] if fields.token_strs else None
         return {
             "count": len(ids),
             "max_model_len": max_model_len,
@@ -301,18 +317,21 @@ class Validator:
             "token_strs": strs,
         }
 
-    async def detokenize(self, fields: Fields, rank: int = 0) -> dict[str, Any] | None:
+    async def detokenize(
+        self, fields: Fields, rank: int = 0, *, size: int = 0
+    ) -> dict[str, Any] | None:
         """vLLM 0.32's /detokenize answer (`prompt`: the text of the ids) from the local
-        tokenizer, in the class's turn; None when the engine must answer. Raises
-        InvalidRequest for an id past the vocabulary."""
+        tokenizer, in the class's turn on the lane the body's bytes (`size`) choose; None when
+        the engine must answer. Raises InvalidRequest for an id past the vocabulary."""
         local, prompt = self.local, as_counted(fields.prompt)
         if local is None or not isinstance(prompt, TextPrompt):
             return None
         self._check_token_ids(prompt)
         ids = prompt.prompts[0]
         assert isinstance(ids, list)
-        async with self.local_turns.turn(rank):
-            text, _ = await local.detokenize(ids)
+        long = size > LONG_BYTES
+        async with self._local_turns(long).turn(rank):
+            text, _ = await local.detokenize(ids, long=long)
         return {"prompt": text}
 
     def _check_sizes(self, fields: Fields) -> None:
@@ -338,36 +357,60 @@ class Validator:
         model: str | None,
         limit: int | None,
         rank: int,
-        short: bool,
+        size: int,
     ) -> list[int]:
-        """Tokens per prompt, counted in turn: locally when the tokenizer renders it as the
-        engine does (a `short` one at once on the loop when the tokenizer's turn is free), else
-        by a backend's /tokenize; none when nothing here can count them (inputs llmd does not
-        read, such as images; or the backend has no /tokenize and no local tokenizer is
-        loaded): then the engine checks the context."""
+        """Tokens per prompt, counted in turn on the lane the body's bytes (`size`) choose:
+        locally when the tokenizer renders it as the engine does (a short one at once on the
+        loop when the short lane's turn is free), else by a backend's /tokenize, unless its
+        text rendered here cannot fit `limit` (`_bound`); none when nothing here can count
+        them (inputs llmd does not read, such as images; or the backend has no /tokenize and
+        no local tokenizer is loaded): then the engine checks the context."""
         if isinstance(prompt, TextPrompt) and not prompt.local:
             return []
-        local, here = self.local, self._rendered(prompt)
+        local, here, long = self.local, self._rendered(prompt), size > LONG_BYTES
         if local is not None and local.can_count(here):
-            if short and self.local_turns.busy == 0:  # nobody holds or waits for a turn
+            if size <= INLINE_COUNT_BYTES and self.local_turns.busy == 0:  # nobody in line
                 counts = local.count_inline(here, limit)
                 if counts is not None:
                     return counts
-            async with self.local_turns.turn(rank):
-                return await local.count(here, limit)
+            async with self._local_turns(long).turn(rank):
+                return await local.count(here, limit, long=long)
+        if local is not None and limit is not None and local.can_bound(here):
+            bound = await self._bound(local, here, limit, rank, long)
+            if bound is not None:
+                return [bound]
         ids_only = isinstance(prompt, TextPrompt) and all(
             isinstance(p, list) for p in prompt.prompts
         )
         try:
             if ids_only:
                 return await self.remote.count(prompt, model)  # token ids: counted without a call
-            async with self.remote_turns.turn(rank):
+            async with contextlib.AsyncExitStack() as turns:
+                if long:  # one long count at a time: the other slots stay for short ones
+                    await turns.enter_async_context(self.remote_long_turns.turn(rank))
+                await turns.enter_async_context(self.remote_turns.turn(rank))
                 return await self.remote.count(prompt, model)
         except CountUnsupported as exc:
             if not self._warned_no_count:
                 log.warning("context_check_skipped", model=model, reason=str(exc))
                 self._warned_no_count = True
             return []
+
+    def _local_turns(self, long: bool) -> Turns:
+        """The turns of the local tokenizer's long lane, or of its short one."""
+        return self.long_turns if long else self.local_turns
+
+    async def _bound(
+        self, local: LocalCounter, prompt: ChatPrompt, limit: int, rank: int, long: bool
+    ) -> int | None:
+        """`LocalCounter.rendered_at_least` of a prompt the engine counts, in turn on its
+        lane; None when it may fit, or when the template refuses it here (the engine's answer
+        then says why)."""
+        try:
+            async with self._local_turns(long).turn(rank):
+                return await local.rendered_at_least(prompt, limit, long=long)
+        except InvalidRequest:
+            return None
 
     def _fitting_bounds(self, prompt: Counted, max_model_len: int | None) -> list[int] | None:
         """Upper bounds of the inputs' tokens when each is within `max_model_len` (so the
