@@ -65,7 +65,7 @@ class TopApp(App[None]):
     TITLE = "llmd-top"
     # The screen's class by its height in rows (top.tcss folds panels on -short and -tiny): the
     # full layout needs about 42 rows, 80x24 is a common terminal.
-    VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]] | None] = [
+    VERTICAL_BREAKPOINTS = [  # noqa: RUF012 (Textual reads it off the class; mypy refuses ClassVar)
         (0, "-tiny"),
         (24, "-short"),
         (42, "-tall"),
