@@ -6,7 +6,6 @@ time. Keys are made here and only their SHA-256 digests are written."""
 from __future__ import annotations
 
 import contextlib
-import re
 import secrets
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -16,12 +15,16 @@ import tomlkit
 from tomlkit.items import Table
 
 from llmd.admission.classes import Priority
-from llmd.admission.tenants import TenantDirectory, hash_key, parse_tenants
+from llmd.admission.tenants import (
+    TENANT_NAME,
+    TENANT_NAME_RULE,
+    TenantDirectory,
+    hash_key,
+    parse_tenants,
+)
 from llmd.errors import ConfigError, TenantError
 from llmd.releases.atomic import locked, write_atomic
 
-# A tenant's name: a label on metrics and in logs, a bare TOML key.
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 # What `--budget KEY=VALUE` may set: the tenants file's keys of shares and budgets.
 LIMITS: Mapping[str, type] = {
     "input_tokens_per_minute": int,
@@ -91,11 +94,8 @@ class TenantsFile:
         """Add tenant `name` with a new key (returned; only its digest is written), its class
         (highest and default; None: the defaults) and `limits` (keys of LIMITS). Raises
         TenantError for a name taken or not allowed, or a bad class or limit."""
-        if not NAME.fullmatch(name):
-            raise TenantError(
-                f"{name!r} is not a tenant name: letters, digits, '-' and '_', at most 64, "
-                "starting with a letter or digit"
-            )
+        if not TENANT_NAME.fullmatch(name):
+            raise TenantError(f"{name!a} is not a tenant name: {TENANT_NAME_RULE}")
         if name in self._tenants():
             raise TenantError(
                 f"tenant {name} is already in {self.path}; `llmd tenant key {name} --rotate` "

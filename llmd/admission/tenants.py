@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,10 @@ from llmd.config import ANONYMOUS, AdmissionConfig
 from llmd.errors import ConfigError, InvalidApiKey
 
 _HEX = frozenset("0123456789abcdef")
+# A tenant's name: a label on metrics and in logs, a bare TOML key, shown by llmd-top and
+# `llmd tenant list`. The one rule, for `llmd tenant add` and for the tenants file.
+TENANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+TENANT_NAME_RULE = "letters, digits, '-' and '_', at most 64, starting with a letter or digit"
 # The anthropic SDK's header for an API key (`api_key`); OpenAI's clients send a bearer token.
 API_KEY_HEADER = b"x-api-key"
 
@@ -191,6 +196,8 @@ def _bind_tenants(raw: dict[str, Any], text: str) -> tuple[list[Tenant], dict[st
     by_digest: dict[str, Tenant] = {}
     every: list[Tenant] = []
     for name, table in raw["tenants"].items():
+        if not TENANT_NAME.fullmatch(name):
+            raise ConfigError(f"[tenants.{name!a}]: not a tenant name ({TENANT_NAME_RULE})")
         prefix = f"tenants.{name}."
         spec: _TenantSpec = bind_table(_TenantSpec, table, prefix, secret=True)
         tenant = _tenant(name, spec, prefix)

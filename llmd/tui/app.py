@@ -63,6 +63,13 @@ class TopApp(App[None]):
 
     CSS_PATH = "top.tcss"
     TITLE = "llmd-top"
+    # The screen's class by its height in rows (top.tcss folds panels on -short and -tiny): the
+    # full layout needs about 42 rows, 80x24 is a common terminal.
+    VERTICAL_BREAKPOINTS = [  # noqa: RUF012 (Textual reads it off the class; mypy refuses ClassVar)
+        (0, "-tiny"),
+        (24, "-short"),
+        (42, "-tall"),
+    ]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("d", "drain", "drain"),
         Binding("u", "resume", "resume"),
@@ -135,7 +142,9 @@ class TopApp(App[None]):
         for widget_id, title in PANEL_TITLES.items():
             self.query_one(f"#{widget_id}").border_title = title
         self.header.show(self.snapshot, self.link)
-        self.sequences.focus()
+        # Without scrolling to it: on a screen too short for every panel, focus scrolled the
+        # header out of view at start-up.
+        self.sequences.focus(scroll_visible=False)
         # At once: a panel takes a snapshot whether or not its own parts are composed yet.
         self.run_worker(self._poll(), name="poll", exclusive=True)
 

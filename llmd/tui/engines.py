@@ -72,6 +72,7 @@ class EngineTable(DataTable[Text]):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", **kwargs)
+        self.display = False  # until a snapshot lists two backends or more
         self.names: list[str] = []
         self._rows: list[tuple[Text, ...]] = []
         self._columns_added = False

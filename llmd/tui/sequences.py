@@ -136,9 +136,13 @@ class SequenceTable(DataTable[Text]):
         self.sort_by = key
         for column in COLUMNS:
             self.columns[self._column_key(column)].label = Text(self._label(column))
+        # DataTable keeps each rendered cell, the header's too, until its rows or size change
+        # (Textual 8.2): without this the arrow stayed on the old column until the rows did.
+        self._clear_caches()
         self.refresh()
 
     def next_sort(self) -> None:
+        """Sort by the column after the one sorted by now (after the last: the first)."""
         keys = [c.key for c in COLUMNS]
         self.sort_on(keys[(keys.index(self.sort_by) + 1) % len(keys)])
 

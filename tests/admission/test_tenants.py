@@ -186,3 +186,24 @@ def test_a_key_in_x_api_key_maps_to_its_tenant(tmp_path: Path) -> None:
     assert directory.authenticate(both).name == "agent"
     with pytest.raises(InvalidApiKey):
         directory.authenticate([(b"x-api-key", b"wrong")])
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [
+        ('"esc\\u001b[31mred"', r"'esc\x1b[31mred'"),
+        ('"with space"', "'with space'"),
+        ("a" * 150, "'" + "a" * 150 + "'"),
+    ],
+)
+def test_a_tenant_name_llmd_tenant_add_would_refuse_is_refused_in_the_file(
+    tmp_path: Path, name: str, shown: str
+) -> None:
+    """The file loader keeps `llmd tenant add`'s rule for a name (one rule, TENANT_NAME): a
+    name with a control character, a space or past 64 characters is a ConfigError naming the
+    file and the name, escaped."""
+    path = write(tmp_path, f"[tenants.{name}]\n")
+    with pytest.raises(ConfigError) as caught:
+        load_tenants(path)
+    message = str(caught.value)
+    assert str(path) in message and shown in message and "\x1b" not in message

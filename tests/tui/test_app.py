@@ -434,3 +434,16 @@ async def test_the_engine_side_shows_the_prefix_cache_hit_ratio_and_since_start(
     app = TopApp(FakeDaemon(snapshot), interval_s=0.05)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: "86% 50%" in " ".join(screen_text(app).split()))
+
+
+async def test_s_moves_the_sort_arrow_at_once_even_with_no_sequences() -> None:
+    """`s` moves the header's ▼ to the next column at once, with no row changing (an empty
+    table kept it on the old column)."""
+    daemon = FakeDaemon()
+    daemon.snapshot["sequences"] = []
+    app = TopApp(daemon, interval_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: "age ▼" in screen_text(app))
+        await pilot.press("s")
+        await until(pilot, lambda: "TTFT ▼" in screen_text(app), timeout_s=3)
+        assert "age ▼" not in screen_text(app)
