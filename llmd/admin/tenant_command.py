@@ -82,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
         if not config.admission.tenants_file:
             raise ConfigError(
                 f"{config.source}: admission.tenants_file is not set: name a file there (e.g. "
-                'tenants_file = "tenants.toml"), then `llmd reload`'
+                'tenants_file = "tenants.toml"), add a tenant (`llmd tenant add NAME`: it '
+                "writes the file), then `llmd reload`"
             )
         path = Path(config.admission.tenants_file)
         if args.action == "list":
@@ -98,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     if printed is not None:
         print(printed)
-    return _reload(Path(args.runtime_dir or config.server.runtime_dir))
+    return _reload(Path(args.runtime_dir or config.server.runtime_dir), path)
 
 
 def _edit(tenants: TenantsFile, args: argparse.Namespace) -> str | None:
@@ -120,9 +121,10 @@ def _edit(tenants: TenantsFile, args: argparse.Namespace) -> str | None:
     return None
 
 
-def _reload(runtime_dir: Path) -> int:
-    """Ask the daemon to read the tenants file again; a daemon not running is no failure (it
-    reads the file when it starts)."""
+def _reload(runtime_dir: Path, edited: Path) -> int:
+    """Ask the daemon to read its tenants file again; a daemon not running is no failure (it
+    reads the file when it starts), one that reads another file than `edited` (or none: its
+    config does not name it yet) is: the edit does not reach it."""
     from llmd.admin.client import AdminRefused, AdminUnreachable, admin_request
 
     socket = RuntimePaths(runtime_dir).admin_socket
@@ -133,6 +135,15 @@ def _reload(runtime_dir: Path) -> int:
         return 0
     except AdminRefused as exc:
         print(f"llmd: the daemon refused the tenants file: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    reads = answer.get("tenants_file") or ""
+    if not reads or Path(reads).resolve() != edited.resolve():
+        what = f"reads {reads}" if reads else "reads no tenants file"
+        print(
+            f"llmd: the llmd on {socket} {what}, not {edited}: the file is written, but that "
+            "llmd does not use it (`llmd reload` once its config names this file)",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     _say(f"llmd reloaded its tenants ({len(answer['tenants'])}): from its next request")
     return 0

@@ -123,9 +123,10 @@ class AdminApp:
         if path == "/reload":
             return self.actions.reload()
         if path == "/tenants/reload":
-            tenants = self.state.admission.reload_tenants()
+            admission = self.state.admission
+            tenants = admission.reload_tenants()
             log.info("tenants_reloaded", tenants=len(tenants))
-            return {"tenants": tenants}
+            return {"tenants": tenants, "tenants_file": admission.config.tenants_file}
         if path == "/guard":
             return _guard(self.state, body)
         if path in ("/deploy", "/rollback"):

@@ -121,3 +121,19 @@ def test_a_refused_verb_changes_nothing(llmd: LlmdProcess) -> None:
         done = tenant(llmd, *args)
         assert done.returncode == 1 and why in done.stderr, (args, done.stderr)
     assert path.read_text() == before
+
+
+def test_an_edit_of_a_file_the_running_llmd_does_not_read_says_so(llmd: LlmdProcess) -> None:
+    """`llmd tenant add` with a config naming another tenants file than the running llmd's:
+    exit 1, naming both files; the running llmd does not know the tenant (401)."""
+    elsewhere = short_tmpdir("llmd-tenant-other-")
+    config = elsewhere / "llmd.toml"
+    config.write_text(sim_config(ensure_tiny_model(), admission={"tenants_file": "other.toml"}))
+    added = run_llmd(
+        "tenant", "add", "stray", "--config", str(config), "--runtime-dir", str(llmd.runtime_dir)
+    )
+    reads = llmd.runtime_dir.parent / "tenants.toml"
+    assert added.returncode == 1, added.stderr
+    assert f"reads {reads.resolve()}, not {elsewhere / 'other.toml'}" in added.stderr
+    assert "reloaded" not in added.stderr
+    assert chat(llmd, added.stdout.strip(), 1).status_code == 401
