@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 
 from llmd import exitcodes
 from llmd.binding import MAX_DURATION_S
+from llmd.errors import LlmdError
 
 
 class Parser(argparse.ArgumentParser):
@@ -22,6 +23,31 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         """Print `PROG: MESSAGE (see `PROG --help`)` to stderr and exit exitcodes.USAGE."""
         self.exit(exitcodes.USAGE, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """argparse's, noting in the namespace the innermost parser that left arguments
+        unrecognized (a verb's, as `llmd status --bogus`), for `parse_args` to name."""
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras and not hasattr(parsed, _LEFT_BY):
+            setattr(parsed, _LEFT_BY, self)
+        return parsed, extras
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        """argparse's, with unrecognized arguments a usage error of the verb they were given
+        to (`llmd status: unrecognized arguments: --bogus`), not of `llmd`."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            owner: Parser = getattr(parsed, _LEFT_BY, self)
+            owner.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
+
+# The namespace attribute that holds the parser which left arguments unrecognized.
+_LEFT_BY = "_llmd_unrecognized_by"
 
 
 def version_text() -> str:
@@ -116,12 +142,33 @@ def duration(text: str) -> float:
     """A span back in time: a number and a unit, `90s`, `30m`, `24h`, `7d` (a bare number is
     seconds), more than 0 and at most 10 years."""
     number, unit = (text[:-1], text[-1]) if text[-1:] in DURATION_UNITS else (text, "s")
-    value = _number(number) * DURATION_UNITS[unit] if number else 0.0
+    try:
+        value = _number(number) * DURATION_UNITS[unit] if number else 0.0
+    except argparse.ArgumentTypeError:
+        value = math.nan  # the message below quotes the whole value, not the number's part
     if not 0 < value <= 3650 * 86_400:
         raise argparse.ArgumentTypeError(
-            f"expected a duration like 90s, 30m, 24h or 7d (up to 10 years), not {text}"
+            f"expected a duration like 90s, 30m, 24h or 7d (up to 10 years), not {text!r}"
         )
     return value
+
+
+def checked(check: Callable[[str, str], object], option: str) -> Callable[[str], str]:
+    """The `type=` of option `option` whose value `check(text, option)` validates (the check
+    the config or the verb applies later, e.g. `parse_steps`): the text as given, or an
+    ArgumentTypeError with the check's message (an LlmdError's) when it raises one, so a bad
+    value is a usage error (64) at parse time, not a failure the verb or the daemon reports."""
+
+    def check_text(text: str) -> str:
+        try:
+            check(text, option)
+        except LlmdError as exc:
+            # The check names the option itself ("--canary = '5,abc': ..."); argparse does too.
+            message = str(exc).removeprefix(option).removeprefix(" = ").lstrip(" :")
+            raise argparse.ArgumentTypeError(message) from None
+        return text
+
+    return check_text
 
 
 def count(text: str) -> int:

@@ -15,6 +15,7 @@ from llmd.admission.tenants import configured_tenants
 from llmd.arguments import positive, positive_count
 from llmd.config import Config, EngineConfig
 from llmd.errors import SizingError
+from llmd.runtime import RuntimePaths
 from llmd.sizing.device import DeviceMemory
 from llmd.sizing.plan import SizingPlan
 from llmd.sizing.report import format_plan, plan_json
@@ -58,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = load_config(path)
         configured_tenants(config.admission)  # the tenants file it names, read as at start
+        paths = RuntimePaths(Path(config.server.runtime_dir))
+        paths.check_socket_paths(config.engine_tables, "server.runtime_dir")  # as serve does
     except ConfigError as exc:
         print(f"llmd: {exc}", file=sys.stderr)
         return exitcodes.CONFIG

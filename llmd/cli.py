@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import gc
 import json
 import logging
@@ -20,8 +21,10 @@ from llmd.arguments import (
     Parser,
     add_runtime_dir,
     add_version,
+    checked,
     seconds,
 )
+from llmd.config.tables import check_listen
 from llmd.console import import_structlog, run_console
 from llmd.errors import ConfigError, RuntimeDirInUse
 from llmd.runtime import RuntimePaths
@@ -93,7 +96,12 @@ def _parser(named: str | None = None) -> argparse.ArgumentParser:
 
     serve = verbs.add_parser("serve", help="run llmd in the foreground (what systemd runs)")
     serve.add_argument("--config", help="config file (default $LLMD_CONFIG, /etc/llmd/llmd.toml)")
-    serve.add_argument("--listen", help="HOST:PORT for the public API (overrides server.listen)")
+    serve.add_argument(
+        "--listen",
+        type=checked(check_listen, "--listen"),
+        metavar="HOST:PORT",
+        help="the public API's address (overrides server.listen)",
+    )
     serve.add_argument("--runtime-dir", help="directory for the admin and engine sockets")
     serve.add_argument("--state-dir", help="release records and history (server.state_dir)")
     serve.set_defaults(func=_serve)
@@ -225,6 +233,10 @@ def _serve(args: argparse.Namespace) -> int:
             config_path(args.config), listen=args.listen, runtime_dir=args.runtime_dir
         )
         configured_tenants(config.admission)
+        where = "--runtime-dir" if args.runtime_dir else "server.runtime_dir"
+        RuntimePaths(Path(config.server.runtime_dir)).check_socket_paths(
+            config.engine_tables, where
+        )
     except ConfigError as exc:
         print(f"llmd: {exc}", file=sys.stderr)
         return exitcodes.CONFIG
@@ -234,16 +246,10 @@ def _serve(args: argparse.Namespace) -> int:
             config, listen=args.listen, runtime_dir=args.runtime_dir, state_dir=args.state_dir
         )
         code: int = _run(daemon.serve())
-    except PermissionError as exc:
-        print(
-            f"llmd: cannot start: {_os_error(exc)}: run it as the llmd user (systemctl start "
-            "llmd), or pass --runtime-dir and --state-dir it may write",
-            file=sys.stderr,
-        )
-        return exitcodes.NO_PERMISSION
-    except (OSError, RuntimeDirInUse) as exc:
-        detail = _os_error(exc) if isinstance(exc, OSError) else str(exc)
-        print(f"llmd: cannot start: {detail}", file=sys.stderr)
+    except OSError as exc:
+        return _start_failed(exc)
+    except RuntimeDirInUse as exc:
+        print(f"llmd: cannot start: {exc}", file=sys.stderr)
         return exitcodes.FAILURE
     # The daemon has stopped and logged it. Leave now: the interpreter's teardown costs a second
     # or more once the tokenizer has imported torch (measured here: 1.2 s of a 1.7 s stop).
@@ -251,6 +257,34 @@ def _serve(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+# OSErrors at start that say this user may not write there: no permission (EACCES, EPERM),
+# or a read-only mount (EROFS), which systemd's ProtectSystem=strict makes of a directory
+# not named in ReadWritePaths= or StateDirectory=.
+_NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+def _start_failed(exc: OSError) -> int:
+    """Print why `llmd serve` could not start (one line) and give its exit status: 77
+    (EX_NOPERM) for a directory it may not write, 78 (EX_CONFIG) for a runtime or state
+    directory that is not a directory, else 1."""
+    if exc.errno in _NOT_WRITABLE:
+        print(
+            f"llmd: cannot start: {_os_error(exc)}: run it as the llmd user (systemctl start "
+            "llmd), or pass --runtime-dir and --state-dir it may write",
+            file=sys.stderr,
+        )
+        return exitcodes.NO_PERMISSION
+    if exc.errno == errno.ENOTDIR:
+        print(
+            f"llmd: cannot start: {exc.filename} is not a directory (--runtime-dir, "
+            "--state-dir, server.runtime_dir or server.state_dir)",
+            file=sys.stderr,
+        )
+        return exitcodes.CONFIG
+    print(f"llmd: cannot start: {_os_error(exc)}", file=sys.stderr)
+    return exitcodes.FAILURE
 
 
 def _hash_key(args: argparse.Namespace) -> int:

@@ -5,12 +5,19 @@ time."""
 from __future__ import annotations
 
 import dataclasses
+import errno
 import fcntl
 import os
+import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from llmd.config.backends import MAIN
-from llmd.errors import RuntimeDirInUse
+from llmd.errors import ConfigError, RuntimeDirInUse
+
+# The longest path a Unix socket may bind to: sun_path holds 108 bytes on Linux, the last one
+# the terminating NUL (unix(7)). A longer one fails at bind with "AF_UNIX path too long".
+MAX_SOCKET_PATH_BYTES = 107
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,11 +93,51 @@ class RuntimePaths:
         os.write(fd, f"{os.getpid()}\n".encode())
         return fd
 
+    def sockets(self, engines: Iterable[str]) -> list[Path]:
+        """The Unix sockets bound in the directory: the admin socket and each of `engines`'."""
+        return [self.admin_socket, *(self.socket_of(engine) for engine in engines)]
+
+    def check_socket_paths(self, engines: Iterable[str], key: str) -> None:
+        """Raises ConfigError naming `key` (where the directory was given), the longest socket
+        path of `sockets(engines)` and MAX_SOCKET_PATH_BYTES when that path is longer."""
+        longest = max(self.sockets(engines), key=lambda path: len(os.fsencode(path)))
+        length = len(os.fsencode(longest))
+        if length > MAX_SOCKET_PATH_BYTES:
+            raise ConfigError(
+                f"{key} = {str(self.root)!r}: the socket {longest} is {length} bytes, over the "
+                f"{MAX_SOCKET_PATH_BYTES} a Unix socket's path may have: choose a shorter "
+                "directory",
+                key=key,
+            )
+
     def create(self) -> None:
-        """Create the directory (mode 0750) if it is missing. Raises OSError if it cannot."""
+        """Create the directory (mode 0750) if it is missing. Raises NotADirectoryError when
+        something else has its name, OSError if it cannot be created."""
         if not self.root.is_dir():
+            refuse_non_directory(self.root)
             self.root.mkdir(parents=True)
             os.chmod(self.root, 0o750)
+
+
+def refuse_non_directory(path: Path) -> None:
+    """Raises NotADirectoryError (ENOTDIR, naming `path`) when `path` exists and is not a
+    directory (a regular file given as --runtime-dir or --state-dir)."""
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path))
+
+
+def check_writable(directory: Path) -> None:
+    """Create `directory` if it is missing and write a file in it, then remove it: what
+    `llmd serve` checks of its state directory at start, so a directory it may not write is
+    refused then, not at the first request. Raises OSError (PermissionError, EROFS on a
+    read-only mount, NotADirectoryError) naming the path."""
+    refuse_non_directory(directory)
+    directory.mkdir(parents=True, exist_ok=True, mode=0o750)
+    try:
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".llmd-write-check-"):
+            pass
+    except OSError as exc:  # named by the directory, not the file it tried
+        raise type(exc)(exc.errno, exc.strerror, str(directory)) from None
 
 
 def _stem(engine: str) -> str:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Iterator
 
 from llmd import cli
@@ -39,3 +40,24 @@ def test_the_walk_finds_an_option_without_help() -> None:
     verbs.add_parser("status").add_argument("--runtime-dir")
     (found,) = [action for _, action in _walk(parser, "x")]
     assert found.option_strings == ["--runtime-dir"] and found.help is None
+
+
+def _parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    """`parser` and every sub-parser under it, at any depth."""
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _parsers(sub)
+
+
+def test_no_help_joins_two_example_lines() -> None:
+    """No verb's --help prints two lines of an example as one (a `\\` and a newline in a
+    non-raw string join them: `--concurrency 16       --slo-ttft-p95-ms 500`)."""
+    joined = [
+        f"{parser.prog}: {match.group(0)}"
+        for root in (cli._parser(), top_cli._parser())
+        for parser in _parsers(root)
+        for match in re.finditer(r"\S {3,}--\S+", parser.format_help())
+    ]
+    assert joined == []

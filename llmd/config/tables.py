@@ -326,7 +326,7 @@ def load_config(path: Path, *, listen: str | None = None, runtime_dir: str | Non
         runtime_dir=runtime_dir or _beside(path, config.server.runtime_dir),
         state_dir=_beside(path, config.server.state_dir),
     )
-    _check_listen(server.listen, "server.listen")
+    check_listen(server.listen, "server.listen")
     _check_limits(server)
     if config.usage.flush_interval_s <= 0:
         raise ConfigError(
@@ -441,7 +441,8 @@ def _check_limits(server: ServerConfig) -> None:
 _SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*$")
 
 
-def _check_listen(value: str, key: str) -> None:
+def check_listen(value: str, key: str) -> None:
+    """`value` is HOST:PORT with a port in 0..65535. Raises ConfigError naming `key`."""
     host, sep, port = value.rpartition(":")
     number = ascii_int(port)
     if not sep or not host or number is None or number > 65535:

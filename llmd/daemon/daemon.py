@@ -46,7 +46,7 @@ from llmd.proxy.protocol import bounded_protocol
 from llmd.releases.orchestrator import Deployer
 from llmd.releases.restore import restore
 from llmd.releases.store import ReleaseStore
-from llmd.runtime import RuntimePaths
+from llmd.runtime import RuntimePaths, check_writable
 from llmd.state import DaemonState
 from llmd.systemd.notify import Notifier
 from llmd.systemd.reporter import ServiceReporter
@@ -180,9 +180,12 @@ class Daemon:
         return self.exit_code
 
     async def startup(self) -> None:
-        """Take the runtime directory, bind the sockets, start the proxy, the admin API and the
-        engine. Raises OSError, RuntimeDirInUse (another llmd runs with this directory)."""
+        """Take the runtime directory, check that the state directory can be written, bind the
+        sockets, start the proxy, the admin API and the engine. Raises OSError (PermissionError,
+        EROFS, NotADirectoryError naming the directory), RuntimeDirInUse (another llmd runs
+        with this directory)."""
         self.paths.create()
+        check_writable(self.state_dir)
         self._lock = self.paths.claim()
         loop = asyncio.get_running_loop()
         for sig in _SIGNALS:

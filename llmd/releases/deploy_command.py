@@ -7,7 +7,8 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from llmd.arguments import add_runtime_dir, positive_seconds
+from llmd.arguments import add_runtime_dir, checked, positive_seconds
+from llmd.config.release import parse_steps
 
 # A replace waits for a drain, two boots and two smoke gates at worst; the daemon bounds each.
 DEPLOY_TIMEOUT_S = 7200.0
@@ -27,6 +28,7 @@ def add_parser(verbs: Any, call: Call) -> None:
     deploy.add_argument("--engine", help="the engine (default: the only one)")
     deploy.add_argument(
         "--canary",
+        type=checked(parse_steps, "--canary"),
         metavar="STEPS",
         help="canary: the release boots beside the old one and takes these shares of traffic "
         "in turn, e.g. 5,25,50,100 (default: replace)",

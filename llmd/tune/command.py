@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from llmd import exitcodes
-from llmd.arguments import positive, positive_count, positive_seconds
+from llmd.arguments import checked, positive, positive_count, positive_seconds
 from llmd.bench.scenarios import SCENARIOS
 from llmd.errors import TuneError
 from llmd.releases.store import DEFAULT_STATE_DIR
+from llmd.tune.settings import parse_max_num_seqs
 
 T = TypeVar("T")
 
@@ -44,9 +45,9 @@ from the first set's (token agreement).
 
 examples:
   llmd tune --config /etc/llmd/llmd.toml --slo-ttft-p95-ms 500 --output tune.json
-  llmd tune --config /etc/llmd/llmd.toml --variants variants.toml --concurrency 16 \
+  llmd tune --config /etc/llmd/llmd.toml --variants variants.toml --concurrency 16 \\
       --slo-ttft-p95-ms 500 --output variants.json
-  llmd tune --config etc/llmd-multi.toml --engine small-a --sharing drain \
+  llmd tune --config etc/llmd-multi.toml --engine small-a --sharing drain \\
       --slo-ttft-p95-ms 500 --output small-a.json
   llmd tune --config etc/demo.toml --max-num-seqs 4,16,64 --duration 20 --scenario E \\
       --slo-ttft-p95-ms 300 --output docs/tune/demo.json
@@ -96,7 +97,10 @@ def add_parser(verbs: Any) -> None:
         help="the bench scenario to load each setting with (B)",
     )
     tune.add_argument(
-        "--max-num-seqs", metavar="LIST", help="settings to try, e.g. 8,16,32 (8,16,32,64)"
+        "--max-num-seqs",
+        type=checked(lambda text, _: parse_max_num_seqs(text), "--max-num-seqs"),
+        metavar="LIST",
+        help="settings to try, e.g. 8,16,32 (8,16,32,64)",
     )
     tune.add_argument(
         "--concurrency",
