@@ -313,8 +313,9 @@ def _status(args: argparse.Namespace) -> int:
         print(json.dumps(status, indent=2))
     else:
         from llmd.admin.status_text import format_status
+        from llmd.quoting import printable
 
-        print(format_status(status))
+        print(printable(format_status(status)))  # names and messages from outside, as text
     return 0
 
 

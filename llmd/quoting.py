@@ -3,6 +3,13 @@ ASCII), a JSON value by its JSON type (RFC 8259 §3), never a Python repr or typ
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
+# What a terminal acts on rather than shows: the C0 controls but line feed and tab (ESC starts a
+# colour or cursor sequence, CR moves back over the line), DEL, and the C1 controls.
+_TERMINAL_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
 
 def header_text(value: bytes) -> str:
     """`value` (raw header bytes) quoted, printable ASCII as it is and every other byte as a
@@ -34,3 +41,24 @@ def json_type(value: object) -> str:
     if isinstance(value, list):
         return "array"
     return "object"
+
+
+def printable(text: str) -> str:
+    """`text` for a terminal: each character a terminal would act on (`_TERMINAL_CONTROL`)
+    written as its `\\xNN` escape, e.g. "a\\x1b[31m" shown as `a\\x1b[31m`, never a colour
+    change; other text as it is."""
+    if _TERMINAL_CONTROL.search(text) is None:
+        return text
+    return _TERMINAL_CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+
+
+def printable_tree(value: Any) -> Any:
+    """`value` (decoded JSON: dicts, lists, strings, numbers) with `printable` applied to every
+    string in it, keys included; the same objects where nothing changes."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {printable(k): printable_tree(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [printable_tree(item) for item in value]
+    return value

@@ -10,6 +10,7 @@ from typing import Any
 
 from llmd.console import import_structlog
 from llmd.engine.connection import ConnectFailed, WireError
+from llmd.quoting import printable
 
 # Every user of this client (the CLI verbs, `llmd tenant`, `llmd doctor`, `llmd tune`,
 # llmd-top) starts faster with structlog, which the engine's client imports, without rich.
@@ -43,8 +44,8 @@ async def admin_request(
     Through llmd's own HTTP/1.1 client (llmd/engine/wire.py): aiohttp's import was about
     0.3 CPU-s of each CLI verb's 0.4 s. Raises AdminUnreachable when no daemon answers on
     `socket` within `timeout_s` seconds, AdminForbidden when this user may not open it,
-    AdminRefused on an error answer (its message) or an answer that is not JSON (the status
-    and the start of the text).
+    AdminRefused on an error answer (its message, `printable`) or an answer that is not JSON
+    (the status and the start of the text).
     """
     pool = Pool(socket_path=socket, host="llmd")
     content = b"" if body is None else json.dumps(body).encode()
@@ -62,7 +63,7 @@ async def admin_request(
     if response.status >= 400 or answer is None:
         error = answer.get("error") if isinstance(answer, dict) else None
         if isinstance(error, dict) and isinstance(error.get("message"), str):
-            raise AdminRefused(error["message"])
+            raise AdminRefused(printable(error["message"]))
         text = response.text()
         raise AdminRefused(f"llmd answered {path} with HTTP {response.status}: {text[:200]!r}")
     return answer

@@ -19,6 +19,7 @@ from textual.containers import Horizontal
 from textual.notifications import SeverityLevel
 from textual.widgets import DataTable, Footer, Input
 
+from llmd.quoting import printable, printable_tree
 from llmd.tui.client import AdminRefused, AdminUnreachable, DaemonClient, Snapshot
 from llmd.tui.deploys import in_progress
 from llmd.tui.endpoints import EndpointPanel
@@ -135,7 +136,9 @@ class TopApp(App[None]):
         markup: bool = False,
     ) -> None:
         """Textual's `notify`, the message taken as it is by default: what llmd-top says comes
-        with names and errors from outside, never markup (llmd/tui/plain.py)."""
+        with names and errors from outside, never markup (llmd/tui/plain.py), and never a
+        control character (`printable`)."""
+        message = printable(message)
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
 
     def on_mount(self) -> None:
@@ -163,7 +166,9 @@ class TopApp(App[None]):
         """Fetch one snapshot and show it, or show that the daemon cannot be reached, or that
         the snapshot could not be shown (the last one shown stays on screen)."""
         try:
-            snapshot = await self.client.status()
+            # Names, ids and messages come from outside: no control character reaches the
+            # terminal as one (an ESC in a tenant's name changed colours and broke a border).
+            snapshot = printable_tree(await self.client.status())
         except (AdminUnreachable, AdminRefused) as exc:
             self._lost(str(exc))
             return
@@ -186,7 +191,7 @@ class TopApp(App[None]):
         self.snapshot = snapshot
 
     def _lost(self, error: str) -> None:
-        self.link.lost(error)
+        self.link.lost(printable(error))
         self.add_class("-stale")
         self.header.show(self.snapshot, self.link)
 

@@ -319,6 +319,10 @@ class QueuePanel(Panel):
         self.update(table)
 
 
+# The most a tenant's name takes of the tenants panel's width, in cells (longer: an ellipsis).
+TENANT_WIDTH = 24
+
+
 class TenantPanel(Panel):
     """Each tenant: in flight and queued against its limits, the KV tokens its running requests
     hold against its share, and its token budget with the least left (tokens left of its
@@ -329,6 +333,8 @@ class TenantPanel(Panel):
             return
         table = grid(("tenant", "left"), ("in flight", "right"), ("queued", "right"),
                      ("kv cache", "right"), ("budget left", "right"))  # fmt: skip
+        name = table.columns[0]  # a name may be 64 characters: the figures keep their room
+        name.max_width, name.overflow = TENANT_WIDTH, "ellipsis"
         for t in s["tenants"]:
             budgets = t.get("budgets") or []
             tightest = min(budgets, key=lambda b: b["remaining"] / max(1, b["limit"]), default=None)

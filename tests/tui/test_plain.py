@@ -61,3 +61,32 @@ async def test_an_error_and_a_request_id_with_brackets_are_said_as_they_are() ->
         await until(pilot, lambda: any(ODD in n.message for n in app._notifications))
         await until(pilot, lambda: f"refused: {ODD}" in flat(app))
         assert app.is_running
+
+
+async def test_control_characters_from_the_daemon_never_reach_the_terminal() -> None:
+    """An ESC in an engine's output line or a model's name, a CR in an endpoint's, a bell in an
+    error: each shown as its escape, none written to the terminal as itself."""
+    daemon = FakeDaemon()
+    snapshot = daemon.snapshot
+    snapshot["events"][-1]["message"] = "m-\x1b[31mred\x07"
+    snapshot["endpoints"][0]["name"] = "e-\rcr"
+    app = TopApp(daemon, interval_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.snapshot is not None)
+        for shown in ("m-\\x1b[31mred\\x07", "e-\\x0dcr"):
+            await until(pilot, lambda shown=shown: shown in flat(app))  # type: ignore[misc]
+        daemon.failure = RuntimeError("refused: \x1b[2J")
+        await pilot.press("d", "y")
+        await until(pilot, lambda: "refused: \\x1b[2J" in flat(app))
+        text = screen_text(app)
+        assert not any(c in text for c in "\x1b\x07\r"), repr(text)
+
+
+async def test_a_long_tenant_name_leaves_the_other_columns_their_headers() -> None:
+    daemon = FakeDaemon()
+    daemon.snapshot["tenants"][0]["name"] = "t" * 64  # the longest name llmd allows
+    app = TopApp(daemon, interval_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: "t" * 20 in flat(app))
+        for header in ("in flight", "queued", "kv cache", "budget left"):
+            assert header in flat(app), header
