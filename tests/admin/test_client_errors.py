@@ -83,6 +83,22 @@ def test_a_socket_that_answers_nothing_in_time_says_so(runtime_dir: Path) -> Non
     )
 
 
+def test_a_change_that_times_out_may_still_take_effect(runtime_dir: Path) -> None:
+    """A POST not answered in time (a stopped llmd that goes on acts on it later): the message
+    says the request may still take effect and to look before trying again."""
+    path = runtime_dir / "admin.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as mute:
+        mute.bind(str(path))
+        mute.listen()
+        with pytest.raises(AdminUnreachable) as caught:
+            asyncio.run(admin_request(path, "POST", "/drain", {}, timeout_s=0.3))
+    assert str(caught.value) == (
+        f"llmd on {path} did not answer POST /drain within 0.3 s: it may be busy or stuck; "
+        "the request may still take effect: see `llmd status` before trying again, or see "
+        "systemctl status llmd"
+    )
+
+
 def test_a_connection_closed_mid_call_says_llmd_may_have_stopped(runtime_dir: Path) -> None:
     """A daemon that closes the connection before answering (it died during the call)."""
     path = runtime_dir / "admin.sock"
