@@ -55,7 +55,8 @@ def wait_gone(processes: list[psutil.Process], timeout_s: float) -> list[psutil.
 
 def stop_members(pgid: int, timeout_s: float, exclude: int | None = None) -> list[int]:
     """Stop what is left of group `pgid` but `exclude` (the leader, when the caller reaps it):
-    SIGTERM and SIGCONT, SIGKILL after `timeout_s`, then wait up to 10 s more. The PIDs that were found."""
+    SIGTERM and SIGCONT, SIGKILL after `timeout_s`, then wait up to 10 s more. The PIDs that
+    were found."""
     found = members(pgid, exclude)
     if not found:
         return []
