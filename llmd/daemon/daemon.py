@@ -184,6 +184,8 @@ class Daemon:
         engine. Raises OSError, RuntimeDirInUse (another llmd runs with this directory)."""
         self.paths.create()
         self._lock = self.paths.claim()
+        # A deploy the last llmd left open (killed mid-deploy) ends `interrupted` in the history.
+        self.deployer.close_interrupted()
         loop = asyncio.get_running_loop()
         for sig in _SIGNALS:
             loop.add_signal_handler(sig, self._signals.put_nowait, sig)
