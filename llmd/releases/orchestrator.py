@@ -102,11 +102,8 @@ class Deployer:
         try:
             history, _ = self.store.history()
             for began in open_deploys(history).values():
-                line = {
-                    key: began[key]
-                    for key in ("deploy", "engine", "strategy", "old", "new")
-                    if key in began
-                }
+                kept = ("deploy", "engine", "strategy", "old", "new")
+                line: dict[str, Any] = {key: began[key] for key in kept if key in began}
                 line |= {"event": "interrupted", "reason": _LEFT_OPEN}
                 self.store.append_history(line)
                 log.warning("deploy_interrupted", **{k: v for k, v in line.items() if k != "event"})
