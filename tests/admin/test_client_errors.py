@@ -4,8 +4,12 @@ for them: no daemon 69 (EX_UNAVAILABLE), a socket this user may not open 77 (EX_
 from __future__ import annotations
 
 import asyncio
+import http.server
+import json
 import os
 import socket
+import socketserver
+import threading
 from pathlib import Path
 
 import pytest
@@ -152,3 +156,52 @@ def test_a_socket_this_user_may_not_open_exits_77(runtime_dir: Path) -> None:
     assert message.startswith(f"forbidden: this user may not open {path} (permission denied): ")
     assert "run as root or as a member of its group (" in message
     assert code == "77"
+
+
+class _StoppingDaemon(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    """An admin socket that takes a drain, answers one status with a request in flight, and
+    then goes away (llmd stopping)."""
+
+    daemon_threads = True
+
+
+class _Answer(http.server.BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        self._json({"in_flight": 1, "queued": 0, "draining": True})
+
+    def do_GET(self) -> None:
+        self._json({"in_flight": 1, "queued": 0, "draining": True})
+        assert isinstance(self.server, _StoppingDaemon)
+        threading.Thread(target=self.server.shutdown).start()
+        os.unlink(self.server.server_address)  # type: ignore[arg-type]
+
+    def _json(self, payload: dict[str, object]) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def address_string(self) -> str:
+        return "llmd"
+
+
+def test_drain_wait_says_llmd_stopped_when_it_goes_away_meanwhile(
+    runtime_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`llmd drain --wait` while llmd stops (its socket goes away between two looks): one line
+    saying llmd stopped during the drain, exit 69, not 'is it running?'."""
+    server = _StoppingDaemon(str(runtime_dir / "admin.sock"), _Answer)
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    try:
+        code, err = _exit_of(["drain", "--wait", "--runtime-dir", str(runtime_dir)], capsys)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert code == 69
+    assert err == "llmd: llmd stopped during the drain; see systemctl status llmd\n"
