@@ -371,6 +371,11 @@ def _drain(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + (args.timeout + 5 if args.timeout is not None else 3600)
     while (left := _left(args)) and time.monotonic() < deadline:
         time.sleep(0.5)
+    if left is None:
+        # llmd began to stop and closed its socket: its own stop drains (and ends what is
+        # left at server.drain_timeout_s), so this wait has nothing more to watch.
+        print("llmd: llmd stopped during the drain; see systemctl status llmd", file=sys.stderr)
+        return exitcodes.UNAVAILABLE
     print("drained" if not left else f"still {left}")
     return 0 if not left else 1
 
@@ -381,10 +386,18 @@ def _live(answer: dict[str, Any]) -> str:
     return f"{answer['in_flight']} in flight" + (f", {queued} queued" if queued else "")
 
 
-def _left(args: argparse.Namespace) -> str:
+def _left(args: argparse.Namespace) -> str | None:
     """What a drain still waits for ('' once drained): requests relayed or queued in llmd,
-    or relayed to `args.engine`."""
-    status = _call(args, "GET", "/status")
+    or relayed to `args.engine`; None once llmd no longer answers (it stopped meanwhile)."""
+    from llmd.admin.client import AdminForbidden, AdminUnreachable, admin_request
+
+    socket = RuntimePaths(Path(args.runtime_dir)).admin_socket
+    try:
+        status = _run(admin_request(socket, "GET", "/status"))
+    except AdminForbidden:
+        status = _call(args, "GET", "/status")  # says so, and exits
+    except AdminUnreachable:
+        return None
     if args.engine:
         entry = next((e for e in status.get("engines", []) if e["name"] == args.engine), None)
         in_flight = int(entry["in_flight"]) if entry else 0

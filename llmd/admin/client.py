@@ -70,8 +70,10 @@ async def admin_request(
 
 
 def _translated(exc: BaseException, socket: Path, call: str, timeout_s: float) -> Exception:
-    """The admin error, in llmd's words, for the client's `exc` on `call` to `socket`: a
-    failed connect (its cause the OS's error), a lost connection, or the time running out."""
+    """The admin error, in llmd's words, for the client's `exc` on `call` ("METHOD /path") to
+    `socket`: a failed connect (its cause the OS's error), a lost connection, or the time
+    running out (for anything but a GET, the message says the request may still take
+    effect)."""
     cause = exc.__cause__ if isinstance(exc, ConnectFailed) else exc
     if isinstance(cause, PermissionError):
         return AdminForbidden(
@@ -79,9 +81,16 @@ def _translated(exc: BaseException, socket: Path, call: str, timeout_s: float) -
             f"of its group ({socket_group(socket)})"
         )
     if isinstance(cause, TimeoutError):
+        # A request sent may still be read and acted on (a stopped llmd that goes on, a busy
+        # one): only a read (GET) is safe to repeat without looking first.
+        then = (
+            "try again"
+            if call.startswith("GET ")
+            else "the request may still take effect: see `llmd status` before trying again"
+        )
         return AdminUnreachable(
             f"llmd on {socket} did not answer {call} within {timeout_s:g} s: it may be busy "
-            "or stuck; try again, or see systemctl status llmd"
+            f"or stuck; {then}, or see systemctl status llmd"
         )
     if isinstance(exc, ConnectFailed):
         return AdminUnreachable(

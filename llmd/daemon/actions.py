@@ -20,14 +20,19 @@ is under way until it ends, and what else may happen then is:
     reload              refused: reload after it             refused: shutting down
     cancel              yes                                  yes
 
-A reload never yields to the event loop, so nothing runs during one.
+A reload never yields to the event loop, so nothing runs during one. An action that waits (a
+restart, `llmd deploy --wait`, `llmd rollback --wait`) ends at once when llmd begins to stop:
+its work is cancelled and it answers 409 "llmd is stopping" (`unless_stopping`), so that the
+stop is not held by it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from typing import Any, Protocol
+from collections.abc import Awaitable
+from typing import Any, Protocol, TypeVar
 
 import structlog
 
@@ -39,6 +44,7 @@ from llmd.routing.breaker import BreakerState
 from llmd.state import DaemonState
 
 log = structlog.get_logger("llmd.daemon.actions")
+T = TypeVar("T")
 
 RESTART = "restart"
 SHUTDOWN = "shutdown"
@@ -78,6 +84,8 @@ class OperatorActions:
         self._deadline: asyncio.Task[int] | None = None
         # The on-demand engines' swap groups (`llmd wake`, `llmd sleep`); set by the daemon.
         self.swapping: Swapping | None = None
+        # Set when llmd begins to stop: what an action waits for ends then.
+        self._stopping = asyncio.Event()
 
     def drain(
         self,
@@ -144,7 +152,8 @@ class OperatorActions:
         reload added starts, one it removed stops, one that gave up boots again. An engine
         asleep on demand is not woken: its next wake boots a fresh process of its table
         (`boots_on_wake` names those). Refused while a restart or a shutdown is under way, and
-        for an upstream (ActionRefused)."""
+        for an upstream (ActionRefused); ended with ActionRefused when llmd begins to stop
+        meanwhile (`unless_stopping`)."""
         self._refuse_during("restart", RESTART, SHUTDOWN)
         if engine in self.state.fleet.upstreams:
             log.warning("action_refused", action="restart", reason="an upstream", engine=engine)
@@ -156,10 +165,8 @@ class OperatorActions:
             self._check_engine(engine)
         self.under_way = RESTART
         try:
-            if engine is None:
-                result = await self._restart_all()
-            else:
-                result = await self._restart_one(engine)
+            work = self._restart_all() if engine is None else self._restart_one(engine)
+            result = await self.unless_stopping("restart", work)
         finally:
             if self.under_way == RESTART:
                 self.under_way = None
@@ -248,9 +255,31 @@ class OperatorActions:
 
     def begin_shutdown(self) -> None:
         """The daemon is stopping: admission closes for good, and every action but cancel is
-        refused from now on. A restart under way ends without admitting again."""
+        refused from now on. An action waiting (`unless_stopping`) ends now, refused; a
+        restart under way ends without admitting again."""
         self.under_way = SHUTDOWN
         self.state.draining = True
+        self._stopping.set()
+
+    async def unless_stopping(self, action: str, work: Awaitable[T]) -> T:
+        """`work`'s result, unless llmd begins to stop (`begin_shutdown`) before it ends: then
+        `work` is cancelled and ActionRefused (409) says that `action` ended because llmd is
+        stopping. Raises what `work` raises; cancelled, cancels `work`."""
+        task = asyncio.ensure_future(work)
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            if not task.done():
+                task.cancel()
+        if not self._stopping.is_set():
+            return task.result()
+        # llmd is stopping: whatever the work did, its end is the stop's (the engines stop).
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        log.warning("action_ended", action=action, reason="llmd is stopping")
+        raise ActionRefused(f"{action} ended: llmd is stopping")
 
     async def wait_drained(
         self, deadline_s: float, hurry: asyncio.Event | None = None, engine: str | None = None

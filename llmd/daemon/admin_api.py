@@ -141,7 +141,8 @@ class AdminApp:
 
     async def _deploy(self, path: str, body: dict[str, Any]) -> Any:
         """Start a deploy or a rollback (ActionRefused, 409, carries a release error's reason);
-        with `wait`, its snapshot once it ended."""
+        with `wait`, its snapshot once it ended (ActionRefused when llmd begins to stop
+        first)."""
         engine = _engine(body)
         try:
             if path == "/rollback":
@@ -161,7 +162,9 @@ class AdminApp:
         except ReleaseError as exc:
             raise ActionRefused(f"{path[1:]} refused: {exc}") from exc
         if body.get("wait"):
-            return await self.deployer.wait(snapshot["engine"])
+            # Ends at once, refused, when llmd begins to stop (the deploy is cut then).
+            waited = self.deployer.wait(snapshot["engine"])
+            return await self.actions.unless_stopping(path[1:], waited)
         return snapshot
 
 

@@ -187,6 +187,8 @@ class Daemon:
         self.paths.create()
         check_writable(self.state_dir)
         self._lock = self.paths.claim()
+        # A deploy the last llmd left open (killed mid-deploy) ends `interrupted` in the history.
+        self.deployer.close_interrupted()
         loop = asyncio.get_running_loop()
         for sig in _SIGNALS:
             loop.add_signal_handler(sig, self._signals.put_nowait, sig)

@@ -50,7 +50,8 @@ class GcReport:
 
 def protected(history: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     """Release name -> why the history protects it, from the deploy events in order (the
-    state machine's `promoted`, `rolled_back`, `failed` and `deploy_started` lines)."""
+    state machine's `promoted`, `rolled_back`, `failed` and `deploy_started` lines; an
+    `interrupted` deploy is no longer in progress: its old release is the current one)."""
     current: dict[str, str] = {}
     previous: dict[str, str] = {}
     open_deploys: dict[str, tuple[str, str]] = {}
@@ -74,6 +75,8 @@ def protected(history: Iterable[Mapping[str, Any]]) -> dict[str, str]:
         elif kind == "failed" and isinstance(old, str):
             open_deploys.pop(engine, None)
             failed[engine] = (old, new)
+        elif kind == "interrupted":
+            open_deploys.pop(engine, None)
     reasons: dict[str, str] = {}
     for engine, (old, new) in sorted(failed.items()):
         reasons.setdefault(old, f"in the failed deploy on engine {engine}")

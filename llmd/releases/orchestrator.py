@@ -13,6 +13,9 @@ and appends each step to the history file.
   raises ends the deploy `failed`; both are recorded with the error.
 - A promoted canary whose engine does not boot the new release shows as `adopting` until the
   engine serves it.
+- A deploy that llmd's stop cuts ends `interrupted` in the history (the engine boots its
+  current release, the old one, at the next start); one a killed llmd left open is closed so
+  when the next llmd starts (`close_interrupted`).
 """
 
 from __future__ import annotations
@@ -53,13 +56,17 @@ from llmd.releases.deploy_events import (
     StopEngine,
     Strategy,
 )
-from llmd.releases.position import positions, running_release
+from llmd.releases.position import open_deploys, positions, running_release
 from llmd.releases.preflight import check_deployable
 from llmd.releases.restore import ENDED, table_digest
 from llmd.releases.steps import DeployHost, boot, drained, hold, smoke
 from llmd.releases.store import ReleaseStore
 
 log = structlog.get_logger("llmd.releases")
+
+
+_STOPPED = "llmd stopped during the deploy; the engine boots its current release at the next start"
+_LEFT_OPEN = "found open at start-up: the llmd that ran it stopped without closing it"
 
 
 class Deployer:
@@ -87,6 +94,21 @@ class Deployer:
             if name in self.host.state.fleet.engines:
                 position = running_release(name, supervisor.engine, releases, history)
                 self.host.state.fleet.engines[name].release = position.current
+
+    def close_interrupted(self) -> None:
+        """Close in the history each deploy an earlier llmd left open (it was killed, or its
+        stop could not write): an `interrupted` line, logged `deploy_interrupted`. At start-up,
+        before any deploy; a store that cannot be read or written is logged and left."""
+        try:
+            history, _ = self.store.history()
+            for began in open_deploys(history).values():
+                kept = ("deploy", "engine", "strategy", "old", "new")
+                line: dict[str, Any] = {key: began[key] for key in kept if key in began}
+                line |= {"event": "interrupted", "reason": _LEFT_OPEN}
+                self.store.append_history(line)
+                log.warning("deploy_interrupted", **{k: v for k, v in line.items() if k != "event"})
+        except ReleaseError as exc:
+            log.warning("releases_unreadable", error=str(exc))
 
     def deploy(
         self,
@@ -151,7 +173,8 @@ class Deployer:
         return self.host.state.deploys.get(name, {})
 
     async def stop(self) -> None:
-        """Cancel the deploys under way (llmd is stopping)."""
+        """Cancel the deploys under way (llmd is stopping); each ends `interrupted` in the
+        history and the status."""
         for task in self._runs.values():
             task.cancel()
         if self._runs:
@@ -210,6 +233,11 @@ class Deployer:
                 await self._execute(state, actions, events, work)
         except Exception as exc:  # recorded as the deploy's failure
             await self._crashed(state, exc)
+        except asyncio.CancelledError:  # llmd is stopping (`stop`)
+            if not state.done:
+                self._mark(state, "interrupted", _STOPPED)
+                await self._record(state.plan.history_line("interrupted", reason=_STOPPED))
+            raise
         finally:
             for task in work:
                 task.cancel()

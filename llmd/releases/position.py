@@ -12,6 +12,11 @@ from llmd.config import EngineConfig
 from llmd.errors import ReleaseError
 from llmd.releases.record import Release, engine_table, secret_digest
 
+# The history lines that end a deploy (`deploy_started` begins one): the state machine's
+# `promoted`, `rolled_back` and `failed`, and `interrupted`, a deploy that llmd's stop cut
+# (written as it stops, or at the next start for one a killed llmd left open).
+CLOSING = ("promoted", "rolled_back", "failed", "interrupted")
+
 
 @dataclasses.dataclass(frozen=True)
 class Position:
@@ -35,6 +40,21 @@ def positions(history: Iterable[Mapping[str, Any]]) -> dict[str, Position]:
             found[engine] = Position(current=new, previous=old)
         elif event.get("event") == "rolled_back":
             found[engine] = Position(current=old, previous=found.get(engine, Position()).previous)
+    return found
+
+
+def open_deploys(history: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Engine name -> the `deploy_started` line of its deploy that no `CLOSING` line ended,
+    from `history` (oldest first)."""
+    found: dict[str, dict[str, Any]] = {}
+    for event in history:
+        engine = event.get("engine")
+        if not isinstance(engine, str):
+            continue
+        if event.get("event") == "deploy_started":
+            found[engine] = dict(event)
+        elif event.get("event") in CLOSING:
+            found.pop(engine, None)
     return found
 
 

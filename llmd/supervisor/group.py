@@ -55,11 +55,13 @@ def wait_gone(processes: list[psutil.Process], timeout_s: float) -> list[psutil.
 
 def stop_members(pgid: int, timeout_s: float, exclude: int | None = None) -> list[int]:
     """Stop what is left of group `pgid` but `exclude` (the leader, when the caller reaps it):
-    SIGTERM, SIGKILL after `timeout_s`, then wait up to 10 s more. The PIDs that were found."""
+    SIGTERM and SIGCONT, SIGKILL after `timeout_s`, then wait up to 10 s more. The PIDs that
+    were found."""
     found = members(pgid, exclude)
     if not found:
         return []
     signal_group(pgid, signal.SIGTERM)
+    signal_group(pgid, signal.SIGCONT)  # a stopped member acts on its SIGTERM (systemd's order)
     alive = wait_gone(found, timeout_s)
     for _ in range(3):  # a member may have forked while it was being stopped
         if not alive:

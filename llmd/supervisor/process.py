@@ -142,8 +142,9 @@ class EngineProcess:
         signal_group(self.pgid, signal.SIGSTOP if paused else signal.SIGCONT)
 
     async def stop_group(self, timeout_s: float) -> None:
-        """SIGTERM the group, SIGKILL it after `timeout_s`, reap the leader, empty its internal
-        sockets' directory.
+        """SIGTERM the group (then SIGCONT, so that a stopped process acts on it: systemd's
+        order), SIGKILL it after `timeout_s`, reap the leader, empty its internal sockets'
+        directory.
 
         Returns when no live process of the group is left (the leader reaped, orphans gone).
         Callers at once (a stop during a restart) share one stop: the first one's timeout holds,
@@ -155,10 +156,12 @@ class EngineProcess:
 
     async def _stop_group(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
+        # SIGCONT right after SIGTERM, always (systemd's KillMode does the same): a stopped
+        # process takes its SIGTERM only once it goes on, whoever stopped it (the device pause,
+        # or an operator's or a debugger's SIGSTOP), so that its stop is not the full timeout.
         signal_group(self.pgid, signal.SIGTERM)
-        if self.paused:  # a stopped process takes its SIGTERM once it goes on
-            self.paused = False
-            signal_group(self.pgid, signal.SIGCONT)
+        signal_group(self.pgid, signal.SIGCONT)
+        self.paused = False
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.proc.wait(), timeout_s)  # the leader: asyncio reaps it
         # The rest of the group (vLLM's engine core and workers; orphans of a leader that died

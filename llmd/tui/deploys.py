@@ -9,7 +9,8 @@ from rich.text import Text
 
 Deploy = dict[str, Any]  # one item of the snapshot's `deploys`
 
-ENDED = frozenset({"promoted", "rolled_back", "failed"})
+# The phases of an ended deploy; `interrupted`: llmd's stop cut it (llmd/releases/orchestrator.py).
+ENDED = frozenset({"promoted", "rolled_back", "failed", "interrupted"})
 
 
 def in_progress(deploy: Deploy) -> bool:

@@ -4,8 +4,12 @@ for them: no daemon 69 (EX_UNAVAILABLE), a socket this user may not open 77 (EX_
 from __future__ import annotations
 
 import asyncio
+import http.server
+import json
 import os
 import socket
+import socketserver
+import threading
 from pathlib import Path
 
 import pytest
@@ -83,6 +87,22 @@ def test_a_socket_that_answers_nothing_in_time_says_so(runtime_dir: Path) -> Non
     )
 
 
+def test_a_change_that_times_out_may_still_take_effect(runtime_dir: Path) -> None:
+    """A POST not answered in time (a stopped llmd that goes on acts on it later): the message
+    says the request may still take effect and to look before trying again."""
+    path = runtime_dir / "admin.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as mute:
+        mute.bind(str(path))
+        mute.listen()
+        with pytest.raises(AdminUnreachable) as caught:
+            asyncio.run(admin_request(path, "POST", "/drain", {}, timeout_s=0.3))
+    assert str(caught.value) == (
+        f"llmd on {path} did not answer POST /drain within 0.3 s: it may be busy or stuck; "
+        "the request may still take effect: see `llmd status` before trying again, or see "
+        "systemctl status llmd"
+    )
+
+
 def test_a_connection_closed_mid_call_says_llmd_may_have_stopped(runtime_dir: Path) -> None:
     """A daemon that closes the connection before answering (it died during the call)."""
     path = runtime_dir / "admin.sock"
@@ -136,3 +156,52 @@ def test_a_socket_this_user_may_not_open_exits_77(runtime_dir: Path) -> None:
     assert message.startswith(f"forbidden: this user may not open {path} (permission denied): ")
     assert "run as root or as a member of its group (" in message
     assert code == "77"
+
+
+class _StoppingDaemon(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    """An admin socket that takes a drain, answers one status with a request in flight, and
+    then goes away (llmd stopping)."""
+
+    daemon_threads = True
+
+
+class _Answer(http.server.BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        self._json({"in_flight": 1, "queued": 0, "draining": True})
+
+    def do_GET(self) -> None:
+        self._json({"in_flight": 1, "queued": 0, "draining": True})
+        assert isinstance(self.server, _StoppingDaemon)
+        threading.Thread(target=self.server.shutdown).start()
+        os.unlink(self.server.server_address)  # type: ignore[arg-type]
+
+    def _json(self, payload: dict[str, object]) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def address_string(self) -> str:
+        return "llmd"
+
+
+def test_drain_wait_says_llmd_stopped_when_it_goes_away_meanwhile(
+    runtime_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`llmd drain --wait` while llmd stops (its socket goes away between two looks): one line
+    saying llmd stopped during the drain, exit 69, not 'is it running?'."""
+    server = _StoppingDaemon(str(runtime_dir / "admin.sock"), _Answer)
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    try:
+        code, err = _exit_of(["drain", "--wait", "--runtime-dir", str(runtime_dir)], capsys)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert code == 69
+    assert err == "llmd: llmd stopped during the drain; see systemctl status llmd\n"

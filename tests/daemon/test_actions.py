@@ -17,7 +17,7 @@ import pytest
 from llmd.tui.app import TopApp
 from llmd.tui.client import DaemonClient
 from tests.support.cli import llmd_verb
-from tests.support.llmd_process import LlmdProcess
+from tests.support.llmd_process import LlmdProcess, short_tmpdir
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
 from tests.support.streams import SLOW, STREAM, Stream
@@ -127,6 +127,32 @@ def test_resume_during_a_sigterm_drain_is_refused() -> None:
     assert drained.returncode == 1 and "shutting down" in drained.stderr
     assert ready.status_code == 503 and refused.json()["error"]["code"] == "draining"
     assert stream.last_event()["choices"][0]["finish_reason"] == "length"
+
+
+def test_sigterm_ends_a_restart_waiting_for_its_engine_at_once() -> None:
+    """SIGTERM while `llmd restart` waits for a new engine that boots for 60 s: the restart is
+    answered at once that llmd is stopping (exit 1, not a 500 nor 'engine restarted'), and
+    llmd stops cleanly (status 0, no cancelled request in its log) well before that boot."""
+    workdir = short_tmpdir("llmd-stop-")
+    model = ensure_tiny_model()
+    process = LlmdProcess.start(sim_config(model), workdir=workdir)
+    try:
+        process.wait_ready(timeout_s=60)
+        (workdir / "llmd.toml").write_text(sim_config(model, ("--fault-boot-delay", "60")))
+        assert "llmd restart" in llmd_verb(process, "reload").stdout
+        before = engine(process)["pid"]
+        restart = Restart(process)
+        restart.start()
+        assert wait_for(lambda: engine(process)["pid"] not in (before, None), timeout_s=30)
+        process.process.send_signal(signal.SIGTERM)
+        restart.join(60)
+        assert process.process.wait(timeout=50) == 0, process.log_tail()
+    finally:
+        process.stop()
+    assert restart.result is not None and restart.result.returncode == 1, restart.result
+    assert "restart ended: llmd is stopping" in restart.result.stderr, restart.result
+    log = process.log_path.read_text()
+    assert "CancelledError" not in log and "Exception in ASGI" not in log, log[-3000:]
 
 
 def test_a_restart_keeps_the_operators_drain_deadline(llmd: LlmdProcess) -> None:

@@ -6,11 +6,13 @@ from __future__ import annotations
 import dataclasses
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from llmd.releases.gc import plan_gc, protected, run_gc
 from llmd.releases.model_files import ModelFiles
+from llmd.releases.orchestrator import Deployer
 from llmd.releases.record import Release
+from llmd.releases.steps import DeployHost
 from llmd.releases.store import ReleaseStore, create_release
 from tests.releases.conftest import NoNvml, engine
 
@@ -62,6 +64,33 @@ def test_deploys_in_progress_or_failed_protect_both_releases() -> None:
         "x": "in the failed deploy on engine side",
         "y": "in the failed deploy on engine side",
     }
+
+
+def test_an_interrupted_deploy_is_no_longer_in_progress() -> None:
+    """A deploy that llmd's stop cut (`interrupted`) protects neither release as in progress."""
+    history = deploy("main", "a", "b", "deploy_started", "drained", "interrupted")
+    assert protected(history) == {}
+
+
+def test_a_deploy_left_open_is_closed_interrupted_at_start_up(tmp_path: Path) -> None:
+    """A deploy a killed llmd left open gets one `interrupted` line, with its identity, when
+    the next llmd starts; deploys that ended, and a second start, add nothing."""
+    store = ReleaseStore(tmp_path)
+    lines = [
+        {"deploy": "d1", "strategy": "replace", "engine": "main", "old": "a", "new": "b"},
+        {"deploy": "d2", "strategy": "canary", "engine": "side", "old": "x", "new": "y"},
+    ]
+    ended = (("deploy_started", "drained"), ("deploy_started", "failed"))
+    for line, events in zip(lines, ended, strict=True):
+        for event in events:
+            store.append_history({**line, "event": event})
+    deployer = Deployer(cast(DeployHost, None), store)
+    deployer.close_interrupted()
+    deployer.close_interrupted()
+    history, _ = store.history()
+    assert [(h["engine"], h["event"]) for h in history[4:]] == [("main", "interrupted")]
+    assert {k: history[4][k] for k in lines[0]} == lines[0]
+    assert not any("in progress" in why for why in protected(history).values())
 
 
 def test_gc_keeps_the_newest_and_the_protected_and_says_why(

@@ -5,6 +5,7 @@ traffic and the old one serves again, the status, /metrics and the history say w
 from __future__ import annotations
 
 import functools
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -170,6 +171,39 @@ def test_rollback_aborts_a_deploy_under_way(served: Served, tiny_model_dir: Path
     assert deploying.returncode == 1 and "rolled_back on engine main; r1 serves" in out
     assert served.release_of_main() == "r1"
     assert '"event": "deploy_rolled_back"' in served.llmd.log_path.read_text()
+
+
+def test_a_deploy_cut_by_sigterm_ends_at_once_and_is_closed_in_the_history(
+    served: Served, tiny_model_dir: Path
+) -> None:
+    """SIGTERM while a slow release boots: `llmd deploy` (waiting) is answered at once with
+    'llmd is stopping' (exit 1, no 500), llmd stops cleanly well before the release's 60 s
+    boot, the history closes the deploy `interrupted`, and gc no longer calls it in progress."""
+    served.release("slow", tiny_model_dir, "--fault-boot-delay", "60")
+    command = [sys.executable, "-m", "llmd.cli", "deploy", "slow", "--runtime-dir"]
+    deploying = subprocess.Popen(
+        [*command, str(served.llmd.runtime_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    def phase() -> str | None:
+        deploys = served.llmd.admin_status()["deploys"]
+        return deploys[0]["phase"] if deploys else None
+
+    assert wait_for(lambda: phase() == "booting_new", 30), served.llmd.log_tail()
+    served.llmd.process.send_signal(signal.SIGTERM)
+    out, err = deploying.communicate(timeout=120)
+    assert served.llmd.process.wait(timeout=50) == 0, served.llmd.log_tail()
+    assert deploying.returncode == 1 and "deploy ended: llmd is stopping" in err, out + err
+    log = served.llmd.log_path.read_text()
+    assert "CancelledError" not in log and "Exception in ASGI" not in log, log[-3000:]
+    history, _ = served.store.history()
+    assert [h["event"] for h in history][-1] == "interrupted", history
+    assert history[-1]["new"] == "slow" and history[-1]["old"] == "r1"
+    gc = run_llmd("release", "gc", "--dry-run", "--state-dir", str(served.store.state_dir))
+    assert gc.returncode == 0 and "in progress" not in gc.stdout, gc.stdout
 
 
 def test_a_restart_and_a_reload_keep_the_release_an_edited_file_brings_its_table(

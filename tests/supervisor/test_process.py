@@ -136,6 +136,18 @@ async def test_pause_stops_the_whole_group_and_a_paused_group_still_stops(tmp_pa
     assert process.proc.returncode == -signal.SIGTERM and group_members(process.pgid) == []
 
 
+async def test_a_group_someone_else_stopped_ends_at_sigterm(tmp_path: Path) -> None:
+    """A group stopped by a SIGSTOP llmd did not send (an operator's, a debugger's) still ends
+    at stop_group's SIGTERM, followed by SIGCONT, not at the SIGKILL after the timeout."""
+    launch = EngineLaunch(("sh", "-c", "sleep 60 & wait"), {}, tmp_path / "engine.sock")
+    process = await EngineProcess.spawn(launch, lambda level, line: None)
+    assert await asyncio.to_thread(wait_for, lambda: len(group_members(process.pgid)) == 2, 10)
+    os.killpg(process.pgid, signal.SIGSTOP)
+    assert await asyncio.to_thread(wait_for, lambda: process_states(process.pgid) == {"T"}, 10)
+    await process.stop_group(timeout_s=30.0)
+    assert process.proc.returncode == -signal.SIGTERM and group_members(process.pgid) == []
+
+
 # An engine as vLLM leaves its internal sockets: it says what its VLLM_RPC_BASE_PATH holds at
 # start, binds a Unix socket there, and writes one more file there as SIGTERM ends it.
 RPC_ENGINE = """

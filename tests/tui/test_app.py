@@ -11,6 +11,7 @@ from textual.app import ComposeResult
 import llmd.tui.app
 from llmd.tui.app import TopApp
 from llmd.tui.cli import _parser
+from llmd.tui.deploys import in_progress
 from llmd.tui.engines import EngineTable
 from llmd.tui.link import changes
 from llmd.tui.screens import ConfirmScreen
@@ -402,6 +403,11 @@ async def test_a_without_a_deploy_in_progress_does_nothing() -> None:
         await until(pilot, lambda: app.snapshot is not None)
         await pilot.press("a", "y")
         assert daemon.calls == []
+
+
+def test_a_deploy_cut_by_llmds_stop_is_not_in_progress() -> None:
+    """A deploy `interrupted` by llmd's stop has ended: `a` would have nothing to abort."""
+    assert not in_progress({"phase": "interrupted"}) and in_progress({"phase": "booting_new"})
 
 
 async def test_the_endpoints_panel_follows_the_snapshots() -> None:
