@@ -205,15 +205,21 @@ def test_runs_of_events_read_as_one_event_at_a_time(data: list[bytes], cuts: lis
     one_by_one = OpenAIAnswer(expected)
     for d in data:
         one_by_one.event(d)
+    exchange, answer = read_in_pieces(stream, cuts)
+    assert what_was_read(exchange) == what_was_read(expected)
+    assert answer.done == any(d.startswith(b"[DONE]") for d in data)
+    assert answer.between_events
+
+
+def read_in_pieces(stream: bytes, cuts: list[int]) -> tuple[Exchange, OpenAIAnswer]:
+    """`stream` fed to a fresh reader in pieces cut at `cuts` (byte offsets, any order)."""
     exchange = Exchange("r", stream=True)
     answer = OpenAIAnswer(exchange)
     points = sorted({min(cut, len(stream)) for cut in cuts})
     for a, b in zip([0, *points], [*points, len(stream)], strict=True):
         if b > a:
             answer.feed(stream[a:b])
-    assert what_was_read(exchange) == what_was_read(expected)
-    assert answer.done == any(d.startswith(b"[DONE]") for d in data)
-    assert answer.between_events
+    return exchange, answer
 
 
 def what_was_read(exchange: Exchange) -> tuple[int, str | None, bool]:

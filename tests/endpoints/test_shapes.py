@@ -11,7 +11,7 @@ from llmd.endpoints.dialects import OpenAIAnswer
 from llmd.endpoints.events import EventStream
 from llmd.endpoints.shapes import TokenShape
 from llmd.inflight import Exchange
-from tests.endpoints.test_events import RUN_DATA, what_was_read
+from tests.endpoints.test_events import RUN_DATA, read_in_pieces, what_was_read
 
 # Token events as vLLM 0.32 lays them out (one choice of several included), less the text.
 SHAPES = [
@@ -78,13 +78,7 @@ def test_token_events_cut_anywhere_read_as_one_event_at_a_time(
     data: list[bytes], cuts: list[int]
 ) -> None:
     """The same events cut at any byte read as the reference reads them."""
-    stream = b"".join(b"data: " + d + b"\n\n" for d in data)
-    exchange = Exchange("r", stream=True)
-    answer = OpenAIAnswer(exchange)
-    points = sorted({min(cut, len(stream)) for cut in cuts})
-    for a, b in zip([0, *points], [*points, len(stream)], strict=True):
-        if b > a:
-            answer.feed(stream[a:b])
+    exchange, answer = read_in_pieces(b"".join(b"data: " + d + b"\n\n" for d in data), cuts)
     expected, done = read_one_by_one(data)
     assert what_was_read(exchange) == what_was_read(expected)
     assert answer.done == done
