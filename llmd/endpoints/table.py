@@ -185,9 +185,14 @@ def label_of(path: str) -> str:
 
 
 def dialect_of(path: str) -> Dialect:
-    """The dialect of a request at `path` (its errors' shape): its entry's, OpenAI's for a
-    path no entry has."""
-    return next((e.dialect for e in ENDPOINTS if path in e.paths), OPENAI)
+    """The dialect of a request at `path` (its errors' shape): its entry's; for a path no
+    entry has, that of the longest entry path it lies under (`/v1/messages/` is Anthropic's),
+    else OpenAI's."""
+    exact = next((e.dialect for e in ENDPOINTS if path in e.paths), None)
+    if exact is not None:
+        return exact
+    under = [(p, e.dialect) for e in ENDPOINTS for p in e.paths if path.startswith(p + "/")]
+    return max(under, key=lambda pair: len(pair[0]))[1] if under else OPENAI
 
 
 def serving(endpoint: Endpoint, kinds: frozenset[EngineKind] | None) -> bool:

@@ -179,6 +179,9 @@ def build_app(state: DaemonState, store: ResponseStore | None = None) -> ProxyAp
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_exception, ApiError: _api_error},
     )
+    # A path with a trailing slash is an unknown route (404 in its dialect), not Starlette's
+    # 307 to a Location built from the client's Host header.
+    app.router.redirect_slashes = False
     # add_middleware puts each one outside those added before it.
     app.add_middleware(  # admission is read at each request: a reload may replace its tenants
         KeyRequired,

@@ -42,3 +42,12 @@ def test_each_entry_prices_what_the_engine_runs() -> None:
     windows = 60 // WINDOW_S
     assert transcription(minute, valid(0), None) == Cost(windows, windows * WHISPER_CONTEXT)
     assert transcription(minute, valid(0), 448).seats == 2
+
+
+def test_a_path_under_an_entry_takes_its_dialect() -> None:
+    """`/v1/messages/` (no route) answers in Anthropic's shape, `/v1/chat/completions/` OpenAI's."""
+    from llmd.endpoints.dialects import ANTHROPIC, OPENAI
+    from llmd.endpoints.table import dialect_of
+
+    assert dialect_of("/v1/messages/") is ANTHROPIC
+    assert dialect_of("/v1/chat/completions/") is OPENAI

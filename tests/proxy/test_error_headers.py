@@ -63,6 +63,18 @@ ERRORS: list[tuple[str, bytes, int, str]] = [
     ("no key", get(b"/v1/models", b"connection: close\r\n"), 401, "invalid_api_key"),
     ("no route", get(b"/v1/nothing", AUTH + b"connection: close\r\n"), 404, "not_found"),
     ("no route off /v1", get(b"/nothing", b"connection: close\r\n"), 404, "not_found"),
+    (
+        "trailing slash",
+        post(BODY).replace(b"/v1/chat/completions ", b"/v1/chat/completions/ ", 1),
+        404,
+        "not_found",
+    ),
+    (
+        "trailing slash embeddings",
+        post(BODY).replace(b"/v1/chat/completions ", b"/v1/embeddings/ ", 1),
+        404,
+        "not_found",
+    ),
     ("no model", post(json.dumps({**CHAT, "model": "nope"}).encode()), 404, "model_not_found"),
     (
         "wrong method",
