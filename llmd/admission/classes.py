@@ -40,7 +40,8 @@ _LABELS = {cls: cls.name.lower() for cls in CLASSES}
 def requested_class(header: bytes | None, default: Priority, highest: Priority) -> Priority:
     """The class for a request: the header's (else `default`), never above `highest`.
 
-    Raises InvalidRequest (400) for a header value that names no class.
+    Raises InvalidRequest (400, `param` the header) for a header value that names no class
+    (any case: `Priority.parse`).
     """
     chosen = default
     if header is not None:
@@ -49,6 +50,7 @@ def requested_class(header: bytes | None, default: Priority, highest: Priority) 
         except ValueError:
             raise InvalidRequest(
                 "header x-llmd-priority must be interactive, normal or batch, "
-                f"got {header_text(header)}"
+                f"got {header_text(header)}",
+                param=PRIORITY_HEADER.decode(),
             ) from None
     return max(chosen, highest)

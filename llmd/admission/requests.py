@@ -50,7 +50,8 @@ class Ticket:
 
 def read_deadline(headers: list[Any], arrived_at: float) -> float | None:
     """The request's deadline (monotonic s) from `x-llmd-deadline-ms`, counted from its
-    arrival at `arrived_at` (monotonic s), or None. Raises InvalidRequest (400)."""
+    arrival at `arrived_at` (monotonic s), or None. Raises InvalidRequest (400, `param` the
+    header)."""
     value = next((v for k, v in headers if k == DEADLINE_HEADER), None)
     if value is None:
         return None
@@ -58,6 +59,7 @@ def read_deadline(headers: list[Any], arrived_at: float) -> float | None:
     if ms is None or not 0 < ms <= 86_400_000:
         raise InvalidRequest(
             "header x-llmd-deadline-ms must be a whole number of ms in 1..86400000, "
-            f"got {header_text(value)}"
+            f"got {header_text(value)}",
+            param=DEADLINE_HEADER.decode(),
         )
     return arrived_at + ms / 1000

@@ -441,16 +441,20 @@ class Validator:
 
 
 def _policy(headers: list[Any], default: Policy) -> Policy:
-    """The context policy: the request's `x-llmd-context-policy` header, else the config's."""
+    """The context policy: the request's `x-llmd-context-policy` header (in any case, as
+    `x-llmd-priority` is read), else the config's. Raises InvalidRequest (400, `param` the
+    header) for another value."""
     for name, value in headers:
         if name == POLICY_HEADER:
-            if value == b"reject":
+            policy = value.strip().lower()
+            if policy == b"reject":
                 return "reject"
-            if value == b"clamp":
+            if policy == b"clamp":
                 return "clamp"
             raise InvalidRequest(
                 "header x-llmd-context-policy must be 'reject' or 'clamp', "
-                f"got {header_text(value)}"
+                f"got {header_text(value)}",
+                param=POLICY_HEADER.decode(),
             )
     return default
 

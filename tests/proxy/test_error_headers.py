@@ -198,3 +198,22 @@ def test_an_upgrade_without_a_body_is_served_as_http_1_1(llmd: LlmdProcess) -> N
     status_line, headers, body = exchange(llmd, get(b"/health", WEBSOCKET))
     assert status_line.split()[1] == b"200" and json.loads(body) == {"status": "ok"}
     assert dict(headers)["connection"] == "close"
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["x-llmd-priority", "x-llmd-deadline-ms", "x-llmd-context-policy"],
+)
+def test_a_bad_control_header_is_named_in_param(llmd: LlmdProcess, header: str) -> None:
+    """Every header error names its header in `param`, a bad value as a repeated one does."""
+    sent = {**KEYED, header: "nonsense"}
+    answer = httpx.post(f"{llmd.base_url}/v1/chat/completions", json=CHAT, headers=sent)
+    assert answer.status_code == 400
+    assert answer.json()["error"]["param"] == header
+
+
+def test_control_header_values_are_read_in_any_case(llmd: LlmdProcess) -> None:
+    """`x-llmd-context-policy: CLAMP` is taken as `INTERACTIVE` is for the priority."""
+    sent = {**KEYED, "x-llmd-priority": "INTERACTIVE", "x-llmd-context-policy": "CLAMP"}
+    answer = httpx.post(f"{llmd.base_url}/v1/chat/completions", json=CHAT, headers=sent)
+    assert answer.status_code == 200, answer.text
