@@ -20,6 +20,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from llmd.config import ServerConfig
+from llmd.endpoints.dialects import ANTHROPIC
 from llmd.endpoints.store import ResponseStore
 from llmd.endpoints.table import by_path
 from llmd.errors import (
@@ -131,17 +132,24 @@ def build_app(state: DaemonState, store: ResponseStore | None = None) -> ProxyAp
 
     async def model(request: Request) -> Response:
         """One model's card, as in `/v1/models` (vLLM has only the list; the openai client's
-        `models.retrieve` asks for this). 404 `model_not_found` for a model llmd does not
-        serve; 503 while llmd drains."""
+        `models.retrieve` asks for this), in Anthropic's shape when the request has an
+        `anthropic-version` header, as the list is (the anthropic client's
+        `models.retrieve`). 404 `model_not_found` for a model llmd does not serve (in the same
+        shape); 503 while llmd drains."""
         model_id = request.path_params["model"]
+        anthropic = "anthropic-version" in request.headers
+        dialect = ANTHROPIC if anthropic else None
         error = state.unavailable()
         if error is not None:
-            return ErrorResponse(error, [NOT_QUEUED])
+            return ErrorResponse(error, [NOT_QUEUED], dialect)
         served = list(state.admission.capacity.models())
         if model_id not in served:
             names = state.engine.api.names_models_when_not_found
-            return ErrorResponse(ModelNotFound(model_id, served, names), [NOT_QUEUED])
-        return JSONResponse(state.fleet.card(model_id), headers={"x-llmd-queue-ms": "0"})
+            return ErrorResponse(ModelNotFound(model_id, served, names), [NOT_QUEUED], dialect)
+        card = state.fleet.card(model_id)
+        if anthropic:
+            card = anthropic_models([card])["data"][0]
+        return JSONResponse(card, headers={"x-llmd-queue-ms": "0"})
 
     async def metrics(request: Request) -> Response:
         # With keys configured, /metrics names tenants and their traffic: only a key whose

@@ -48,16 +48,22 @@ async def send_error(
 
 class ErrorResponse(Response):
     """`error` as a Starlette response, for the app's exception handlers and `/ready`: written
-    by `send_error` like every other error llmd answers, in the dialect of the request's
-    path."""
+    by `send_error` like every other error llmd answers, in `dialect` (None: that of the
+    request's path)."""
 
-    def __init__(self, error: ApiError, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    def __init__(
+        self,
+        error: ApiError,
+        headers: list[tuple[bytes, bytes]] | None = None,
+        dialect: Dialect | None = None,
+    ) -> None:
         super().__init__(status_code=error.status)
         self.error = error
         self.extra = headers
+        self.dialect = dialect
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        dialect = dialect_of(scope.get("path", ""))
+        dialect = self.dialect or dialect_of(scope.get("path", ""))
         await send_error(send, self.error, self.extra or (), dialect)
 
 

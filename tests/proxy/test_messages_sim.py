@@ -407,3 +407,15 @@ def test_count_tokens_is_answered_while_the_engine_is_down() -> None:
             timeout=30,
         )
         assert down.status_code == 503 and down.json()["error"]["type"] == "overloaded_error"
+
+
+def test_the_anthropic_client_retrieves_a_model_card_and_its_404(llmd: LlmdProcess) -> None:
+    """`models.retrieve` of the anthropic client gets Anthropic's card (type, display_name,
+    created_at), and an Anthropic-shaped 404 for a model llmd does not serve."""
+    card = client(llmd).models.retrieve("tiny")
+    assert (card.type, card.id, card.display_name) == ("model", "tiny", "tiny")
+    assert card.created_at is not None
+    with pytest.raises(anthropic.NotFoundError) as raised:
+        client(llmd).models.retrieve("nope")
+    assert raised.value.body["type"] == "error"  # type: ignore[index]
+    assert raised.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
