@@ -201,3 +201,54 @@ def as_items(value: object) -> list[dict[str, Any]]:
         return input_items(value)
     except InputError as exc:
         raise InvalidRequest(exc.message, param=exc.param) from None
+
+
+# OpenAI's `GET /v1/responses/{id}/input_items`: `limit` 1..100, 20 by default; newest first.
+INPUT_ITEMS_LIMIT = (1, 100, 20)
+
+
+def input_items_page(
+    context: list[dict[str, Any]], response_id: str, query: dict[str, str]
+) -> dict[str, Any]:
+    """OpenAI's list of a stored response's input items (`context`: what it answered, the
+    turns it continued included) as `GET /v1/responses/{id}/input_items` answers: `object`
+    "list", `data`, `first_id`, `last_id`, `has_more`; `query` gives `order` (`asc` or
+    `desc`, the default), `limit` (`INPUT_ITEMS_LIMIT`) and `after` (an item id). An item
+    without an id gets `{response_id}_input_{n}` (n its place in the input; stable from one
+    call to the next), a message its `type` and its string content as one `input_text`
+    part. Raises InvalidRequest (400, `param` the field) for a bad query value."""
+    order = query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise InvalidRequest("order must be 'asc' or 'desc'", param="order")
+    low, high, default = INPUT_ITEMS_LIMIT
+    limit_text = query.get("limit", str(default))
+    if not limit_text.isdigit() or not low <= int(limit_text) <= high:
+        raise InvalidRequest(f"limit must be a whole number in {low}..{high}", param="limit")
+    items = [_listed(item, f"{response_id}_input_{n}") for n, item in enumerate(context)]
+    if order == "desc":
+        items.reverse()
+    after = query.get("after")
+    if after is not None:
+        at = next((n for n, item in enumerate(items) if item["id"] == after), None)
+        if at is None:
+            raise InvalidRequest(f"no input item {after} in response {response_id}", param="after")
+        items = items[at + 1 :]
+    page = items[: int(limit_text)]
+    return {
+        "object": "list",
+        "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": len(items) > len(page),
+    }
+
+
+def _listed(item: dict[str, Any], fallback_id: str) -> dict[str, Any]:
+    """`item` as the input items list shows it (see `input_items_page`)."""
+    listed = {"id": fallback_id, **item} if "id" not in item else dict(item)
+    if "role" in listed and "type" not in listed:
+        listed["type"] = "message"
+    if isinstance(listed.get("content"), str):
+        part = "output_text" if listed.get("role") == "assistant" else "input_text"
+        listed["content"] = [{"type": part, "text": listed["content"]}]
+    return listed

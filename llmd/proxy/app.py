@@ -175,6 +175,7 @@ def build_app(state: DaemonState, store: ResponseStore | None = None) -> ProxyAp
         Route("/v1/responses/{response_id}", stored.retrieve, methods=["GET"]),
         Route("/v1/responses/{response_id}", stored.delete, methods=["DELETE"]),
         Route("/v1/responses/{response_id}/cancel", stored.cancel, methods=["POST"]),
+        Route("/v1/responses/{response_id}/input_items", stored.input_items, methods=["GET"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/v1/models/{model:path}", model, methods=["GET"]),
         Route("/health", health, methods=["GET"]),

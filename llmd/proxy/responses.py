@@ -27,7 +27,7 @@ from starlette.types import Receive, Scope, Send
 
 from llmd.admission.tenants import Tenant
 from llmd.endpoints.dialects import Dialect
-from llmd.endpoints.responses import as_items, continued_input
+from llmd.endpoints.responses import as_items, continued_input, input_items_page
 from llmd.endpoints.responses_stream import ResponsesAnswer
 from llmd.endpoints.store import ResponseStore
 from llmd.endpoints.table import Answer, Endpoint
@@ -205,6 +205,17 @@ class StoredResponses:
         if stored is None:
             return _not_found(response_id)
         return JSONResponse(stored.response)
+
+    async def input_items(self, request: Request) -> Response:
+        """`GET /v1/responses/{id}/input_items`: the input items it answered, in OpenAI's list
+        shape (`input_items_page`: `order`, `limit`, `after` from the query). 404 when the
+        tenant has none of that id; 400 for a bad query value."""
+        tenant, response_id = self._whose(request)
+        stored = await self.store.get(tenant, response_id)
+        if stored is None:
+            return _not_found(response_id)
+        query = dict(request.query_params)
+        return JSONResponse(input_items_page(stored.context, response_id, query))
 
     async def delete(self, request: Request) -> Response:
         """`DELETE /v1/responses/{id}`: forgets it; 404 when the tenant has none of that id."""

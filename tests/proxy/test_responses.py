@@ -355,3 +355,28 @@ def test_a_stream_the_engine_ends_early_ends_with_the_error_event(
     last = answer.text.strip().split("\n\n")[-1]
     assert last.startswith("event: error\ndata: ")
     assert json.loads(last.split("data: ", 1)[1])["code"] == "engine_error"
+
+
+def test_input_items_are_listed_in_openai_s_shape_per_tenant(llmd: LlmdProcess) -> None:
+    """`responses.input_items.list`: the input a stored response answered (the turn it
+    continued included), newest first by default, paged by `limit` and `after`; another
+    tenant's is not found."""
+    api = client(llmd)
+    first = api.responses.create(model="tiny", input="My name is Ada.", max_output_tokens=2)
+    second = api.responses.create(
+        model="tiny", input="What is my name?", previous_response_id=first.id, max_output_tokens=2
+    )
+
+    def text(item: Any) -> str:
+        return str(item.content[0].text)
+
+    oldest = api.responses.input_items.list(second.id, order="asc")
+    assert text(oldest.data[0]) == "My name is Ada." and text(oldest.data[-1]) == "What is my name?"
+    newest = api.responses.input_items.list(second.id)
+    assert [i.id for i in newest.data] == [i.id for i in reversed(oldest.data)]
+    page = api.responses.input_items.list(second.id, order="asc", limit=1)
+    assert page.has_more and page.first_id == page.last_id == oldest.data[0].id
+    rest = api.responses.input_items.list(second.id, order="asc", after=page.data[0].id)
+    assert [i.id for i in rest.data] == [i.id for i in oldest.data[1:]] and not rest.has_more
+    with pytest.raises(openai.NotFoundError):
+        client(llmd, BOB).responses.input_items.list(second.id)
