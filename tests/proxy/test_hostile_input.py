@@ -362,9 +362,11 @@ def test_an_error_shows_what_the_client_sent_in_its_own_terms(
 ) -> None:
     """Error messages name JSON types and header text, never a Python type or bytes repr, and
     a bad `tools` is llmd's 400 on `tools`, not the engine's /tokenize error on `body.prompt`."""
+    sent = headers
     headers = {"content-type": "application/json", **headers}
     answer = client.post("/v1/chat/completions", content=content, headers=headers)
     error = assert_openai_error(answer, 400, "invalid_request")
     assert words in error["message"]
     assert "b'" not in error["message"] and "prompt" not in error["message"]
-    assert error["param"] == ("tools" if "tools" in content else None)
+    named = next(iter(sent), None)  # a header error names its header
+    assert error["param"] == ("tools" if "tools" in content else named)
