@@ -46,6 +46,10 @@ async def test_an_unchanged_snapshot_lays_nothing_out(monkeypatch: pytest.Monkey
     app = TopApp(daemon, interval_s=0.05)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.snapshot is not None)
+        # What the first snapshot set off (a layout deferred on a loaded machine: CI saw two)
+        # is done by the time two more refreshes have been shown.
+        settled = daemon.fetches + 2
+        await until(pilot, lambda: daemon.fetches >= settled)
         await pilot.pause()
         layouts: list[Any] = []
         redraws: list[Any] = []
