@@ -108,6 +108,10 @@ class LocalCounter:
         """Whether chat prompts can be rendered here (the tokenizer has a chat template)."""
         return self._template is not None
 
+    def _lane(self, long: bool) -> Lane:
+        """The lane for a long job (`long`), or for a short one."""
+        return self._long if long else self._short
+
     def close(self) -> None:
         """Release the lanes' threads once the jobs queued on them are done. A reload or a
         deploy may replace this counter while requests that took it have yet to ask for their
@@ -147,8 +151,7 @@ class LocalCounter:
         """`at_least` of `prompt` rendered here (a prompt `can_bound` accepts, that the engine
         counts): its tokens when it cannot fit `limit`, else None. On the short lane, or the
         long one (`long`). Raises InvalidRequest when the chat template refuses it."""
-        lane = self._long if long else self._short
-        return await lane.run(
+        return await self._lane(long).run(
             lambda tokenizer: self.at_least(self.render(prompt, tokenizer), limit)
         )
 
@@ -177,8 +180,7 @@ class LocalCounter:
         `at_least` gives it (more than `limit`). Raises InvalidRequest (naming the field) when
         the chat template or the tokenizer refuses the input.
         """
-        lane = self._long if long else self._short
-        return await lane.run(lambda tokenizer: self._count(tokenizer, prompt, limit))
+        return await self._lane(long).run(lambda tokenizer: self._count(tokenizer, prompt, limit))
 
     def count_inline(self, prompt: Renderable, limit: int | None = None) -> list[int] | None:
         """Prompt tokens per sequence on the calling thread (the event loop's), or None, at
@@ -211,15 +213,13 @@ class LocalCounter:
         """The token ids of `prompt`'s first text (a chat: its rendered template), as vLLM
         0.32's /tokenize gives them, however long (its /tokenize has no length limit), on the
         short lane or the long one (`long`). Raises InvalidRequest as `count`."""
-        lane = self._long if long else self._short
-        return await lane.run(lambda tokenizer: self._ids(tokenizer, prompt))
+        return await self._lane(long).run(lambda tokenizer: self._ids(tokenizer, prompt))
 
     async def detokenize(self, ids: list[int], *, long: bool = False) -> tuple[str, list[str]]:
         """The text of `ids` (`tokenizer.decode`, special tokens kept: vLLM 0.32's
         /detokenize, renderers/base.py `_detokenize_prompt`) and each id's token string
         (`convert_ids_to_tokens`, its /tokenize's `token_strs`), on the lane `long` names."""
-        lane = self._long if long else self._short
-        return await lane.run(lambda tokenizer: _decode(tokenizer, ids))
+        return await self._lane(long).run(lambda tokenizer: _decode(tokenizer, ids))
 
     def _ids(self, tokenizer: Any, prompt: Renderable) -> list[int]:
         if isinstance(prompt, TextPrompt):
