@@ -103,6 +103,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self._linger is not None:
             self._linger.close()
         super().connection_lost(exc)
+        cycle = self.cycle
+        if cycle is not None and cycle.disconnected and isinstance(cycle, EarlyAnswerCycle):
+            lost, cycle.on_lost = cycle.on_lost, None
+            if lost is not None:  # the relay's client has gone (llmd/proxy/departure.py)
+                lost()
 
     # -- the connection's end (llmd/proxy/teardown.py) ----------------------------------------
 

@@ -9,10 +9,10 @@ once and accounted; any other
 exception is a bug in llmd, answered 500 `internal_error` with the request id, logged once with
 its traceback and accounted as an error); a request's body takes its bytes, as they arrive, from
 admission's body budget (429 `queue_full` past it). `validate`, `admit` and `relay` run in
-one task raced against the client's `http.disconnect`, with the request live in the in-flight
-registry from its first byte of validation: a client that leaves while it waits for its
-tokenizer turn is never counted, one that leaves while queued never reaches a backend, and one
-that leaves mid-stream has its backend request closed, which is what makes vLLM abort the
+one task, cancelled when the client goes (llmd/proxy/departure.py), with the request live in
+the in-flight registry from its first byte of validation: a client that leaves while it waits
+for its tokenizer turn is never counted, one that leaves while queued never reaches a backend,
+and one that leaves mid-stream has its backend request closed, which is what makes vLLM abort the
 sequence (ENGINE.md); a drain waits for all of them. `route` picks the request's pool by its
 model; admission picks the backend in it; a backend that fails before the client has a byte is
 tried once more on another backend of the pool (llmd/routing/retry.py). The body's parsed
@@ -50,6 +50,7 @@ from llmd.proxy.body import (
     ClientGone,
 )
 from llmd.proxy.chunked import CYCLE_KEY, ChunkedBody
+from llmd.proxy.departure import Departure
 from llmd.proxy.intake import Arrival, Body, Intake, check_control_headers
 from llmd.proxy.middleware import BODY_SEND_KEY, NOT_QUEUED, REQUEST_ID_KEY
 from llmd.proxy.tracecontext import trace_context
@@ -141,7 +142,8 @@ class Relay:
         )
         writer = self.make_writer(send, exchange, scope)
         try:
-            await self.run(exchange, arrival, tenant, body, receive, writer)
+            departure = Departure(receive, scope.get(CYCLE_KEY))
+            await self.run(exchange, arrival, tenant, body, departure, writer)
         finally:
             body.release()
 
@@ -373,27 +375,37 @@ class Relay:
         arrival: Arrival,
         tenant: Tenant,
         body: Body,
-        receive: Receive,
+        departure: Departure,
         writer: ClientWriter,
     ) -> None:
         """Validate, admit and relay until done or until the client leaves, whichever comes
-        first. A client that leaves once it has its whole answer (a stream's `[DONE]`) while
-        the backend has not closed its side yet has not cancelled anything."""
+        first (`departure`: the connection's protocol cancels the work when the client goes,
+        with no task of its own; else a watcher task on `receive`). A client that leaves once
+        it has its whole answer (a stream's `[DONE]`) while the backend has not closed its
+        side yet has not cancelled anything."""
         work = asyncio.create_task(self._serve(exchange, arrival, tenant, body, writer))
         exchange.task = work
-        watcher = asyncio.create_task(_wait_disconnect(receive))
         self.state.inflight.add(exchange)
         try:
-            await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
-            if not work.done() and not exchange.answered:
-                exchange.client_gone = True  # the observer counts it, by phase
-                log.debug(
-                    "client_disconnected", request_id=exchange.request_id, phase=exchange.phase
-                )
+            if departure.by_protocol:
+                departure.watch(functools.partial(_client_gone, exchange, work))
+                try:
+                    await work  # its outcome is read below; cancelling this task cancels it
+                except asyncio.CancelledError:
+                    if _cancelling():  # this task itself was cancelled, not only the work
+                        raise
+                except Exception:  # the work's failure: logged below
+                    pass
+            else:
+                watcher = departure.watch(lambda: None)
+                assert watcher is not None
+                await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+                _client_gone(exchange, work)
         finally:
-            work.cancel()
-            watcher.cancel()
-            await asyncio.wait({work})
+            departure.stop()
+            if not work.done():
+                work.cancel()
+                await asyncio.wait({work})
             self.state.inflight.remove(exchange)
             exchange.ended_at = time.monotonic()
         if not work.cancelled() and (exc := work.exception()) is not None:
@@ -455,6 +467,17 @@ def _with_priority(payload: dict[str, Any], cls: Priority) -> bytes:
     return json.dumps({**payload, "priority": int(cls)}, separators=(",", ":")).encode()
 
 
-async def _wait_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
+def _cancelling() -> bool:
+    """Whether the running task has a cancellation asked of it (asyncio's `cancelling`)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def _client_gone(exchange: Exchange, work: asyncio.Task[None]) -> None:
+    """The client has gone (or, by `receive`, its response completed): `work` is cancelled,
+    and counted as a cancellation (by phase) unless it was done or its answer all sent."""
+    if not work.done():
+        if not exchange.answered:
+            exchange.client_gone = True  # the observer counts it, by phase
+            log.debug("client_disconnected", request_id=exchange.request_id, phase=exchange.phase)
+        work.cancel()

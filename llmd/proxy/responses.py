@@ -23,7 +23,7 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Scope, Send
 
 from llmd.admission.tenants import Tenant
 from llmd.endpoints.dialects import Dialect
@@ -34,6 +34,7 @@ from llmd.endpoints.table import Answer, Endpoint
 from llmd.engine.connection import Reply
 from llmd.errors import ApiError, EngineError, InvalidRequest, NotFound, RequestCancelled
 from llmd.inflight import Exchange
+from llmd.proxy.departure import Departure
 from llmd.proxy.intake import Arrival, Body
 from llmd.proxy.middleware import BODY_SEND_KEY, NOT_QUEUED
 from llmd.proxy.relay import Prepared, Relay
@@ -177,11 +178,11 @@ class ResponsesRelay(Relay):
         arrival: Arrival,
         tenant: Tenant,
         body: Body,
-        receive: Receive,
+        departure: Departure,
         writer: ClientWriter,
     ) -> None:
         try:
-            await super().run(exchange, arrival, tenant, body, receive, writer)
+            await super().run(exchange, arrival, tenant, body, departure, writer)
         finally:
             self.writers.pop(exchange, None)
             turn = writer.turn if isinstance(writer, ResponsesWriter) else None

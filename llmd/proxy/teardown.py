@@ -41,8 +41,11 @@ LINGER_S = 5.0
 class EarlyAnswerCycle(RequestResponseCycle):
     """uvicorn's request-response cycle whose answer, started before the parser has seen the
     end of the request's body, says `Connection: close` and closes the connection once sent
-    (uvicorn's `keep_alive`). Set as a cycle's class by llmd's protocol; nothing else
-    differs."""
+    (uvicorn's `keep_alive`). Set as a cycle's class by llmd's protocol. `on_lost`, when set
+    (llmd/proxy/departure.py), is called once the connection is lost before the response
+    completed."""
+
+    on_lost: Callable[[], None] | None = None
 
     async def send(self, message: ASGISendEvent) -> None:
         if self.more_body and not self.response_started:
