@@ -11,6 +11,7 @@ has gone (`LogStream`) drops the lines instead of ending the daemon.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -160,7 +161,7 @@ def configure_logging(config: LoggingConfig, stream: Any = None) -> None:
     renderer: Any = (
         structlog.dev.ConsoleRenderer(colors=stream.isatty())
         if console
-        else structlog.processors.JSONRenderer()
+        else structlog.processors.JSONRenderer(serializer=_json_line)
     )
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
@@ -176,7 +177,9 @@ def configure_logging(config: LoggingConfig, stream: Any = None) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(cast(TextIO, stream)),
+        # One write of the line and its newline, then a flush (PrintLogger's `print` writes
+        # the two apart): the same bytes.
+        logger_factory=structlog.WriteLoggerFactory(cast(TextIO, stream)),
         cache_logger_on_first_use=False,
     )
     root = logging.getLogger()
@@ -184,6 +187,51 @@ def configure_logging(config: LoggingConfig, stream: Any = None) -> None:
     root.setLevel(level)
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "aiohttp"):
         logging.getLogger(name).setLevel(max(level, logging.WARNING))
+
+
+class OncePerConfig:
+    """A structlog logger named `name`, bound once for each logging configuration in force
+    (`get()`), where `structlog.get_logger(name)` binds a new one at each call (llmd
+    configures structlog without caching: a reload or a test reconfigures it): about 3 µs
+    less a line, for the lines written per request. A new configuration (`configure_logging`,
+    structlog's own `configure` or `reset_defaults`) is seen at the next `get()`."""
+
+    __slots__ = ("_config", "_logger", "name")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._config: tuple[object, ...] = ()
+        self._logger: Any = None
+
+    def get(self) -> Any:
+        """The logger bound under the configuration now in force."""
+        config = structlog.get_config()
+        known = self._config
+        if (
+            not known
+            or config["processors"] is not known[0]
+            or config["wrapper_class"] is not known[1]
+            or config["logger_factory"] is not known[2]
+            or config["context_class"] is not known[3]
+        ):
+            self._logger = structlog.get_logger(self.name).bind()
+            self._config = (
+                config["processors"],
+                config["wrapper_class"],
+                config["logger_factory"],
+                config["context_class"],
+            )
+        return self._logger
+
+
+_ENCODER = json.JSONEncoder(default=structlog.processors._json_fallback_handler)
+
+
+def _json_line(event: Any, **_: Any) -> str:
+    """`event` as structlog's JSONRenderer writes it (`json.dumps` with its fallback for
+    objects JSON has no type for), by one encoder made once: `json.dumps` makes a new
+    encoder for each call given a `default`, a tenth of a request log line's cost."""
+    return _ENCODER.encode(event)
 
 
 class LogStream:

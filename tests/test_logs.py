@@ -3,12 +3,24 @@ every event, successful request lines are never limited, engine output repeats c
 
 from __future__ import annotations
 
+import io
+import json
 import logging
 import os
+from typing import Any
 
+import pytest
 import structlog
 
-from llmd.logs import LIBRARY_EVENT, SUPPRESSED_EVENT, LogStream, rate_key
+from llmd.config import LoggingConfig
+from llmd.logs import (
+    LIBRARY_EVENT,
+    SUPPRESSED_EVENT,
+    LogStream,
+    OncePerConfig,
+    configure_logging,
+    rate_key,
+)
 from llmd.telemetry.observer import Observer
 from tests.support.exchanges import finished_exchange
 from tests.support.log_capture import Captured
@@ -129,3 +141,45 @@ def test_a_log_stream_whose_reader_has_gone_drops_lines_quietly() -> None:
         stream.flush()
         assert stream.lost and os.readlink(f"/proc/self/fd/{write}") == os.devnull
         assert stream.write("y\n") == 2
+
+
+def test_a_json_line_is_the_bytes_json_dumps_writes_from_one_encoder(
+    captured_logs: Captured, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request's line is byte for byte what structlog's JSONRenderer wrote with
+    `json.dumps` (its fallback for objects JSON has no type for included), and writing lines
+    makes no JSON encoder: the renderer keeps one (issue 37, the request line's cost)."""
+    made = []
+    init = json.JSONEncoder.__init__
+
+    def counted(self: json.JSONEncoder, *args: Any, **kwargs: Any) -> None:
+        made.append(1)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(json.JSONEncoder, "__init__", counted)
+    log = structlog.get_logger("llmd.requests")
+    for i in range(3):
+        log.info("request_finished", request_id=f"r{i}", ttft_ms=None, total_ms=1.5, odd=object)
+    assert made == []
+    monkeypatch.setattr(json.JSONEncoder, "__init__", init)
+    line = captured_logs.stream.getvalue().splitlines()[-1]
+    event = json.loads(line)
+    assert event["odd"] == repr(object) and event["event"] == "request_finished"
+    assert line == json.dumps(event)
+
+
+def test_a_logger_bound_once_per_configuration_follows_a_new_one(
+    captured_logs: Captured,
+) -> None:
+    """`OncePerConfig` gives the same bound logger while the configuration stands, and one
+    bound under the new configuration once logging is configured again."""
+    once = OncePerConfig("llmd.requests")
+    first = once.get()
+    assert once.get() is first
+    first.info("request_finished", request_id="a")
+    again = io.StringIO()
+    configure_logging(LoggingConfig(format="json"), stream=again)
+    assert once.get() is not first
+    once.get().info("request_finished", request_id="b")
+    assert [json.loads(line)["request_id"] for line in again.getvalue().splitlines()] == ["b"]
+    assert [line["request_id"] for line in captured_logs.lines()] == ["a"]

@@ -2,5 +2,5 @@
 log line, the usage batch the daemon keeps) for the Status snapshot and Prometheus. Nothing
 here imports Starlette; the proxy calls in with plain records.
 
-May import: usage, gpu, config, engine, status.
+May import: usage, gpu, logs, config, engine, status.
 """

@@ -15,12 +15,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
-import structlog
-
 from llmd.admission.classes import Priority
 from llmd.config import ANONYMOUS
 from llmd.engine.metrics import EngineSample
 from llmd.gpu.nvml import GpuReading
+from llmd.logs import OncePerConfig
 from llmd.status import (
     CountsStatus,
     EndpointStatus,
@@ -40,7 +39,8 @@ from llmd.telemetry.tracing import Traced, Tracing
 from llmd.telemetry.windows import LatencyWindow, RateWindow
 from llmd.usage.records import UsageBatch
 
-log = structlog.get_logger("llmd.requests")
+# The request log line's logger, bound once per logging configuration (llmd/logs.py).
+request_log = OncePerConfig("llmd.requests")
 
 # Error codes that mean a request waited too long (admission's queue timeout and deadlines).
 TIMEOUT_CODES = frozenset({"queue_timeout", "deadline_exceeded"})
@@ -322,7 +322,7 @@ class Observer:
         if self.log_requests == "all" or (
             self.log_requests == "failures" and outcome is not Outcome.OK
         ):
-            log.info(
+            request_log.get().info(
                 "request_finished",
                 request_id=record.request_id,
                 tenant=record.tenant,
@@ -373,7 +373,7 @@ class Observer:
         if code in TIMEOUT_CODES:
             self._timeout(request_class)
         if self.log_requests != "off":
-            log.info(
+            request_log.get().info(
                 "request_finished",
                 request_id=request_id,
                 tenant=tenant,
