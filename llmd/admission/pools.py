@@ -21,7 +21,7 @@ from llmd.admission.entries import Entry
 from llmd.admission.pacing import IntakePace
 from llmd.routing.backend import Backend, BackendKind, group_pools
 from llmd.routing.breaker import CircuitBreaker
-from llmd.routing.choice import AffinityPolicy, Choice, choose
+from llmd.routing.choice import AffinityPolicy, Choice, choose, only_candidate
 
 # Retry-After for a pool none of whose backends is expected back (every engine gave up): the
 # scheduler's cap on its own Retry-After estimates (llmd/admission/scheduler.py).
@@ -265,15 +265,17 @@ class PoolCapacity:
         split = self.splits.get(model)
         if split is not None:
             names = (split.backend_for(entry.tenant.name, entry.conversation),)
-        candidates = [
-            slot.view(now)
+        able = [
+            slot
             for name in names
             if name not in exclude
             and (slot := self._slots[name]).available(now)
             and slot.gate.admits(entry, overdue)
             and (overdue or slot.pace.admits(entry, now))
         ]
-        return choose(candidates, key, self.affinity)
+        if len(able) == 1:  # nothing to choose between (a pool of one, most often): no views
+            return only_candidate(able[0].name, key)
+        return choose([slot.view(now) for slot in able], key, self.affinity)
 
     def on_release(self, entry: Entry, backend: str, now: float, model: str) -> None:
         """`entry` starts on `backend` (as `admits` chose): counted in its gate; for a

@@ -209,7 +209,9 @@ class Relay:
         json_body = endpoint.body is BodyKind.JSON
         priority = json_body and bool(gates.priority_backends)
         priority_body = _with_priority(body.payload, cls) if priority else b""
-        key = prefix_key(fields.prompt, gates.prefix_chars) if gates.prefix_chars else None
+        key = None  # the prefix's affinity: only among several backends (a pool of one has none)
+        if gates.prefix_chars and len(admission.capacity.pool(model) or ()) > 1:
+            key = prefix_key(fields.prompt, gates.prefix_chars)
         conversation = None
         if model in admission.capacity.splits:  # a canary: sticky per conversation
             conversation = exchange.conversation = conversation_key(fields.prompt)

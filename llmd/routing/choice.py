@@ -91,6 +91,14 @@ def choose(candidates: Sequence[Backend], key: str | None, policy: AffinityPolic
     return Choice(least, spilled=True)
 
 
+def only_candidate(name: str, key: str | None) -> Choice:
+    """What `choose` answers when backend `name` is the one candidate, without its load: it
+    is the key's affinity backend (the first of a one-name rendezvous order), and within the
+    bound, since its fill is at most (1 + epsilon) x itself (the mean) for epsilon >= 0; without
+    a key it is the least filled. So a pool of one backend needs no view of its load."""
+    return Choice(name, affinity=key is not None)
+
+
 def _weight(key: str, name: str) -> int:
     digest = hashlib.blake2b(f"{key}\x00{name}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big")

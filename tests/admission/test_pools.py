@@ -344,3 +344,21 @@ def test_an_asleep_engine_queues_its_pool_and_a_closed_one_takes_nothing_new() -
     assert capacity.wake_s("big", 0.0) is None  # closed is no sleep: it drains
     capacity.set_closed("big", False)
     assert release(capacity, "big") == "big"
+
+
+def test_one_able_backend_is_chosen_without_a_view_of_its_load(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pool of one backend (or one whose others cannot take the entry) gets its request
+    without a `Backend` view built for the choice (issue 37: per-request work a pool of one
+    does not need), with the choice `choose` would make; several able backends are viewed."""
+    capacity = fleet(seats=1)
+
+    def no_view(*_: object) -> None:
+        raise AssertionError("a backend viewed")
+
+    monkeypatch.setattr("llmd.admission.pools._Slot.view", no_view)
+    assert capacity.admits(entry(), False, 0.0, "big", "some-key") == Choice("big", affinity=True)
+    assert capacity.admits(entry(), False, 0.0, "big", None) == Choice("big")
+    with pytest.raises(AssertionError, match="viewed"):
+        capacity.admits(entry(), False, 0.0, "small", None)

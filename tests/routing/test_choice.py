@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmd.routing.backend import Backend, BackendKind
-from llmd.routing.choice import AffinityPolicy, Choice, choose, rendezvous_order
+from llmd.routing.choice import AffinityPolicy, Choice, choose, only_candidate, rendezvous_order
 
 POLICY = AffinityPolicy(epsilon=0.25, slack=1.0)
 NAMES = [f"engine-{i}" for i in range(6)]
@@ -115,3 +115,21 @@ def test_policy_refuses_negative_or_infinite_values() -> None:
     for epsilon, slack in ((-0.1, 1.0), (float("inf"), 1.0), (0.25, -1.0), (0.25, float("nan"))):
         with pytest.raises(ValueError, match="epsilon"):
             AffinityPolicy(epsilon, slack)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    in_flight=st.integers(0, 50),
+    seats=st.integers(1, 50),
+    key=st.none() | st.text(max_size=20),
+    epsilon=st.floats(0, 10),
+    slack=st.floats(0, 10),
+)
+def test_one_candidate_is_chosen_as_only_candidate_says(
+    in_flight: int, seats: int, key: str | None, epsilon: float, slack: float
+) -> None:
+    """With one candidate, whatever its load, key and policy, `choose` answers what
+    `only_candidate` answers without its load (a pool of one needs no view of it)."""
+    policy = AffinityPolicy(epsilon=epsilon, slack=slack)
+    one = backend("a", in_flight, seats)
+    assert choose([one], key, policy) == only_candidate("a", key)
