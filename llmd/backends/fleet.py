@@ -130,6 +130,20 @@ class Fleet:
             return None
         return frozenset(self.kinds.get(name, EngineKind.GENERATE) for name in members)
 
+    def fingerprint(self, name: str) -> bytes | None:
+        """The `"system_fingerprint":"..."` bytes engine `name`'s warm-up answered at its
+        serving boot (b"": it stamps none; None: not read, or `name` is an upstream, whose
+        replicas llmd does not know)."""
+        engine = self.engines.get(name)
+        return None if engine is None else engine.fingerprint
+
+    def fingerprinted(self, model: str) -> bool:
+        """Whether every backend serving `model` is an engine whose fingerprint llmd read
+        (`fingerprint`), so that a stream routed to any of them can be given back the
+        fingerprint an ask for its usage takes off (llmd/endpoints/stream_usage.py)."""
+        members = list(self.members(model))
+        return bool(members) and all(self.fingerprint(name) is not None for name in members)
+
     def max_model_len(self, model: str) -> int | None:
         """The smallest context length any backend serving `model` reported (None: none did):
         a request that fits it fits every backend of the pool."""
