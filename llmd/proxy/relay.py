@@ -204,7 +204,8 @@ class Relay:
         else:
             counts = (0,) * max(1, len(fields.texts))
             valid = Validated(body.raw, counts, fields.output.max_tokens, 1, [], counted=False)
-        if endpoint.streams and endpoint.dialect is OPENAI and body.stream:
+        openai_json = endpoint.dialect is OPENAI and endpoint.body is BodyKind.JSON
+        if endpoint.streams and openai_json and body.stream:  # chat, completions
             valid = self._usage_asked(exchange, body.payload, valid, model)
         # `payload` carries validation's changes (edited in place).
         gates = admission.gates
