@@ -25,3 +25,14 @@ def test_a_pool_is_fingerprinted_when_every_engine_of_it_was_read() -> None:
     assert fleet.fingerprinted("tiny") and fleet.fingerprint("a") == MEMBER
     fleet.add_upstream("lab", UpstreamConfig(url="http://127.0.0.1:1", models=("tiny",)))
     assert not fleet.fingerprinted("tiny") and fleet.fingerprint("lab") is None
+
+
+def test_an_engine_that_streams_its_usage_anyway_is_not_asked() -> None:
+    """--enable-force-include-usage: its streams carry the usage already (llmd counts it), and
+    an ask would change the client's bytes; a reload without the flag asks again."""
+    fleet = Fleet(RuntimePaths(Path("/nonexistent")))
+    forced = EngineConfig(model="tiny", args=("--enable-force-include-usage",))
+    fleet.add_engine("a", forced).fingerprint = MEMBER
+    assert not fleet.fingerprinted("tiny")
+    fleet.configure_engine("a", EngineConfig(model="tiny"))
+    assert fleet.fingerprinted("tiny")
