@@ -48,6 +48,11 @@ class Exchange:
     ended_at: float | None = None
     # So far: the usage figure when the engine sends one, else one per streamed event.
     output_tokens: int = 0
+    # llmd asked the engine for the stream's usage (llmd/endpoints/stream_usage.py): its
+    # usage event is kept from the client, and `fingerprint` (that engine's
+    # `"system_fingerprint":"..."` bytes; b"": none) is put back on its finish events.
+    usage_hidden: bool = False
+    fingerprint: bytes = b""
     status: int | None = None  # the response's
     error_code: str | None = None  # when llmd answered an error
     # That error came before the request reached the engine (validation, admission): a

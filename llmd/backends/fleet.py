@@ -18,6 +18,7 @@ import structlog
 from llmd.admission.pools import PoolCapacity
 from llmd.backends.upstream import UpstreamState
 from llmd.config.backends import MAIN, EngineConfig, UpstreamConfig
+from llmd.engine.args import has_switch
 from llmd.engine.client import EngineClient
 from llmd.engine.metrics import EngineSample
 from llmd.engine.runner import EngineKind, engine_kind
@@ -39,6 +40,9 @@ class Fleet:
         self.engines: dict[str, EngineState] = {}
         self.gpus: dict[str, tuple[str, ...]] = {}
         self.kinds: dict[str, EngineKind] = {}  # each engine's, from its flags
+        # Engines run with --enable-force-include-usage: every stream of theirs carries its
+        # usage (continuous too, vLLM 0.32 `should_include_usage`), nothing to ask for.
+        self.usage_forced: set[str] = set()
         self.upstreams: dict[str, UpstreamState] = {}
         self.clients: dict[str, EngineClient] = {}
         self._retired: list[EngineClient] = []
@@ -57,6 +61,9 @@ class Fleet:
         kind (generate or pooling, from its flags) and its client's API key follow."""
         self.gpus[name] = engine.gpus
         self.kinds[name] = engine_kind(engine.args)
+        self.usage_forced.discard(name)
+        if has_switch(engine.args, "--enable-force-include-usage"):
+            self.usage_forced.add(name)
         self.clients[name].configure(engine)
 
     def add_upstream(self, name: str, upstream: UpstreamConfig) -> UpstreamState:
@@ -74,6 +81,7 @@ class Fleet:
         self.engines.pop(name, None)
         self.gpus.pop(name, None)
         self.kinds.pop(name, None)
+        self.usage_forced.discard(name)
         self.upstreams.pop(name, None)
         self._retired.append(self.clients.pop(name))
 
@@ -129,6 +137,23 @@ class Fleet:
         if any(name not in self.engines for name in members):
             return None
         return frozenset(self.kinds.get(name, EngineKind.GENERATE) for name in members)
+
+    def fingerprint(self, name: str) -> bytes | None:
+        """The `"system_fingerprint":"..."` bytes engine `name`'s warm-up answered at its
+        serving boot (b"": it stamps none; None: not read, or `name` is an upstream, whose
+        replicas llmd does not know)."""
+        engine = self.engines.get(name)
+        return None if engine is None else engine.fingerprint
+
+    def fingerprinted(self, model: str) -> bool:
+        """Whether every backend serving `model` is an engine whose fingerprint llmd read
+        (`fingerprint`), so that a stream routed to any of them can be given back the
+        fingerprint an ask for its usage takes off (llmd/endpoints/stream_usage.py), and
+        none streams its usage unasked (`usage_forced`: the client would see the ask)."""
+        members = list(self.members(model))
+        return bool(members) and all(
+            self.fingerprint(name) is not None and name not in self.usage_forced for name in members
+        )
 
     def max_model_len(self, model: str) -> int | None:
         """The smallest context length any backend serving `model` reported (None: none did):

@@ -38,6 +38,8 @@ from llmd.admission.classes import Priority
 from llmd.admission.requests import AdmissionRequest, Ticket, read_deadline
 from llmd.admission.slo import CAPPED_HEADER, SloGuard
 from llmd.admission.tenants import Tenant
+from llmd.endpoints.dialects import OPENAI
+from llmd.endpoints.stream_usage import ask_usage, needs_usage
 from llmd.endpoints.table import Answer, BodyKind, Endpoint, serving
 from llmd.errors import (
     ApiError,
@@ -204,6 +206,9 @@ class Relay:
         else:
             counts = (0,) * max(1, len(fields.texts))
             valid = Validated(body.raw, counts, fields.output.max_tokens, 1, [], counted=False)
+        openai_json = endpoint.dialect is OPENAI and endpoint.body is BodyKind.JSON
+        if endpoint.streams and openai_json and body.stream:  # chat, completions
+            valid = self._usage_asked(exchange, body.payload, valid, model)
         # `payload` carries validation's changes (edited in place).
         gates = admission.gates
         json_body = endpoint.body is BodyKind.JSON
@@ -282,6 +287,8 @@ class Relay:
         while True:
             tries.sent(backend)
             exchange.backend = backend
+            if exchange.usage_hidden:
+                exchange.fingerprint = self.state.fleet.fingerprint(backend) or b""
             data = prepared.priority_body if backend in admission.gates.priority_backends else b""
             try:
                 await forward(
@@ -314,6 +321,21 @@ class Relay:
                     error=error.message,
                 )
                 backend = moved
+
+    def _usage_asked(
+        self, exchange: Exchange, payload: dict[str, Any], valid: Validated, model: str
+    ) -> Validated:
+        """`valid` with its body asking the engine for the stream's usage when its events
+        cannot count its tokens (`n` > 1, llmd/endpoints/stream_usage.py) and every backend
+        of `model`'s pool is an engine whose fingerprint llmd read (it is put back on the
+        finish events the client gets); the exchange then keeps the usage event from the
+        client. Else `valid` as it was: the stream is counted by its events."""
+        if not needs_usage(payload) or not self.state.fleet.fingerprinted(model):
+            return valid
+        ask_usage(payload)
+        exchange.usage_hidden = True
+        body = json.dumps(payload, separators=(",", ":")).encode()
+        return dataclasses.replace(valid, body=body)
 
     def unserved(self, error: ApiError, exchange: Exchange) -> ApiError:
         """`error` as the client sees it: a backend's FastAPI 404 for the path (vLLM answers

@@ -17,6 +17,7 @@ from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from llmd.endpoints.dialects import OPENAI, Dialect
+from llmd.endpoints.stream_usage import HiddenUsage
 from llmd.endpoints.table import dialect_of
 from llmd.engine.connection import Reply
 from llmd.errors import ApiError
@@ -130,15 +131,20 @@ class ClientWriter:
         # Called once, when the answer's first token is read (`exchange.first_byte_at` set):
         # an interactive request's device hold ends then (llmd/admission/holds.py).
         self.on_first_byte: Callable[[], None] | None = None
+        # A stream whose usage llmd asked for: the usage event is kept from the client.
+        self._hidden: HiddenUsage | None = None
 
     @property
     def between_events(self) -> bool:
         """Whether what was sent so far ends between two server-sent events (in any layout:
         an engine may split the blank line that ends an event between two reads)."""
-        return self.answer.between_events
+        hidden = self._hidden
+        return self.answer.between_events and (hidden is None or not hidden.holding)
 
     async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         self.exchange.response_started = True
+        if self.exchange.usage_hidden and self.exchange.stream and status == 200:
+            self._hidden = HiddenUsage(self.exchange.fingerprint)
         self.exchange.status = status
         self.exchange.send_since = time.monotonic()
         message: Message = {"type": "http.response.start", "status": status, "headers": headers}
@@ -149,6 +155,10 @@ class ClientWriter:
         self.exchange.resumed_at = time.monotonic()
 
     async def body(self, chunk: bytes, *, more: bool) -> None:
+        if chunk and self._hidden is not None:
+            chunk = self._split(chunk)
+            if not chunk and more:
+                return
         if chunk:
             now = time.monotonic()
             self.exchange.progress_at = now  # llmd/daemon/watchdog.py reads it
@@ -206,6 +216,10 @@ class ClientWriter:
         exchange = self.exchange
         try:
             exchange.progress_at = now = time.monotonic()
+            if self._hidden is not None:
+                chunk = self._split(chunk)
+                if not chunk:
+                    return True
             answer = self.answer
             answer.feed(chunk)
             exchange.chunk_sent(now)  # a stream's gaps (llmd/telemetry/gaps.py)
@@ -238,6 +252,25 @@ class ClientWriter:
             return False
         self._blocked = Resumed(send, yielded)
         return False
+
+    def _split(self, chunk: bytes) -> bytes:
+        """What of `chunk` goes to the client when llmd asked for the stream's usage
+        (`HiddenUsage.split`); the reader reads the usage event first."""
+        hidden = self._hidden
+        assert hidden is not None
+        chunk = hidden.split(chunk)
+        usage = hidden.take_usage()
+        if usage:
+            self.answer.feed(usage)
+            if hidden.stamped_otherwise is not None:
+                log.warning(
+                    "stream_fingerprint_changed",
+                    request_id=self.exchange.request_id,
+                    backend=self.exchange.backend,
+                    put_back=hidden.fingerprint.decode(errors="replace"),
+                    engine=hidden.stamped_otherwise.decode(errors="replace"),
+                )
+        return chunk
 
     def _sent(self) -> None:
         exchange = self.exchange

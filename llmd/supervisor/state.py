@@ -84,6 +84,11 @@ class EngineState:
     # where llmd must mirror what differs between releases.
     api: EngineApi = ASSUMED
     max_model_len: int | None = None
+    # What this boot stamps as `system_fingerprint` (one string per vLLM process), as its
+    # warm-up's answer gave it: the JSON member's bytes (`"system_fingerprint":"vllm-..."`),
+    # b"" when it stamps none; None until a warm-up of this boot was read (or with warm-up
+    # off). llmd/endpoints/stream_usage.py puts it back on streams whose usage llmd asked for.
+    fingerprint: bytes | None = None
     boot_started_at: float | None = None
     ready_at: float | None = None
     # How long the last successful boot took, used to estimate `Retry-After` while a boot is

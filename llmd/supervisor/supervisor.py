@@ -266,6 +266,7 @@ class Supervisor(OnDemand):
         self._served.clear()
         self.state.boot_started_at = time.monotonic()
         self.state.ready_at = None
+        self.state.fingerprint = None  # this boot's is read from its warm-up
         self.state.phase = (
             EnginePhase.WAKING
             if self._waking
@@ -375,7 +376,7 @@ class Supervisor(OnDemand):
             return None
         assert self.state.boot_started_at is not None
         left = self.state.boot_started_at + self.engine.start_timeout_s - time.monotonic()
-        self._warmup_s, failure = await warm_up(probe, self.engine, left)
+        self._warmup_s, failure, self.state.fingerprint = await warm_up(probe, self.engine, left)
         if failure is None or exited.done() or self._stopping.is_set():
             return None
         self.log.error("engine_warmup_failed", error=failure)

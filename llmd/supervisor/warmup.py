@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import json
 import time
+from typing import NamedTuple
 
 from llmd.config import EngineConfig
 from llmd.engine.args import engine_auth_headers, engine_flag
+from llmd.engine.fingerprint import fingerprint_of
 from llmd.engine.runner import EngineKind, engine_kind
 from llmd.engine.wire import Pool
 
@@ -40,10 +42,20 @@ def warmup_request(engine: EngineConfig) -> tuple[str, dict[str, object]]:
     }
 
 
-async def warm_up(probe: Pool, engine: EngineConfig, timeout_s: float) -> tuple[float, str | None]:
+class WarmedUp(NamedTuple):
+    """How a warm-up went: how long it took (s), what failed (one line; None: it succeeded,
+    a 200 whose JSON has the list of `choices`, or of `data` for embeddings), and the
+    engine's `system_fingerprint` member as its answer carried it (llmd/engine/fingerprint.py;
+    None: failed, or no such key: a pooling answer)."""
+
+    took_s: float
+    failure: str | None
+    fingerprint: bytes | None = None
+
+
+async def warm_up(probe: Pool, engine: EngineConfig, timeout_s: float) -> WarmedUp:
     """Send `engine`'s warm-up on `probe` (a pool on its socket), waiting up to `timeout_s`
-    seconds. Returns how long it took (s) and what failed (one line; None: it succeeded, a
-    200 whose JSON has the list of `choices`, or of `data` for embeddings)."""
+    seconds; how it went."""
     path, body = warmup_request(engine)
     headers = {
         **engine_auth_headers(engine),
@@ -57,11 +69,15 @@ async def warm_up(probe: Pool, engine: EngineConfig, timeout_s: float) -> tuple[
         )
     except (TimeoutError, OSError) as exc:
         failure = f"{type(exc).__name__}: {exc}".rstrip(": ")
-        return time.monotonic() - started, f"the warm-up request to {path} failed: {failure}"
+        return WarmedUp(
+            time.monotonic() - started, f"the warm-up request to {path} failed: {failure}"
+        )
     took = time.monotonic() - started
     text = answer.text()
     if answer.status != 200:
-        return took, f"the warm-up request to {path} answered HTTP {answer.status}: {text[:200]}"
+        return WarmedUp(
+            took, f"the warm-up request to {path} answered HTTP {answer.status}: {text[:200]}"
+        )
     try:
         output = json.loads(text)
     except ValueError:
@@ -69,5 +85,5 @@ async def warm_up(probe: Pool, engine: EngineConfig, timeout_s: float) -> tuple[
     if not isinstance(output, dict) or not isinstance(
         output.get("choices", output.get("data")), list
     ):
-        return took, f"the warm-up request to {path} answered no output: {text[:200]}"
-    return took, None
+        return WarmedUp(took, f"the warm-up request to {path} answered no output: {text[:200]}")
+    return WarmedUp(took, None, fingerprint_of(answer.body))

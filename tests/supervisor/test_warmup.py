@@ -15,6 +15,7 @@ from aiohttp import web
 
 from llmd.config import EngineConfig, load_config
 from llmd.config.backends import MAIN
+from llmd.engine.sim.responses import SYSTEM_FINGERPRINT
 from llmd.engine.wire import Pool
 from llmd.runtime import RuntimePaths
 from llmd.supervisor.state import EnginePhase, EngineState
@@ -56,11 +57,13 @@ def engine_metrics(sup: Supervisor) -> str:
 
 async def test_the_engine_serves_only_after_its_warm_up_generation() -> None:
     """When the supervisor says serving, the engine has already generated the warm-up's
-    tokens: one greedy completion of WARMUP_MAX_TOKENS tokens, ended by its length."""
+    tokens: one greedy completion of WARMUP_MAX_TOKENS tokens, ended by its length; its
+    answer's fingerprint is the engine's (llmd/endpoints/stream_usage.py puts it back)."""
     sup = supervisor(("--step-base-ms", "50"))
     async with running(sup):
         assert await sup.wait_serving(60)
         text = engine_metrics(sup)
+        assert sup.state.fingerprint == f'"system_fingerprint":"{SYSTEM_FINGERPRINT}"'.encode()
     assert (
         f'vllm:generation_tokens_total{{engine="0",model_name="tiny"}} {WARMUP_MAX_TOKENS}.0'
         in text
@@ -69,11 +72,13 @@ async def test_the_engine_serves_only_after_its_warm_up_generation() -> None:
 
 
 async def test_without_warm_up_the_engine_serves_on_health_alone() -> None:
-    """`engine.warmup = false`: serving after /health, no request sent."""
+    """`engine.warmup = false`: serving after /health, no request sent (so no fingerprint
+    read: an n > 1 stream to it is counted by its events)."""
     sup = supervisor(warmup=False)
     async with running(sup):
         assert await sup.wait_serving(60)
         text = engine_metrics(sup)
+        assert sup.state.fingerprint is None
     assert 'vllm:generation_tokens_total{engine="0",model_name="tiny"} 0.0' in text
 
 
@@ -119,7 +124,7 @@ async def test_the_pooling_warm_up_reaches_the_engine() -> None:
         await web.UnixSite(runner, str(socket)).start()
         try:
             probe = Pool(socket_path=socket)
-            took, failure = await warm_up(probe, engine, 10)
+            took, failure, _ = await warm_up(probe, engine, 10)
             probe.close()
         finally:
             await runner.cleanup()

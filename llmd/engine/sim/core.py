@@ -185,23 +185,30 @@ class SimEngine:
     # --- requests ------------------------------------------------------------------------------
 
     def submit(
-        self, request: GenerationRequest, fault: RequestFault, request_id: str = ""
+        self,
+        request: GenerationRequest,
+        fault: RequestFault,
+        request_id: str = "",
+        choice: int = 0,
+        changed: asyncio.Event | None = None,
     ) -> RequestState:
-        """Queue `request`; its state, updated as steps complete. Raises EngineDeadError's
-        `SimHTTPError` when the engine is dead."""
+        """Queue `request` (its choice `choice` of `request.n`, sampled apart from the others;
+        `changed` an event the choices share, set when any of them moves); its state, updated
+        as steps complete. Raises EngineDeadError's `SimHTTPError` when the engine is dead."""
         if self.dead:
             raise engine_dead()
         now = self.clock()
+        request_id = request_id or f"sim-{next(self._ids)}"
         seq = Sequence(
-            request_id=request_id or f"sim-{next(self._ids)}",
+            # vLLM 0.32 names the children of an n > 1 request `{index}_{parent id}`.
+            request_id=f"{choice}_{request_id}" if request.n > 1 else request_id,
             prompt_tokens=len(request.prompt_ids),
             max_tokens=request.max_tokens,
             priority=request.priority,
             arrival=now,
         )
-        digest = hashlib.blake2b(
-            repr((self.seed, request.seed, request.prompt_ids)).encode(), digest_size=8
-        ).digest()
+        sampled = (self.seed, request.seed, request.prompt_ids) + ((choice,) if choice else ())
+        digest = hashlib.blake2b(repr(sampled).encode(), digest_size=8).digest()
         state = RequestState(
             request_id=seq.request_id,
             request=request,
@@ -210,6 +217,8 @@ class SimEngine:
             arrival=now,
             rng=random.Random(int.from_bytes(digest, "big")),
         )
+        if changed is not None:
+            state.changed = changed
         if self.prefix_cache is not None:  # its cached leading blocks need no prefill
             state.cached_tokens = seq.computed = self.prefix_cache.cached_tokens(request.prompt_ids)
         # A hung request, or one sent while asleep, is accepted and never scheduled.

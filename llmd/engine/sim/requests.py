@@ -35,6 +35,7 @@ class GenerationRequest:
     max_tokens: int
     stream: bool = False
     include_usage: bool = False
+    n: int = 1  # choices: as many engine requests, their tokens streamed one event each a step
     stop: tuple[str, ...] = ()
     priority: int = 0
     seed: int | None = None
@@ -74,8 +75,6 @@ def parse_generation(
             "Stream options can only be defined when `stream=True`.", "stream_options"
         )
     check_sampling(kind, body)
-    if body.get("n") not in (None, 1):
-        raise bad_request("the simulator supports n=1 only", "n")
     priority = _typed(body, "priority", int, "int_parsing", "Input should be a valid integer") or 0
     seed = _typed(body, "seed", int, "int_parsing", "Input should be a valid integer")
     stop = _stop(body.get("stop"))
@@ -108,6 +107,7 @@ def parse_generation(
         max_tokens=max_tokens,
         stream=stream,
         include_usage=bool(stream_options and stream_options.get("include_usage")),
+        n=body.get("n") or 1,
         stop=stop,
         priority=priority,
         seed=seed,

