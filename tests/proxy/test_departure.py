@@ -74,7 +74,7 @@ async def test_a_client_that_hangs_up_is_told_by_the_protocol_without_a_task(
     """The client closes mid-request: `on_gone` is called (within a second), and watching
     started no task."""
     app, port, _ = served
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    _reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(REQUEST)
     await asyncio.wait_for(app.watching.wait(), 10)
     writer.close()
