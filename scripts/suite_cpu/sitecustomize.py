@@ -2,7 +2,8 @@
 LLMD_SUITE_CPU_LOG set appends two JSON lines to that file: at start its pid, argv, and the
 test it runs for (PYTEST_CURRENT_TEST, inherited from the pytest worker); at exit its own CPU
 (user + system seconds). Exit covers a normal end, os._exit (llmd serve, the simulator) and a
-SIGTERM left at its default; a SIGKILL is not seen. Then it hands over to the next
+SIGTERM left at its default; a SIGKILL is not seen. A child forked from a warm interpreter
+(tests/support/forked.py) is recorded by `forked_start`. Then it hands over to the next
 `sitecustomize` on the path that has not run yet (llmd/engine/amx_boot hands over the same way,
 and back to this one when it is first: that second run does nothing but hand on)."""
 
@@ -51,6 +52,16 @@ def _os_exit(code: int) -> None:
         _exited()
     finally:
         _real_exit(code)
+
+
+def forked_start(argv: list[str]) -> None:
+    """Record a child forked from a warm interpreter (tests/support/forked.py) as a process of
+    its own, `argv` being the command it stands for: its exit is then recorded again."""
+    if _LOG:
+        _written.clear()
+        test = os.environ.get("PYTEST_CURRENT_TEST")
+        record = {"ev": "start", "pid": os.getpid(), "argv": argv[:12], "test": test}
+        _write({**record, "t": time.time()})
 
 
 _here = os.path.dirname(os.path.abspath(__file__))

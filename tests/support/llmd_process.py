@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from tests.support.forked import Process, start_python
 from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,7 +76,7 @@ def short_tmpdir(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix, dir=_own_tmp[0]))
 
 
-def stop_process(process: subprocess.Popen[bytes], timeout_s: float) -> int:
+def stop_process(process: Process, timeout_s: float) -> int:
     """SIGTERM `process`, SIGKILL it after `timeout_s`; its exit status."""
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
@@ -88,9 +89,10 @@ def stop_process(process: subprocess.Popen[bytes], timeout_s: float) -> int:
 
 @dataclasses.dataclass
 class LlmdProcess:
-    """One `llmd serve` child. `log_path` collects its stderr (JSON lines)."""
+    """One `llmd serve` child (forked from a warm interpreter: tests/support/forked.py).
+    `log_path` collects its stderr (JSON lines)."""
 
-    process: subprocess.Popen[bytes]
+    process: Process
     port: int
     runtime_dir: Path
     log_path: Path
@@ -119,25 +121,24 @@ class LlmdProcess:
             state = ["--state-dir", str(workdir / "state")]
         port = free_port()
         log_path = workdir / "llmd.log"
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "llmd.cli",
-                    "serve",
-                    "--config",
-                    str(config),
-                    "--listen",
-                    f"127.0.0.1:{port}",
-                    "--runtime-dir",
-                    str(runtime_dir),
-                    *state,
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-            )
+        process = start_python(
+            [
+                sys.executable,
+                "-m",
+                "llmd.cli",
+                "serve",
+                "--config",
+                str(config),
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--runtime-dir",
+                str(runtime_dir),
+                *state,
+            ],
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+            stdout=None,
+            stderr=log_path,
+        )
         return cls(process=process, port=port, runtime_dir=runtime_dir, log_path=log_path)
 
     @classmethod

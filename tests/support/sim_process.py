@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -15,6 +14,7 @@ from typing import Any
 import httpx
 
 from tests.support.configs import shipped_config
+from tests.support.forked import Process, start_python
 from tests.support.llmd_process import REPO, short_tmpdir, stop_process
 
 
@@ -38,7 +38,7 @@ def health_status(path: Path, timeout_s: float = 5.0) -> int | None:
 class SimProcess:
     """One `python -m llmd.engine.sim` child serving `socket`; its output goes to `log_path`."""
 
-    process: subprocess.Popen[bytes]
+    process: Process
     socket: Path
     log_path: Path
 
@@ -68,10 +68,7 @@ class SimProcess:
             **(env or {}),
             "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
         }
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, env=environ, process_group=0
-            )
+        process = start_python(argv, env=environ, stdout=log_path, stderr=log_path, new_group=True)
         return cls(process=process, socket=engine_socket, log_path=log_path)
 
     def client(self, timeout_s: float = 30.0) -> httpx.Client:

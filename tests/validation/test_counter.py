@@ -28,6 +28,10 @@ from llmd.validation.fields import Counted as Prompt
 from tests.support.log_capture import Captured
 from tests.validation.conftest import tokenizer_threads, transformers_loaded
 
+# The worker of the tests that import transformers (tests/support/xdist_groups.py): two tests
+# here load with it (about 5 s of CPU, torch included, in each worker that imports it first).
+pytestmark = pytest.mark.xdist_group("transformers")
+
 
 def chat(messages: list[dict[str, Any]], **extra: Any) -> Prompt:
     return read_chat({"messages": messages, **extra}).prompt
