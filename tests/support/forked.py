@@ -8,8 +8,10 @@ child from there. The child then does what the exec'd command would: it takes th
 environment, working directory, stdout and stderr (and its own process group where asked), sets
 `sys.argv` and runs the same entry point (`llmd.cli.main`, `llmd.engine.sim.__main__.main`).
 What differs from exec: the modules are already imported, the child's parent is the forkserver
-(so its status comes back over a pipe: `ForkedProcess`), and interpreter flags such as
-`PYTHONUNBUFFERED` are applied by reconfiguring the standard streams.
+(so its status comes back over a pipe: `ForkedProcess`), and of the variables an interpreter
+reads at its start only `PYTHONUNBUFFERED` applies (by reconfiguring the standard streams): a
+test that needs another (PYTHONPATH, LD_PRELOAD, a -X option) runs its command with
+`subprocess` itself.
 
 `LLMD_TEST_EXEC=1` in the environment makes every start exec a fresh interpreter again
 (`subprocess.Popen`), to compare or to debug.
