@@ -28,7 +28,8 @@ import dataclasses
 import functools
 import json
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import structlog
 from starlette.types import Receive, Scope, Send
@@ -44,6 +45,7 @@ from llmd.endpoints.table import Answer, BodyKind, Endpoint, serving
 from llmd.errors import (
     ApiError,
     BackendRefused,
+    EngineUnavailable,
     InternalError,
     UnsupportedEndpoint,
 )
@@ -65,6 +67,7 @@ from llmd.state import DaemonState
 from llmd.validation.validator import Validated
 
 log = structlog.get_logger("llmd.proxy")
+T = TypeVar("T")
 
 
 @dataclasses.dataclass
@@ -179,11 +182,13 @@ class Relay:
         deadline = read_deadline(arrival.headers, arrival.at)
         fields = endpoint.read(body.payload)
         validator = self.state.validators.for_model(model)
+        awake = functools.partial(admission.wait_awake, tenant, cls, model, deadline)
         if endpoint.answer is Answer.COUNT:  # the prompt's tokens, counted here
             check = endpoint.validate  # refused past the window
-            exchange.prompt_tokens = await validator.count(
-                fields, int(cls), check=check, size=len(body.raw)
+            count = functools.partial(
+                validator.count, fields, int(cls), check=check, size=len(body.raw)
             )
+            exchange.prompt_tokens = await self.counted(model, count, awake)
             assert endpoint.counted is not None
             return endpoint.counted(exchange.prompt_tokens)
         if endpoint.answer is not Answer.RELAY:
@@ -199,9 +204,11 @@ class Relay:
             # Inputs the engine's answer counts need no count here when a bound shows they fit,
             # unless a token budget charges them as counted (llmd/admission/budgets.py).
             bounded = fields.usage_counts_input and not admission.budgets.holds(tenant.name)
-            valid = await validator.check(
-                fields, body.payload, body.raw, arrival.headers, int(cls), bounded=bounded
-            )
+            checked = functools.partial(
+                validator.check,
+                fields, body.payload, body.raw, arrival.headers, int(cls), bounded=bounded,
+            )  # fmt: skip
+            valid = await self.counted(model, checked, awake)
             exchange.input_from_answer = not valid.exact
         else:
             counts = (0,) * max(1, len(fields.texts))
@@ -240,6 +247,24 @@ class Relay:
             content_type=body.content_type,
             passed_on=_passed_on(arrival.headers, endpoint.dialect.forward_headers),
         )
+
+    async def counted(
+        self,
+        model: str,
+        count: Callable[[], Awaitable[T]],
+        awake: Callable[[], Awaitable[None]],
+    ) -> T:
+        """`count()`, validation counting the prompt; when it could not (503: only the engine
+        counts this prompt and cannot now) while every engine of `model`'s pool sleeps on
+        demand or is being woken, wait in the queue for the wake (`awake`), as a request for
+        an asleep model does, then count again. Raises what `count` and `awake` raise."""
+        try:
+            return await count()
+        except EngineUnavailable:
+            if self.state.admission.capacity.wake_s(model, time.monotonic()) is None:
+                raise  # not asleep: the engine is down or busy, retry later
+        await awake()
+        return await count()
 
     async def answer(self, writer: ClientWriter, answer: dict[str, Any]) -> None:
         """Answer the client here with `answer` as JSON (200), as the engine would have."""
