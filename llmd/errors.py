@@ -262,18 +262,20 @@ class ModelNotFound(ApiError):
 class UnsupportedEndpoint(ApiError):
     """The model is served here, but by engines that do not serve this endpoint (a chat model
     asked for embeddings, a pooling model for chat): 400 naming the endpoint, the model's
-    engine kind and the models here that do serve it (DESIGN.md, the endpoint table)."""
+    engine kind and the models here that do serve it, or else what kind of model would
+    (`needs`: the endpoint table's words, DESIGN.md)."""
 
     status = 400
     code = "unsupported_endpoint"
     type = "invalid_request_error"
 
-    def __init__(self, path: str, model: str, kind: str | None, serving: list[str]) -> None:
+    def __init__(
+        self, path: str, model: str, kind: str | None, serving: list[str], needs: str
+    ) -> None:
         others = (
             f"models here that serve it: {', '.join(serving)}"
             if serving
-            else "no model here serves it (a pooling model needs an engine run with "
-            "--runner pooling)"
+            else f"no model here serves it ({needs} does)"
         )
         super().__init__(
             f"model {model!r} does not serve {path} "

@@ -90,6 +90,15 @@ def one_seat(fields: Fields, valid: Validated, max_model_len: int | None) -> Cos
 GENERATE = frozenset({EngineKind.GENERATE})
 POOL = frozenset({EngineKind.POOLING})
 ANY = frozenset(EngineKind)
+# What serves an endpoint, by its engine kinds (vLLM 0.32's runners), unless its entry says.
+NEEDS = {
+    GENERATE: "a generating model, an engine run without --runner pooling,",
+    POOL: "a pooling model, an engine run with --runner pooling,",
+}
+# vLLM registers /classify for a classification model (`--convert classify`, or a model whose
+# architecture classifies), and the audio routes for a speech-to-text model (Whisper, Voxtral).
+CLASSIFIER = "a classification model, an engine run with --runner pooling --convert classify,"
+SPEECH = "a speech-to-text model (Whisper, Voxtral) on a generating engine"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,7 +112,8 @@ class Endpoint:
     assumed to serve every endpoint); `dialect` reads its answers; `stored`: it reads llmd's
     Responses store (`previous_response_id`, llmd/proxy/responses.py); `counted` shapes the
     answer of a COUNT endpoint from the prompt's tokens (`validate`: a count past the window
-    is refused, as vLLM refuses it).
+    is refused, as vLLM refuses it); `needs` what model an engine must run to serve it, for
+    a refusal when no model here does (by default, by its engine kinds: `needs_of`).
     """
 
     name: str
@@ -118,6 +128,7 @@ class Endpoint:
     streams: bool = False  # a `stream` field may ask for server-sent events
     stored: bool = False
     counted: Callable[[int], dict[str, Any]] | None = None
+    needs: str = ""
 
     def __str__(self) -> str:
         return self.name
@@ -150,17 +161,19 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     ),
     Endpoint("embeddings", ("/v1/embeddings",), openai.read_embeddings, pooling, POOL),
     Endpoint("pooling", ("/pooling",), openai.read_embeddings, pooling, POOL),
-    Endpoint("classify", ("/classify",), openai.read_embeddings, pooling, POOL),
+    Endpoint(
+        "classify", ("/classify",), openai.read_embeddings, pooling, POOL, needs=CLASSIFIER
+    ),
     Endpoint("embed_v2", ("/v2/embed",), openai.read_cohere_embed, pooling, POOL),
     Endpoint("score", ("/score", "/v1/score"), openai.read_score, pairs, POOL),
     Endpoint("rerank", ("/rerank", "/v1/rerank", "/v2/rerank"), openai.read_rerank, pairs, POOL),
     Endpoint(
         "transcriptions", ("/v1/audio/transcriptions",), audio.read_transcription, transcription,
-        GENERATE, validate=False, body=BodyKind.MULTIPART, streams=True,
+        GENERATE, validate=False, body=BodyKind.MULTIPART, streams=True, needs=SPEECH,
     ),
     Endpoint(
         "translations", ("/v1/audio/translations",), audio.read_transcription, transcription,
-        GENERATE, validate=False, body=BodyKind.MULTIPART, streams=True,
+        GENERATE, validate=False, body=BodyKind.MULTIPART, streams=True, needs=SPEECH,
     ),
     Endpoint(
         "tokenize", ("/tokenize",), openai.read_tokenize, one_seat, ANY, validate=False,
@@ -193,6 +206,11 @@ def dialect_of(path: str) -> Dialect:
         return exact
     under = [(p, e.dialect) for e in ENDPOINTS for p in e.paths if path.startswith(p + "/")]
     return max(under, key=lambda pair: len(pair[0]))[1] if under else OPENAI
+
+
+def needs_of(endpoint: Endpoint) -> str:
+    """What model an engine must run to serve `endpoint`, in words for a refusal."""
+    return endpoint.needs or NEEDS.get(endpoint.engine_kinds, "any model")
 
 
 def serving(endpoint: Endpoint, kinds: frozenset[EngineKind] | None) -> bool:

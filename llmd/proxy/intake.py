@@ -17,7 +17,7 @@ from llmd.admission.classes import Priority
 from llmd.admission.tenants import Tenant
 from llmd.config import ANONYMOUS
 from llmd.endpoints.audio import read_form
-from llmd.endpoints.table import Answer, BodyKind, Endpoint, serving
+from llmd.endpoints.table import Answer, BodyKind, Endpoint, needs_of, serving
 from llmd.errors import InvalidRequest, ModelNotFound, UnsupportedEndpoint
 from llmd.proxy.body import (
     body_coding,
@@ -181,7 +181,7 @@ class Intake:
             if serving(self.endpoint, fleet.kinds_of(m))
         ]
         kind = "/".join(sorted(kinds or ()))
-        raise UnsupportedEndpoint(path, model, kind, others)
+        raise UnsupportedEndpoint(path, model, kind, others, needs_of(self.endpoint))
 
 
 def check_control_headers(headers: list[Any]) -> None:

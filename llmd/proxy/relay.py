@@ -41,7 +41,7 @@ from llmd.admission.slo import CAPPED_HEADER, SloGuard
 from llmd.admission.tenants import Tenant
 from llmd.endpoints.dialects import OPENAI
 from llmd.endpoints.stream_usage import ask_usage, needs_usage
-from llmd.endpoints.table import Answer, BodyKind, Endpoint, serving
+from llmd.endpoints.table import Answer, BodyKind, Endpoint, needs_of, serving
 from llmd.errors import (
     ApiError,
     BackendRefused,
@@ -379,7 +379,7 @@ class Relay:
             for m in self.state.admission.capacity.models()
             if m != model and serving(self.endpoint, self.state.fleet.kinds_of(m))
         ]
-        return UnsupportedEndpoint(exchange.path, model, None, others)
+        return UnsupportedEndpoint(exchange.path, model, None, others, needs_of(self.endpoint))
 
     # -- around the stages -------------------------------------------------------------------
 
