@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from llmd.admission.cost import Cost, pair_cost, pooling_cost, request_cost
@@ -197,15 +197,23 @@ def label_of(path: str) -> str:
     return next((e.name for e in ENDPOINTS if path in e.paths), OTHER_ENDPOINT)
 
 
-def dialect_of(path: str) -> Dialect:
-    """The dialect of a request at `path` (its errors' shape): its entry's; for a path no
-    entry has, that of the longest entry path it lies under (`/v1/messages/` is Anthropic's),
-    else OpenAI's."""
+def dialect_of(path: str, headers: Iterable[tuple[bytes, bytes]] = ()) -> Dialect:
+    """The dialect of a request at `path` with ASGI `headers` (its errors' shape): its
+    entry's; for a path no entry has, that of the longest entry path it lies under
+    (`/v1/messages/` is Anthropic's), else Anthropic's for a request with `anthropic-version`
+    (the anthropic client sends it on every request: `/v1/models` as Claude Code lists
+    models, where the answer itself is Anthropic's then), else OpenAI's."""
     exact = next((e.dialect for e in ENDPOINTS if path in e.paths), None)
     if exact is not None:
         return exact
     under = [(p, e.dialect) for e in ENDPOINTS for p in e.paths if path.startswith(p + "/")]
-    return max(under, key=lambda pair: len(pair[0]))[1] if under else OPENAI
+    if under:
+        return max(under, key=lambda pair: len(pair[0]))[1]
+    return ANTHROPIC if any(name == ANTHROPIC_VERSION for name, _ in headers) else OPENAI
+
+
+# The header the anthropic client sends with every request (its API's version).
+ANTHROPIC_VERSION = b"anthropic-version"
 
 
 def needs_of(endpoint: Endpoint) -> str:

@@ -64,7 +64,7 @@ def limited_protocol(
         state.observer.rejected(
             scope[REQUEST_ID_KEY], error.status, error.reason, now, endpoint=label_of(scope["path"])
         )
-        await send_error(send, error, dialect=dialect_of(scope["path"]))
+        await send_error(send, error, dialect=dialect_of(scope["path"], scope["headers"]))
 
     # With the request id (and x-llmd-queue-ms on /v1), as every answer of llmd's app.
     over_limit = cast(ASGI3Application, RequestIdMiddleware(refuse))

@@ -90,7 +90,9 @@ class RequestIdMiddleware:
             )
             if not started:
                 error = InternalError(scope[REQUEST_ID_KEY])
-                await send_error(send_with_id, error, dialect=dialect_of(scope["path"]))
+                await send_error(
+                    send_with_id, error, dialect=dialect_of(scope["path"], scope["headers"])
+                )
 
 
 class KeyRequired:
@@ -117,6 +119,6 @@ class KeyRequired:
             try:
                 self.authenticate(scope["headers"])
             except ApiError as error:
-                await send_error(send, error, dialect=dialect_of(path))
+                await send_error(send, error, dialect=dialect_of(path, scope["headers"]))
                 return
         await self.app(scope, receive, send)

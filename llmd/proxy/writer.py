@@ -64,7 +64,7 @@ class ErrorResponse(Response):
         self.dialect = dialect
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        dialect = self.dialect or dialect_of(scope.get("path", ""))
+        dialect = self.dialect or dialect_of(scope.get("path", ""), scope.get("headers", ()))
         await send_error(send, self.error, self.extra or (), dialect)
 
 

@@ -419,3 +419,21 @@ def test_the_anthropic_client_retrieves_a_model_card_and_its_404(llmd: LlmdProce
         client(llmd).models.retrieve("nope")
     assert raised.value.body["type"] == "error"  # type: ignore[index]
     assert raised.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
+
+
+def test_the_anthropic_client_s_model_list_refusals_are_anthropic_shaped(
+    llmd: LlmdProcess,
+) -> None:
+    """`models.list` and `models.retrieve` of the anthropic client with an unknown key: 401
+    authentication_error in Anthropic's shape, as its answers are; an unknown route it asks
+    for (`/v1/complete`) is an Anthropic-shaped 404; the openai client's list stays OpenAI's."""
+    for call in (lambda api: api.models.list(), lambda api: api.models.retrieve("tiny")):
+        with pytest.raises(anthropic.AuthenticationError) as denied:
+            call(client(llmd, key="nope"))
+        assert denied.value.body["type"] == "error"  # type: ignore[index]
+        assert denied.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
+    with pytest.raises(anthropic.NotFoundError) as missing:
+        client(llmd).post("/v1/complete", cast_to=object, body={"model": "tiny"})
+    assert missing.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
+    plain = httpx.get(llmd.base_url + "/v1/models", headers={"authorization": "Bearer nope"})
+    assert plain.status_code == 401 and plain.json()["error"]["code"] == "invalid_api_key"
