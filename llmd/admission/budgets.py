@@ -144,6 +144,16 @@ class Budgets:
             bucket.take(amounts[budget], now)
         return charge
 
+    def output_room(self, tenant: str, input_tokens: int) -> int | None:
+        """The most output tokens (over all its sequences) a request of `input_tokens` could
+        ever be charged by `tenant`'s budgets, full: its output budget's size, and its day's
+        less the input (None: no budget bounds its output)."""
+        mine = self._buckets.get(tenant, {})
+        rooms = [int(mine[Budget.OUTPUT].capacity)] if Budget.OUTPUT in mine else []
+        if Budget.DAY in mine:
+            rooms.append(int(mine[Budget.DAY].capacity) - input_tokens)
+        return min(rooms) if rooms else None
+
     def holds(self, tenant: str) -> bool:
         """Whether `tenant` has a token budget (its requests are charged their prompt
         tokens as counted, so those must be exact)."""

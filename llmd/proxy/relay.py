@@ -204,9 +204,11 @@ class Relay:
             # Inputs the engine's answer counts need no count here when a bound shows they fit,
             # unless a token budget charges them as counted (llmd/admission/budgets.py).
             bounded = fields.usage_counts_input and not admission.budgets.holds(tenant.name)
+            room = functools.partial(admission.budgets.output_room, tenant.name)
             checked = functools.partial(
                 validator.check,
                 fields, body.payload, body.raw, arrival.headers, int(cls), bounded=bounded,
+                output_room=room,
             )  # fmt: skip
             valid = await self.counted(model, checked, awake)
             exchange.input_from_answer = not valid.exact

@@ -166,3 +166,30 @@ def _default(output: OutputRequest, ceiling: int, config: ValidationConfig) -> C
     if engine_default is not None and engine_default > ceiling:
         return ContextDecision(max_tokens=ceiling, field=field)
     return ContextDecision()
+
+
+def fit_output(
+    counts: list[int],
+    output: OutputRequest,
+    max_tokens: int | None,
+    room: int | None,
+    max_model_len: int | None,
+    policy: Policy,
+) -> int | None:
+    """The max_tokens to write so that the request's output over all its sequences (`n` per
+    prompt of `counts`) fits `room` (the most output its tenant's token budgets could ever
+    hold, `Budgets.output_room`), when its output limit (`max_tokens` after the context
+    check; None: the engine's default) is over it and may be lowered: under the `clamp`
+    policy, or a limit the client left to llmd (none sent). None: nothing to change (it
+    fits, or the room holds not one token a sequence: admission refuses it, 400)."""
+    if room is None or not output.generates:
+        return None
+    if policy != "clamp" and output.max_tokens is not None:
+        return None
+    per_sequence = room // (max(output.n, 1) * max(len(counts), 1))
+    limit = max_tokens if max_tokens is not None else output.engine_default
+    if limit is None and max_model_len is not None:
+        limit = max(max_model_len - min(counts, default=0), 0)  # the rest of the context
+    if per_sequence < 1 or (limit is not None and limit <= per_sequence):
+        return None
+    return per_sequence

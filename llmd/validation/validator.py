@@ -36,7 +36,7 @@ from llmd.engine.client import EngineClient
 from llmd.engine.versions import EngineApi
 from llmd.errors import EngineUnavailable, InvalidRequest
 from llmd.quoting import header_text
-from llmd.validation.context import ContextDecision, Policy, check_context
+from llmd.validation.context import ContextDecision, Policy, check_context, fit_output
 from llmd.validation.counter import (
     CountUnsupported,
     EngineCounter,
@@ -221,13 +221,17 @@ class Validator:
         rank: int = 0,
         *,
         bounded: bool = False,
+        output_room: Callable[[int], int | None] | None = None,
     ) -> Validated:
         """Validate a request's `fields` (read from `payload`, its bytes `raw`, sent with ASGI
         `headers`); its prompt is counted in its class's turn (`rank`: 0 first). A clamp or a
         default max_tokens is written into `payload` and the bytes made again. With `bounded`
         (the caller takes the true count from the engine's answer), pooling inputs whose
         upper bounds (`LocalCounter.upper_bounds`) all fit the window are not tokenized: the
-        bounds are the counts, `exact` False. Raises ApiError."""
+        bounds are the counts, `exact` False. `output_room(input_tokens)`: the most output its
+        tenant's token budgets could ever hold (None: unbounded); an output limit past it is
+        lowered to it where it may be (`fit_output`), said in x-llmd-max-tokens-clamped as a
+        clamp to the window is. Raises ApiError."""
         policy = _policy(headers, self.config.context_policy)
         if fields.clamp:  # a protocol whose engine lowers an output budget past the window
             policy = "clamp"
@@ -255,14 +259,19 @@ class Validator:
                 fields.truncate_prompt_tokens, self.engine.api, prompt.param,
             )  # fmt: skip
         response_headers: list[tuple[bytes, bytes]] = []
-        max_tokens = output.max_tokens
+        max_tokens, clamped_from = output.max_tokens, decision.clamped_from
         if decision.max_tokens is not None:
             payload[decision.field] = max_tokens = decision.max_tokens
+        room = None if output_room is None else output_room(sum(counts))
+        fitted = fit_output(counts, output, max_tokens, room, max_model_len, policy)
+        if fitted is not None:  # lowered to what the tenant's budgets can hold
+            if clamped_from is None:
+                clamped_from = output.max_tokens if max_tokens is None else max_tokens
+            payload[output.field] = max_tokens = fitted
+        if decision.max_tokens is not None or fitted is not None:
             raw = json.dumps(payload, separators=(",", ":")).encode()
-        if decision.clamped_from is not None:
-            response_headers.append(
-                (CLAMPED_HEADER, f"{decision.clamped_from}->{decision.max_tokens}".encode())
-            )
+        if clamped_from is not None:
+            response_headers.append((CLAMPED_HEADER, f"{clamped_from}->{max_tokens}".encode()))
         return Validated(raw, tuple(counts), max_tokens, output.n, response_headers)
 
     async def count(

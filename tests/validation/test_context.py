@@ -10,7 +10,7 @@ import pytest
 from llmd.config import ValidationConfig
 from llmd.engine.versions import EngineApi
 from llmd.errors import ContextLengthExceeded, InvalidRequest
-from llmd.validation.context import ContextDecision, check_context
+from llmd.validation.context import ContextDecision, check_context, fit_output
 from llmd.validation.fields import NO_OUTPUT, OutputRequest
 
 CHAT, COMPLETIONS = "chat", "completions"
@@ -172,3 +172,20 @@ def test_a_pooling_input_must_fit_alone_and_the_first_over_is_named() -> None:
     check_context([5000], NO_OUTPUT, 1024, DEFAULTS, "reject", -1, prompt_param="input")
     with pytest.raises(InvalidRequest):
         check_context([5], NO_OUTPUT, 1024, DEFAULTS, "reject", 1025, prompt_param="input")
+
+
+def test_fit_output_lowers_only_a_limit_that_may_be_lowered() -> None:
+    """An output limit past the tenant's budget room is lowered to the room over its sequences
+    under `clamp`, or when the client sent none (the engine's default, the rest of the
+    context); a limit the client set under `reject`, one that fits, and a room of less than a
+    token a sequence are left as they are (admission refuses those)."""
+    sent = OutputRequest(max_tokens=32000, field="max_tokens", n=1)
+    assert fit_output([100], sent, 32000, 8000, 65536, "clamp") == 8000
+    assert fit_output([100], sent, 32000, 8000, 65536, "reject") is None
+    assert fit_output([100], sent, 32000, None, 65536, "clamp") is None
+    assert fit_output([100], sent, 5000, 8000, 65536, "clamp") is None
+    two = OutputRequest(max_tokens=None, field="max_tokens", n=2)
+    assert fit_output([100, 50], two, None, 8000, 65536, "reject") == 2000  # 4 sequences
+    assert fit_output([100, 50], two, None, 3, 65536, "reject") is None
+    pooled = OutputRequest(max_tokens=0, field="", n=1, generates=False)
+    assert fit_output([100], pooled, 0, 10, 65536, "clamp") is None
