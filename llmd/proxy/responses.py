@@ -232,11 +232,14 @@ class StoredResponses:
         404 for none."""
         tenant, response_id = self._whose(request)
         exchange = self.relay.running.get((tenant, response_id))
-        if exchange is not None:
+        # A response to keep is stored before the bytes that complete it go out: one stored
+        # has finished, though its relay may not have ended yet (its client has it all).
+        stored = await self.store.get(tenant, response_id)
+        if exchange is not None and stored is None:
             error = RequestCancelled(f"response {response_id} was cancelled by its client")
             self.state.inflight.abort(exchange, error)
             return JSONResponse({"id": response_id, "object": "response", "status": "cancelled"})
-        if await self.store.get(tenant, response_id) is None:
+        if stored is None:
             return _not_found(response_id)
         return ErrorResponse(
             InvalidRequest("Cannot cancel a synchronous response.", param="response_id"),

@@ -159,6 +159,25 @@ def test_a_finished_response_cannot_be_cancelled(llmd: LlmdProcess) -> None:
         client(llmd).responses.cancel(done.id)
 
 
+def test_a_response_just_answered_is_not_cancelled(llmd: LlmdProcess) -> None:
+    """Cancel of a stored response whose client has its whole answer (`response.completed`)
+    but has not yet closed the stream, so its relay has not ended: 400 as for any finished
+    response, never a 200 `cancelled` for a response the store keeps as finished."""
+    headers = {"authorization": f"Bearer {ALICE}"}
+    body = {"model": "tiny", "input": "x", "max_output_tokens": 2, "stream": True}
+    with httpx.Client(base_url=llmd.base_url, headers=headers, timeout=30) as http:
+        with http.stream("POST", "/v1/responses", json=body) as stream:
+            for line in stream.iter_lines():  # up to its last event, the stream left open
+                event = json.loads(line[5:]) if line.startswith("data:") else {}
+                if event.get("type") == "response.completed":
+                    break
+            response_id = event["response"]["id"]
+            cancel = http.post(f"/v1/responses/{response_id}/cancel")
+        assert cancel.status_code == 400, cancel.text
+        kept = http.get(f"/v1/responses/{response_id}").json()
+        assert kept["status"] == event["response"]["status"] != "cancelled"
+
+
 def test_a_running_response_is_cancelled_in_band(llmd: LlmdProcess) -> None:
     """Cancel of a response still streaming ends its stream with the error event `cancelled`
     (the stream does not hang)."""
