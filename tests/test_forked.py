@@ -44,9 +44,9 @@ def test_a_forked_simulator_takes_its_directory_group_files_and_signals(
 ) -> None:
     """The simulator's child: the test's working directory, a process group of its own with
     `new_group`, one file for stdout and stderr, its arguments in `sys.argv` (here a bad flag:
-    argparse's usage and status 2 without --model); a signal sent ends it with minus that signal, as Popen
-    reports, and none is sent once it has ended. (Its environment: tests/systemd/test_service.py
-    hands llmd NOTIFY_SOCKET that way.)"""
+    argparse's usage and status 2 without --model); a signal sent ends it with minus that
+    signal, as Popen reports, and none is sent once it has ended. (Its environment:
+    tests/systemd/test_service.py hands llmd NOTIFY_SOCKET that way.)"""
     monkeypatch.delenv("LLMD_TEST_EXEC", raising=False)
     where = short_tmpdir("llmd-forked-")
     log = where / "sim.log"
