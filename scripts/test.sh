@@ -2,25 +2,29 @@
 # Run the tests: set up if needed, then the fast suite (the simulator and llmd daemons on it,
 # 3 to 5 minutes on 2 cores, by host: docs/bench/fast-suite.md) and the end-to-end suite
 # against a real vLLM child (each boots the engine; one at a time).
-# The fast suite runs eight tests at a time (pytest-xdist): it is mostly CPU (starting daemons,
-# simulators and commands), but its tests also wait on them, and eight keep 2 cores busy
-# meanwhile (measured on an idle machine: four workers took 234 s at 75% of 2 cores, six
-# 200 s at 337 CPU-s, eight 184 s at 345 CPU-s; the host's CPU time for the same run moves by
-# a sixth from hour to hour: docs/bench/fast-suite.md). `--dist loadgroup`
+# The fast suite runs six tests at a time (pytest-xdist): it is mostly CPU (starting daemons,
+# simulators and commands), but its tests also wait on them, and six keep 2 cores busy
+# meanwhile. Measured one after the other on an idle machine, 2026-12-07 12:05-12:27, with the
+# test daemons forked from a warm interpreter (tests/support/forked.py): four workers 279 s at
+# 368 CPU-s, six 237 s and 229 s at 383 CPU-s, eight 262 s and 240 s at 452 CPU-s (each worker
+# collects every test, and more of them contend for the 2 cores). The host's CPU time for the
+# same run moves by a sixth from hour to hour: docs/bench/fast-suite.md. `--dist loadgroup`
 # with the groups of tests/support/xdist_groups.py keeps the tests that share a module's llmd in
 # one worker and all end-to-end tests in one worker.
-# With arguments, they go to one pytest run instead, eight at a time too (`-n 0`: one at a time),
+# With arguments, they go to one pytest run instead, six at a time too (`-n 0`: one at a time),
 # e.g. `scripts/test.sh -m "not e2e"`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 # Compiled modules are cached, in .venv rather than beside the sources, even where the
-# environment says not to write them (PYTHONDONTWRITEBYTECODE): the suite starts about 430
-# Pythons (daemons, simulators, CLIs) and eight workers that each collect every test, and
-# compiling llmd and the tests afresh in each cost about 7 s of CPU per worker.
+# environment says not to write them (PYTHONDONTWRITEBYTECODE): the suite starts about 450
+# Pythons (the simulators llmd's daemons start, CLIs; the daemons and simulators the tests start
+# themselves fork from a warm interpreter, tests/support/forked.py) and six workers that each
+# collect every test, and compiling llmd and the tests afresh in each cost about 7 s of CPU per
+# worker.
 export PYTHONPYCACHEPREFIX="$PWD/.venv/pycache"
 unset PYTHONDONTWRITEBYTECODE
-parallel=(-n 8 --dist loadgroup)
+parallel=(-n 6 --dist loadgroup)
 if [ $# -gt 0 ]; then
   exec .venv/bin/python -m pytest "${parallel[@]}" "$@"
 fi
