@@ -20,7 +20,6 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from llmd.config import ServerConfig
-from llmd.endpoints.dialects import ANTHROPIC
 from llmd.endpoints.store import ResponseStore
 from llmd.endpoints.table import by_path
 from llmd.errors import (
@@ -135,19 +134,17 @@ def build_app(state: DaemonState, store: ResponseStore | None = None) -> ProxyAp
         `models.retrieve` asks for this), in Anthropic's shape when the request has an
         `anthropic-version` header, as the list is (the anthropic client's
         `models.retrieve`). 404 `model_not_found` for a model llmd does not serve (in the same
-        shape); 503 while llmd drains."""
+        shape: `ErrorResponse` reads it from the header, `dialect_of`); 503 while llmd drains."""
         model_id = request.path_params["model"]
-        anthropic = "anthropic-version" in request.headers
-        dialect = ANTHROPIC if anthropic else None
         error = state.unavailable()
         if error is not None:
-            return ErrorResponse(error, [NOT_QUEUED], dialect)
+            return ErrorResponse(error, [NOT_QUEUED])
         served = list(state.admission.capacity.models())
         if model_id not in served:
             names = state.engine.api.names_models_when_not_found
-            return ErrorResponse(ModelNotFound(model_id, served, names), [NOT_QUEUED], dialect)
+            return ErrorResponse(ModelNotFound(model_id, served, names), [NOT_QUEUED])
         card = state.fleet.card(model_id)
-        if anthropic:
+        if "anthropic-version" in request.headers:
             card = anthropic_models([card])["data"][0]
         return JSONResponse(card, headers={"x-llmd-queue-ms": "0"})
 
