@@ -24,9 +24,10 @@ class Departure:
     when its connection is lost before its response completed, `stop()` ends the watch.
 
     `cycle` is the request's uvicorn cycle when llmd's protocol serves it (scope
-    `llmd.cycle`); without one (uvicorn's own protocol, as some tests serve the app) a task
-    awaits `receive` for `http.disconnect` (which uvicorn also answers once the response has
-    completed: `on_gone` is then called too, and the caller tells the two apart)."""
+    `llmd.cycle`); without one (uvicorn's own protocol, as some tests serve the app) `watch`
+    calls nothing: it starts a task that awaits `receive` for `http.disconnect` and returns it
+    for the caller to wait on (uvicorn also answers `http.disconnect` once the response has
+    completed: the caller tells the two apart)."""
 
     __slots__ = ("_cycle", "_receive", "_watcher")
 
@@ -41,8 +42,9 @@ class Departure:
         return self._cycle is not None
 
     def watch(self, on_gone: Callable[[], None]) -> asyncio.Task[None] | None:
-        """Call `on_gone` once the client has gone (at once when it already has). Returns the
-        watcher task of the `receive` way (None by the protocol's)."""
+        """By the protocol's way, call `on_gone` once the client has gone (at once when it
+        already has) and return None; by the `receive` way, return the watcher task, which
+        ends when `receive` says `http.disconnect` (`on_gone` is not called)."""
         cycle = self._cycle
         if cycle is None:
             self._watcher = asyncio.create_task(_wait_disconnect(self._receive))
