@@ -266,7 +266,7 @@ class Validator:
         fitted = fit_output(counts, output, max_tokens, room, max_model_len, policy)
         if fitted is not None:  # lowered to what the tenant's budgets can hold
             if clamped_from is None:
-                clamped_from = output.max_tokens if max_tokens is None else max_tokens
+                clamped_from = max_tokens  # None only where the client and llmd set none
             payload[output.field] = max_tokens = fitted
         if decision.max_tokens is not None or fitted is not None:
             raw = json.dumps(payload, separators=(",", ":")).encode()
