@@ -77,9 +77,14 @@ class ForkedProcess:
         return self.poll()
 
     def poll(self) -> int | None:
-        """The exit status if the child has ended, else None."""
-        with self._lock:
+        """The exit status if the child has ended, else None; None at once, as Popen's (its
+        `_internal_poll`), while another thread is in `wait`, which will have the status."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
             return self._process.exitcode
+        finally:
+            self._lock.release()
 
     def wait(self, timeout: float | None = None) -> int:
         """Wait for the child to end; its exit status. Raises subprocess.TimeoutExpired after
