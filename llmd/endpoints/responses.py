@@ -73,7 +73,9 @@ def read_responses(body: dict[str, Any]) -> Fields:
     return Fields(
         model=_model(body),
         prompt=conversation(body),
-        output=OutputRequest(max_tokens=max_output, field="max_output_tokens", n=1),
+        output=OutputRequest(
+            max_tokens=max_output, field="max_output_tokens", n=1, configured_default=False
+        ),
         # vLLM 0.32: -1 unless "disabled", its default when the field is absent (null: -1)
         truncate_prompt_tokens=None if truncation == "disabled" or "truncation" not in body else -1,
         stream=bool(body.get("stream")),

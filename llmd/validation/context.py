@@ -153,13 +153,13 @@ def _default(output: OutputRequest, ceiling: int, config: ValidationConfig) -> C
 
     Completions that omit it keep the OpenAI and vLLM default of 16 (`output.engine_default`).
     Where vLLM 0.32 would take the rest of the context (chat, or an explicit null), the
-    configured default applies;
-    without one the engine's does. llmd writes a value only when it differs from what the
-    engine would do, or when that would not fit.
+    configured default applies, unless the endpoint opts out (`output.configured_default`:
+    Responses); without one the engine's does. llmd writes a value only when it differs from
+    what the engine would do, or when that would not fit.
     """
     field = output.field
     engine_default = output.engine_default
-    if engine_default is None and config.default_max_tokens:
+    if engine_default is None and config.default_max_tokens and output.configured_default:
         return ContextDecision(max_tokens=min(config.default_max_tokens, ceiling), field=field)
     if engine_default is None and config.max_tokens_limit:
         return ContextDecision(max_tokens=ceiling, field=field)

@@ -26,6 +26,10 @@ class OutputRequest:
     # The engine's max_tokens when none is given: None is the rest of the context (chat, and
     # completions with an explicit null in vLLM 0.32); completions that omit it get 16.
     engine_default: int | None = None
+    # Whether `validation.default_max_tokens` bounds an omitted limit where the engine would
+    # give the rest of the context: chat and completions, not Responses (coding agents such as
+    # Codex CLI send no limit and expect OpenAI's and vLLM's: the rest of the context).
+    configured_default: bool = True
     generates: bool = True  # False: a pooling request (no output; the prompt alone must fit)
 
     @property

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from llmd.config import ValidationConfig
 from llmd.endpoints.responses import (
     continued_input,
     input_tokens_answer,
@@ -15,6 +16,7 @@ from llmd.endpoints.responses import (
     read_responses,
 )
 from llmd.errors import InvalidRequest
+from llmd.validation.context import check_context
 from llmd.validation.fields import ChatPrompt, EnginePrompt
 
 FUNCTION = {"type": "function", "name": "f", "parameters": {"type": "object"}}
@@ -41,6 +43,17 @@ def test_a_text_conversation_is_rendered_here() -> None:
     assert prompt.add_generation_prompt and not prompt.continue_final_message
     assert fields.output.max_tokens == 5 and fields.output.field == "max_output_tokens"
     assert fields.clamp and fields.stream and fields.model == "tiny"
+
+
+def test_an_omitted_output_limit_takes_the_rest_of_the_context() -> None:
+    """A Responses request without max_output_tokens (Codex CLI sends none) gets what OpenAI
+    and vLLM 0.32 give, the rest of the context: validation.default_max_tokens, written for
+    chat, does not cut a coding agent's answer at 2,048 tokens."""
+    fields = read_responses({"model": "tiny", "input": "Write the whole file."})
+    decision = check_context(
+        [10], fields.output, 32768, ValidationConfig(), "reject", prompt_param="input"
+    )
+    assert decision.max_tokens is None and fields.output.rest_of_context
 
 
 @pytest.mark.parametrize(
