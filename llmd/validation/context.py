@@ -187,9 +187,19 @@ def fit_output(
     if policy != "clamp" and output.max_tokens is not None:
         return None
     per_sequence = room // (max(output.n, 1) * max(len(counts), 1))
-    limit = max_tokens if max_tokens is not None else output.engine_default
-    if limit is None and max_model_len is not None:
-        limit = max(max_model_len - min(counts, default=0), 0)  # the rest of the context
+    limit = output_limit(counts, output, max_tokens, max_model_len)
     if per_sequence < 1 or (limit is not None and limit <= per_sequence):
         return None
     return per_sequence
+
+
+def output_limit(
+    counts: list[int], output: OutputRequest, max_tokens: int | None, max_model_len: int | None
+) -> int | None:
+    """The most output tokens a sequence of the request may get: `max_tokens` (after the
+    context check), else the engine's default, else the rest of the context after the
+    shortest prompt of `counts` (None: the context is unknown)."""
+    limit = max_tokens if max_tokens is not None else output.engine_default
+    if limit is None and max_model_len is not None:
+        limit = max(max_model_len - min(counts, default=0), 0)
+    return limit

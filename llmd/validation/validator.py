@@ -36,7 +36,13 @@ from llmd.engine.client import EngineClient
 from llmd.engine.versions import EngineApi
 from llmd.errors import EngineUnavailable, InvalidRequest
 from llmd.quoting import header_text
-from llmd.validation.context import ContextDecision, Policy, check_context, fit_output
+from llmd.validation.context import (
+    ContextDecision,
+    Policy,
+    check_context,
+    fit_output,
+    output_limit,
+)
 from llmd.validation.counter import (
     CountUnsupported,
     EngineCounter,
@@ -265,8 +271,8 @@ class Validator:
         room = None if output_room is None else output_room(sum(counts))
         fitted = fit_output(counts, output, max_tokens, room, max_model_len, policy)
         if fitted is not None:  # lowered to what the tenant's budgets can hold
-            if clamped_from is None:
-                clamped_from = max_tokens  # None only where the client and llmd set none
+            if clamped_from is None:  # where the client and llmd set none: the engine's
+                clamped_from = output_limit(counts, output, max_tokens, max_model_len)
             payload[output.field] = max_tokens = fitted
         if decision.max_tokens is not None or fitted is not None:
             raw = json.dumps(payload, separators=(",", ":")).encode()
