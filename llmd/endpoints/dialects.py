@@ -193,6 +193,25 @@ class OpenAIAnswer:
             for event in chunk[:-2].split(b"\n\n"):
                 self.event(event[6:])
 
+    def feed_tokens(self, chunk: bytes) -> bool:
+        """Account `chunk` when it is nothing but whole token events of the stream's shape
+        (once learned: `_learn`), as `feed` would: True. Else False, and nothing is read
+        (`feed` it): a chunk with anything else in it, a finish or a usage among them. A
+        few compares and finds an event (`TokenShape.read`)."""
+        shape, events = self._shape, self.events
+        if shape is None or events is None:
+            return False
+        read = events.feed_tokens(chunk, shape)
+        if read is None:
+            return False
+        tokens, text = read
+        exchange = self.exchange
+        if text:
+            exchange.has_text = True
+        if not self._usage_seen:
+            exchange.output_tokens += tokens
+        return True
+
     def _learn(self, chunk: bytes) -> None:
         """Take the stream's shape (`TokenShape`) from the first plain token event among the
         first two whole events of `chunk` (a chat stream's first is its role delta), where

