@@ -49,6 +49,19 @@ def read_toml(path: Path, what: str) -> tuple[str, dict[str, Any]]:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
 
 
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _type_hints(cls: type[Any]) -> dict[str, Any]:
+    """`cls`'s field types, evaluated once per class: `typing.get_type_hints` compiles and
+    evaluates every annotation string again on each call (`from __future__ import annotations`),
+    two thirds of a config load's CPU (etc/sim.toml: 2.6 ms, 0.9 with them kept; 2026-12-07)."""
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = _HINTS[cls] = typing.get_type_hints(cls)
+    return hints
+
+
 def bind_table(cls: type[Any], raw: object, prefix: str = "", *, secret: bool = False) -> Any:
     """Build frozen dataclass `cls` from TOML table `raw`, checking every key and type strictly:
     unknown keys, wrong types, negative numbers, NaN and infinity, and durations past
@@ -62,7 +75,7 @@ def bind_table(cls: type[Any], raw: object, prefix: str = "", *, secret: bool = 
         key = prefix.rstrip(".") or "config"
         got = HIDDEN if secret else f"got {raw!r}"
         raise ConfigError(f"{key}: expected a table, {got}", key=key)
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(raw) - set(fields))
     if unknown:

@@ -34,7 +34,9 @@ class ReleaseRates:
     def record(self, tenant: str, cls: Priority, now: float) -> None:
         """A request of `tenant` in class `cls` was released at `now`."""
         for scope in ((tenant, cls), (tenant, None), (None, cls), (None, None)):
-            times = self._times.setdefault(scope, collections.deque())
+            times = self._times.get(scope)
+            if times is None:  # not setdefault: its new deque cost every release a build
+                times = self._times[scope] = collections.deque()
             times.append(now)
             self._last[scope] = now
             _prune(times, now)

@@ -62,6 +62,13 @@ from llmd.admission.tenants import Tenant
 QUANTUM_TOKENS = 4096
 
 
+def _hold_times(policies: Mapping[Priority, ClassPolicy]) -> dict[Priority, float]:
+    """Each class's hold time (seconds): 2 x its aging_s, or 2 x the shortest aging_s of any
+    class for one that does not age (inf when none ages). See `Scheduler._held`."""
+    shortest = min((p.aging_s for p in policies.values() if p.aging_s), default=math.inf)
+    return {cls: 2 * (policies[cls].aging_s or shortest) for cls in Priority}
+
+
 @dataclasses.dataclass
 class _ClassQueue:
     """One class: a FIFO per tenant, the DRR ring of tenants with entries, and per pool its
@@ -85,6 +92,7 @@ class Scheduler:
 
     def __init__(self, policies: Mapping[Priority, ClassPolicy]) -> None:
         self.classes = {cls: _ClassQueue(policies[cls]) for cls in Priority}
+        self._hold_s = _hold_times(policies)
         self.in_flight: collections.Counter[str] = collections.Counter()
         self.queued_by_tenant: collections.Counter[str] = collections.Counter()
         self.shares = KvShares()  # what each tenant's running requests hold of each pool's KV
@@ -98,6 +106,7 @@ class Scheduler:
         queue_timeout_s applies to entries queued from now (each keeps the expiry it got)."""
         for cls in Priority:
             self.classes[cls].policy = policies[cls]
+        self._hold_s = _hold_times(policies)
 
     # -- entries in and out ----------------------------------------------------------------
 
@@ -261,11 +270,14 @@ class Scheduler:
         if tenant.max_concurrency and self.in_flight[tenant_name] >= tenant.max_concurrency:
             return False
         pools = queue.tenant_pools[tenant_name]
-        candidates = [only] if only is not None else list(pools)
-        return any(
-            pools[pool] and pool not in blocked and self._within_share(tenant, fifo, pool)
-            for pool in candidates
-        )
+        if only is not None:
+            return (
+                bool(pools[only]) and only not in blocked and self._within_share(tenant, fifo, only)
+            )
+        for pool, count in pools.items():  # a loop, not any(): every decision calls this
+            if count and pool not in blocked and self._within_share(tenant, fifo, pool):
+                return True
+        return False
 
     def _within_share(self, tenant: Tenant, fifo: Iterable[Entry], pool: str) -> bool:
         """Whether the tenant's first entry for `pool` fits its KV share there
@@ -306,13 +318,14 @@ class Scheduler:
     def _ready_pools(self, cls: Priority, blocked: Set[str]) -> list[str]:
         """The pools, not `blocked`, where class `cls` has an entry of an eligible tenant."""
         queue = self.classes[cls]
-        return [
-            pool
-            for pool, count in queue.pools.items()
-            if count
-            and pool not in blocked
-            and any(self._eligible(name, queue, blocked, pool) for name in queue.ring)
-        ]
+        ready = []
+        for pool, count in queue.pools.items():
+            if count and pool not in blocked:
+                for name in queue.ring:
+                    if self._eligible(name, queue, blocked, pool):
+                        ready.append(pool)
+                        break
+        return ready
 
     def _overdue(self, cls: Priority, pool: str, now: float) -> bool:
         """Whether class `cls` has gone its aging_s without a release on `pool` (never, with
@@ -339,16 +352,14 @@ class Scheduler:
         class's pick for the pool goes first, ahead of overdue and higher classes, and if the
         gate refuses it nothing more is released on that pool until it is (other pools go on).
         """
-        aging = self.classes[cls].policy.aging_s or min(
-            (q.policy.aging_s for q in self.classes.values() if q.policy.aging_s),
-            default=math.inf,
-        )
-        return now - self.classes[cls].waiting_since[pool] >= 2 * aging
+        return now - self.classes[cls].waiting_since[pool] >= self._hold_s[cls]
 
     def _longest_waiting(
         self, candidates: list[tuple[Priority, str]]
     ) -> tuple[Priority, str] | None:
         """Of `candidates` (class, pool), the one longest without a release."""
+        if not candidates:  # the common case: nothing held, nothing overdue
+            return None
         return min(
             candidates,
             key=lambda found: self.classes[found[0]].waiting_since[found[1]],

@@ -9,15 +9,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import anthropic
 import httpx
 import pytest
 
 from llmd.admission.tenants import hash_key
+from tests.support.lazy_import import lazy_module
 from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
+
+if TYPE_CHECKING:
+    import anthropic
+else:  # 1.2 s of CPU in each worker that collects it (tests/test_collection_imports.py)
+    anthropic = lazy_module("anthropic")
 
 OUTPUT_BUDGET = 300
 # A tenant per test (each spends its whole budget): its key.
