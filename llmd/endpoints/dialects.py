@@ -193,24 +193,24 @@ class OpenAIAnswer:
             for event in chunk[:-2].split(b"\n\n"):
                 self.event(event[6:])
 
-    def feed_tokens(self, chunk: bytes) -> bool:
-        """Account `chunk` when it is nothing but whole token events of the stream's shape
-        (once learned: `_learn`), as `feed` would: True. Else False, and nothing is read
-        (`feed` it): a chunk with anything else in it, a finish or a usage among them. A
-        few compares and finds an event (`TokenShape.read`)."""
+    def feed_tokens(self, chunk: bytes) -> int:
+        """Account the whole token events of the stream's shape (once learned: `_learn`) that
+        `chunk` starts with, as `feed` would: the bytes they take (all of `chunk`: nothing else
+        in it; 0: none, nothing read). The rest (a finish, a usage, a partial event) is for
+        `feed`. A few compares and finds an event (`TokenShape.read`)."""
         shape, events = self._shape, self.events
         if shape is None or events is None:
-            return False
-        read = events.feed_tokens(chunk, shape)
+            return 0
+        read = events.feed_shaped(chunk, shape)
         if read is None:
-            return False
-        tokens, text = read
+            return 0
+        tokens, text, at = read
         exchange = self.exchange
         if text:
             exchange.has_text = True
         if not self._usage_seen:
             exchange.output_tokens += tokens
-        return True
+        return at
 
     def _learn(self, chunk: bytes) -> None:
         """Take the stream's shape (`TokenShape`) from the first plain token event among the

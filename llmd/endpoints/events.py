@@ -92,20 +92,6 @@ class EventStream:
             self.done = True
         return events, text, at
 
-    def feed_tokens(self, chunk: bytes, shape: TokenShape) -> tuple[int, bool] | None:
-        """Read `chunk` when it is nothing but whole events of `shape` (and perhaps a last
-        `data: [DONE]`), starting between events: (those events, whether any had text).
-        Else None, and nothing is read."""
-        if self._cr or self._line or self._pending:
-            return None
-        events, text, at, done = shape.read(chunk)
-        if at != len(chunk) or not at:
-            return None
-        self._started = True
-        if done:
-            self.done = True
-        return events, text
-
     def feed_object(self, chunk: bytes) -> bool:
         """Read `chunk` when it is one whole event in vLLM's layout (`data: {...}\\n\\n`, without
         CR or another LF) whose data is a JSON object's text, starting between events: True

@@ -132,9 +132,9 @@ class ClientWriter:
         # an interactive request's device hold ends then (llmd/admission/holds.py).
         self.on_first_byte: Callable[[], None] | None = None
         # A stream whose usage llmd asked for: the usage event is kept from the client, and
-        # a chunk of nothing but token events (`OpenAIAnswer.feed_tokens`) goes as it came.
+        # the token events a chunk starts with (`OpenAIAnswer.feed_tokens`) go as they came.
         self._hidden: HiddenUsage | None = None
-        self._tokens: Callable[[bytes], bool] = _no_tokens
+        self._tokens: Callable[[bytes], int] = _no_tokens
 
     @property
     def between_events(self) -> bool:
@@ -160,14 +160,15 @@ class ClientWriter:
 
     async def body(self, chunk: bytes, *, more: bool) -> None:
         hidden = self._hidden
-        if not chunk or (hidden is not None and not hidden.held and self._tokens(chunk)):
-            pass  # nothing, or token events of a stream whose usage llmd asked for: read
-        elif hidden is not None:
-            chunk = self._read_hidden(chunk)
-            if not chunk and more:
-                return
-        else:
-            self.answer.feed(chunk)
+        if hidden is None:
+            if chunk:
+                self.answer.feed(chunk)
+        elif chunk:
+            read = 0 if hidden.held else self._tokens(chunk)
+            if read != len(chunk):
+                chunk = self._read_hidden(chunk, read)
+                if not chunk and more:
+                    return
         if chunk:
             now = time.monotonic()
             self.exchange.progress_at = now  # llmd/daemon/watchdog.py reads it
@@ -228,10 +229,12 @@ class ClientWriter:
             hidden = self._hidden
             if hidden is None:
                 answer.feed(chunk)
-            elif hidden.held or not self._tokens(chunk):  # else token events: read, as is
-                chunk = self._read_hidden(chunk)
-                if not chunk:
-                    return True
+            else:  # the token events it starts with are read and go as they came
+                read = 0 if hidden.held else self._tokens(chunk)
+                if read != len(chunk):
+                    chunk = self._read_hidden(chunk, read)
+                    if not chunk:
+                        return True
             exchange.chunk_sent(now)  # a stream's gaps (llmd/telemetry/gaps.py)
             if self.on_first_byte is not None and exchange.first_byte_at is not None:
                 self.on_first_byte()
@@ -263,13 +266,14 @@ class ClientWriter:
         self._blocked = Resumed(send, yielded)
         return False
 
-    def _read_hidden(self, chunk: bytes) -> bytes:
-        """Read `chunk` of a stream whose usage llmd asked for, other than whole token events
-        (those the callers read by their shape, `_tokens`, and send as they came), and return
-        what of it goes to the client: `HiddenUsage.split`'s bytes, the usage event read
-        first."""
+    def _read_hidden(self, chunk: bytes, read: int) -> bytes:
+        """What of `chunk`, of a stream whose usage llmd asked for, goes to the client: its
+        first `read` bytes (token events the caller read by their shape, `_tokens`) as they
+        came, then `HiddenUsage.split`'s bytes of the rest, which is read here (the usage
+        event first)."""
         hidden = self._hidden
         assert hidden is not None
+        head, chunk = (chunk[:read], chunk[read:]) if read else (b"", chunk)
         chunk = hidden.split(chunk)
         usage = hidden.take_usage()
         if usage:
@@ -284,7 +288,7 @@ class ClientWriter:
                 )
         if chunk:
             self.answer.feed(chunk)
-        return chunk
+        return head + chunk if head else chunk
 
     def _sent(self) -> None:
         exchange = self.exchange
@@ -321,6 +325,6 @@ async def answer_error(send: ClientWriter, error: ApiError, *, log_it: bool = Tr
         )
 
 
-def _no_tokens(chunk: bytes) -> bool:
+def _no_tokens(chunk: bytes) -> int:
     """A reader without `OpenAIAnswer.feed_tokens`: no chunk is read by its shape."""
-    return False
+    return 0

@@ -178,7 +178,7 @@ def single_stream(*, usage: bool) -> list[bytes]:
 async def test_a_single_folded_stream_is_counted_and_its_tokens_pass_as_they_came() -> None:
     """n=1 whose events fold 6 tokens into 4: counted 6 from the usage, which the client does
     not see; each token event goes out as it came, the finish event with the fingerprint."""
-    for size in (None, 1, 40):
+    for size in (None, 1, 40, 100_000):  # an event a chunk, small pieces, all in one
         sent = Sent()
         exchange = Exchange("r", stream=True, usage_hidden=True, fingerprint=MEMBER)
         writer = ClientWriter(sent, exchange)
