@@ -4,8 +4,8 @@ request needs."""
 
 from __future__ import annotations
 
+import os
 import re
-import uuid
 from collections.abc import Callable, Set
 from typing import Any
 
@@ -30,6 +30,13 @@ BODY_SEND_KEY = "llmd.body_send"
 # given before it was queued (a 401, 404, 405, a refused body), unless its route says more.
 QUEUE_MS = b"x-llmd-queue-ms"
 NOT_QUEUED = (QUEUE_MS, b"0")
+
+
+def new_request_id() -> str:
+    """A fresh request id: 32 lowercase hex digits of 128 random bits (as `uuid4().hex` looks,
+    without its six fixed version bits). `os.urandom(16).hex()` is 0.5 µs, `uuid4().hex` 2.3 µs
+    (issue 37 item 3: a fresh id is made for nearly every request)."""
+    return os.urandom(16).hex()
 
 
 def on_v1(path: str) -> bool:
@@ -59,7 +66,7 @@ class RequestIdMiddleware:
             await self.app(scope, receive, send)
             return
         given = next((v for k, v in scope["headers"] if k == b"x-request-id"), b"")
-        request_id = given if _REQUEST_ID.match(given) else uuid.uuid4().hex.encode()
+        request_id = given if _REQUEST_ID.match(given) else new_request_id().encode()
         scope[REQUEST_ID_KEY] = request_id.decode()
         scope[BODY_SEND_KEY] = send
         started = False

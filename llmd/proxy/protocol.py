@@ -44,7 +44,6 @@ import asyncio
 import contextlib
 import socket
 import struct
-import uuid
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -56,7 +55,7 @@ from llmd.config import ServerConfig
 from llmd.endpoints.table import dialect_of
 from llmd.errors import ApiError, HeadersTooLarge, InvalidRequest, RequestTimeout
 from llmd.proxy.chunked import CYCLE_KEY
-from llmd.proxy.middleware import NOT_QUEUED, on_v1
+from llmd.proxy.middleware import NOT_QUEUED, new_request_id, on_v1
 from llmd.proxy.teardown import ClosingTransport, EarlyAnswerCycle, Linger, can_linger, linger_s
 from llmd.quoting import header_text
 
@@ -271,7 +270,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def _refuse(self, error: ApiError, reason: str) -> None:
         """Answer `error` and close the connection (the rest of the request is not read)."""
-        request_id = uuid.uuid4().hex
+        request_id = new_request_id()
         log.warning(
             "request_head_refused",
             status=error.status,

@@ -3,6 +3,8 @@ and its body send in the scope) while CORS is off, Starlette's stack otherwise."
 
 from __future__ import annotations
 
+import re
+import uuid
 from typing import Any
 
 from llmd.config import ServerConfig
@@ -60,3 +62,20 @@ async def test_a_relay_post_skips_the_stack_only_while_cors_is_off() -> None:
     server = ServerConfig(cors_allowed_origins=("https://app.example",))
     await call(app, "POST", PATH)
     assert len(relay.scopes) == 1 and len(stack.scopes) == 3
+
+
+async def test_a_fresh_request_id_is_32_hex_digits_of_random_bytes(monkeypatch: Any) -> None:
+    """A request without a usable x-request-id gets 32 lowercase hex digits (README), each
+    request its own, made from random bytes without a UUID object (2.3 µs against 0.5)."""
+
+    def no_uuid() -> None:
+        raise AssertionError("uuid4 called")
+
+    monkeypatch.setattr(uuid, "uuid4", no_uuid)
+    relay = Endpoint()
+    app = ProxyApp(Endpoint(), {PATH: relay}, ServerConfig)
+    ids = [(await call(app, "POST", PATH)).messages[0]["headers"] for _ in range(2)]
+    given = [dict(headers)[b"x-request-id"] for headers in ids]
+    assert all(re.fullmatch(rb"[0-9a-f]{32}", id_) for id_ in given)
+    assert given[0] != given[1]
+    assert [scope[REQUEST_ID_KEY].encode() for scope in relay.scopes] == given
