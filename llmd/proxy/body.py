@@ -98,16 +98,22 @@ async def read_body(
     coding: str | None = None,
     timeout_s: float = 0.0,
     taking: Callable[[int], None] | None = None,
+    *,
+    whole: bool = False,
 ) -> bytes:
     """The whole body from ASGI `receive`, decoded from `coding` (see `body_coding`), within
     `timeout_s` seconds (0: no limit). `taking`, when given, hears the bytes kept so far (as
     decoded) each time a chunk adds some, before the next is read; what it raises ends the read.
+    `whole`: the body is all there already (its end parsed with its head), so `receive` answers
+    at once and the read needs no timer (an `asyncio.timeout` is about 2 µs, issue 37 item 3).
 
     Raises BodyTooLarge past `limit` bytes, as sent or as decoded; InvalidRequest for a body
     that does not decode; RequestTimeout (408) for one that takes longer; ClientGone.
     """
+    if whole or not timeout_s:
+        return await _read(receive, limit, coding, taking)
     try:
-        async with asyncio.timeout(timeout_s or None):
+        async with asyncio.timeout(timeout_s):
             return await _read(receive, limit, coding, taking)
     except TimeoutError:
         raise RequestTimeout(

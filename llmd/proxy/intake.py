@@ -106,13 +106,16 @@ class Intake:
         check_length(arrival.headers, self.state.config.server.max_body_bytes)
         return self.state.admission.hold_body()
 
-    async def read(self, arrival: Arrival, receive: Receive, hold: BodyHold) -> Body:
+    async def read(
+        self, arrival: Arrival, receive: Receive, hold: BodyHold, *, whole: bool = False
+    ) -> Body:
         """The whole body, decoded and parsed: `application/json`, or a multipart form for an
         entry that takes one (its text fields parsed, the upload kept as it came); in no
         content coding or gzip or deflate; its share of the body budget grown as its bytes
-        arrive, then resized to what was read. Raises UnsupportedMediaType (415),
-        BodyTooLarge (413), QueueFull (429: the budget cannot grow), InvalidRequest (400),
-        RequestTimeout (408: not all there within `server.read_timeout_s`), ClientGone."""
+        arrive, then resized to what was read. `whole`: it came with its head (`read_body`).
+        Raises UnsupportedMediaType (415), BodyTooLarge (413), QueueFull (429: the budget
+        cannot grow), InvalidRequest (400), RequestTimeout (408: not all there within
+        `server.read_timeout_s`), ClientGone."""
         multipart = self.endpoint.body is BodyKind.MULTIPART
         content_type = check_content_type(arrival.headers, multipart=multipart)
         coding = body_coding(arrival.headers)
@@ -123,6 +126,7 @@ class Intake:
             coding,
             server.read_timeout_s,
             taking=lambda size: admission.grow_body(hold, size),
+            whole=whole,
         )
         hold.resize(len(raw))
         if multipart:  # the form's text fields; the upload stays in `raw`, sent as it came

@@ -119,7 +119,8 @@ class Relay:
             await intake.take_turn(tenant, arrival)
             intake.check_available()
             hold = intake.hold_body(arrival)
-            body = await intake.read(arrival, receive, hold)
+            cycle = scope.get(CYCLE_KEY)  # llmd's protocol: whether the body came with its head
+            body = await intake.read(arrival, receive, hold, whole=not _more_body(cycle))
             model = await intake.route(arrival, body)
         except ClientGone:
             if hold is not None:
@@ -501,6 +502,12 @@ class Relay:
                 prepared.drop()
             if ticket is not None:
                 self.state.admission.finish(ticket, exchange.output_tokens)
+
+
+def _more_body(cycle: Any) -> bool:
+    """Whether the request's body is still to come, as far as its uvicorn `cycle` (None: not
+    llmd's protocol, unknown: True) knows: False once the parser has seen its end."""
+    return cycle is None or bool(cycle.more_body)
 
 
 def _passed_on(headers: list[Any], names: tuple[bytes, ...]) -> dict[str, str]:

@@ -3,6 +3,7 @@ field), content types and codings are checked before reading, and decoding is bo
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import zlib
 from typing import Any
@@ -185,3 +186,21 @@ def test_a_declared_length_over_the_limit_is_refused_unread() -> None:
         check_length([(b"content-length", b"4097")], 4096)
     check_length([(b"content-length", b"4096")], 4096)
     check_length([], 4096)
+
+
+async def test_a_body_that_came_whole_is_read_without_a_timer(monkeypatch: Any) -> None:
+    """`whole`: the body is read as it is, with no `asyncio.timeout` armed (issue 37: 2 µs a
+    request); without it, a read timeout still arms one."""
+    armed: list[float | None] = []
+    real = asyncio.timeout
+
+    def timeout(delay: float | None) -> Any:
+        armed.append(delay)
+        return real(delay)
+
+    monkeypatch.setattr(asyncio, "timeout", timeout)
+    data = b'{"a": 1}'
+    assert await read_body(chunks(data), 1 << 20, timeout_s=5.0, whole=True) == data
+    assert armed == []
+    assert await read_body(chunks(data), 1 << 20, timeout_s=5.0) == data
+    assert armed == [5.0]

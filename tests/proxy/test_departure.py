@@ -31,8 +31,10 @@ class App:
         self.by_protocol: bool | None = None
         self.watcher: object = "unset"
         self.tasks_before = self.tasks_after = 0
+        self.more_body: list[bool] = []  # each request's cycle's `more_body` as the app starts
 
     async def __call__(self, scope: Any, receive: Callable[..., Any], send: Any) -> None:
+        self.more_body.append(scope[CYCLE_KEY].more_body)
         while (await receive()).get("more_body"):
             pass
         departure = Departure(receive, scope.get(CYCLE_KEY))
@@ -96,3 +98,25 @@ async def test_a_client_that_leaves_after_its_answer_is_not_gone(
     writer.close()
     assert await until(lambda: not server.server_state.connections, timeout_s=5)
     assert not app.gone.is_set()
+
+
+async def test_a_body_sent_with_its_head_is_whole_when_the_app_starts(
+    served: tuple[App, int, EmbeddedServer],
+) -> None:
+    """llmd's protocol has parsed the end of a body that came with its head by the time the
+    app runs (the cycle's `more_body` is False: the relay reads it without a timer,
+    `read_body(whole=True)`); a body still to come leaves it True."""
+    app, port, _ = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(REQUEST)
+    await asyncio.wait_for(app.watching.wait(), 10)
+    app.answer.set()
+    await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), 10)
+    app.watching.clear()
+    head, _, body = REQUEST.partition(b"\r\n\r\n")
+    writer.write(head + b"\r\n\r\n")
+    assert await until(lambda: len(app.more_body) == 2, timeout_s=10)
+    writer.write(body)
+    await asyncio.wait_for(app.watching.wait(), 10)
+    assert app.more_body == [False, True]
+    writer.close()
