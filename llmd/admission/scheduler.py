@@ -164,10 +164,14 @@ class Scheduler:
         its pool, for the rest of this pass, for its class and those below (the classes above,
         and the other pools, pass it); a refused held pick blocks its pool for every class
         (module docstring). So one refused pick never stalls the classes above it, nor another
-        pool."""
+        pool. The pass ends as soon as nothing is queued (at a request's finish, or once the
+        one entry waiting was released, it looks for no pick)."""
         decisions = Decisions(rejected=self._expire(now))
-        blocked: dict[Priority, set[str]] = {cls: set() for cls in CLASSES}
-        while True:
+        queues = self.classes.values()
+        blocked: dict[Priority, set[str]] = {}
+        while any(queue.size for queue in queues):
+            if not blocked:
+                blocked = {cls: set() for cls in CLASSES}
             picked = self._next(now, blocked)
             if picked is None:
                 break

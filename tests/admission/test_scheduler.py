@@ -4,13 +4,15 @@ not starved past the stated bound, weights are respected, the engine is never le
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmd.admission.capacity import CapacityGate, EngineLoad
 from llmd.admission.classes import Priority
-from llmd.admission.entries import ClassPolicy, Entry, Reason, State
+from llmd.admission.entries import ClassPolicy, Decisions, Entry, Reason, State
 from llmd.admission.scheduler import QUANTUM_TOKENS, Scheduler
 from llmd.admission.tenants import Tenant
 
@@ -547,3 +549,25 @@ def test_a_held_pick_stops_only_its_own_pool() -> None:
     decisions = scheduler.decide(2.5, gate)
     assert decisions.held == [huge] and decisions.released == [later[1]]
     assert later[0].state is State.QUEUED
+
+
+def test_a_pass_looks_for_no_pick_once_nothing_is_queued(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With no entry waiting (a request's finish, mostly) `decide` looks for no pick; with
+    one waiting it looks once, releases it, and looks no further."""
+    sched = Scheduler(POLICIES)
+    looked: list[float] = []
+    pick = sched._next
+
+    def counted(now: float, blocked: Any) -> Any:
+        looked.append(now)
+        return pick(now, blocked)
+
+    monkeypatch.setattr(sched, "_next", counted)
+    gate = SlotGate(1)
+    assert sched.decide(0.0, gate) == Decisions() and looked == []
+    entry = Entry(TENANTS[0], Priority.NORMAL, cost=10)
+    assert sched.submit(entry, 1.0) is None
+    assert sched.decide(1.0, gate).released == [entry]
+    assert looked == [1.0]
