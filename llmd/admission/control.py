@@ -336,8 +336,12 @@ class Admission:
         first."""
         now = time.monotonic()
         self.gates.sync(now)
-        outage = not all(self.capacity.available(m, now) for m in self.capacity.models())
-        inner = self.holds.gate(PoolGate(self.capacity, now), self.scheduler, self.capacity, now)
+        capacity = self.capacity
+
+        def outage() -> bool:  # a pool that no backend can serve now
+            return not all(capacity.available(m, now) for m in capacity.models())
+
+        inner = self.holds.gate(PoolGate(capacity, now), self.scheduler, capacity, now)
         gate = self.guard.gate(inner, self.scheduler, outage)
         decisions = self.scheduler.decide(now, gate)
         self.holds.decided(decisions.released)

@@ -115,7 +115,7 @@ def test_a_queue_waiting_out_an_outage_does_not_raise_the_level() -> None:
     sched.submit(Entry(Tenant(), Priority.INTERACTIVE, cost=10), clock.now)
     for _ in range(20):
         clock.now += EVALUATE_EVERY_S
-        guard.gate(_NoGate(), sched, outage=True)
+        guard.gate(_NoGate(), sched, outage=lambda: True)
         assert guard.as_snapshot().level == Level.NORMAL
     assert evaluate(guard, clock, sched) is Level.HOLD_BATCH
 
@@ -265,3 +265,20 @@ async def test_level_1_holds_nothing_when_batch_does_not_age() -> None:
     adm = admission("level 1", batch_aging_s=0.0)
     ticket = await asyncio.wait_for(adm.admit(request(adm, Priority.BATCH)), 5)
     assert ticket.entry.cls is Priority.BATCH
+
+
+def test_the_outage_is_asked_only_when_the_level_is_due() -> None:
+    """The pump's outage question (every pool walked) is asked once per evaluation, not at
+    every pump: twice within EVALUATE_EVERY_S asks it once."""
+    clock = Clock()
+    guard = SloGuard(CONFIG, clock)
+    asked: list[float] = []
+
+    def outage() -> bool:
+        asked.append(clock.now)
+        return False
+
+    clock.now += EVALUATE_EVERY_S
+    guard.gate(_NoGate(), scheduler(), outage)
+    guard.gate(_NoGate(), scheduler(), outage)
+    assert asked == [clock.now]
