@@ -48,3 +48,50 @@ def test_a_generating_model_imports_no_other_runners_routes(tiny_model: Path) ->
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+LATER = (
+    "llmd.engine.sim.messages_api",
+    "llmd.engine.sim.responses_api",
+    "llmd.engine.sim.pooling_requests",
+)
+
+
+def test_the_messages_and_responses_apis_are_imported_at_their_first_request(
+    tiny_model: Path,
+) -> None:
+    """A generating model's app imports neither API (nor the pooling requests' module) at
+    start; a Messages request and a Responses request each import theirs and are answered."""
+    script = (
+        "import asyncio, sys, httpx\n"
+        "from llmd.engine.sim.app import build_server\n"
+        "from llmd.engine.sim.options import parse_options\n"
+        "argv = ['--model', sys.argv[1], '--uds', 'unused', '--served-model-name', 'tiny']\n"
+        "options = parse_options(argv)\n"
+        "server = build_server(options)\n"
+        "app = server.app()\n"
+        f"print(sorted(set(sys.modules) & set({LATER!r})))\n"
+        "async def ask():\n"
+        "    server.engine.start(None)\n"
+        "    transport = httpx.ASGITransport(app=app)\n"
+        "    async with httpx.AsyncClient(transport=transport, base_url='http://sim') as client:\n"
+        "        chat = {'model': 'tiny', 'messages': [{'role': 'user', 'content': 'x'}]}\n"
+        "        counted = await client.post('/v1/messages/count_tokens', json=chat)\n"
+        "        reply = await client.post('/v1/responses', json={'model': 'tiny', 'input': 'x',\n"
+        "                                                         'max_output_tokens': 4})\n"
+        "    await server.engine.close()\n"
+        "    print(counted.status_code)\n"
+        "    print(reply.status_code)\n"
+        "asyncio.run(ask())\n"
+        f"print(sorted(set(sys.modules) & set({LATER!r})))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tiny_model)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:4] == [
+        "[]",
+        "200",
+        "200",
+        "['llmd.engine.sim.messages_api', 'llmd.engine.sim.responses_api']",
+    ]
