@@ -11,8 +11,9 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+from starlette.types import ASGIApp
+
 from llmd.console import import_uvicorn
-from llmd.engine.sim.httpio import ASGIApp
 
 import_uvicorn()  # without its command line: llmd/console.py
 import uvicorn  # noqa: E402
