@@ -25,7 +25,7 @@ from llmd.arguments import (
     seconds,
 )
 from llmd.config.tables import check_listen
-from llmd.console import import_structlog, run_console
+from llmd.console import import_structlog, import_uvicorn, run_console
 from llmd.errors import ConfigError, RuntimeDirInUse
 from llmd.runtime import RuntimePaths
 
@@ -220,6 +220,7 @@ def import_daemon_modules() -> None:
     gc.disable()
     try:
         import_structlog()
+        import_uvicorn()
         import llmd.admission.tenants
         import llmd.allocator
         import llmd.config

@@ -1,6 +1,7 @@
 """How llmd's console scripts end when the reader of their output goes away
 (`llmd status | head -3`) or Ctrl-C interrupts them: quietly, with the status a Unix tool that
-the signal ended gives; and structlog imported without rich, for a quicker start."""
+the signal ended gives; and structlog imported without rich, uvicorn without its command line,
+for a quicker start."""
 
 from __future__ import annotations
 
@@ -58,3 +59,39 @@ def import_structlog() -> None:
     finally:
         if hide:
             del sys.modules["rich"]
+
+
+def import_uvicorn() -> None:
+    """Import uvicorn's package with its `Config` and `Server` but not its command line, unless
+    uvicorn is imported already.
+
+    uvicorn's `__init__` imports `uvicorn.main`, its command line: click and the reload
+    supervisors (multiprocessing, watchfiles, anyio), about 0.03 of the 0.2 CPU-s a simulator
+    takes to start (measured here, uvicorn 0.55, 2026-12-07); llmd and its simulator only run
+    `Server(Config(...))`, which need none of it. Here the package module is made without
+    running its `__init__`, `Config` and `Server` are set on it, and the first other name asked
+    of it (`main`, `run`, `__version__`) runs its `__init__` then (a module `__getattr__`, PEP
+    562), so that a later user of uvicorn finds the whole package."""
+    if "uvicorn" in sys.modules:
+        return
+    import importlib.util
+
+    spec = importlib.util.find_spec("uvicorn")
+    assert spec is not None and spec.loader is not None
+    package = importlib.util.module_from_spec(spec)
+    loader = spec.loader
+
+    def complete(name: str) -> object:
+        del package.__dict__["__getattr__"]
+        loader.exec_module(package)
+        return getattr(package, name)
+
+    package.__dict__["__getattr__"] = complete
+    sys.modules["uvicorn"] = package
+    try:
+        from uvicorn.config import Config
+        from uvicorn.server import Server
+    except BaseException:
+        del sys.modules["uvicorn"]
+        raise
+    package.__dict__.update(Config=Config, Server=Server)

@@ -176,3 +176,40 @@ def _reading_stdin(pid: int) -> bool:
         return Path(f"/proc/{pid}/syscall").read_text().split()[:2] == [READ_SYSCALL, "0x0"]
     except OSError:
         return False
+
+
+LEAN_UVICORN = (
+    "import sys\n"
+    "from llmd.console import import_uvicorn\n"
+    "import_uvicorn()\n"
+    "import uvicorn, uvicorn.config, uvicorn.server\n"
+    "assert uvicorn.Config is uvicorn.config.Config and uvicorn.Server is uvicorn.server.Server\n"
+    "print(sorted({'uvicorn.main', 'click', 'watchfiles'} & set(sys.modules)))\n"
+    "from uvicorn import run, main\n"
+    "cli = sys.modules['uvicorn.main']\n"
+    "print(uvicorn.__version__ == uvicorn._version.__version__, run is cli.run)\n"
+    "print(sorted({'uvicorn.main', 'click'} & set(sys.modules)))\n"
+)
+
+
+def test_uvicorn_is_imported_without_its_command_line_until_something_asks_for_it() -> None:
+    """After import_uvicorn, `Config` and `Server` are there and uvicorn.main, click and
+    watchfiles are not loaded; the first other name asked of the package loads the rest."""
+    done = subprocess.run(
+        [sys.executable, "-c", LEAN_UVICORN], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[]", "True True", "['click', 'uvicorn.main']"]
+
+
+def test_import_uvicorn_leaves_an_imported_uvicorn_as_it_is() -> None:
+    """With uvicorn imported already, import_uvicorn changes nothing."""
+    script = (
+        "import sys, uvicorn\n"
+        "from llmd.console import import_uvicorn\n"
+        "before = sys.modules['uvicorn']\n"
+        "import_uvicorn()\n"
+        "print(sys.modules['uvicorn'] is before, 'uvicorn.main' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.stdout.split() == ["True", "True"], done.stderr

@@ -134,9 +134,12 @@ def loaded_by(argv: list[str]) -> set[str]:
 
 
 # Imports a verb has no use for: aiohttp and multidict (~0.3 CPU-s), rich (structlog's pretty
-# tracebacks, ~0.08), the other verbs' modules.
+# tracebacks, ~0.08), uvicorn's command line (click and its reload supervisors' watchfiles,
+# ~0.03: llmd.console.import_uvicorn), the other verbs' modules.
 UNUSED = {
     "aiohttp",
+    "click",
+    "watchfiles",
     "yarl",
     "multidict",
     "rich",

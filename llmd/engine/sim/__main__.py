@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -23,7 +24,20 @@ def main() -> None:
     options = parse_options()
     configure_logging()
     with asyncio.Runner(loop_factory=uvicorn_loop_factory()) as runner:
-        sys.exit(runner.run(serve(options)))
+        code = runner.run(serve(options))
+    exit_now(code)
+
+
+def exit_now(code: int) -> None:
+    """End the process with status `code` once its log lines are out, without the
+    interpreter's teardown: freeing each of the 600-odd modules' objects one by one was about
+    0.04 of the 0.4 CPU-s of a simulator's life (measured here, 2026-12-07), and nothing of
+    the simulator's needs it (its server and engine are stopped, its only output is stdout
+    and stderr). atexit functions do not run."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def uvicorn_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:

@@ -3,14 +3,16 @@ protocol, so that they import no server: `SimServer` (server.py) is the one that
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from llmd.engine.sim.asgi import Answer, SimRequest
 from llmd.engine.sim.core import SimEngine
 from llmd.engine.sim.faults import RequestFault
-from llmd.engine.sim.pooling_requests import PromptContext
 from llmd.engine.sim.tasks import ModelTasks
 from llmd.engine.sim.tokenizer import SimTokenizer
+
+if TYPE_CHECKING:  # the pooling requests' module is imported by the pooling routes only
+    from llmd.engine.sim.pooling_requests import PromptContext
 
 
 class Front(Protocol):
@@ -19,9 +21,12 @@ class Front(Protocol):
     engine: SimEngine
     tokenizer: SimTokenizer
     tasks: ModelTasks
-    prompt_context: PromptContext
     model_name: str
     max_model_len: int
+
+    @property
+    def prompt_context(self) -> PromptContext:
+        """What reading a pooling body needs of the server."""
 
     def check_model(self, name: object) -> None:
         """Raises vLLM 0.32's 404 when a request's `model` is served under no name."""

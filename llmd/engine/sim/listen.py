@@ -11,8 +11,12 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
-import uvicorn
 from starlette.types import ASGIApp
+
+from llmd.console import import_uvicorn
+
+import_uvicorn()  # without its command line: llmd/console.py
+import uvicorn  # noqa: E402
 
 log = logging.getLogger("vllm.entrypoints.openai.api_server")
 

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from starlette.responses import Response
 
 from llmd.engine.sim.anthropic_request import check_messages, to_chat
-from llmd.engine.sim.asgi import Answer, EventStream, Routes, SimRequest
+from llmd.engine.sim.asgi import Answer, EventStream, SimRequest
 from llmd.engine.sim.core import RequestState, SimEngine
 from llmd.engine.sim.errors import SimHTTPError
 from llmd.engine.sim.faults import RequestFault
@@ -64,13 +64,6 @@ class Host(Protocol):
         generation: bool = False,
         answer: Callable[[SimHTTPError], Response] = ...,
     ) -> RequestFault | Answer: ...
-
-
-def register(app: Routes, server: Host) -> None:
-    """Add the Messages routes to the simulator's `app`."""
-    api = MessagesAPI(server)
-    app.add_post("/v1/messages", api.create)
-    app.add_post("/v1/messages/count_tokens", api.count_tokens)
 
 
 class MessagesAPI:
@@ -301,4 +294,4 @@ def _refuses_inline_system(server: Host) -> bool:
     return False
 
 
-__all__ = ["MessagesAPI", "register"]
+__all__ = ["MessagesAPI"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import os
 import random
@@ -19,27 +20,38 @@ import secrets
 import sys
 import time
 from collections.abc import Callable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from llmd.engine.sim import errors, messages_api
-from llmd.engine.sim.asgi import SSE_HEADERS, Answer, EventStream, Handler, Routes, SimRequest
+from llmd.engine.sim import errors
+from llmd.engine.sim.asgi import (
+    SSE_HEADERS,
+    Answer,
+    EventStream,
+    Handler,
+    Routes,
+    SimRequest,
+    on_first_call,
+)
 from llmd.engine.sim.choices import choice_updates, stream_choices
 from llmd.engine.sim.core import RequestState, SimEngine
 from llmd.engine.sim.errors import SimHTTPError
 from llmd.engine.sim.faults import FaultOptions, FaultSpecError, RequestFault, sse_relayout
 from llmd.engine.sim.metrics import CONTENT_TYPE, SimMetrics
-from llmd.engine.sim.pooling_requests import PromptContext
 from llmd.engine.sim.requests import parse_generation, parse_json_object
 from llmd.engine.sim.responses import DONE, ResponseWriter, drop_connection, dumps, json_response
-from llmd.engine.sim.responses_api import ResponsesApi
 from llmd.engine.sim.sleep import SleepRoutes
 from llmd.engine.sim.surface import DEFAULT_VERSION, SURFACES, Surface
 from llmd.engine.sim.tasks import ModelTasks
 from llmd.engine.sim.tokenizer import SimTokenizer
 from llmd.engine.sim.tokens import TokenRoutes
+
+if TYPE_CHECKING:
+    from llmd.engine.sim.messages_api import MessagesAPI
+    from llmd.engine.sim.pooling_requests import PromptContext
+    from llmd.engine.sim.responses_api import ResponsesApi
 
 log = logging.getLogger("vllm.entrypoints.openai.api_server")
 _GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
@@ -82,15 +94,7 @@ class SimServer:
         self.on_exit = on_exit or _hard_exit
         self.surface = surface
         self.tasks = tasks or ModelTasks()
-        self.prompt_context = PromptContext(
-            tokenizer=tokenizer,
-            max_model_len=max_model_len,
-            tasks=self.tasks,
-            model_name=model_name,
-            vocab_size=max(vocab_size, tokenizer.vocab_size),
-            serves=lambda name: name in self.aliases or name in self.lora_modules,
-            adapter=lambda name: name in self.lora_modules,
-        )
+        self.vocab_size = vocab_size
         self.generation_requests = 0
         self.created = int(time.time())
         self._rng = random.Random(0)
@@ -108,8 +112,12 @@ class SimServer:
         if self.tasks.generates:
             app.add_post("/v1/chat/completions", self._generation("chat"))
             app.add_post("/v1/completions", self._generation("completion"))
-            messages_api.register(app, self)
-            app.add_post("/v1/responses", ResponsesApi(self).create)
+            # The Messages and Responses APIs are imported at their first request (about 0.01
+            # CPU-s of each start: the fast suite's simulators seldom serve them).
+            app.add_post("/v1/messages", on_first_call(lambda: self.messages_api.create))
+            count = on_first_call(lambda: self.messages_api.count_tokens)
+            app.add_post("/v1/messages/count_tokens", count)
+            app.add_post("/v1/responses", on_first_call(lambda: self.responses_api.create))
         # The other runners' routes are imported only where served: for a generating model
         # that saves about 0.015 CPU-s of each simulator start (median of 9, 2-core host).
         if self.tasks.pooling_task is not None:
@@ -129,6 +137,35 @@ class SimServer:
         if runtime_lora_updating():
             app.add_post("/v1/load_lora_adapter", self.load_lora_adapter)
         return app
+
+    @functools.cached_property
+    def messages_api(self) -> MessagesAPI:
+        """The Messages handlers (`/v1/messages`, `/v1/messages/count_tokens`), made once."""
+        from llmd.engine.sim.messages_api import MessagesAPI
+
+        return MessagesAPI(self)
+
+    @functools.cached_property
+    def responses_api(self) -> ResponsesApi:
+        """The Responses handler (`/v1/responses`), made once."""
+        from llmd.engine.sim.responses_api import ResponsesApi
+
+        return ResponsesApi(self)
+
+    @functools.cached_property
+    def prompt_context(self) -> PromptContext:
+        """What reading a pooling, scoring or audio body needs of the server, made once."""
+        from llmd.engine.sim.pooling_requests import PromptContext
+
+        return PromptContext(
+            tokenizer=self.tokenizer,
+            max_model_len=self.max_model_len,
+            tasks=self.tasks,
+            model_name=self.model_name,
+            vocab_size=max(self.vocab_size, self.tokenizer.vocab_size),
+            serves=lambda name: name in self.aliases or name in self.lora_modules,
+            adapter=lambda name: name in self.lora_modules,
+        )
 
     async def load_lora_adapter(self, request: SimRequest) -> Response:
         """vLLM 0.32's `POST /v1/load_lora_adapter` (serve/lora/api_router.py, only with

@@ -1,0 +1,57 @@
+"""The simulator's process ends with vLLM's status and log lines, without the interpreter's
+teardown (llmd/engine/sim/__main__.py `exit_now`)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+# Runs the entry point with an atexit function that says whether the teardown ran.
+SCRIPT = (
+    "import atexit, sys\n"
+    "atexit.register(lambda: print('TEARDOWN', flush=True))\n"
+    "sys.argv = ['llmd.engine.sim', *sys.argv[1:]]\n"
+    "from llmd.engine.sim.__main__ import main\n"
+    "main()\n"
+)
+
+
+def test_a_boot_failure_exits_with_its_status_and_its_line_without_teardown(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """`--fault-boot-exit 3`: status 3, the error line written, no atexit function run."""
+    argv = [sys.executable, "-c", SCRIPT, "--model", str(tiny_model)]
+    argv += ["--uds", str(tmp_path / "e.sock"), "--fault-boot-exit", "3"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3
+    assert "Simulated boot failure: exiting with status 3" in done.stdout
+    assert "TEARDOWN" not in done.stdout
+
+
+def test_sigterm_stops_it_with_status_zero_and_its_last_line_without_teardown(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """SIGTERM after start-up: status 0, "Shutting down the API server." written, no atexit
+    function run."""
+    sock = tmp_path / "e.sock"
+    argv = [sys.executable, "-c", SCRIPT, "--model", str(tiny_model), "--uds", str(sock)]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as child:
+        assert child.stdout is not None
+        seen = []
+        for line in child.stdout:
+            seen.append(line)
+            if "Application startup complete." in line:
+                break
+        # Its signal handlers are in place once it answers (the line comes just before).
+        transport = httpx.HTTPTransport(uds=str(sock))
+        with httpx.Client(transport=transport, base_url="http://sim") as client:
+            assert client.get("/health").status_code == 200
+        child.send_signal(signal.SIGTERM)
+        rest = child.stdout.read()
+        assert child.wait(timeout=60) == 0
+    assert "Shutting down the API server." in rest
+    assert "TEARDOWN" not in "".join(seen) + rest
