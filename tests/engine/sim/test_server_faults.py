@@ -165,15 +165,21 @@ async def test_stall_stops_tokens_while_health_and_metrics_answer(make_sim: SimF
         reader = asyncio.create_task(read())
         while not engine.stalled:  # the stall comes 0.3 s after boot
             await asyncio.wait({reader}, timeout=0.05)
-        before = len(received)
         metrics = (await sim.client.get("/metrics")).text
+        pattern = r"^vllm:generation_tokens_total\{[^}]*\} (\S+)$"
+        made = sum(float(v) for v in re.findall(pattern, metrics, re.M))
+        deadline = asyncio.get_running_loop().time() + 10
+        # The tokens made before the stall may still be on their way: wait for the last.
+        while received.count(b'"delta":{"content"') < made:
+            assert asyncio.get_running_loop().time() < deadline, (made, bytes(received[-300:]))
+            await asyncio.wait({reader}, timeout=0.05)
+        before = len(received)
         _, pending = await asyncio.wait({reader}, timeout=1.0)  # the stream never ends
         assert pending and len(received) == before and b"[DONE]" not in received
         assert (await sim.client.get("/health")).status_code == 200
         running = re.search(r"^vllm:num_requests_running\{[^}]*\} (\S+)$", metrics, re.M)
         assert running is not None and float(running.group(1)) == 1.0
         again = (await sim.client.get("/metrics")).text
-        pattern = r"^vllm:generation_tokens_total\{[^}]*\} (\S+)$"
         assert re.findall(pattern, metrics, re.M) == re.findall(pattern, again, re.M)
         reader.cancel()
 
