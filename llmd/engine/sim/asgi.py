@@ -85,19 +85,6 @@ Handler = Callable[[SimRequest], Awaitable[Answer]]
 Guard = Callable[[SimRequest], Response | None]
 
 
-def on_first_call(build: Callable[[], Handler]) -> Handler:
-    """A handler that makes the real one (`build()`, which may import its module) at its first
-    request and passes every request to it."""
-    built: list[Handler] = []
-
-    async def handler(request: SimRequest) -> Answer:
-        if not built:
-            built.append(build())
-        return await built[0](request)
-
-    return handler
-
-
 class Routes:
     """The ASGI app: handlers by path and method, answered as FastAPI answers (404 `{"detail":
     "Not Found"}`, 405 `{"detail": "Method Not Allowed"}`; GET routes answer HEAD too).

@@ -33,7 +33,6 @@ from llmd.engine.sim.asgi import (
     Handler,
     Routes,
     SimRequest,
-    on_first_call,
 )
 from llmd.engine.sim.choices import choice_updates, stream_choices
 from llmd.engine.sim.core import RequestState, SimEngine
@@ -114,10 +113,11 @@ class SimServer:
             app.add_post("/v1/completions", self._generation("completion"))
             # The Messages and Responses APIs are imported at their first request (about 0.01
             # CPU-s of each start: the fast suite's simulators seldom serve them).
-            app.add_post("/v1/messages", on_first_call(lambda: self.messages_api.create))
-            count = on_first_call(lambda: self.messages_api.count_tokens)
-            app.add_post("/v1/messages/count_tokens", count)
-            app.add_post("/v1/responses", on_first_call(lambda: self.responses_api.create))
+            app.add_post("/v1/messages", lambda request: self.messages_api.create(request))
+            app.add_post(
+                "/v1/messages/count_tokens", lambda request: self.messages_api.count_tokens(request)
+            )
+            app.add_post("/v1/responses", lambda request: self.responses_api.create(request))
         # The other runners' routes are imported only where served: for a generating model
         # that saves about 0.015 CPU-s of each simulator start (median of 9, 2-core host).
         if self.tasks.pooling_task is not None:
