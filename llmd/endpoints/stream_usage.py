@@ -89,18 +89,18 @@ class HiddenUsage:
         if b"\r" in text:
             sent, self.held = self._edit(text)
             return sent
-        cut = text.rfind(b"\n\n") + 2
-        if cut < 2:
+        end = text.rfind(b"\n\n")
+        if end < 0:
             self.held = text
             return b""
-        whole, self.held = text[:cut], text[cut:]
+        whole, self.held = text[: end + 2], text[end + 2 :]
         usage = whole.find(b'"usage"')
         finish = _FINISHED.search(whole) if self.fingerprint else None
         if usage < 0 and finish is None:
             return whole
         first = usage if finish is None or 0 <= usage < finish.start() else finish.start()
-        start = whole.rfind(b"\n\n", 0, first) + 2  # the event it is in (0: the first)
-        start = start if start >= 2 else 0
+        before = whole.rfind(b"\n\n", 0, first)  # the end of the event before it (-1: none)
+        start = 0 if before < 0 else before + 2
         return whole[:start] + self._edit(whole[start:])[0]
 
     def _edit(self, text: bytes) -> tuple[bytes, bytes]:
