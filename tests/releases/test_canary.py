@@ -1,9 +1,11 @@
 """`llmd deploy --canary` on a real llmd over the simulator: a healthy release is promoted step
 by step, a faulty one (erroring, slow, a tokenizer that disagrees) is caught at its stage and
-rolled back, and the request stream through each deploy gets an answer to every request."""
+rolled back, and the request stream through each deploy gets an answer to every request. The
+tests that end with r1 serving again share one llmd; the promotion has one of its own."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import subprocess
 import sys
@@ -13,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from llmd.releases.deploy_events import TERMINAL
 from llmd.releases.store import ReleaseStore
 from tests.support.configs import shipped_config
 from tests.support.deploys import Served, Traffic, record
@@ -45,16 +48,40 @@ def config_text(state_dir: Path, model: Path, args: tuple[str, ...] = ()) -> str
     )
 
 
-@pytest.fixture
-def served(tiny_model_dir: Path) -> Iterator[Served]:
-    """llmd on the simulator serving release r1."""
+@contextlib.contextmanager
+def serving_r1(model: Path) -> Iterator[Served]:
+    """llmd on the simulator serving release r1 of `model`, stopped when the block ends."""
     workdir = short_tmpdir("llmd-canary-")
     store = ReleaseStore(workdir / "state")
     text = functools.partial(config_text, store.state_dir)
-    record(store, "r1", text(tiny_model_dir), workdir)
-    with LlmdProcess.running(text(tiny_model_dir), workdir=workdir) as llmd:
+    record(store, "r1", text(model), workdir)
+    with LlmdProcess.running(text(model), workdir=workdir) as llmd:
         serving = Served(llmd, store, workdir, text)
         serving.wait_tokenizer()
+        yield serving
+
+
+@pytest.fixture(scope="module")
+def r1_llmd(tiny_model_dir: Path) -> Iterator[Served]:
+    """One llmd serving r1 for the module's tests whose canary ends rolled back or refused
+    (each release under a name of its own): r1 serves again after each of them."""
+    with serving_r1(tiny_model_dir) as serving:
+        yield serving
+
+
+@pytest.fixture
+def served(r1_llmd: Served) -> Served:
+    """The module's llmd, r1 serving and no deploy under way (what each test leaves)."""
+    assert r1_llmd.release_of_main() == "r1", r1_llmd.llmd.log_tail()
+    under_way = [d for d in r1_llmd.llmd.admin_status()["deploys"] if d["phase"] not in TERMINAL]
+    assert not under_way, under_way
+    return r1_llmd
+
+
+@pytest.fixture
+def fresh(tiny_model_dir: Path) -> Iterator[Served]:
+    """An llmd of its own serving r1, for a test that leaves another release serving."""
+    with serving_r1(tiny_model_dir) as serving:
         yield serving
 
 
@@ -69,9 +96,10 @@ def canary(served: Served, name: str) -> tuple[str, list[str], list[dict[str, ob
     return deployed.stdout + deployed.stderr, outcomes, events
 
 
-def test_a_healthy_canary_is_promoted_step_by_step(served: Served, tiny_model_dir: Path) -> None:
+def test_a_healthy_canary_is_promoted_step_by_step(fresh: Served, tiny_model_dir: Path) -> None:
     """Each step passes on the same live traffic; the engine then runs r2, the canary is gone,
     and every request was answered."""
+    served = fresh
     served.release("r2", tiny_model_dir, "--max-num-seqs", "128")
     out, outcomes, events = canary(served, "r2")
     assert "promoted on engine main; r2 serves" in out, out + served.llmd.log_tail()
@@ -116,8 +144,8 @@ def test_an_erroring_release_is_stopped_at_the_smoke_gate(
     served: Served, tiny_model_dir: Path
 ) -> None:
     """Half its answers errors: a golden prompt fails, so no share is ever given to it."""
-    served.release("erroring", tiny_model_dir, "--fault-error-rate", "0.5", "--seed", "1")
-    out, outcomes, events = canary(served, "erroring")
+    served.release("erroring-gate", tiny_model_dir, "--fault-error-rate", "0.5", "--seed", "1")
+    out, outcomes, events = canary(served, "erroring-gate")
     assert "failed its smoke gate (golden)" in out, out
     assert set(outcomes) == {"ok"}
     assert not [e for e in events if e["event"] == "step_started"]
@@ -155,12 +183,13 @@ def test_a_canary_with_another_tokenizer_is_refused_and_names_replace(served: Se
     """A release whose tokenizer files differ from the serving release's: `--canary` is
     refused before anything boots, naming the rule, the files and `replace`; r1 serves on."""
     served.release("other-tokenizer", ensure_tiny_variant(7))
+    deploys = served.llmd.admin_status()["deploys"]  # the module's llmd: the last one's
     deployed = served.cli("deploy", "other-tokenizer", "--canary", "20,50,100")
     assert deployed.returncode == 1, deployed.stdout
     refusal = deployed.stderr
     assert "a canary requires the same tokenizer as the serving release (r1)" in refusal
     assert "files.tokenizer.tokenizer.json" in refusal and "without --canary" in refusal
-    assert served.llmd.admin_status()["deploys"] == []
+    assert served.llmd.admin_status()["deploys"] == deploys
     assert not [e for e in served.store.history()[0] if e["new"] == "other-tokenizer"]
     assert served.release_of_main() == "r1"
 
