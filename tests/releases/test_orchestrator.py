@@ -1,9 +1,11 @@
 """`llmd deploy` and `llmd rollback` (replace) on a real llmd over the simulator: requests in
 flight wait and are all answered, a release that fails its boot or smoke gate never takes
-traffic and the old one serves again, the status, /metrics and the history say what runs."""
+traffic and the old one serves again, the status, /metrics and the history say what runs.
+The tests that end with r1 serving again share one llmd; the others have one of their own."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import signal
 import subprocess
@@ -15,6 +17,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmd.releases.deploy_events import TERMINAL
 from llmd.releases.store import ReleaseStore
 from tests.support.cli import run_llmd
 from tests.support.configs import shipped_config
@@ -37,18 +40,55 @@ def config_text(state_dir: Path, model: Path, args: tuple[str, ...] = ()) -> str
     )
 
 
-@pytest.fixture
-def served(tiny_model_dir: Path) -> Iterator[Served]:
-    """llmd on the simulator serving release r1, with r2 (another seed) recorded."""
+@contextlib.contextmanager
+def serving_r1(model: Path) -> Iterator[Served]:
+    """llmd on the simulator serving release r1 of `model`, with r2 (another seed) recorded;
+    stopped when the block ends."""
     workdir = short_tmpdir("llmd-deploy-")
     store = ReleaseStore(workdir / "state")
     text = functools.partial(config_text, store.state_dir)
-    record(store, "r1", text(tiny_model_dir), workdir)
-    with LlmdProcess.running(text(tiny_model_dir), workdir=workdir) as llmd:
+    record(store, "r1", text(model), workdir)
+    with LlmdProcess.running(text(model), workdir=workdir) as llmd:
         serving = Served(llmd, store, workdir, text)
         serving.wait_tokenizer()
-        serving.release("r2", tiny_model_dir, "--seed", "7")
+        serving.release("r2", model, "--seed", "7")
         yield serving
+
+
+@pytest.fixture(scope="module")
+def r1_llmd(tiny_model_dir: Path) -> Iterator[Served]:
+    """One llmd for the module's tests that end with r1 serving again (rolled back, refused
+    or aborted; each release under a name of its own)."""
+    with serving_r1(tiny_model_dir) as serving:
+        yield serving
+
+
+@pytest.fixture
+def served(r1_llmd: Served) -> Served:
+    """The module's llmd, r1 serving and no deploy under way (what each test leaves)."""
+    assert r1_llmd.release_of_main() == "r1", r1_llmd.llmd.log_tail()
+    under_way = [d for d in r1_llmd.llmd.admin_status()["deploys"] if d["phase"] not in TERMINAL]
+    assert not under_way, under_way
+    return r1_llmd
+
+
+@pytest.fixture
+def fresh(tiny_model_dir: Path) -> Iterator[Served]:
+    """An llmd of its own serving r1, for a test that stops it or leaves another table."""
+    with serving_r1(tiny_model_dir) as serving:
+        yield serving
+
+
+def deploy_totals(llmd: LlmdProcess) -> dict[tuple[str, str], float]:
+    """llmd_deploys_total by (strategy, outcome), every pair exported from zero."""
+    metrics = text_string_to_metric_families(httpx.get(llmd.base_url + "/metrics").text)
+    return {
+        (s.labels["strategy"], s.labels["outcome"]): s.value
+        for f in metrics
+        if f.name == "llmd_deploys"
+        for s in f.samples
+        if s.name.endswith("_total")
+    }
 
 
 def test_replace_deploy_and_rollback_lose_no_request(served: Served) -> None:
@@ -90,6 +130,7 @@ def test_a_failing_release_is_rolled_back_and_the_old_serves(
 ) -> None:
     """A release that does not boot, or answers errors, fails; r1 boots again and serves."""
     served.release(name, tiny_model_dir, *args)
+    before = deploy_totals(served.llmd)
     deployed = served.cli("deploy", name)
     assert deployed.returncode == 1, deployed.stdout + deployed.stderr
     assert "rolled_back on engine main; r1 serves" in deployed.stdout
@@ -101,16 +142,12 @@ def test_a_failing_release_is_rolled_back_and_the_old_serves(
         timeout=30,
     )
     assert answer.status_code == 200
-    metrics = text_string_to_metric_families(httpx.get(served.llmd.base_url + "/metrics").text)
-    ended = [s for f in metrics if f.name == "llmd_deploys" for s in f.samples]
-    # Every strategy and outcome is exported from zero: exactly one deploy ended, a replace
-    # rolled back.
-    totals = {
-        (s.labels["strategy"], s.labels["outcome"]): s.value
-        for s in ended
-        if s.name.endswith("_total")
-    }
-    assert totals[("replace", "rolled_back")] == 1.0 and sum(totals.values()) == 1.0, totals
+    # Every strategy and outcome is exported (from zero): exactly one more deploy ended, a
+    # replace rolled back (the module's llmd counts the other tests' deploys too).
+    after = deploy_totals(served.llmd)
+    assert set(after) == set(before) and len(after) > 1, after
+    moved = {pair: after[pair] - before[pair] for pair in after if after[pair] != before[pair]}
+    assert moved == {("replace", "rolled_back"): 1.0}, (before, after)
     kinds = [e["event"] for e in served.store.history()[0] if e["new"] == name]
     assert kinds[0] == "deploy_started" and kinds[-1] == "rolled_back"
 
@@ -125,9 +162,10 @@ def test_a_tokenizer_that_disagrees_fails_the_smoke_gate(served: Served) -> None
 
 
 def test_deploy_refuses_when_the_previous_release_files_are_gone(
-    served: Served, tmp_path: Path, tiny_model_dir: Path
+    fresh: Served, tmp_path: Path, tiny_model_dir: Path
 ) -> None:
     """The running release's files gone: the deploy is refused and says which file."""
+    served = fresh
     copy = tmp_path / "tiny-copy"
     subprocess.run(["cp", "-r", str(tiny_model_dir), str(copy)], check=True)
     served.release("copy", copy)
@@ -174,11 +212,12 @@ def test_rollback_aborts_a_deploy_under_way(served: Served, tiny_model_dir: Path
 
 
 def test_a_deploy_cut_by_sigterm_ends_at_once_and_is_closed_in_the_history(
-    served: Served, tiny_model_dir: Path
+    fresh: Served, tiny_model_dir: Path
 ) -> None:
     """SIGTERM while a slow release boots: `llmd deploy` (waiting) is answered at once with
     'llmd is stopping' (exit 1, no 500), llmd stops cleanly well before the release's 60 s
     boot, the history closes the deploy `interrupted`, and gc no longer calls it in progress."""
+    served = fresh
     served.release("slow", tiny_model_dir, "--fault-boot-delay", "60")
     command = [sys.executable, "-m", "llmd.cli", "deploy", "slow", "--runtime-dir"]
     deploying = subprocess.Popen(
@@ -207,11 +246,12 @@ def test_a_deploy_cut_by_sigterm_ends_at_once_and_is_closed_in_the_history(
 
 
 def test_a_restart_and_a_reload_keep_the_release_an_edited_file_brings_its_table(
-    served: Served, tiny_model_dir: Path
+    fresh: Served, tiny_model_dir: Path
 ) -> None:
     """After a deploy of r2, `llmd restart` boots r2 again, and so does `llmd reload` then
     `llmd restart` while the file is unchanged; an edited file's table is pending after a
     reload and the next restart boots it."""
+    served = fresh
     assert served.cli("deploy", "r2").returncode == 0
     assert served.cli("restart").returncode == 0
     assert served.release_of_main() == "r2"
@@ -229,10 +269,11 @@ def test_a_restart_and_a_reload_keep_the_release_an_edited_file_brings_its_table
     assert served.release_of_main() is None  # no release records the edited table
 
 
-def test_a_new_llmd_boots_the_deployed_release(served: Served) -> None:
+def test_a_new_llmd_boots_the_deployed_release(fresh: Served) -> None:
     """Deploy r2, stop llmd, start it again on the same state directory: engine main runs
     r2's table (its engine has r2's flags), the status and the log say it was restored, and
     requests are answered."""
+    served = fresh
     assert served.cli("deploy", "r2").returncode == 0
     assert served.llmd.stop() == 0
     config = (served.workdir / "llmd.toml").read_text()
@@ -253,10 +294,11 @@ def test_a_new_llmd_boots_the_deployed_release(served: Served) -> None:
 
 
 def test_deploy_refuses_another_model_name_and_an_unrecorded_engine(
-    served: Served, tiny_model_dir: Path
+    fresh: Served, tiny_model_dir: Path
 ) -> None:
     """A release serving another model name is refused; so is any deploy once the engine
     runs a table no release records (after a restart with an edited config file)."""
+    served = fresh
     other = served.workdir / "other.toml"
     other.write_text(served.config_text(tiny_model_dir, ()).replace('"tiny"', '"other"', 1))
     record(served.store, "renamed", other.read_text(), served.workdir)
