@@ -18,8 +18,10 @@ from tests.support.waiting import until
 MODELS = ("chat", "coder", "small")
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def engines(tiny_model_dir: Path) -> Iterator[dict[str, SimProcess]]:
+    """The three engines, chat awake and the others asleep, shared by the tests of sleep
+    mode: each leaves chat resident again (and says so), as it found them."""
     started = start_engines(tiny_model_dir, MODELS, ["--sim-wake-s", "0.05"])
     try:
         yield started

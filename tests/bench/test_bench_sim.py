@@ -208,69 +208,73 @@ async def test_a_bench_with_an_api_key_runs_against_a_keyed_llmd(tmp_path: Path)
     assert [(step.ok, step.errors) for step in steps] == [(1, 0)]
 
 
-async def test_through_llmd_the_prefix_cache_hit_rate_is_read_from_llmd_metrics() -> None:
+@pytest.fixture(scope="module")
+def llmd() -> Iterator[LlmdProcess]:
+    """`llmd serve` on the timed simulator, scraping the engine every 0.05 s, for the benches
+    through llmd that need no key (the bench reads counters as differences)."""
+    config = sim_config(ensure_tiny_model(), telemetry={"engine_interval_s": 0.05})
+    with LlmdProcess.running(config, "llmd-bp-", timeout_s=30) as process:
+        yield process
+
+
+async def test_through_llmd_the_prefix_cache_hit_rate_is_read_from_llmd_metrics(
+    llmd: LlmdProcess,
+) -> None:
     """A bench of G through `llmd serve` alone scrapes llmd's /metrics, where the engine's
     prefix-cache counters are `llmd_engine_prefix_cache_*_total`: the hit rate is reported."""
-    config = sim_config(ensure_tiny_model(), telemetry={"engine_interval_s": 0.05})
-    with LlmdProcess.running(config, "llmd-bp-") as llmd:
-        options = BenchOptions(
-            url=llmd.base_url,
-            scenario=scenario("G"),
-            concurrencies=(2,),
-            duration_s=30.0,
-            max_requests=16,
-            seed=9,
-            warmup=1,
-            metrics_interval_s=0.05,
-        )
-        report = await run_bench(options)
+    options = BenchOptions(
+        url=llmd.base_url,
+        scenario=scenario("G"),
+        concurrencies=(2,),
+        duration_s=30.0,
+        max_requests=16,
+        seed=9,
+        warmup=1,
+        metrics_interval_s=0.05,
+    )
+    report = await run_bench(options)
     ((step,),) = report.steps.values()
     assert step.ok == 16
     assert step.prefix_cache_hit_rate is not None and step.prefix_cache_hit_rate > 0.5
 
 
-async def test_side_by_side_through_llmd_with_disconnects() -> None:
+async def test_side_by_side_through_llmd_with_disconnects(llmd: LlmdProcess) -> None:
     """Scenario F straight to the engine and through a real `llmd serve` on the timed simulator:
     both targets send the same requests, disconnects are counted on both, the engine's
     gauges are sampled, the ratios are computed, and no sequence is left running."""
-    llmd = LlmdProcess.start(sim_config(ensure_tiny_model()))
-    try:
-        llmd.wait_ready(timeout_s=30)
-        options = BenchOptions(
-            url=llmd.base_url,
-            direct_url=f"unix:{llmd.engine_socket}",
-            scenario=dataclasses.replace(
-                scenario("F", disconnect_share=0.5), think_s=0.05, burst_every_s=0.3
-            ),
-            concurrencies=(2, 4),
-            duration_s=2.0,
-            max_requests=12,
-            seed=3,
-            warmup=1,
-            metrics_interval_s=0.1,
-        )
-        report = await run_bench(options)
-        assert set(report.steps) == {"direct", "llmd"}
-        for direct, proxied in zip(report.steps["direct"], report.steps["llmd"], strict=True):
-            assert direct.concurrency == proxied.concurrency
-            for step in (direct, proxied):
-                # request 1 of seed 3 hangs up, and every step sends it (two users from the start)
-                assert step.requests >= 2 and step.errors == step.timeouts == 0
-                assert step.disconnected >= 1
-                assert step.ok + step.disconnected == step.requests
-                assert step.output_mismatches == 0 and step.peak_running is not None
-            assert proxied.peak_llmd_queue is None or proxied.peak_llmd_queue >= 0
-        assert [row["concurrency"] for row in report.ratios] == [2, 4]
-        assert all(row["output_tokens_per_s"] for row in report.ratios)
-        assert set(report.operating_points) == {"direct", "llmd"}
-        held, _ = wait_for_gauge(
-            llmd.engine_socket, "vllm:num_requests_running", lambda v: v == 0, timeout_s=2
-        )
-        assert held
-        document = report.to_json()
-        assert json.loads(json.dumps(document))["ratios_llmd_over_direct"] == report.ratios
-    finally:
-        llmd.stop()
+    options = BenchOptions(
+        url=llmd.base_url,
+        direct_url=f"unix:{llmd.engine_socket}",
+        scenario=dataclasses.replace(
+            scenario("F", disconnect_share=0.5), think_s=0.05, burst_every_s=0.3
+        ),
+        concurrencies=(2, 4),
+        duration_s=2.0,
+        max_requests=12,
+        seed=3,
+        warmup=1,
+        metrics_interval_s=0.1,
+    )
+    report = await run_bench(options)
+    assert set(report.steps) == {"direct", "llmd"}
+    for direct, proxied in zip(report.steps["direct"], report.steps["llmd"], strict=True):
+        assert direct.concurrency == proxied.concurrency
+        for step in (direct, proxied):
+            # request 1 of seed 3 hangs up, and every step sends it (two users from the start)
+            assert step.requests >= 2 and step.errors == step.timeouts == 0
+            assert step.disconnected >= 1
+            assert step.ok + step.disconnected == step.requests
+            assert step.output_mismatches == 0 and step.peak_running is not None
+        assert proxied.peak_llmd_queue is None or proxied.peak_llmd_queue >= 0
+    assert [row["concurrency"] for row in report.ratios] == [2, 4]
+    assert all(row["output_tokens_per_s"] for row in report.ratios)
+    assert set(report.operating_points) == {"direct", "llmd"}
+    held, _ = wait_for_gauge(
+        llmd.engine_socket, "vllm:num_requests_running", lambda v: v == 0, timeout_s=2
+    )
+    assert held
+    document = report.to_json()
+    assert json.loads(json.dumps(document))["ratios_llmd_over_direct"] == report.ratios
 
 
 @pytest.fixture

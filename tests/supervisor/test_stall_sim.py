@@ -148,9 +148,10 @@ def test_a_stream_in_another_layout_is_relayed_and_counted(relaid: LlmdProcess) 
     assert wait_for(counted, 10), llmd.admin_status()["counts"]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def idling() -> Iterator[LlmdProcess]:
-    """llmd on a slow simulator with a 1 s request idle timeout (and a long stall timeout)."""
+    """llmd on a slow simulator with a 1 s request idle timeout (and a long stall timeout),
+    shared by the tests of requests that idle: neither restarts the engine."""
     config = sim_config(
         ensure_tiny_model(),
         ("--step-base-ms", "10"),
