@@ -27,15 +27,19 @@ POOLING = ["--runner", "pooling", "--convert", "embed"]
 SLOW_CHAT = ["--step-base-ms", "3000"]
 
 
-def config(bound_ms: float, embed_args: tuple[str, ...] = (), pause: bool = False) -> str:
-    """Engines `chat` and `embed` (with `embed_args`) on device `dev0`, `apart` on none; the
-    device hold's bound `bound_ms` (the interactive budget 10 s, the ratio bound_ms / 10 s);
-    `pause`: admission.device_pause."""
+def config(
+    bound_ms: float, embed_args: tuple[str, ...] = (), pause: bool = False, apart: bool = True
+) -> str:
+    """Engines `chat` and `embed` (with `embed_args`) on device `dev0`, and `apart` on none
+    where a test asks it (one simulator less to start where none does); the device hold's
+    bound `bound_ms` (the interactive budget 10 s, the ratio bound_ms / 10 s); `pause`:
+    admission.device_pause."""
     engines = {
         "chat": (CHAT, SLOW_CHAT),
         "embed": (EMBED, [*POOLING, *embed_args]),
-        "apart": (APART, POOLING),
     }
+    if apart:
+        engines["apart"] = (APART, POOLING)
     admission = {
         "device_hold_ratio": bound_ms / 10_000,
         "interactive": {"ttft_p95_budget_ms": 10_000.0},
@@ -48,7 +52,7 @@ def config(bound_ms: float, embed_args: tuple[str, ...] = (), pause: bool = Fals
 
 @pytest.fixture(scope="module")
 def long_bound() -> Iterator[LlmdProcess]:
-    with LlmdProcess.running(config(bound_ms=8000), "llmd-hold-") as process:
+    with LlmdProcess.running(config(bound_ms=8000, apart=False), "llmd-hold-") as process:
         yield process
 
 
@@ -60,7 +64,8 @@ def short_bound() -> Iterator[LlmdProcess]:
 
 @pytest.fixture(scope="module")
 def slow_embed() -> Iterator[LlmdProcess]:
-    with LlmdProcess.running(config(200, ("--step-base-ms", "1000")), "llmd-hold-") as process:
+    slow = config(200, ("--step-base-ms", "1000"), apart=False)
+    with LlmdProcess.running(slow, "llmd-hold-") as process:
         yield process
 
 

@@ -1,11 +1,13 @@
 """llmd on the simulator with three on-demand engines in a swap group of one: requests
 alternating between their models all complete (none lost), each waiting in llmd's queue while
-its engine is woken; the states and counters say what happened."""
+its engine is woken; the states and counters say what happened. The operators' tests share
+one llmd for each way of sleeping."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import tomllib
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -120,31 +122,39 @@ def engine_state(llmd: LlmdProcess, name: str) -> str:
     return str(next(e["state"] for e in engines if e["name"] == name))
 
 
-@pytest.mark.parametrize("sleep", ["auto", "stop"])
-def test_operators_wake_and_sleep_engines_by_name(sleep: str) -> None:
+@pytest.fixture(scope="module", params=["auto", "stop"])
+def group(request: pytest.FixtureRequest) -> Iterator[LlmdProcess]:
+    """llmd on `swap_config(sleep)`, one for each way of sleeping, shared by the tests that
+    leave one engine serving and the others asleep, none drained."""
+    with LlmdProcess.running(swap_config(request.param), "llmd-swap-") as llmd:
+        yield llmd
+
+
+def test_operators_wake_and_sleep_engines_by_name(group: LlmdProcess) -> None:
     """`llmd sleep --engine` puts the resident engine to sleep; `llmd wake --engine` wakes
     another while the group has room (not cancelled for want of requests) and is refused,
     saying why, while it is full; an unknown engine is refused too. An asleep engine an
     operator drained is not woken: its model answers 503 with Retry-After."""
-    with LlmdProcess.running(swap_config(sleep), "llmd-swap-") as llmd:
-        awake = next(e["name"] for e in llmd.admin_status()["engines"] if e["state"] == "serving")
-        other = next(m for m in MODELS if m != awake)
-        third = next(m for m in MODELS if m not in (awake, other))
-        done = llmd_verb(llmd, "sleep", "--engine", awake)
-        assert done.returncode == 0, done.stderr
-        assert wait_for(lambda: engine_state(llmd, awake) == "asleep", 10)
-        done = llmd_verb(llmd, "wake", "--engine", other)
-        assert done.returncode == 0 and "a wake takes about" in done.stdout, done.stderr
-        assert wait_for(lambda: engine_state(llmd, other) == "serving", 10)
-        refused = llmd_verb(llmd, "wake", "--engine", third)
-        assert refused.returncode == 1 and "put one to sleep first" in refused.stderr
-        unknown = llmd_verb(llmd, "wake", "--engine", "nope")
-        assert unknown.returncode == 1 and "no engine 'nope'" in unknown.stderr
-        assert llmd_verb(llmd, "drain", "--engine", third).returncode == 0
-        body = {"model": third, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
-        drained = httpx.post(llmd.base_url + "/v1/chat/completions", json=body, timeout=30)
-        assert drained.status_code == 503 and "retry-after" in drained.headers
-        assert engine_state(llmd, third) == "asleep"  # a drained engine is not woken
+    llmd = group
+    awake = next(e["name"] for e in llmd.admin_status()["engines"] if e["state"] == "serving")
+    other = next(m for m in MODELS if m != awake)
+    third = next(m for m in MODELS if m not in (awake, other))
+    done = llmd_verb(llmd, "sleep", "--engine", awake)
+    assert done.returncode == 0, done.stderr
+    assert wait_for(lambda: engine_state(llmd, awake) == "asleep", 10)
+    done = llmd_verb(llmd, "wake", "--engine", other)
+    assert done.returncode == 0 and "a wake takes about" in done.stdout, done.stderr
+    assert wait_for(lambda: engine_state(llmd, other) == "serving", 10)
+    refused = llmd_verb(llmd, "wake", "--engine", third)
+    assert refused.returncode == 1 and "put one to sleep first" in refused.stderr
+    unknown = llmd_verb(llmd, "wake", "--engine", "nope")
+    assert unknown.returncode == 1 and "no engine 'nope'" in unknown.stderr
+    assert llmd_verb(llmd, "drain", "--engine", third).returncode == 0
+    body = {"model": third, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    drained = httpx.post(llmd.base_url + "/v1/chat/completions", json=body, timeout=30)
+    assert drained.status_code == 503 and "retry-after" in drained.headers
+    assert engine_state(llmd, third) == "asleep"  # a drained engine is not woken
+    assert llmd_verb(llmd, "resume", "--engine", third).returncode == 0  # as it was
 
 
 def test_a_wake_nobody_waits_for_is_cancelled() -> None:
@@ -188,32 +198,31 @@ def boots(llmd: LlmdProcess, name: str) -> int:
     )
 
 
-@pytest.mark.parametrize("sleep", ["auto", "stop"])
-def test_a_restart_of_an_asleep_engine_does_not_wake_it(sleep: str) -> None:
+def test_a_restart_of_an_asleep_engine_does_not_wake_it(group: LlmdProcess) -> None:
     """`llmd restart --engine` on an asleep engine answers at once, saying so, and leaves it
     asleep with no new process; the next request for its model wakes it by booting a fresh
     process (also where it sleeps in vLLM's sleep mode) and is answered. `llmd restart` of all
     restarts the awake engine and leaves the asleep ones asleep, named in its answer."""
-    with LlmdProcess.running(swap_config(sleep), "llmd-swap-") as llmd:
-        awake = next(e["name"] for e in llmd.admin_status()["engines"] if e["state"] == "serving")
-        asleep = [m for m in MODELS if m != awake]
-        before = boots(llmd, asleep[0])
-        done = llmd_verb(llmd, "restart", "--engine", asleep[0])
-        assert done.returncode == 0, done.stderr
-        assert "is asleep: not woken; its next wake boots a fresh process" in done.stdout
-        assert engine_state(llmd, asleep[0]) == "asleep"
-        assert boots(llmd, asleep[0]) == before
-        client = closed_after_test(
-            openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="x", max_retries=0)
-        )
-        assert ask(client, asleep[0]) == asleep[0]
-        assert boots(llmd, asleep[0]) == before + 1  # a fresh process, not the sleeping one
-        # Now asleep[0] serves: a restart of all restarts it and leaves the others asleep.
-        others = sorted(m for m in MODELS if m != asleep[0])
-        started = {m: boots(llmd, m) for m in MODELS}
-        done = llmd_verb(llmd, "restart")
-        assert done.returncode == 0, done.stderr
-        assert f"asleep, not woken: {', '.join(others)} boot afresh when woken" in done.stdout
-        assert [engine_state(llmd, m) for m in others] == ["asleep", "asleep"]
-        assert engine_state(llmd, asleep[0]) == "serving"
-        assert {m: boots(llmd, m) for m in MODELS} == {**started, asleep[0]: started[asleep[0]] + 1}
+    llmd = group
+    awake = next(e["name"] for e in llmd.admin_status()["engines"] if e["state"] == "serving")
+    asleep = [m for m in MODELS if m != awake]
+    before = boots(llmd, asleep[0])
+    done = llmd_verb(llmd, "restart", "--engine", asleep[0])
+    assert done.returncode == 0, done.stderr
+    assert "is asleep: not woken; its next wake boots a fresh process" in done.stdout
+    assert engine_state(llmd, asleep[0]) == "asleep"
+    assert boots(llmd, asleep[0]) == before
+    client = closed_after_test(
+        openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="x", max_retries=0)
+    )
+    assert ask(client, asleep[0]) == asleep[0]
+    assert boots(llmd, asleep[0]) == before + 1  # a fresh process, not the sleeping one
+    # Now asleep[0] serves: a restart of all restarts it and leaves the others asleep.
+    others = sorted(m for m in MODELS if m != asleep[0])
+    started = {m: boots(llmd, m) for m in MODELS}
+    done = llmd_verb(llmd, "restart")
+    assert done.returncode == 0, done.stderr
+    assert f"asleep, not woken: {', '.join(others)} boot afresh when woken" in done.stdout
+    assert [engine_state(llmd, m) for m in others] == ["asleep", "asleep"]
+    assert engine_state(llmd, asleep[0]) == "serving"
+    assert {m: boots(llmd, m) for m in MODELS} == {**started, asleep[0]: started[asleep[0]] + 1}
