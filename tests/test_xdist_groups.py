@@ -5,10 +5,13 @@
 from __future__ import annotations
 
 import json
+import types
+from typing import cast
 
 import pytest
 
 from tests.support.llmd_process import REPO
+from tests.support.xdist_groups import LONGEST_FIRST, longest_first
 
 MODULE = """
 import os
@@ -63,3 +66,20 @@ def test_end_to_end_groups_stay_in_two_workers(
     )
     assert set().union(*ran.values()) <= {"gw0", "gw1"}, ran
     assert ran["test_e2e3"] == ran["test_e2e4"], ran
+
+
+def test_the_longest_modules_are_collected_first() -> None:
+    """`longest_first` moves the items of the modules it is given to the front, in the order
+    given, and leaves the others in theirs; every module of `LONGEST_FIRST` exists."""
+    ids = ["a.py::t1", "b.py::t1", "c.py::t1", "a.py::t2", "c.py::t2", "d.py::t1"]
+    items = [cast(pytest.Item, types.SimpleNamespace(nodeid=nodeid)) for nodeid in ids]
+    longest_first(items, ("c.py", "b.py"))
+    assert [item.nodeid for item in items] == [
+        "c.py::t1",
+        "c.py::t2",
+        "b.py::t1",
+        "a.py::t1",
+        "a.py::t2",
+        "d.py::t1",
+    ]
+    assert [module for module in LONGEST_FIRST if not (REPO / module).is_file()] == []

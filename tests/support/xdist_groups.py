@@ -10,6 +10,11 @@ plugin of tests/conftest.py.
   "transformers" holds the modules that import transformers in the test process (its
   AutoTokenizer imports torch: about 5 s of CPU in each worker that runs one).
 - Every other test is a unit of its own, which any worker takes as it comes free.
+- Units go out largest first, and units of one size in collection order: the modules of
+  `LONGEST_FIRST` (a test of 10 s or more) are collected first, so that none of them starts
+  last and leaves one worker running alone at the end (measured: a 13.6 s tune test started
+  at 216.6 s of 233.9, two more queued behind it on its worker, the others done by 228). A
+  module of a package's group stays out of it: its group's modules run together.
 
 xdist's own loadgroup reads `xdist_group` marks through a suffix it appends to each test's
 nodeid, which pytest 9.2 ignores (`Node.nodeid` comes from `_id`): the marked tests ran apart.
@@ -42,7 +47,38 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(_Controller(config), "llmd-xdist-groups")
 
 
+# The modules with a test of 10 s or more (wall time; scripts/pertest_cpu.py, six workers,
+# 2026-12-07 16:39, load 3-5), its longest first.
+LONGEST_FIRST = (
+    "tests/admission/test_shares_sim.py",  # 38.8 s
+    "tests/proxy/test_keepalive.py",  # 21.0
+    "tests/admission/test_device_hold_sim.py",  # 21.0
+    "tests/daemon/test_swapping_sim.py",  # 18.7
+    "tests/proxy/test_endpoints.py",  # 18.6
+    "tests/proxy/test_validation_properties.py",  # 17.1
+    "tests/releases/test_smoke_runner.py",  # 16.5
+    "tests/admission/test_scheduler.py",  # 16.3
+    "tests/tune/test_tune_sim.py",  # 13.6
+    "tests/proxy/test_messages_sim.py",  # 13.4
+    "tests/supervisor/test_stall_sim.py",  # 13.0
+    "tests/backends/test_upstream_stall.py",  # 12.9
+    "tests/proxy/test_slow_consumer.py",  # 12.9
+    "tests/supervisor/test_leftovers.py",  # 12.5
+    "tests/tui/test_app.py",  # 12.4
+    "tests/admin/test_controls.py",  # 10.6
+    "tests/releases/test_orchestrator_failures.py",  # 10.4
+)
+
+
+def longest_first(items: list[pytest.Item], modules: tuple[str, ...] = LONGEST_FIRST) -> None:
+    """Move the items of `modules` (paths from the repository root, as in a nodeid) to the
+    front of `items`, in the order of `modules`; the others keep their order."""
+    rank = {module: index for index, module in enumerate(modules)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    longest_first(items)
     workerinput: dict[str, Any] = getattr(config, "workerinput", {})
     if _KEY in workerinput and workerinput["workerid"] == "gw0":
         groups = {item.nodeid: _group(item) for item in items}
