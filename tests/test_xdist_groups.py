@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import types
 from typing import cast
@@ -11,7 +12,7 @@ from typing import cast
 import pytest
 
 from tests.support.llmd_process import REPO
-from tests.support.xdist_groups import LONGEST_FIRST, longest_first
+from tests.support.xdist_groups import LONGEST_FIRST, _GroupScheduling, longest_first
 
 MODULE = """
 import os
@@ -83,3 +84,38 @@ def test_the_longest_modules_are_collected_first() -> None:
         "d.py::t1",
     ]
     assert [module for module in LONGEST_FIRST if not (REPO / module).is_file()] == []
+
+
+class _Node:
+    """A worker as the scheduler sees it: what it was sent, whether it was shut down."""
+
+    shutting_down = False
+
+    def __init__(self) -> None:
+        self.workerinput = {"workerid": "gw0"}
+        self.sent: list[list[int]] = []
+
+    def send_runtest_some(self, indexes: list[int]) -> None:
+        self.sent.append(indexes)
+
+    def shutdown(self) -> None:
+        self.shutting_down = True
+
+
+def test_a_worker_holds_one_unit_queued_behind_the_running_one() -> None:
+    """With its running test and one queued, a worker is given no more (xdist gives a third);
+    once only the running one is left it gets the next unit; with none left, it stops."""
+    scheduler = object.__new__(_GroupScheduling)
+    scheduler.log = lambda *args: None  # type: ignore[assignment]
+    node = _Node()
+    ids = [f"t.py::t{i}" for i in range(4)]
+    scheduler.registered_collections = {node: ids}  # type: ignore[dict-item]
+    scheduler.assigned_work = {node: {ids[0]: {ids[0]: False}, ids[1]: {ids[1]: False}}}  # type: ignore[dict-item]
+    scheduler.workqueue = collections.OrderedDict({ids[2]: {ids[2]: False}})
+    scheduler._reschedule(node)
+    assert node.sent == [] and list(scheduler.workqueue) == [ids[2]]
+    scheduler.assigned_work[node][ids[0]][ids[0]] = True  # type: ignore[index]
+    scheduler._reschedule(node)
+    assert node.sent == [[2]] and not scheduler.workqueue and not node.shutting_down
+    scheduler._reschedule(node)
+    assert node.shutting_down
