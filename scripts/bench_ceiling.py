@@ -34,15 +34,17 @@ import asyncio
 import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from llmd.engine.client import KEEPALIVE_S  # noqa: E402
 from tests.support.configs import config_sections  # noqa: E402
 from tests.support.llmd_process import LlmdProcess, free_port, stop_process  # noqa: E402
 from tests.support.machine_load import load_average  # noqa: E402
@@ -59,6 +61,15 @@ from tests.support.sim_process import sim_config  # noqa: E402
 from tests.support.splice import splice_server  # noqa: E402
 
 PATHS = ("splice", "stack", "llmd")
+# How long a relay helper may take to listen: its interpreter's start and imports, seconds
+# under a loaded host (about 0.3 s idle).
+HELPER_START_S = 60.0
+
+
+class HelperProcess(Protocol):
+    """What `wait_listening` asks of a helper (a `subprocess.Popen`)."""
+
+    def poll(self) -> int | None: ...
 
 
 # -- the splice: a process of its own, so that its CPU time is its own ------------------------
@@ -427,6 +438,23 @@ def start_firehose(engine_socket: Path, cpus: set[int]) -> subprocess.Popen[byte
     return process
 
 
+def wait_listening(port: int, helper: HelperProcess, timeout_s: float) -> None:
+    """Return once 127.0.0.1:`port` takes a connection (the relay `helper` runs has bound and
+    listens); raise RuntimeError when `helper` exits first, or after `timeout_s` seconds.
+    A fixed wait (2.5 s until 2026-12-07) was too short under load 6-11: Connection refused
+    in 4 runs of 20."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        if helper.poll() is not None:
+            raise RuntimeError(f"the relay for port {port} exited ({helper.poll()})")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"nothing listens on port {port} after {timeout_s:g} s")
+        time.sleep(0.02)
+
+
 def ratios(path: dict[str, Any], base: dict[str, Any]) -> dict[str, float]:
     """`path`'s ceilings over `base`'s: tokens/s, CPU per token (each at its own ceiling, and
     at the same concurrency as `base`'s ceiling), requests/s, CPU per request."""
@@ -567,8 +595,10 @@ def main() -> None:
         os.sched_setaffinity(0, other_cpus)
         helpers: list[subprocess.Popen[bytes]] = []
         try:
+            moved_at = time.monotonic()
             if args.engine == "firehose":
                 helpers.append(start_firehose(llmd.engine_socket, other_cpus))
+                moved_at = time.monotonic()
             targets = {"llmd": (llmd.port, llmd.process.pid)}
             for path in ("splice", "stack"):
                 port = free_port()
@@ -581,7 +611,12 @@ def main() -> None:
                 targets[path] = (port, helper.pid)
             import uvloop
 
-            time.sleep(2.5)  # the relays bind; llmd's kept-alive engine connections expire
+            for path in ("splice", "stack"):
+                port, pid = targets[path]
+                wait_listening(port, next(h for h in helpers if h.pid == pid), HELPER_START_S)
+            # llmd's engine connections kept alive from before the firehose moved the
+            # simulator's socket go on to the simulator until they idle out: wait them out.
+            time.sleep(max(0.0, moved_at + KEEPALIVE_S + 0.1 - time.monotonic()))
             records = uvloop.run(measure(targets, args))
         finally:
             for helper in helpers:
