@@ -16,7 +16,8 @@ passed to uvicorn as its `http` protocol class, answers without reading on:
   no transfer coding): 400 before its body is read (RFC 9112 §6.1, §6.3).
 
 An idle kept-alive connection is closed after `server.keepalive_timeout_s` (uvicorn's
-`timeout_keep_alive`, read for each new connection, so a reload applies to the next ones).
+`timeout_keep_alive`, read for each new connection, so a reload applies to the next ones),
+by one timer per connection, as the head's deadline is (not one per request, as uvicorn's).
 An answer whose end is still unsent once the app is done with it (it fit the socket buffers
 and uvicorn's, so no send waited: the send timeout, llmd/proxy/stalls.py, never saw it) is
 watched the same way: a connection whose client takes none of it for `server.send_timeout_s`
@@ -91,6 +92,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_started = False
         self._unread_timer: asyncio.TimerHandle | None = None
         self._message_open = False  # a request begun whose end the parser has not seen
+        # The idle connection's deadline (`_idle_due`: loop time, s; None: not idle), checked
+        # the same way by one timer (`_check_idle`) in place of uvicorn's per-answer one.
+        self._idle_due: float | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
         self._linger: Linger | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -100,6 +105,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_head_timer()
+        self._idle_due = None
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
         if self._unread_timer is not None:
             self._unread_timer.cancel()
             self._unread_timer = None
@@ -133,7 +142,16 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     # -- an answer left unread ---------------------------------------------------------------------
 
     def on_response_complete(self) -> None:
-        super().on_response_complete()
+        # uvicorn 0.55's `on_response_complete`, but for its keep-alive timer (`_arm_idle`).
+        self.server_state.total_requests += 1
+        if not self.transport.is_closing():
+            self._idle_due = None
+            self.flow.resume_reading()  # unpause data reads if needed
+            if self.pipeline:  # the next pipelined request starts
+                cycle, app = self.pipeline.pop()
+                self._start_asgi_task(cycle, app)
+            else:
+                self._arm_idle()
         self._watch_unread(None)  # kept alive with the answer's end unsent
 
     def _watch_unread(self, before: int | None) -> None:
@@ -251,6 +269,38 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._refuse(RequestTimeout(message + " (server.read_timeout_s)"), "head_timeout")
         else:
             self.transport.close()
+
+    # -- the idle connection's deadline ------------------------------------------------------------
+    #
+    # uvicorn arms a keep-alive timer at each answer's end and cancels it at the next request's
+    # first bytes (2-4 µs a request under uvloop, issue 37 item 3). Here, as for the head, the
+    # deadline is a number set at an answer's end and cleared by any bytes that come; one
+    # timer per connection checks it when it fires: past it, the connection is closed
+    # (uvicorn's `timeout_keep_alive_handler`); a later deadline, the timer moves to it; none,
+    # it stops. `timeout_keep_alive` is fixed for the connection, so the timer is never late.
+
+    def _arm_idle(self) -> None:
+        self._idle_due = due = self.loop.time() + self.timeout_keep_alive
+        if self._idle_timer is None:
+            self._idle_timer = self.loop.call_at(due, self._check_idle)
+
+    def _unset_keepalive_if_required(self) -> None:
+        """Bytes came (uvicorn calls it from `data_received`) or the connection is closing:
+        it is not idle; the timer, if any, stays until it fires and finds no deadline."""
+        self._idle_due = None
+
+    def _check_idle(self) -> None:
+        """The idle timer fired: close a connection idle past its deadline; move on to a
+        later one; or stop, when the connection is not idle."""
+        self._idle_timer = None
+        due = self._idle_due
+        if due is None:
+            return
+        if due > self.loop.time():
+            self._idle_timer = self.loop.call_at(due, self._check_idle)
+            return
+        self._idle_due = None
+        self.timeout_keep_alive_handler()
 
     # -- the transport ---------------------------------------------------------------------------
 

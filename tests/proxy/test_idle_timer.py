@@ -1,0 +1,95 @@
+"""An idle kept-alive connection's deadline (llmd/proxy/protocol.py): closed
+`server.keepalive_timeout_s` after its last answer, checked by one timer per connection, not
+one armed at each answer's end and cancelled at the next request, as uvicorn's. uvicorn with
+llmd's protocol in this test's loop, a raw socket as the client."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from llmd.config import ServerConfig
+from llmd.daemon.listeners import EmbeddedServer, embedded_server
+from llmd.proxy.protocol import BoundedHttpToolsProtocol, bounded_protocol
+from tests.proxy.test_head_timer import REQUEST, answered, app
+from tests.support.waiting import until
+
+KEEPALIVE_S = 0.5
+# The idle timer's callbacks, by name: llmd's, and uvicorn's own (main's before this change).
+IDLE_TIMERS = ("_check_idle", "timeout_keep_alive_handler")
+
+
+@pytest.fixture
+async def served(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[int, list[str]]]:
+    """The server's port, and the name of each idle timer llmd's protocol armed."""
+    armed: list[str] = []
+    loop = asyncio.get_running_loop()
+    for name in ("call_at", "call_later"):
+        real = getattr(loop, name)
+
+        def arm(when: float, callback: Any, *args: Any, real: Any = real, **kw: Any) -> Any:
+            mine = isinstance(getattr(callback, "__self__", None), BoundedHttpToolsProtocol)
+            if mine and callback.__name__ in IDLE_TIMERS:
+                armed.append(callback.__name__)
+            return real(when, callback, *args, **kw)
+
+        monkeypatch.setattr(loop, name, arm)
+    config = ServerConfig(keepalive_timeout_s=KEEPALIVE_S)
+    sock = socket.create_server(("127.0.0.1", 0))
+    server: EmbeddedServer = embedded_server(app, "off", bounded_protocol(lambda: config))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    assert await until(lambda: server.started, timeout_s=10)
+    yield sock.getsockname()[1], armed
+    server.should_exit = True
+    await asyncio.wait_for(task, 10)
+
+
+async def test_kept_alive_requests_share_one_idle_timer(served: tuple[int, list[str]]) -> None:
+    """Five requests in a row on one connection arm the idle timer once, where uvicorn armed
+    one at each answer's end (five)."""
+    port, armed = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    for _ in range(5):
+        writer.write(REQUEST)
+        assert (await answered(reader)).startswith(b"HTTP/1.1 200")
+    assert armed == ["_check_idle"]
+    writer.close()
+    await writer.wait_closed()
+
+
+async def test_idle_is_counted_from_the_last_answer(served: tuple[int, list[str]]) -> None:
+    """Requests each sent within the keep-alive timeout of the answer before keep the
+    connection open past the first answer's deadline; it closes about `keepalive_timeout_s`
+    after the last answer, not sooner."""
+    port, _ = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    for _ in range(3):
+        writer.write(REQUEST)
+        assert (await answered(reader)).startswith(b"HTTP/1.1 200")
+        last = time.monotonic()
+        await asyncio.sleep(KEEPALIVE_S * 0.6)
+    assert await asyncio.wait_for(reader.read(), 10) == b""  # closed by the server
+    waited = time.monotonic() - last
+    assert KEEPALIVE_S * 0.9 <= waited <= KEEPALIVE_S + 1.0, waited
+    writer.close()
+    await writer.wait_closed()
+
+
+async def test_pipelined_requests_are_each_answered_then_idle(
+    served: tuple[int, list[str]],
+) -> None:
+    """Three requests sent in one write are answered in order (each the next pipelined one
+    started at the previous answer's end), and the connection then idles out as usual."""
+    port, _ = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(REQUEST * 3)
+    for _ in range(3):
+        assert (await answered(reader)).startswith(b"HTTP/1.1 200")
+    assert await asyncio.wait_for(reader.read(), 10) == b""
+    writer.close()
+    await writer.wait_closed()
