@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from uvicorn._types import ASGISendEvent
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
+from llmd.proxy.heldhead import HeldHead
 
 # What llmd reads of a body after answering early: Go's maxPostHandlerReadBytes (net/http
 # server.go, "approximately what a typical machine's TCP buffer size is"). A client still
@@ -41,16 +43,34 @@ LINGER_S = 5.0
 class EarlyAnswerCycle(RequestResponseCycle):
     """uvicorn's request-response cycle whose answer, started before the parser has seen the
     end of the request's body, says `Connection: close` and closes the connection once sent
-    (uvicorn's `keep_alive`). Set as a cycle's class by llmd's protocol. `on_lost`, when set
-    (llmd/proxy/departure.py), is called once the connection is lost before the response
-    completed."""
+    (uvicorn's `keep_alive`); a fixed-length answer's head goes out with its body, in one
+    write (llmd/proxy/heldhead.py). Set as a cycle's class by llmd's protocol. `on_lost`,
+    when set (llmd/proxy/departure.py), is called once the connection is lost before the
+    response completed."""
 
     on_lost: Callable[[], None] | None = None
 
     async def send(self, message: ASGISendEvent) -> None:
-        if self.more_body and not self.response_started:
+        transport = self.transport
+        if self.response_started:
+            await super().send(message)
+            if isinstance(transport, HeldHead):  # the head went with the body's first bytes
+                self.transport = transport.transport
+            return
+        if self.more_body:
             self.keep_alive = False  # the body's rest is unread: its bytes end the connection
-        await super().send(message)
+        if message["type"] != "http.response.start":
+            await super().send(message)  # uvicorn's error for a body before its start
+            return
+        held = HeldHead(transport)
+        self.transport = cast(asyncio.Transport, held)  # the calls uvicorn's send makes
+        try:
+            await super().send(message)
+        finally:
+            # A stream's head (or a HEAD request's, or one never written) is not held.
+            if self.chunked_encoding is not False or self.scope["method"] == "HEAD":
+                self.transport = transport
+                held.flush()
 
 
 class Linger:
