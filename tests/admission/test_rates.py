@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 import pytest
 
 from llmd.admission.classes import Priority
@@ -32,3 +34,30 @@ def test_a_scope_that_stopped_releasing_waits_longer_as_time_passes() -> None:
     assert rates.wait_s(("t", None), 0, 14.0) == pytest.approx(14.0)
     assert rates.wait_s(("t", None), 1, 40.0) == pytest.approx(80.0)
     assert rates.wait_s(("t", None), 100, 40.0) == 600.0
+
+
+def test_a_release_counts_while_any_of_its_second_is_in_the_window() -> None:
+    """Releases are counted by the second: ones at 0.2 and 0.9 s still count at 30.5 s (their
+    second overlaps the 30 s window), over the time since the first of them; at 31 s their
+    second has left the window and only the later release counts."""
+    rates = ReleaseRates()
+    for at in (0.2, 0.9, 20.0):
+        rates.record("t", NORMAL, at)
+    assert rates.per_s(("t", None), 30.5) == pytest.approx(3 / 30.3)
+    assert rates.per_s(("t", None), 31.0) == pytest.approx(1 / 11.0)
+
+
+def test_memory_does_not_grow_with_the_release_rate() -> None:
+    """200,000 releases over 20 s (10,000 a second) are held in a few kilobytes, where a time
+    kept per release in each of four scopes took tens of megabytes; the rate is still read."""
+    tracemalloc.start()
+    try:
+        rates = ReleaseRates()
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(200_000):
+            rates.record("t", NORMAL, i * 0.0001)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 64 * 1024, held
+    assert rates.per_s((None, None), 20.0) == pytest.approx(10_000, rel=0.01)
