@@ -91,6 +91,11 @@ def embedded_server(
         # HTTP/1.1 alone: an Upgrade (WebSocket included) is ignored, and the request
         # served as HTTP/1.1 (llmd/proxy/protocol.py)
         ws="none",
+        # The client is the connection's peer: llmd reads no address or scheme from the scope,
+        # and uvicorn's default (X-Forwarded-* trusted from 127.0.0.1) was one more ASGI layer
+        # on every request (1.6 µs here, issue 37 item 3) that let any local process name
+        # another client.
+        proxy_headers=False,
         timeout_graceful_shutdown=5,
     )
     return EmbeddedServer(config)
