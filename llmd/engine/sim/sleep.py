@@ -13,7 +13,6 @@ import asyncio
 import os
 from pathlib import Path
 
-from prometheus_client import Gauge
 from starlette.responses import JSONResponse, Response
 
 from llmd.engine.sim.asgi import Routes, SimRequest
@@ -52,10 +51,9 @@ class SleepRoutes:
         self.level = 0  # 0: awake
         weights = sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
         self.awake_bytes = weights + num_gpu_blocks * KV_BYTES_PER_BLOCK
-        self.memory = Gauge(
+        self.memory = metrics.unlabelled_gauge(
             "sim:device_memory_bytes",
             "Device memory the simulated engine holds: weights and KV cache; none asleep.",
-            registry=metrics.registry,
         )
         self.memory.set(self.awake_bytes)
 
