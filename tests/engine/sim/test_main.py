@@ -55,3 +55,46 @@ def test_sigterm_stops_it_with_status_zero_and_its_last_line_without_teardown(
         assert child.wait(timeout=60) == 0
     assert "Shutting down the API server." in rest
     assert "TEARDOWN" not in "".join(seen) + rest
+
+
+# Runs the simulator as `python -m llmd.engine.sim` does (as `__main__`), with a line on stdout
+# at each pass of the cyclic collector and when the collector is turned on.
+AS_MAIN = (
+    "import gc, runpy, sys\n"
+    "def seen(phase, info):\n"
+    "    if phase == 'start':\n"
+    "        print('COLLECTION', info['generation'], flush=True)\n"
+    "gc.callbacks.append(seen)\n"
+    "turn_on = gc.enable\n"
+    "def enable():\n"
+    "    print('COLLECTOR ON, objects frozen:', gc.get_freeze_count() > 0, flush=True)\n"
+    "    turn_on()\n"
+    "gc.enable = enable\n"
+    "sys.argv = ['llmd.engine.sim', *sys.argv[1:]]\n"
+    "runpy.run_module('llmd.engine.sim', run_name='__main__', alter_sys=True)\n"
+)
+
+
+def test_start_up_runs_no_collection_and_turns_the_collector_on_to_serve(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """Run as a program, the simulator imports and builds itself with the cyclic collector off
+    (no pass before "Application startup complete."), then turns it on with start-up's objects
+    frozen out of its passes, before it says it serves."""
+    sock = tmp_path / "e.sock"
+    argv = [sys.executable, "-c", AS_MAIN, "--model", str(tiny_model), "--uds", str(sock)]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as child:
+        assert child.stdout is not None
+        start_up = []
+        for line in child.stdout:
+            start_up.append(line.strip())
+            if "Application startup complete." in line:
+                break
+        transport = httpx.HTTPTransport(uds=str(sock))
+        with httpx.Client(transport=transport, base_url="http://sim") as client:
+            assert client.get("/health").status_code == 200
+        child.send_signal(signal.SIGTERM)
+        child.stdout.read()
+        assert child.wait(timeout=60) == 0
+    assert not [line for line in start_up if line.startswith("COLLECTION")]
+    assert "COLLECTOR ON, objects frozen: True" in start_up
