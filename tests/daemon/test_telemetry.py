@@ -7,12 +7,15 @@ import asyncio
 import dataclasses
 from pathlib import Path
 
+import pytest
 from aiohttp import web
 
 from llmd.backends.fleet import Fleet
 from llmd.config import EngineConfig, TelemetryConfig, UpstreamConfig
+from llmd.daemon import telemetry
 from llmd.daemon.telemetry import Scraper, ScrapeTarget, Telemetry
 from llmd.engine.client import EngineClient
+from llmd.engine.metrics import EngineSample, parse_engine_metrics
 from llmd.gpu.nvml import GpuReader
 from llmd.runtime import RuntimePaths
 from llmd.supervisor.state import EnginePhase, EngineState
@@ -114,3 +117,49 @@ async def test_telemetry_follows_an_upstream_replaced_under_the_same_name() -> N
     telemetry.task.cancel()
     await asyncio.wait({first, telemetry.task})
     assert first.cancelled()
+
+
+class _Page:
+    """An engine client whose /metrics answers `text` (what `Scraper` reads of an answer)."""
+
+    def __init__(self, text: str) -> None:
+        self.text_now = text
+        self.status = 200
+
+    async def fetch(self, method: str, path: str, timeout_s: float) -> _Page:
+        return self
+
+    def text(self) -> str:
+        return self.text_now
+
+
+async def test_an_unchanged_page_is_not_parsed_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A backend's page that is the same as its last (an idle engine's) reads as the last
+    sample, newly dated, without a parse; a changed page is parsed; a backend forgotten (not
+    serving) is parsed again when it serves."""
+    parsed: list[str] = []
+
+    def counting(text: str, taken_at: float, sent_at: float | None = None) -> EngineSample:
+        parsed.append(text)
+        return parse_engine_metrics(text, taken_at, sent_at)
+
+    monkeypatch.setattr(telemetry, "parse_engine_metrics", counting)
+    page = _Page('vllm:num_requests_running{model_name="m"} 2.0\n')
+    engine = EngineState(phase=EnginePhase.SERVING)
+    target = ScrapeTarget("main", page, lambda: engine.serving)  # type: ignore[arg-type]
+    observer = Observer()
+    scraper = Scraper(observer, [target], TelemetryConfig(), gpu_reader=lambda: GpuReader(None))
+    assert await scraper.scrape_engine(target)
+    first = observer.engine_samples["main"]
+    assert await scraper.scrape_engine(target)
+    second = observer.engine_samples["main"]
+    assert len(parsed) == 1 and second.running == 2 and second.taken_at >= first.taken_at
+    assert second.sent_at is not None and second.sent_at >= (first.sent_at or 0.0)
+    page.text_now = 'vllm:num_requests_running{model_name="m"} 5.0\n'
+    assert await scraper.scrape_engine(target)
+    assert len(parsed) == 2 and observer.engine_samples["main"].running == 5
+    engine.phase = EnginePhase.RESTARTING
+    assert await scraper.scrape_engine(target)
+    engine.phase = EnginePhase.SERVING
+    assert await scraper.scrape_engine(target)
+    assert len(parsed) == 3 and observer.engine_samples["main"].running == 5
