@@ -107,10 +107,11 @@ def test_a_stalled_upstream_ends_its_streams_and_opens_its_breaker(
 
 @pytest.fixture
 def holding() -> Iterator[tuple[SimProcess, LlmdProcess]]:
-    """The upstream at a 0.5 ms step, llmd with a 10 s send timeout and 4 KiB send buffers."""
+    """The upstream at a 0.5 ms step, llmd with a 20 s send timeout and 4 KiB send buffers
+    (10 s cut the client before the upstream had made HELD, at a load of 10)."""
     yield from upstream_behind_llmd(
         "0.5",
-        server={"send_timeout_s": 10.0, "send_buffer_bytes": 4096},
+        server={"send_timeout_s": 20.0, "send_buffer_bytes": 4096},
         telemetry={"engine_interval_s": 0.1},
     )
 

@@ -81,7 +81,8 @@ def test_a_client_that_holds_its_stream_is_no_engine_stall() -> None:
     config = sim_config(
         ensure_tiny_model(),
         ("--step-base-ms", "0.5", "--max-model-len", "4096"),
-        server={"send_timeout_s": 10.0, "send_buffer_bytes": 4096},
+        # 20 s: 10 cut the client before the engine had made HELD, at a load of 10
+        server={"send_timeout_s": 20.0, "send_buffer_bytes": 4096},
         engine={"stall_timeout_s": 1.0},  # a request's idle timeout: 2 s
         telemetry={"engine_interval_s": 0.1},
     )
