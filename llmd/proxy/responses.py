@@ -37,7 +37,8 @@ from llmd.inflight import Exchange
 from llmd.proxy.departure import Departure
 from llmd.proxy.intake import Arrival, Body
 from llmd.proxy.middleware import BODY_SEND_KEY, NOT_QUEUED
-from llmd.proxy.relay import Prepared, Relay
+from llmd.proxy.relay import Relay
+from llmd.proxy.validation import Prepared, Validation
 from llmd.proxy.writer import ClientWriter, ErrorResponse
 from llmd.state import DaemonState
 
@@ -107,26 +108,23 @@ class ResponsesWriter(ClientWriter):
         return self.reader.error_event(error)
 
 
-class ResponsesRelay(Relay):
-    """The relay of an endpoint that reads the store (`Endpoint.stored`): a
-    `previous_response_id` is expanded into the input before validation (404 when the
-    tenant has no such response); a relayed one is sent `store: false` and llmd's response
-    id, and its answer kept when it asked (`store`, true unless false)."""
+class ResponsesValidation(Validation):
+    """The validate stage of an endpoint that reads the store: the turn is expanded first
+    (`expand`), and a relayed one begun on its writer (`writers`, by exchange) and kept in
+    `running` (by tenant and response id) until its relay ends (`ResponsesRelay`)."""
 
-    def __init__(self, state: DaemonState, endpoint: Endpoint, store: ResponseStore) -> None:
+    def __init__(
+        self,
+        state: DaemonState,
+        endpoint: Endpoint,
+        store: ResponseStore,
+        writers: dict[Exchange, ResponsesWriter],
+        running: dict[tuple[str, str], Exchange],
+    ) -> None:
         super().__init__(state, endpoint)
         self.store = store
-        self.writers: dict[Exchange, ResponsesWriter] = {}
-        # The responses running, by (tenant, response id): what a cancel ends.
-        self.running: dict[tuple[str, str], Exchange] = {}
-
-    def make_writer(self, send: Send, exchange: Exchange, scope: Scope) -> ClientWriter:
-        if self.endpoint.answer is not Answer.RELAY:  # input_tokens: answered here, not read
-            return super().make_writer(send, exchange, scope)
-        body_send = scope.get(BODY_SEND_KEY)
-        writer = ResponsesWriter(send, exchange, body_send, self.store, self.endpoint.dialect)
-        self.writers[exchange] = writer
-        return writer
+        self.writers = writers
+        self.running = running
 
     async def validate(
         self, arrival: Arrival, exchange: Exchange, tenant: Tenant, body: Body, model: str
@@ -171,6 +169,29 @@ class ResponsesRelay(Relay):
         body.raw = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
         keep = store is not False and self.endpoint.answer is Answer.RELAY
         return Turn(tenant, response_id, keep, items, previous)
+
+
+class ResponsesRelay(Relay):
+    """The relay of an endpoint that reads the store (`Endpoint.stored`): a
+    `previous_response_id` is expanded into the input before validation (404 when the
+    tenant has no such response); a relayed one is sent `store: false` and llmd's response
+    id, and its answer kept when it asked (`store`, true unless false)."""
+
+    def __init__(self, state: DaemonState, endpoint: Endpoint, store: ResponseStore) -> None:
+        super().__init__(state, endpoint)
+        self.store = store
+        self.writers: dict[Exchange, ResponsesWriter] = {}
+        # The responses running, by (tenant, response id): what a cancel ends.
+        self.running: dict[tuple[str, str], Exchange] = {}
+        self.validation = ResponsesValidation(state, endpoint, store, self.writers, self.running)
+
+    def make_writer(self, send: Send, exchange: Exchange, scope: Scope) -> ClientWriter:
+        if self.endpoint.answer is not Answer.RELAY:  # input_tokens: answered here, not read
+            return super().make_writer(send, exchange, scope)
+        body_send = scope.get(BODY_SEND_KEY)
+        writer = ResponsesWriter(send, exchange, body_send, self.store, self.endpoint.dialect)
+        self.writers[exchange] = writer
+        return writer
 
     async def run(
         self,
