@@ -1,24 +1,24 @@
-"""The relay: one client request to any endpoint of the table (llmd/endpoints/table.py) in
-named stages, like uvicorn's `Server._serve`.
+"""The relay: one client request to an endpoint of the table (llmd/endpoints/table.py) through
+named stages, like uvicorn's `Server._serve`, and run on a backend of its model's pool.
 
-    authenticate → turn → check availability → read → route → validate → admit → relay
+    authenticate → turn → check availability → read → route   the intake (intake.py)
+    → validate                                                 validation.py: a `Prepared`
+    → admit → relay                                            here, in one task per request
 
-Each stage is a small method with a typed result, and raises an `ApiError` to refuse. The first
-four, the intake (llmd/proxy/intake.py), run as the request arrives (a refusal is answered at
-once and accounted; any other
-exception is a bug in llmd, answered 500 `internal_error` with the request id, logged once with
-its traceback and accounted as an error); a request's body takes its bytes, as they arrive, from
-admission's body budget (429 `queue_full` past it). `validate`, `admit` and `relay` run in
-one task, cancelled when the client goes (llmd/proxy/departure.py), with the request live in
-the in-flight registry from its first byte of validation: a client that leaves while it waits
-for its tokenizer turn is never counted, one that leaves while queued never reaches a backend,
-and one that leaves mid-stream has its backend request closed, which is what makes vLLM abort the
-sequence (ENGINE.md); a drain waits for all of them. `route` picks the request's pool by its
-model; admission picks the backend in it; a backend that fails before the client has a byte is
-tried once more on another backend of the pool (llmd/routing/retry.py). The body's parsed
-object is dropped as soon as the backend request is built, and the bytes to send once the
-relay ends (a retry may need them until the first byte). Pure ASGI; the bytes to the client go
-through `writer.ClientWriter`, the backend side is `upstream.forward`.
+- Each stage is a small method with a typed result that raises an `ApiError` to refuse. A
+  refusal before the request is live is answered at once and accounted; any other exception is
+  a bug in llmd: 500 `internal_error` with the request id, logged once with its traceback
+  and accounted as an error.
+- From its first byte of validation the request is live (in the in-flight registry; a drain
+  waits for it), in one task cancelled when its client goes (llmd/proxy/departure.py): one
+  that leaves while waiting for its tokenizer turn is never counted, one that leaves while
+  queued never reaches a backend, one that leaves mid-stream has its backend request closed
+  (what makes vLLM abort the sequence, ENGINE.md).
+- Admission picks the backend; one that fails before the client has a byte is tried once
+  more on another of the pool (llmd/routing/retry.py). The bytes to send are dropped once the
+  relay ends (a retry may need them until the first byte).
+- Pure ASGI: the bytes to the client go through `writer.ClientWriter`, the backend side is
+  `upstream.forward`.
 """
 
 from __future__ import annotations
