@@ -19,6 +19,7 @@ import dataclasses
 import json
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -110,29 +111,25 @@ class ResponsesWriter(ClientWriter):
 
 class ResponsesValidation(Validation):
     """The validate stage of an endpoint that reads the store: the turn is expanded first
-    (`expand`), and a relayed one begun on its writer (`writers`, by exchange) and kept in
-    `running` (by tenant and response id) until its relay ends (`ResponsesRelay`)."""
+    (`expand`), and a relayed one handed to `begin` (the relay's: `ResponsesRelay.begin`)."""
 
     def __init__(
         self,
         state: DaemonState,
         endpoint: Endpoint,
         store: ResponseStore,
-        writers: dict[Exchange, ResponsesWriter],
-        running: dict[tuple[str, str], Exchange],
+        begin: Callable[[Exchange, Turn], None],
     ) -> None:
         super().__init__(state, endpoint)
         self.store = store
-        self.writers = writers
-        self.running = running
+        self.begin = begin
 
     async def validate(
         self, arrival: Arrival, exchange: Exchange, tenant: Tenant, body: Body, model: str
     ) -> Prepared | dict[str, Any]:
         turn = await self.expand(tenant.name, body)
         if self.endpoint.answer is Answer.RELAY:
-            self.writers[exchange].begin(turn)
-            self.running[(turn.tenant, turn.response_id)] = exchange
+            self.begin(exchange, turn)
         return await super().validate(arrival, exchange, tenant, body, model)
 
     async def expand(self, tenant: str, body: Body) -> Turn:
@@ -173,9 +170,9 @@ class ResponsesValidation(Validation):
 
 class ResponsesRelay(Relay):
     """The relay of an endpoint that reads the store (`Endpoint.stored`): a
-    `previous_response_id` is expanded into the input before validation (404 when the
-    tenant has no such response); a relayed one is sent `store: false` and llmd's response
-    id, and its answer kept when it asked (`store`, true unless false)."""
+    `previous_response_id` is expanded into the input at validation (`ResponsesValidation`;
+    404 when the tenant has no such response); a relayed one is sent `store: false` and llmd's
+    response id, and its answer kept when it asked (`store`, true unless false)."""
 
     def __init__(self, state: DaemonState, endpoint: Endpoint, store: ResponseStore) -> None:
         super().__init__(state, endpoint)
@@ -183,7 +180,7 @@ class ResponsesRelay(Relay):
         self.writers: dict[Exchange, ResponsesWriter] = {}
         # The responses running, by (tenant, response id): what a cancel ends.
         self.running: dict[tuple[str, str], Exchange] = {}
-        self.validation = ResponsesValidation(state, endpoint, store, self.writers, self.running)
+        self.validation = ResponsesValidation(state, endpoint, store, self.begin)
 
     def make_writer(self, send: Send, exchange: Exchange, scope: Scope) -> ClientWriter:
         if self.endpoint.answer is not Answer.RELAY:  # input_tokens: answered here, not read
@@ -192,6 +189,12 @@ class ResponsesRelay(Relay):
         writer = ResponsesWriter(send, exchange, body_send, self.store, self.endpoint.dialect)
         self.writers[exchange] = writer
         return writer
+
+    def begin(self, exchange: Exchange, turn: Turn) -> None:
+        """Serve `turn` on `exchange`: its writer keeps the answer when the turn asks, and a
+        cancel finds it in `running` until its relay ends."""
+        self.writers[exchange].begin(turn)
+        self.running[(turn.tenant, turn.response_id)] = exchange
 
     async def run(
         self,
