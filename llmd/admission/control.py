@@ -213,7 +213,7 @@ class Admission:
         """Wait in the queue, as a request of one seat that no token budget is charged for,
         until a backend of `model`'s pool may take a request (its engine woken on demand for
         it), then give the seat back: what a request whose prompt only the engine can count
-        waits for while that engine is asleep (llmd/proxy/relay.py). Raises what `admit`
+        waits for while that engine is asleep (llmd/proxy/validation.py). Raises what `admit`
         raises (503 queue_timeout past the class's timeout plus the predicted wake)."""
         one = Cost(seats=1, tokens=1)
         self.finish(await self.admit(AdmissionRequest(tenant, cls, one, deadline, model=model)))
