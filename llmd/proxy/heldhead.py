@@ -14,10 +14,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+# A body up to this long goes in one write with its head (copied once after it); a longer one
+# goes in a write of its own after the head, as uvicorn writes it: copying a large body (an
+# embeddings answer of megabytes) would cost more than the write it saves.
+JOIN_MAX_BYTES = 64 * 1024
+
 
 class HeldHead:
     """`transport`, its first write (a response's head) held: the next write sends the head
-    and its own bytes in one `transport.write`; `flush()` (or `close()`) writes the head alone.
+    and its own bytes in one `transport.write` (up to `JOIN_MAX_BYTES` of them; past it, the
+    head and then the bytes); `flush()` (or `close()`) writes the head alone.
     Any other attribute is the transport's."""
 
     __slots__ = ("head", "transport")
@@ -32,7 +38,12 @@ class HeldHead:
             self.head = data
             return
         self.head = b""
-        self.transport.write(head + data if head else data)
+        if head and len(data) <= JOIN_MAX_BYTES:
+            self.transport.write(head + data)
+            return
+        if head:
+            self.transport.write(head)
+        self.transport.write(data)
 
     def flush(self) -> None:
         """Write the head, if it is still held."""

@@ -14,10 +14,12 @@ import pytest
 from llmd.config import ServerConfig
 from llmd.daemon.listeners import EmbeddedServer, embedded_server
 from llmd.proxy import protocol
+from llmd.proxy.heldhead import JOIN_MAX_BYTES
 from llmd.proxy.teardown import ClosingTransport
 from tests.support.waiting import until
 
 BODY = b'{"id":"cmpl-1","choices":[]}'
+LARGE = b"x" * (JOIN_MAX_BYTES + 1)  # past it, the body is not copied after its head
 
 
 class Served:
@@ -59,11 +61,12 @@ async def served(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Served]:
             await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
             await send({"type": "http.response.body", "body": b""})
             return
-        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(BODY))]
+        body = LARGE if scope["path"] == "/large" else BODY
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         if scope["path"] == "/broken":
             raise RuntimeError("the app failed after its start")
-        await send({"type": "http.response.body", "body": BODY})
+        await send({"type": "http.response.body", "body": body})
 
     config = ServerConfig()
     sock = socket.create_server(("127.0.0.1", 0))
@@ -90,6 +93,19 @@ async def test_a_fixed_length_answer_is_one_write(served: Served) -> None:
         assert await asyncio.wait_for(reader.readexactly(len(BODY)), 10) == BODY
     assert len(served.writes) == 2
     assert all(w.startswith(b"HTTP/1.1 200") and w.endswith(BODY) for w in served.writes)
+    writer.close()
+    await writer.wait_closed()
+
+
+async def test_a_large_body_goes_after_its_head_uncopied(served: Served) -> None:
+    """A body past JOIN_MAX_BYTES is written as it came, after its head written alone."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
+    writer.write(request(b"POST", b"/large"))
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    assert head.startswith(b"HTTP/1.1 200")
+    assert await asyncio.wait_for(reader.readexactly(len(LARGE)), 10) == LARGE
+    assert [w.startswith(b"HTTP/1.1 200") for w in served.writes] == [True, False]
+    assert served.writes[0] == head and served.writes[1] == LARGE
     writer.close()
     await writer.wait_closed()
 
