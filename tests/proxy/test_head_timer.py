@@ -6,6 +6,7 @@ socket as the client."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -34,9 +35,12 @@ async def app(scope: Any, receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b"ok"})
 
 
-@pytest.fixture
-async def served(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[int, list[str]]]:
-    """The server's port, and the name of each head timer llmd's protocol armed."""
+@contextlib.asynccontextmanager
+async def timers_counted(
+    monkeypatch: pytest.MonkeyPatch, names: tuple[str, ...], config: ServerConfig
+) -> AsyncIterator[tuple[int, list[str]]]:
+    """uvicorn with llmd's protocol and `config` serving `app` in this loop: its port, and the
+    name of each timer whose callback, named in `names`, llmd's protocol armed."""
     armed: list[str] = []
     loop = asyncio.get_running_loop()
     for name in ("call_at", "call_later"):
@@ -44,12 +48,11 @@ async def served(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[int, li
 
         def arm(when: float, callback: Any, *args: Any, real: Any = real, **kw: Any) -> Any:
             mine = isinstance(getattr(callback, "__self__", None), BoundedHttpToolsProtocol)
-            if mine and callback.__name__ in HEAD_TIMERS:
+            if mine and callback.__name__ in names:
                 armed.append(callback.__name__)
             return real(when, callback, *args, **kw)
 
         monkeypatch.setattr(loop, name, arm)
-    config = ServerConfig(read_timeout_s=TIMEOUT_S)
     sock = socket.create_server(("127.0.0.1", 0))
     server: EmbeddedServer = embedded_server(app, "off", bounded_protocol(lambda: config))
     task = asyncio.create_task(server.serve(sockets=[sock]))
@@ -57,6 +60,14 @@ async def served(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[int, li
     yield sock.getsockname()[1], armed
     server.should_exit = True
     await asyncio.wait_for(task, 10)
+
+
+@pytest.fixture
+async def served(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[int, list[str]]]:
+    """The server's port, and the name of each head timer llmd's protocol armed."""
+    config = ServerConfig(read_timeout_s=TIMEOUT_S)
+    async with timers_counted(monkeypatch, HEAD_TIMERS, config) as served:
+        yield served
 
 
 async def answered(reader: asyncio.StreamReader) -> bytes:

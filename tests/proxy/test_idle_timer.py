@@ -6,18 +6,13 @@ llmd's protocol in this test's loop, a raw socket as the client."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
 from llmd.config import ServerConfig
-from llmd.daemon.listeners import EmbeddedServer, embedded_server
-from llmd.proxy.protocol import BoundedHttpToolsProtocol, bounded_protocol
-from tests.proxy.test_head_timer import REQUEST, answered, app
-from tests.support.waiting import until
+from tests.proxy.test_head_timer import REQUEST, answered, timers_counted
 
 KEEPALIVE_S = 0.5
 # The idle timer's callbacks, by name: llmd's, and uvicorn's own (main's before this change).
@@ -27,26 +22,9 @@ IDLE_TIMERS = ("_check_idle", "timeout_keep_alive_handler")
 @pytest.fixture
 async def served(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[int, list[str]]]:
     """The server's port, and the name of each idle timer llmd's protocol armed."""
-    armed: list[str] = []
-    loop = asyncio.get_running_loop()
-    for name in ("call_at", "call_later"):
-        real = getattr(loop, name)
-
-        def arm(when: float, callback: Any, *args: Any, real: Any = real, **kw: Any) -> Any:
-            mine = isinstance(getattr(callback, "__self__", None), BoundedHttpToolsProtocol)
-            if mine and callback.__name__ in IDLE_TIMERS:
-                armed.append(callback.__name__)
-            return real(when, callback, *args, **kw)
-
-        monkeypatch.setattr(loop, name, arm)
     config = ServerConfig(keepalive_timeout_s=KEEPALIVE_S)
-    sock = socket.create_server(("127.0.0.1", 0))
-    server: EmbeddedServer = embedded_server(app, "off", bounded_protocol(lambda: config))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    assert await until(lambda: server.started, timeout_s=10)
-    yield sock.getsockname()[1], armed
-    server.should_exit = True
-    await asyncio.wait_for(task, 10)
+    async with timers_counted(monkeypatch, IDLE_TIMERS, config) as served:
+        yield served
 
 
 async def test_kept_alive_requests_share_one_idle_timer(served: tuple[int, list[str]]) -> None:

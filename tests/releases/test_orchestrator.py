@@ -17,7 +17,6 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmd.releases.deploy_events import TERMINAL
 from llmd.releases.store import ReleaseStore
 from tests.support.cli import run_llmd
 from tests.support.configs import shipped_config
@@ -66,10 +65,7 @@ def r1_llmd(tiny_model_dir: Path) -> Iterator[Served]:
 @pytest.fixture
 def served(r1_llmd: Served) -> Served:
     """The module's llmd, r1 serving and no deploy under way (what each test leaves)."""
-    assert r1_llmd.release_of_main() == "r1", r1_llmd.llmd.log_tail()
-    under_way = [d for d in r1_llmd.llmd.admin_status()["deploys"] if d["phase"] not in TERMINAL]
-    assert not under_way, under_way
-    return r1_llmd
+    return r1_llmd.as_left()
 
 
 @pytest.fixture

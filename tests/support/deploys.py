@@ -14,6 +14,7 @@ from pathlib import Path
 import openai
 
 from llmd.config import load_config
+from llmd.releases.deploy_events import TERMINAL
 from llmd.releases.store import ReleaseStore, create_release
 from tests.releases.conftest import NoNvml
 from tests.support.cli import run_llmd
@@ -63,6 +64,14 @@ class Served:
         """The release the status says engine `main` runs."""
         release: str | None = self.llmd.admin_status()["engines"][0]["release"]
         return release
+
+    def as_left(self) -> Served:
+        """Itself, checked to be as each test of a module that shares it leaves it: r1
+        serving and no deploy under way."""
+        assert self.release_of_main() == "r1", self.llmd.log_tail()
+        under_way = [d for d in self.llmd.admin_status()["deploys"] if d["phase"] not in TERMINAL]
+        assert not under_way, under_way
+        return self
 
 
 class Traffic:
