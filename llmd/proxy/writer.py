@@ -164,11 +164,9 @@ class ClientWriter:
             if chunk:
                 self.answer.feed(chunk)
         elif chunk:
-            read = 0 if hidden.held else self._tokens(chunk)
-            if read != len(chunk):
-                chunk = self._read_hidden(chunk, read)
-                if not chunk and more:
-                    return
+            chunk = self._read_hidden(hidden, chunk)
+            if not chunk and more:
+                return
         if chunk:
             now = time.monotonic()
             self.exchange.progress_at = now  # llmd/daemon/watchdog.py reads it
@@ -229,12 +227,10 @@ class ClientWriter:
             hidden = self._hidden
             if hidden is None:
                 answer.feed(chunk)
-            else:  # the token events it starts with are read and go as they came
-                read = 0 if hidden.held else self._tokens(chunk)
-                if read != len(chunk):
-                    chunk = self._read_hidden(chunk, read)
-                    if not chunk:
-                        return True
+            else:
+                chunk = self._read_hidden(hidden, chunk)
+                if not chunk:
+                    return True
             exchange.chunk_sent(now)  # a stream's gaps (llmd/telemetry/gaps.py)
             if self.on_first_byte is not None and exchange.first_byte_at is not None:
                 self.on_first_byte()
@@ -266,13 +262,14 @@ class ClientWriter:
         self._blocked = Resumed(send, yielded)
         return False
 
-    def _read_hidden(self, chunk: bytes, read: int) -> bytes:
-        """What of `chunk`, of a stream whose usage llmd asked for, goes to the client: its
-        first `read` bytes (token events the caller read by their shape, `_tokens`) as they
-        came, then `HiddenUsage.split`'s bytes of the rest, which is read here (the usage
-        event first)."""
-        hidden = self._hidden
-        assert hidden is not None
+    def _read_hidden(self, hidden: HiddenUsage, chunk: bytes) -> bytes:
+        """Read `chunk` of a stream whose usage llmd asked for (`hidden`) and return what of it
+        goes to the client: the token events it starts with, read by their shape (`_tokens`,
+        unless `hidden` holds bytes before them), as they came; then `HiddenUsage.split`'s
+        bytes of the rest (the usage event read first)."""
+        read = 0 if hidden.held else self._tokens(chunk)
+        if read == len(chunk):
+            return chunk
         head, chunk = (chunk[:read], chunk[read:]) if read else (b"", chunk)
         chunk = hidden.split(chunk)
         usage = hidden.take_usage()
