@@ -17,7 +17,8 @@ passed to uvicorn as its `http` protocol class, answers without reading on:
 
 An idle kept-alive connection is closed after `server.keepalive_timeout_s` (uvicorn's
 `timeout_keep_alive`, read for each new connection, so a reload applies to the next ones),
-by one timer per connection, as the head's deadline is (not one per request, as uvicorn's).
+by one timer per connection, as the head's deadline is (llmd/proxy/deadline.py; uvicorn arms one
+per answer).
 An answer whose end is still unsent once the app is done with it (it fit the socket buffers
 and uvicorn's, so no send waited: the send timeout, llmd/proxy/stalls.py, never saw it) is
 watched the same way: a connection whose client takes none of it for `server.send_timeout_s`
@@ -56,6 +57,7 @@ from llmd.config import ServerConfig
 from llmd.endpoints.table import dialect_of
 from llmd.errors import ApiError, HeadersTooLarge, InvalidRequest, RequestTimeout
 from llmd.proxy.chunked import CYCLE_KEY
+from llmd.proxy.deadline import Deadline
 from llmd.proxy.middleware import NOT_QUEUED, new_request_id, on_v1
 from llmd.proxy.teardown import ClosingTransport, EarlyAnswerCycle, Linger, can_linger, linger_s
 from llmd.quoting import header_text
@@ -84,18 +86,15 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._header_count = 0
         self._refusal: tuple[ApiError, str] | None = None
-        # The head's deadline (`_head_due`: loop time, s; None: no head due) and the timer that
-        # checks it, armed once and moved on only when it fires (`_check_head`).
-        self._head_due: float | None = None
-        self._head_timeout = 0.0
-        self._head_timer: asyncio.TimerHandle | None = None
+        # Each head is due `server.read_timeout_s` after it began (or after the connection
+        # opened); an idle connection closes `timeout_keep_alive` after its last answer (in
+        # place of uvicorn's timer armed at each answer's end). One timer each per connection.
+        self._head = Deadline("head", self.loop, self._head_timed_out)
+        self._head_timeout = 0.0  # s, the timeout the head's deadline was set with
         self._head_started = False
+        self._idle = Deadline("idle", self.loop, self.timeout_keep_alive_handler)
         self._unread_timer: asyncio.TimerHandle | None = None
         self._message_open = False  # a request begun whose end the parser has not seen
-        # The idle connection's deadline (`_idle_due`: loop time, s; None: not idle), checked
-        # the same way by one timer (`_check_idle`) in place of uvicorn's per-answer one.
-        self._idle_due: float | None = None
-        self._idle_timer: asyncio.TimerHandle | None = None
         self._linger: Linger | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -104,11 +103,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._stop_head_timer()
-        self._idle_due = None
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
+        self._head.stop()
+        self._idle.stop()
         if self._unread_timer is not None:
             self._unread_timer.cancel()
             self._unread_timer = None
@@ -142,16 +138,16 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     # -- an answer left unread ---------------------------------------------------------------------
 
     def on_response_complete(self) -> None:
-        # uvicorn 0.55's `on_response_complete`, but for its keep-alive timer (`_arm_idle`).
+        # uvicorn 0.55's `on_response_complete`, but for its keep-alive timer (`_idle`).
         self.server_state.total_requests += 1
         if not self.transport.is_closing():
-            self._idle_due = None
+            self._idle.clear()
             self.flow.resume_reading()  # unpause data reads if needed
             if self.pipeline:  # the next pipelined request starts
                 cycle, app = self.pipeline.pop()
                 self._start_asgi_task(cycle, app)
             else:
-                self._arm_idle()
+                self._idle.set_in(self.timeout_keep_alive)
         self._watch_unread(None)  # kept alive with the answer's end unsent
 
     def _watch_unread(self, before: int | None) -> None:
@@ -182,7 +178,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._message_open = True
         self._head_started = True
         self._header_count = 0
-        if self._head_due is None:
+        if self._head.due is None:
             self._arm_head_timer()
 
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -200,7 +196,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = False
         self._head_started = False
         self._head_bytes = 0
-        self._disarm_head_timer()
+        self._head.clear()
         framing = _framing_refused(self.headers, self.parser.should_upgrade())
         if framing is not None:
             self._refusal = framing, "framing"
@@ -215,92 +211,28 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._message_open = False
         super().on_message_complete()
 
-    # -- the head's deadline ---------------------------------------------------------------------
-    #
-    # Each head is due `server.read_timeout_s` after it began (or after the connection opened),
-    # but a kept-alive connection's requests do not each arm and cancel a timer (about 2 µs a
-    # request under uvloop, issue 37 item 3): the deadline is a number, and one timer per
-    # connection checks it when it fires, moving on to the deadline of the head then in
-    # progress, or stopping when none is.
+    # -- the head's deadline and the idle one (llmd/proxy/deadline.py) ----------------------------
 
     def _arm_head_timer(self) -> None:
         timeout = self.server_config().read_timeout_s
-        if timeout <= 0:
-            return
-        self._head_due = due = self.loop.time() + timeout
-        self._head_timeout = timeout
-        timer = self._head_timer
-        if timer is not None and timer.when() > due:  # a reload shortened the timeout
-            timer.cancel()
-            timer = None
-        if timer is None:
-            self._head_timer = self.loop.call_at(due, self._check_head)
+        if timeout > 0:
+            self._head_timeout = timeout
+            self._head.set_in(timeout)
 
-    def _disarm_head_timer(self) -> None:
-        """No head is due (it arrived whole, or the connection is gone); the timer, if any,
-        stays until it fires and finds none."""
-        self._head_due = None
-
-    def _stop_head_timer(self) -> None:
-        self._head_due = None
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
-
-    def _check_head(self) -> None:
-        """The timer fired: a head still due is past its deadline (`_head_timed_out`), due
-        later (the timer moves to then), or none is due (it stops)."""
-        self._head_timer = None
-        due = self._head_due
-        if due is None:
-            return
-        if due > self.loop.time():
-            self._head_timer = self.loop.call_at(due, self._check_head)
-            return
-        self._head_due = None
-        self._head_timed_out(self._head_timeout)
-
-    def _head_timed_out(self, timeout: float) -> None:
+    def _head_timed_out(self) -> None:
         """The head did not arrive in time: 408 once some of it came, else a quiet close."""
         if self.transport.is_closing():
             return
         if self._head_started or self._head_bytes:
-            message = f"the request line and headers did not arrive within {timeout:g} s"
+            message = f"the request line and headers did not arrive within {self._head_timeout:g} s"
             self._refuse(RequestTimeout(message + " (server.read_timeout_s)"), "head_timeout")
         else:
             self.transport.close()
 
-    # -- the idle connection's deadline ------------------------------------------------------------
-    #
-    # uvicorn arms a keep-alive timer at each answer's end and cancels it at the next request's
-    # first bytes (2-4 µs a request under uvloop, issue 37 item 3). Here, as for the head, the
-    # deadline is a number set at an answer's end and cleared by any bytes that come; one
-    # timer per connection checks it when it fires: past it, the connection is closed
-    # (uvicorn's `timeout_keep_alive_handler`); a later deadline, the timer moves to it; none,
-    # it stops. `timeout_keep_alive` is fixed for the connection, so the timer is never late.
-
-    def _arm_idle(self) -> None:
-        self._idle_due = due = self.loop.time() + self.timeout_keep_alive
-        if self._idle_timer is None:
-            self._idle_timer = self.loop.call_at(due, self._check_idle)
-
     def _unset_keepalive_if_required(self) -> None:
         """Bytes came (uvicorn calls it from `data_received`) or the connection is closing:
-        it is not idle; the timer, if any, stays until it fires and finds no deadline."""
-        self._idle_due = None
-
-    def _check_idle(self) -> None:
-        """The idle timer fired: close a connection idle past its deadline; move on to a
-        later one; or stop, when the connection is not idle."""
-        self._idle_timer = None
-        due = self._idle_due
-        if due is None:
-            return
-        if due > self.loop.time():
-            self._idle_timer = self.loop.call_at(due, self._check_idle)
-            return
-        self._idle_due = None
-        self.timeout_keep_alive_handler()
+        it is not idle."""
+        self._idle.clear()
 
     # -- the transport ---------------------------------------------------------------------------
 

@@ -16,12 +16,14 @@ import pytest
 
 from llmd.config import ServerConfig
 from llmd.daemon.listeners import EmbeddedServer, embedded_server
+from llmd.proxy.deadline import Deadline
 from llmd.proxy.protocol import BoundedHttpToolsProtocol, bounded_protocol
 from tests.support.waiting import until
 
 TIMEOUT_S = 0.5
-# The head deadline's timer callbacks, by name: this branch's and main's before it.
-HEAD_TIMERS = ("_check_head", "_head_timed_out")
+# The head's timers: its `Deadline`'s, by name, and the protocol's own callback that each
+# request armed before (the old code: a test of it fails).
+HEAD_TIMERS = ("head", "_head_timed_out")
 REQUEST = b"POST / HTTP/1.1\r\nhost: t\r\ncontent-length: 2\r\n\r\n{}"
 
 
@@ -40,15 +42,18 @@ async def timers_counted(
     monkeypatch: pytest.MonkeyPatch, names: tuple[str, ...], config: ServerConfig
 ) -> AsyncIterator[tuple[int, list[str]]]:
     """uvicorn with llmd's protocol and `config` serving `app` in this loop: its port, and the
-    name of each timer whose callback, named in `names`, llmd's protocol armed."""
+    name of each timer named in `names` that llmd's protocol armed (a `Deadline`'s name, or the
+    name of a protocol method armed as a callback)."""
     armed: list[str] = []
     loop = asyncio.get_running_loop()
     for name in ("call_at", "call_later"):
         real = getattr(loop, name)
 
         def arm(when: float, callback: Any, *args: Any, real: Any = real, **kw: Any) -> Any:
-            mine = isinstance(getattr(callback, "__self__", None), BoundedHttpToolsProtocol)
-            if mine and callback.__name__ in names:
+            owner = getattr(callback, "__self__", None)
+            if isinstance(owner, Deadline) and owner.name in names:
+                armed.append(owner.name)
+            elif isinstance(owner, BoundedHttpToolsProtocol) and callback.__name__ in names:
                 armed.append(callback.__name__)
             return real(when, callback, *args, **kw)
 

@@ -15,8 +15,9 @@ from llmd.config import ServerConfig
 from tests.proxy.test_head_timer import REQUEST, answered, timers_counted
 
 KEEPALIVE_S = 0.5
-# The idle timer's callbacks, by name: llmd's, and uvicorn's own (main's before this change).
-IDLE_TIMERS = ("_check_idle", "timeout_keep_alive_handler")
+# The idle timers: llmd's `Deadline`, by name, and uvicorn's own callback, armed at each
+# answer's end before (the old code: a test of it fails).
+IDLE_TIMERS = ("idle", "timeout_keep_alive_handler")
 
 
 @pytest.fixture
@@ -35,7 +36,7 @@ async def test_kept_alive_requests_share_one_idle_timer(served: tuple[int, list[
     for _ in range(5):
         writer.write(REQUEST)
         assert (await answered(reader)).startswith(b"HTTP/1.1 200")
-    assert armed == ["_check_idle"]
+    assert armed == ["idle"]
     writer.close()
     await writer.wait_closed()
 
