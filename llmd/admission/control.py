@@ -292,7 +292,17 @@ class Admission:
         if entry.state is State.RELEASED:
             self.scheduler.finish(entry)
             self.capacity.on_finish(entry)
-            self.pump()
+            if not self._idle_pass():
+                self.pump()
+
+    def _idle_pass(self) -> bool:
+        """Whether a pass now would change nothing: no request is queued (none to release,
+        reject or time), no engines share a device (no hold to lift, no pause to end) and no
+        swap group decides after each pass. A finish then runs none (a pass is about a quarter
+        of a request's admission CPU, issue 37 item 3); the next pass (a request's, a
+        scrape's every `telemetry.engine_interval_s`, the alarm's) brings the gates and the
+        SLO guard up to date."""
+        return not self.scheduler.queued() and self.holds.off and self.after_pump is None
 
     def first_byte(self, ticket: Ticket) -> None:
         """The request's first byte came back from its backend: an interactive one no longer

@@ -57,6 +57,12 @@ class DeviceHolds:
             groups, bound_s, admission.device_batch_seats, admission.device_pause
         )
 
+    @property
+    def off(self) -> bool:
+        """No engines share a device (no hold, no seat limit) and none is paused: a pass's
+        gate is the pools' own, and the hold has nothing to order."""
+        return not (self.hold.active or self.hold.limits or self.paused or self.stopped)
+
     def released(self, entries: Iterable[Entry]) -> None:
         """Entries a pump released: the interactive ones wait for their first byte; the
         interactive and batch ones run (the seat limit counts them)."""

@@ -17,6 +17,7 @@ from llmd.config import AdmissionConfig, Config, EngineConfig
 from llmd.errors import InvalidRequest, QueueTimeout
 from llmd.routing.backend import BackendKind
 from llmd.supervisor.state import EnginePhase, EngineState
+from tests.support.waiting import until
 
 
 def admission(**fields: object) -> Admission:
@@ -127,3 +128,35 @@ async def test_paced_batch_is_released_by_the_timer_and_interactive_passes_it() 
     assert chat.entry.released_at is not None and chat.entry.released_at < released[2]
     assert released[-1] - released[0] >= 3 * 0.020 - 0.001  # three more intervals, at least
     assert adm.capacity.gate("main").in_flight == 6
+
+
+async def test_a_finish_runs_a_pass_only_when_one_could_change_something(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A finish with nothing queued and no device hold or swap group runs no pass (issue 37:
+    a pass is about a quarter of a request's admission CPU); with a request queued it does,
+    and releases it; with a swap group told after each pass it does too."""
+    adm = admission()
+    passes: list[None] = []
+    pump = adm.pump
+
+    def counted() -> None:
+        passes.append(None)
+        pump()
+
+    monkeypatch.setattr(adm, "pump", counted)
+    first = await adm.admit(request(adm))
+    assert len(passes) == 1  # the admit's own
+    adm.finish(first)
+    assert len(passes) == 1
+    first = await adm.admit(request(adm))
+    second = asyncio.create_task(adm.admit(request(adm)))
+    assert await until(lambda: adm.scheduler.queued() == 1, timeout_s=5)
+    before = len(passes)
+    adm.finish(first)
+    assert len(passes) == before + 1
+    adm.finish(await asyncio.wait_for(second, 5))
+    adm.after_pump = lambda: None
+    before = len(passes)
+    adm.finish(await adm.admit(request(adm)))
+    assert len(passes) == before + 2
