@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the tests: set up if needed, then the fast suite (the simulator and llmd daemons on it,
 # 3 to 5 minutes on 2 cores, by host: docs/bench/fast-suite.md) and the end-to-end suite
-# against a real vLLM child (each boots the engine; one at a time).
+# against a real vLLM child (each boots the engine; two tests at a time, 14-17 minutes).
 # The fast suite runs six tests at a time (pytest-xdist): it is mostly CPU (starting daemons,
 # simulators and commands), but its tests also wait on them, and six keep 2 cores busy
 # meanwhile. Measured one after the other on an idle machine, 2026-12-07 12:05-12:27, with the
@@ -29,5 +29,9 @@ if [ $# -gt 0 ]; then
   exec .venv/bin/python -m pytest "${parallel[@]}" "$@"
 fi
 .venv/bin/python -m pytest "${parallel[@]}" -m "not e2e"
-# The slowest end-to-end tests are listed at the end: where the half of `.ci/run` goes.
-exec .venv/bin/python -m pytest -m e2e --durations=20
+# The end-to-end half runs two tests at a time (two engines, about 2 GB each: ENGINE.md): an
+# engine's boot is mostly one process importing, so one test at a time left about 40 % of the
+# 2 cores idle. Measured back to back on a clean clone, 2026-12-07: 846 s against 2,035 s one
+# at a time (that one with helper sessions' tests beside it, load 4-7), and 997 s against 1,515 s the
+# session before (docs/bench/fast-suite.md). The slowest are listed at the end.
+exec .venv/bin/python -m pytest -n 2 --dist loadgroup -m e2e --durations=20
