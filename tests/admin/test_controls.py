@@ -99,13 +99,17 @@ def test_drain_deadline_ends_what_remains_in_band(llmd: LlmdProcess) -> None:
 
 def test_cancel_one_request_by_id(llmd: LlmdProcess) -> None:
     """POST /requests/{id}/cancel ends that stream in-band with code 'cancelled' only."""
-    victim, bystander = Stream(llmd, "victim-1"), Stream(llmd, "bystander-1")
+    # The bystander, 150 tokens (3 s at SLOW), still streams when the victim is cancelled
+    # (right after both started); the test waits for its end (300 tokens waited 6 s).
+    victim = Stream(llmd, "victim-1")
+    bystander = Stream(llmd, "bystander-1", {**STREAM, "max_tokens": 150})
     victim.start()
     bystander.start()
     assert victim.first.wait(10) and bystander.first.wait(10)
     transport = httpx.HTTPTransport(uds=str(llmd.runtime_dir / "admin.sock"))
     with httpx.Client(transport=transport) as admin:
         assert admin.post("http://llmd/requests/victim-1/cancel").status_code == 200
+        assert bystander.is_alive(), "the bystander ended before the victim was cancelled"
         missing = admin.post("http://llmd/requests/nobody/cancel")
     victim.join(30)
     bystander.join(30)

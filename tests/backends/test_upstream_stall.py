@@ -21,6 +21,7 @@ from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import SimProcess
 from tests.support.slow_client import (
     HELD,
+    HELD_TOKENS,
     read_at_least,
     served_whole,
     slow_consumers,
@@ -107,11 +108,12 @@ def test_a_stalled_upstream_ends_its_streams_and_opens_its_breaker(
 
 @pytest.fixture
 def holding() -> Iterator[tuple[SimProcess, LlmdProcess]]:
-    """The upstream at a 0.5 ms step, llmd with a 20 s send timeout and 4 KiB send buffers
-    (10 s cut the client before the upstream had made HELD, at a load of 10)."""
+    """The upstream at a 0.5 ms step, llmd with an 8 s send timeout and 4 KiB send buffers
+    (past the 0.2-3.2 s the engine took to make HELD at a load of 7-8:
+    tests/support/slow_client.py)."""
     yield from upstream_behind_llmd(
         "0.5",
-        server={"send_timeout_s": 20.0, "send_buffer_bytes": 4096},
+        server={"send_timeout_s": 8.0, "send_buffer_bytes": 4096},
         telemetry={"engine_interval_s": 0.1},
     )
 
@@ -128,13 +130,13 @@ def test_a_client_that_holds_its_stream_opens_no_breaker(
     held = stalled_reader(llmd.port, body)
     try:
         generated, _ = wait_for_gauge(
-            sim.socket, "vllm:generation_tokens_total", lambda v: v >= HELD["max_tokens"], 60
+            sim.socket, "vllm:generation_tokens_total", lambda v: v >= HELD_TOKENS, 60
         )
         assert generated, llmd.log_tail()  # the upstream is done; llmd holds the rest for it
         assert read_at_least(held, 32768) >= 32768  # llmd sends more, then waits again
         assert wait_for(lambda: slow_consumers(llmd) == 1, 30), llmd.log_tail()
     finally:
         held.close()
-    assert served_whole(llmd.base_url, {**body, "max_tokens": 50})
+    assert served_whole(llmd.base_url, {**body, "max_tokens": 50, "n": 1})
     assert entry(llmd, "live")["state"] == "serving"
     assert "stalled" not in llmd.log_path.read_text()

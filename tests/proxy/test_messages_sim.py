@@ -4,6 +4,7 @@ tool use, the headers passed on, and every refusal typed as the SDK expects."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,7 +59,10 @@ def llmd() -> Iterator[LlmdProcess]:
         f'[tenants.main]\nkeys = ["{hash_key(KEY)}"]\n'
         f'[tenants.slow]\nkeys = ["{hash_key(SLOW)}"]\nmax_concurrency = 1\nmax_queued = 1\n'
     )
-    config = sim_config(ensure_tiny_model(), admission={"tenants_file": str(tenants)})
+    # 0.5 ms steps (the simulator's default is 2.9): the clamped budgets make some 1,000
+    # tokens, 3 s at the default.
+    fast = ("--step-base-ms", "0.5")
+    config = sim_config(ensure_tiny_model(), fast, admission={"tenants_file": str(tenants)})
     with LlmdProcess.running(config, workdir) as running:
         assert running.wait_tokenizer()
         yield running
@@ -296,32 +300,46 @@ def test_a_tenant_over_its_limit_gets_a_rate_limit_error(llmd: LlmdProcess) -> N
     with Retry-After (anthropic.RateLimitError)."""
     import threading
 
-    held = {"sim_fault": "delay:3"}
     api = client(llmd, key=SLOW)
-    threads = [
-        threading.Thread(
-            target=lambda: api.messages.create(
-                model="tiny", max_tokens=2, messages=HELLO, extra_body=held
+
+    def send(request_id: str, extra_body: dict[str, str]) -> None:
+        with contextlib.suppress(anthropic.APIStatusError):  # the held one, cancelled
+            api.messages.create(
+                model="tiny",
+                max_tokens=2,
+                messages=HELLO,
+                extra_body=extra_body,
+                extra_headers={"x-request-id": request_id},
             )
-        )
-        for _ in range(2)
-    ]
-    for thread in threads:
-        thread.start()
+
+    def running_held() -> bool:
+        rows = llmd.admin_status()["sequences"]
+        return any(s["id"] == "slow-held" and s["phase"] != "queued" for s in rows)
 
     def queued() -> int:
         rows = llmd.admin_status()["tenants"]
         return next((t["queued"] for t in rows if t["name"] == "slow"), 0)
 
+    # The running one hangs in the engine until the test cancels it, however long the test
+    # takes to get there (it held 3 s, and the queued one 3 s more, which the test waited out).
+    running = threading.Thread(target=send, args=("slow-held", {"sim_fault": "hang"}))
+    waiting = threading.Thread(target=send, args=("slow-queued", {}))
+    running.start()
     try:
+        assert until(running_held, timeout_s=10)
+        waiting.start()
         assert until(lambda: queued() == 1, timeout_s=10)
         with pytest.raises(anthropic.RateLimitError) as limited:
             api.messages.create(model="tiny", max_tokens=2, messages=HELLO)
         assert limited.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
         assert int(limited.value.response.headers["retry-after"]) >= 1
     finally:
-        for thread in threads:
-            thread.join()
+        with llmd.admin() as admin:
+            admin.post("/requests/slow-held/cancel")
+        for thread in (running, waiting):
+            if thread.ident is not None:  # started
+                thread.join(30)
+    assert not running.is_alive() and not waiting.is_alive()
 
 
 RECORDED = sorted((REPO / "tests" / "data" / "vllm_cpu_messages").glob("*.json"))

@@ -16,6 +16,7 @@ from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
 from tests.support.slow_client import (
     HELD,
+    HELD_TOKENS,
     LONG,
     read_at_least,
     served_whole,
@@ -80,9 +81,10 @@ def test_a_client_that_holds_its_stream_is_no_engine_stall() -> None:
     engine goes on serving other streams, the same process."""
     config = sim_config(
         ensure_tiny_model(),
-        ("--step-base-ms", "0.5", "--max-model-len", "4096"),
-        # 20 s: 10 cut the client before the engine had made HELD, at a load of 10
-        server={"send_timeout_s": 20.0, "send_buffer_bytes": 4096},
+        ("--step-base-ms", "0.5"),
+        # 8 s: past the 0.2-3.2 s the engine took to make HELD at a load of 7-8 (the 4,000
+        # tokens as one choice took 5.9-11.4 s, and a 10 s timeout cut them at a load of 10)
+        server={"send_timeout_s": 8.0, "send_buffer_bytes": 4096},
         engine={"stall_timeout_s": 1.0},  # a request's idle timeout: 2 s
         telemetry={"engine_interval_s": 0.1},
     )
@@ -96,7 +98,7 @@ def test_a_client_that_holds_its_stream_is_no_engine_stall() -> None:
         generated, _ = wait_for_gauge(
             llmd.engine_socket,
             "vllm:generation_tokens_total",
-            lambda v: v >= HELD["max_tokens"],
+            lambda v: v >= HELD_TOKENS,
             60,
         )
         assert generated, llmd.log_tail()  # the engine is done; llmd holds the rest for the client

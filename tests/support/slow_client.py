@@ -27,9 +27,13 @@ LONG = {
 # answer's bytes are mostly its events' framing, and a loaded simulator packs several tokens
 # into one event (measured on 2 busy cores: 900 tokens in 170 to 470 events, 35 to 100 KiB,
 # against 600 events, 130 KiB, idle), so 900 tokens could all fit in those buffers and llmd
-# never wait on the client. 4,000 tokens are 170 KiB at 5 tokens an event (the simulator's
-# engine needs a max_model_len past 4,012).
-HELD = {**LONG, "max_tokens": 4000}
+# never wait on the client. 4,000 tokens make it past them at any load; as 8 choices of 500
+# (`n`, each choice its own events) the engine makes them in 500 steps, not 4,000, so it is
+# done long before a send timeout of seconds cuts the client (measured at a load of 7-8, two
+# runs beside each other: 0.2-3.2 s against 5.9-11.4 s as one choice of 4,000; 190-260 KiB
+# reached the client, against 130-210 KiB).
+HELD = {**LONG, "max_tokens": 500, "n": 8}
+HELD_TOKENS = 500 * 8  # the engine's generation tokens for HELD
 
 
 def stalled_reader(port: int, body: dict[str, Any] = LONG) -> socket.socket:
