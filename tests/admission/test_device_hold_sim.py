@@ -25,15 +25,18 @@ CHAT, EMBED, APART = "tiny", "tiny-embed", "tiny-apart"
 POOLING = ["--runner", "pooling", "--convert", "embed"]
 # One engine step takes 3 s: the chat's first token comes 3 s after it starts.
 SLOW_CHAT = ["--step-base-ms", "3000"]
+# Each test starts its own llmd (a fixture of its own: the tests spread over the workers, no
+# more daemons than one module-scoped fixture each). The chat's warm-up is off: its four
+# tokens took 12 s of each start at 3 s a step, and no test here is about it.
 
 
 def config(
     bound_ms: float, embed_args: tuple[str, ...] = (), pause: bool = False, apart: bool = True
 ) -> str:
-    """Engines `chat` and `embed` (with `embed_args`) on device `dev0`, and `apart` on none
-    where a test asks it (one simulator less to start where none does); the device hold's
-    bound `bound_ms` (the interactive budget 10 s, the ratio bound_ms / 10 s); `pause`:
-    admission.device_pause."""
+    """Engines `chat` (no warm-up) and `embed` (with `embed_args`) on device `dev0`, and
+    `apart` on none where a test asks it (one simulator less to start where none does); the
+    device hold's bound `bound_ms` (the interactive budget 10 s, the ratio bound_ms / 10 s);
+    `pause`: admission.device_pause."""
     engines = {
         "chat": (CHAT, SLOW_CHAT),
         "embed": (EMBED, [*POOLING, *embed_args]),
@@ -47,29 +50,30 @@ def config(
     }
     raw = tomllib.loads(multi_sim_config(ensure_tiny_model(), engines, admission=admission))
     raw["engines"]["chat"]["device"] = raw["engines"]["embed"]["device"] = "dev0"
+    raw["engines"]["chat"]["warmup"] = False
     return tomli_w.dumps(raw)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def long_bound() -> Iterator[LlmdProcess]:
     with LlmdProcess.running(config(bound_ms=8000, apart=False), "llmd-hold-") as process:
         yield process
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def short_bound() -> Iterator[LlmdProcess]:
     with LlmdProcess.running(config(bound_ms=200), "llmd-hold-") as process:
         yield process
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def slow_embed() -> Iterator[LlmdProcess]:
     slow = config(200, ("--step-base-ms", "1000"), apart=False)
     with LlmdProcess.running(slow, "llmd-hold-") as process:
         yield process
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def pausing() -> Iterator[LlmdProcess]:
     with LlmdProcess.running(config(bound_ms=4000, pause=True), "llmd-hold-") as process:
         yield process

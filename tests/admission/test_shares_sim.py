@@ -22,8 +22,10 @@ from tests.support.waiting import wait_for
 # 64 blocks of 16: 1,024 KV tokens; llmd's budget is 90% of it, 921. An indexer request costs
 # about 290 (its prompt and 270 tokens): three fill the budget, and a chat request (its prompt
 # and 100) no longer fits. A share of 0.6 is 614 tokens: two of them, and room for chats.
+# A step of 6 ms: an indexer request runs about 1.7 s, the longest a chat without the share
+# waits, and the test about 22 s (12 ms: 36-42 s, the same outcome at twice the waits).
 SIM_ARGS = ("--num-gpu-blocks", "64", "--block-size", "16", "--max-num-seqs", "32",
-            "--step-base-ms", "12")  # fmt: skip
+            "--step-base-ms", "6")  # fmt: skip
 SHARE = 0.6
 TENANTS = (
     f'[tenants.indexer]\nkeys = ["{hash_key("indexer")}"]\n{{share}}\n'

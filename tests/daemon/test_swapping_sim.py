@@ -92,7 +92,9 @@ def test_alternating_models_on_a_group_of_one_lose_nothing(sleep: str, mechanism
         client = closed_after_test(
             openai.OpenAI(base_url=llmd.base_url + "/v1", api_key="x", max_retries=0)
         )
-        order = [MODELS[i % 3] for i in range(12)]
+        # Each model twice, then back: every change of model, both ways, from two clients
+        # (about 10 wakes; 12 rounds made about 21, each a boot of its own in `stop`).
+        order = [MODELS[i % 3] for i in range(6)]
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             answered = list(pool.map(lambda m: ask(client, m), order + order[::-1]))
         assert answered == order + order[::-1]
@@ -165,15 +167,18 @@ def test_operators_wake_and_sleep_engines_by_name(group: LlmdProcess) -> None:
 def test_a_wake_nobody_waits_for_is_cancelled() -> None:
     """A request for an asleep model whose client leaves while its engine boots (the stop
     mechanism, a slow boot): the boot is stopped and the engine is asleep again."""
-    config = swap_config("stop", ("--fault-boot-delay", "3"))
-    with LlmdProcess.running(config, "llmd-swap-") as llmd:
-        asleep = [e["name"] for e in llmd.admin_status()["engines"] if e["state"] == "asleep"]
-        body = {"model": asleep[0], "messages": [{"role": "user", "content": "hi"}]}
+    raw = tomllib.loads(swap_config("stop"))
+    # Only `small` (asleep after start-up) boots slowly: each start-up boot of the three,
+    # one at a time, took the 3 s.
+    raw["engines"]["small"]["args"] += ["--fault-boot-delay", "3"]
+    with LlmdProcess.running(tomli_w.dumps(raw), "llmd-swap-") as llmd:
+        assert engine_state(llmd, "small") == "asleep"
+        body = {"model": "small", "messages": [{"role": "user", "content": "hi"}]}
         with pytest.raises(httpx.TimeoutException):
             httpx.post(llmd.base_url + "/v1/chat/completions", json=body, timeout=1.5)
         log = llmd.log_path
         assert wait_for(lambda: "engine_wake_cancel_decided" in log.read_text(), 15)
-        assert wait_for(lambda: engine_state(llmd, asleep[0]) == "asleep", 15)
+        assert wait_for(lambda: engine_state(llmd, "small") == "asleep", 15)
 
 
 def test_an_idle_engine_sleeps_and_a_request_wakes_it() -> None:

@@ -41,10 +41,11 @@ async def smoke_sim(
     *sim_args: str,
     golden: tuple[GoldenPrompt, ...] = BUILTIN_GOLDEN,
     headers: dict[str, str] | None = None,
+    stop_timeout_s: float = 10.0,
     **expected: object,
 ) -> SmokeReport:
     """Start the simulator with `sim_args`, wait for it, run the gate (its requests with
-    `headers`), stop it."""
+    `headers`), stop it (SIGKILL after `stop_timeout_s`)."""
     sim = SimProcess.start(model, *sim_args)
     try:
         expectations = expect(**expected)
@@ -61,7 +62,7 @@ async def smoke_sim(
             headers=headers,
         )
     finally:
-        sim.stop()
+        sim.stop(stop_timeout_s)
 
 
 async def test_a_healthy_release_passes(tiny_model_dir: Path, counter: LocalCounter) -> None:
@@ -114,10 +115,12 @@ async def test_another_context_length_fails_max_model_len(
 async def test_a_slow_release_fails_golden_on_latency(
     tiny_model_dir: Path, counter: LocalCounter
 ) -> None:
-    """Each generation delayed 1.5 s against a 1 s bound."""
-    report = await smoke_sim(tiny_model_dir, counter, "--fault-request", "delay:1.5", latency_s=1.0)
+    """Each generation delayed 0.75 s against a 0.5 s bound."""
+    report = await smoke_sim(
+        tiny_model_dir, counter, "--fault-request", "delay:0.75", latency_s=0.5
+    )
     assert report.failed_check == "golden", report.summary()
-    assert "over 1 s" in report.summary()
+    assert "over 0.5 s" in report.summary()
 
 
 async def test_an_erroring_release_fails_golden(
@@ -136,6 +139,7 @@ async def test_a_hung_release_fails_golden_without_hanging_the_gate(
     report = await smoke_sim(
         tiny_model_dir, counter, "--fault-request", "hang", latency_s=0.5,
         golden=BUILTIN_GOLDEN[:1],
+        stop_timeout_s=1.0,  # a stop waits for the hung request (listen.py's STOP_GRACE_S)
     )  # fmt: skip
     assert report.failed_check == "golden", report.summary()
     assert "no answer within 6 s" in report.summary()

@@ -95,7 +95,10 @@ def test_a_group_left_behind_is_stopped_before_the_next_engine() -> None:
     run.mkdir(mode=0o750)
     pgid, child = leftover_group(run / "engine.pid")
     canary_pgid, canary_child = leftover_group(run / "engine-main-canary.pid")
-    llmd = LlmdProcess.start(sim_config(ensure_tiny_model()), workdir=workdir)
+    # Each group is waited for in turn (the canary's, then the engine's): 2 s each, where
+    # etc/sim.toml's 5 s made 10 s of the test's 12.
+    config = sim_config(ensure_tiny_model(), engine={"stop_timeout_s": 2.0})
+    llmd = LlmdProcess.start(config, workdir=workdir)
     try:
         llmd.wait_ready(timeout_s=60)
         assert not alive(child) and not alive(canary_child)

@@ -6,6 +6,7 @@ another valid layout is relayed whole, with nothing appended."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import threading
 import time
@@ -29,19 +30,19 @@ else:  # its import costs about 0.7 s of CPU in every worker that collects this 
     openai = lazy_module("openai")
 
 STALL_TIMEOUT_S = 1.0
-# Tokens stop this long after each boot of the simulator; a stream of 1,000 tokens at one step
-# of 10 ms each (10 s) started as llmd is ready outlasts it.
-STALL_AFTER_S = "8"
+# A stream of 1,000 tokens at one step of 10 ms each (10 s) runs until the core stalls.
 LONG = {"model": "tiny", "prompt": "Go", "max_tokens": 1000, "ignore_eos": True}
 SHORT = {"model": "tiny", "prompt": "Go", "max_tokens": 4}
 
 
 class TimedStream(threading.Thread):
-    """A streamed completion read in a thread: its SSE lines and when the last token came."""
+    """A streamed completion of `max_tokens` read in a thread: its SSE lines and when the last
+    token came."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, max_tokens: int = 1000) -> None:
         super().__init__(daemon=True)
         self.url = url
+        self.body = {**LONG, "max_tokens": max_tokens, "stream": True}
         self.lines: list[str] = []
         self.status = 0
         self.last_token_at = 0.0
@@ -49,7 +50,7 @@ class TimedStream(threading.Thread):
         self.first = threading.Event()
 
     def run(self) -> None:
-        with httpx.stream("POST", self.url, json={**LONG, "stream": True}, timeout=60) as r:
+        with httpx.stream("POST", self.url, json=self.body, timeout=60) as r:
             self.status = r.status_code
             for line in r.iter_lines():
                 if line:
@@ -62,10 +63,12 @@ class TimedStream(threading.Thread):
 
 @pytest.fixture
 def stalling() -> Iterator[LlmdProcess]:
-    """llmd on a simulator that stalls STALL_AFTER_S after each boot."""
+    """llmd on a slow simulator with a 1 s stall timeout. A request with the simulator's
+    `stall` fault stalls its core once the test's streams run (a stall 8 s after each boot
+    made the test wait out a window wide enough for a loaded machine to start them in)."""
     config = sim_config(
         ensure_tiny_model(),
-        ("--step-base-ms", "10", "--fault-stall-after-s", STALL_AFTER_S),
+        ("--step-base-ms", "10"),
         engine={"stall_timeout_s": STALL_TIMEOUT_S},
         supervisor={"backoff_initial_s": 0.1, "backoff_max_s": 0.5},
     )
@@ -94,16 +97,20 @@ def test_a_stalled_engine_ends_its_streams_and_restarts(stalling: LlmdProcess) -
     poster = threading.Thread(target=post_whole, daemon=True)
     poster.start()
     for stream in streams:
+        assert stream.first.wait(20)
+    assert wait_for(lambda: llmd.admin_status()["engine"]["running"] == 4, 20)  # and whole's
+    stall = httpx.post(
+        llmd.base_url + "/v1/completions", json={**SHORT, "sim_fault": "stall"}, timeout=60
+    )  # the core stalls as it arrives; it ends as the others do
+    assert stall.status_code == 503 and stall.json()["error"]["code"] == "engine_stalled"
+    for stream in streams:
         stream.join(40)
         assert not stream.is_alive()
-        if stream.status != 200:  # started after the stall (a loaded machine): a whole 503
-            assert stream.status == 503 and "engine_stalled" in stream.lines[0]
-            continue
+        assert stream.status == 200
         assert stream.lines[-1] == "data: [DONE]", stream.lines[-3:]
         error = json.loads(stream.lines[-2].removeprefix("data: "))["error"]
         assert error["code"] == "engine_stalled", error
         assert stream.ended_at - stream.last_token_at <= STALL_TIMEOUT_S + 5.0
-    assert any(stream.status == 200 for stream in streams)
     poster.join(40)
     assert whole["status"] == 503 and whole["body"]["error"]["code"] == "engine_stalled"
     assert int(whole["headers"]["retry-after"]) >= 1
@@ -174,21 +181,29 @@ def test_a_request_idle_alone_ends_while_the_engine_serves(idling: LlmdProcess) 
     overloaded_error), and the engine is not restarted."""
     llmd = idling
     llmd.wait_ready(timeout_s=30)
-    busy = TimedStream(llmd.base_url + "/v1/completions")
+    # 500 tokens (5 s) outlast the three hung requests, sent together (about 1.5 s; one after
+    # another they took 4 s beside 1,000 tokens).
+    busy = TimedStream(llmd.base_url + "/v1/completions", max_tokens=500)
     busy.start()
     assert busy.first.wait(20)
-    url = llmd.base_url + "/v1/completions"
-    for stream in (True, False):
+
+    def hang(path: str, body: dict[str, Any]) -> tuple[httpx.Response, float]:
+        """`body` with the hang fault posted to `path`: the answer and the seconds it took."""
         began = time.monotonic()
-        hung = httpx.post(url, json={**SHORT, "stream": stream, "sim_fault": "hang"}, timeout=30)
-        assert hung.status_code == 503 and hung.json()["error"]["code"] == "engine_stalled"
-        assert "retry-after" in hung.headers and time.monotonic() - began < 8
+        answer = httpx.post(llmd.base_url + path, json={**body, "sim_fault": "hang"}, timeout=30)
+        return answer, time.monotonic() - began
+
     message = {"model": "tiny", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
-    hung = httpx.post(
-        llmd.base_url + "/v1/messages",
-        json={**message, "stream": True, "sim_fault": "hang"},
-        timeout=30,
-    )  # on a Messages path in Anthropic's shape
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        streamed, whole, on_messages = pool.map(
+            hang,
+            ("/v1/completions", "/v1/completions", "/v1/messages"),
+            ({**SHORT, "stream": True}, SHORT, {**message, "stream": True}),
+        )
+    for hung, took in (streamed, whole):
+        assert hung.status_code == 503 and hung.json()["error"]["code"] == "engine_stalled"
+        assert "retry-after" in hung.headers and took < 8
+    hung, _ = on_messages  # on a Messages path in Anthropic's shape
     assert hung.status_code == 503 and "retry-after" in hung.headers
     assert hung.json()["error"]["message"].startswith("no output from")  # engine_stalled
     assert hung.json() == {

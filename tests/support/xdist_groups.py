@@ -50,20 +50,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # The modules with a test of 10 s or more (wall time; scripts/pertest_cpu.py, six workers,
-# 2026-12-07 16:39, load 3-5), its longest first.
+# 2026-12-07 16:39, load 3-5; * one worker, `pytest -n 0 --durations=0`, median of 3,
+# 2026-12-07 20:19-20:40, load under 1), its longest first.
 LONGEST_FIRST = (
-    "tests/admission/test_shares_sim.py",  # 38.8 s
+    "tests/admission/test_shares_sim.py",  # 21.3 *
     "tests/proxy/test_keepalive.py",  # 21.0
-    "tests/admission/test_device_hold_sim.py",  # 21.0
-    "tests/daemon/test_swapping_sim.py",  # 18.7
     "tests/proxy/test_endpoints.py",  # 18.6
     "tests/proxy/test_validation_properties.py",  # 17.1
-    "tests/releases/test_smoke_runner.py",  # 16.5
     "tests/admission/test_scheduler.py",  # 16.3
     "tests/tune/test_tune_sim.py",  # 13.6
     "tests/proxy/test_messages_sim.py",  # 13.4
-    "tests/supervisor/test_stall_sim.py",  # 13.0
-    "tests/supervisor/test_leftovers.py",  # 12.5
     "tests/tui/test_app.py",  # 12.4
     "tests/admin/test_controls.py",  # 10.6
     "tests/releases/test_orchestrator_failures.py",  # 10.4
