@@ -4,7 +4,7 @@ request head and idle keep-alive).
 Why: arming and cancelling an event-loop timer for each request costs 2-4 µs under uvloop
 (issue 37 item 3); setting a number costs nothing. The timer is armed once and, when it fires,
 acts on the deadline then set: past it, `expired` is called; later, the timer moves to it;
-none, the timer stops until the next `set`.
+none, the timer stops until the next `set_in`.
 """
 
 from __future__ import annotations

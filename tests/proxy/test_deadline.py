@@ -83,10 +83,12 @@ def test_setting_it_again_moves_the_one_timer_on() -> None:
 
 
 def test_a_cleared_deadline_stops_its_timer_at_its_firing() -> None:
-    """Cleared: the timer fires, finds none, and arms no other; nothing expires."""
+    """Cleared: the timer stays until it fires, finds none, and arms no other; nothing
+    expires."""
     deadline, loop, expired = _deadline()
     deadline.set_in(1.0)
     deadline.clear()
+    assert loop.pending() == [101.0]
     loop.advance(5.0)
     assert expired == [] and loop.pending() == []
 
@@ -102,10 +104,11 @@ def test_a_sooner_deadline_replaces_a_later_timer() -> None:
 
 
 def test_stop_cancels_its_timer() -> None:
-    """Stopped (the connection gone): no timer is left and nothing expires."""
+    """Stopped (the connection gone): its timer is cancelled at once and nothing expires."""
     deadline, loop, expired = _deadline()
     deadline.set_in(1.0)
     deadline.stop()
+    assert loop.pending() == []
     loop.advance(5.0)
     assert expired == [] and loop.pending() == []
 

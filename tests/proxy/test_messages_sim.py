@@ -4,7 +4,6 @@ tool use, the headers passed on, and every refusal typed as the SDK expects."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -302,8 +301,10 @@ def test_a_tenant_over_its_limit_gets_a_rate_limit_error(llmd: LlmdProcess) -> N
 
     api = client(llmd, key=SLOW)
 
-    def send(request_id: str, extra_body: dict[str, str]) -> None:
-        with contextlib.suppress(anthropic.APIStatusError):  # the held one, cancelled
+    def send(request_id: str, extra_body: dict[str, str], cancelled: bool = False) -> None:
+        """One request; an error ends its thread (and fails the test) unless it is `cancelled`
+        (the held one, cancelled by the test)."""
+        try:
             api.messages.create(
                 model="tiny",
                 max_tokens=2,
@@ -311,6 +312,9 @@ def test_a_tenant_over_its_limit_gets_a_rate_limit_error(llmd: LlmdProcess) -> N
                 extra_body=extra_body,
                 extra_headers={"x-request-id": request_id},
             )
+        except anthropic.APIStatusError:
+            if not cancelled:
+                raise
 
     def running_held() -> bool:
         rows = llmd.admin_status()["sequences"]
@@ -322,7 +326,7 @@ def test_a_tenant_over_its_limit_gets_a_rate_limit_error(llmd: LlmdProcess) -> N
 
     # The running one hangs in the engine until the test cancels it, however long the test
     # takes to get there (it held 3 s, and the queued one 3 s more, which the test waited out).
-    running = threading.Thread(target=send, args=("slow-held", {"sim_fault": "hang"}))
+    running = threading.Thread(target=send, args=("slow-held", {"sim_fault": "hang"}, True))
     waiting = threading.Thread(target=send, args=("slow-queued", {}))
     running.start()
     try:
