@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from llmd import cli
 
@@ -24,12 +27,22 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def imported_modules(source: str, this: str, is_package: bool, known: set[str]) -> set[str]:
-    """The llmd modules that module `this` (its text `source`) imports anywhere in its body:
-    at the top, inside functions, under `if TYPE_CHECKING:`. `from pkg import name` counts as
-    importing `pkg.name` when that is a module, else `pkg`."""
+@functools.cache
+def sources() -> dict[str, tuple[Path, ast.Module]]:
+    """Every llmd module: its path and parsed text, parsed once in a process for the import
+    graph's tests and tests/test_layers.py (about 1 CPU-s each time; the tests only read it)."""
+    return {
+        module_name(path): (path, ast.parse(path.read_text()))
+        for path in sorted(PACKAGE.rglob("*.py"))
+    }
+
+
+def imported_modules(tree: ast.Module, this: str, is_package: bool, known: set[str]) -> set[str]:
+    """The llmd modules that module `this` (its parsed text `tree`) imports anywhere in its
+    body: at the top, inside functions, under `if TYPE_CHECKING:`. `from pkg import name`
+    counts as importing `pkg.name` when that is a module, else `pkg`."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -46,13 +59,10 @@ def imported_modules(source: str, this: str, is_package: bool, known: set[str]) 
 
 def import_graph() -> dict[str, set[str]]:
     """Every llmd module and the llmd modules it imports."""
-    paths = sorted(PACKAGE.rglob("*.py"))
-    known = {module_name(path) for path in paths}
+    parsed = sources()
     return {
-        module_name(path): imported_modules(
-            path.read_text(), module_name(path), path.name == "__init__.py", known
-        )
-        for path in paths
+        name: imported_modules(tree, name, path.name == "__init__.py", set(parsed))
+        for name, (path, tree) in parsed.items()
     }
 
 
@@ -91,22 +101,27 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+# The worker of tests/test_layers.py runs the tests that read the graph: `sources` parsed once.
+@pytest.mark.xdist_group("layers")
 def test_no_import_cycles_between_llmd_modules() -> None:
     """No two llmd modules import each other, directly or through others (TYPE_CHECKING and
     function-level imports count: they are cycles a refactor would trip over)."""
     assert cycles(import_graph()) == []
 
 
+@pytest.mark.xdist_group("layers")
 def test_the_check_sees_type_only_and_function_level_imports() -> None:
     """A cycle closed only by an `if TYPE_CHECKING:` import and an import inside a function is
     found, and the real graph has the edges the check depends on."""
     known = {"llmd", "llmd.a", "llmd.b", "llmd.c"}
-    sources = {
+    texts = {
         "llmd.a": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from llmd.b import B\n",
         "llmd.b": "def f():\n    from llmd import c\n",
         "llmd.c": "from . import a\n",
     }
-    graph = {name: imported_modules(text, name, False, known) for name, text in sources.items()}
+    graph = {
+        name: imported_modules(ast.parse(text), name, False, known) for name, text in texts.items()
+    }
     assert graph == {"llmd.a": {"llmd.b"}, "llmd.b": {"llmd.c"}, "llmd.c": {"llmd.a"}}
     assert cycles(graph) == [["llmd.a", "llmd.b", "llmd.c"]]
     real = import_graph()

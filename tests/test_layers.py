@@ -5,15 +5,15 @@ up the layers names only leaf types (enums, frozen dataclasses, protocols); each
 from __future__ import annotations
 
 import ast
-import functools
 import re
 from pathlib import Path
 
 import pytest
 
-from tests.test_imports import PACKAGE, module_name
+from tests.test_imports import PACKAGE, module_name, sources
 
-# One worker runs the three tests, so the sources are parsed once (`sources`).
+# One worker runs the three tests and the import graph's (tests/test_imports.py), so the
+# sources are parsed once (`sources`).
 pytestmark = pytest.mark.xdist_group("layers")
 
 # Top first. A unit is a folder or a top-level module; units of one layer do not import each
@@ -63,16 +63,6 @@ def unit_of(module: str) -> tuple[str, int] | None:
             ):
                 found = (unit, index)
     return found
-
-
-@functools.cache
-def sources() -> dict[str, tuple[Path, ast.Module]]:
-    """Every llmd module: its path and parsed text (parsed once for the three tests: about
-    0.6 s of CPU each time; the tests only read it)."""
-    return {
-        module_name(path): (path, ast.parse(path.read_text()))
-        for path in sorted(PACKAGE.rglob("*.py"))
-    }
 
 
 def leaf_types(module: str, parsed: dict[str, tuple[Path, ast.Module]]) -> set[str]:

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 else:  # 1.2 s of CPU in each worker that collects it (tests/test_collection_imports.py)
     anthropic = lazy_module("anthropic")
 
+# One worker runs the modules that use the anthropic client (tests/support/xdist_groups.py):
+# its import is 2.1-2.6 CPU-s (its types are pydantic models), paid in each worker using it.
+pytestmark = pytest.mark.xdist_group("anthropic")
 OUTPUT_BUDGET = 300
 # A tenant per test (each spends its whole budget): its key.
 KEYS = [f"key-agent-{i}" for i in range(5)]

@@ -20,6 +20,7 @@ from llmd.validation.counter import LocalCounter
 from llmd.validation.fields import TextPrompt
 from tests.support.fake_engine import FakeEngine, ProxyStack
 from tests.support.lazy_import import lazy_module
+from tests.support.transformers_reference import transformers
 
 if TYPE_CHECKING:
     import openai
@@ -145,9 +146,7 @@ def test_tokenize_and_detokenize_are_answered_by_llmds_tokenizer(
     """/tokenize gives vLLM's answer (count, max_model_len, tokens, token_strs) from the
     model's own tokenizer, for a prompt and for messages; /detokenize its text; an id past
     the vocabulary is a 400; the engine is never asked."""
-    from transformers import AutoTokenizer  # here, not at collection: torch, 5 s of CPU
-
-    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    tokenizer = transformers().AutoTokenizer.from_pretrained(str(tiny_model_dir))
     answer = post(generate, "/tokenize", {"prompt": "hello there", "return_token_strs": True})
     ids = tokenizer("hello there")["input_ids"]
     assert answer.json() == {

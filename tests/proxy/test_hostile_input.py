@@ -20,6 +20,7 @@ from tests.support.engine_metrics import engine_gauge
 from tests.support.llmd_process import LlmdProcess
 from tests.support.model import ensure_tiny_model
 from tests.support.sim_process import sim_config
+from tests.support.transformers_reference import transformers
 from tests.support.waiting import wait_for
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
@@ -171,14 +172,12 @@ def test_an_overlong_prompt_is_refused_with_a_true_count(
 ) -> None:
     """A 3 MB prompt on a 1,024-token model: counting stops early and the refusal says
     "at least N" with N a true lower bound (checked by tokenizing it all here)."""
-    from transformers import AutoTokenizer
-
     words = ("the quick brown fox jumps over the lazy dog " * 70_000)[:3_000_000]
     answer = client.post("/v1/completions", json={"model": "tiny", "prompt": words})
     error = assert_openai_error(answer, 400, "context_length_exceeded")
     assert "is at least " in error["message"]
     bound = int(error["message"].split("is at least ")[1].split()[0])
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tokenizer = transformers().AutoTokenizer.from_pretrained(tiny_model_dir)
     assert 1024 < bound <= len(tokenizer(words)["input_ids"])
 
 

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 else:  # its import costs ~2 s of CPU in every worker that collects this module
     anthropic = lazy_module("anthropic")
 
+# One worker runs the modules that use the anthropic client (tests/support/xdist_groups.py):
+# its import is 2.1-2.6 CPU-s (its types are pydantic models), paid in each worker using it.
+pytestmark = pytest.mark.xdist_group("anthropic")
 KEY, SLOW = "key-messages", "key-one-at-a-time"
 HELLO = [{"role": "user", "content": "Say hello"}]
 # A Claude Code turn after a tool call: text beside two calls, results of both shapes.

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tests.support.fake_engine import ProxyStack
+from tests.support.transformers_reference import transformers
 from tests.validation.conftest import STRING_TEMPLATE, make_tokenizer_dir
 
 MAX_MODEL_LEN = 48
@@ -92,9 +93,7 @@ def client(stack: ProxyStack) -> Iterator[httpx.Client]:
 def tokenizer(stack: ProxyStack) -> Any:
     """The oracle's tokenizer: the model's, loaded once with transformers (imported here, not
     at collection: seconds of CPU in every test worker)."""
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(stack.ctx.config.engine.model)
+    return transformers().AutoTokenizer.from_pretrained(stack.ctx.config.engine.model)
 
 
 def oracle_fits(tokenizer: Any, path: str, body: dict[str, Any]) -> bool:

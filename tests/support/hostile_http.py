@@ -8,9 +8,9 @@ unknown); odd methods, paths, header values and counts. Requests go over a raw s
 malformed ones are sent as they are) with `Connection: close`.
 
 The strategies that other strategies use in every draw (`text`, `odd_values`, `content_type`,
-`header_value`) are built once: built in each draw, Hypothesis validated them again each
-time (`st.recursive` most), about half the fuzz test's CPU in the test process. The same
-strategies draw the same requests either way.
+`header_value`, `methods`, `targets`) are built once: built in each draw, Hypothesis validated
+them again each time (`st.recursive` most), about half the fuzz test's CPU in the test process.
+The same strategies draw the same requests either way.
 """
 
 from __future__ import annotations
@@ -195,49 +195,57 @@ def header_value() -> st.SearchStrategy[bytes]:
     )
 
 
+@functools.cache  # built once (module docstring)
+def methods() -> st.SearchStrategy[bytes]:
+    """POST mostly, else GET mostly, else another method or bytes."""
+    return mostly(
+        b"POST",
+        mostly(
+            b"GET",
+            st.sampled_from([b"PUT", b"DELETE", b"PATCH", b"OPTIONS", b"HEAD", b"FOO"])
+            | st.binary(min_size=1, max_size=8).filter(
+                lambda b: b" " not in b and b"\r\n" not in b
+            ),
+        ),
+    )
+
+
+@functools.cache  # built once (module docstring), for chat and for completions
+def targets(chat: bool) -> st.SearchStrategy[bytes]:
+    """The generation path mostly, else /v1/models mostly, else another path or bytes."""
+    return mostly(
+        CHAT_PATH if chat else COMPLETIONS_PATH,
+        mostly(
+            b"/v1/models",
+            st.sampled_from(
+                [
+                    b"/health",
+                    b"/ready",
+                    b"/metrics",
+                    b"/",
+                    b"/v1/chat/completions/",
+                    b"//v1/completions",
+                    b"/v1/../health",
+                    b"/v1/chat/completions?x=%00",
+                    b"/%ff%fe",
+                    b"*",
+                    b"http://llmd/v1/completions",
+                ]
+            )
+            | st.binary(min_size=1, max_size=40).filter(
+                lambda b: b" " not in b and b"\r" not in b and b"\n" not in b
+            ),
+        ),
+    )
+
+
 @st.composite
 def hostile_requests(draw: st.DrawFn) -> RawRequest:
     """One raw request: mostly a generation request with a spoilt body or headers, sometimes
     another method or path, a preflight, or garbage."""
     chat = draw(st.booleans())
-    method = draw(
-        mostly(
-            b"POST",
-            mostly(
-                b"GET",
-                st.sampled_from([b"PUT", b"DELETE", b"PATCH", b"OPTIONS", b"HEAD", b"FOO"])
-                | st.binary(min_size=1, max_size=8).filter(
-                    lambda b: b" " not in b and b"\r\n" not in b
-                ),
-            ),
-        )
-    )
-    target = draw(
-        mostly(
-            CHAT_PATH if chat else COMPLETIONS_PATH,
-            mostly(
-                b"/v1/models",
-                st.sampled_from(
-                    [
-                        b"/health",
-                        b"/ready",
-                        b"/metrics",
-                        b"/",
-                        b"/v1/chat/completions/",
-                        b"//v1/completions",
-                        b"/v1/../health",
-                        b"/v1/chat/completions?x=%00",
-                        b"/%ff%fe",
-                        b"*",
-                        b"http://llmd/v1/completions",
-                    ]
-                )
-                | st.binary(min_size=1, max_size=40).filter(
-                    lambda b: b" " not in b and b"\r" not in b and b"\n" not in b
-                ),
-            ),
-        )
-    )
+    method = draw(methods())
+    target = draw(targets(chat))
     headers: list[tuple[bytes, bytes]] = []
     ctype = draw(content_type())
     if ctype is not None:

@@ -8,7 +8,8 @@ plugin of tests/conftest.py.
   package, so the fixture (often a live llmd) is set up once, in one worker.
 - A test marked `xdist_group(NAME)` runs in group NAME (tests that share a costly import):
   "transformers" holds the modules that import transformers in the test process (its
-  AutoTokenizer imports torch: about 5 s of CPU in each worker that runs one).
+  import costs about 2.3 s of CPU in each worker that runs one, torch left out:
+  tests/support/transformers_reference.py); "anthropic" those that use the anthropic client.
 - Every other test is a unit of its own, which any worker takes as it comes free.
 - A worker holds one unit queued behind the running one (xdist: two), so fewer are held by
   busy workers when the queue runs dry.

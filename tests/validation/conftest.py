@@ -10,6 +10,7 @@ import pytest
 
 from llmd.validation import counter as counter_module
 from llmd.validation.counter import LocalCounter
+from tests.support.transformers_reference import transformers
 
 # The tiny model's template (scripts/make_tiny_model.py): content rendered as a string.
 STRING_TEMPLATE = (
@@ -34,7 +35,6 @@ CORPUS = [
 def make_tokenizer_dir(path: Path, template: str | None) -> Path:
     """A byte-level BPE tokenizer with BOS/EOS and `template`, saved as a model directory."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -48,7 +48,7 @@ def make_tokenizer_dir(path: Path, template: str | None) -> Path:
     tokenizer.post_processor = processors.TemplateProcessing(
         single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", 1)]
     )
-    fast = PreTrainedTokenizerFast(
+    fast = transformers().PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
     )
     if template is not None:

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from llmd.validation.bounds import ByteBound, byte_bound
 from llmd.validation.counter import LocalCounter
 from llmd.validation.fields import TextPrompt
+from tests.support.transformers_reference import transformers
 from tests.validation.conftest import CORPUS, make_tokenizer_dir, transformers_loaded
 
 pytestmark = pytest.mark.xdist_group("transformers")
@@ -75,7 +76,6 @@ def test_upper_bounds_gives_one_per_input_token_ids_as_counted(bounded: LocalCou
 def trained(pre_tokenizer: Any, normalizer: Any = None, model: str = "BPE") -> Any:
     """A `tokenizers` Tokenizer trained on the test corpus, as transformers' fast tokenizer."""
     from tokenizers import Tokenizer, models, processors, trainers
-    from transformers import PreTrainedTokenizerFast
 
     if model == "BPE":
         tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
@@ -93,7 +93,7 @@ def trained(pre_tokenizer: Any, normalizer: Any = None, model: str = "BPE") -> A
     tokenizer.post_processor = processors.TemplateProcessing(
         single="<s> $A", special_tokens=[("<s>", 1)]
     )
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>")
+    return transformers().PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>")
 
 
 def test_a_prefix_space_is_one_byte_more() -> None:

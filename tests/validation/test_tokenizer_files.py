@@ -153,7 +153,8 @@ def test_text_of_any_ids_equals_transformers(
     """Any ids of the tiny model's vocabulary decode to transformers' text and token strings
     (what /detokenize and /tokenize's token_strs answer)."""
     files, transformers = (c._tokenizer for c in tiny_pair)
-    ids = [i % len(transformers.get_vocab()) for i in ids]
+    size = len(transformers.get_vocab())  # a dict of the whole vocabulary: once, not per id
+    ids = [i % size for i in ids]
     assert files.decode(ids) == transformers.decode(ids)
     assert files.convert_ids_to_tokens(ids) == transformers.convert_ids_to_tokens(ids)
 
