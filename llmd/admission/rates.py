@@ -34,32 +34,39 @@ class ReleaseRates:
     by the second of the clock."""
 
     def __init__(self) -> None:
-        self._seconds: dict[Scope, collections.deque[_Second]] = {}  # oldest first
-        self._last: dict[Scope, float] = {}
+        self._scopes: dict[Scope, _Releases] = {}
+        # The four scopes a release of (tenant, class) counts in, found once per pair: every
+        # release records (built per release, the scope keys were most of its cost).
+        self._counted_in: dict[tuple[str, Priority], tuple[_Releases, ...]] = {}
 
     def record(self, tenant: str, cls: Priority, now: float) -> None:
         """A request of `tenant` in class `cls` was released at `now`."""
+        counted_in = self._counted_in.get((tenant, cls))
+        if counted_in is None:
+            scopes = ((tenant, cls), (tenant, None), (None, cls), (None, None))
+            counted_in = tuple(self._scopes.setdefault(s, _Releases()) for s in scopes)
+            self._counted_in[(tenant, cls)] = counted_in
         second = math.floor(now)
-        for scope in ((tenant, cls), (tenant, None), (None, cls), (None, None)):
-            seconds = self._seconds.get(scope)
-            if seconds is None:  # not setdefault: its new deque cost every release a build
-                seconds = self._seconds[scope] = collections.deque()
+        for releases in counted_in:
+            seconds = releases.seconds
             if seconds and seconds[-1].second == second:
                 seconds[-1].count += 1
             else:
                 seconds.append(_Second(second, now))
                 _prune(seconds, now)
-            self._last[scope] = now
+            releases.last = now
 
     def per_s(self, scope: Scope, now: float) -> float | None:
         """Releases per second of `scope` (see the module docstring), or None: never one."""
-        seconds = self._seconds.get(scope)
+        releases = self._scopes.get(scope)
+        if releases is None:
+            return None
+        seconds = releases.seconds
         if seconds:
             _prune(seconds, now)
             if seconds:
                 return sum(s.count for s in seconds) / max(now - seconds[0].first, 1.0)
-        last = self._last.get(scope)
-        return None if last is None else 1.0 / max(now - last, 1.0)
+        return 1.0 / max(now - releases.last, 1.0)
 
     def wait_s(self, scope: Scope, position: int, now: float) -> float:
         """Seconds until `position` requests of `scope` ahead and then this one are released,
@@ -67,6 +74,17 @@ class ReleaseRates:
         rate = self.per_s(scope, now)
         estimate = (position + 1) / rate if rate else float(position + 1)
         return min(max(MIN_WAIT_S, estimate), MAX_WAIT_S)
+
+
+class _Releases:
+    """One scope's releases: counted by the second, oldest first (`seconds`), and when the
+    last was released (`last`, s)."""
+
+    __slots__ = ("last", "seconds")
+
+    def __init__(self) -> None:
+        self.seconds: collections.deque[_Second] = collections.deque()
+        self.last = 0.0
 
 
 class _Second:

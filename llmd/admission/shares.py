@@ -68,9 +68,11 @@ class KvShares:
     def give(self, entry: Entry) -> None:
         """`entry` ended: its cost is free again."""
         key = (entry.tenant.name, entry.model)
-        self.held[key] -= entry.cost
-        if self.held[key] <= 0:
-            del self.held[key]
+        held = self.held.get(key, 0) - entry.cost  # not Counter's [] and del: Python calls
+        if held > 0:
+            self.held[key] = held
+        else:
+            self.held.pop(key, None)
 
     def held_by(self, tenant: str) -> int:
         """The KV tokens `tenant`'s running requests hold, over every pool."""
