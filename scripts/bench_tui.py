@@ -7,7 +7,9 @@ daemon's do. `python -m llmd.tui --socket ... --interval S` runs in a pseudo-ter
 160x48 whose output is read and discarded; after a warm-up its CPU time (user + system, from
 /proc) is measured over the window. Run from the repo root:
 `.venv/bin/python scripts/bench_tui.py [--sequences 500] [--interval 1] [--seconds 30]`.
-Pass `--socket PATH` to measure against a live daemon instead of the fake.
+Pass `--socket PATH` to measure against a live daemon instead of the fake, `--dialog` to
+measure with the help dialog open (`?` is typed once the warm-up is over, a second before the
+window), and `--code DIR` to run the llmd-top of another checkout (an A/B from one script).
 """
 
 from __future__ import annotations
@@ -115,6 +117,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--socket", help="a live daemon's admin socket instead of the fake")
+    parser.add_argument("--dialog", action="store_true", help="with the help dialog open")
+    parser.add_argument("--code", type=Path, default=REPO, help="the checkout to run")
     args = parser.parse_args()
 
     daemon = FakeDaemon(args.sequences)
@@ -130,7 +134,7 @@ def main() -> None:
 
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 48, 160, 0, 0))
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TERM": "xterm-256color"}
+    env = {**os.environ, "PYTHONPATH": str(args.code.resolve()), "TERM": "xterm-256color"}
     command = [sys.executable, "-m", "llmd.tui", "--socket", str(socket),
                "--interval", str(args.interval)]  # fmt: skip
     top = subprocess.Popen(
@@ -152,6 +156,9 @@ def main() -> None:
     threading.Thread(target=drain, daemon=True).start()
     try:
         time.sleep(args.warmup)
+        if args.dialog:
+            os.write(master, b"?")
+            time.sleep(1.0)
         fetched0, cpu0, bytes0, t0 = (
             daemon.fetches,
             cpu_seconds(top.pid),
@@ -170,7 +177,11 @@ def main() -> None:
         top.wait(10)
     wall = t1 - t0
     source = args.socket or f"fake daemon, {args.sequences} sequences"
-    print(f"llmd-top at --interval {args.interval:g} against {source}, over {wall:.1f} s:")
+    shown = " under the help dialog" if args.dialog else ""
+    print(
+        f"llmd-top ({args.code}) at --interval {args.interval:g} against {source}{shown}, "
+        f"over {wall:.1f} s:"
+    )
     if not args.socket:
         print(f"  snapshots fetched: {fetched1 - fetched0}")
     print(f"  CPU: {cpu1 - cpu0:.2f} s = {100 * (cpu1 - cpu0) / wall:.1f}% of one core")

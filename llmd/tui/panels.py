@@ -16,6 +16,7 @@ from rich.console import Group, RenderableType
 from rich.progress_bar import ProgressBar
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.visual import VisualType
 from textual.widget import Widget
 from textual.widgets import Sparkline, Static
 
@@ -41,11 +42,20 @@ EVENT_STYLE = {"warning": "yellow", "error": "bold red", "critical": "bold red"}
 
 class Panel(Static):
     """A panel drawn from a part of the snapshot; redrawn only when that part changed (a
-    redraw of a Rich table costs more than comparing the dicts)."""
+    redraw of a Rich table costs more than comparing the dicts), and without laying the
+    screen out again when top.tcss sets its size."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._shown: Any = None
+
+    def update(self, content: VisualType = "", *, layout: bool = True) -> None:
+        """Static's `update`, with a layout only when the panel's width or height follows its
+        content (`auto`): a layout arranges the whole screen again, and under a dialog paints
+        the dimmed dashboard again (llmd/tui/screens.py)."""
+        width, height = self.styles.width, self.styles.height
+        sized_by_content = any(size is None or size.is_auto for size in (width, height))
+        super().update(content, layout=layout and sized_by_content)
 
     def changed(self, *parts: Any) -> bool:
         """Whether `parts` differ from what the panel last drew (and remember them)."""

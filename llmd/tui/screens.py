@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any, Self, TypeVar
+
 from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.screen import ModalScreen
+from textual.geometry import Region
+from textual.screen import ModalScreen, Screen
 from textual.widgets import Static
+
+Answer = TypeVar("Answer")
 
 HELP = """\
 [b]d[/]  drain: stop admitting; in-flight requests finish; new ones get 503 + Retry-After
@@ -25,7 +30,45 @@ d, r, c, a, w and z ask first: [b]y[/] confirms, any other key cancels.
 --readonly removes d, u, r, c, a, w and z."""
 
 
-class ConfirmScreen(ModalScreen[bool]):
+class Dialog(ModalScreen[Answer]):
+    """A dialog over the dashboard, which shows through dimmed (top.tcss). The panels keep
+    taking snapshots behind it, so the dashboard is current the moment the dialog closes; the
+    dimmed picture is painted again when the dashboard is laid out again (a panel shown or
+    hidden, the footer's keys, a resize), not when only figures change.
+
+    Why: Textual paints a translucent screen's background by blending every cell of the screen
+    below, and did it again, whole, at every change below (Textual 8.2: the screen below hands
+    its changed regions to the `refresh` of the one on top, whose `render` is a
+    `BackgroundScreen` of the whole screen below). The sparkline alone changes at each
+    snapshot: a frame under a dialog cost 41-51 ms of CPU against 6-10 ms without (160x50,
+    docs/bench/fast-suite.md, sessions 15 and 18). The dimmed figures are context; the
+    question is what is read.
+    """
+
+    _below: Screen[Any]  # the screen the dialog opened over
+
+    def on_mount(self) -> None:
+        self._below = self.app.screen_stack[-2]
+        self._below.screen_layout_refresh_signal.subscribe(self, self._laid_out)
+
+    def on_unmount(self) -> None:
+        self._below.screen_layout_refresh_signal.unsubscribe(self)
+
+    def _laid_out(self, screen: Screen[Any]) -> None:
+        self.refresh()
+
+    def refresh(
+        self, *regions: Region, repaint: bool = True, layout: bool = False,
+        recompose: bool = False,
+    ) -> Self:  # fmt: skip
+        """Textual's `refresh`, less the repaints of regions: on a screen, only the screen
+        below asks for those (`Screen._compositor_refresh`), when a widget of it changed."""
+        if regions and not layout and not recompose:
+            return self
+        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
+
+class ConfirmScreen(Dialog[bool]):
     """Asks `question`; dismissed with True on `y`, False on any other key."""
 
     def __init__(self, question: str) -> None:
@@ -43,7 +86,7 @@ class ConfirmScreen(ModalScreen[bool]):
         self.dismiss(event.key == "y")
 
 
-class HelpScreen(ModalScreen[None]):
+class HelpScreen(Dialog[None]):
     """The keys; any key closes it."""
 
     def compose(self) -> ComposeResult:

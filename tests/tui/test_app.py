@@ -144,9 +144,11 @@ async def test_refresh_goes_on_under_a_dialog() -> None:
         await pilot.press("question_mark")
         daemon.snapshot["in_flight"] = 41
         await until(pilot, lambda: app.snapshot is not None and app.snapshot["in_flight"] == 41)
+        assert "in flight 41" in app.header.content.plain
         await pilot.press("x", "d")
         daemon.snapshot["in_flight"] = 42
         await until(pilot, lambda: app.snapshot is not None and app.snapshot["in_flight"] == 42)
+        assert "in flight 42" in app.header.content.plain
         await pilot.press("n")
         await until(pilot, lambda: "in flight 42" in screen_text(app))
 
