@@ -14,25 +14,13 @@ from starlette.types import Receive, Scope, Send
 
 from llmd import embedded
 from llmd.embedded import EmbeddedServer
+from tests.support.ticks import counted_ticks
 from tests.support.waiting import until
 
 
 async def _app(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["type"] == "http":
         await PlainTextResponse("ok")(scope, receive, send)
-
-
-def _ticks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The counters uvicorn's `on_tick` is called with, from now on."""
-    ticks: list[int] = []
-    on_tick = uvicorn.Server.on_tick
-
-    async def counted(self: uvicorn.Server, counter: int) -> bool:
-        ticks.append(counter)
-        return await on_tick(self, counter)
-
-    monkeypatch.setattr(uvicorn.Server, "on_tick", counted)
-    return ticks
 
 
 def _started(sock: socket.socket) -> tuple[EmbeddedServer, asyncio.Task[None]]:
@@ -45,7 +33,7 @@ async def test_an_idle_server_ticks_only_at_its_date_refreshes_and_serves(
 ) -> None:
     """Until the second refresh of the `date` header (uvicorn's `on_tick` at a counter that is a
     multiple of 10), no tick runs between refreshes; the server answers with a `date`."""
-    ticks = _ticks(monkeypatch)
+    ticks = counted_ticks(monkeypatch)
     sock = socket.create_server(("127.0.0.1", 0))
     server, task = _started(sock)
     try:
@@ -64,7 +52,7 @@ async def test_should_exit_wakes_the_idle_loop_at_once(monkeypatch: pytest.Monke
     """Setting `should_exit` (as the daemon's `Listeners.close` does) ends the server without
     waiting for its next tick: here a tick an hour away."""
     monkeypatch.setattr(embedded, "TICK_S", 3600.0)
-    ticks = _ticks(monkeypatch)
+    ticks = counted_ticks(monkeypatch)
     server, task = _started(socket.create_server(("127.0.0.1", 0)))
     assert await until(lambda: ticks == [0], timeout_s=10)
     assert not server.should_exit
