@@ -52,16 +52,21 @@ def kind(argv: list[str]) -> str:
 
 
 def report(log: Path, top: int) -> str:
-    """The per-kind and per-module table of `log` (the hook's lines)."""
+    """The per-kind and per-module table of `log` (the hook's lines); `alive-s`, the kind's
+    seconds from start to exit summed (logs written before exits were dated give 0)."""
     started: dict[int, dict[str, object]] = {}
     cpu: dict[int, float] = {}
+    life: dict[int, float] = {}  # seconds from start to exit, where both were dated
     for line in log.read_text().splitlines():
         record = json.loads(line)
         if record["ev"] == "start":
             started[record["pid"]] = record
         else:
             cpu[record["pid"]] = record["cpu"]
-    kinds: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0, 0])
+            begun = started.get(record["pid"], {}).get("t")
+            if "t" in record and isinstance(begun, float):
+                life[record["pid"]] = record["t"] - begun
+    kinds: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0, 0, 0.0])
     modules: dict[str, dict[str, list[float]]] = collections.defaultdict(
         lambda: collections.defaultdict(lambda: [0, 0.0])
     )
@@ -71,14 +76,15 @@ def report(log: Path, top: int) -> str:
         row[0] += 1
         row[1] += cpu.get(pid, 0.0)
         row[2] += pid not in cpu
+        row[3] += life.get(pid, 0.0)
         if name not in ("pytest worker", "pytest"):
             module = str(record.get("test") or "(outside a test)").split("::")[0]
             modules[module][name][0] += 1
             modules[module][name][1] += cpu.get(pid, 0.0)
-    lines = [f"{'CPU-s':>8} {'procs':>6} {'each':>6} {'unseen':>6}  kind"]
-    for name, (count, seconds, unseen) in sorted(kinds.items(), key=lambda kv: -kv[1][1]):
+    lines = [f"{'CPU-s':>8} {'procs':>6} {'each':>6} {'unseen':>6} {'alive-s':>8}  kind"]
+    for name, (count, seconds, unseen, alive) in sorted(kinds.items(), key=lambda kv: -kv[1][1]):
         each = seconds / max(count - unseen, 1)
-        lines.append(f"{seconds:8.1f} {count:6d} {each:6.2f} {unseen:6d}  {name}")
+        lines.append(f"{seconds:8.1f} {count:6d} {each:6.2f} {unseen:6d} {alive:8.0f}  {name}")
     lines.append(f"{sum(row[1] for row in kinds.values()):8.1f} in all processes seen")
     lines.append("")
     lines.append("Test modules by the CPU of the processes they started (count, CPU-s):")

@@ -43,13 +43,24 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("llmd.config",),  # the contract every layer reads
     ("llmd.engine",),  # the engine adapter: launch, flags, client, metrics
     ("llmd.status",),  # the Status contract
+    ("llmd.embedded",),  # uvicorn as the daemon and the simulator run it
     ("llmd.binding", "llmd.console", "llmd.allocator"),
     ("llmd.errors", "llmd.textfiles"),
     ("llmd.numerals", "llmd.quoting"),
     ("llmd",),
 )
 # Units a folder's docstring need not name: the base every layer may use.
-BASE = {"binding", "console", "allocator", "errors", "textfiles", "numerals", "quoting", "llmd"}
+BASE = {
+    "embedded",
+    "binding",
+    "console",
+    "allocator",
+    "errors",
+    "textfiles",
+    "numerals",
+    "quoting",
+    "llmd",
+}
 MAY_IMPORT = re.compile(r"May import:\s*(.*?)\.(?:\s|$)", re.S)  # "the base modules only": none
 
 

@@ -46,12 +46,14 @@ def test_the_hook_records_each_python_and_the_report_sums_them(tmp_path: Path) -
         text=True,
         check=True,
     ).stdout
-    # Each row: CPU-s, processes, CPU-s each, processes without an exit record, kind.
-    rows = [line.split(maxsplit=4) for line in report.splitlines()]
-    kinds = {row[4]: (row[1], row[3]) for row in rows if len(row) == 5 and row[1].isdigit()}
+    # Each row: CPU-s, processes, CPU-s each, processes without an exit record, seconds alive
+    # (whole), kind.
+    rows = [line.split(maxsplit=5) for line in report.splitlines()]
+    kinds = {row[5]: (row[1], row[3]) for row in rows if len(row) == 6 and row[1].isdigit()}
     assert kinds["python -c pass"] == ("1", "0")
     assert kinds["python -c import os; os._exit(0)"] == ("1", "0")
     assert kinds["python -c " + SLEEPER[:40]] == ("1", "0")
+    assert all(row[4].isdigit() for row in rows if len(row) == 6 and row[1].isdigit())
     (module,) = [line for line in report.splitlines() if "tests/somewhere/test_thing.py: " in line]
     assert "python -c pass 1 " in module and "python -c import os; os._exit(0) 1 " in module
 

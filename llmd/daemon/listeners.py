@@ -7,13 +7,14 @@ import asyncio
 import contextlib
 import os
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
 import uvicorn
 
 from llmd.config import ServerConfig
+from llmd.embedded import EmbeddedServer
 from llmd.proxy.protocol import bounded_protocol
 
 
@@ -68,19 +69,12 @@ def bind_unix(path: Path, mode: int) -> socket.socket:
     return sock
 
 
-class EmbeddedServer(uvicorn.Server):
-    """uvicorn without its own signal handlers: the daemon stops it through `should_exit`."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
 def embedded_server(
     app: object, lifespan: Literal["on", "off"], http: type[asyncio.Protocol]
 ) -> EmbeddedServer:
     """uvicorn serving ASGI `app` (on the sockets `serve(sockets=...)` is given) with `http`
-    as its HTTP protocol, logging nothing of its own (llmd logs its requests itself)."""
+    as its HTTP protocol, logging nothing of its own (llmd logs its requests itself), stopped
+    by `should_exit` (llmd/embedded.py: awake once a second while idle)."""
     config = uvicorn.Config(
         app,  # type: ignore[arg-type]
         lifespan=lifespan,

@@ -1,11 +1,12 @@
 """The hook of scripts/suite_cpu.py: every Python started with this folder on PYTHONPATH and
 LLMD_SUITE_CPU_LOG set appends two JSON lines to that file: at start its pid, argv, and the
 test it runs for (PYTEST_CURRENT_TEST, inherited from the pytest worker); at exit its own CPU
-(user + system seconds). Exit covers a normal end, os._exit (llmd serve, the simulator) and a
-SIGTERM left at its default; a SIGKILL is not seen. A child forked from a warm interpreter
-(tests/support/forked.py) is recorded by `forked_start`. Then it hands over to the next
-`sitecustomize` on the path that has not run yet (llmd/engine/amx_boot hands over the same way,
-and back to this one when it is first: that second run does nothing but hand on)."""
+(user + system seconds); each with the time (Unix s). Exit covers a normal end, os._exit (llmd
+serve, the simulator) and a SIGTERM left at its default; a SIGKILL is not seen. A child forked
+from a warm interpreter (tests/support/forked.py) is recorded by `forked_start`. Then it hands
+over to the next `sitecustomize` on the path that has not run yet (llmd/engine/amx_boot hands
+over the same way, and back to this one when it is first: that second run does nothing but
+hand on)."""
 
 import atexit
 import importlib.machinery
@@ -38,7 +39,8 @@ def _exited() -> None:
     if not _written:
         _written.append(True)
         times = os.times()
-        _write({"ev": "exit", "pid": os.getpid(), "cpu": times.user + times.system})
+        cpu = times.user + times.system
+        _write({"ev": "exit", "pid": os.getpid(), "cpu": cpu, "t": time.time()})
 
 
 def _on_sigterm(signum: int, frame: object) -> None:

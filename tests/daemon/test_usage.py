@@ -1,16 +1,21 @@
 """The usage keeper: what the observer gathered and the budgets' state reach the store at each
 write; a store is made only once there is something to keep; a daemon started on it gives the
-budgets back their saved state; a write that fails keeps the rows for the next one."""
+budgets back their saved state; a write that fails keeps the rows for the next one; a write
+that would change nothing is not made."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
+import pytest
+
 from llmd.admission.tenants import Tenant, TenantDirectory
 from llmd.config import Config, EngineConfig
+from llmd.daemon import usage
 from llmd.daemon.usage import UsageKeeper
 from llmd.state import DaemonState
+from llmd.usage.records import HOUR_S
 from llmd.usage.store import FILE_NAME, UsageStore
 from tests.support.exchanges import finished_exchange
 from tests.support.state import daemon_state
@@ -65,3 +70,40 @@ async def test_rows_a_write_could_not_keep_wait_for_the_next(tmp_path: Path) -> 
     await keeper.close()
     (total,) = UsageStore(tmp_path / "state" / FILE_NAME).totals(0)
     assert total.outcomes == {"rejected": 1}
+
+
+async def test_a_write_that_would_change_nothing_is_not_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once written, an idle keeper writes again only for new rows, budgets that moved, or an
+    hour newly past `keep_days` (which that write drops)."""
+    clock = [100 * HOUR_S + 10.0]  # Unix s, as the keeper reads it
+    monkeypatch.setattr(usage.time, "time", lambda: clock[0])
+    state = state_with_budget()
+    keeper = UsageKeeper(state, tmp_path)
+    writes: list[int] = []
+
+    async def flushed() -> int:
+        await keeper.flush()
+        return len(writes)
+
+    state.observer.rejected("r", 429, "budget_exceeded", time.monotonic(), "agent")
+    await keeper.flush()  # makes the store; its writes counted from here
+    assert keeper.store is not None
+    write = keeper.store.write
+    keeper.store.write = lambda *args: (writes.append(1), write(*args))[1]  # type: ignore[method-assign]
+    assert await flushed() == 0  # nothing new
+    state.observer.rejected("s", 429, "budget_exceeded", time.monotonic(), "agent")
+    assert await flushed() == 1  # a row
+    assert await flushed() == 1
+    state.admission.budgets.charge("agent", 100, 0, clock[0])
+    assert await flushed() == 2  # the budget moved
+    clock[0] += HOUR_S - 20  # the same hours kept
+    assert await flushed() == 2
+    clock[0] += 20  # one more hour past keep_days
+    assert await flushed() == 3
+    assert await flushed() == 3
+    await keeper.close()
+    assert len(writes) == 3
+    (total,) = UsageStore(tmp_path / FILE_NAME).totals(0)
+    assert total.outcomes == {"rejected": 2}

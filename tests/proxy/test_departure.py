@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from llmd.config import ServerConfig
-from llmd.daemon.listeners import EmbeddedServer, embedded_server
+from llmd.daemon.listeners import embedded_server
+from llmd.embedded import EmbeddedServer
 from llmd.proxy.chunked import CYCLE_KEY
 from llmd.proxy.departure import Departure
 from llmd.proxy.protocol import bounded_protocol

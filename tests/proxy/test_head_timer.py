@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from llmd.config import ServerConfig
-from llmd.daemon.listeners import EmbeddedServer, embedded_server
+from llmd.daemon.listeners import embedded_server
+from llmd.embedded import EmbeddedServer
 from llmd.proxy.deadline import Deadline
 from llmd.proxy.protocol import BoundedHttpToolsProtocol, bounded_protocol
 from tests.support.waiting import until

@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 from starlette.types import ASGIApp
@@ -17,6 +16,8 @@ from llmd.console import import_uvicorn
 
 import_uvicorn()  # without its command line: llmd/console.py
 import uvicorn  # noqa: E402
+
+from llmd.embedded import EmbeddedServer  # noqa: E402
 
 log = logging.getLogger("vllm.entrypoints.openai.api_server")
 
@@ -29,40 +30,19 @@ STOP_GRACE_S = 60
 # An idle kept-alive connection is closed after this long: vLLM 0.32's
 # VLLM_HTTP_TIMEOUT_KEEP_ALIVE default, passed to uvicorn as `timeout_keep_alive`.
 KEEP_ALIVE_S = 5
-# How often the server's loop runs uvicorn's `on_tick` (the `date` header, the exit check)
-# when nothing stops it: uvicorn's own loop runs it every 0.1 s and refreshes the date at
-# every tenth.
-TICK_S = 1.0
 
 
-class _Server(uvicorn.Server):
-    """uvicorn's server with no signal handlers of its own: the simulator's entry point owns
-    them and stops the server through `stop`."""
+class _Server(EmbeddedServer):
+    """The embedded uvicorn server (llmd/embedded.py: awake once a second while idle), which
+    tells when it listens: the simulator's entry point owns the signals and stops it."""
 
     def __init__(self, config: uvicorn.Config) -> None:
         super().__init__(config)
         self.listening = asyncio.Event()
-        self.stopping = asyncio.Event()
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
     def stop(self) -> None:
         """Stop serving (uvicorn's `should_exit`), waking the main loop at once."""
         self.should_exit = True
-        self.stopping.set()
-
-    async def main_loop(self) -> None:
-        """uvicorn's main loop (uvicorn 0.55 `Server.main_loop`), its `on_tick` run once a
-        second with the counter uvicorn has at each date refresh, and ended by `stop` at once:
-        uvicorn's ten wake-ups a second were about 1.3 ms of CPU a second of an idle simulator
-        (measured here, 2026-12-07), and an idle simulator is most of a simulator's life."""
-        counter = 0
-        while not await self.on_tick(counter):
-            counter = (counter + 10) % 864000
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stopping.wait(), TICK_S)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)

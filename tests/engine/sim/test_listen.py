@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import httpx
 import pytest
-import uvicorn
 from starlette.responses import PlainTextResponse
 from starlette.types import Receive, Scope, Send
 
 from llmd.engine.sim.listen import listen
 from tests.support.llmd_process import short_tmpdir
+from tests.support.ticks import counted_ticks
 from tests.support.waiting import until
 
 
@@ -23,14 +23,7 @@ async def test_an_idle_server_runs_uvicorns_tick_only_at_its_date_refreshes(
 ) -> None:
     """Until the second refresh of the `date` header (uvicorn's `on_tick` at a counter that
     is a multiple of 10), no tick runs between refreshes; the server answers, and closes."""
-    ticks: list[int] = []
-    on_tick = uvicorn.Server.on_tick
-
-    async def counted(self: uvicorn.Server, counter: int) -> bool:
-        ticks.append(counter)
-        return await on_tick(self, counter)
-
-    monkeypatch.setattr(uvicorn.Server, "on_tick", counted)
+    ticks = counted_ticks(monkeypatch)
     sock = str(short_tmpdir("sim-listen-") / "s.sock")
     listener = await listen(_app, uds=sock, host="127.0.0.1", port=None)
     try:
