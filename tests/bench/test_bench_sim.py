@@ -151,8 +151,10 @@ def test_cli_writes_json_and_plot(fast_sim: SimProcess, tmp_path: Path) -> None:
             "B",
             "--sweep",
             "1,2",
+            # Each step ends at its tenth request: the count bounds it, not the clock (0.5 s
+            # ended a step after fewer requests at a load of 12, six workers and eight).
             "--duration",
-            "0.5",
+            "60",
             "--max-requests",
             "10",
             "--output",
