@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the tests: set up if needed, then the fast suite (the simulator and llmd daemons on it,
 # 3 to 5 minutes on 2 cores, by host: docs/bench/fast-suite.md) and the end-to-end suite
-# against a real vLLM child (each boots the engine; two tests at a time, 14-17 minutes).
+# against a real vLLM child (each boots the engine; two tests at a time, 14-23 minutes by host).
 # The fast suite runs six tests at a time (pytest-xdist): it is mostly CPU (starting daemons,
 # simulators and commands), but its tests also wait on them, and six keep 2 cores busy
 # meanwhile. Measured one after the other on an idle machine, 2026-12-07 12:05-12:27, with the
