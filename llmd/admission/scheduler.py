@@ -173,7 +173,8 @@ class Scheduler:
         (module docstring). So one refused pick never stalls the classes above it, nor another
         pool. The pass ends as soon as nothing is queued (at a request's finish, or once the
         one entry waiting was released, it looks for no pick)."""
-        decisions = Decisions([], self._expire(now), [], [])
+        # Each list given: the fields' default factories cost a call each, every pass.
+        decisions = Decisions(released=[], rejected=self._expire(now), refused=[], held=[])
         blocked: dict[Priority, set[str]] = {}  # filled at the first refused pick
         while self._size:
             picked = self._next(now, blocked or _NOTHING_BLOCKED)
